@@ -1,0 +1,38 @@
+# llmgw recipes. `./dev <recipe>` installs what is missing first; `just --list` shows them all.
+
+set positional-arguments
+
+venv := justfile_directory() / ".venv" / "bin"
+export PATH := venv + ":" + env_var("PATH")
+
+# List the recipes
+default:
+    @just --list
+
+# Run llmgw on this machine: NATS, every service, an agent and a demo model
+up *args:
+    llmgw up "$@"
+
+# Run the whole test suite (unit tests beside each package, cross-service tests in tests/)
+test *args:
+    python -m pytest "$@"
+
+# Run one service alone, as Nix and systemd do (catalog, scheduler, mirror, router, agent)
+svc name *args:
+    llmgw service "$@"
+
+# Lint with ruff
+lint:
+    uvx ruff@0.14.5 check .
+
+# Format with ruff
+fmt:
+    uvx ruff@0.14.5 format .
+
+# Run the benchmarks under tests/bench and print their tables
+bench:
+    python tests/bench/membw.py
+
+# Regenerate the golden JSON Schema of every proto message
+proto-schema:
+    python -m llmgw.proto > proto/schema/llmgw.v1.json

@@ -1,0 +1,57 @@
+"""llmgw's contracts: every NATS message as a msgspec Struct, and the subjects they travel on.
+
+Payloads are JSON. Inside version v1 messages only gain fields with defaults;
+a breaking change is v2, with new subjects.
+"""
+
+from llmgw.proto._messages import (
+    Empty,
+    FileInfo,
+    FileList,
+    FileRef,
+    Heartbeat,
+    KeyCreate,
+    KeyCreated,
+    KeyRecord,
+    Model,
+    ModelEntry,
+    ModelList,
+    ModelPut,
+    ModelRef,
+    NodeInfo,
+    Profile,
+    ReplicaList,
+    ReplicaStart,
+    ReplicaState,
+    ReplicaStop,
+    Scaling,
+    all_messages,
+)
+from llmgw.proto._subjects import BUCKETS, Subjects, VERSION
+
+__all__ = [
+    "BUCKETS",
+    "VERSION",
+    "Empty",
+    "FileInfo",
+    "FileList",
+    "FileRef",
+    "Heartbeat",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyRecord",
+    "Model",
+    "ModelEntry",
+    "ModelList",
+    "ModelPut",
+    "ModelRef",
+    "NodeInfo",
+    "Profile",
+    "ReplicaList",
+    "ReplicaStart",
+    "ReplicaState",
+    "ReplicaStop",
+    "Scaling",
+    "Subjects",
+    "all_messages",
+]

@@ -1,0 +1,267 @@
+"""The messages. Field docstrings are what the JSON Schema describes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+__all__ = [
+    "Empty",
+    "FileInfo",
+    "FileList",
+    "FileRef",
+    "Heartbeat",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyRecord",
+    "Model",
+    "ModelEntry",
+    "ModelList",
+    "ModelPut",
+    "ModelRef",
+    "NodeInfo",
+    "Profile",
+    "ReplicaList",
+    "ReplicaStart",
+    "ReplicaState",
+    "ReplicaStop",
+    "Scaling",
+    "all_messages",
+]
+
+Name = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$",
+        description="letters, digits, '-' and '_', at most 63, starting with a letter or digit",
+    ),
+]
+"""A name safe in NATS subjects and KV keys (no dots: they split subjects)."""
+
+Source = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$",
+        description="'<owner>/<repo>/<file>' as the mirror holds it",
+    ),
+]
+
+NonNegative = Annotated[int, Meta(ge=0)]
+Positive = Annotated[int, Meta(ge=1)]
+ReplicaStatus = Literal["pending", "fetching", "starting", "ready", "failed", "stopped"]
+
+
+class Empty(Struct, forbid_unknown_fields=False):
+    """A request or reply with nothing in it."""
+
+
+class Scaling(Struct, kw_only=True):
+    """How many replicas of a model run."""
+
+    min: NonNegative = 1
+    """Replicas kept running at all times."""
+    max: NonNegative = 1
+    """Most replicas run at once."""
+
+
+class Profile(Struct, kw_only=True):
+    """One way to run a model."""
+
+    name: Name = "cpu"
+    """The profile's name, unique within its model."""
+    engine: Literal["llamacpp", "vllm"] = "llamacpp"
+    """Engine that serves it."""
+    args: list[str] = field(default_factory=list)
+    """Extra engine arguments."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the engine."""
+    host_memory_mb: NonNegative | None = None
+    """Host memory the replica reserves, MiB; None: estimated from the weights."""
+    cpu_cores: Positive | None = None
+    """CPU cores (engine threads) it reserves; None: half the node's."""
+    slots: Positive = 2
+    """Requests the engine serves at once (llama-server -np)."""
+    startup_timeout_s: Positive = 120
+    """Seconds the engine has to become healthy before the replica fails."""
+
+
+class Model(Struct, kw_only=True):
+    """A model in the catalog."""
+
+    name: Name
+    """What clients ask for in `model`."""
+    source: Source
+    """Weights file as the mirror holds it."""
+    context: Annotated[int, Meta(ge=128)] = 4096
+    """Context length in tokens, shared by the slots."""
+    profiles: Annotated[list[Profile], Meta(min_length=1)] = field(default_factory=lambda: [Profile()])
+    """Ways to run it."""
+    scaling: Scaling = field(default_factory=Scaling)
+    """How many replicas run."""
+
+
+class ModelEntry(Struct, kw_only=True):
+    """A model with its KV revision (for compare-and-set) and who changed it last."""
+
+    model: Model
+    revision: int
+    """KV revision; pass it back on put to change exactly this version."""
+    changed_by: str = ""
+    """Who made the last change."""
+
+
+class ModelPut(Struct, kw_only=True):
+    """Create or change a model."""
+
+    model: Model
+    revision: int | None = None
+    """Expected current revision: 0 means it must not exist yet, None means the latest."""
+    by: str = ""
+    """Who is making the change (recorded)."""
+
+
+class ModelRef(Struct, kw_only=True):
+    """A model by name."""
+
+    name: Name
+
+
+class ModelList(Struct, kw_only=True):
+    """Every model in the catalog."""
+
+    models: list[ModelEntry]
+
+
+class NodeInfo(Struct, kw_only=True):
+    """What a node is: sent on registration and in every heartbeat."""
+
+    node: Name
+    """The node's id (the agent's name)."""
+    hostname: str
+    cpus: Positive
+    """Logical CPUs."""
+    memory_total_mb: NonNegative
+    memory_available_mb: NonNegative
+    engines: dict[str, str] = field(default_factory=dict)
+    """Engines installed here and their versions."""
+    membw_all_gbs: float | None = None
+    """Memory read bandwidth, all cores, GB/s; None until measured."""
+    membw_one_gbs: float | None = None
+    """Memory read bandwidth, one core, GB/s."""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class ReplicaState(Struct, kw_only=True):
+    """Where a replica is and how it is doing."""
+
+    id: Name
+    model: Name
+    profile: Name
+    node: Name
+    state: ReplicaStatus = "pending"
+    url: str = ""
+    """Base URL of the engine once it listens (http://host:port)."""
+    api_key: str = ""
+    """Key the engine demands; only the router uses it."""
+    memory_mb: NonNegative = 0
+    """Host memory claimed on the node."""
+    failures: NonNegative = 0
+    """Failed starts of this model before this replica."""
+    error: str = ""
+    """Why it failed."""
+    log_tail: list[str] = field(default_factory=list)
+    """Last lines the engine printed, when it failed."""
+    updated: float = 0.0
+    """Unix time of this state."""
+
+
+class Heartbeat(Struct, kw_only=True):
+    """An agent's periodic report."""
+
+    info: NodeInfo
+    replicas: list[ReplicaState] = field(default_factory=list)
+    load1: float = 0.0
+    """One-minute load average."""
+    sent: float = 0.0
+    """Unix time it was sent."""
+
+
+class ReplicaStart(Struct, kw_only=True):
+    """The scheduler's word to an agent: run this replica."""
+
+    replica: ReplicaState
+    model: Model
+    profile: Profile
+
+
+class ReplicaStop(Struct, kw_only=True):
+    """The scheduler's word to an agent: stop this replica."""
+
+    id: Name
+    reason: str = ""
+
+
+class ReplicaList(Struct, kw_only=True):
+    """Replicas the scheduler keeps."""
+
+    replicas: list[ReplicaState]
+
+
+class FileRef(Struct, kw_only=True):
+    """A weights file by its source."""
+
+    source: Source
+
+
+class FileInfo(Struct, kw_only=True):
+    """A file the mirror holds."""
+
+    source: str
+    size: NonNegative
+    sha256: str
+    url: str
+    """Where agents fetch it over HTTP (range requests allowed)."""
+
+
+class FileList(Struct, kw_only=True):
+    """Every file the mirror holds."""
+
+    files: list[FileInfo]
+
+
+class KeyCreate(Struct, kw_only=True):
+    """Make an API key."""
+
+    name: Name
+    """A label for the key (who or what uses it)."""
+
+
+class KeyCreated(Struct, kw_only=True):
+    """A new API key: shown once, stored only as its hash."""
+
+    name: str
+    key: str
+
+
+class KeyRecord(Struct, kw_only=True):
+    """What the keys bucket keeps of a key (under its sha256)."""
+
+    name: str
+    created: float
+
+
+def all_messages() -> list[type[Struct]]:
+    """Every message type, for the JSON Schema golden file."""
+    return [
+        Empty, Scaling, Profile, Model, ModelEntry, ModelPut, ModelRef, ModelList, NodeInfo,
+        ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
+        FileList, KeyCreate, KeyCreated, KeyRecord,
+    ]
+
+
+def schema_json() -> bytes:
+    """The JSON Schema of every message, as the golden file keeps it."""
+    _, components = msgspec.json.schema_components(all_messages())
+    return msgspec.json.format(msgspec.json.encode(components), indent=2) + b"\n"

@@ -1,0 +1,63 @@
+"""Subject names and KV buckets: `llmgw.v1.<service>.<verb>` and `llmgw.v1.evt.<what>.<id>`."""
+
+from __future__ import annotations
+
+__all__ = ["BUCKETS", "Subjects", "VERSION"]
+
+VERSION = "v1"
+_P = f"llmgw.{VERSION}"
+
+
+class Subjects:
+    """Every subject llmgw uses; per-node and per-id subjects are methods."""
+
+    CATALOG_MODEL_PUT = f"{_P}.catalog.model.put"
+    CATALOG_MODEL_GET = f"{_P}.catalog.model.get"
+    CATALOG_MODEL_LIST = f"{_P}.catalog.model.list"
+    CATALOG_MODEL_REMOVE = f"{_P}.catalog.model.remove"
+
+    SCHEDULER_NODE_REGISTER = f"{_P}.scheduler.node.register"
+    SCHEDULER_REPLICA_LIST = f"{_P}.scheduler.replica.list"
+
+    MIRROR_FILE_STAT = f"{_P}.mirror.file.stat"
+    MIRROR_FILE_LIST = f"{_P}.mirror.file.list"
+
+    ROUTER_KEY_CREATE = f"{_P}.router.key.create"
+
+    EVT_HEARTBEAT_ALL = f"{_P}.evt.node.heartbeat.*"
+    EVT_REPLICA_ALL = f"{_P}.evt.replica.*"
+    EVT_MODEL_ALL = f"{_P}.evt.model.*"
+
+    @staticmethod
+    def heartbeat(node: str) -> str:
+        """Where the agent of `node` publishes its heartbeats."""
+        return f"{_P}.evt.node.heartbeat.{node}"
+
+    @staticmethod
+    def replica_event(replica_id: str) -> str:
+        """Where a replica's state changes are published."""
+        return f"{_P}.evt.replica.{replica_id}"
+
+    @staticmethod
+    def model_event(name: str) -> str:
+        """Where a change to model `name` is published."""
+        return f"{_P}.evt.model.{name}"
+
+    @staticmethod
+    def agent_replica_start(node: str) -> str:
+        """Asks the agent of `node` to start a replica."""
+        return f"{_P}.agent.{node}.replica.start"
+
+    @staticmethod
+    def agent_replica_stop(node: str) -> str:
+        """Asks the agent of `node` to stop a replica."""
+        return f"{_P}.agent.{node}.replica.stop"
+
+
+BUCKETS = {
+    "catalog": "llmgw_catalog",
+    "replicas": "llmgw_replicas",
+    "keys": "llmgw_keys",
+}
+"""JetStream KV buckets: the catalog (written by catalog), replica states (by the
+scheduler), API key hashes (by the router)."""

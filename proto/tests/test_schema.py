@@ -1,0 +1,37 @@
+"""The contracts: the golden schema, and what validation says of bad messages."""
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from llmgw.proto import Model, ModelPut
+from llmgw.proto._messages import schema_json
+
+GOLDEN = Path(__file__).parents[1] / "schema" / "llmgw.v1.json"
+
+
+def test_the_schema_matches_the_golden_file():
+    assert schema_json() == GOLDEN.read_bytes(), "run `just proto-schema` and review the diff"
+
+
+def test_a_model_gets_one_cpu_profile_and_scaling_one_by_default():
+    model = msgspec.json.decode(b'{"name": "m", "source": "o/r/f.gguf"}', type=Model)
+    assert [p.name for p in model.profiles] == ["cpu"]
+    assert model.scaling.min == 1 and model.profiles[0].engine == "llamacpp"
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        (b'{"model": {"name": "a.b", "source": "o/r/f"}}', "$.model.name"),
+        (b'{"model": {"name": "m", "source": "../etc/passwd"}}', "$.model.source"),
+        (b'{"model": {"name": "m", "source": "o/r/f", "context": 5}}', "$.model.context"),
+        (b'{"model": {"name": "m", "source": "o/r/f", "scaling": {"min": -1}}}', "$.model.scaling.min"),
+        (b'{"model": {"name": "m", "source": "o/r/f", "profiles": [{"engine": "tgi"}]}}', "$.model.profiles[0].engine"),
+    ],
+)
+def test_an_invalid_message_is_refused_naming_the_field(payload, where):
+    with pytest.raises(msgspec.ValidationError, match=re.escape(f"at `{where}`")):
+        msgspec.json.decode(payload, type=ModelPut)
