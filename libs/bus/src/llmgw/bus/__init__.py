@@ -1,0 +1,31 @@
+"""What every llmgw service stands on: NATS, typed requests, errors, logs, traces, admin HTTP."""
+
+from llmgw.bus._config import BusConfig, load_config
+from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
+from llmgw.bus._http import HttpServer
+from llmgw.bus._nats import NatsServer, connect, kv_bucket, kv_keys, request, start_nats_server
+from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
+from llmgw.bus._service import Context, ServiceApp, run
+
+__all__ = [
+    "BadRequest",
+    "BusConfig",
+    "BusError",
+    "Conflict",
+    "HttpServer",
+    "Context",
+    "Internal",
+    "NatsServer",
+    "NotFound",
+    "ServiceApp",
+    "connect",
+    "get_logger",
+    "kv_bucket",
+    "kv_keys",
+    "load_config",
+    "request",
+    "run",
+    "setup_logging",
+    "setup_tracing",
+    "start_nats_server",
+]

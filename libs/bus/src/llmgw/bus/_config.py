@@ -1,0 +1,85 @@
+"""One config Struct per service, read from a TOML file, then environment, then flags."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+__all__ = ["BusConfig", "ConfigError", "load_config"]
+
+C = TypeVar("C", bound="BusConfig")
+
+
+class ConfigError(Exception):
+    """A config file, variable or flag that cannot be used; the message says which."""
+
+
+class BusConfig(msgspec.Struct, kw_only=True):
+    """Settings every service has; each service's config extends it."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    """NATS server(s), comma-separated."""
+    node: str = ""
+    """This machine's name in llmgw (default: the hostname)."""
+    data_dir: str = ""
+    """Where the service keeps its files (default: $LLMGW_HOME or ~/.local/share/llmgw)."""
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 0
+    """Admin HTTP port (/healthz, /readyz, /metrics, /info); 0 picks a free one."""
+    log_level: str = "info"
+
+    def home(self) -> Path:
+        """The data directory, resolved."""
+        return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
+
+    def node_name(self) -> str:
+        """The node name, safe for subjects."""
+        raw = self.node or os.uname().nodename.split(".")[0]
+        return "".join(c if c.isalnum() or c in "-_" else "-" for c in raw)[:63]
+
+
+def load_config(
+    cls: type[C], argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, prefix: str = "LLMGW_"
+) -> C:
+    """Build `cls` from `--config FILE` (TOML), then `LLMGW_<FIELD>` variables, then `--field value` flags."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if env is None else env
+    fields = {f.name for f in msgspec.structs.fields(cls)}
+    values: dict[str, object] = {}
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument {arg!r}: settings are given as --name value")
+        key, eq, val = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"flag --{key} needs a value")
+            i += 1
+            val = argv[i]
+        flags[key.replace("-", "_")] = val
+        i += 1
+    config_file = flags.pop("config", None) or env.get(f"{prefix}CONFIG")
+    if config_file:
+        try:
+            values.update(tomllib.loads(Path(config_file).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {config_file}: {exc}") from None
+    for name in fields:
+        if f"{prefix}{name.upper()}" in env:
+            values[name] = env[f"{prefix}{name.upper()}"]
+    for key in flags:
+        if key not in fields:
+            raise ConfigError(f"unknown flag --{key.replace('_', '-')}; known: {', '.join(sorted(fields))}")
+    values.update(flags)
+    try:
+        return msgspec.convert(values, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{cls.__name__}: {exc}") from None

@@ -1,0 +1,47 @@
+"""The error tree: each carries the nats.micro code it travels as."""
+
+from __future__ import annotations
+
+__all__ = ["BadRequest", "BusError", "Conflict", "Internal", "NotFound", "from_code"]
+
+
+class BusError(Exception):
+    """An error a person can act on, sent as `Nats-Service-Error(-Code)` headers."""
+
+    code = "500"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(BusError):
+    """The request was malformed or asked for something impossible (400)."""
+
+    code = "400"
+
+
+class NotFound(BusError):
+    """The thing named does not exist (404)."""
+
+    code = "404"
+
+
+class Conflict(BusError):
+    """Someone else changed it first, or it already exists (409)."""
+
+    code = "409"
+
+
+class Internal(BusError):
+    """The service failed; the message says how (500)."""
+
+    code = "500"
+
+
+_BY_CODE = {cls.code: cls for cls in (BadRequest, NotFound, Conflict, Internal)}
+
+
+def from_code(code: str, message: str) -> BusError:
+    """The error for a reply's code (unknown codes are Internal)."""
+    return _BY_CODE.get(code, Internal)(message)

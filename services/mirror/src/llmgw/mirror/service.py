@@ -1,0 +1,153 @@
+"""The mirror service: answers for the files it holds (over NATS) and serves them over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+from pathlib import Path
+
+import msgspec
+from litestar import Litestar, Request, get
+from litestar.response import Response, Stream
+
+from llmgw.bus import BusConfig, Context, HttpServer, NotFound, load_config, run
+from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
+from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects
+
+__all__ = ["Mirror", "MirrorConfig", "main"]
+
+_CHUNK = 1 << 20
+
+
+class MirrorConfig(BusConfig, kw_only=True):
+    """Mirror settings."""
+
+    root: str = ""
+    """Directory of files, laid out '<owner>/<repo>/<file>' (default: <data_dir>/mirror)."""
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    """Port agents fetch files from; 0 picks a free one."""
+
+
+class _Digest(msgspec.Struct):
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+class Mirror:
+    """Holds weights files under one root."""
+
+    name = "mirror"
+    version = "0.1.0"
+    description = "weights held, verified and served over HTTP"
+
+    def __init__(self, config: MirrorConfig) -> None:
+        self.config = config
+        self.root = Path(config.root) if config.root else config.home() / "mirror"
+        self.http: HttpServer | None = None
+
+    async def start(self, ctx: Context) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.http = HttpServer(self._app(), self.config.http_host, self.config.http_port)
+        await self.http.start()
+        await ctx.endpoint("file-stat", Subjects.MIRROR_FILE_STAT, FileRef, self.stat)
+        await ctx.endpoint("file-list", Subjects.MIRROR_FILE_LIST, Empty, self.list)
+        ctx.log.info("serving files", root=str(self.root), url=self.http.url)
+
+    async def stop(self) -> None:
+        if self.http:
+            await self.http.stop()
+
+    def ready(self) -> bool:
+        return self.http is not None
+
+    def _file(self, source: str) -> Path:
+        try:
+            path = self.root / source_path(source)
+        except ValueError as exc:
+            raise NotFound(str(exc)) from None
+        if not path.is_file():
+            raise NotFound(f"the mirror holds no file '{source}' under {self.root}")
+        return path
+
+    async def stat(self, ref: FileRef) -> FileInfo:
+        path = self._file(ref.source)
+        digest = await asyncio.to_thread(_digest, path)
+        return FileInfo(source=ref.source, size=digest.size, sha256=digest.sha256, url=f"{self.http.url}/files/{ref.source}")
+
+    async def list(self, _: Empty) -> FileList:
+        sources = sorted(
+            str(p.relative_to(self.root)) for p in self.root.rglob("*")
+            if p.is_file() and not p.name.startswith(".") and len(p.relative_to(self.root).parts) >= 3
+        )
+        return FileList(files=[await self.stat(FileRef(source=s)) for s in sources])
+
+    def _app(self) -> Litestar:
+        mirror = self
+
+        @get("/files/{source:path}", sync_to_thread=False)
+        def serve_file(request: Request, source: str) -> Response:
+            try:
+                path = mirror._file(source.lstrip("/"))
+            except NotFound as exc:
+                return Response(exc.message + "\n", status_code=404, media_type="text/plain")
+            size = path.stat().st_size
+            try:
+                wanted = parse_range(request.headers.get("range"), size)
+            except RangeNotSatisfiable as exc:
+                return Response(str(exc) + "\n", status_code=416, media_type="text/plain",
+                                headers={"content-range": f"bytes */{size}"})
+            first, last = wanted or (0, size - 1)
+            headers = {"accept-ranges": "bytes", "content-length": str(last - first + 1)}
+            if wanted:
+                headers["content-range"] = f"bytes {first}-{last}/{size}"
+            return Stream(_read(path, first, last), status_code=206 if wanted else 200,
+                          media_type="application/octet-stream", headers=headers)
+
+        return Litestar([serve_file])
+
+
+def _read(path: Path, first: int, last: int):
+    with open(path, "rb") as f:
+        f.seek(first)
+        left = last - first + 1
+        while left > 0:
+            block = f.read(min(_CHUNK, left))
+            if not block:
+                return
+            left -= len(block)
+            yield block
+
+
+def _digest(path: Path) -> _Digest:
+    """sha256 of a file, kept in a '.<name>.sha256' sidecar until the file changes."""
+    st = path.stat()
+    side = path.with_name(f".{path.name}.sha256")
+    if side.exists():
+        try:
+            known = msgspec.json.decode(side.read_bytes(), type=_Digest)
+            if (known.size, known.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                return known
+        except msgspec.DecodeError:
+            pass
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    digest = _Digest(st.st_size, st.st_mtime_ns, h.hexdigest())
+    tmp = side.with_suffix(".part")
+    tmp.write_bytes(msgspec.json.encode(digest))
+    tmp.replace(side)
+    return digest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the mirror service."""
+    config = load_config(MirrorConfig, argv)
+    return run(Mirror(config), config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

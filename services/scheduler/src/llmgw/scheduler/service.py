@@ -1,0 +1,181 @@
+"""The scheduler: inventory from heartbeats, the catalog watched, reconcile applied every tick."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sys
+import time
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from llmgw.bus import BusConfig, BusError, Context, kv_bucket, kv_keys, load_config, request, run
+from llmgw.proto import (
+    BUCKETS, Empty, FileInfo, FileRef, Heartbeat, Model, NodeInfo, ReplicaList, ReplicaStart, ReplicaState,
+    ReplicaStop, Subjects,
+)
+from llmgw.scheduler.core import NodeView, Plan, reconcile
+
+__all__ = ["Scheduler", "SchedulerConfig", "main"]
+
+
+class SchedulerConfig(BusConfig, kw_only=True):
+    """Scheduler settings."""
+
+    tick_s: float = 1.0
+    """Seconds between reconcile passes."""
+    stale_s: float = 10.0
+    """A node with no heartbeat for this long gets no new replicas."""
+    reserve_mb: int = 512
+    """Host memory left free on every node."""
+
+
+class _Stored(msgspec.Struct, kw_only=True):
+    model: Model
+
+
+class Scheduler:
+    """Decides where replicas run and keeps the replicas bucket (read by the router)."""
+
+    name = "scheduler"
+    version = "0.1.0"
+    description = "inventory, placement, reconcile"
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.nodes: dict[str, NodeView] = {}
+        self.models: dict[str, Model] = {}
+        self.replicas: dict[str, ReplicaState] = {}
+        self.weights: dict[str, int] = {}
+        self.unplaced: dict[str, str] = {}
+        self.kv: KeyValue | None = None
+        self.ctx: Context | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.watching = False
+
+    async def start(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.kv = await kv_bucket(ctx.js, BUCKETS["replicas"])
+        for key in await kv_keys(self.kv):  # what ran before a restart is adopted, not started again
+            got = await self.kv.get(key)
+            self.replicas[key] = msgspec.json.decode(got.value, type=ReplicaState)
+        catalog = await kv_bucket(ctx.js, BUCKETS["catalog"], history=5)
+        await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
+        await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
+        await ctx.nc.subscribe(Subjects.EVT_HEARTBEAT_ALL, cb=self._on_heartbeat)
+        await ctx.nc.subscribe(Subjects.EVT_REPLICA_ALL, cb=self._on_replica_event)
+        self.tasks += [asyncio.create_task(self._watch_catalog(catalog)), asyncio.create_task(self._loop())]
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
+    def ready(self) -> bool:
+        return self.watching
+
+    async def register(self, info: NodeInfo) -> Empty:
+        self.nodes[info.node] = NodeView(info=info, last_seen=time.time())
+        self.ctx.log.info("node registered", node=info.node, cpus=info.cpus, memory_mb=info.memory_total_mb)
+        return Empty()
+
+    async def list_replicas(self, _: Empty) -> ReplicaList:
+        return ReplicaList(replicas=sorted(self.replicas.values(), key=lambda r: (r.model, r.id)))
+
+    async def _on_heartbeat(self, msg) -> None:
+        try:
+            beat = msgspec.json.decode(msg.data, type=Heartbeat)
+        except msgspec.DecodeError as exc:
+            self.ctx.log.warning("bad heartbeat ignored", subject=msg.subject, error=str(exc))
+            return
+        if beat.info.node in self.nodes:
+            self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time())
+        for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
+            await self._record(state)
+
+    async def _on_replica_event(self, msg) -> None:
+        try:
+            await self._record(msgspec.json.decode(msg.data, type=ReplicaState))
+        except msgspec.DecodeError as exc:
+            self.ctx.log.warning("bad replica event ignored", subject=msg.subject, error=str(exc))
+
+    async def _record(self, state: ReplicaState) -> None:
+        known = self.replicas.get(state.id)
+        if known is None or state.state == "stopped":
+            return  # not ours (or gone): the reconcile loop decides
+        if (known.state, known.url, known.error) == (state.state, state.url, state.error):
+            return
+        state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures)
+        self.replicas[state.id] = state
+        await self.kv.put(state.id, msgspec.json.encode(state))
+        self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
+
+    async def _watch_catalog(self, catalog: KeyValue) -> None:
+        watcher = await catalog.watchall()
+        async for entry in watcher:
+            if entry is None:  # the initial values are all delivered
+                self.watching = True
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                self.models.pop(entry.key, None)
+            else:
+                self.models[entry.key] = msgspec.json.decode(entry.value, type=_Stored).model
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_s)
+            if not self.watching:
+                continue
+            try:
+                await self._tick()
+            except Exception:
+                self.ctx.log.exception("reconcile pass failed")
+
+    async def _tick(self) -> None:
+        for model in self.models.values():
+            if model.source not in self.weights:
+                try:
+                    info = await request(self.ctx.nc, Subjects.MIRROR_FILE_STAT, FileRef(source=model.source), FileInfo)
+                    self.weights[model.source] = info.size
+                except BusError as exc:
+                    self.unplaced[model.name] = exc.message
+        ids = (f"{secrets.token_hex(4)}" for _ in iter(int, 1))
+        plan = reconcile(self.models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
+                         self.config.stale_s, self.config.reserve_mb)
+        await self._apply(plan)
+
+    async def _apply(self, plan: Plan) -> None:
+        for name, why in plan.unplaced.items():
+            if self.unplaced.get(name) != why:
+                self.ctx.log.warning("model not placed", model=name, why=why)
+        self.unplaced = plan.unplaced
+        for stop in plan.stops:
+            r = stop.replica
+            self.replicas.pop(r.id, None)
+            await self.kv.delete(r.id)
+            if r.state != "failed":
+                try:
+                    await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason), ReplicaState)
+                except BusError as exc:
+                    self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
+            self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
+        for start in plan.starts:
+            r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
+            self.replicas[r.id] = r
+            await self.kv.put(r.id, msgspec.json.encode(r))
+            self.ctx.log.info("replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb)
+            try:
+                await request(self.ctx.nc, Subjects.agent_replica_start(r.node),
+                              ReplicaStart(replica=r, model=start.model, profile=start.profile), ReplicaState)
+            except BusError as exc:
+                await self._record(msgspec.structs.replace(r, state="failed", error=f"agent refused: {exc.message}", updated=time.time()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scheduler."""
+    config = load_config(SchedulerConfig, argv)
+    return run(Scheduler(config), config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
