@@ -30,6 +30,7 @@ def _add_trace_ids(_logger, _name, event: dict) -> dict:
 def setup_logging(service: str, node: str, level: str = "info") -> None:
     """JSON lines on stderr, each with service, node and (inside a span) trace ids."""
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine health check is noise
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -105,7 +105,7 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
             plan.unplaced[name] = f"backing off after {failures} failures, next try in {wait:.0f}s: {failed[-1].error}"
             continue
         if model.source not in weights:
-            plan.unplaced[name] = f"the mirror holds no file '{model.source}'"
+            plan.unplaced[name] = f"the mirror has not confirmed it holds '{model.source}'"
             continue
         profile = model.profiles[0]
         need = memory_need_mb(profile, weights[model.source])

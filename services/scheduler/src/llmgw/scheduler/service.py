@@ -153,11 +153,10 @@ class Scheduler:
             r = stop.replica
             self.replicas.pop(r.id, None)
             await self.kv.delete(r.id)
-            if r.state != "failed":
-                try:
-                    await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason), ReplicaState)
-                except BusError as exc:
-                    self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
+            try:
+                await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason), ReplicaState)
+            except BusError as exc:
+                self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
             self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
         for start in plan.starts:
             r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))

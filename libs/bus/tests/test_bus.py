@@ -1,0 +1,105 @@
+"""The bus on a real nats-server: typed endpoints, errors as headers, traces across the hop."""
+
+import asyncio
+
+import msgspec
+import nats.micro
+import pytest
+from opentelemetry import trace
+
+from llmgw.bus import BadRequest, BusConfig, Context, NotFound, load_config, request, setup_tracing
+from llmgw.bus._config import ConfigError
+from llmgw.proto import Empty, ModelRef
+
+setup_tracing("test", "0.0.0")
+
+
+class _App:
+    name, version, description = "echo", "1.2.3", "test service"
+
+    def ready(self):
+        return True
+
+
+async def _echo_service(nc):
+    service = await nats.micro.add_service(nc, name="llmgw-echo", version="1.2.3")
+    ctx = Context(_App(), BusConfig(), nc, service)
+    seen = {}
+
+    async def echo(ref: ModelRef) -> ModelRef:
+        seen["trace_id"] = trace.get_current_span().get_span_context().trace_id
+        if ref.name == "missing":
+            raise NotFound("model 'missing' is not in the catalog")
+        if ref.name == "boom":
+            raise RuntimeError("it broke")
+        return ref
+
+    await ctx.endpoint("echo", "test.echo", ModelRef, echo)
+    return service, seen
+
+
+async def test_a_typed_request_gets_its_typed_reply(nc):
+    await _echo_service(nc)
+    assert await request(nc, "test.echo", ModelRef(name="m1"), ModelRef) == ModelRef(name="m1")
+
+
+async def test_a_malformed_message_gets_a_400_naming_the_field_and_the_service_carries_on(nc):
+    await _echo_service(nc)
+    msg = await nc.request("test.echo", b'{"name": "has.dot"}', timeout=5)
+    assert msg.headers["Nats-Service-Error-Code"] == "400"
+    assert "$.name" in msg.headers["Nats-Service-Error"]
+    msg = await nc.request("test.echo", b"not json", timeout=5)
+    assert msg.headers["Nats-Service-Error-Code"] == "400"
+    assert await request(nc, "test.echo", ModelRef(name="ok"), ModelRef) == ModelRef(name="ok")
+
+
+async def test_errors_travel_as_their_codes(nc):
+    await _echo_service(nc)
+    with pytest.raises(NotFound, match="not in the catalog"):
+        await request(nc, "test.echo", ModelRef(name="missing"), ModelRef)
+    with pytest.raises(Exception, match="RuntimeError: it broke") as info:
+        await request(nc, "test.echo", ModelRef(name="boom"), ModelRef)
+    assert info.value.code == "500"
+
+
+async def test_a_trace_crosses_the_nats_hop(nc):
+    _, seen = await _echo_service(nc)
+    with trace.get_tracer("test").start_as_current_span("client") as span:
+        await request(nc, "test.echo", ModelRef(name="m"), ModelRef)
+    assert seen["trace_id"] == span.get_span_context().trace_id
+
+
+async def test_srv_ping_lists_the_service_with_its_version(nc):
+    await _echo_service(nc)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish("$SRV.PING.llmgw-echo", b"", reply=inbox)
+    msg = await sub.next_msg(timeout=5)
+    ping = msgspec.json.decode(msg.data)
+    assert (ping["name"], ping["version"]) == ("llmgw-echo", "1.2.3")
+
+
+async def test_nobody_answering_says_which_subject(nc):
+    with pytest.raises(Exception, match="nobody answers on test.nobody"):
+        await request(nc, "test.nobody", Empty(), Empty, timeout=1)
+
+
+class _Cfg(BusConfig, kw_only=True):
+    slots: int = 1
+
+
+def test_config_comes_from_file_then_environment_then_flags(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('slots = 2\nnode = "from-file"\n')
+    cfg = load_config(_Cfg, ["--config", str(f), "--slots", "4"], env={"LLMGW_NODE": "from-env"})
+    assert (cfg.slots, cfg.node) == (4, "from-env")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--slotz", "3"], "unknown flag --slotz"), (["--slots", "many"], "slots"), (["--slots"], "needs a value"),
+     (["stray"], "unexpected argument")],
+)
+def test_a_bad_setting_says_which(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(_Cfg, argv, env={})

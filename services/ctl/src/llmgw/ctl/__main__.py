@@ -1,0 +1,7 @@
+"""`python -m llmgw.ctl` is the `llmgw` command."""
+
+import sys
+
+from llmgw.ctl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,156 @@
+"""`llmgw up`: NATS with JetStream, every service as its own process, an agent, a demo model."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from llmgw.bus import BusError, NatsServer, NotFound, connect, request, start_nats_server
+from llmgw.gguf import write_random_llama
+from llmgw.proto import KeyCreate, KeyCreated, Model, ModelEntry, ModelPut, ModelRef, Subjects
+
+__all__ = ["DEMO_MODEL", "DEMO_SOURCE", "UpOptions", "up"]
+
+SERVICES = ("catalog", "mirror", "scheduler", "router", "agent")
+DEMO_SOURCE = "llmgw-demo/random-tiny-llama/random-weights-f32.gguf"
+DEMO_MODEL = "demo-random-tiny"
+
+
+class UpOptions(msgspec.Struct, kw_only=True):
+    """What `llmgw up` was asked for."""
+
+    data_dir: str | None = None
+    nats_port: int = 4222
+    http_port: int = 8080
+    demo: bool = True
+
+    def home(self) -> Path:
+        """The data directory."""
+        return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw").resolve()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pdeathsig() -> None:
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: die with `llmgw up`
+
+
+def _spawn(name: str, home: Path, nats_url: str, extra: list[str]) -> subprocess.Popen:
+    log = open(home / "logs" / f"{name}.log", "ab")
+    cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home), *extra]
+    # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
+    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=_pdeathsig)
+
+
+async def _setup(nats_url: str, home: Path, demo: bool) -> str:
+    """Put the demo model in the catalog if absent; make the local API key once."""
+    nc = await connect(nats_url, "llmgw-up")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if demo:
+                    try:
+                        await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=DEMO_MODEL), ModelEntry)
+                    except NotFound:
+                        model = Model(name=DEMO_MODEL, source=DEMO_SOURCE, context=2048)
+                        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"), ModelEntry)
+                key_file = home / "up" / "api-key"
+                if not key_file.exists():
+                    created = await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up"), KeyCreated)
+                    key_file.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = key_file.with_suffix(".part")
+                    tmp.write_text(created.key + "\n")
+                    tmp.chmod(0o600)
+                    tmp.replace(key_file)
+                return key_file.read_text().strip()
+            except BusError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.3)
+    finally:
+        await nc.close()
+
+
+def _stop(procs: dict[str, subprocess.Popen], nats: NatsServer | None) -> None:
+    # The agent first (it stops its engines), the router before what it reads from, NATS last.
+    for name in ("agent", "router", "scheduler", "mirror", "catalog"):
+        if name in procs and procs[name].poll() is None:
+            procs[name].terminate()
+    for name, proc in procs.items():
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if nats:
+        nats.stop()
+
+
+def up(opts: UpOptions) -> int:
+    """Run llmgw until SIGINT or SIGTERM; stop everything started, engines included."""
+    home = opts.home()
+    for d in ("logs", "nats", "mirror", "up"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+    lock = open(home / "up" / "lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"llmgw up: another `llmgw up` is running over {home}", file=sys.stderr)
+        return 1
+    stopping = False
+
+    def on_signal(signum, _frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs: dict[str, subprocess.Popen] = {}
+    nats = None
+    try:
+        if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
+            write_random_llama(home / "mirror" / DEMO_SOURCE)
+            print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
+        nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=_pdeathsig)
+        http_port = opts.http_port or _free_port()
+        extra = {"router": ["--http-port", str(http_port)]}
+        for name in SERVICES:
+            procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
+        key = asyncio.run(_setup(nats.url, home, opts.demo))
+        base = f"http://127.0.0.1:{http_port}/v1"
+        (home / "up" / "up.json").write_bytes(msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()}))
+        print(f"llmgw is up (data in {home})", flush=True)
+        print(f"  OpenAI base URL: {base}", flush=True)
+        print(f"  API key:         {key}", flush=True)
+        print(f"  NATS:            {nats.url}", flush=True)
+        model = DEMO_MODEL if opts.demo else "<model>"
+        print(f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
+              f"-H 'Content-Type: application/json' -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'",
+              flush=True)
+        while not stopping:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    print(f"llmgw up: service {name} exited ({proc.returncode}); see {home / 'logs' / (name + '.log')}", file=sys.stderr)
+                    stopping = True
+            time.sleep(0.2)
+        return 0
+    finally:
+        print("llmgw up: stopping", flush=True)
+        _stop(procs, nats)
+        print("llmgw up: stopped", flush=True)
