@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import msgspec
 
 from llmgw.bus import BusError, NatsServer, NotFound, connect, request, start_nats_server
@@ -87,6 +88,20 @@ async def _setup(nats_url: str, home: Path, demo: bool) -> str:
         await nc.close()
 
 
+def _wait_listening(url: str, procs: dict[str, subprocess.Popen], timeout: float = 60) -> None:
+    """Return once the router answers HTTP at `url` (any status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if procs["router"].poll() is not None:
+            raise RuntimeError("the router exited at start; see its log")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the router did not listen on {url} within {timeout}s")
+
+
 def _stop(procs: dict[str, subprocess.Popen], nats: NatsServer | None) -> None:
     # The agent first (it stops its engines), the router before what it reads from, NATS last.
     for name in ("agent", "router", "scheduler", "mirror", "catalog"):
@@ -134,6 +149,7 @@ def up(opts: UpOptions) -> int:
             procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
         key = asyncio.run(_setup(nats.url, home, opts.demo))
         base = f"http://127.0.0.1:{http_port}/v1"
+        _wait_listening(f"{base}/models", procs)
         (home / "up" / "up.json").write_bytes(msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()}))
         print(f"llmgw is up (data in {home})", flush=True)
         print(f"  OpenAI base URL: {base}", flush=True)

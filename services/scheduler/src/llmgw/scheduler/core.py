@@ -8,7 +8,7 @@ import msgspec
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState
 
-__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "memory_need_mb", "place", "reconcile"]
+__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "memory_need_mb", "place", "reconcile"]
 
 LIVE = ("pending", "fetching", "starting", "ready")
 STARTING = ("pending", "fetching", "starting")
@@ -56,6 +56,14 @@ def memory_need_mb(profile: Profile, weights_bytes: int) -> int:
 def backoff_s(failures: int, base: float = 5.0, cap: float = 300.0) -> float:
     """Seconds to wait before replacing a model's replica after `failures` failures in a row."""
     return min(cap, base * 2 ** max(0, failures - 1))
+
+
+def lost(node: str, reported: set[str], recorded: list[ReplicaState]) -> list[ReplicaState]:
+    """Replicas recorded on `node` that its agent took on but no longer reports (it restarted).
+
+    A pending replica may not have reached the agent yet, so only those it acknowledged count.
+    """
+    return [r for r in recorded if r.node == node and r.state in LIVE and r.state != "pending" and r.id not in reported]
 
 
 def place(need_mb: int, nodes: dict[str, NodeView], replicas: list[ReplicaState], now: float,

@@ -15,7 +15,7 @@ from llmgw.proto import (
     BUCKETS, Empty, FileInfo, FileRef, Heartbeat, Model, NodeInfo, ReplicaList, ReplicaStart, ReplicaState,
     ReplicaStop, Subjects,
 )
-from llmgw.scheduler.core import NodeView, Plan, reconcile
+from llmgw.scheduler.core import NodeView, Plan, lost, reconcile
 
 __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
@@ -92,6 +92,10 @@ class Scheduler:
             self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time())
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
             await self._record(state)
+        for gone in lost(beat.info.node, {r.id for r in beat.replicas}, list(self.replicas.values())):
+            self.replicas.pop(gone.id, None)
+            await self.kv.delete(gone.id)
+            self.ctx.log.warning("replica lost: its agent no longer runs it", replica=gone.id, model=gone.model, node=gone.node)
 
     async def _on_replica_event(self, msg) -> None:
         try:

