@@ -6,7 +6,6 @@ a random-weight GGUF written by `llmgw up` itself, and the official openai SDK.
 
 import asyncio
 import json
-import os
 import re
 import signal
 import subprocess

@@ -1,13 +1,12 @@
 """The bus on a real nats-server: typed endpoints, errors as headers, traces across the hop."""
 
-import asyncio
 
 import msgspec
 import nats.micro
 import pytest
 from opentelemetry import trace
 
-from llmgw.bus import BadRequest, BusConfig, Context, NotFound, load_config, request, setup_tracing
+from llmgw.bus import BusConfig, Context, NotFound, load_config, request, setup_tracing
 from llmgw.bus._config import ConfigError
 from llmgw.proto import Empty, ModelRef
 

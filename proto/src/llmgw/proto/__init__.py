@@ -5,6 +5,7 @@ a breaking change is v2, with new subjects.
 """
 
 from llmgw.proto._messages import (
+    CatalogRecord,
     Empty,
     FileInfo,
     FileList,
@@ -27,11 +28,12 @@ from llmgw.proto._messages import (
     Scaling,
     all_messages,
 )
-from llmgw.proto._subjects import BUCKETS, Subjects, VERSION
+from llmgw.proto._subjects import BUCKETS, VERSION, Subjects
 
 __all__ = [
     "BUCKETS",
     "VERSION",
+    "CatalogRecord",
     "Empty",
     "FileInfo",
     "FileList",

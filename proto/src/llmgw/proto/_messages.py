@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta, Struct, field
 
 __all__ = [
+    "CatalogRecord",
     "Empty",
     "FileInfo",
     "FileList",
@@ -100,6 +101,16 @@ class Model(Struct, kw_only=True):
     """Ways to run it."""
     scaling: Scaling = field(default_factory=Scaling)
     """How many replicas run."""
+
+
+class CatalogRecord(Struct, kw_only=True):
+    """What the catalog bucket keeps under a model's name (everyone else only reads it)."""
+
+    model: Model
+    changed_by: str = ""
+    """Who made the last change."""
+    changed_at: float = 0.0
+    """Unix time of the last change."""
 
 
 class ModelEntry(Struct, kw_only=True):
@@ -255,7 +266,7 @@ class KeyRecord(Struct, kw_only=True):
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
-        Empty, Scaling, Profile, Model, ModelEntry, ModelPut, ModelRef, ModelList, NodeInfo,
+        Empty, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelList, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

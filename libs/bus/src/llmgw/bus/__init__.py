@@ -5,6 +5,7 @@ from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._nats import NatsServer, connect, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
+from llmgw.bus._proc import die_with_parent, free_port
 from llmgw.bus._service import Context, ServiceApp, run
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "NotFound",
     "ServiceApp",
     "connect",
+    "die_with_parent",
+    "free_port",
     "get_logger",
     "kv_bucket",
     "kv_keys",

@@ -107,7 +107,7 @@ async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
             head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             writer.write(head.encode() + body)
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError):
             pass
         finally:
             writer.close()

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import gguf
 import msgspec
 import numpy as np
+
+import gguf
 
 __all__ = ["TinyLlama", "write_random_llama"]
 

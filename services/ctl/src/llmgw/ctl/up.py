@@ -6,7 +6,6 @@ import asyncio
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.bus import BusError, NatsServer, NotFound, connect, request, start_nats_server
+from llmgw.bus import BusError, NatsServer, NotFound, connect, die_with_parent, free_port, request, start_nats_server
 from llmgw.gguf import write_random_llama
 from llmgw.proto import KeyCreate, KeyCreated, Model, ModelEntry, ModelPut, ModelRef, Subjects
 
@@ -39,23 +38,11 @@ class UpOptions(msgspec.Struct, kw_only=True):
         return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw").resolve()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pdeathsig() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: die with `llmgw up`
-
-
 def _spawn(name: str, home: Path, nats_url: str, extra: list[str]) -> subprocess.Popen:
     log = open(home / "logs" / f"{name}.log", "ab")
     cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home), *extra]
     # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
-    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=_pdeathsig)
+    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
 
 async def _setup(nats_url: str, home: Path, demo: bool) -> str:
@@ -107,7 +94,7 @@ def _stop(procs: dict[str, subprocess.Popen], nats: NatsServer | None) -> None:
     for name in ("agent", "router", "scheduler", "mirror", "catalog"):
         if name in procs and procs[name].poll() is None:
             procs[name].terminate()
-    for name, proc in procs.items():
+    for proc in procs.values():
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -142,8 +129,8 @@ def up(opts: UpOptions) -> int:
         if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
             write_random_llama(home / "mirror" / DEMO_SOURCE)
             print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
-        nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=_pdeathsig)
-        http_port = opts.http_port or _free_port()
+        nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=die_with_parent)
+        http_port = opts.http_port or free_port()
         extra = {"router": ["--http-port", str(http_port)]}
         for name in SERVICES:
             procs[name] = _spawn(name, home, nats.url, extra.get(name, []))

@@ -16,7 +16,7 @@ from litestar.response import Response, Stream
 from nats.js.kv import KeyValue
 
 from llmgw.bus import BusConfig, Context, HttpServer, kv_bucket, load_config, run
-from llmgw.proto import BUCKETS, KeyCreate, KeyCreated, KeyRecord, Model, ReplicaState, Subjects
+from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, KeyRecord, Model, ReplicaState, Subjects
 from llmgw.router.core import ApiError, key_hash, pick, rewrite_chunk
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -32,10 +32,6 @@ class RouterConfig(BusConfig, kw_only=True):
     """Port of the OpenAI endpoint; 0 picks a free one."""
     upstream_timeout_s: float = 600.0
     """Longest an engine may take to answer."""
-
-
-class _Stored(msgspec.Struct, kw_only=True):
-    model: Model
 
 
 class Router:
@@ -62,7 +58,7 @@ class Router:
         self.ctx = ctx
         self.keys_kv = await kv_bucket(ctx.js, BUCKETS["keys"])
         for bucket, table, kind in (
-            ("catalog", self.models, _Stored), ("replicas", self.replicas, ReplicaState), ("keys", self.keys, KeyRecord),
+            ("catalog", self.models, CatalogRecord), ("replicas", self.replicas, ReplicaState), ("keys", self.keys, KeyRecord),
         ):
             kv = self.keys_kv if bucket == "keys" else await kv_bucket(ctx.js, BUCKETS[bucket], history=5 if bucket == "catalog" else 1)
             self.tasks.append(asyncio.create_task(self._watch(bucket, kv, table, kind)))
@@ -89,7 +85,7 @@ class Router:
                 table.pop(entry.key, None)
             else:
                 value = msgspec.json.decode(entry.value, type=kind)
-                table[entry.key] = value.model if kind is _Stored else value
+                table[entry.key] = value.model if kind is CatalogRecord else value
 
     async def create_key(self, req: KeyCreate) -> KeyCreated:
         key = "sk-llmgw-" + secrets.token_urlsafe(32)

@@ -12,8 +12,19 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import BusConfig, BusError, Context, kv_bucket, kv_keys, load_config, request, run
 from llmgw.proto import (
-    BUCKETS, Empty, FileInfo, FileRef, Heartbeat, Model, NodeInfo, ReplicaList, ReplicaStart, ReplicaState,
-    ReplicaStop, Subjects,
+    BUCKETS,
+    CatalogRecord,
+    Empty,
+    FileInfo,
+    FileRef,
+    Heartbeat,
+    Model,
+    NodeInfo,
+    ReplicaList,
+    ReplicaStart,
+    ReplicaState,
+    ReplicaStop,
+    Subjects,
 )
 from llmgw.scheduler.core import NodeView, Plan, lost, reconcile
 
@@ -29,10 +40,6 @@ class SchedulerConfig(BusConfig, kw_only=True):
     """A node with no heartbeat for this long gets no new replicas."""
     reserve_mb: int = 512
     """Host memory left free on every node."""
-
-
-class _Stored(msgspec.Struct, kw_only=True):
-    model: Model
 
 
 class Scheduler:
@@ -123,7 +130,7 @@ class Scheduler:
             if entry.operation in ("DEL", "PURGE") or not entry.value:
                 self.models.pop(entry.key, None)
             else:
-                self.models[entry.key] = msgspec.json.decode(entry.value, type=_Stored).model
+                self.models[entry.key] = msgspec.json.decode(entry.value, type=CatalogRecord).model
 
     async def _loop(self) -> None:
         while True:
