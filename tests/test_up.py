@@ -148,6 +148,19 @@ def test_every_service_answers_srv_ping(up):
     assert set(SERVICES) <= up.nats(ping)
 
 
+def test_srv_info_and_stats_describe_each_service(up):
+    async def ask(nc):
+        out = {}
+        for verb in ("INFO", "STATS"):
+            for name in SERVICES:
+                out[verb, name] = msgspec.json.decode((await nc.request(f"$SRV.{verb}.{name}", b"", timeout=5)).data)
+        return out
+
+    answers = up.nats(ask)
+    assert any(e["subject"] == Subjects.CATALOG_MODEL_GET for e in answers["INFO", "llmgw-catalog"]["endpoints"])
+    assert all(answers["STATS", name]["version"] == "0.1.0" for name in SERVICES)
+
+
 def test_every_service_serves_its_admin_endpoints(up, home):
     for name in ("catalog", "scheduler", "mirror", "router", "agent"):
         started = [json.loads(l) for l in (home / "logs" / f"{name}.log").read_text().splitlines()

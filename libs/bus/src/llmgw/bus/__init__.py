@@ -3,6 +3,7 @@
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
+from llmgw.bus._kvtable import KvTable
 from llmgw.bus._nats import NatsServer, connect, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import die_with_parent, free_port
@@ -16,6 +17,7 @@ __all__ = [
     "HttpServer",
     "Context",
     "Internal",
+    "KvTable",
     "NatsServer",
     "NotFound",
     "ServiceApp",

@@ -137,7 +137,9 @@ def up(opts: UpOptions) -> int:
         key = asyncio.run(_setup(nats.url, home, opts.demo))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", procs)
-        (home / "up" / "up.json").write_bytes(msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()}))
+        state = home / "up" / "up.json"
+        state.with_suffix(".part").write_bytes(msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()}))
+        state.with_suffix(".part").replace(state)
         print(f"llmgw is up (data in {home})", flush=True)
         print(f"  OpenAI base URL: {base}", flush=True)
         print(f"  API key:         {key}", flush=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import sys
 import time
@@ -13,10 +12,9 @@ import httpx
 import msgspec
 from litestar import Litestar, Request, get, post
 from litestar.response import Response, Stream
-from nats.js.kv import KeyValue
 
-from llmgw.bus import BusConfig, Context, HttpServer, kv_bucket, load_config, run
-from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, KeyRecord, Model, ReplicaState, Subjects
+from llmgw.bus import BusConfig, Context, HttpServer, KvTable, load_config, run
+from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, KeyRecord, ReplicaState, Subjects
 from llmgw.router.core import ApiError, key_hash, pick, rewrite_chunk
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -43,25 +41,19 @@ class Router:
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self.models: dict[str, Model] = {}
-        self.replicas: dict[str, ReplicaState] = {}
-        self.keys: dict[str, KeyRecord] = {}
+        self.catalog: KvTable[CatalogRecord] | None = None
+        self.replicas: KvTable[ReplicaState] | None = None
+        self.keys: KvTable[KeyRecord] | None = None
         self.outstanding: dict[str, int] = defaultdict(int)
-        self.synced: set[str] = set()
         self.http: HttpServer | None = None
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.upstream_timeout_s, connect=3.0))
         self.ctx: Context | None = None
-        self.tasks: list[asyncio.Task] = []
-        self.keys_kv: KeyValue | None = None
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.keys_kv = await kv_bucket(ctx.js, BUCKETS["keys"])
-        for bucket, table, kind in (
-            ("catalog", self.models, CatalogRecord), ("replicas", self.replicas, ReplicaState), ("keys", self.keys, KeyRecord),
-        ):
-            kv = self.keys_kv if bucket == "keys" else await kv_bucket(ctx.js, BUCKETS[bucket], history=5 if bucket == "catalog" else 1)
-            self.tasks.append(asyncio.create_task(self._watch(bucket, kv, table, kind)))
+        self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
+        self.replicas = await KvTable.open(ctx.js, BUCKETS["replicas"], ReplicaState)
+        self.keys = await KvTable.open(ctx.js, BUCKETS["keys"], KeyRecord)
         await ctx.endpoint("key-create", Subjects.ROUTER_KEY_CREATE, KeyCreate, self.create_key)
         self.http = HttpServer(self.app(), self.config.http_host, self.config.http_port)
         await self.http.start()
@@ -70,28 +62,20 @@ class Router:
     async def stop(self) -> None:
         if self.http:
             await self.http.stop()
-        for t in self.tasks:
-            t.cancel()
+        for table in (self.catalog, self.replicas, self.keys):
+            if table:
+                table.stop()
         await self.client.aclose()
 
     def ready(self) -> bool:
-        return len(self.synced) == 3 and self.http is not None
-
-    async def _watch(self, bucket: str, kv: KeyValue, table: dict, kind: type) -> None:
-        async for entry in await kv.watchall():
-            if entry is None:
-                self.synced.add(bucket)
-            elif entry.operation in ("DEL", "PURGE") or not entry.value:
-                table.pop(entry.key, None)
-            else:
-                value = msgspec.json.decode(entry.value, type=kind)
-                table[entry.key] = value.model if kind is CatalogRecord else value
+        tables = (self.catalog, self.replicas, self.keys)
+        return self.http is not None and all(t and t.synced for t in tables)
 
     async def create_key(self, req: KeyCreate) -> KeyCreated:
         key = "sk-llmgw-" + secrets.token_urlsafe(32)
         record = KeyRecord(name=req.name, created=time.time())
-        await self.keys_kv.put(key_hash(key), msgspec.json.encode(record))
-        self.keys[key_hash(key)] = record  # usable at once, before the watch delivers it
+        await self.keys.kv.put(key_hash(key), msgspec.json.encode(record))
+        self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
         return KeyCreated(name=req.name, key=key)
 
     # -- HTTP ----------------------------------------------------------------------------
@@ -99,7 +83,7 @@ class Router:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):
             raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error", "missing_api_key")
-        if key_hash(auth[7:].strip()) not in self.keys:
+        if key_hash(auth[7:].strip()) not in self.keys.items:
             raise ApiError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
 
     def app(self) -> Litestar:
@@ -109,7 +93,7 @@ class Router:
         async def list_models(request: Request) -> dict:
             router._authorize(request)
             return {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in sorted(router.models)
+                {"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in sorted(router.catalog.items)
             ]}
 
         @post("/v1/chat/completions")
@@ -142,7 +126,7 @@ class Router:
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             raise ApiError(400, "The request needs a 'model' (a string).", "invalid_request_error", "missing_model", "model")
         name = body["model"]
-        if name not in self.models:
+        if name not in self.catalog.items:
             raise ApiError(404, f"The model '{name}' does not exist; GET /v1/models lists them.",
                            "invalid_request_error", "model_not_found", "model")
         streaming = bool(body.get("stream"))
@@ -151,7 +135,7 @@ class Router:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         tried: set[str] = set()
         for _ in range(1 + _RETRIES):
-            replica = pick([r for r in self.replicas.values() if r.model == name], self.outstanding, tried)
+            replica = pick([r for r in self.replicas.items.values() if r.model == name], self.outstanding, tried)
             if replica is None:
                 break
             tried.add(replica.id)

@@ -10,7 +10,7 @@ import time
 import msgspec
 from nats.js.kv import KeyValue
 
-from llmgw.bus import BusConfig, BusError, Context, kv_bucket, kv_keys, load_config, request, run
+from llmgw.bus import BusConfig, BusError, Context, KvTable, kv_bucket, kv_keys, load_config, request, run
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -18,7 +18,6 @@ from llmgw.proto import (
     FileInfo,
     FileRef,
     Heartbeat,
-    Model,
     NodeInfo,
     ReplicaList,
     ReplicaStart,
@@ -52,14 +51,13 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.nodes: dict[str, NodeView] = {}
-        self.models: dict[str, Model] = {}
+        self.catalog: KvTable[CatalogRecord] | None = None
         self.replicas: dict[str, ReplicaState] = {}
         self.weights: dict[str, int] = {}
         self.unplaced: dict[str, str] = {}
         self.kv: KeyValue | None = None
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
-        self.watching = False
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -67,19 +65,21 @@ class Scheduler:
         for key in await kv_keys(self.kv):  # what ran before a restart is adopted, not started again
             got = await self.kv.get(key)
             self.replicas[key] = msgspec.json.decode(got.value, type=ReplicaState)
-        catalog = await kv_bucket(ctx.js, BUCKETS["catalog"], history=5)
+        self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
         await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
         await ctx.nc.subscribe(Subjects.EVT_HEARTBEAT_ALL, cb=self._on_heartbeat)
         await ctx.nc.subscribe(Subjects.EVT_REPLICA_ALL, cb=self._on_replica_event)
-        self.tasks += [asyncio.create_task(self._watch_catalog(catalog)), asyncio.create_task(self._loop())]
+        self.tasks.append(asyncio.create_task(self._loop()))
 
     async def stop(self) -> None:
         for t in self.tasks:
             t.cancel()
+        if self.catalog:
+            self.catalog.stop()
 
     def ready(self) -> bool:
-        return self.watching
+        return self.catalog is not None and self.catalog.synced
 
     async def register(self, info: NodeInfo) -> Empty:
         self.nodes[info.node] = NodeView(info=info, last_seen=time.time())
@@ -121,21 +121,10 @@ class Scheduler:
         await self.kv.put(state.id, msgspec.json.encode(state))
         self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
 
-    async def _watch_catalog(self, catalog: KeyValue) -> None:
-        watcher = await catalog.watchall()
-        async for entry in watcher:
-            if entry is None:  # the initial values are all delivered
-                self.watching = True
-                continue
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                self.models.pop(entry.key, None)
-            else:
-                self.models[entry.key] = msgspec.json.decode(entry.value, type=CatalogRecord).model
-
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.tick_s)
-            if not self.watching:
+            if not self.ready():
                 continue
             try:
                 await self._tick()
@@ -143,7 +132,8 @@ class Scheduler:
                 self.ctx.log.exception("reconcile pass failed")
 
     async def _tick(self) -> None:
-        for model in self.models.values():
+        models = {name: record.model for name, record in self.catalog.items.items()}
+        for model in models.values():
             if model.source not in self.weights:
                 try:
                     info = await request(self.ctx.nc, Subjects.MIRROR_FILE_STAT, FileRef(source=model.source), FileInfo)
@@ -151,7 +141,7 @@ class Scheduler:
                 except BusError as exc:
                     self.unplaced[model.name] = exc.message
         ids = (f"{secrets.token_hex(4)}" for _ in iter(int, 1))
-        plan = reconcile(self.models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
+        plan = reconcile(models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
                          self.config.stale_s, self.config.reserve_mb)
         await self._apply(plan)
 

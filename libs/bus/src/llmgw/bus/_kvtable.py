@@ -1,0 +1,55 @@
+"""A KV bucket kept in memory by watching it: what readers of another service's bucket use."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from llmgw.bus._nats import kv_bucket
+from llmgw.bus._observe import get_logger
+
+__all__ = ["KvTable"]
+
+T = TypeVar("T")
+
+
+class KvTable(Generic[T]):
+    """`items` follows the bucket (puts, deletes, purges); `synced` once the initial values are in.
+
+    A value that does not decode as `kind` is logged and left out; the watch carries on.
+    """
+
+    def __init__(self, kv: KeyValue, bucket: str, kind: type[T]) -> None:
+        self.kv, self.bucket, self.kind = kv, bucket, kind
+        self.items: dict[str, T] = {}
+        self.synced = False
+        self._task: asyncio.Task | None = None
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str, kind: type[T], history: int = 1) -> KvTable[T]:
+        """Open (or create) `bucket` and start watching it in the background."""
+        table = cls(await kv_bucket(js, bucket, history), bucket, kind)
+        table._task = asyncio.create_task(table._watch())
+        return table
+
+    def stop(self) -> None:
+        """Stop watching."""
+        if self._task:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        log = get_logger("llmgw.bus.kv")
+        async for entry in await self.kv.watchall():
+            if entry is None:
+                self.synced = True
+            elif entry.operation in ("DEL", "PURGE") or not entry.value:
+                self.items.pop(entry.key, None)
+            else:
+                try:
+                    self.items[entry.key] = msgspec.json.decode(entry.value, type=self.kind)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    log.warning("undecodable KV value left out", bucket=self.bucket, key=entry.key, error=str(exc))

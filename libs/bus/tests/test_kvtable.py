@@ -1,0 +1,31 @@
+"""KvTable follows a real JetStream KV bucket, and a bad value does not stop it."""
+
+import asyncio
+
+import msgspec
+
+from llmgw.bus import KvTable
+from llmgw.proto import KeyRecord
+
+
+async def _until(check, timeout=5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_the_table_follows_puts_and_deletes_and_leaves_out_what_does_not_decode(nc):
+    js = nc.jetstream()
+    table = await KvTable.open(js, "test_table", KeyRecord)
+    try:
+        await _until(lambda: table.synced)
+        await table.kv.put("a", msgspec.json.encode(KeyRecord(name="a", created=1.0)))
+        await table.kv.put("bad", b'{"name": 5}')
+        await table.kv.put("b", msgspec.json.encode(KeyRecord(name="b", created=2.0)))
+        await _until(lambda: "b" in table.items)
+        assert set(table.items) == {"a", "b"}
+        await table.kv.delete("a")
+        await _until(lambda: "a" not in table.items)
+    finally:
+        table.stop()
