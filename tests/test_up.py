@@ -172,6 +172,16 @@ def test_every_service_serves_its_admin_endpoints(up, home):
         assert "llmgw_requests" in httpx.get(f"{base}/metrics").text
 
 
+def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    models = subprocess.run([*ctl, "model", "list"], capture_output=True, text=True, check=True)
+    assert [e["model"]["name"] for e in json.loads(models.stdout)["models"]] == [DEMO]
+    replicas = subprocess.run([*ctl, "replica", "list"], capture_output=True, text=True, check=True)
+    assert [r["state"] for r in json.loads(replicas.stdout)["replicas"] if r["model"] == DEMO] == ["ready"]
+    missing = subprocess.run([*ctl, "model", "get", "nope"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "'nope' is not in the catalog" in missing.stderr
+
+
 def test_an_unknown_model_is_a_404_in_openais_error_body(up):
     with pytest.raises(openai.NotFoundError) as info:
         up.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])
@@ -184,6 +194,28 @@ def test_a_missing_or_wrong_key_is_a_401(up):
         r = httpx.post(f"{up.base_url}/chat/completions", headers=headers, json={"model": DEMO, "messages": []})
         assert r.status_code == 401 and "x-request-id" in r.headers
         assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
+    async def put(nc):
+        model = Model(name="unplaced", source="test/absent/model.gguf", context=512)
+        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+
+    async def remove(nc):
+        await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="unplaced"), ModelEntry)
+
+    up.nats(put)
+    try:
+        for _ in range(50):  # until the router's catalog watch has it
+            r = httpx.post(f"{up.base_url}/completions", headers={"authorization": f"Bearer {up.key}"},
+                           json={"model": "unplaced", "prompt": "hi"})
+            if r.status_code != 404:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert r.json()["error"]["code"] == "no_ready_replica"
+    finally:
+        up.nats(remove)
 
 
 def test_invalid_json_is_a_400(up):

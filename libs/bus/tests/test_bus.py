@@ -1,6 +1,8 @@
 """The bus on a real nats-server: typed endpoints, errors as headers, traces across the hop."""
 
 
+import asyncio
+
 import msgspec
 import nats.micro
 import pytest
@@ -102,3 +104,27 @@ def test_config_comes_from_file_then_environment_then_flags(tmp_path):
 def test_a_bad_setting_says_which(argv, message):
     with pytest.raises(ConfigError, match=message):
         load_config(_Cfg, argv, env={})
+
+
+async def test_a_client_reconnects_when_nats_restarts_on_the_same_port(tmp_path):
+    from llmgw.bus import connect, start_nats_server
+
+    first = start_nats_server(tmp_path / "nats")
+    nc = await connect(first.url, "test")
+    try:
+        await _echo_service(nc)
+        first.stop()
+        second = start_nats_server(tmp_path / "nats", port=first.port)
+        try:
+            answer = None
+            for _ in range(40):  # the client notices the drop, reconnects, and resubscribes
+                try:
+                    answer = await request(nc, "test.echo", ModelRef(name="back"), ModelRef, timeout=0.5)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.1)
+            assert answer == ModelRef(name="back") and nc.stats["reconnects"] >= 1
+        finally:
+            second.stop()
+    finally:
+        await nc.close()
