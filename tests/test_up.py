@@ -180,6 +180,27 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     assert [r["state"] for r in json.loads(replicas.stdout)["replicas"] if r["model"] == DEMO] == ["ready"]
     missing = subprocess.run([*ctl, "model", "get", "nope"], capture_output=True, text=True)
     assert missing.returncode == 1 and "'nope' is not in the catalog" in missing.stderr
+    bad = subprocess.run([*ctl, "model", "replicas", DEMO, "cpu=lots"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "'cpu=lots' is not PROFILE=COUNT" in bad.stderr
+    unknown = subprocess.run([*ctl, "model", "replicas", DEMO, "tpu=1"], capture_output=True, text=True)
+    assert unknown.returncode == 1 and "has no profile tpu" in unknown.stderr
+
+
+def test_stop_stops_the_replica_and_start_brings_it_back(up):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    stopped = subprocess.run([*ctl, "stop", DEMO], capture_output=True, text=True, check=True)
+    assert "Stopped demo-random-tiny" in stopped.stderr
+
+    async def replicas(nc):
+        return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+                if r.model == DEMO]
+
+    deadline = time.monotonic() + 30
+    while up.nats(replicas) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert up.nats(replicas) == []
+    subprocess.run([*ctl, "start", DEMO], capture_output=True, text=True, check=True)
+    up.wait_ready()
 
 
 def test_an_unknown_model_is_a_404_in_openais_error_body(up):

@@ -5,7 +5,7 @@ import pytest
 from llmgw.bus import BadRequest, Conflict, NotFound, request
 from llmgw.catalog.core import check_model
 from llmgw.catalog.service import Catalog, CatalogConfig
-from llmgw.proto import Empty, Model, ModelEntry, ModelList, ModelPut, ModelRef, Profile, Scaling, Subjects
+from llmgw.proto import Empty, Model, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, Profile, Scaling, Subjects
 
 M = Model(name="tiny", source="o/r/tiny.gguf")
 
@@ -63,3 +63,33 @@ async def test_a_schema_invalid_put_names_the_field_and_stores_nothing(catalog):
 def test_a_model_that_breaks_a_rule_is_refused_saying_which(model, message):
     with pytest.raises(BadRequest, match=message):
         check_model(model)
+
+
+async def test_changes_through_nats_stop_start_and_count_per_profile(catalog):
+    two = Model(name="two", source="o/r/two.gguf", profiles=[Profile(name="gpu", gpus=1, priority=5), Profile(name="cpu")])
+    await request(catalog, Subjects.CATALOG_MODEL_PUT, ModelPut(model=two), ModelEntry)
+    counted = await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
+                            ModelChange(name="two", action="replicas", counts={"gpu": 7, "cpu": 4}, by="ops"), ModelEntry)
+    assert counted.model.scaling == Scaling(min=11, max=11)
+    stopped = await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="stop"), ModelEntry)
+    assert stopped.model.scaling.min == 0 and stopped.model.stopped == Scaling(min=11, max=11)
+    with pytest.raises(Conflict, match="already stopped"):
+        await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="stop"), ModelEntry)
+    with pytest.raises(Conflict, match="revision"):
+        await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
+                      ModelChange(name="two", action="start", revision=counted.revision), ModelEntry)
+    started = await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="start"), ModelEntry)
+    assert started.model == counted.model
+    with pytest.raises(BadRequest, match="no profile tpu"):
+        await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
+                      ModelChange(name="two", action="replicas", counts={"tpu": 1}), ModelEntry)
+    assert (await request(catalog, Subjects.CATALOG_MODEL_GET, ModelRef(name="two"), ModelEntry)).model == counted.model
+
+
+async def test_a_catalog_restart_loses_nothing(serve, nc):
+    first = Catalog(CatalogConfig())
+    await serve(first, CatalogConfig())
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=M), ModelEntry)
+    await first.ctx.service.stop()
+    await serve(Catalog(CatalogConfig()), CatalogConfig())
+    assert (await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name="tiny"), ModelEntry)).model == M

@@ -21,6 +21,7 @@ __all__ = [
     "ModelEntry",
     "ModelList",
     "ModelPut",
+    "ModelChange",
     "ModelRef",
     "NodeInfo",
     "Profile",
@@ -86,6 +87,12 @@ class Profile(Struct, kw_only=True):
     """Requests the engine serves at once (llama-server -np)."""
     startup_timeout_s: Positive = 120
     """Seconds the engine has to become healthy before the replica fails."""
+    gpus: NonNegative = 0
+    """GPUs per replica on one node; 0 is a CPU profile."""
+    priority: int = 0
+    """Higher is tried first; the highest profile that fits wins."""
+    replicas: NonNegative | None = None
+    """Replicas that run on this profile; None: the model's scaling decides where."""
 
 
 class Model(Struct, kw_only=True):
@@ -101,6 +108,8 @@ class Model(Struct, kw_only=True):
     """Ways to run it."""
     scaling: Scaling = field(default_factory=Scaling)
     """How many replicas run."""
+    stopped: Scaling | None = None
+    """Set while the model is stopped: the scaling it had, which start brings back."""
 
 
 class CatalogRecord(Struct, kw_only=True):
@@ -137,6 +146,24 @@ class ModelRef(Struct, kw_only=True):
     """A model by name."""
 
     name: Name
+
+
+class ModelChange(Struct, kw_only=True):
+    """An operator's change to one model: stop, start, scale or replicas per profile."""
+
+    name: Name
+    action: Literal["stop", "start", "scale", "replicas"]
+    scaling: Scaling | None = None
+    """For scale: the new scaling."""
+    counts: dict[str, NonNegative] = field(default_factory=dict)
+    """For replicas: profile name -> replicas; profiles not named keep theirs."""
+    cpu_memory_mb: Positive | None = None
+    """For replicas: add a CPU profile 'cpu' reserving this much host memory."""
+    cpu_cores: Positive | None = None
+    """For replicas: the cores that CPU profile reserves."""
+    revision: int | None = None
+    """Expected current revision; None: the latest."""
+    by: str = ""
 
 
 class ModelList(Struct, kw_only=True):
@@ -266,7 +293,7 @@ class KeyRecord(Struct, kw_only=True):
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
-        Empty, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelList, NodeInfo,
+        Empty, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelChange, ModelList, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -15,6 +15,7 @@ class Subjects:
     CATALOG_MODEL_GET = f"{_P}.catalog.model.get"
     CATALOG_MODEL_LIST = f"{_P}.catalog.model.list"
     CATALOG_MODEL_REMOVE = f"{_P}.catalog.model.remove"
+    CATALOG_MODEL_CHANGE = f"{_P}.catalog.model.change"
 
     SCHEDULER_NODE_REGISTER = f"{_P}.scheduler.node.register"
     SCHEDULER_REPLICA_LIST = f"{_P}.scheduler.replica.list"

@@ -1,11 +1,32 @@
-"""The catalog's rules, without I/O: what makes a model acceptable."""
+"""The catalog's rules, without I/O: what makes a model acceptable, and every change to one.
+
+Replicas per profile: when any profile of a model has a count, each profile runs exactly
+its count and the scaling is their sum (min and max alike). Stopping keeps the scaling
+(counts included) in `stopped`; starting brings it back exactly so.
+"""
 
 from __future__ import annotations
 
-from llmgw.bus import BadRequest
-from llmgw.proto import Model
+import msgspec
 
-__all__ = ["check_model"]
+from llmgw.bus import BadRequest, Conflict
+from llmgw.proto import Model, ModelChange, Profile, Scaling
+
+__all__ = ["apply_change", "check_model", "counts_of", "scale", "set_replicas", "start", "stop", "strip_gpu_args"]
+
+# llama.cpp flags that put layers on cards; a CPU profile derived from a GPU one drops them.
+_GPU_FLAGS = {"--n-gpu-layers", "-ngl", "--split-mode", "-sm", "--tensor-split", "-ts", "--main-gpu", "-mg"}
+
+
+def counts_of(model: Model) -> dict[str, int] | None:
+    """Replicas per profile, or None when the model is not counted per profile."""
+    if all(p.replicas is None for p in model.profiles):
+        return None
+    return {p.name: p.replicas or 0 for p in model.profiles}
+
+
+def _describe(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in counts.items())
 
 
 def check_model(model: Model) -> None:
@@ -14,12 +35,105 @@ def check_model(model: Model) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise BadRequest(f"model '{model.name}': profile names must be unique; repeated: {', '.join(dupes)}")
-    if model.scaling.min > model.scaling.max:
-        raise BadRequest(
-            f"model '{model.name}': scaling min {model.scaling.min} is above max {model.scaling.max}; raise max or lower min"
-        )
+    for scaling, what in ((model.scaling, "scaling"), (model.stopped, "stopped scaling")):
+        if scaling is not None and scaling.min > scaling.max:
+            raise BadRequest(f"model '{model.name}': {what} min {scaling.min} is above max {scaling.max}; raise max or lower min")
     for p in model.profiles:
         if p.engine == "llamacpp" and not model.source.endswith(".gguf"):
             raise BadRequest(
                 f"model '{model.name}' profile '{p.name}': llama.cpp serves GGUF files; source '{model.source}' is not a .gguf"
             )
+    counts = counts_of(model)
+    if counts is not None:
+        total = sum(counts.values())
+        scaling = model.stopped or model.scaling
+        if (scaling.min, scaling.max) != (total, total):
+            raise BadRequest(
+                f"model '{model.name}': replicas per profile add up to {total} ({_describe(counts)}) "
+                f"but its scaling is min {scaling.min}, max {scaling.max}; set both to {total} or change the counts"
+            )
+
+
+def strip_gpu_args(args: list[str]) -> list[str]:
+    """`args` without the flags that put layers on cards, in `--flag value` and `--flag=value` forms."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _GPU_FLAGS:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def _cpu_profile_from(model: Model, memory_mb: int, cores: int | None) -> Profile:
+    source = next((p for p in model.profiles if p.engine == "llamacpp"), None)
+    if source is None:
+        engines = ", ".join(sorted({p.engine for p in model.profiles}))
+        raise BadRequest(f"model '{model.name}' is served by {engines}, not llama.cpp; only llama.cpp runs on CPUs")
+    return msgspec.structs.replace(
+        source, name="cpu", args=strip_gpu_args(source.args), gpus=0, host_memory_mb=memory_mb, cpu_cores=cores,
+        priority=min(p.priority for p in model.profiles) - 1, replicas=0,
+    )
+
+
+def set_replicas(model: Model, counts: dict[str, int], cpu_memory_mb: int | None = None,
+                 cpu_cores: int | None = None) -> Model:
+    """Replicas per profile set; profiles not named keep their count; the scaling becomes the sum."""
+    profiles = list(model.profiles)
+    if cpu_memory_mb is not None:
+        if any(p.gpus == 0 for p in profiles):
+            cpu = next(p.name for p in profiles if p.gpus == 0)
+            raise BadRequest(f"model '{model.name}' already has a CPU profile '{cpu}'; set its count instead of --cpu-memory")
+        profiles.append(_cpu_profile_from(model, cpu_memory_mb, cpu_cores))
+    known = {p.name for p in profiles}
+    unknown = sorted(set(counts) - known)
+    if unknown:
+        raise BadRequest(f"model '{model.name}' has no profile {', '.join(unknown)}; its profiles: {', '.join(sorted(known))}")
+    profiles = [msgspec.structs.replace(p, replicas=counts.get(p.name, p.replicas or 0)) for p in profiles]
+    total = sum(p.replicas for p in profiles)
+    if total == 0:
+        raise BadRequest(f"model '{model.name}': every count would be zero; to run nothing, stop the model instead")
+    return msgspec.structs.replace(model, profiles=profiles, scaling=Scaling(min=total, max=total), stopped=None)
+
+
+def scale(model: Model, scaling: Scaling) -> Model:
+    """A new scaling (starting a stopped model); another total ends the counts per profile."""
+    counts = counts_of(model)
+    profiles = model.profiles
+    if counts is not None and (scaling.min, scaling.max) != (sum(counts.values()),) * 2:
+        profiles = [msgspec.structs.replace(p, replicas=None) for p in profiles]
+    return msgspec.structs.replace(model, profiles=profiles, scaling=scaling, stopped=None)
+
+
+def stop(model: Model) -> Model:
+    """Stopped: nothing runs; the scaling (and counts) are kept for start."""
+    if model.stopped is not None:
+        raise Conflict(f"model '{model.name}' is already stopped; `start` brings it back")
+    return msgspec.structs.replace(model, stopped=model.scaling, scaling=Scaling(min=0, max=0))
+
+
+def start(model: Model) -> Model:
+    """Back exactly as it was when stopped."""
+    if model.stopped is None:
+        raise Conflict(f"model '{model.name}' is not stopped")
+    return msgspec.structs.replace(model, scaling=model.stopped, stopped=None)
+
+
+def apply_change(model: Model, change: ModelChange) -> Model:
+    """The model after `change`, checked."""
+    if change.action == "stop":
+        changed = stop(model)
+    elif change.action == "start":
+        changed = start(model)
+    elif change.action == "scale":
+        if change.scaling is None:
+            raise BadRequest("scale needs a scaling: {\"min\": N, \"max\": M}")
+        changed = scale(model, change.scaling)
+    else:
+        changed = set_replicas(model, change.counts, change.cpu_memory_mb, change.cpu_cores)
+    check_model(changed)
+    return changed

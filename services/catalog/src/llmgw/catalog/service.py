@@ -10,8 +10,19 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from llmgw.bus import BusConfig, Conflict, Context, NotFound, kv_bucket, kv_keys, load_config, run
-from llmgw.catalog.core import check_model
-from llmgw.proto import BUCKETS, CatalogRecord, Empty, ModelEntry, ModelList, ModelPut, ModelRef, Subjects
+from llmgw.catalog.core import apply_change, check_model
+from llmgw.proto import (
+    BUCKETS,
+    CatalogRecord,
+    Empty,
+    Model,
+    ModelChange,
+    ModelEntry,
+    ModelList,
+    ModelPut,
+    ModelRef,
+    Subjects,
+)
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -42,6 +53,7 @@ class Catalog:
         await ctx.endpoint("model-get", Subjects.CATALOG_MODEL_GET, ModelRef, self.get)
         await ctx.endpoint("model-list", Subjects.CATALOG_MODEL_LIST, Empty, self.list)
         await ctx.endpoint("model-remove", Subjects.CATALOG_MODEL_REMOVE, ModelRef, self.remove)
+        await ctx.endpoint("model-change", Subjects.CATALOG_MODEL_CHANGE, ModelChange, self.change)
 
     async def stop(self) -> None:
         pass
@@ -70,14 +82,24 @@ class Catalog:
 
     async def put(self, req: ModelPut) -> ModelEntry:
         check_model(req.model)
-        name = req.model.name
-        stored = msgspec.json.encode(CatalogRecord(model=req.model, changed_by=req.by or "unknown", changed_at=time.time()))
         expected = req.revision
         if expected is None:
             try:
-                expected = (await self.kv.get(name)).revision
+                expected = (await self.kv.get(req.model.name)).revision
             except (KeyNotFoundError, KeyDeletedError):
                 expected = 0
+        return await self._write(req.model, expected, req.by)
+
+    async def change(self, req: ModelChange) -> ModelEntry:
+        entry = await self._entry(req.name)
+        if req.revision is not None and req.revision != entry.revision:
+            raise Conflict(f"model '{req.name}' is at revision {entry.revision}, not {req.revision}: get it again")
+        return await self._write(apply_change(entry.model, req), entry.revision, req.by, req.action)
+
+    async def _write(self, model: Model, expected: int, by: str, action: str = "put") -> ModelEntry:
+        """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""
+        name = model.name
+        stored = msgspec.json.encode(CatalogRecord(model=model, changed_by=by or "unknown", changed_at=time.time()))
         try:
             revision = await (self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected))
         except KeyWrongLastSequenceError:
@@ -87,8 +109,8 @@ class Catalog:
                 f"model '{name}' changed since revision {expected}: get it again and reapply your change"
             ) from None
         await self.ctx.nc.publish(Subjects.model_event(name), stored)
-        self.ctx.log.info("model put", model=name, revision=revision, by=req.by)
-        return ModelEntry(model=req.model, revision=revision, changed_by=req.by or "unknown")
+        self.ctx.log.info("model changed", model=name, action=action, revision=revision, by=by)
+        return ModelEntry(model=model, revision=revision, changed_by=by or "unknown")
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
         entry = await self._entry(ref.name)

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 
 from llmgw.bus import BusError, connect, request
-from llmgw.proto import Empty, ModelEntry, ModelList, ModelPut, ModelRef, ReplicaList, Subjects
+from llmgw.proto import Empty, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, ReplicaList, Scaling, Subjects
 
 __all__ = ["main"]
 
@@ -41,18 +41,53 @@ async def _ctl(args: argparse.Namespace) -> int:
             raw = Path(args.arg).read_bytes()
             put = msgspec.json.decode(b'{"model": %s, "by": "ctl"}' % raw, type=ModelPut)
             out = await request(nc, Subjects.CATALOG_MODEL_PUT, put, ModelEntry)
+        elif args.what == "model" and args.verb in ("stop", "start", "scale", "replicas"):
+            change = _change(args)
+            out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
+            print(_said(change, out), file=sys.stderr)
         elif args.what == "replica" and args.verb == "list":
             out = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
         else:
             print(f"llmgw ctl: unknown command '{args.what} {args.verb}'", file=sys.stderr)
             return 2
-    except (BusError, msgspec.ValidationError, msgspec.DecodeError, OSError) as exc:
+    except (BusError, msgspec.ValidationError, msgspec.DecodeError, OSError, ValueError) as exc:
         print(f"llmgw ctl: {exc}", file=sys.stderr)
         return 1
     finally:
         await nc.close()
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(out)) + b"\n")
     return 0
+
+
+def _change(args: argparse.Namespace) -> ModelChange:
+    """The change `llmgw ctl model stop|start|scale|replicas NAME ...` asks for."""
+    change = ModelChange(name=args.arg, action=args.verb, by="ctl")
+    if args.verb == "scale":
+        if not 1 <= len(args.rest) <= 2:
+            raise ValueError("usage: llmgw ctl model scale NAME MIN [MAX]")
+        low = int(args.rest[0])
+        change.scaling = Scaling(min=low, max=int(args.rest[-1]))
+    elif args.verb == "replicas":
+        for item in args.rest:
+            profile, eq, count = item.partition("=")
+            if not eq or not count.isdigit():
+                raise ValueError(f"'{item}' is not PROFILE=COUNT (for example gpu=7 cpu=4)")
+            change.counts[profile] = int(count)
+        if args.cpu_memory is not None:
+            change.cpu_memory_mb = int(args.cpu_memory * 1024)
+        change.cpu_cores = args.cpu_cores
+    return msgspec.convert(msgspec.to_builtins(change), ModelChange)  # validated like any message
+
+
+def _said(change: ModelChange, entry: ModelEntry) -> str:
+    """One sentence of what changed and what happens next."""
+    m = entry.model
+    if change.action == "stop":
+        return f"Stopped {m.name}: its replicas stop; `start` brings back {m.stopped.min}."
+    counts = {p.name: p.replicas for p in m.profiles if p.replicas is not None}
+    where = f" ({', '.join(f'{k}={v}' for k, v in counts.items())})" if counts else ""
+    tail = " Those short start first, then those over stop." if change.action == "replicas" else ""
+    return f"{m.name} now runs {m.scaling.min}..{m.scaling.max} replicas{where}.{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     ctl.add_argument("what", choices=["model", "replica"])
-    ctl.add_argument("verb", choices=["list", "get", "put", "remove"])
+    ctl.add_argument("verb", choices=["list", "get", "put", "remove", "stop", "start", "scale", "replicas"])
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
+    ctl.add_argument("rest", nargs="*", help="scale: MIN [MAX]; replicas: PROFILE=COUNT ...")
+    ctl.add_argument("--cpu-memory", type=float, help="replicas: add a CPU profile reserving this many GB")
+    ctl.add_argument("--cpu-cores", type=int, help="replicas: cores that CPU profile reserves")
     args = parser.parse_args(argv)
     if args.command == "up":
         from llmgw.ctl.up import UpOptions, up

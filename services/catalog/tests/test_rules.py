@@ -1,0 +1,123 @@
+"""The catalog's rules as table tests, and properties no sequence of changes may break."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmgw.bus import BadRequest, Conflict
+from llmgw.catalog.core import apply_change, check_model, counts_of, scale, set_replicas, start, stop, strip_gpu_args
+from llmgw.proto import Model, ModelChange, Profile, Scaling
+
+
+def gguf_model(**kw):
+    profiles = [Profile(name="gpu", gpus=1, priority=10, args=["-ngl", "99", "--flash-attn", "on", "--tensor-split=1,1"])]
+    return Model(name="m", source="o/r/m.gguf", profiles=profiles, **kw)
+
+
+def two_profiles():
+    return Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="gpu", gpus=1, priority=10), Profile(name="cpu")])
+
+
+@pytest.mark.parametrize(
+    ("args", "kept"),
+    [
+        (["-ngl", "99", "-c", "4096"], ["-c", "4096"]),
+        (["--n-gpu-layers=99", "--split-mode", "row", "-ts", "3,1", "--main-gpu", "1", "-mg=0"], []),
+        (["--flash-attn", "on", "-sm=layer"], ["--flash-attn", "on"]),
+        ([], []),
+    ],
+)
+def test_the_flags_that_put_layers_on_cards_are_dropped_with_their_values(args, kept):
+    assert strip_gpu_args(args) == kept
+
+
+def test_counts_set_per_profile_make_the_scaling_their_sum():
+    m = set_replicas(two_profiles(), {"gpu": 7, "cpu": 4})
+    assert counts_of(m) == {"gpu": 7, "cpu": 4} and m.scaling == Scaling(min=11, max=11)
+
+
+def test_a_profile_not_named_keeps_its_count():
+    m = set_replicas(set_replicas(two_profiles(), {"gpu": 7, "cpu": 4}), {"gpu": 9})
+    assert counts_of(m) == {"gpu": 9, "cpu": 4} and m.scaling.min == 13
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [({"tpu": 1}, "has no profile tpu; its profiles: cpu, gpu"), ({"gpu": 0, "cpu": 0}, "stop the model instead")],
+)
+def test_an_impossible_count_is_refused_saying_why(counts, message):
+    with pytest.raises(BadRequest, match=message):
+        set_replicas(two_profiles(), counts)
+
+
+def test_cpu_memory_adds_a_cpu_profile_below_every_other_without_the_gpu_flags():
+    m = set_replicas(gguf_model(), {"gpu": 2, "cpu": 3}, cpu_memory_mb=16000, cpu_cores=8)
+    cpu = next(p for p in m.profiles if p.name == "cpu")
+    assert (cpu.gpus, cpu.priority, cpu.host_memory_mb, cpu.cpu_cores) == (0, 9, 16000, 8)
+    assert cpu.args == ["--flash-attn", "on"] and counts_of(m) == {"gpu": 2, "cpu": 3}
+
+
+def test_a_model_not_served_by_llama_cpp_cannot_get_a_cpu_profile():
+    vllm = Model(name="v", source="o/r/weights", profiles=[Profile(name="gpu", engine="vllm", gpus=1)])
+    with pytest.raises(BadRequest, match="served by vllm, not llama.cpp"):
+        set_replicas(vllm, {"gpu": 1}, cpu_memory_mb=8000)
+
+
+def test_a_catalog_where_counts_and_scaling_disagree_is_refused_with_both_figures():
+    m = two_profiles()
+    m.profiles[0].replicas, m.profiles[1].replicas = 7, 4
+    m.scaling = Scaling(min=5, max=5)
+    with pytest.raises(BadRequest, match=r"add up to 11 \(gpu=7, cpu=4\) but its scaling is min 5, max 5"):
+        check_model(m)
+
+
+def test_scaling_to_another_total_ends_the_counts_and_the_same_total_keeps_them():
+    counted = set_replicas(two_profiles(), {"gpu": 7, "cpu": 4})
+    assert counts_of(scale(counted, Scaling(min=11, max=11))) == {"gpu": 7, "cpu": 4}
+    assert counts_of(scale(counted, Scaling(min=3, max=6))) is None
+
+
+def test_stop_keeps_the_counts_and_start_brings_them_back_exactly():
+    counted = set_replicas(two_profiles(), {"gpu": 7, "cpu": 4})
+    stopped = stop(counted)
+    assert stopped.scaling == Scaling(min=0, max=0) and counts_of(stopped) == {"gpu": 7, "cpu": 4}
+    check_model(stopped)
+    assert start(stopped) == counted
+
+
+def test_a_scaling_set_starts_a_stopped_model():
+    assert scale(stop(two_profiles()), Scaling(min=2, max=2)).stopped is None
+
+
+@pytest.mark.parametrize(("op", "message"), [(stop, "already stopped"), (start, "is not stopped")])
+def test_stopping_twice_or_starting_a_running_model_is_a_conflict(op, message):
+    model = stop(two_profiles()) if op is stop else two_profiles()
+    with pytest.raises(Conflict, match=message):
+        op(model)
+
+
+_changes = st.one_of(
+    st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start"])),
+    st.builds(ModelChange, name=st.just("m"), action=st.just("scale"),
+              scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8)))),
+    st.builds(ModelChange, name=st.just("m"), action=st.just("replicas"),
+              counts=st.dictionaries(st.sampled_from(["gpu", "cpu"]), st.integers(0, 5), max_size=2)),
+)
+
+
+@given(st.lists(_changes, max_size=12))
+def test_no_sequence_of_changes_leaves_counts_and_scaling_disagreeing_or_a_stopped_model_forgetting(changes):
+    model = two_profiles()
+    for change in changes:
+        try:
+            changed = apply_change(model, change)
+        except (BadRequest, Conflict):
+            continue  # refused: the model is untouched
+        if change.action == "stop":
+            assert changed.stopped == model.scaling and counts_of(changed) == counts_of(model)
+        model = changed
+        check_model(model)
+        counts = counts_of(model)
+        if counts is not None:
+            total = sum(counts.values())
+            assert (model.stopped or model.scaling) == Scaling(min=total, max=total)
