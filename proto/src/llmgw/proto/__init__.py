@@ -27,6 +27,7 @@ from llmgw.proto._messages import (
     ReplicaState,
     ReplicaStop,
     Scaling,
+    ScheduleWindow,
     all_messages,
 )
 from llmgw.proto._subjects import BUCKETS, VERSION, Subjects
@@ -56,6 +57,7 @@ __all__ = [
     "ReplicaState",
     "ReplicaStop",
     "Scaling",
+    "ScheduleWindow",
     "Subjects",
     "all_messages",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "ReplicaState",
     "ReplicaStop",
     "Scaling",
+    "ScheduleWindow",
     "all_messages",
 ]
 
@@ -59,6 +60,15 @@ class Empty(Struct, forbid_unknown_fields=False):
     """A request or reply with nothing in it."""
 
 
+class ScheduleWindow(Struct, kw_only=True):
+    """A scaling that holds during part of the day (UTC, "HH:MM")."""
+
+    start: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    end: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    min: NonNegative
+    max: NonNegative
+
+
 class Scaling(Struct, kw_only=True):
     """How many replicas of a model run."""
 
@@ -66,6 +76,10 @@ class Scaling(Struct, kw_only=True):
     """Replicas kept running at all times."""
     max: NonNegative = 1
     """Most replicas run at once."""
+    idle_timeout_s: NonNegative | None = None
+    """On-demand: scale to zero after this long without requests."""
+    schedule: list[ScheduleWindow] = field(default_factory=list)
+    """Scalings by time of day; outside every window min/max hold."""
 
 
 class Profile(Struct, kw_only=True):
@@ -93,6 +107,14 @@ class Profile(Struct, kw_only=True):
     """Higher is tried first; the highest profile that fits wins."""
     replicas: NonNegative | None = None
     """Replicas that run on this profile; None: the model's scaling decides where."""
+    tensor_parallel: Positive = 1
+    """Cards one replica's layers are split across (must divide gpus)."""
+    gpu_class: str = ""
+    """Card class it needs ("h100-80g"); empty: any card with the memory."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Labels a node must have."""
+    weight: Positive = 1
+    """Router weight among replicas of one pool."""
 
 
 class Model(Struct, kw_only=True):
@@ -110,6 +132,16 @@ class Model(Struct, kw_only=True):
     """How many replicas run."""
     stopped: Scaling | None = None
     """Set while the model is stopped: the scaling it had, which start brings back."""
+    aliases: list[Name] = field(default_factory=list)
+    """Other names clients may ask for."""
+    fallbacks: list[Name] = field(default_factory=list)
+    """Models that answer, in order, when this one cannot."""
+    max_output: Positive | None = None
+    """Longest answer in tokens."""
+    capacity_class: Literal["critical", "standard", "batch"] = "standard"
+    """A higher class may take room from a lower one."""
+    owner: str = ""
+    """Team or person responsible."""
 
 
 class CatalogRecord(Struct, kw_only=True):
@@ -120,6 +152,8 @@ class CatalogRecord(Struct, kw_only=True):
     """Who made the last change."""
     changed_at: float = 0.0
     """Unix time of the last change."""
+    declared_in: str = ""
+    """The YAML file that declares this model; changes go there, not through the API."""
 
 
 class ModelEntry(Struct, kw_only=True):
@@ -130,6 +164,8 @@ class ModelEntry(Struct, kw_only=True):
     """KV revision; pass it back on put to change exactly this version."""
     changed_by: str = ""
     """Who made the last change."""
+    declared_in: str = ""
+    """The YAML file that declares it, if any (then change it there)."""
 
 
 class ModelPut(Struct, kw_only=True):
@@ -293,7 +329,7 @@ class KeyRecord(Struct, kw_only=True):
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
-        Empty, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelChange, ModelList, NodeInfo,
+        Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelChange, ModelList, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -12,7 +12,7 @@ import msgspec
 from llmgw.bus import BadRequest, Conflict
 from llmgw.proto import Model, ModelChange, Profile, Scaling
 
-__all__ = ["apply_change", "check_model", "counts_of", "scale", "set_replicas", "start", "stop", "strip_gpu_args"]
+__all__ = ["apply_change", "check_catalog", "check_model", "counts_of", "scale", "set_replicas", "start", "stop", "strip_gpu_args"]
 
 # llama.cpp flags that put layers on cards; a CPU profile derived from a GPU one drops them.
 _GPU_FLAGS = {"--n-gpu-layers", "-ngl", "--split-mode", "-sm", "--tensor-split", "-ts", "--main-gpu", "-mg"}
@@ -43,7 +43,21 @@ def check_model(model: Model) -> None:
             raise BadRequest(
                 f"model '{model.name}' profile '{p.name}': llama.cpp serves GGUF files; source '{model.source}' is not a .gguf"
             )
+    for p in model.profiles:
+        if p.gpus and p.gpus % p.tensor_parallel:
+            raise BadRequest(
+                f"model '{model.name}' profile '{p.name}': tensor_parallel {p.tensor_parallel} does not divide its "
+                f"{p.gpus} GPUs; use a divisor of {p.gpus}"
+            )
+    if model.name in model.aliases:
+        raise BadRequest(f"model '{model.name}': an alias cannot be the model's own name")
+    if model.name in model.fallbacks:
+        raise BadRequest(f"model '{model.name}': a model cannot fall back to itself; name another model")
     counts = counts_of(model)
+    if counts is not None and (model.stopped or model.scaling).schedule:
+        raise BadRequest(
+            f"model '{model.name}': replicas per profile and a schedule are one or the other; drop the schedule or the counts"
+        )
     if counts is not None:
         total = sum(counts.values())
         scaling = model.stopped or model.scaling
@@ -52,6 +66,21 @@ def check_model(model: Model) -> None:
                 f"model '{model.name}': replicas per profile add up to {total} ({_describe(counts)}) "
                 f"but its scaling is min {scaling.min}, max {scaling.max}; set both to {total} or change the counts"
             )
+
+
+def check_catalog(model: Model, others: dict[str, Model]) -> None:
+    """Raise BadRequest where `model` clashes with the rest of the catalog (`others`, without it)."""
+    taken = {alias: o.name for o in others.values() for alias in o.aliases}
+    if model.name in taken:
+        raise BadRequest(f"model '{model.name}': that name is an alias of model '{taken[model.name]}'")
+    for alias in model.aliases:
+        if alias in others:
+            raise BadRequest(f"model '{model.name}': alias '{alias}' is another model's name; pick another alias")
+        if alias in taken:
+            raise BadRequest(f"model '{model.name}': alias '{alias}' is already an alias of model '{taken[alias]}'")
+    for fallback in model.fallbacks:
+        if fallback not in others:
+            raise BadRequest(f"model '{model.name}': fallback '{fallback}' is not in the catalog; add it first")
 
 
 def strip_gpu_args(args: list[str]) -> list[str]:

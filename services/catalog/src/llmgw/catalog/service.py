@@ -1,16 +1,18 @@
-"""The catalog service: models in the JetStream KV bucket, get/list/put/remove over NATS."""
+"""The catalog service: models in the JetStream KV bucket, changed over NATS with compare-and-set."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import msgspec
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from llmgw.bus import BusConfig, Conflict, Context, NotFound, kv_bucket, kv_keys, load_config, run
-from llmgw.catalog.core import apply_change, check_model
+from llmgw.bus import BadRequest, BusConfig, Conflict, Context, NotFound, kv_bucket, kv_keys, load_config, run
+from llmgw.catalog.core import apply_change, check_catalog, check_model
+from llmgw.catalog.declared import load_declared
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -32,6 +34,8 @@ class CatalogConfig(BusConfig, kw_only=True):
 
     history: int = 5
     """Revisions the KV bucket keeps per model."""
+    declared: str = ""
+    """A YAML file of models ({models: [...]}) written at start; they are changed only there."""
 
 
 class Catalog:
@@ -49,6 +53,8 @@ class Catalog:
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
         self.kv = await kv_bucket(ctx.js, BUCKETS["catalog"], history=self.config.history)
+        if self.config.declared:
+            await self._write_declared(Path(self.config.declared))
         await ctx.endpoint("model-put", Subjects.CATALOG_MODEL_PUT, ModelPut, self.put)
         await ctx.endpoint("model-get", Subjects.CATALOG_MODEL_GET, ModelRef, self.get)
         await ctx.endpoint("model-list", Subjects.CATALOG_MODEL_LIST, Empty, self.list)
@@ -61,59 +67,63 @@ class Catalog:
     def ready(self) -> bool:
         return self.kv is not None
 
+    # -- reading --------------------------------------------------------------------------
     async def _entry(self, name: str) -> ModelEntry:
         try:
             got = await self.kv.get(name)
         except (KeyNotFoundError, KeyDeletedError):
             raise NotFound(f"model '{name}' is not in the catalog; `llmgw ctl model list` shows what is") from None
-        return _decode(got.value, got.revision)
+        record = msgspec.json.decode(got.value, type=CatalogRecord)
+        return ModelEntry(model=record.model, revision=got.revision, changed_by=record.changed_by,
+                          declared_in=record.declared_in)
+
+    async def _all(self) -> dict[str, ModelEntry]:
+        entries = {}
+        for key in await kv_keys(self.kv):
+            try:
+                entries[key] = await self._entry(key)
+            except NotFound:
+                continue  # removed between keys() and get()
+        return entries
 
     async def get(self, ref: ModelRef) -> ModelEntry:
         return await self._entry(ref.name)
 
     async def list(self, _: Empty) -> ModelList:
-        entries = []
-        for key in await kv_keys(self.kv):
-            try:
-                entries.append(await self._entry(key))
-            except NotFound:
-                continue  # removed between keys() and get()
-        return ModelList(models=sorted(entries, key=lambda e: e.model.name))
+        return ModelList(models=sorted((await self._all()).values(), key=lambda e: e.model.name))
+
+    # -- changing -------------------------------------------------------------------------
+    @staticmethod
+    def _editable(entry: ModelEntry) -> None:
+        if entry.declared_in:
+            raise BadRequest(f"model '{entry.model.name}' is declared in {entry.declared_in}; change it there and restart the catalog")
 
     async def put(self, req: ModelPut) -> ModelEntry:
         check_model(req.model)
-        expected = req.revision
-        if expected is None:
-            try:
-                expected = (await self.kv.get(req.model.name)).revision
-            except (KeyNotFoundError, KeyDeletedError):
-                expected = 0
-        return await self._write(req.model, expected, req.by)
+        entries = await self._all()
+        current = entries.pop(req.model.name, None)
+        if current:
+            self._editable(current)
+        check_catalog(req.model, {n: e.model for n, e in entries.items()})
+        expected = req.revision if req.revision is not None else (current.revision if current else 0)
+        return await self._write(req.model, expected, req.by, "put")
 
     async def change(self, req: ModelChange) -> ModelEntry:
         entry = await self._entry(req.name)
+        self._editable(entry)
         if req.revision is not None and req.revision != entry.revision:
             raise Conflict(f"model '{req.name}' is at revision {entry.revision}, not {req.revision}: get it again")
         return await self._write(apply_change(entry.model, req), entry.revision, req.by, req.action)
 
-    async def _write(self, model: Model, expected: int, by: str, action: str = "put") -> ModelEntry:
-        """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""
-        name = model.name
-        stored = msgspec.json.encode(CatalogRecord(model=model, changed_by=by or "unknown", changed_at=time.time()))
-        try:
-            revision = await (self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected))
-        except KeyWrongLastSequenceError:
-            if expected == 0:
-                raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
-            raise Conflict(
-                f"model '{name}' changed since revision {expected}: get it again and reapply your change"
-            ) from None
-        await self.ctx.nc.publish(Subjects.model_event(name), stored)
-        self.ctx.log.info("model changed", model=name, action=action, revision=revision, by=by)
-        return ModelEntry(model=model, revision=revision, changed_by=by or "unknown")
-
     async def remove(self, ref: ModelRef) -> ModelEntry:
-        entry = await self._entry(ref.name)
+        entries = await self._all()
+        if ref.name not in entries:
+            raise NotFound(f"model '{ref.name}' is not in the catalog; `llmgw ctl model list` shows what is")
+        entry = entries.pop(ref.name)
+        self._editable(entry)
+        leaning = sorted(n for n, e in entries.items() if ref.name in e.model.fallbacks)
+        if leaning:
+            raise BadRequest(f"model '{ref.name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first")
         try:
             await self.kv.delete(ref.name, last=entry.revision)
         except KeyWrongLastSequenceError:
@@ -122,10 +132,40 @@ class Catalog:
         self.ctx.log.info("model removed", model=ref.name)
         return entry
 
+    async def _write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
+        """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""
+        name, by = model.name, by or "unknown"
+        stored = msgspec.json.encode(CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in))
+        try:
+            revision = await (self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected))
+        except KeyWrongLastSequenceError:
+            if expected == 0:
+                raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
+            raise Conflict(f"model '{name}' changed since revision {expected}: get it again and reapply your change") from None
+        await self.ctx.nc.publish(Subjects.model_event(name), stored)
+        self.ctx.log.info("model changed", model=name, action=action, revision=revision, by=by)
+        return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)
 
-def _decode(raw: bytes, revision: int) -> ModelEntry:
-    stored = msgspec.json.decode(raw, type=CatalogRecord)
-    return ModelEntry(model=stored.model, revision=revision, changed_by=stored.changed_by)
+    async def _write_declared(self, path: Path) -> None:
+        """The file is the truth for its models: written over what the bucket had, and dropped when gone from it."""
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise BadRequest(f"declared models file {path}: {exc.strerror}") from None
+        declared = {m.name: m for m in load_declared(text, str(path))}
+        entries = await self._all()
+        known = {n: e.model for n, e in entries.items() if not e.declared_in} | declared
+        for model in declared.values():
+            check_catalog(model, {n: m for n, m in known.items() if n != model.name})
+        for name, model in declared.items():
+            current = entries.get(name)
+            if current and (current.model, current.declared_in) == (model, str(path)):
+                continue
+            await self._write(model, current.revision if current else 0, f"declared in {path}", "declare", str(path))
+        for name, entry in entries.items():
+            if entry.declared_in == str(path) and name not in declared:
+                await self.kv.delete(name, last=entry.revision)
+                self.ctx.log.info("declared model removed", model=name, file=str(path))
 
 
 def main(argv: list[str] | None = None) -> int:

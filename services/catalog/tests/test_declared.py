@@ -1,0 +1,100 @@
+"""Models declared in YAML: every bad input refused with where and what; the API defers to the file."""
+
+import pytest
+
+from llmgw.bus import BadRequest, request
+from llmgw.catalog.core import check_catalog, check_model
+from llmgw.catalog.declared import load_declared
+from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.proto import (
+    Empty,
+    Model,
+    ModelChange,
+    ModelEntry,
+    ModelList,
+    ModelPut,
+    ModelRef,
+    Profile,
+    Scaling,
+    ScheduleWindow,
+    Subjects,
+)
+
+GOOD = b"""
+models:
+  - name: big
+    source: o/r/big.gguf
+    aliases: [large]
+    profiles: [{name: gpu, gpus: 2, tensor_parallel: 2}]
+  - name: small
+    source: o/r/small.gguf
+    fallbacks: [big]
+"""
+
+
+def test_a_good_file_gives_its_models():
+    models = load_declared(GOOD, "models.yaml")
+    assert [m.name for m in models] == ["big", "small"] and models[0].profiles[0].tensor_parallel == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"models:\n  - {name: a, source: o/r/a.gguf, contxt: 10}\n", r"models\[0\]: unknown field 'contxt'"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: p, gpu: 1}]}\n",
+         r"models\[0\].profiles\[0\]: unknown field 'gpu'"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, context: lots}\n", r"Expected `int`, got `str` - at `\$.context`"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf}\n  - {name: a, source: o/r/b.gguf}\n", "declared twice"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, fallbacks: [a]}\n", "cannot fall back to itself"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, fallbacks: [zz]}\n", "fallback 'zz' is not in the catalog"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf}\n  - {name: b, source: o/r/b.gguf, aliases: [a]}\n",
+         "alias 'a' is another model's name|that name is an alias of model 'b'"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 3, tensor_parallel: 2}]}\n",
+         "tensor_parallel 2 does not divide its 3 GPUs"),
+        (b"- just a list\n", "one key, 'models'"),
+        (b"models: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_file_is_refused_with_the_place_and_the_fix(text, message):
+    with pytest.raises(BadRequest, match=message):
+        load_declared(text, "models.yaml")
+
+
+def test_counts_per_profile_and_a_schedule_are_one_or_the_other():
+    m = Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="cpu", replicas=2)],
+              scaling=Scaling(min=2, max=2, schedule=[ScheduleWindow(start="08:00", end="18:00", min=4, max=4)]))
+    with pytest.raises(BadRequest, match="one or the other"):
+        check_model(m)
+
+
+def test_an_alias_already_taken_is_refused_naming_its_owner():
+    others = {"big": Model(name="big", source="o/r/b.gguf", aliases=["large"])}
+    with pytest.raises(BadRequest, match="already an alias of model 'big'"):
+        check_catalog(Model(name="m", source="o/r/m.gguf", aliases=["large"]), others)
+    with pytest.raises(BadRequest, match="that name is an alias of model 'big'"):
+        check_catalog(Model(name="large", source="o/r/m.gguf"), others)
+
+
+async def test_declared_models_are_written_at_start_and_changed_only_in_their_file(serve, nc, tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_bytes(GOOD)
+    config = CatalogConfig(declared=str(path))
+    await serve(Catalog(config), config)
+    listed = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
+    assert [(e.model.name, e.declared_in) for e in listed.models] == [("big", str(path)), ("small", str(path))]
+    with pytest.raises(BadRequest, match=f"declared in {path}; change it there"):
+        await request(nc, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="big", action="stop"), ModelEntry)
+    with pytest.raises(BadRequest, match="declared in"):
+        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/x.gguf")), ModelEntry)
+    with pytest.raises(BadRequest, match="alias 'large' is already an alias of model 'big'"):
+        await request(nc, Subjects.CATALOG_MODEL_PUT,
+                      ModelPut(model=Model(name="new", source="o/r/n.gguf", aliases=["large"])), ModelEntry)
+
+
+async def test_a_model_others_fall_back_to_cannot_be_removed(serve, nc):
+    await serve(Catalog(CatalogConfig()), CatalogConfig())
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="big", source="o/r/b.gguf")), ModelEntry)
+    await request(nc, Subjects.CATALOG_MODEL_PUT,
+                  ModelPut(model=Model(name="small", source="o/r/s.gguf", fallbacks=["big"])), ModelEntry)
+    with pytest.raises(BadRequest, match="'big' is a fallback of small"):
+        await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="big"), ModelEntry)
