@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from llmgw.bus import connect, request
-from llmgw.proto import Empty, Model, ModelEntry, ModelPut, ModelRef, ReplicaList, Subjects
+from llmgw.proto import Empty, KeyCreate, KeyCreated, Model, ModelEntry, ModelPut, ModelRef, ReplicaList, Subjects
 
 DEMO = "demo-random-tiny"
 SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
@@ -201,6 +201,33 @@ def test_stop_stops_the_replica_and_start_brings_it_back(up):
     assert up.nats(replicas) == []
     subprocess.run([*ctl, "start", DEMO], capture_output=True, text=True, check=True)
     up.wait_ready()
+
+
+def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):
+    api = up.base_url.removesuffix("/v1") + "/api/v1"
+    admin = {"authorization": f"Bearer {up.key}"}
+
+    async def user_key(nc):
+        return (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="user"), KeyCreated)).key
+
+    user = {"authorization": f"Bearer {up.nats(user_key)}"}
+    assert httpx.get(f"{api}/models").status_code == 401
+    assert httpx.get(f"{api}/models", headers=user).json()["error"]["code"] == "not_admin"
+    assert httpx.put(f"{api}/models/x", headers=user, content=b"{broken").status_code == 403  # refused before the body
+    assert [e["model"]["name"] for e in httpx.get(f"{api}/models", headers=admin).json()["models"]] == [DEMO]
+    body = {"name": "via-api", "source": "test/absent/m.gguf", "context": 1024}
+    made = httpx.put(f"{api}/models/via-api", headers=admin, json=body, params={"revision": 0})
+    assert made.status_code == 200 and made.json()["changed_by"] == "llmgw-up"
+    again = httpx.put(f"{api}/models/via-api", headers=admin, json=body, params={"revision": 0})
+    assert again.status_code == 409 and "already exists" in again.json()["error"]["message"]
+    bad = httpx.put(f"{api}/models/via-api", headers=admin, json={**body, "context": -1})
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    stopped = httpx.post(f"{api}/models/via-api/change", headers=admin, json={"action": "stop"})
+    assert stopped.status_code == 200 and stopped.json()["model"]["stopped"]["min"] == 1
+    assert httpx.delete(f"{api}/models/via-api", headers=admin).status_code == 200
+    assert httpx.get(f"{api}/models/via-api", headers=admin).status_code == 404
+    schema = httpx.get(up.base_url.removesuffix("/v1") + "/schema/openapi.json").json()
+    assert "/api/v1/models/{name}" in schema["paths"]
 
 
 def test_an_unknown_model_is_a_404_in_openais_error_body(up):

@@ -310,6 +310,8 @@ class KeyCreate(Struct, kw_only=True):
 
     name: Name
     """A label for the key (who or what uses it)."""
+    admin: bool = False
+    """Whether it may use the admin API (/api/v1/)."""
 
 
 class KeyCreated(Struct, kw_only=True):
@@ -324,6 +326,8 @@ class KeyRecord(Struct, kw_only=True):
 
     name: str
     created: float
+    admin: bool = False
+    """Admin keys may use /api/v1/."""
 
 
 def all_messages() -> list[type[Struct]]:

@@ -60,7 +60,7 @@ async def _setup(nats_url: str, home: Path, demo: bool) -> str:
                         await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"), ModelEntry)
                 key_file = home / "up" / "api-key"
                 if not key_file.exists():
-                    created = await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up"), KeyCreated)
+                    created = await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up", admin=True), KeyCreated)
                     key_file.parent.mkdir(parents=True, exist_ok=True)
                     tmp = key_file.with_suffix(".part")
                     tmp.write_text(created.key + "\n")

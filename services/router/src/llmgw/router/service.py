@@ -11,10 +11,14 @@ from collections import defaultdict
 import httpx
 import msgspec
 from litestar import Litestar, Request, get, post
+from litestar.connection import ASGIConnection
+from litestar.exceptions import ValidationException
+from litestar.openapi import OpenAPIConfig
 from litestar.response import Response, Stream
 
 from llmgw.bus import BusConfig, Context, HttpServer, KvTable, load_config, run
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, KeyRecord, ReplicaState, Subjects
+from llmgw.router.admin import admin_api
 from llmgw.router.core import ApiError, key_hash, pick, rewrite_chunk
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -73,18 +77,22 @@ class Router:
 
     async def create_key(self, req: KeyCreate) -> KeyCreated:
         key = "sk-llmgw-" + secrets.token_urlsafe(32)
-        record = KeyRecord(name=req.name, created=time.time())
+        record = KeyRecord(name=req.name, created=time.time(), admin=req.admin)
         await self.keys.kv.put(key_hash(key), msgspec.json.encode(record))
         self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
         return KeyCreated(name=req.name, key=key)
 
     # -- HTTP ----------------------------------------------------------------------------
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, request: ASGIConnection, admin: bool = False) -> KeyRecord:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):
             raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error", "missing_api_key")
-        if key_hash(auth[7:].strip()) not in self.keys.items:
+        record = self.keys.items.get(key_hash(auth[7:].strip()))
+        if record is None:
             raise ApiError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+        if admin and not record.admin:
+            raise ApiError(403, "This key may not use the admin API; use an admin key.", "permission_error", "not_admin")
+        return record
 
     def app(self) -> Litestar:
         router = self
@@ -107,14 +115,20 @@ class Router:
         def on_api_error(request: Request, exc: ApiError) -> Response:
             return Response(exc.body(), status_code=exc.status, headers=exc.headers)
 
+        def on_invalid(request: Request, exc: ValidationException) -> Response:
+            extra = "; ".join(str(e.get("message", e)) for e in (exc.extra or []) if isinstance(e, dict))
+            err = ApiError(400, f"{exc.detail}{': ' + extra if extra else ''}", "invalid_request_error", "invalid_body")
+            return on_api_error(request, err)
+
         async def add_request_id(message, scope) -> None:
             if message["type"] == "http.response.start":
                 rid = scope.setdefault("state", {}).setdefault("request_id", uuid.uuid4().hex)
                 message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
         return Litestar(
-            [list_models, chat, completions], exception_handlers={ApiError: on_api_error},
-            before_send=[add_request_id], openapi_config=None,
+            [list_models, chat, completions, admin_api(router)], exception_handlers={ApiError: on_api_error, ValidationException: on_invalid},
+            before_send=[add_request_id],
+            openapi_config=OpenAPIConfig(title="llmgw", version=router.version, path="/schema"),
         )
 
     async def proxy(self, request: Request, path: str) -> Response:
