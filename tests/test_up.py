@@ -186,6 +186,22 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     assert unknown.returncode == 1 and "has no profile tpu" in unknown.stderr
 
 
+def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("name: extra\nsource: test/absent/e.gguf\ncontxt: 2048\n")
+    refused = subprocess.run([*ctl, "model", "add", str(typo)], capture_output=True, text=True)
+    assert refused.returncode == 1 and "unknown field 'contxt'" in refused.stderr
+    good = tmp_path / "extra.yaml"
+    good.write_text("name: extra\nsource: test/absent/e.gguf\naliases: [extra-alias]\nscaling: {min: 0, max: 1}\n")
+    subprocess.run([*ctl, "model", "add", str(good)], capture_output=True, text=True, check=True)
+    table = subprocess.run([*ctl, "models"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert table[0].split()[:3] == ["MODEL", "READY", "STATUS"]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows[DEMO][1:3] == ["1/1", "running"] and rows["extra"][1] == "0/0" and "extra-alias" in rows["extra"]
+    subprocess.run([*ctl, "model", "remove", "extra"], capture_output=True, text=True, check=True)
+
+
 def test_stop_stops_the_replica_and_start_brings_it_back(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
     stopped = subprocess.run([*ctl, "stop", DEMO], capture_output=True, text=True, check=True)

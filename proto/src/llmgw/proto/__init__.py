@@ -30,6 +30,7 @@ from llmgw.proto._messages import (
     ScheduleWindow,
     all_messages,
 )
+from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._subjects import BUCKETS, VERSION, Subjects
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "ReplicaStop",
     "Scaling",
     "ScheduleWindow",
+    "StrictError",
     "Subjects",
     "all_messages",
+    "convert_strict",
 ]

@@ -11,7 +11,19 @@ from pathlib import Path
 import msgspec
 
 from llmgw.bus import BusError, connect, request
-from llmgw.proto import Empty, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, ReplicaList, Scaling, Subjects
+from llmgw.proto import (
+    Empty,
+    Model,
+    ModelChange,
+    ModelEntry,
+    ModelList,
+    ModelPut,
+    ModelRef,
+    ReplicaList,
+    Scaling,
+    Subjects,
+    convert_strict,
+)
 
 __all__ = ["main"]
 
@@ -33,14 +45,20 @@ async def _ctl(args: argparse.Namespace) -> int:
     try:
         if args.what == "model" and args.verb == "list":
             out = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
-        elif args.what == "model" and args.verb == "get":
+        elif args.what == "model" and args.verb in ("get", "show"):
             out = await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=args.arg), ModelEntry)
         elif args.what == "model" and args.verb == "remove":
             out = await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name=args.arg), ModelEntry)
-        elif args.what == "model" and args.verb == "put":
-            raw = Path(args.arg).read_bytes()
-            put = msgspec.json.decode(b'{"model": %s, "by": "ctl"}' % raw, type=ModelPut)
-            out = await request(nc, Subjects.CATALOG_MODEL_PUT, put, ModelEntry)
+        elif args.what == "model" and args.verb in ("put", "add"):
+            out = await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=_model_file(Path(args.arg)), by="ctl"), ModelEntry)
+        elif args.what == "models":
+            listed = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
+            if args.json:
+                out = listed
+            else:
+                replicas = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
+                print(models_table(listed, replicas))
+                return 0
         elif args.what == "model" and args.verb in ("stop", "start", "scale", "replicas"):
             change = _change(args)
             out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
@@ -57,6 +75,33 @@ async def _ctl(args: argparse.Namespace) -> int:
         await nc.close()
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(out)) + b"\n")
     return 0
+
+
+def _model_file(path: Path) -> Model:
+    """One model from a YAML or JSON file, strictly: unknown fields are refused with their place."""
+    text = path.read_bytes()
+    try:
+        raw = msgspec.json.decode(text) if path.suffix == ".json" else msgspec.yaml.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{path}: not {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    return convert_strict(raw, Model, str(path))
+
+
+def models_table(listed: ModelList, replicas: ReplicaList) -> str:
+    """`llmgw ctl models`: name, ready/wanted, status, profiles (with counts), aliases, fallbacks."""
+    ready: dict[str, int] = {}
+    for r in replicas.replicas:
+        ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
+    rows = [("MODEL", "READY", "STATUS", "CLASS", "PROFILES", "ALIASES", "FALLBACKS")]
+    for e in listed.models:
+        m = e.model
+        counted = any(p.replicas is not None for p in m.profiles)
+        profiles = ", ".join(f"{p.name}={p.replicas or 0}" if counted else p.name for p in m.profiles)
+        status = "stopped" if m.stopped else ("declared" if e.declared_in else "running")
+        rows.append((m.name, f"{ready.get(m.name, 0)}/{m.scaling.min}", status, m.capacity_class, profiles,
+                     ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _change(args: argparse.Namespace) -> ModelChange:
@@ -108,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
-    ctl.add_argument("what", choices=["model", "replica"])
-    ctl.add_argument("verb", choices=["list", "get", "put", "remove", "stop", "start", "scale", "replicas"])
+    ctl.add_argument("what", choices=["model", "models", "replica"])
+    ctl.add_argument("verb", nargs="?", default="list",
+                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "scale", "replicas"])
+    ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
     ctl.add_argument("rest", nargs="*", help="scale: MIN [MAX]; replicas: PROFILE=COUNT ...")
     ctl.add_argument("--cpu-memory", type=float, help="replicas: add a CPU profile reserving this many GB")
