@@ -195,11 +195,21 @@ def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
     good = tmp_path / "extra.yaml"
     good.write_text("name: extra\nsource: test/absent/e.gguf\naliases: [extra-alias]\nscaling: {min: 0, max: 1}\n")
     subprocess.run([*ctl, "model", "add", str(good)], capture_output=True, text=True, check=True)
+    try:
+        _show_and_change(ctl)
+    finally:
+        subprocess.run([*ctl, "model", "remove", "extra"], capture_output=True, text=True)
+
+
+def _show_and_change(ctl):
     table = subprocess.run([*ctl, "models"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert table[0].split()[:3] == ["MODEL", "READY", "STATUS"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert rows[DEMO][1:3] == ["1/1", "running"] and rows["extra"][1] == "0/0" and "extra-alias" in rows["extra"]
-    subprocess.run([*ctl, "model", "remove", "extra"], capture_output=True, text=True, check=True)
+    said = subprocess.run([*ctl, "model", "alias", "extra", "--add", "second", "--drop", "extra-alias"], capture_output=True, text=True, check=True)
+    assert "aliases second" in said.stderr
+    said = subprocess.run([*ctl, "model", "context", "extra", "4096", "--max-output", "512"], capture_output=True, text=True, check=True)
+    assert "context 4096, max output 512" in said.stderr
 
 
 def test_stop_stops_the_replica_and_start_brings_it_back(up):

@@ -5,7 +5,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.bus import BadRequest, Conflict
-from llmgw.catalog.core import apply_change, check_model, counts_of, scale, set_replicas, start, stop, strip_gpu_args
+from llmgw.catalog.core import (
+    apply_change,
+    check_model,
+    counts_of,
+    fingerprint,
+    scale,
+    set_aliases,
+    set_context,
+    set_gpus,
+    set_replicas,
+    start,
+    stop,
+    strip_gpu_args,
+)
 from llmgw.proto import Model, ModelChange, Profile, Scaling
 
 
@@ -97,6 +110,9 @@ def test_stopping_twice_or_starting_a_running_model_is_a_conflict(op, message):
 
 
 _changes = st.one_of(
+    st.builds(ModelChange, name=st.just("m"), action=st.just("context"), context=st.integers(128, 9000),
+              max_output=st.none() | st.integers(1, 9000)),
+    st.builds(ModelChange, name=st.just("m"), action=st.just("gpus"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))),
     st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start"])),
     st.builds(ModelChange, name=st.just("m"), action=st.just("scale"),
               scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8)))),
@@ -121,3 +137,34 @@ def test_no_sequence_of_changes_leaves_counts_and_scaling_disagreeing_or_a_stopp
         if counts is not None:
             total = sum(counts.values())
             assert (model.stopped or model.scaling) == Scaling(min=total, max=total)
+
+
+def test_the_context_changes_and_the_longest_answer_must_fit_in_it():
+    m = set_context(two_profiles(), 8192, 1024)
+    assert (m.context, m.max_output) == (8192, 1024)
+    with pytest.raises(BadRequest, match="max_output 9000 does not fit in context 8192"):
+        set_context(m, None, 9000)
+
+
+def test_gpus_change_between_card_counts_only():
+    assert set_gpus(two_profiles(), {"gpu": 4}).profiles[0].gpus == 4
+    with pytest.raises(BadRequest, match="a CPU profile is its own profile"):
+        set_gpus(two_profiles(), {"cpu": 2})
+    with pytest.raises(BadRequest, match="no profile tpu"):
+        set_gpus(two_profiles(), {"tpu": 2})
+
+
+def test_aliases_are_added_and_dropped_and_an_absent_one_cannot_be_dropped():
+    m = set_aliases(two_profiles(), ["a", "b"], [])
+    assert set_aliases(m, ["c"], ["a"]).aliases == ["b", "c"]
+    with pytest.raises(BadRequest, match="has no alias zz"):
+        set_aliases(m, [], ["zz"])
+
+
+def test_the_fingerprint_ignores_counts_but_not_the_context_or_the_cards():
+    m = two_profiles()
+    counted = set_replicas(m, {"gpu": 7, "cpu": 4})
+    assert fingerprint(m, m.profiles[0]) == fingerprint(counted, counted.profiles[0])
+    assert fingerprint(m, m.profiles[0]) != fingerprint(set_context(m, 8192, None), m.profiles[0])
+    more = set_gpus(m, {"gpu": 2})
+    assert fingerprint(m, m.profiles[0]) != fingerprint(more, more.profiles[0])

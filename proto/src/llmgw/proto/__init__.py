@@ -6,6 +6,7 @@ a breaking change is v2, with new subjects.
 
 from llmgw.proto._messages import (
     CatalogRecord,
+    ChangeSpec,
     Empty,
     FileInfo,
     FileList,
@@ -37,6 +38,7 @@ __all__ = [
     "BUCKETS",
     "VERSION",
     "CatalogRecord",
+    "ChangeSpec",
     "Empty",
     "FileInfo",
     "FileList",

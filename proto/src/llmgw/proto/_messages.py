@@ -9,6 +9,7 @@ from msgspec import Meta, Struct, field
 
 __all__ = [
     "CatalogRecord",
+    "ChangeSpec",
     "Empty",
     "FileInfo",
     "FileList",
@@ -184,11 +185,10 @@ class ModelRef(Struct, kw_only=True):
     name: Name
 
 
-class ModelChange(Struct, kw_only=True):
-    """An operator's change to one model: stop, start, scale or replicas per profile."""
+class ChangeSpec(Struct, kw_only=True):
+    """What to change in a model; `action` says which fields below it reads."""
 
-    name: Name
-    action: Literal["stop", "start", "scale", "replicas"]
+    action: Literal["stop", "start", "scale", "replicas", "context", "gpus", "class", "owner", "alias"]
     scaling: Scaling | None = None
     """For scale: the new scaling."""
     counts: dict[str, NonNegative] = field(default_factory=dict)
@@ -197,8 +197,28 @@ class ModelChange(Struct, kw_only=True):
     """For replicas: add a CPU profile 'cpu' reserving this much host memory."""
     cpu_cores: Positive | None = None
     """For replicas: the cores that CPU profile reserves."""
+    context: Annotated[int, Meta(ge=128)] | None = None
+    """For context: the new context length."""
+    max_output: Positive | None = None
+    """For context: the new longest answer."""
+    gpus: dict[str, NonNegative] = field(default_factory=dict)
+    """For gpus: profile name -> GPUs per replica."""
+    capacity_class: Literal["critical", "standard", "batch"] | None = None
+    """For class."""
+    owner: str | None = None
+    """For owner."""
+    add_aliases: list[Name] = field(default_factory=list)
+    """For alias: names to add."""
+    remove_aliases: list[Name] = field(default_factory=list)
+    """For alias: names to drop."""
     revision: int | None = None
     """Expected current revision; None: the latest."""
+
+
+class ModelChange(ChangeSpec, kw_only=True):
+    """An operator's change to one model, by name, recorded with who made it."""
+
+    name: Name
     by: str = ""
 
 
@@ -333,7 +353,7 @@ class KeyRecord(Struct, kw_only=True):
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
-        Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelChange, ModelList, NodeInfo,
+        Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ChangeSpec, ModelChange, ModelList, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -7,12 +7,17 @@ its count and the scaling is their sum (min and max alike). Stopping keeps the s
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
 from llmgw.bus import BadRequest, Conflict
 from llmgw.proto import Model, ModelChange, Profile, Scaling
 
-__all__ = ["apply_change", "check_catalog", "check_model", "counts_of", "scale", "set_replicas", "start", "stop", "strip_gpu_args"]
+__all__ = [
+    "apply_change", "check_catalog", "check_model", "counts_of", "fingerprint", "scale", "set_aliases", "set_context",
+    "set_gpus", "set_replicas", "start", "stop", "strip_gpu_args",
+]
 
 # llama.cpp flags that put layers on cards; a CPU profile derived from a GPU one drops them.
 _GPU_FLAGS = {"--n-gpu-layers", "-ngl", "--split-mode", "-sm", "--tensor-split", "-ts", "--main-gpu", "-mg"}
@@ -152,17 +157,74 @@ def start(model: Model) -> Model:
     return msgspec.structs.replace(model, scaling=model.stopped, stopped=None)
 
 
+def set_context(model: Model, context: int | None, max_output: int | None) -> Model:
+    """A new context length and/or longest answer (the answer must fit in the context)."""
+    if context is None and max_output is None:
+        raise BadRequest(f"model '{model.name}': give a context, a max_output, or both")
+    changed = msgspec.structs.replace(model, context=context or model.context, max_output=max_output or model.max_output)
+    if changed.max_output and changed.max_output >= changed.context:
+        raise BadRequest(
+            f"model '{model.name}': max_output {changed.max_output} does not fit in context {changed.context}; "
+            "lower it or raise the context"
+        )
+    return changed
+
+
+def set_gpus(model: Model, gpus: dict[str, int]) -> Model:
+    """GPUs per replica on the profiles named; a CPU profile cannot get cards, nor a GPU one lose them all."""
+    names = {p.name: p for p in model.profiles}
+    for name, count in gpus.items():
+        if name not in names:
+            raise BadRequest(f"model '{model.name}' has no profile {name}; its profiles: {', '.join(sorted(names))}")
+        if names[name].gpus == 0 or count == 0:
+            raise BadRequest(
+                f"model '{model.name}' profile '{name}': GPUs change between card counts only; "
+                "a CPU profile is its own profile (see `replicas --cpu-memory`)"
+            )
+    return msgspec.structs.replace(
+        model, profiles=[msgspec.structs.replace(p, gpus=gpus.get(p.name, p.gpus)) for p in model.profiles]
+    )
+
+
+def set_aliases(model: Model, add: list[str], remove: list[str]) -> Model:
+    """Aliases added and dropped (dropping one it does not have is refused)."""
+    missing = sorted(set(remove) - set(model.aliases))
+    if missing:
+        raise BadRequest(f"model '{model.name}' has no alias {', '.join(missing)}; its aliases: {', '.join(model.aliases) or 'none'}")
+    aliases = [a for a in model.aliases if a not in remove] + [a for a in add if a not in model.aliases]
+    return msgspec.structs.replace(model, aliases=aliases)
+
+
+def fingerprint(model: Model, profile: Profile) -> str:
+    """What decides whether a running replica is stale: its context and how it runs, never the counts."""
+    kept = msgspec.structs.replace(profile, replicas=None, weight=1, priority=0)
+    return hashlib.sha256(msgspec.json.encode([model.source, model.context, kept])).hexdigest()[:16]
+
+
 def apply_change(model: Model, change: ModelChange) -> Model:
     """The model after `change`, checked."""
-    if change.action == "stop":
+    action = change.action
+    if action == "stop":
         changed = stop(model)
-    elif change.action == "start":
+    elif action == "start":
         changed = start(model)
-    elif change.action == "scale":
+    elif action == "scale":
         if change.scaling is None:
             raise BadRequest("scale needs a scaling: {\"min\": N, \"max\": M}")
         changed = scale(model, change.scaling)
-    else:
+    elif action == "replicas":
         changed = set_replicas(model, change.counts, change.cpu_memory_mb, change.cpu_cores)
+    elif action == "context":
+        changed = set_context(model, change.context, change.max_output)
+    elif action == "gpus":
+        changed = set_gpus(model, change.gpus)
+    elif action == "class":
+        if change.capacity_class is None:
+            raise BadRequest("class needs a capacity_class: critical, standard or batch")
+        changed = msgspec.structs.replace(model, capacity_class=change.capacity_class)
+    elif action == "owner":
+        changed = msgspec.structs.replace(model, owner=change.owner or "")
+    else:
+        changed = set_aliases(model, change.add_aliases, change.remove_aliases)
     check_model(changed)
     return changed

@@ -77,6 +77,12 @@ class Catalog:
         return ModelEntry(model=record.model, revision=got.revision, changed_by=record.changed_by,
                           declared_in=record.declared_in)
 
+    async def _maybe(self, name: str) -> ModelEntry | None:
+        try:
+            return await self._entry(name)
+        except NotFound:
+            return None
+
     async def _all(self) -> dict[str, ModelEntry]:
         entries = {}
         for key in await kv_keys(self.kv):
@@ -100,11 +106,11 @@ class Catalog:
 
     async def put(self, req: ModelPut) -> ModelEntry:
         check_model(req.model)
-        entries = await self._all()
-        current = entries.pop(req.model.name, None)
+        current = await self._maybe(req.model.name)  # read directly: the listing is for the others
         if current:
             self._editable(current)
-        check_catalog(req.model, {n: e.model for n, e in entries.items()})
+        others = await self._all()
+        check_catalog(req.model, {n: e.model for n, e in others.items() if n != req.model.name})
         expected = req.revision if req.revision is not None else (current.revision if current else 0)
         return await self._write(req.model, expected, req.by, "put")
 
@@ -113,15 +119,16 @@ class Catalog:
         self._editable(entry)
         if req.revision is not None and req.revision != entry.revision:
             raise Conflict(f"model '{req.name}' is at revision {entry.revision}, not {req.revision}: get it again")
-        return await self._write(apply_change(entry.model, req), entry.revision, req.by, req.action)
+        changed = apply_change(entry.model, req)
+        if req.action == "alias":
+            others = {n: e.model for n, e in (await self._all()).items() if n != req.name}
+            check_catalog(changed, others)
+        return await self._write(changed, entry.revision, req.by, req.action)
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
-        entries = await self._all()
-        if ref.name not in entries:
-            raise NotFound(f"model '{ref.name}' is not in the catalog; `llmgw ctl model list` shows what is")
-        entry = entries.pop(ref.name)
+        entry = await self._entry(ref.name)
         self._editable(entry)
-        leaning = sorted(n for n, e in entries.items() if ref.name in e.model.fallbacks)
+        leaning = sorted(n for n, e in (await self._all()).items() if n != ref.name and ref.name in e.model.fallbacks)
         if leaning:
             raise BadRequest(f"model '{ref.name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first")
         try:

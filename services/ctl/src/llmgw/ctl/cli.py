@@ -59,7 +59,7 @@ async def _ctl(args: argparse.Namespace) -> int:
                 replicas = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
                 print(models_table(listed, replicas))
                 return 0
-        elif args.what == "model" and args.verb in ("stop", "start", "scale", "replicas"):
+        elif args.what == "model" and args.verb in ("stop", "start", "scale", "replicas", "context", "gpus", "class", "owner", "alias"):
             change = _change(args)
             out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
             print(_said(change, out), file=sys.stderr)
@@ -113,15 +113,35 @@ def _change(args: argparse.Namespace) -> ModelChange:
         low = int(args.rest[0])
         change.scaling = Scaling(min=low, max=int(args.rest[-1]))
     elif args.verb == "replicas":
-        for item in args.rest:
-            profile, eq, count = item.partition("=")
-            if not eq or not count.isdigit():
-                raise ValueError(f"'{item}' is not PROFILE=COUNT (for example gpu=7 cpu=4)")
-            change.counts[profile] = int(count)
+        change.counts = _pairs(args.rest)
         if args.cpu_memory is not None:
             change.cpu_memory_mb = int(args.cpu_memory * 1024)
         change.cpu_cores = args.cpu_cores
+    elif args.verb == "context":
+        change.context = int(args.rest[0]) if args.rest else None
+        change.max_output = args.max_output
+    elif args.verb == "gpus":
+        change.gpus = _pairs(args.rest)
+    elif args.verb in ("class", "owner"):
+        if len(args.rest) != 1:
+            raise ValueError(f"usage: llmgw ctl model {args.verb} NAME VALUE")
+        change.capacity_class, change.owner = (args.rest[0], None) if args.verb == "class" else (None, args.rest[0])
+    elif args.verb == "alias":
+        change.add_aliases, change.remove_aliases = args.add or [], args.drop or []
+        if not (change.add_aliases or change.remove_aliases):
+            raise ValueError("usage: llmgw ctl model alias NAME [--add ALIAS ...] [--drop ALIAS ...]")
     return msgspec.convert(msgspec.to_builtins(change), ModelChange)  # validated like any message
+
+
+def _pairs(items: list[str]) -> dict[str, int]:
+    """PROFILE=COUNT arguments."""
+    out = {}
+    for item in items:
+        profile, eq, count = item.partition("=")
+        if not eq or not count.isdigit():
+            raise ValueError(f"'{item}' is not PROFILE=COUNT (for example gpu=7 cpu=4)")
+        out[profile] = int(count)
+    return out
 
 
 def _said(change: ModelChange, entry: ModelEntry) -> str:
@@ -131,8 +151,13 @@ def _said(change: ModelChange, entry: ModelEntry) -> str:
         return f"Stopped {m.name}: its replicas stop; `start` brings back {m.stopped.min}."
     counts = {p.name: p.replicas for p in m.profiles if p.replicas is not None}
     where = f" ({', '.join(f'{k}={v}' for k, v in counts.items())})" if counts else ""
-    tail = " Those short start first, then those over stop." if change.action == "replicas" else ""
-    return f"{m.name} now runs {m.scaling.min}..{m.scaling.max} replicas{where}.{tail}"
+    if change.action == "replicas":
+        return f"{m.name} now runs {m.scaling.min} replicas{where}. Those short start first, then those over stop."
+    if change.action in ("context", "gpus"):
+        return f"{m.name}: context {m.context}, max output {m.max_output or 'unset'}; stale replicas restart one at a time."
+    if change.action in ("class", "owner", "alias"):
+        return f"{m.name}: class {m.capacity_class}, owner {m.owner or '-'}, aliases {', '.join(m.aliases) or '-'}."
+    return f"{m.name} now runs {m.scaling.min}..{m.scaling.max} replicas{where}."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,12 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     ctl.add_argument("what", choices=["model", "models", "replica"])
     ctl.add_argument("verb", nargs="?", default="list",
-                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "scale", "replicas"])
+                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "scale", "replicas",
+                              "context", "gpus", "class", "owner", "alias"])
     ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
     ctl.add_argument("rest", nargs="*", help="scale: MIN [MAX]; replicas: PROFILE=COUNT ...")
     ctl.add_argument("--cpu-memory", type=float, help="replicas: add a CPU profile reserving this many GB")
     ctl.add_argument("--cpu-cores", type=int, help="replicas: cores that CPU profile reserves")
+    ctl.add_argument("--max-output", type=int, help="context: the longest answer in tokens")
+    ctl.add_argument("--add", action="append", help="alias: an alias to add (repeatable)")
+    ctl.add_argument("--drop", action="append", help="alias: an alias to drop (repeatable)")
     args = parser.parse_args(argv)
     if args.command == "up":
         from llmgw.ctl.up import UpOptions, up

@@ -6,33 +6,22 @@ meaning (400, 404, 409) and come back in the OpenAI error body.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import msgspec
 from litestar import Request, Router, delete, get, post, put
 from litestar.connection import ASGIConnection
 
 from llmgw.bus import BusError, request
-from llmgw.proto import Empty, Model, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, Scaling, Subjects
+from llmgw.proto import ChangeSpec, Empty, Model, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, Subjects
 from llmgw.router.core import ApiError
 
 if TYPE_CHECKING:
     from llmgw.router.service import Router as LlmgwRouter
 
-__all__ = ["ChangeBody", "admin_api"]
+__all__ = ["admin_api"]
 
 _TYPES = {"400": "invalid_request_error", "404": "not_found_error", "409": "conflict_error"}
-
-
-class ChangeBody(msgspec.Struct, kw_only=True):
-    """An operator's change to a model (the body of POST /api/v1/models/{name}/change)."""
-
-    action: Literal["stop", "start", "scale", "replicas"]
-    scaling: Scaling | None = None
-    counts: dict[str, int] = msgspec.field(default_factory=dict)
-    cpu_memory_mb: int | None = None
-    cpu_cores: int | None = None
-    revision: int | None = None
 
 
 def admin_api(router: LlmgwRouter) -> Router:
@@ -68,8 +57,8 @@ def admin_api(router: LlmgwRouter) -> Router:
         return await call(request, Subjects.CATALOG_MODEL_PUT, put_, ModelEntry)
 
     @post("/models/{name:str}/change", status_code=200)
-    async def change_model(request: Request, name: str, data: ChangeBody) -> ModelEntry:
-        """Stop, start, scale, or set replicas per profile."""
+    async def change_model(request: Request, name: str, data: ChangeSpec) -> ModelEntry:
+        """Stop, start, scale, replicas per profile, context, GPUs, class, owner or aliases."""
         try:
             change = msgspec.convert({**msgspec.to_builtins(data), "name": name, "by": request.state.key.name}, ModelChange)
         except msgspec.ValidationError as exc:
