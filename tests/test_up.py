@@ -256,6 +256,17 @@ def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):
     assert "/api/v1/models/{name}" in schema["paths"]
 
 
+def test_a_service_with_a_bad_flag_or_declared_file_says_why_without_a_traceback(up, tmp_path):
+    svc = [sys.executable, "-m", "llmgw.ctl", "service", "catalog", "--nats-url", up.nats_url]
+    flag = subprocess.run([*svc, "--histroy", "3"], capture_output=True, text=True, timeout=30)
+    assert flag.returncode == 2 and "unknown flag --histroy" in flag.stderr and "Traceback" not in flag.stderr
+    bad = tmp_path / "models.yaml"
+    bad.write_text("models:\n  - {name: a, source: o/r/a.gguf, contxt: 1}\n")
+    declared = subprocess.run([*svc, "--declared", str(bad)], capture_output=True, text=True, timeout=30)
+    assert declared.returncode == 1 and "unknown field 'contxt'" in declared.stderr
+    assert "Traceback" not in declared.stderr
+
+
 def test_an_unknown_model_is_a_404_in_openais_error_body(up):
     with pytest.raises(openai.NotFoundError) as info:
         up.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "Hi"}])

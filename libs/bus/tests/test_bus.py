@@ -8,8 +8,7 @@ import nats.micro
 import pytest
 from opentelemetry import trace
 
-from llmgw.bus import BusConfig, Context, NotFound, load_config, request, setup_tracing
-from llmgw.bus._config import ConfigError
+from llmgw.bus import BusConfig, ConfigError, Context, NotFound, load_config, request, setup_tracing
 from llmgw.proto import Empty, ModelRef
 
 setup_tracing("test", "0.0.0")

@@ -1,6 +1,6 @@
 """What every llmgw service stands on: NATS, typed requests, errors, logs, traces, admin HTTP."""
 
-from llmgw.bus._config import BusConfig, load_config
+from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
@@ -13,6 +13,7 @@ __all__ = [
     "BadRequest",
     "BusConfig",
     "BusError",
+    "ConfigError",
     "Conflict",
     "HttpServer",
     "Context",

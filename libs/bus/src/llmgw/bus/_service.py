@@ -165,5 +165,9 @@ def run(app: ServiceApp, config: BusConfig) -> int:
     """Run `app` until SIGTERM or SIGINT; returns the process exit status."""
     setup_logging(app.name, config.node_name(), config.log_level)
     setup_tracing(app.name, app.version)
-    asyncio.run(_main(app, config))
+    try:
+        asyncio.run(_main(app, config))
+    except BusError as exc:  # a bad setting or file found at start: say it, no traceback
+        get_logger(app.name).error("cannot start", error=exc.message)
+        return 1
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from llmgw.bus import BusError, connect, request
+from llmgw.bus import BusError, ConfigError, connect, request
 from llmgw.proto import (
     Empty,
     Model,
@@ -37,7 +37,11 @@ def _service(name: str, rest: list[str]) -> int:
     if name not in found:
         print(f"llmgw: no service '{name}'; installed: {', '.join(sorted(found))}", file=sys.stderr)
         return 2
-    return found[name].load()(rest)
+    try:
+        return found[name].load()(rest)
+    except ConfigError as exc:
+        print(f"llmgw service {name}: {exc}", file=sys.stderr)
+        return 2
 
 
 async def _ctl(args: argparse.Namespace) -> int:
