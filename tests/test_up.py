@@ -20,7 +20,18 @@ import psutil
 import pytest
 
 from llmgw.bus import connect, request
-from llmgw.proto import Empty, KeyCreate, KeyCreated, Model, ModelEntry, ModelPut, ModelRef, ReplicaList, Subjects
+from llmgw.proto import (
+    Empty,
+    KeyCreate,
+    KeyCreated,
+    Model,
+    ModelEntry,
+    ModelPut,
+    ModelRef,
+    ReplicaList,
+    Scaling,
+    Subjects,
+)
 
 DEMO = "demo-random-tiny"
 SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
@@ -212,21 +223,68 @@ def _show_and_change(ctl):
     assert "context 4096, max output 512" in said.stderr
 
 
+def _demo_replicas(up):
+    async def ask(nc):
+        return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+                if r.model == DEMO]
+
+    return up.nats(ask)
+
+
 def test_stop_stops_the_replica_and_start_brings_it_back(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
     stopped = subprocess.run([*ctl, "stop", DEMO], capture_output=True, text=True, check=True)
     assert "Stopped demo-random-tiny" in stopped.stderr
-
-    async def replicas(nc):
-        return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
-                if r.model == DEMO]
-
     deadline = time.monotonic() + 30
-    while up.nats(replicas) and time.monotonic() < deadline:
+    while _demo_replicas(up) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert up.nats(replicas) == []
+    assert _demo_replicas(up) == []
     subprocess.run([*ctl, "start", DEMO], capture_output=True, text=True, check=True)
     up.wait_ready()
+
+
+def test_a_restart_starts_the_replica_again_beside_the_old_one_and_every_request_is_answered(up):
+    before = [r.id for r in _demo_replicas(up) if r.state == "ready"]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    said = subprocess.run([*ctl, "restart", DEMO], capture_output=True, text=True, check=True)
+    assert "start again one at a time" in said.stderr and "ready before the old one stops" in said.stderr
+    answered, seen_both = 0, False
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        up.client.completions.create(model=DEMO, prompt="hi", max_tokens=1)  # raises if one is not answered
+        answered += 1
+        now = _demo_replicas(up)
+        seen_both |= len(now) == 2
+        if [r.state for r in now] == ["ready"] and now[0].id not in before:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the restart never finished: {_demo_replicas(up)}")
+    assert seen_both and answered > 1
+
+
+def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(up, home):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
+    source = str(demo_file.relative_to(home / "mirror"))
+    own = home / "mirror" / "test" / "purge" / "own.gguf"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(demo_file.read_bytes())
+
+    async def put(nc):
+        for name, src, low in (("twin", source, 0), ("purgeable", "test/purge/own.gguf", 1)):
+            model = Model(name=name, source=src, context=512, scaling=Scaling(min=low, max=1))
+            await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+
+    up.nats(put)
+    up.wait_ready("purgeable")
+    cached = home / "agent" / "cache" / "test" / "purge" / "own.gguf"
+    assert cached.is_file()
+    twin = subprocess.run([*ctl, "remove", "twin", "--purge"], capture_output=True, text=True, check=True)
+    assert f"Kept {source} (everywhere): model {DEMO} uses it." in twin.stderr
+    purged = subprocess.run([*ctl, "remove", "purgeable", "--purge"], capture_output=True, text=True, check=True)
+    assert "Deleted test/purge/own.gguf from " in purged.stderr and "mirror" in purged.stderr
+    assert not own.exists() and not cached.exists() and demo_file.is_file()
 
 
 def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):

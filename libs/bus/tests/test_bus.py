@@ -8,7 +8,18 @@ import nats.micro
 import pytest
 from opentelemetry import trace
 
-from llmgw.bus import BusConfig, ConfigError, Context, NotFound, load_config, request, setup_tracing
+from llmgw.bus import (
+    BusConfig,
+    BusError,
+    ConfigError,
+    Context,
+    NotFound,
+    delete_under,
+    gather,
+    load_config,
+    request,
+    setup_tracing,
+)
 from llmgw.proto import Empty, ModelRef
 
 setup_tracing("test", "0.0.0")
@@ -127,3 +138,39 @@ async def test_a_client_reconnects_when_nats_restarts_on_the_same_port(tmp_path)
             second.stop()
     finally:
         await nc.close()
+
+
+async def test_gather_hears_every_instance_in_its_own_queue_and_errors_as_errors(nc):
+    services = []
+    for node in ("a", "b", "c"):
+        service = await nats.micro.add_service(nc, name="llmgw-echo", version="1.2.3")
+        ctx = Context(_App(), BusConfig(), nc, service)
+
+        async def answer(ref: ModelRef, node=node) -> ModelRef:
+            if node == "c":
+                raise NotFound(f"node {node} has no '{ref.name}'")
+            return ModelRef(name=f"{ref.name}-{node}")
+
+        await ctx.endpoint("each", "test.each", ModelRef, answer, queue=node)
+        services.append(service)
+    answers = await gather(nc, "test.each", ModelRef(name="x"), ModelRef, window_s=0.5)
+    assert sorted(a.name for a in answers if isinstance(a, ModelRef)) == ["x-a", "x-b"]
+    assert [a.message for a in answers if isinstance(a, BusError)] == ["node c has no 'x'"]
+    assert await gather(nc, "test.nobody", ModelRef(name="x"), ModelRef, window_s=0.2) == []
+    for service in services:
+        await service.stop()
+
+
+def test_delete_under_removes_the_file_its_sidecars_and_empty_folders_but_never_climbs_out(tmp_path):
+    root = tmp_path / "root"
+    (root / "o" / "r").mkdir(parents=True)
+    (root / "o" / "r" / "f.gguf").write_bytes(b"x")
+    (root / "o" / "r" / ".f.gguf.sha256").write_bytes(b"{}")
+    (root / "o" / "keep.txt").write_bytes(b"y")
+    assert delete_under(root, "o/r/f.gguf") is True
+    assert not (root / "o" / "r").exists() and (root / "o" / "keep.txt").exists()
+    assert delete_under(root, "o/r/f.gguf") is False
+    (tmp_path / "outside").write_bytes(b"z")
+    with pytest.raises(ValueError, match="is not under"):
+        delete_under(root, "../outside")
+    assert (tmp_path / "outside").exists()

@@ -9,7 +9,7 @@ from llmgw.catalog.core import (
     apply_change,
     check_model,
     counts_of,
-    fingerprint,
+    restart,
     scale,
     set_aliases,
     set_context,
@@ -19,7 +19,7 @@ from llmgw.catalog.core import (
     stop,
     strip_gpu_args,
 )
-from llmgw.proto import Model, ModelChange, Profile, Scaling
+from llmgw.proto import Model, ModelChange, Profile, Scaling, fingerprint
 
 
 def gguf_model(**kw):
@@ -113,7 +113,7 @@ _changes = st.one_of(
     st.builds(ModelChange, name=st.just("m"), action=st.just("context"), context=st.integers(128, 9000),
               max_output=st.none() | st.integers(1, 9000)),
     st.builds(ModelChange, name=st.just("m"), action=st.just("gpus"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))),
-    st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start"])),
+    st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start", "restart"])),
     st.builds(ModelChange, name=st.just("m"), action=st.just("scale"),
               scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8)))),
     st.builds(ModelChange, name=st.just("m"), action=st.just("replicas"),
@@ -168,3 +168,23 @@ def test_the_fingerprint_ignores_counts_but_not_the_context_or_the_cards():
     assert fingerprint(m, m.profiles[0]) != fingerprint(set_context(m, 8192, None), m.profiles[0])
     more = set_gpus(m, {"gpu": 2})
     assert fingerprint(m, m.profiles[0]) != fingerprint(more, more.profiles[0])
+    shorter = set_context(m, None, 512)
+    assert fingerprint(m, m.profiles[0]) == fingerprint(shorter, shorter.profiles[0])  # applies at once
+
+
+def test_a_restart_makes_every_replica_stale_and_a_stopped_model_cannot_restart():
+    m = two_profiles()
+    again = restart(m)
+    assert again.generation == 1
+    assert all(fingerprint(m, p) != fingerprint(again, p) for p in m.profiles)
+    with pytest.raises(Conflict, match="is stopped: nothing runs to restart"):
+        restart(stop(m))
+
+
+@pytest.mark.parametrize("action", ["restart", "context", "gpus"])
+def test_a_change_that_restarts_says_whether_in_place_or_beside(action):
+    m = two_profiles()
+    spec = {"context": 8192} if action == "context" else ({"gpus": {"gpu": 2}} if action == "gpus" else {})
+    in_place = apply_change(m, ModelChange(name="m", action=action, in_place=True, **spec))
+    assert in_place.rollout == "in-place"
+    assert apply_change(in_place, ModelChange(name="m", action=action, **spec)).rollout == "surge"

@@ -2,10 +2,12 @@
 
 import itertools
 
-from hypothesis import given
+import msgspec
+import pytest
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling
+from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import NodeView, backoff_s, lost, memory_need_mb, reconcile
 
 NOW = 1_000_000.0
@@ -22,15 +24,22 @@ def model(name="m", replicas=1, memory=None):
                  profiles=[Profile(host_memory_mb=memory)])
 
 
-def replica(rid, model="m", node="a", state="ready", updated=NOW - 100, failures=0, memory=1000):
+CURRENT = "current"
+"""A replica started with its model's profile as the catalog has it now (`run` fills it in)."""
+
+
+def replica(rid, model="m", node="a", state="ready", updated=NOW - 100, failures=0, memory=1000, fp=CURRENT):
     return ReplicaState(id=rid, model=model, profile="cpu", node=node, state=state, updated=updated,
-                        failures=failures, memory_mb=memory)
+                        failures=failures, memory_mb=memory, fingerprint=fp)
 
 
-def run(models, nodes, replicas, weights=None):
+def run(models, nodes, replicas, weights=None, now=NOW):
     weights = weights if weights is not None else {m.source: GB for m in models}
-    return reconcile({m.name: m for m in models}, {n.info.node: n for n in nodes}, replicas, weights, NOW,
-                     (f"r{i}" for i in itertools.count()))
+    by_name = {m.name: m for m in models}
+    replicas = [msgspec.structs.replace(r, fingerprint=fingerprint(by_name[r.model], by_name[r.model].profiles[0]))
+                if r.fingerprint == CURRENT and r.model in by_name else r for r in replicas]
+    return reconcile(by_name, {n.info.node: n for n in nodes}, replicas, weights, now,
+                     (f"r{i}-{now}" for i in itertools.count()))
 
 
 def test_a_missing_replica_goes_to_the_node_with_the_most_memory_left():
@@ -108,3 +117,88 @@ def test_a_replica_its_agent_no_longer_reports_is_lost_but_one_not_yet_delivered
     recorded = [replica("ran", state="ready"), replica("new", state="pending"), replica("here", state="starting"),
                 replica("other", node="b")]
     assert [r.id for r in lost("a", {"here"}, recorded)] == ["ran"]
+
+
+def simulate(m, total_mb, replicas, ticks=40):
+    """Apply plans tick by tick as the shell and the agents would: a started replica is ready a tick later.
+
+    One node of `total_mb`, whose available memory is what its ready replicas leave. Returns the
+    ready count seen after every tick and the replicas at the end.
+    """
+    ready_seen = []
+    for tick in range(ticks):
+        now = NOW + tick
+        replicas = [msgspec.structs.replace(r, state="ready") if r.state == "pending" else r for r in replicas]
+        used = sum(r.memory_mb for r in replicas if r.state == "ready")
+        plan = run([m], [node("a", total_mb - used, seen=now)], replicas, now=now)
+        stopped = {s.replica.id for s in plan.stops}
+        replicas = [r for r in replicas if r.id not in stopped] + [s.replica for s in plan.starts]
+        ready_seen.append(sum(r.state == "ready" for r in replicas))
+        if not plan.starts and not plan.stops:
+            break
+    return ready_seen, replicas
+
+
+def test_a_restart_replaces_every_replica_one_at_a_time_and_never_runs_fewer():
+    m = model(replicas=3, memory=1000)
+    before = [replica(f"x{i}", memory=1000, updated=NOW - 100 + i) for i in range(3)]
+    restarted = msgspec.structs.replace(m, generation=1)
+    plan = run([restarted], [node("a", 9000)], [msgspec.structs.replace(r, fingerprint=fingerprint(m, m.profiles[0])) for r in before])
+    assert len(plan.starts) == 1 and plan.stops == []  # one replacement beside the old ones first
+    old = fingerprint(m, m.profiles[0])
+    ready_seen, after = simulate(restarted, 9000, [msgspec.structs.replace(r, fingerprint=old) for r in before])
+    assert min(ready_seen) >= 3
+    assert len(after) == 3 and all(r.fingerprint == fingerprint(restarted, restarted.profiles[0]) for r in after)
+    assert not {r.id for r in before} & {r.id for r in after}
+
+
+def test_in_place_stops_one_stale_replica_before_its_replacement_and_dips_by_one_at_most():
+    m = model(replicas=3, memory=3000)
+    old = fingerprint(m, m.profiles[0])
+    changed = msgspec.structs.replace(m, context=8192, rollout="in-place")
+    before = [replica(f"x{i}", memory=3000, fp=old) for i in range(3)]
+    first = run([changed], [node("a", 512)], before)  # full: the three use all there is
+    assert len(first.stops) == 1 and len(first.starts) == 1
+    ready_seen, after = simulate(changed, 9000 + 512, before)
+    assert min(ready_seen) == 2 and ready_seen[-1] == 3
+    assert all(r.fingerprint == fingerprint(changed, changed.profiles[0]) for r in after)
+
+
+def test_a_surge_with_no_room_beside_says_so_and_stops_nothing():
+    m = model(replicas=1, memory=3000)
+    stale = [replica("x", memory=3000, fp="old")]
+    plan = run([m], [node("a", 1000 + 512)], stale)  # the stale one holds its 3000 already
+    assert plan.stops == [] and plan.starts == []
+    assert "`--in-place` stops that one first" in plan.unplaced["m"]
+
+
+def test_a_replacement_that_fails_takes_no_second_replica_down_in_place():
+    m = msgspec.structs.replace(model(replicas=2), rollout="in-place")
+    replicas = [replica("x", fp="old"), replica("failed", state="failed", updated=NOW - 1, fp=CURRENT)]
+    plan = run([m], [node("a", 9000)], replicas)
+    assert plan.stops == [] and "backing off" in plan.unplaced["m"]
+
+
+def test_changing_counts_or_weights_leaves_running_replicas_alone():
+    m = model(replicas=2)
+    weighted = msgspec.structs.replace(m, profiles=[msgspec.structs.replace(m.profiles[0], weight=5, replicas=2)])
+    assert fingerprint(m, m.profiles[0]) == fingerprint(weighted, weighted.profiles[0])
+    plan = run([weighted], [node("a", 9000)], [replica("x", fp=fingerprint(m, m.profiles[0])), replica("y", fp=fingerprint(m, m.profiles[0]))])
+    assert plan.starts == [] and plan.stops == []
+
+
+@pytest.mark.parametrize("rollout", ["surge", "in-place"])
+@given(want=st.integers(1, 4), stale=st.integers(0, 4), fresh=st.integers(0, 4), room=st.integers(1, 8))
+def test_a_rollout_converges_and_never_dips_more_than_its_kind_allows(rollout, want, stale, fresh, room):
+    assume(stale + fresh <= room)  # what runs fits the node to begin with
+    m = msgspec.structs.replace(model(replicas=want, memory=1000), rollout=rollout)
+    replicas = [replica(f"s{i}", memory=1000, fp="old") for i in range(stale)]
+    replicas += [replica(f"f{i}", memory=1000) for i in range(fresh)]
+    ready_seen, after = simulate(m, room * 1000 + 512, replicas, ticks=60)
+    floor = min(want, stale + fresh) - (1 if rollout == "in-place" else 0)
+    assert min(ready_seen) >= min(floor, room)
+    for seen in ready_seen:
+        assert seen <= max(want + 1, stale + fresh)
+    assert sum(r.memory_mb for r in after) <= room * 1000
+    if room > want:  # room for a surge: every stale replica is replaced and the count is right
+        assert len(after) == want and all(r.fingerprint != "old" for r in after)

@@ -4,12 +4,14 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
+from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._messages import (
     CatalogRecord,
     ChangeSpec,
     Empty,
     FileInfo,
     FileList,
+    FilePlace,
     FileRef,
     Heartbeat,
     KeyCreate,
@@ -19,16 +21,20 @@ from llmgw.proto._messages import (
     ModelChange,
     ModelEntry,
     ModelList,
+    ModelPurge,
     ModelPut,
     ModelRef,
     NodeInfo,
     Profile,
+    PurgeReport,
     ReplicaList,
     ReplicaStart,
     ReplicaState,
     ReplicaStop,
     Scaling,
     ScheduleWindow,
+    WeightsDelete,
+    WeightsDeleted,
     all_messages,
 )
 from llmgw.proto._strict import StrictError, convert_strict
@@ -42,6 +48,7 @@ __all__ = [
     "Empty",
     "FileInfo",
     "FileList",
+    "FilePlace",
     "FileRef",
     "Heartbeat",
     "KeyCreate",
@@ -51,10 +58,12 @@ __all__ = [
     "ModelEntry",
     "ModelChange",
     "ModelList",
+    "ModelPurge",
     "ModelPut",
     "ModelRef",
     "NodeInfo",
     "Profile",
+    "PurgeReport",
     "ReplicaList",
     "ReplicaStart",
     "ReplicaState",
@@ -63,6 +72,9 @@ __all__ = [
     "ScheduleWindow",
     "StrictError",
     "Subjects",
+    "WeightsDelete",
+    "WeightsDeleted",
     "all_messages",
     "convert_strict",
+    "fingerprint",
 ]

@@ -23,8 +23,11 @@ __all__ = [
     "ModelList",
     "ModelPut",
     "ModelChange",
+    "ModelPurge",
     "ModelRef",
+    "FilePlace",
     "NodeInfo",
+    "PurgeReport",
     "Profile",
     "ReplicaList",
     "ReplicaStart",
@@ -32,6 +35,8 @@ __all__ = [
     "ReplicaStop",
     "Scaling",
     "ScheduleWindow",
+    "WeightsDelete",
+    "WeightsDeleted",
     "all_messages",
 ]
 
@@ -143,6 +148,11 @@ class Model(Struct, kw_only=True):
     """A higher class may take room from a lower one."""
     owner: str = ""
     """Team or person responsible."""
+    generation: NonNegative = 0
+    """Raised by restart: every replica of an older generation is started again, one at a time."""
+    rollout: Literal["surge", "in-place"] = "surge"
+    """How stale replicas are replaced: surge starts the new one beside the old, in-place stops the
+    old one first (for when there is no room beside it). Set by the change that made them stale."""
 
 
 class CatalogRecord(Struct, kw_only=True):
@@ -185,10 +195,52 @@ class ModelRef(Struct, kw_only=True):
     name: Name
 
 
+class ModelPurge(Struct, kw_only=True):
+    """Remove a model and delete its files from the mirror and the nodes once its replicas stopped."""
+
+    name: Name
+    by: str = ""
+    """Who is removing it (recorded in the log)."""
+
+
+class FilePlace(Struct, kw_only=True):
+    """A weights file in one place (the mirror or a node), and what became of it."""
+
+    source: str
+    where: str
+    """'mirror' or the node's name."""
+    why: str = ""
+    """Why it was kept (another model uses it, a replica still runs on it), or empty."""
+
+
+class PurgeReport(Struct, kw_only=True):
+    """What a purge removed and deleted, and what it kept."""
+
+    entry: ModelEntry
+    """The model as it was before removal."""
+    deleted: list[FilePlace] = field(default_factory=list)
+    kept: list[FilePlace] = field(default_factory=list)
+
+
+class WeightsDelete(Struct, kw_only=True):
+    """Delete these files from a weights store (the mirror, or every node's cache)."""
+
+    sources: list[Source]
+
+
+class WeightsDeleted(Struct, kw_only=True):
+    """One store's answer to WeightsDelete."""
+
+    where: str
+    """'mirror' or the node's name."""
+    deleted: list[str] = field(default_factory=list)
+    kept: list[FilePlace] = field(default_factory=list)
+
+
 class ChangeSpec(Struct, kw_only=True):
     """What to change in a model; `action` says which fields below it reads."""
 
-    action: Literal["stop", "start", "scale", "replicas", "context", "gpus", "class", "owner", "alias"]
+    action: Literal["stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"]
     scaling: Scaling | None = None
     """For scale: the new scaling."""
     counts: dict[str, NonNegative] = field(default_factory=dict)
@@ -211,6 +263,8 @@ class ChangeSpec(Struct, kw_only=True):
     """For alias: names to add."""
     remove_aliases: list[Name] = field(default_factory=list)
     """For alias: names to drop."""
+    in_place: bool = False
+    """For restart, context and gpus: stop each replica before its replacement starts (no room beside it)."""
     revision: int | None = None
     """Expected current revision; None: the latest."""
 
@@ -263,6 +317,8 @@ class ReplicaState(Struct, kw_only=True):
     """Host memory claimed on the node."""
     failures: NonNegative = 0
     """Failed starts of this model before this replica."""
+    fingerprint: str = ""
+    """The profile's fingerprint it was started with; another one now means it is stale."""
     error: str = ""
     """Why it failed."""
     log_tail: list[str] = field(default_factory=list)
@@ -353,7 +409,8 @@ class KeyRecord(Struct, kw_only=True):
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
-        Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ChangeSpec, ModelChange, ModelList, NodeInfo,
+        Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
+        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -16,12 +16,17 @@ class Subjects:
     CATALOG_MODEL_LIST = f"{_P}.catalog.model.list"
     CATALOG_MODEL_REMOVE = f"{_P}.catalog.model.remove"
     CATALOG_MODEL_CHANGE = f"{_P}.catalog.model.change"
+    CATALOG_MODEL_PURGE = f"{_P}.catalog.model.purge"
 
     SCHEDULER_NODE_REGISTER = f"{_P}.scheduler.node.register"
     SCHEDULER_REPLICA_LIST = f"{_P}.scheduler.replica.list"
 
     MIRROR_FILE_STAT = f"{_P}.mirror.file.stat"
     MIRROR_FILE_LIST = f"{_P}.mirror.file.list"
+    MIRROR_FILE_DELETE = f"{_P}.mirror.file.delete"
+
+    AGENT_WEIGHTS_DELETE = f"{_P}.agent.weights.delete"
+    """Every agent answers (each in its own queue group): files deleted from its cache."""
 
     ROUTER_KEY_CREATE = f"{_P}.router.key.create"
 

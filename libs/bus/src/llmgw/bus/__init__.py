@@ -4,9 +4,9 @@ from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
-from llmgw.bus._nats import NatsServer, connect, kv_bucket, kv_keys, request, start_nats_server
+from llmgw.bus._nats import NatsServer, connect, gather, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
-from llmgw.bus._proc import die_with_parent, free_port
+from llmgw.bus._proc import delete_under, die_with_parent, free_port
 from llmgw.bus._service import Context, ServiceApp, run
 
 __all__ = [
@@ -23,8 +23,10 @@ __all__ = [
     "NotFound",
     "ServiceApp",
     "connect",
+    "delete_under",
     "die_with_parent",
     "free_port",
+    "gather",
     "get_logger",
     "kv_bucket",
     "kv_keys",

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from llmgw.bus._errors import BusError, Internal, from_code
 from llmgw.bus._observe import inject
 
-__all__ = ["NatsServer", "connect", "kv_bucket", "kv_keys", "request", "start_nats_server"]
+__all__ = ["NatsServer", "connect", "gather", "kv_bucket", "kv_keys", "request", "start_nats_server"]
 
 T = TypeVar("T")
 _tracer = trace.get_tracer("llmgw.bus")
@@ -56,6 +56,40 @@ async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type
         return msgspec.json.decode(msg.data, type=reply)
     except msgspec.DecodeError as exc:
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
+
+
+async def gather(nc: Client, subject: str, message: msgspec.Struct, reply: type[T],
+                 window_s: float = 1.0) -> list[T | BusError]:
+    """Send `message` to every service instance on `subject`; what answered within `window_s`.
+
+    For requests that each instance answers for itself (every agent, say). A reply that is an
+    error, or does not decode as `reply`, is in the list as a BusError.
+    """
+    answers: list[T | BusError] = []
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        with _tracer.start_as_current_span(f"gather {subject}", kind=trace.SpanKind.CLIENT):
+            await nc.publish(subject, msgspec.json.encode(message), reply=inbox, headers=inject())
+        deadline = time.monotonic() + window_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except TimeoutError:
+                break
+            headers = msg.headers or {}
+            if headers.get("Status") == "503":  # the server's word that nobody listens
+                break
+            if "Nats-Service-Error-Code" in headers:
+                answers.append(from_code(headers["Nats-Service-Error-Code"], headers.get("Nats-Service-Error", "")))
+                continue
+            try:
+                answers.append(msgspec.json.decode(msg.data, type=reply))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                answers.append(Internal(f"reply on {subject} is not a {reply.__name__}: {exc}"))
+    finally:
+        await sub.unsubscribe()
+    return answers
 
 
 async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1) -> KeyValue:

@@ -1,12 +1,14 @@
-"""Helpers for the processes services start: free ports, children that die with their parent."""
+"""Helpers for the processes services start and the files they keep: free ports, children that
+die with their parent, files deleted under a root."""
 
 from __future__ import annotations
 
 import ctypes
 import signal
 import socket
+from pathlib import Path
 
-__all__ = ["die_with_parent", "free_port"]
+__all__ = ["delete_under", "die_with_parent", "free_port"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -21,3 +23,23 @@ def free_port(host: str = "127.0.0.1") -> int:
 def die_with_parent() -> None:
     """For `preexec_fn`: the child gets SIGTERM when its parent dies, so nothing is orphaned."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def delete_under(root: Path, relative: str) -> bool:
+    """Delete `root/relative` and the '.<name>.*' files beside it; prune the folders it leaves empty.
+
+    Whether the file was there. `relative` must stay under `root` (a ValueError says so).
+    """
+    root = root.resolve()
+    path = (root / relative).resolve()
+    if root not in path.parents:
+        raise ValueError(f"'{relative}' is not under {root}")
+    existed = path.is_file()
+    path.unlink(missing_ok=True)
+    for side in path.parent.glob(f".{path.name}.*") if path.parent.is_dir() else ():
+        side.unlink(missing_ok=True)
+    folder = path.parent
+    while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+    return existed

@@ -60,11 +60,14 @@ class Context:
         self.started = time.time()
         self.admin_port = 0
 
-    async def endpoint(self, name: str, subject: str, request_type: type, handler: Handler) -> None:
+    async def endpoint(self, name: str, subject: str, request_type: type, handler: Handler,
+                       queue: str | None = None) -> None:
         """Serve `subject`: decode the request as `request_type`, reply with what `handler` returns.
 
         A malformed or invalid message gets a 400 naming the field; a BusError its
-        own code; anything else a 500. The service carries on in every case.
+        own code; anything else a 500. The service carries on in every case. Instances in one
+        `queue` share the requests; give each its own (the node's name) for requests that every
+        instance answers (see `gather`).
         """
 
         async def serve(req: Request) -> None:
@@ -90,7 +93,7 @@ class Context:
                     await req.respond_error(code, f"{type(exc).__name__}: {exc}")
                 self._requests.labels(subject, code).inc()
 
-        await self.service.add_endpoint(name=name, subject=subject, handler=serve)
+        await self.service.add_endpoint(name=name, subject=subject, handler=serve, queue_group=queue)
 
 
 async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:

@@ -16,10 +16,22 @@ import httpx
 import msgspec
 
 from llmgw.agent.core import llama_server_command, meminfo_mb
-from llmgw.bus import BadRequest, BusConfig, Context, Internal, die_with_parent, free_port, load_config, request, run
+from llmgw.bus import (
+    BadRequest,
+    BusConfig,
+    Context,
+    Internal,
+    delete_under,
+    die_with_parent,
+    free_port,
+    load_config,
+    request,
+    run,
+)
 from llmgw.proto import (
     Empty,
     FileInfo,
+    FilePlace,
     FileRef,
     Heartbeat,
     NodeInfo,
@@ -27,6 +39,8 @@ from llmgw.proto import (
     ReplicaState,
     ReplicaStop,
     Subjects,
+    WeightsDelete,
+    WeightsDeleted,
 )
 
 __all__ = ["Agent", "AgentConfig", "main"]
@@ -56,8 +70,10 @@ def _llama_server_binary() -> str:
 class _Replica:
     """One engine process this agent supervises."""
 
-    def __init__(self, state: ReplicaState) -> None:
+    def __init__(self, state: ReplicaState, source: str) -> None:
         self.state = state
+        self.source = source
+        """The weights file it runs on."""
         self.proc: asyncio.subprocess.Process | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self.task: asyncio.Task | None = None
@@ -97,6 +113,8 @@ class Agent:
         self.logs.mkdir(parents=True, exist_ok=True)
         await ctx.endpoint("replica-start", Subjects.agent_replica_start(self.node), ReplicaStart, self.start_replica)
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
+        await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
+                           queue=self.node)
         self.tasks.append(asyncio.create_task(self._heartbeats()))
 
     def ready(self) -> bool:
@@ -134,7 +152,7 @@ class Agent:
             raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.node}'")
         if req.profile.engine != "llamacpp":
             raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.node}")
-        replica = _Replica(msgspec.structs.replace(req.replica, state="fetching", updated=time.time()))
+        replica = _Replica(msgspec.structs.replace(req.replica, state="fetching", updated=time.time()), req.model.source)
         self.replicas[rid] = replica
         replica.task = asyncio.create_task(self._run(replica, req))
         await self._publish(replica)
@@ -146,6 +164,19 @@ class Agent:
             return ReplicaState(id=req.id, model="unknown", profile="unknown", node=self.node, state="stopped")
         await self._stop_engine(replica, req.reason or "asked to stop")
         return replica.state
+
+    async def delete_weights(self, req: WeightsDelete) -> WeightsDeleted:
+        """Delete files from this node's cache, keeping those a replica here runs on."""
+        answer = WeightsDeleted(where=self.node)
+        for source in req.sources:
+            users = sorted(r.state.id for r in self.replicas.values() if r.source == source)
+            if users:
+                if (self.cache / source).is_file():
+                    answer.kept.append(FilePlace(source=source, where=self.node, why=f"replica {', '.join(users)} runs on it"))
+            elif await asyncio.to_thread(delete_under, self.cache, source):
+                answer.deleted.append(source)
+                self.ctx.log.info("weights deleted", source=source)
+        return answer
 
     async def _set(self, replica: _Replica, **changes) -> None:
         replica.state = msgspec.structs.replace(replica.state, updated=time.time(), **changes)

@@ -7,15 +7,13 @@ its count and the scaling is their sum (min and max alike). Stopping keeps the s
 
 from __future__ import annotations
 
-import hashlib
-
 import msgspec
 
 from llmgw.bus import BadRequest, Conflict
-from llmgw.proto import Model, ModelChange, Profile, Scaling
+from llmgw.proto import FilePlace, Model, ModelChange, Profile, Scaling
 
 __all__ = [
-    "apply_change", "check_catalog", "check_model", "counts_of", "fingerprint", "scale", "set_aliases", "set_context",
+    "apply_change", "check_catalog", "check_model", "counts_of", "files_to_purge", "restart", "scale", "set_aliases", "set_context",
     "set_gpus", "set_replicas", "start", "stop", "strip_gpu_args",
 ]
 
@@ -195,10 +193,19 @@ def set_aliases(model: Model, add: list[str], remove: list[str]) -> Model:
     return msgspec.structs.replace(model, aliases=aliases)
 
 
-def fingerprint(model: Model, profile: Profile) -> str:
-    """What decides whether a running replica is stale: its context and how it runs, never the counts."""
-    kept = msgspec.structs.replace(profile, replicas=None, weight=1, priority=0)
-    return hashlib.sha256(msgspec.json.encode([model.source, model.context, kept])).hexdigest()[:16]
+def restart(model: Model) -> Model:
+    """Every replica started again, one at a time: a new generation makes each one stale."""
+    if model.stopped is not None:
+        raise Conflict(f"model '{model.name}' is stopped: nothing runs to restart; `start` brings it back")
+    return msgspec.structs.replace(model, generation=model.generation + 1)
+
+
+def files_to_purge(model: Model, others: dict[str, Model]) -> tuple[list[str], list[FilePlace]]:
+    """The files a purge of `model` deletes, and those it keeps because another model uses them."""
+    users = sorted(o.name for o in others.values() if o.name != model.name and o.source == model.source)
+    if users:
+        return [], [FilePlace(source=model.source, where="everywhere", why=f"model {', '.join(users)} uses it")]
+    return [model.source], []
 
 
 def apply_change(model: Model, change: ModelChange) -> Model:
@@ -208,6 +215,8 @@ def apply_change(model: Model, change: ModelChange) -> Model:
         changed = stop(model)
     elif action == "start":
         changed = start(model)
+    elif action == "restart":
+        changed = restart(model)
     elif action == "scale":
         if change.scaling is None:
             raise BadRequest("scale needs a scaling: {\"min\": N, \"max\": M}")
@@ -226,5 +235,7 @@ def apply_change(model: Model, change: ModelChange) -> Model:
         changed = msgspec.structs.replace(model, owner=change.owner or "")
     else:
         changed = set_aliases(model, change.add_aliases, change.remove_aliases)
+    if action in ("restart", "context", "gpus"):
+        changed = msgspec.structs.replace(changed, rollout="in-place" if change.in_place else "surge")
     check_model(changed)
     return changed

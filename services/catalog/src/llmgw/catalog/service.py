@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -10,20 +11,40 @@ import msgspec
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from llmgw.bus import BadRequest, BusConfig, Conflict, Context, NotFound, kv_bucket, kv_keys, load_config, run
-from llmgw.catalog.core import apply_change, check_catalog, check_model
+from llmgw.bus import (
+    BadRequest,
+    BusConfig,
+    BusError,
+    Conflict,
+    Context,
+    KvTable,
+    NotFound,
+    gather,
+    kv_bucket,
+    kv_keys,
+    load_config,
+    request,
+    run,
+)
+from llmgw.catalog.core import apply_change, check_catalog, check_model, files_to_purge
 from llmgw.catalog.declared import load_declared
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
     Empty,
+    FilePlace,
     Model,
     ModelChange,
     ModelEntry,
     ModelList,
+    ModelPurge,
     ModelPut,
     ModelRef,
+    PurgeReport,
+    ReplicaState,
     Subjects,
+    WeightsDelete,
+    WeightsDeleted,
 )
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
@@ -36,6 +57,10 @@ class CatalogConfig(BusConfig, kw_only=True):
     """Revisions the KV bucket keeps per model."""
     declared: str = ""
     """A YAML file of models ({models: [...]}) written at start; they are changed only there."""
+    purge_wait_s: float = 60.0
+    """How long a purge waits for the model's replicas to stop before it deletes files."""
+    purge_gather_s: float = 1.5
+    """How long a purge waits for every agent to say what it deleted."""
 
 
 class Catalog:
@@ -48,6 +73,7 @@ class Catalog:
     def __init__(self, config: CatalogConfig) -> None:
         self.config = config
         self.kv: KeyValue | None = None
+        self.replicas: KvTable[ReplicaState] | None = None
         self.ctx: Context | None = None
 
     async def start(self, ctx: Context) -> None:
@@ -60,9 +86,12 @@ class Catalog:
         await ctx.endpoint("model-list", Subjects.CATALOG_MODEL_LIST, Empty, self.list)
         await ctx.endpoint("model-remove", Subjects.CATALOG_MODEL_REMOVE, ModelRef, self.remove)
         await ctx.endpoint("model-change", Subjects.CATALOG_MODEL_CHANGE, ModelChange, self.change)
+        await ctx.endpoint("model-purge", Subjects.CATALOG_MODEL_PURGE, ModelPurge, self.purge)
+        self.replicas = await KvTable.open(ctx.js, BUCKETS["replicas"], ReplicaState)
 
     async def stop(self) -> None:
-        pass
+        if self.replicas:
+            self.replicas.stop()
 
     def ready(self) -> bool:
         return self.kv is not None
@@ -138,6 +167,33 @@ class Catalog:
         await self.ctx.nc.publish(Subjects.model_event(ref.name), b"")
         self.ctx.log.info("model removed", model=ref.name)
         return entry
+
+    async def purge(self, req: ModelPurge) -> PurgeReport:
+        """Remove the model, wait for its replicas to stop, then delete its files where no other model needs them."""
+        entry = await self.remove(ModelRef(name=req.name))
+        report = PurgeReport(entry=entry)
+        sources, report.kept = files_to_purge(entry.model, {n: e.model for n, e in (await self._all()).items()})
+        if not sources:
+            return report
+        deadline = time.monotonic() + self.config.purge_wait_s
+        while time.monotonic() < deadline and any(r.model == req.name for r in self.replicas.items.values()):
+            await asyncio.sleep(0.2)
+        ask = WeightsDelete(sources=sources)
+        answers: list[WeightsDeleted | BusError] = await gather(
+            self.ctx.nc, Subjects.AGENT_WEIGHTS_DELETE, ask, WeightsDeleted, self.config.purge_gather_s)
+        try:
+            answers.append(await request(self.ctx.nc, Subjects.MIRROR_FILE_DELETE, ask, WeightsDeleted))
+        except BusError as exc:
+            answers.append(exc)
+        for answer in answers:
+            if isinstance(answer, BusError):
+                report.kept.extend(FilePlace(source=s, where="unknown", why=answer.message) for s in sources)
+                continue
+            report.deleted.extend(FilePlace(source=s, where=answer.where) for s in answer.deleted)
+            report.kept.extend(answer.kept)
+        self.ctx.log.info("model purged", model=req.name, by=req.by or "unknown",
+                          deleted=[f"{d.where}:{d.source}" for d in report.deleted])
+        return report
 
     async def _write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
         """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""

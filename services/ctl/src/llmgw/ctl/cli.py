@@ -17,15 +17,21 @@ from llmgw.proto import (
     ModelChange,
     ModelEntry,
     ModelList,
+    ModelPurge,
     ModelPut,
     ModelRef,
+    Profile,
+    PurgeReport,
     ReplicaList,
     Scaling,
     Subjects,
     convert_strict,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "models_table", "purged"]
+
+_PURGE_TIMEOUT_S = 150.0
+"""A purge waits for the model's replicas to stop (the catalog's purge_wait_s, 60 s by default)."""
 
 
 def _services() -> dict[str, object]:
@@ -51,8 +57,15 @@ async def _ctl(args: argparse.Namespace) -> int:
             out = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
         elif args.what == "model" and args.verb in ("get", "show"):
             out = await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=args.arg), ModelEntry)
+        elif args.what == "model" and args.verb == "remove" and args.purge:
+            report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name=args.arg, by="ctl"), PurgeReport,
+                                   timeout=_PURGE_TIMEOUT_S)
+            print(purged(report), file=sys.stderr)
+            out = report
         elif args.what == "model" and args.verb == "remove":
             out = await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name=args.arg), ModelEntry)
+            print(f"Removed {args.arg} from the catalog: its replicas stop; its files stay (`--purge` deletes them).",
+                  file=sys.stderr)
         elif args.what == "model" and args.verb in ("put", "add"):
             out = await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=_model_file(Path(args.arg)), by="ctl"), ModelEntry)
         elif args.what == "models":
@@ -63,7 +76,7 @@ async def _ctl(args: argparse.Namespace) -> int:
                 replicas = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
                 print(models_table(listed, replicas))
                 return 0
-        elif args.what == "model" and args.verb in ("stop", "start", "scale", "replicas", "context", "gpus", "class", "owner", "alias"):
+        elif args.what == "model" and args.verb in ("stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"):
             change = _change(args)
             out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
             print(_said(change, out), file=sys.stderr)
@@ -91,26 +104,42 @@ def _model_file(path: Path) -> Model:
     return convert_strict(raw, Model, str(path))
 
 
+def _reserves(profile: Profile) -> str:
+    """What one replica of `profile` holds: cards, or cores and host memory."""
+    if profile.gpus:
+        return f"{profile.gpus}x{profile.gpu_class or 'gpu'}"
+    cores = f"{profile.cpu_cores} cores" if profile.cpu_cores else "half the cores"
+    memory = f"{profile.host_memory_mb / 1024:.1f} GiB" if profile.host_memory_mb else "weights+10%"
+    return f"{cores}, {memory}"
+
+
 def models_table(listed: ModelList, replicas: ReplicaList) -> str:
-    """`llmgw ctl models`: name, ready/wanted, status, profiles (with counts), aliases, fallbacks."""
+    """`llmgw ctl models`: name, ready/wanted, status, class, what a replica reserves, profiles (with
+    counts), aliases, fallbacks, and warnings (replicas that failed, and why)."""
     ready: dict[str, int] = {}
+    failed: dict[str, list[str]] = {}
     for r in replicas.replicas:
         ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
-    rows = [("MODEL", "READY", "STATUS", "CLASS", "PROFILES", "ALIASES", "FALLBACKS")]
+        if r.state == "failed":
+            failed.setdefault(r.model, []).append(r.error)
+    rows = [("MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS")]
     for e in listed.models:
         m = e.model
         counted = any(p.replicas is not None for p in m.profiles)
         profiles = ", ".join(f"{p.name}={p.replicas or 0}" if counted else p.name for p in m.profiles)
         status = "stopped" if m.stopped else ("declared" if e.declared_in else "running")
-        rows.append((m.name, f"{ready.get(m.name, 0)}/{m.scaling.min}", status, m.capacity_class, profiles,
-                     ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-"))
+        best = max(m.profiles, key=lambda p: p.priority)
+        errors = failed.get(m.name, [])
+        warning = f"{len(errors)} failed: {errors[-1]}" if errors else "-"
+        rows.append((m.name, f"{ready.get(m.name, 0)}/{m.scaling.min}", status, m.capacity_class, _reserves(best),
+                     profiles, ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-", warning))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def _change(args: argparse.Namespace) -> ModelChange:
     """The change `llmgw ctl model stop|start|scale|replicas NAME ...` asks for."""
-    change = ModelChange(name=args.arg, action=args.verb, by="ctl")
+    change = ModelChange(name=args.arg, action=args.verb, by="ctl", in_place=args.in_place)
     if args.verb == "scale":
         if not 1 <= len(args.rest) <= 2:
             raise ValueError("usage: llmgw ctl model scale NAME MIN [MAX]")
@@ -153,15 +182,33 @@ def _said(change: ModelChange, entry: ModelEntry) -> str:
     m = entry.model
     if change.action == "stop":
         return f"Stopped {m.name}: its replicas stop; `start` brings back {m.stopped.min}."
+    how = "each stops before its replacement starts" if m.rollout == "in-place" else "each replacement is ready before the old one stops"
+    if change.action == "restart":
+        return f"Restarting {m.name} (generation {m.generation}): its replicas start again one at a time; {how}."
     counts = {p.name: p.replicas for p in m.profiles if p.replicas is not None}
     where = f" ({', '.join(f'{k}={v}' for k, v in counts.items())})" if counts else ""
     if change.action == "replicas":
         return f"{m.name} now runs {m.scaling.min} replicas{where}. Those short start first, then those over stop."
     if change.action in ("context", "gpus"):
-        return f"{m.name}: context {m.context}, max output {m.max_output or 'unset'}; stale replicas restart one at a time."
+        if change.action == "context" and change.context is None:
+            return f"{m.name}: max output {m.max_output}, applied at once; no replica restarts."
+        return f"{m.name}: context {m.context}, max output {m.max_output or 'unset'}; its replicas restart one at a time, {how}."
     if change.action in ("class", "owner", "alias"):
         return f"{m.name}: class {m.capacity_class}, owner {m.owner or '-'}, aliases {', '.join(m.aliases) or '-'}."
     return f"{m.name} now runs {m.scaling.min}..{m.scaling.max} replicas{where}."
+
+
+def purged(report: PurgeReport) -> str:
+    """One sentence of what a purge deleted and what it kept, and why."""
+    said = [f"Removed {report.entry.model.name} from the catalog."]
+    by_source: dict[str, list[str]] = {}
+    for d in report.deleted:
+        by_source.setdefault(d.source, []).append(d.where)
+    said += [f"Deleted {source} from {', '.join(sorted(where))}." for source, where in by_source.items()]
+    said += [f"Kept {k.source} ({k.where}): {k.why}." for k in report.kept]
+    if not report.deleted and not report.kept:
+        said.append(f"No copy of {report.entry.model.source} was found to delete.")
+    return " ".join(said)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     ctl.add_argument("what", choices=["model", "models", "replica"])
     ctl.add_argument("verb", nargs="?", default="list",
-                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "scale", "replicas",
+                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas",
                               "context", "gpus", "class", "owner", "alias"])
     ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
@@ -194,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--max-output", type=int, help="context: the longest answer in tokens")
     ctl.add_argument("--add", action="append", help="alias: an alias to add (repeatable)")
     ctl.add_argument("--drop", action="append", help="alias: an alias to drop (repeatable)")
+    ctl.add_argument("--in-place", action="store_true",
+                     help="restart, context, gpus: stop each replica before its replacement (no room beside it)")
+    ctl.add_argument("--purge", action="store_true",
+                     help="remove: also delete its files from the mirror and the nodes (those no other model uses)")
     args = parser.parse_args(argv)
     if args.command == "up":
         from llmgw.ctl.up import UpOptions, up

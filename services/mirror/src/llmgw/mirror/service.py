@@ -11,9 +11,9 @@ import msgspec
 from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
-from llmgw.bus import BusConfig, Context, HttpServer, NotFound, load_config, run
+from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, load_config, run
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
-from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects
+from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects, WeightsDelete, WeightsDeleted
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
 
@@ -47,6 +47,7 @@ class Mirror:
         self.config = config
         self.root = Path(config.root) if config.root else config.home() / "mirror"
         self.http: HttpServer | None = None
+        self.ctx: Context | None = None
 
     async def start(self, ctx: Context) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -54,6 +55,8 @@ class Mirror:
         await self.http.start()
         await ctx.endpoint("file-stat", Subjects.MIRROR_FILE_STAT, FileRef, self.stat)
         await ctx.endpoint("file-list", Subjects.MIRROR_FILE_LIST, Empty, self.list)
+        await ctx.endpoint("file-delete", Subjects.MIRROR_FILE_DELETE, WeightsDelete, self.delete)
+        self.ctx = ctx
         ctx.log.info("serving files", root=str(self.root), url=self.http.url)
 
     async def stop(self) -> None:
@@ -83,6 +86,15 @@ class Mirror:
             if p.is_file() and not p.name.startswith(".") and len(p.relative_to(self.root).parts) >= 3
         )
         return FileList(files=[await self.stat(FileRef(source=s)) for s in sources])
+
+    async def delete(self, req: WeightsDelete) -> WeightsDeleted:
+        """Delete files (and their digests); those it does not hold are left out of the answer."""
+        deleted = []
+        for source in req.sources:
+            if await asyncio.to_thread(delete_under, self.root, str(source_path(source))):
+                deleted.append(source)
+                self.ctx.log.info("file deleted", source=source)
+        return WeightsDeleted(where="mirror", deleted=deleted)
 
     def _app(self) -> Litestar:
         mirror = self

@@ -13,7 +13,19 @@ from litestar import Request, Router, delete, get, post, put
 from litestar.connection import ASGIConnection
 
 from llmgw.bus import BusError, request
-from llmgw.proto import ChangeSpec, Empty, Model, ModelChange, ModelEntry, ModelList, ModelPut, ModelRef, Subjects
+from llmgw.proto import (
+    ChangeSpec,
+    Empty,
+    Model,
+    ModelChange,
+    ModelEntry,
+    ModelList,
+    ModelPurge,
+    ModelPut,
+    ModelRef,
+    PurgeReport,
+    Subjects,
+)
 from llmgw.router.core import ApiError
 
 if TYPE_CHECKING:
@@ -31,10 +43,10 @@ def admin_api(router: LlmgwRouter) -> Router:
         """Runs before the body is read: no admin key, no further."""
         connection.state.key = router._authorize(connection, admin=True)
 
-    async def call(req: Request, subject: str, message: msgspec.Struct, reply: type):
+    async def call(req: Request, subject: str, message: msgspec.Struct, reply: type, timeout: float = 10.0):
         router.ctx.log.info("admin call", subject=subject, key=req.state.key.name)
         try:
-            return await request(router.ctx.nc, subject, message, reply)
+            return await request(router.ctx.nc, subject, message, reply, timeout=timeout)
         except BusError as exc:
             raise ApiError(int(exc.code), exc.message, _TYPES.get(exc.code, "server_error"), f"catalog_{exc.code}") from None
 
@@ -58,7 +70,7 @@ def admin_api(router: LlmgwRouter) -> Router:
 
     @post("/models/{name:str}/change", status_code=200)
     async def change_model(request: Request, name: str, data: ChangeSpec) -> ModelEntry:
-        """Stop, start, scale, replicas per profile, context, GPUs, class, owner or aliases."""
+        """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases."""
         try:
             change = msgspec.convert({**msgspec.to_builtins(data), "name": name, "by": request.state.key.name}, ModelChange)
         except msgspec.ValidationError as exc:
@@ -70,7 +82,14 @@ def admin_api(router: LlmgwRouter) -> Router:
         """Remove a model from the catalog (its files stay)."""
         return await call(request, Subjects.CATALOG_MODEL_REMOVE, _ref(name), ModelEntry)
 
-    return Router("/api/v1", route_handlers=[list_models, get_model, put_model, change_model, remove_model],
+    @post("/models/{name:str}/purge", status_code=200)
+    async def purge_model(request: Request, name: str) -> PurgeReport:
+        """Remove a model and, once its replicas stopped, delete its files from the mirror and the nodes
+        (keeping any file another model uses); says what it deleted and what it kept."""
+        purge = ModelPurge(name=_ref(name).name, by=request.state.key.name)
+        return await call(request, Subjects.CATALOG_MODEL_PURGE, purge, PurgeReport, timeout=150.0)
+
+    return Router("/api/v1", route_handlers=[list_models, get_model, put_model, change_model, remove_model, purge_model],
                   guards=[admin_only])
 
 

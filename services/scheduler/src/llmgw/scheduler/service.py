@@ -116,7 +116,8 @@ class Scheduler:
             return  # not ours (or gone): the reconcile loop decides
         if (known.state, known.url, known.error) == (state.state, state.url, state.error):
             return
-        state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures)
+        state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures,
+                                        fingerprint=known.fingerprint)
         self.replicas[state.id] = state
         await self.kv.put(state.id, msgspec.json.encode(state))
         self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)

@@ -1,0 +1,93 @@
+"""Remove with --purge across services: the catalog, a real mirror, and two agents on one nats-server.
+
+Each agent is the real service with its own node name and cache; one of them runs a real
+llama-server on the file, so it keeps it. No scheduler runs here: the replica is started by
+asking its agent directly, as the scheduler would.
+"""
+
+import shutil
+
+import pytest
+
+from llmgw.agent.service import Agent, AgentConfig
+from llmgw.bus import NotFound, request
+from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.gguf import write_random_llama
+from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.proto import (
+    Model,
+    ModelEntry,
+    ModelPurge,
+    ModelPut,
+    ModelRef,
+    Profile,
+    PurgeReport,
+    ReplicaStart,
+    ReplicaState,
+    Scaling,
+    Subjects,
+)
+
+SHARED, OWN = "test/shared/m.gguf", "test/own/m.gguf"
+
+
+@pytest.fixture
+async def fleet(serve, nc, tmp_path):
+    """A catalog, a mirror holding two files, and agents 'a' and 'b' that both cached them."""
+    mirror_root = tmp_path / "mirror"
+    write_random_llama(mirror_root / SHARED)
+    (mirror_root / OWN).parent.mkdir(parents=True)
+    shutil.copy(mirror_root / SHARED, mirror_root / OWN)
+    await serve(Mirror(MirrorConfig(root=str(mirror_root))), MirrorConfig())
+    config = CatalogConfig(purge_wait_s=0.5, purge_gather_s=1.0)
+    await serve(Catalog(config), config)
+    agents = {}
+    for node in ("a", "b"):
+        cfg = AgentConfig(node=node, data_dir=str(tmp_path / node), heartbeat_s=60)
+        agents[node] = await serve(Agent(cfg), cfg)
+        for source in (SHARED, OWN):
+            (agents[node].cache / source).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(mirror_root / source, agents[node].cache / source)
+    for name, source in (("first", SHARED), ("second", SHARED), ("own", OWN)):
+        model = Model(name=name, source=source, context=256, scaling=Scaling(min=0, max=1))
+        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+    return mirror_root, agents
+
+
+async def test_a_purge_deletes_the_file_from_the_mirror_and_every_node(fleet, nc):
+    mirror_root, agents = fleet
+    report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="own", by="test"), PurgeReport, timeout=20)
+    assert report.entry.model.name == "own" and report.kept == []
+    assert sorted((d.where, d.source) for d in report.deleted) == [("a", OWN), ("b", OWN), ("mirror", OWN)]
+    assert not (mirror_root / OWN).exists() and not (mirror_root / "test" / "own").exists()
+    assert not any((agent.cache / OWN).exists() for agent in agents.values())
+    with pytest.raises(NotFound):
+        await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name="own"), ModelEntry)
+
+
+async def test_a_purge_keeps_a_file_another_model_uses_and_says_which(fleet, nc):
+    mirror_root, agents = fleet
+    report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="first"), PurgeReport, timeout=20)
+    assert report.deleted == []
+    assert [(k.source, k.why) for k in report.kept] == [(SHARED, "model second uses it")]
+    assert (mirror_root / SHARED).is_file() and all((a.cache / SHARED).is_file() for a in agents.values())
+
+
+async def test_a_node_keeps_a_file_its_running_replica_uses(fleet, nc):
+    mirror_root, agents = fleet
+    model = Model(name="own", source=OWN, context=256, scaling=Scaling(min=0, max=1))
+    replica = ReplicaState(id="r1", model="own", profile="cpu", node="a", api_key="k")
+    started = await request(nc, Subjects.agent_replica_start("a"),
+                            ReplicaStart(replica=replica, model=model, profile=Profile(slots=1)), ReplicaState)
+    assert started.state == "fetching"
+    report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="own"), PurgeReport, timeout=20)
+    assert sorted(d.where for d in report.deleted) == ["b", "mirror"]
+    assert [(k.where, k.why) for k in report.kept] == [("a", "replica r1 runs on it")]
+    assert (agents["a"].cache / OWN).is_file() and not (agents["b"].cache / OWN).exists()
+
+
+async def test_purging_an_unknown_model_is_a_404_and_deletes_nothing(fleet, nc):
+    mirror_root, _ = fleet
+    with pytest.raises(NotFound, match="'nope' is not in the catalog"):
+        await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="nope"), PurgeReport)
+    assert (mirror_root / OWN).is_file() and (mirror_root / SHARED).is_file()
