@@ -283,8 +283,8 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
     twin = subprocess.run([*ctl, "remove", "twin", "--purge"], capture_output=True, text=True, check=True)
     assert f"Kept {source} (everywhere): model {DEMO} uses it." in twin.stderr
     purged = subprocess.run([*ctl, "remove", "purgeable", "--purge"], capture_output=True, text=True, check=True)
-    assert "Deleted test/purge/own.gguf from " in purged.stderr and "mirror" in purged.stderr
-    assert not own.exists() and not cached.exists() and demo_file.is_file()
+    assert "Deleted test/purge/own.gguf from " in purged.stderr and "mirror" in purged.stderr, purged.stderr
+    assert not own.exists() and not cached.exists() and demo_file.is_file(), purged.stderr
 
 
 def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):

@@ -202,3 +202,8 @@ def test_a_rollout_converges_and_never_dips_more_than_its_kind_allows(rollout, w
     assert sum(r.memory_mb for r in after) <= room * 1000
     if room > want:  # room for a surge: every stale replica is replaced and the count is right
         assert len(after) == want and all(r.fingerprint != "old" for r in after)
+
+
+def test_a_replica_left_draining_by_an_earlier_scheduler_is_stopped():
+    plan = run([model()], [node("a", 9000)], [replica("x"), replica("y", state="draining")])
+    assert [(s.replica.id, s.reason) for s in plan.stops] == [("y", "it was being stopped")]

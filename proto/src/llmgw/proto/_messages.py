@@ -59,7 +59,9 @@ Source = Annotated[
 
 NonNegative = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
-ReplicaStatus = Literal["pending", "fetching", "starting", "ready", "failed", "stopped"]
+ReplicaStatus = Literal["pending", "fetching", "starting", "ready", "draining", "failed", "stopped"]
+"""A replica's life: placed (pending), weights fetched, engine starting, ready; draining while
+it is being stopped (the router sends it nothing new), failed, stopped."""
 
 
 class Empty(Struct, forbid_unknown_fields=False):

@@ -32,6 +32,16 @@ class TinyLlama(msgspec.Struct, frozen=True, kw_only=True):
     feed_forward: int = 128
     context: int = 4096
     seed: int = 0
+    head_dim: int = 0
+    """Per-head key and value length; 0 is embedding / heads (written explicitly otherwise)."""
+    experts: int = 0
+    """Routed experts per layer (0: a dense model)."""
+    experts_used: int = 0
+    """Experts each token uses."""
+    tensor_type: str = "F32"
+    """F32, F16 or Q8_0 for the matrices (norms stay F32)."""
+    split_tensors: int = 0
+    """Write parts of at most this many tensors (`-00001-of-0000N.gguf`); 0 is one file."""
 
 
 def _vocab() -> tuple[list[bytes], list[float], list[int]]:
@@ -42,18 +52,30 @@ def _vocab() -> tuple[list[bytes], list[float], list[int]]:
 
 
 def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
-    """Write the model to `path` atomically (a temporary file renamed into place)."""
+    """Write the model to `path` atomically (a temporary file renamed into place).
+
+    With `split_tensors` the parts are written beside it as `<stem>-0000i-of-0000n.gguf`
+    (not atomically) and the first part's path is returned.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    split = shape.split_tensors > 0
+    tmp = path if split else path.with_name(f".{path.name}.{os.getpid()}.part")
     rng = np.random.default_rng(shape.seed)
     tokens, scores, types = _vocab()
-    n_vocab, d, head_dim = len(tokens), shape.embedding, shape.embedding // shape.heads
+    n_vocab, d = len(tokens), shape.embedding
+    head_dim = shape.head_dim or shape.embedding // shape.heads
+    qtype = gguf.GGMLQuantizationType[shape.tensor_type]
 
-    def weight(*dims: int) -> np.ndarray:
-        return (rng.standard_normal(dims) * 0.02).astype(np.float32)
+    def weight(*dims: int):
+        data = (rng.standard_normal(dims) * 0.02).astype(np.float32)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            return {"tensor": data}
+        if qtype == gguf.GGMLQuantizationType.F16:
+            return {"tensor": data.astype(np.float16)}
+        return {"tensor": gguf.quants.quantize(data, qtype), "raw_dtype": qtype}
 
-    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer = gguf.GGUFWriter(str(tmp), "llama", split_max_tensors=shape.split_tensors)
     writer.add_name("llmgw demo: random weights, answers are noise")
     writer.add_context_length(shape.context)
     writer.add_embedding_length(d)
@@ -62,8 +84,15 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
     writer.add_head_count(shape.heads)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(head_dim)
+    if shape.head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    if shape.experts:
+        writer.add_expert_count(shape.experts)
+        writer.add_expert_used_count(shape.experts_used)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
+                          "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[shape.tensor_type])
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -72,23 +101,32 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_chat_template(_CHATML)
-    writer.add_tensor("token_embd.weight", weight(n_vocab, d))
+    ff, q_width, kv_width = shape.feed_forward, shape.heads * head_dim, shape.kv_heads * head_dim
+    writer.add_tensor("token_embd.weight", **weight(n_vocab, d))
     writer.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
-    writer.add_tensor("output.weight", weight(n_vocab, d))
+    writer.add_tensor("output.weight", **weight(n_vocab, d))
     for i in range(shape.layers):
         b = f"blk.{i}."
         writer.add_tensor(b + "attn_norm.weight", np.ones(d, dtype=np.float32))
-        writer.add_tensor(b + "attn_q.weight", weight(d, d))
-        writer.add_tensor(b + "attn_k.weight", weight(shape.kv_heads * head_dim, d))
-        writer.add_tensor(b + "attn_v.weight", weight(shape.kv_heads * head_dim, d))
-        writer.add_tensor(b + "attn_output.weight", weight(d, d))
+        writer.add_tensor(b + "attn_q.weight", **weight(q_width, d))
+        writer.add_tensor(b + "attn_k.weight", **weight(kv_width, d))
+        writer.add_tensor(b + "attn_v.weight", **weight(kv_width, d))
+        writer.add_tensor(b + "attn_output.weight", **weight(d, q_width))
         writer.add_tensor(b + "ffn_norm.weight", np.ones(d, dtype=np.float32))
-        writer.add_tensor(b + "ffn_gate.weight", weight(shape.feed_forward, d))
-        writer.add_tensor(b + "ffn_up.weight", weight(shape.feed_forward, d))
-        writer.add_tensor(b + "ffn_down.weight", weight(d, shape.feed_forward))
+        if shape.experts:
+            writer.add_tensor(b + "ffn_gate_inp.weight", (rng.standard_normal((shape.experts, d)) * 0.02).astype(np.float32))
+            writer.add_tensor(b + "ffn_gate_exps.weight", **weight(shape.experts, ff, d))
+            writer.add_tensor(b + "ffn_up_exps.weight", **weight(shape.experts, ff, d))
+            writer.add_tensor(b + "ffn_down_exps.weight", **weight(shape.experts, d, ff))
+        else:
+            writer.add_tensor(b + "ffn_gate.weight", **weight(ff, d))
+            writer.add_tensor(b + "ffn_up.weight", **weight(ff, d))
+            writer.add_tensor(b + "ffn_down.weight", **weight(d, ff))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    if split:
+        return path.with_name(f"{path.stem}-00001-of-{len(writer.tensors):05d}.gguf")
     os.replace(tmp, path)
     return path

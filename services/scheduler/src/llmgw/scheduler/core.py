@@ -121,7 +121,9 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
     plan = Plan()
     placed = list(replicas)
     for r in replicas:
-        if r.model not in models:
+        if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
+            plan.stops.append(Stop(replica=r, reason="it was being stopped"))
+        elif r.model not in models:
             plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
     for name, model in sorted(models.items()):
         mine = [r for r in replicas if r.model == name]

@@ -152,13 +152,15 @@ class Scheduler:
                 self.ctx.log.warning("model not placed", model=name, why=why)
         self.unplaced = plan.unplaced
         for stop in plan.stops:
+            # Draining first, so the router sends it nothing new; the record goes once the engine stopped.
             r = stop.replica
             self.replicas.pop(r.id, None)
-            await self.kv.delete(r.id)
+            await self.kv.put(r.id, msgspec.json.encode(msgspec.structs.replace(r, state="draining", updated=time.time())))
             try:
                 await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason), ReplicaState)
             except BusError as exc:
                 self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
+            await self.kv.delete(r.id)
             self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
         for start in plan.starts:
             r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
