@@ -8,6 +8,7 @@ from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._messages import (
     CatalogRecord,
     ChangeSpec,
+    CpuCalibration,
     Empty,
     FileInfo,
     FileList,
@@ -45,6 +46,7 @@ __all__ = [
     "VERSION",
     "CatalogRecord",
     "ChangeSpec",
+    "CpuCalibration",
     "Empty",
     "FileInfo",
     "FileList",

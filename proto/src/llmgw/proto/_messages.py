@@ -10,6 +10,7 @@ from msgspec import Meta, Struct, field
 __all__ = [
     "CatalogRecord",
     "ChangeSpec",
+    "CpuCalibration",
     "Empty",
     "FileInfo",
     "FileList",
@@ -284,6 +285,29 @@ class ModelList(Struct, kw_only=True):
     models: list[ModelEntry]
 
 
+class CpuCalibration(Struct, kw_only=True):
+    """How a node's threads read model weights: the constants of the CPU speed estimate.
+
+    The defaults were fitted on another fleet (llama-bench against measured bandwidth);
+    `llmgw plan calibrate` fits a node's own and the agent reports them.
+    """
+
+    core_share: float = 0.95
+    """A thread reads this share of one core's measured rate ..."""
+    thread_exp: float = 0.9
+    """... times threads to this power (each added thread adds a little less)."""
+    read_share: float = 0.68
+    """Share of the whole machine's rate read, where one core's rate is not known."""
+    token_fixed_s: float = 0.005
+    """A token's cost that does not grow with the model, seconds."""
+    f16_gflops_per_core: float = 12.0
+    """Matrix work one thread does on F16/BF16 weights, GFLOP/s: their speed is capped by it."""
+    source: str = "defaults fitted on another fleet"
+    """Where the figures come from."""
+    worst_error: float = 0.0
+    """The fit's largest relative error over what it measured (0 for the defaults)."""
+
+
 class NodeInfo(Struct, kw_only=True):
     """What a node is: sent on registration and in every heartbeat."""
 
@@ -300,6 +324,8 @@ class NodeInfo(Struct, kw_only=True):
     """Memory read bandwidth, all cores, GB/s; None until measured."""
     membw_one_gbs: float | None = None
     """Memory read bandwidth, one core, GB/s."""
+    cpu_calibration: CpuCalibration | None = None
+    """This node's own CPU speed constants, from `llmgw plan calibrate`; None: the defaults."""
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -412,7 +438,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, NodeInfo,
+        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, NodeInfo,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -8,6 +8,7 @@ constants (value types, tensor types and their block sizes, file types, key name
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from pathlib import Path
@@ -99,6 +100,9 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
 class _Bytes(Protocol):
     where: str
 
+    def size(self) -> int | None:
+        """The whole file's size, where known."""
+
     def read(self, offset: int, n: int) -> bytes:
         """`n` bytes at `offset`, or fewer at the end of the file."""
 
@@ -115,6 +119,9 @@ class _LocalBytes:
         self.file.seek(offset)
         return self.file.read(n)
 
+    def size(self) -> int | None:
+        return os.fstat(self.file.fileno()).st_size
+
     def close(self) -> None:
         self.file.close()
 
@@ -125,12 +132,15 @@ class _RemoteBytes:
     def __init__(self, url: str, client: httpx.Client) -> None:
         self.where, self.client = url, client
         self.start, self.data, self.window, self.fetched = 0, b"", 1 << 16, 0
-        self.size: int | None = None
+        self.total: int | None = None
+
+    def size(self) -> int | None:
+        return self.total
 
     def read(self, offset: int, n: int) -> bytes:
         end = offset + n
         if not (self.start <= offset and end <= self.start + len(self.data)):
-            if self.size is not None and offset >= self.size:
+            if self.total is not None and offset >= self.total:
                 return b""
             want = max(n, self.window)
             self.window = min(self.window * 2, 1 << 24)
@@ -143,7 +153,7 @@ class _RemoteBytes:
             self.start, self.data = offset, r.content
             self.fetched += len(r.content)
             total = r.headers.get("content-range", "").rpartition("/")[2]
-            self.size = int(total) if total.isdigit() else None
+            self.total = int(total) if total.isdigit() else None
         return self.data[offset - self.start: end - self.start]
 
     def close(self) -> None:
@@ -245,7 +255,7 @@ def _parse(src: _Bytes) -> _Parsed:
         key = r.string(f"the key of metadata entry {i}")
         vtype = r.scalar("<I", f"the type of '{key}'")
         meta[key] = r.value(vtype, f"'{key}'")
-    parameters = tensor_bytes = expert_bytes = 0
+    parameters = tensor_bytes = expert_bytes = data_end = 0
     type_bytes: dict[str, int] = {}
     for i in range(n_tensors):
         name = r.string(f"the name of tensor {i}")
@@ -254,11 +264,12 @@ def _parse(src: _Bytes) -> _Parsed:
             raise GGUFError(f"{src.where}: tensor '{name}' claims {n_dims} dimensions at byte {r.pos - 4}; not a GGUF header")
         dims = [r.scalar("<Q", f"the shape of tensor '{name}'") for _ in range(n_dims)]
         type_name, block, size = _tensor_type_name(r.scalar("<I", f"the type of tensor '{name}'"), name, src.where)
-        r.scalar("<Q", f"the offset of tensor '{name}'")
+        offset = r.scalar("<Q", f"the offset of tensor '{name}'")
         elements = 1
         for d in dims:
             elements *= d
         nbytes = elements // block * size
+        data_end = max(data_end, offset + nbytes)
         parameters += elements
         tensor_bytes += nbytes
         type_bytes[type_name] = type_bytes.get(type_name, 0) + nbytes
@@ -266,6 +277,10 @@ def _parse(src: _Bytes) -> _Parsed:
             expert_bytes += nbytes
     alignment = int(meta.get("general.alignment", 32) or 32)
     header_bytes = -(-r.pos // alignment) * alignment
+    size = src.size()
+    if size is not None and size < header_bytes + data_end:
+        raise GGUFError(f"{src.where}: cut short: its tensors end at byte {header_bytes + data_end} but it has "
+                        f"{size} bytes; the file is truncated or still being written")
     return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, header_bytes, type_bytes)
 
 

@@ -1,0 +1,70 @@
+"""How much memory and how fast, before a model is served: pure estimates and the ways to run.
+
+- memory: weights + KV cache for the context + compute buffer + a stated margin, on the CPU or
+  per card; vLLM's KV blocks; tensor parallel only where it splits the KV heads.
+- speed: one reply's tokens a second, on CPUs from the threads' memory rate (calibrated per node
+  where `llmgw plan calibrate` ran), on cards from their bandwidth.
+- options: every way each file runs on a fleet, ranked best first.
+"""
+
+from llmgw.modelplan._memory import (
+    KV_CACHE_TYPES,
+    Memory,
+    Shape,
+    compute_buffer_bytes,
+    kv_bytes_per_token,
+    llamacpp_memory,
+    shape_from_config,
+    shape_from_gguf,
+    splits_kv_heads,
+    vllm_block_bytes,
+    vllm_memory,
+)
+from llmgw.modelplan._options import CardGroup, FileFacts, NodeFacts, Option, options
+from llmgw.modelplan._speed import (
+    CARDS,
+    DEFAULT_CPU,
+    SLOW_TPS,
+    VERY_SLOW_TPS,
+    Card,
+    GpuConstants,
+    card_class,
+    card_of,
+    cpu_read_gbs,
+    cpu_threads,
+    cpu_tokens_per_second,
+    gpu_tokens_per_second,
+    speed_note,
+)
+
+__all__ = [
+    "CARDS",
+    "DEFAULT_CPU",
+    "KV_CACHE_TYPES",
+    "SLOW_TPS",
+    "VERY_SLOW_TPS",
+    "Card",
+    "CardGroup",
+    "FileFacts",
+    "GpuConstants",
+    "Memory",
+    "NodeFacts",
+    "Option",
+    "Shape",
+    "card_class",
+    "card_of",
+    "compute_buffer_bytes",
+    "cpu_read_gbs",
+    "cpu_threads",
+    "cpu_tokens_per_second",
+    "gpu_tokens_per_second",
+    "kv_bytes_per_token",
+    "llamacpp_memory",
+    "options",
+    "shape_from_config",
+    "shape_from_gguf",
+    "speed_note",
+    "splits_kv_heads",
+    "vllm_block_bytes",
+    "vllm_memory",
+]

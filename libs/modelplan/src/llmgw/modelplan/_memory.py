@@ -1,0 +1,165 @@
+"""How much memory a way of running takes: weights, the KV cache for the context, a compute
+buffer, and a stated margin."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from llmgw.gguf import Header
+
+__all__ = [
+    "KV_CACHE_TYPES",
+    "Memory",
+    "Shape",
+    "compute_buffer_bytes",
+    "kv_bytes_per_token",
+    "llamacpp_memory",
+    "shape_from_config",
+    "shape_from_gguf",
+    "splits_kv_heads",
+    "vllm_block_bytes",
+    "vllm_memory",
+]
+
+KvCache = Literal["f32", "f16", "bf16", "q8_0", "q4_0"]
+KV_CACHE_TYPES: dict[str, float] = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+"""Bytes an element of the KV cache takes, by llama.cpp's cache type (q8_0: 32 in 34 bytes)."""
+
+MARGIN_SHARE = 0.05
+"""Margin over weights and KV: allocator slack, fragmentation."""
+MARGIN_BYTES = 256 * 2**20
+"""And a fixed margin: the engine's own code, threads and buffers."""
+UBATCH = 512
+"""llama.cpp's default micro-batch: the compute buffer is sized for it."""
+VLLM_BLOCK = 16
+"""Tokens in one vLLM KV block."""
+VLLM_ACTIVATION_BYTES = 2 * 2**30
+"""What vLLM keeps per card beside weights and KV (activations, CUDA graphs): about 2 GiB."""
+
+
+class Shape(msgspec.Struct, frozen=True, kw_only=True):
+    """What the memory and speed estimates need of a model, from a GGUF header or a config.json."""
+
+    layers: int
+    embedding: int
+    heads: int
+    kv_heads: int
+    key_length: int
+    value_length: int
+    vocab: int = 0
+    parameters: int = 0
+    weight_bytes: int = 0
+    """Bytes of every weight."""
+    active_bytes: int = 0
+    """Bytes one token reads (the experts' share for a model of experts)."""
+    f16: bool = False
+    """Weights in F16/BF16 (or F32): CPU speed is capped by arithmetic too."""
+    experts: int = 0
+    experts_used: int = 0
+
+
+def shape_from_gguf(h: Header) -> Shape:
+    """The shape of a GGUF model."""
+    unquantised = sum(v for k, v in h.type_bytes.items() if k in ("F16", "BF16", "F32"))
+    return Shape(
+        layers=h.block_count, embedding=h.embedding_length, heads=h.head_count, kv_heads=h.head_count_kv,
+        key_length=h.key_length, value_length=h.value_length, vocab=h.vocab_size, parameters=h.parameters,
+        weight_bytes=h.tensor_bytes, active_bytes=h.active_bytes, f16=unquantised > h.tensor_bytes / 2,
+        experts=h.expert_count, experts_used=h.expert_used_count,
+    )
+
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def shape_from_config(config: dict, weight_bytes: int) -> Shape:
+    """The shape of a safetensors model from its Hugging Face config.json and its files' size."""
+    text = config.get("text_config", config)  # multimodal configs keep the language model inside
+    try:
+        heads = int(text["num_attention_heads"])
+        embedding = int(text["hidden_size"])
+        layers = int(text["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"config.json lacks {exc}: not a decoder model's config") from None
+    head_dim = int(text.get("head_dim") or embedding // heads)
+    experts = int(text.get("num_local_experts") or text.get("num_experts") or 0)
+    used = int(text.get("num_experts_per_tok") or 0)
+    dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
+    active = weight_bytes
+    if experts and used and used < experts:
+        active = int(weight_bytes * (used / experts + 0.1))  # no tensor list here: a tenth for what all read
+    return Shape(layers=layers, embedding=embedding, heads=heads, kv_heads=int(text.get("num_key_value_heads") or heads),
+                 key_length=head_dim, value_length=head_dim, vocab=int(text.get("vocab_size") or 0),
+                 parameters=weight_bytes // _DTYPE_BYTES.get(dtype, 2), weight_bytes=weight_bytes, active_bytes=active,
+                 f16=dtype in _DTYPE_BYTES, experts=experts, experts_used=used)
+
+
+def kv_bytes_per_token(shape: Shape, cache: str = "f16") -> float:
+    """Bytes one token of context costs in the KV cache (every layer's keys and values)."""
+    if cache not in KV_CACHE_TYPES:
+        raise ValueError(f"KV cache type '{cache}' is not one of {', '.join(KV_CACHE_TYPES)}")
+    return shape.layers * shape.kv_heads * (shape.key_length + shape.value_length) * KV_CACHE_TYPES[cache]
+
+
+def vllm_block_bytes(shape: Shape, dtype_bytes: int = 2) -> int:
+    """Bytes of one vLLM KV block (16 tokens) over the whole model, before tensor parallelism."""
+    return VLLM_BLOCK * shape.layers * shape.kv_heads * (shape.key_length + shape.value_length) * dtype_bytes
+
+
+def compute_buffer_bytes(shape: Shape, context: int, slots: int = 1) -> int:
+    """llama.cpp's compute buffer for one micro-batch: 4-byte logits over the vocabulary, 2-byte
+    attention scores over a slot's context, the layer's activations, and 2 MiB.
+
+    Fitted to what llama-server reports (`CPU compute buffer size`); within 5% on the tests' models.
+    """
+    per_slot = context // max(slots, 1)
+    return UBATCH * (4 * shape.vocab + 2 * per_slot + 24 * shape.embedding) + 2 * 2**20
+
+
+class Memory(msgspec.Struct, frozen=True, kw_only=True):
+    """Bytes one replica takes, where it takes them (per card for cards)."""
+
+    weights: int
+    kv: int
+    compute: int
+    margin: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.margin
+
+    @property
+    def mib(self) -> int:
+        return -(-self.total // 2**20)
+
+
+def llamacpp_memory(shape: Shape, context: int, slots: int = 1, cards: int = 0, cache: str = "f16") -> Memory:
+    """llama.cpp: all on the CPU (cards=0), or its layers split evenly over `cards` cards (per card).
+
+    `context` is llama-server's -c, shared by its `slots` (-np).
+    """
+    share = max(cards, 1)
+    weights = shape.weight_bytes // share
+    kv = int(kv_bytes_per_token(shape, cache) * context) // share
+    return Memory(weights=weights, kv=kv, compute=compute_buffer_bytes(shape, context, slots),
+                  margin=int((weights + kv) * MARGIN_SHARE) + MARGIN_BYTES)
+
+
+def splits_kv_heads(shape: Shape, tensor_parallel: int) -> bool:
+    """Tensor parallel over n cards splits the KV heads evenly (or replicates them evenly)."""
+    kv = shape.kv_heads
+    return tensor_parallel <= 1 or kv % tensor_parallel == 0 or tensor_parallel % kv == 0
+
+
+def vllm_memory(shape: Shape, context: int, tensor_parallel: int = 1) -> Memory:
+    """vLLM, per card: its weights' share, activations, and KV blocks for one full context.
+
+    vLLM takes a pool of the card (--gpu-memory-utilization) and fills what is left after weights
+    and activations with KV blocks; this is the least such a pool must hold.
+    """
+    blocks = -(-context // VLLM_BLOCK)
+    weights = shape.weight_bytes // tensor_parallel
+    kv = blocks * vllm_block_bytes(shape) // tensor_parallel
+    return Memory(weights=weights, kv=kv, compute=VLLM_ACTIVATION_BYTES, margin=int((weights + kv) * MARGIN_SHARE))

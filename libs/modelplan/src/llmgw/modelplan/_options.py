@@ -1,0 +1,161 @@
+"""Every way each file of a model runs on a fleet, with its memory and speed, ranked best first."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from llmgw.modelplan._memory import Shape, kv_bytes_per_token, llamacpp_memory, splits_kv_heads, vllm_memory
+from llmgw.modelplan._speed import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
+from llmgw.proto import CpuCalibration
+
+__all__ = ["CardGroup", "FileFacts", "NodeFacts", "Option", "options"]
+
+VLLM_UTILISATION = 0.9
+"""vLLM's --gpu-memory-utilization: the pool it takes of a card."""
+CARD_USABLE = 0.95
+"""Share of a card llama.cpp may fill (the driver and the context keep the rest)."""
+
+
+class FileFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """One file (or set of files) of a model: a quantisation, with its shape."""
+
+    name: str
+    format: Literal["gguf", "safetensors"]
+    quant: str = ""
+    shape: Shape
+
+
+class CardGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's cards of one class."""
+
+    cls: str
+    """Its class ("h100-80g")."""
+    memory_mb: int
+    count: int
+    free: int
+    """Cards no replica holds now."""
+    bandwidth_gbs: float = 0.0
+    """Overrides the datasheet table."""
+
+
+class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """A node as a plan sees it."""
+
+    name: str
+    cpus: int
+    memory_total_mb: int
+    memory_available_mb: int
+    membw_all_gbs: float = 0.0
+    membw_one_gbs: float = 0.0
+    cards: list[CardGroup] = msgspec.field(default_factory=list)
+    engines: list[str] = msgspec.field(default_factory=lambda: ["llamacpp"])
+    calibration: CpuCalibration | None = None
+
+
+class Option(msgspec.Struct, frozen=True, kw_only=True):
+    """One way to run one file: engine, where, how many cards, memory, speed."""
+
+    file: str
+    engine: Literal["llamacpp", "vllm"]
+    device: str
+    """'cpu' or a card class."""
+    cards: int
+    """Cards one replica takes (0 on the CPU)."""
+    tensor_parallel: bool
+    threads: int
+    """CPU threads (on the CPU)."""
+    need_mb: int
+    """Memory it needs: host RAM on the CPU, per card on cards."""
+    have_mb: int
+    """What the best node for it has: available RAM, or one card's memory."""
+    node: str
+    """The node where it answers fastest (free now, if any is)."""
+    nodes_free: int
+    """Nodes where it fits now."""
+    nodes_fit: int
+    """Nodes where it fits at all (when their memory or cards are free)."""
+    tokens_per_second: float
+    kv_per_1000_mb: float
+    """What 1000 tokens of context cost in KV cache, MiB (whole model)."""
+
+    @property
+    def free_now(self) -> bool:
+        return self.nodes_free > 0
+
+
+def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None):
+    if f.format != "gguf" or "llamacpp" not in node.engines:
+        return None
+    need = llamacpp_memory(f.shape, context, slots).mib
+    if need > node.memory_total_mb:
+        return None
+    t = cpu_threads(threads, node.cpus)
+    f16 = f.shape.parameters * f.shape.active_bytes // max(f.shape.weight_bytes, 1) if f.shape.f16 else 0
+    tps = cpu_tokens_per_second(f.shape.active_bytes, node.membw_all_gbs, node.membw_one_gbs, t,
+                                node.calibration or DEFAULT_CPU, f16)
+    return ("llamacpp", "cpu", 0, False), t, need, node.memory_available_mb, need <= node.memory_available_mb, tps
+
+
+def _card_ways(f: FileFacts, node: NodeFacts, context: int, slots: int):
+    kv_at_depth = int(kv_bytes_per_token(f.shape) * context / max(slots, 1) / 2)  # a reply half-way into its slot
+    for group in node.cards:
+        card = card_of(group.cls)
+        bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
+        n = 1
+        while n <= group.count:
+            if f.format == "gguf" and "llamacpp" in node.engines:
+                need = llamacpp_memory(f.shape, context, slots, cards=n).mib
+                if need <= group.memory_mb * CARD_USABLE:
+                    tps = gpu_tokens_per_second(f.shape.active_bytes, kv_at_depth, bandwidth, n, tensor_parallel=False)
+                    yield ("llamacpp", group.cls, n, False), 0, need, group.memory_mb, n <= group.free, tps
+            if f.format == "safetensors" and "vllm" in node.engines and splits_kv_heads(f.shape, n):
+                need = vllm_memory(f.shape, context, n).mib
+                if need <= group.memory_mb * VLLM_UTILISATION:
+                    tps = gpu_tokens_per_second(f.shape.active_bytes, kv_at_depth, bandwidth, n, tensor_parallel=True)
+                    yield ("vllm", group.cls, n, True), 0, need, group.memory_mb, n <= group.free, tps
+            n *= 2
+
+
+class _Best:
+    """One way's best node so far, and how many nodes it fits (now, and at all)."""
+
+    def __init__(self) -> None:
+        self.rank: tuple[bool, float] | None = None
+        self.node, self.threads, self.need, self.have, self.tps = "", 0, 0, 0, 0.0
+        self.free = self.fit = 0
+
+    def see(self, node: str, threads: int, need: int, have: int, free: bool, tps: float) -> None:
+        self.fit += 1
+        self.free += free
+        if self.rank is None or (free, tps) > self.rank:
+            self.rank = (free, tps)
+            self.node, self.threads, self.need, self.have, self.tps = node, threads, need, have, tps
+
+
+def options(files: list[FileFacts], nodes: list[NodeFacts], context: int, slots: int = 1,
+            threads: int | None = None) -> list[Option]:
+    """Every way each file runs on `nodes`, best first: free now, then fastest, then fewest cards.
+
+    A way is an engine on the CPU or on n cards of one class; it is reported once, on the node
+    where it answers fastest (preferring nodes where it fits now), with how many nodes it fits.
+    `threads` are a CPU replica's (default: half a node's cores).
+    """
+    out = []
+    for f in files:
+        best: dict[tuple[str, str, int, bool], _Best] = {}
+        for node in nodes:
+            ways = list(_card_ways(f, node, context, slots))
+            cpu = _cpu_way(f, node, context, slots, threads)
+            if cpu:
+                ways.append(cpu)
+            for key, t, need, have, free, tps in ways:
+                best.setdefault(key, _Best()).see(node.name, t, need, have, free, tps)
+        kv_1000 = kv_bytes_per_token(f.shape) * 1000 / 2**20
+        for (engine, device, cards, tp), b in best.items():
+            out.append(Option(file=f.name, engine=engine, device=device, cards=cards, tensor_parallel=tp,
+                              threads=b.threads, need_mb=b.need, have_mb=b.have, node=b.node, nodes_free=b.free,
+                              nodes_fit=b.fit, tokens_per_second=round(b.tps, 2), kv_per_1000_mb=round(kv_1000, 2)))
+    out.sort(key=lambda o: (not o.free_now, -o.tokens_per_second, o.cards))
+    return out

@@ -1,0 +1,165 @@
+"""Tokens a second of one reply: on CPUs from how fast memory reads, on cards from their bandwidth.
+
+Writing a token reads every weight it uses once, so memory decides the speed. On a CPU the
+rate is what a replica's threads read: each about one core's measured rate, a little less
+per added thread, never more than the whole machine's. On a card it is the card's bandwidth
+at an efficiency, with tensor parallelism adding cards' bandwidth sublinearly.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from llmgw.proto import CpuCalibration
+
+__all__ = [
+    "CARDS",
+    "DEFAULT_CPU",
+    "SLOW_TPS",
+    "VERY_SLOW_TPS",
+    "Card",
+    "GpuConstants",
+    "card_class",
+    "card_of",
+    "cpu_read_gbs",
+    "cpu_threads",
+    "cpu_tokens_per_second",
+    "gpu_tokens_per_second",
+    "speed_note",
+]
+
+DEFAULT_CPU = CpuCalibration()
+"""The CPU constants fitted on another fleet: 0.95 of one core's rate times threads^0.9, up to the
+machine's; 0.68 of the machine's where one core's rate is unknown; 5 ms a token besides."""
+
+SLOW_TPS = 15.0
+"""Under this a reply is a wait somebody notices."""
+VERY_SLOW_TPS = 5.0
+"""Under this a reply of a few hundred tokens takes minutes."""
+
+
+class Card(msgspec.Struct, frozen=True, kw_only=True):
+    """A card model's memory bandwidth, from its maker's datasheet."""
+
+    bandwidth_gbs: float
+    memory_gb: int
+
+
+CARDS: dict[str, Card] = {
+    # NVIDIA datasheets (GB/s of HBM or GDDR, as published).
+    "b200": Card(bandwidth_gbs=8000, memory_gb=180),
+    "h200": Card(bandwidth_gbs=4800, memory_gb=141),
+    "h100-nvl": Card(bandwidth_gbs=3900, memory_gb=94),
+    "h100": Card(bandwidth_gbs=3350, memory_gb=80),  # SXM5
+    "h100-pcie": Card(bandwidth_gbs=2000, memory_gb=80),
+    "gh200": Card(bandwidth_gbs=4000, memory_gb=96),
+    "a100": Card(bandwidth_gbs=2039, memory_gb=80),  # 80 GB SXM; the 40 GB card below
+    "a100-40g": Card(bandwidth_gbs=1555, memory_gb=40),
+    "l40s": Card(bandwidth_gbs=864, memory_gb=48),
+    "l40": Card(bandwidth_gbs=864, memory_gb=48),
+    "rtx6000ada": Card(bandwidth_gbs=960, memory_gb=48),
+    "a6000": Card(bandwidth_gbs=768, memory_gb=48),
+    "a40": Card(bandwidth_gbs=696, memory_gb=48),
+    "rtx4090": Card(bandwidth_gbs=1008, memory_gb=24),
+    "rtx3090": Card(bandwidth_gbs=936, memory_gb=24),
+    "a10": Card(bandwidth_gbs=600, memory_gb=24),
+    "l4": Card(bandwidth_gbs=300, memory_gb=24),
+    "v100": Card(bandwidth_gbs=900, memory_gb=32),
+    "t4": Card(bandwidth_gbs=320, memory_gb=16),
+}
+"""Card models by the family part of their class; `card_of` looks a class up."""
+
+_SIZES_GB = (8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 180, 192)
+_FAMILY = re.compile(r"\b(b200|gh200|h200|h100|a100|l40s|l40|a6000|a40|a10|l4|v100|t4|rtx\s?(?:6000 ada|4090|3090))\b")
+
+
+def card_class(name: str, memory_mb: int) -> str:
+    """The class every service calls a card by: family, variant, memory ("h100-80g", "l40s-48g").
+
+    Memory is snapped to the marketed size (an 80 GB card reports about 79.6 GiB).
+    """
+    low = name.lower().replace("nvidia", "").replace("geforce", "")
+    m = _FAMILY.search(low)
+    family = re.sub(r"[\s-]", "", m.group(1)) if m else re.sub(r"[^a-z0-9]+", "-", low).strip("-") or "gpu"
+    variant = "-nvl" if " nvl" in low else ("-pcie" if "pcie" in low and family == "h100" else "")
+    gib = memory_mb / 1024
+    size = min(_SIZES_GB, key=lambda s: abs(s - gib))
+    gb = size if abs(size - gib) <= 0.1 * size else round(gib)
+    return f"{family}{variant}-{gb}g"
+
+
+def card_of(cls: str) -> Card | None:
+    """The card of a class ("a100-40g" is its own entry; "h100-80g" is "h100"), or None."""
+    if cls in CARDS:
+        return CARDS[cls]
+    return CARDS.get(cls.rsplit("-", 1)[0])
+
+
+def cpu_threads(cpu_cores: int | None, node_cpus: int) -> int:
+    """Threads a CPU replica runs: the cores its profile reserves, else half the node's."""
+    if cpu_cores:
+        return cpu_cores
+    return max(node_cpus // 2, 1)
+
+
+def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCalibration = DEFAULT_CPU) -> float:
+    """GB/s a replica of `threads` reads its weights at; 0 when the machine's rate is unknown."""
+    if not all_gbs or all_gbs <= 0:
+        return 0.0
+    if not core_gbs or core_gbs <= 0 or threads <= 0:
+        return all_gbs * k.read_share
+    return min(k.core_share * core_gbs * threads**k.thread_exp, all_gbs)
+
+
+def cpu_tokens_per_second(read_bytes: int, all_gbs: float, core_gbs: float | None, threads: int,
+                          k: CpuCalibration = DEFAULT_CPU, f16_params: int = 0) -> float:
+    """Tokens a second of one reply on a CPU; 0 when unknown.
+
+    `read_bytes` is what a token reads (a model of experts: its active share). `f16_params` are
+    the parameters a token multiplies in F16/BF16, whose speed the threads' arithmetic caps too.
+    """
+    rate = cpu_read_gbs(all_gbs, core_gbs, threads, k)
+    if read_bytes <= 0 or rate <= 0:
+        return 0.0
+    tps = 1 / (read_bytes / (rate * 1e9) + k.token_fixed_s)
+    if f16_params > 0:
+        tps = min(tps, k.f16_gflops_per_core * 1e9 * max(threads, 1) / (2 * f16_params))
+    return tps
+
+
+class GpuConstants(msgspec.Struct, frozen=True, kw_only=True):
+    """How a card's bandwidth becomes tokens: stated defaults, not measured here (no GPU)."""
+
+    efficiency: float = 0.7
+    """Share of the datasheet bandwidth a decode step reaches."""
+    tp_exp: float = 0.85
+    """Tensor parallel over n cards reads at n^tp_exp of one card's rate (communication costs)."""
+    token_fixed_s: float = 0.002
+    """Per-token cost that does not grow with the model (launches, sampling)."""
+
+
+def gpu_tokens_per_second(read_bytes: int, kv_read_bytes: int, bandwidth_gbs: float, cards: int = 1,
+                          tensor_parallel: bool = True, g: GpuConstants = GpuConstants()) -> float:
+    """Tokens a second of one reply on `cards` cards; the KV read at the reply's depth counts.
+
+    Layers split across cards (llama.cpp's default) run one card after another: no faster than
+    one card. Tensor parallel splits every layer: faster, sublinearly.
+    """
+    if bandwidth_gbs <= 0 or read_bytes <= 0:
+        return 0.0
+    scale = cards**g.tp_exp if tensor_parallel and cards > 1 else 1.0
+    return 1 / ((read_bytes + kv_read_bytes) / (bandwidth_gbs * 1e9 * g.efficiency * scale) + g.token_fixed_s)
+
+
+def speed_note(tps: float) -> str:
+    """'~N tok/s', marked slow or very slow (with how long a reply of 500 tokens takes)."""
+    if tps <= 0:
+        return "speed unknown"
+    text = f"~{tps:.1f} tok/s" if tps < 10 else f"~{tps:.0f} tok/s"
+    if tps < VERY_SLOW_TPS:
+        return f"{text} (very slow: a reply of 500 tokens takes about {500 / tps / 60:.0f} minutes)"
+    if tps < SLOW_TPS:
+        return f"{text} (slow)"
+    return text
