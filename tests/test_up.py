@@ -28,6 +28,7 @@ from llmgw.proto import (
     ModelEntry,
     ModelPut,
     ModelRef,
+    NodeList,
     ReplicaList,
     Scaling,
     Subjects,
@@ -285,6 +286,24 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
     purged = subprocess.run([*ctl, "remove", "purgeable", "--purge"], capture_output=True, text=True, check=True)
     assert "Deleted test/purge/own.gguf from " in purged.stderr and "mirror" in purged.stderr, purged.stderr
     assert not own.exists() and not cached.exists() and demo_file.is_file(), purged.stderr
+
+
+def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_bandwidth(up, home):
+    async def nodes(nc):
+        return (await request(nc, Subjects.SCHEDULER_NODE_LIST, Empty(), NodeList)).nodes
+
+    deadline = time.monotonic() + 60
+    while not any(n.membw_all_gbs for n in up.nats(nodes)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    node = up.nats(nodes)[0]
+    assert node.membw_all_gbs > 0 and 0 < node.membw_one_gbs <= node.membw_all_gbs
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model", "plan"]
+    source = str(next((home / "mirror").rglob("random-weights-f32.gguf")).relative_to(home / "mirror"))
+    out = subprocess.run([*ctl, source], capture_output=True, text=True, check=True).stdout
+    assert f"{node.node}: {node.cpus} CPUs" in out and f"memory {node.membw_all_gbs:g} GB/s all cores" in out
+    assert "Best: llama.cpp on the CPU" in out and "KV cache:" in out
+    missing = subprocess.run([*ctl, "nobody/nothing/none.gguf"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "the mirror holds no file 'nobody/nothing/none.gguf'" in missing.stderr
 
 
 def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):

@@ -17,6 +17,7 @@ from llmgw.bus import (
     delete_under,
     gather,
     load_config,
+    meminfo_mb,
     request,
     setup_tracing,
 )
@@ -174,3 +175,8 @@ def test_delete_under_removes_the_file_its_sidecars_and_empty_folders_but_never_
     with pytest.raises(ValueError, match="is not under"):
         delete_under(root, "../outside")
     assert (tmp_path / "outside").exists()
+
+
+def test_meminfo_gives_total_and_available_in_mib():
+    text = "MemTotal:       24683520 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n"
+    assert meminfo_mb(text) == (24105, 20000)

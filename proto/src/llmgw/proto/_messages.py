@@ -28,6 +28,7 @@ __all__ = [
     "ModelRef",
     "FilePlace",
     "NodeInfo",
+    "NodeList",
     "PurgeReport",
     "Profile",
     "ReplicaList",
@@ -355,6 +356,14 @@ class ReplicaState(Struct, kw_only=True):
     """Unix time of this state."""
 
 
+class NodeList(Struct, kw_only=True):
+    """Every node the scheduler knows, as last reported, with when."""
+
+    nodes: list[NodeInfo]
+    last_seen: dict[str, float] = field(default_factory=dict)
+    """Node -> Unix time of its last heartbeat."""
+
+
 class Heartbeat(Struct, kw_only=True):
     """An agent's periodic report."""
 
@@ -438,7 +447,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, NodeInfo,
+        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, NodeInfo, NodeList,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

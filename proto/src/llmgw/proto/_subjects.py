@@ -20,6 +20,7 @@ class Subjects:
 
     SCHEDULER_NODE_REGISTER = f"{_P}.scheduler.node.register"
     SCHEDULER_REPLICA_LIST = f"{_P}.scheduler.replica.list"
+    SCHEDULER_NODE_LIST = f"{_P}.scheduler.node.list"
 
     MIRROR_FILE_STAT = f"{_P}.mirror.file.stat"
     MIRROR_FILE_LIST = f"{_P}.mirror.file.list"

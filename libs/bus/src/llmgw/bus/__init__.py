@@ -6,7 +6,7 @@ from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
 from llmgw.bus._nats import NatsServer, connect, gather, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
-from llmgw.bus._proc import delete_under, die_with_parent, free_port
+from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
 from llmgw.bus._service import Context, ServiceApp, run
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "kv_bucket",
     "kv_keys",
     "load_config",
+    "meminfo_mb",
     "request",
     "run",
     "setup_logging",

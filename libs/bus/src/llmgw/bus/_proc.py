@@ -1,5 +1,5 @@
-"""Helpers for the processes services start and the files they keep: free ports, children that
-die with their parent, files deleted under a root."""
+"""Helpers for the processes services start and the host they run on: free ports, children that
+die with their parent, files deleted under a root, the host's memory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
-__all__ = ["delete_under", "die_with_parent", "free_port"]
+__all__ = ["delete_under", "die_with_parent", "free_port", "meminfo_mb"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -43,3 +43,14 @@ def delete_under(root: Path, relative: str) -> bool:
         folder.rmdir()
         folder = folder.parent
     return existed
+
+
+def meminfo_mb(text: str) -> tuple[int, int]:
+    """(total, available) MiB from the text of /proc/meminfo."""
+    fields = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            fields[key] = int(parts[0])
+    return fields["MemTotal"] // 1024, fields.get("MemAvailable", fields.get("MemFree", 0)) // 1024

@@ -55,6 +55,8 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     tensor type holding the most bytes."""
     block_count: int = 0
     embedding_length: int = 0
+    feed_forward_length: int = 0
+    """Width of a layer's feed-forward (an expert's, for a model of experts)."""
     head_count: int = 0
     head_count_kv: int = 0
     key_length: int = 0
@@ -315,6 +317,7 @@ def read_header(where: str | Path, client: httpx.Client | None = None) -> Header
         name=str(meta.get("general.name", "")),
         file_type=_file_type_name(meta.get("general.file_type"), parsed.type_bytes),
         block_count=num("block_count"), embedding_length=embd, head_count=heads,
+        feed_forward_length=num("expert_feed_forward_length") or num("feed_forward_length"),
         head_count_kv=num("attention.head_count_kv", heads), key_length=num("attention.key_length", per_head),
         value_length=num("attention.value_length", per_head), sliding_window=num("attention.sliding_window"),
         context_length=num("context_length"), vocab_size=int(meta.get("tokenizer.ggml.tokens", 0) or 0),

@@ -68,7 +68,7 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
     qtype = gguf.GGMLQuantizationType[shape.tensor_type]
 
     def weight(*dims: int):
-        data = (rng.standard_normal(dims) * 0.02).astype(np.float32)
+        data = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
         if qtype == gguf.GGMLQuantizationType.F32:
             return {"tensor": data}
         if qtype == gguf.GGMLQuantizationType.F16:

@@ -7,6 +7,7 @@
 - options: every way each file runs on a fleet, ranked best first.
 """
 
+from llmgw.modelplan._fit import Measured, fit_cpu, worst_error
 from llmgw.modelplan._memory import (
     KV_CACHE_TYPES,
     Memory,
@@ -20,7 +21,7 @@ from llmgw.modelplan._memory import (
     vllm_block_bytes,
     vllm_memory,
 )
-from llmgw.modelplan._options import CardGroup, FileFacts, NodeFacts, Option, options
+from llmgw.modelplan._options import CardGroup, FileFacts, NodeFacts, Option, node_facts, options
 from llmgw.modelplan._speed import (
     CARDS,
     DEFAULT_CPU,
@@ -47,6 +48,7 @@ __all__ = [
     "CardGroup",
     "FileFacts",
     "GpuConstants",
+    "Measured",
     "Memory",
     "NodeFacts",
     "Option",
@@ -57,9 +59,11 @@ __all__ = [
     "cpu_read_gbs",
     "cpu_threads",
     "cpu_tokens_per_second",
+    "fit_cpu",
     "gpu_tokens_per_second",
     "kv_bytes_per_token",
     "llamacpp_memory",
+    "node_facts",
     "options",
     "shape_from_config",
     "shape_from_gguf",
@@ -67,4 +71,5 @@ __all__ = [
     "splits_kv_heads",
     "vllm_block_bytes",
     "vllm_memory",
+    "worst_error",
 ]

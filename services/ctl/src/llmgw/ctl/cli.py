@@ -13,6 +13,8 @@ import msgspec
 from llmgw.bus import BusError, ConfigError, connect, request
 from llmgw.proto import (
     Empty,
+    FileInfo,
+    FileRef,
     Model,
     ModelChange,
     ModelEntry,
@@ -20,6 +22,7 @@ from llmgw.proto import (
     ModelPurge,
     ModelPut,
     ModelRef,
+    NodeList,
     Profile,
     PurgeReport,
     ReplicaList,
@@ -80,6 +83,8 @@ async def _ctl(args: argparse.Namespace) -> int:
             change = _change(args)
             out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
             print(_said(change, out), file=sys.stderr)
+        elif args.what == "model" and args.verb == "plan":
+            return await _fleet_plan(nc, args)
         elif args.what == "replica" and args.verb == "list":
             out = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
         else:
@@ -91,6 +96,32 @@ async def _ctl(args: argparse.Namespace) -> int:
     finally:
         await nc.close()
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(out)) + b"\n")
+    return 0
+
+
+async def _fleet_plan(nc, args: argparse.Namespace) -> int:
+    """`llmgw ctl model plan FILE_OR_URL_OR_SOURCE`: the ways to run it on the fleet's nodes."""
+    from llmgw.ctl.plan import make_plan, plan_text
+    from llmgw.gguf import GGUFError
+    from llmgw.modelplan import node_facts
+
+    where = args.arg
+    if not where:
+        raise ValueError("usage: llmgw ctl model plan FILE|URL|OWNER/REPO/FILE [--context N] [--threads N]")
+    if not where.startswith(("http://", "https://")) and not Path(where).exists():
+        where = (await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source=where), FileInfo)).url  # a mirror source
+    listed = await request(nc, Subjects.SCHEDULER_NODE_LIST, Empty(), NodeList)
+    if not listed.nodes:
+        raise ValueError("no node has registered with the scheduler: start an agent (`llmgw service agent`)")
+    try:
+        plan = await asyncio.to_thread(make_plan, where, [node_facts(n) for n in listed.nodes], args.context,
+                                       args.threads)
+    except GGUFError as exc:
+        raise ValueError(str(exc)) from None
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(plan)) + b"\n")
+    else:
+        print(plan_text(plan))
     return 0
 
 
@@ -211,6 +242,36 @@ def purged(report: PurgeReport) -> str:
     return " ".join(said)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    """`llmgw plan FILE_OR_URL` and `llmgw plan calibrate`."""
+    from llmgw.bus import BusConfig
+    from llmgw.ctl.calibrate import calibrate, report
+    from llmgw.ctl.plan import run_plan
+    from llmgw.modelplan import DEFAULT_CPU
+
+    home = BusConfig(data_dir=args.data_dir or "").home()
+    if args.target == "calibrate":
+        threads = [args.threads] if args.threads else None
+        try:
+            fitted, points = calibrate(home, threads)
+        except RuntimeError as exc:
+            print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
+            return 1
+        print(report(points, DEFAULT_CPU, fitted))
+        print(f"kept in {home / 'calibration.json'}; the agent reports it and estimates use it")
+        return 0
+    bandwidth = None
+    if args.node_bandwidth:
+        try:
+            every, one = (float(x) for x in args.node_bandwidth.split(","))
+        except ValueError:
+            print(f"llmgw plan: --node-bandwidth is ALL,CORE in GB/s (for example 40,10), not '{args.node_bandwidth}'",
+                  file=sys.stderr)
+            return 2
+        bandwidth = (every, one)
+    return run_plan(args.target, home, args.context, args.threads, bandwidth, args.json)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `llmgw`."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -227,11 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--http-port", type=int, default=8080, help="the OpenAI endpoint's port (0: a free one)")
     up.add_argument("--no-demo", action="store_true", help="do not write and serve the demo model")
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
+    plan = sub.add_parser("plan", help="memory and speed of a GGUF model on this machine; `plan calibrate` fits this node's CPU constants")
+    plan.add_argument("target", help="a GGUF file or URL (range requests: only its header is read), or 'calibrate'")
+    plan.add_argument("--context", type=int, help="context length (default: the model's, at most 8192)")
+    plan.add_argument("--threads", type=int, help="CPU threads a replica gets (default: half the cores)")
+    plan.add_argument("--node-bandwidth", help="ALL,CORE memory GB/s instead of measuring this machine")
+    plan.add_argument("--data-dir", help="where calibration.json is kept (default: $LLMGW_HOME or ~/.local/share/llmgw)")
+    plan.add_argument("--json", action="store_true", help="the plan as JSON")
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     ctl.add_argument("what", choices=["model", "models", "replica"])
     ctl.add_argument("verb", nargs="?", default="list",
-                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas",
+                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas", "plan",
                               "context", "gpus", "class", "owner", "alias"])
     ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
@@ -239,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--cpu-memory", type=float, help="replicas: add a CPU profile reserving this many GB")
     ctl.add_argument("--cpu-cores", type=int, help="replicas: cores that CPU profile reserves")
     ctl.add_argument("--max-output", type=int, help="context: the longest answer in tokens")
+    ctl.add_argument("--context", type=int, help="plan: the context length (default: the model's, at most 8192)")
+    ctl.add_argument("--threads", type=int, help="plan: CPU threads a replica gets (default: half a node's)")
     ctl.add_argument("--add", action="append", help="alias: an alias to add (repeatable)")
     ctl.add_argument("--drop", action="append", help="alias: an alias to drop (repeatable)")
     ctl.add_argument("--in-place", action="store_true",
@@ -246,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--purge", action="store_true",
                      help="remove: also delete its files from the mirror and the nodes (those no other model uses)")
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "up":
         from llmgw.ctl.up import UpOptions, up
 

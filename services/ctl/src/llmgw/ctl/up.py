@@ -131,7 +131,8 @@ def up(opts: UpOptions) -> int:
             print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
         nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=die_with_parent)
         http_port = opts.http_port or free_port()
-        extra = {"router": ["--http-port", str(http_port)]}
+        # One agent on this host: nothing to keep its bandwidth measurement apart from.
+        extra = {"router": ["--http-port", str(http_port)], "agent": ["--membw-delay-max-s", "3"]}
         for name in SERVICES:
             procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
         key = asyncio.run(_setup(nats.url, home, opts.demo))

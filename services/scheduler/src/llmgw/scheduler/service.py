@@ -19,6 +19,7 @@ from llmgw.proto import (
     FileRef,
     Heartbeat,
     NodeInfo,
+    NodeList,
     ReplicaList,
     ReplicaStart,
     ReplicaState,
@@ -68,6 +69,7 @@ class Scheduler:
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
         await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
+        await ctx.endpoint("node-list", Subjects.SCHEDULER_NODE_LIST, Empty, self.list_nodes)
         await ctx.nc.subscribe(Subjects.EVT_HEARTBEAT_ALL, cb=self._on_heartbeat)
         await ctx.nc.subscribe(Subjects.EVT_REPLICA_ALL, cb=self._on_replica_event)
         self.tasks.append(asyncio.create_task(self._loop()))
@@ -88,6 +90,10 @@ class Scheduler:
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
         return ReplicaList(replicas=sorted(self.replicas.values(), key=lambda r: (r.model, r.id)))
+
+    async def list_nodes(self, _: Empty) -> NodeList:
+        return NodeList(nodes=[v.info for _, v in sorted(self.nodes.items())],
+                        last_seen={n: v.last_seen for n, v in self.nodes.items()})
 
     async def _on_heartbeat(self, msg) -> None:
         try:
