@@ -32,6 +32,8 @@ fmt:
 # Run the benchmarks under tests/bench and print their tables
 bench:
     python tests/bench/membw.py
+    python tests/bench/cpu_speed.py
+    python tests/bench/plan_fleet.py
 
 # Regenerate the golden JSON Schema of every proto message
 proto-schema:

@@ -91,7 +91,7 @@ def test_plan_prints_each_way_the_best_and_the_kv_cost(tmp_path):
     plan = json.loads(subprocess.run([*PLAN, str(model), "--node-bandwidth", "40,10", "--json", "--data-dir", str(tmp_path)],
                                      capture_output=True, text=True, check=True).stdout)
     assert plan["best"]["device"] == "cpu" and plan["best"]["tokens_per_second"] > 0
-    assert plan["file"]["head_count_kv"] == 2 and plan["context"] == 4096
+    assert plan["files"][0]["head_count_kv"] == 2 and plan["context"] == 4096
 
 
 @pytest.mark.parametrize(("args", "code", "said"), [

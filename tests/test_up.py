@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from llmgw.bus import connect, request
+from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.proto import (
     Empty,
     KeyCreate,
@@ -302,6 +303,15 @@ def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_ban
     out = subprocess.run([*ctl, source], capture_output=True, text=True, check=True).stdout
     assert f"{node.node}: {node.cpus} CPUs" in out and f"memory {node.membw_all_gbs:g} GB/s all cores" in out
     assert "Best: llama.cpp on the CPU" in out and "KV cache:" in out
+    repo = source.rsplit("/", 1)[0]
+    q8 = home / "mirror" / repo / "random-weights-q8_0.gguf"
+    write_random_llama(q8, TinyLlama(tensor_type="Q8_0"))
+    try:
+        both = subprocess.run([*ctl, repo], capture_output=True, text=True, check=True).stdout
+        assert both.count("llama F32") == 1 and both.count("llama Q8_0") == 1
+        assert "random-weights-q8_0.gguf  llama.cpp on the CPU" in both  # the smaller file reads less: faster
+    finally:
+        q8.unlink()
     missing = subprocess.run([*ctl, "nobody/nothing/none.gguf"], capture_output=True, text=True)
     assert missing.returncode == 1 and "the mirror holds no file 'nobody/nothing/none.gguf'" in missing.stderr
 

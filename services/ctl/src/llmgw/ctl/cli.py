@@ -14,6 +14,7 @@ from llmgw.bus import BusError, ConfigError, connect, request
 from llmgw.proto import (
     Empty,
     FileInfo,
+    FileList,
     FileRef,
     Model,
     ModelChange,
@@ -100,21 +101,33 @@ async def _ctl(args: argparse.Namespace) -> int:
 
 
 async def _fleet_plan(nc, args: argparse.Namespace) -> int:
-    """`llmgw ctl model plan FILE_OR_URL_OR_SOURCE`: the ways to run it on the fleet's nodes."""
+    """`llmgw ctl model plan FILE|URL|OWNER/REPO[/FILE]`: the ways to run it on the fleet's nodes.
+
+    A repository in the mirror plans every GGUF file in it (its quantisations; the first part
+    of a split one).
+    """
     from llmgw.ctl.plan import make_plan, plan_text
     from llmgw.gguf import GGUFError
     from llmgw.modelplan import node_facts
 
-    where = args.arg
-    if not where:
-        raise ValueError("usage: llmgw ctl model plan FILE|URL|OWNER/REPO/FILE [--context N] [--threads N]")
-    if not where.startswith(("http://", "https://")) and not Path(where).exists():
-        where = (await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source=where), FileInfo)).url  # a mirror source
+    target = args.arg
+    if not target:
+        raise ValueError("usage: llmgw ctl model plan FILE|URL|OWNER/REPO[/FILE] [--context N] [--threads N]")
+    wheres = [target]
+    if not target.startswith(("http://", "https://")) and not Path(target).exists():
+        if target.count("/") == 1:  # a repository: its GGUF files
+            held = await request(nc, Subjects.MIRROR_FILE_LIST, Empty(), FileList)
+            wheres = [f.url for f in held.files if f.source.startswith(target + "/") and f.source.endswith(".gguf")
+                      and ("-of-" not in f.source or "-00001-of-" in f.source)]
+            if not wheres:
+                raise ValueError(f"the mirror holds no GGUF file under '{target}'")
+        else:
+            wheres = [(await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source=target), FileInfo)).url]
     listed = await request(nc, Subjects.SCHEDULER_NODE_LIST, Empty(), NodeList)
     if not listed.nodes:
         raise ValueError("no node has registered with the scheduler: start an agent (`llmgw service agent`)")
     try:
-        plan = await asyncio.to_thread(make_plan, where, [node_facts(n) for n in listed.nodes], args.context,
+        plan = await asyncio.to_thread(make_plan, wheres, [node_facts(n) for n in listed.nodes], args.context,
                                        args.threads)
     except GGUFError as exc:
         raise ValueError(str(exc)) from None

@@ -29,7 +29,8 @@ __all__ = ["Plan", "describe", "file_facts", "local_node", "make_plan", "plan_te
 class Plan(msgspec.Struct, kw_only=True):
     """What `llmgw plan --json` prints."""
 
-    file: Header
+    files: list[Header]
+    """Every file planned (the quantisations of one model)."""
     context: int
     kv_per_1000_tokens_mb: float
     nodes: list[NodeFacts]
@@ -85,7 +86,7 @@ def _way(o: Option) -> str:
 
 def plan_text(plan: Plan) -> str:
     """The plan as a person reads it: the file, the ways (best first), the best one, the KV cost."""
-    lines = [f"{plan.file.where}: {describe(plan.file)}"]
+    lines = [f"{h.where}: {describe(h)}" for h in plan.files]
     for n in plan.nodes:
         calibrated = n.calibration.source if n.calibration else "default CPU constants (`llmgw plan calibrate` fits this node's)"
         lines.append(f"{n.name}: {n.cpus} CPUs, {_gib(n.memory_total_mb)} ({_gib(n.memory_available_mb)} available), "
@@ -94,34 +95,39 @@ def plan_text(plan: Plan) -> str:
     if not plan.options:
         lines.append(f"No way to run it at context {plan.context}: no node has the memory.")
     else:
-        rows = [("WAY", "NEEDS", "HAS", "WHERE", "SPEED")]
+        several = len(plan.files) > 1
+        rows = [(*(("FILE",) if several else ()), "WAY", "NEEDS", "HAS", "WHERE", "SPEED")]
         for o in plan.options:
             where = o.node + ("" if o.free_now else " (when room is free)")
-            rows.append((_way(o), _gib(o.need_mb) + ("/card" if o.cards else ""), _gib(o.have_mb), where,
-                         speed_note(o.tokens_per_second)))
+            rows.append((*((o.file,) if several else ()), _way(o), _gib(o.need_mb) + ("/card" if o.cards else ""),
+                         _gib(o.have_mb), where, speed_note(o.tokens_per_second)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         lines.append("")
-        lines.append(f"Best: {_way(plan.best)} on {plan.best.node}, {speed_note(plan.best.tokens_per_second)}.")
+        which = f"{plan.best.file}, " if several else ""
+        lines.append(f"Best: {which}{_way(plan.best)} on {plan.best.node}, {speed_note(plan.best.tokens_per_second)}.")
     lines.append(f"KV cache: {plan.kv_per_1000_tokens_mb:.1f} MiB per 1000 tokens of context (f16); "
                  f"context {plan.context} takes {_gib(plan.kv_per_1000_tokens_mb * plan.context / 1000)}.")
     return "\n".join(lines)
 
 
-def make_plan(where: str, nodes: list[NodeFacts], context: int | None, threads: int | None, slots: int = 1) -> Plan:
-    """The plan of one file over `nodes` (context: the file's own, at most 8192, unless given)."""
-    header, facts = file_facts(where)
-    context = context or min(header.context_length or 4096, 8192)
-    ways = options([facts], nodes, context, slots, threads)
-    return Plan(file=header, context=context, kv_per_1000_tokens_mb=round(kv_bytes_per_token(facts.shape) * 1000 / 2**20, 2),
-                nodes=nodes, options=ways, best=ways[0] if ways else None)
+def make_plan(wheres: list[str], nodes: list[NodeFacts], context: int | None, threads: int | None,
+              slots: int = 1) -> Plan:
+    """The plan of a model's files over `nodes` (context: the model's own, at most 8192, unless given)."""
+    read = [file_facts(where) for where in wheres]
+    headers, facts = [h for h, _ in read], [f for _, f in read]
+    context = context or min(headers[0].context_length or 4096, 8192)
+    ways = options(facts, nodes, context, slots, threads)
+    kv = kv_bytes_per_token(facts[0].shape) * 1000 / 2**20
+    return Plan(files=headers, context=context, kv_per_1000_tokens_mb=round(kv, 2), nodes=nodes, options=ways,
+                best=ways[0] if ways else None)
 
 
 def run_plan(where: str, home: Path, context: int | None, threads: int | None, bandwidth: tuple[float, float] | None,
              as_json: bool) -> int:
     """`llmgw plan FILE_OR_URL` on this machine."""
     try:
-        plan = make_plan(where, [local_node(home, bandwidth)], context, threads)
+        plan = make_plan([where], [local_node(home, bandwidth)], context, threads)
     except GGUFError as exc:
         print(f"llmgw plan: {exc}", file=sys.stderr)
         return 1
