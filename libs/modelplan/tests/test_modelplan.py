@@ -85,6 +85,7 @@ def test_a_card_reads_at_its_bandwidth_and_tensor_parallel_adds_sublinearly():
     ("NVIDIA A100-SXM4-80GB", 81920, "a100-80g", 2039), ("NVIDIA L40S", 46068, "l40s-48g", 864),
     ("NVIDIA L4", 23034, "l4-24g", 300), ("Tesla T4", 15360, "t4-16g", 320),
     ("NVIDIA GeForce RTX 4090", 24564, "rtx4090-24g", 1008),
+    ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192, "a100-mig-3g.40gb", 2039 * 3 / 7),
 ])
 def test_a_card_gets_one_class_name_and_its_datasheet_bandwidth(name, mib, cls, bandwidth):
     assert card_class(name, mib) == cls
@@ -186,3 +187,16 @@ def test_a_model_too_big_for_a_card_gets_two_and_vllm_only_for_safetensors():
     vllm = options([safetensors], [node], 8192)
     assert {(w.engine, w.cards, w.tensor_parallel) for w in vllm} == {("vllm", n, True) for n in (1, 2, 4, 8)}
     assert vllm[0].cards == 8  # fastest
+
+
+def test_a_nodes_report_becomes_plan_facts_with_its_cards_grouped_by_class():
+    from llmgw.modelplan import node_facts
+    from llmgw.proto import GpuInfo, NodeInfo
+
+    gpus = [GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA L40S", cls="l40s-48g", memory_total_mb=46068,
+                    memory_used_mb=20000 if i == 0 else 100) for i in range(4)]
+    info = NodeInfo(node="n", hostname="n", cpus=32, memory_total_mb=256000, memory_available_mb=200000,
+                    engines={"llamacpp": "100", "vllm": "0.11"}, membw_all_gbs=200, membw_one_gbs=12, gpus=gpus)
+    facts = node_facts(info)
+    assert facts.cards == [CardGroup(cls="l40s-48g", memory_mb=46068, count=4, free=3)]
+    assert facts.engines == ["llamacpp", "vllm"] and facts.membw_one_gbs == 12

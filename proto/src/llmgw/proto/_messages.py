@@ -15,6 +15,8 @@ __all__ = [
     "FileInfo",
     "FileList",
     "FileRef",
+    "Filesystem",
+    "GpuInfo",
     "Heartbeat",
     "KeyCreate",
     "KeyCreated",
@@ -309,6 +311,36 @@ class CpuCalibration(Struct, kw_only=True):
     """The fit's largest relative error over what it measured (0 for the defaults)."""
 
 
+class GpuInfo(Struct, kw_only=True):
+    """One card (or one MIG instance of a card) as NVML reports it."""
+
+    index: NonNegative
+    """The card's index (a MIG instance: its card's)."""
+    uuid: str
+    """GPU-... or, for a MIG instance, MIG-...; what CUDA_VISIBLE_DEVICES takes."""
+    name: str
+    cls: str
+    """The class every service calls it by ("h100-80g", "a100-mig-3g.40gb")."""
+    memory_total_mb: NonNegative
+    memory_used_mb: NonNegative = 0
+    memory_foreign_mb: NonNegative = 0
+    """Used by processes that are not this agent's engines."""
+    compute_capability: str = ""
+    """"9.0" for an H100."""
+    mig_parent: str = ""
+    """For a MIG instance, the UUID of the card it is carved from."""
+    nvlink_peers: list[str] = field(default_factory=list)
+    """UUIDs of the cards it reaches over NVLink."""
+
+
+class Filesystem(Struct, kw_only=True):
+    """A filesystem the node keeps weights on."""
+
+    path: str
+    total_mb: NonNegative
+    free_mb: NonNegative
+
+
 class NodeInfo(Struct, kw_only=True):
     """What a node is: sent on registration and in every heartbeat."""
 
@@ -320,13 +352,23 @@ class NodeInfo(Struct, kw_only=True):
     memory_total_mb: NonNegative
     memory_available_mb: NonNegative
     engines: dict[str, str] = field(default_factory=dict)
-    """Engines installed here and their versions."""
+    """Engines installed here ('llamacpp', 'vllm') and their versions."""
     membw_all_gbs: float | None = None
     """Memory read bandwidth, all cores, GB/s; None until measured."""
     membw_one_gbs: float | None = None
     """Memory read bandwidth, one core, GB/s."""
     cpu_calibration: CpuCalibration | None = None
     """This node's own CPU speed constants, from `llmgw plan calibrate`; None: the defaults."""
+    gpus: list[GpuInfo] = field(default_factory=list)
+    """Cards, or the MIG instances of a card carved into MIG."""
+    driver_version: str = ""
+    """NVIDIA driver; empty on a node without one."""
+    cpu_flags: list[str] = field(default_factory=list)
+    """The CPU features engines care about (avx2, avx512f, amx_tile, ...)."""
+    os: str = ""
+    """'<id> <version> (<codename>)' from /etc/os-release."""
+    arch: str = ""
+    filesystems: list[Filesystem] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -447,7 +489,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, NodeInfo, NodeList,
+        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

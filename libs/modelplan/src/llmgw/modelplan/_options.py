@@ -54,12 +54,20 @@ class NodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     calibration: CpuCalibration | None = None
 
 
+FREE_CARD_MB = 1024
+"""A card with less than this in use counts as free."""
+
+
 def node_facts(info: NodeInfo) -> NodeFacts:
-    """A node as its agent reported it (no cards until agents report them)."""
+    """A node as its agent reported it; its cards grouped by class."""
+    groups: dict[str, CardGroup] = {}
+    for gpu in info.gpus:
+        g = groups.get(gpu.cls) or CardGroup(cls=gpu.cls, memory_mb=gpu.memory_total_mb, count=0, free=0)
+        groups[gpu.cls] = msgspec.structs.replace(g, count=g.count + 1, free=g.free + (gpu.memory_used_mb < FREE_CARD_MB))
     return NodeFacts(name=info.node, cpus=info.cpus, memory_total_mb=info.memory_total_mb,
                      memory_available_mb=info.memory_available_mb, membw_all_gbs=info.membw_all_gbs or 0.0,
                      membw_one_gbs=info.membw_one_gbs or 0.0, engines=sorted(info.engines) or ["llamacpp"],
-                     calibration=info.cpu_calibration)
+                     cards=list(groups.values()), calibration=info.cpu_calibration)
 
 
 class Option(msgspec.Struct, frozen=True, kw_only=True):

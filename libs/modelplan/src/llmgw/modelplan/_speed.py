@@ -72,17 +72,22 @@ CARDS: dict[str, Card] = {
 """Card models by the family part of their class; `card_of` looks a class up."""
 
 _SIZES_GB = (8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 180, 192)
+_MIG = re.compile(r"\bmig\s+(\d+g\.\d+gb)\b")
 _FAMILY = re.compile(r"\b(b200|gh200|h200|h100|a100|l40s|l40|a6000|a40|a10|l4|v100|t4|rtx\s?(?:6000 ada|4090|3090))\b")
 
 
 def card_class(name: str, memory_mb: int) -> str:
     """The class every service calls a card by: family, variant, memory ("h100-80g", "l40s-48g").
 
-    Memory is snapped to the marketed size (an 80 GB card reports about 79.6 GiB).
+    Memory is snapped to the marketed size (an 80 GB card reports about 79.6 GiB). A MIG
+    instance is its family and MIG profile ("a100-mig-3g.40gb").
     """
     low = name.lower().replace("nvidia", "").replace("geforce", "")
     m = _FAMILY.search(low)
     family = re.sub(r"[\s-]", "", m.group(1)) if m else re.sub(r"[^a-z0-9]+", "-", low).strip("-") or "gpu"
+    mig = _MIG.search(low)
+    if mig:
+        return f"{family}-mig-{mig.group(1)}"
     variant = "-nvl" if " nvl" in low else ("-pcie" if "pcie" in low and family == "h100" else "")
     gib = memory_mb / 1024
     size = min(_SIZES_GB, key=lambda s: abs(s - gib))
@@ -91,7 +96,16 @@ def card_class(name: str, memory_mb: int) -> str:
 
 
 def card_of(cls: str) -> Card | None:
-    """The card of a class ("a100-40g" is its own entry; "h100-80g" is "h100"), or None."""
+    """The card of a class ("a100-40g" is its own entry; "h100-80g" is "h100"), or None.
+
+    A MIG instance ("a100-mig-3g.40gb") gets its slices' share of the card's bandwidth: 3 of 7.
+    """
+    family, _, mig = cls.partition("-mig-")
+    if mig:
+        card, m = CARDS.get(family), re.match(r"(\d+)g\.(\d+)gb", mig)
+        if card is None or m is None:
+            return None
+        return Card(bandwidth_gbs=card.bandwidth_gbs * int(m.group(1)) / 7, memory_gb=int(m.group(2)))
     if cls in CARDS:
         return CARDS[cls]
     return CARDS.get(cls.rsplit("-", 1)[0])

