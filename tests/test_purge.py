@@ -5,16 +5,16 @@ llama-server on the file, so it keeps it. No scheduler runs here: the replica is
 asking its agent directly, as the scheduler would.
 """
 
-import shutil
-
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
 from llmgw.bus import NotFound, request
 from llmgw.catalog.service import Catalog, CatalogConfig
-from llmgw.gguf import write_random_llama
+from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import (
+    FileInfo,
+    FileRef,
     Model,
     ModelEntry,
     ModelPurge,
@@ -31,13 +31,17 @@ from llmgw.proto import (
 SHARED, OWN = "test/shared/m.gguf", "test/own/m.gguf"
 
 
+def cached(agent, source):
+    """Whether `agent`'s cache holds `source`."""
+    return any(source in sources for sources in agent.weights.entries().values())
+
+
 @pytest.fixture
 async def fleet(serve, nc, tmp_path):
     """A catalog, a mirror holding two files, and agents 'a' and 'b' that both cached them."""
     mirror_root = tmp_path / "mirror"
     write_random_llama(mirror_root / SHARED)
-    (mirror_root / OWN).parent.mkdir(parents=True)
-    shutil.copy(mirror_root / SHARED, mirror_root / OWN)
+    write_random_llama(mirror_root / OWN, TinyLlama(seed=1))
     await serve(Mirror(MirrorConfig(root=str(mirror_root))), MirrorConfig())
     config = CatalogConfig(purge_wait_s=0.5, purge_gather_s=1.0)
     await serve(Catalog(config), config)
@@ -45,9 +49,9 @@ async def fleet(serve, nc, tmp_path):
     for node in ("a", "b"):
         cfg = AgentConfig(node=node, data_dir=str(tmp_path / node), heartbeat_s=60)
         agents[node] = await serve(Agent(cfg), cfg)
-        for source in (SHARED, OWN):
-            (agents[node].cache / source).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(mirror_root / source, agents[node].cache / source)
+        for source in (SHARED, OWN):  # each node fetched both files, as for a replica
+            info = await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source=source), FileInfo)
+            await agents[node].weights.fetch(info)
     for name, source in (("first", SHARED), ("second", SHARED), ("own", OWN)):
         model = Model(name=name, source=source, context=256, scaling=Scaling(min=0, max=1))
         await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
@@ -60,7 +64,7 @@ async def test_a_purge_deletes_the_file_from_the_mirror_and_every_node(fleet, nc
     assert report.entry.model.name == "own" and report.kept == []
     assert sorted((d.where, d.source) for d in report.deleted) == [("a", OWN), ("b", OWN), ("mirror", OWN)]
     assert not (mirror_root / OWN).exists() and not (mirror_root / "test" / "own").exists()
-    assert not any((agent.cache / OWN).exists() for agent in agents.values())
+    assert not any(cached(agent, OWN) for agent in agents.values())
     with pytest.raises(NotFound):
         await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name="own"), ModelEntry)
 
@@ -70,7 +74,7 @@ async def test_a_purge_keeps_a_file_another_model_uses_and_says_which(fleet, nc)
     report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="first"), PurgeReport, timeout=20)
     assert report.deleted == []
     assert [(k.source, k.why) for k in report.kept] == [(SHARED, "model second uses it")]
-    assert (mirror_root / SHARED).is_file() and all((a.cache / SHARED).is_file() for a in agents.values())
+    assert (mirror_root / SHARED).is_file() and all(cached(a, SHARED) for a in agents.values())
 
 
 async def test_a_node_keeps_a_file_its_running_replica_uses(fleet, nc):
@@ -83,7 +87,7 @@ async def test_a_node_keeps_a_file_its_running_replica_uses(fleet, nc):
     report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="own"), PurgeReport, timeout=20)
     assert sorted(d.where for d in report.deleted) == ["b", "mirror"]
     assert [(k.where, k.why) for k in report.kept] == [("a", "replica r1 runs on it")]
-    assert (agents["a"].cache / OWN).is_file() and not (agents["b"].cache / OWN).exists()
+    assert cached(agents["a"], OWN) and not cached(agents["b"], OWN)
 
 
 async def test_purging_an_unknown_model_is_a_404_and_deletes_nothing(fleet, nc):
@@ -91,3 +95,15 @@ async def test_purging_an_unknown_model_is_a_404_and_deletes_nothing(fleet, nc):
     with pytest.raises(NotFound, match="'nope' is not in the catalog"):
         await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="nope"), PurgeReport)
     assert (mirror_root / OWN).is_file() and (mirror_root / SHARED).is_file()
+
+
+async def test_a_file_cached_under_two_sources_is_kept_while_the_other_is_in_use(fleet, nc, tmp_path):
+    mirror_root, agents = fleet
+    twin = "test/twin/m.gguf"
+    (mirror_root / twin).parent.mkdir(parents=True)
+    (mirror_root / twin).write_bytes((mirror_root / OWN).read_bytes())
+    info = await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source=twin), FileInfo)
+    await agents["a"].weights.fetch(info)
+    assert agents["a"].weights.fetches == 2  # the same content: not fetched again
+    report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="own"), PurgeReport, timeout=20)
+    assert ("a", f"the same file is also {twin}") in [(k.where, k.why) for k in report.kept]

@@ -270,8 +270,7 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
     demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
     source = str(demo_file.relative_to(home / "mirror"))
     own = home / "mirror" / "test" / "purge" / "own.gguf"
-    own.parent.mkdir(parents=True)
-    own.write_bytes(demo_file.read_bytes())
+    write_random_llama(own, TinyLlama(seed=2))  # other bytes than the demo's: cached apart
 
     async def put(nc):
         for name, src, low in (("twin", source, 0), ("purgeable", "test/purge/own.gguf", 1)):
@@ -280,13 +279,39 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
 
     up.nats(put)
     up.wait_ready("purgeable")
-    cached = home / "agent" / "cache" / "test" / "purge" / "own.gguf"
-    assert cached.is_file()
+    [cached] = (home / "agent" / "cache").rglob("own.gguf")  # kept under its sha256
     twin = subprocess.run([*ctl, "remove", "twin", "--purge"], capture_output=True, text=True, check=True)
     assert f"Kept {source} (everywhere): model {DEMO} uses it." in twin.stderr
     purged = subprocess.run([*ctl, "remove", "purgeable", "--purge"], capture_output=True, text=True, check=True)
     assert "Deleted test/purge/own.gguf from " in purged.stderr and "mirror" in purged.stderr, purged.stderr
     assert not own.exists() and not cached.exists() and demo_file.is_file(), purged.stderr
+
+
+def test_weights_collect_deletes_cached_files_no_model_uses(up, home):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    write_random_llama(home / "mirror" / "test" / "collect" / "c.gguf", TinyLlama(seed=3))
+
+    async def put(nc):
+        model = Model(name="collectable", source="test/collect/c.gguf", context=512)
+        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+
+    up.nats(put)
+    up.wait_ready("collectable")
+    [cached] = (home / "agent" / "cache").rglob("c.gguf")
+    subprocess.run([*ctl, "model", "remove", "collectable"], capture_output=True, text=True, check=True)
+    deadline = time.monotonic() + 30
+    while any(r.model == "collectable" for r in _all_replicas(up)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said = subprocess.run([*ctl, "weights", "--collect"], capture_output=True, text=True, check=True).stdout
+    assert "deleted test/collect/c.gguf" in said and not cached.exists()
+    assert next((home / "agent" / "cache").rglob("random-weights-f32.gguf")).is_file()  # the demo's stays
+
+
+def _all_replicas(up):
+    async def ask(nc):
+        return (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+
+    return up.nats(ask)
 
 
 def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_bandwidth(up, home):

@@ -1,15 +1,73 @@
-"""The agent's pure parts: llama-server's command line."""
+"""The agent's pure parts: cards and ports a replica gets, and the engines' command lines."""
 
+import json
 from pathlib import Path
 
-from llmgw.agent.core import llama_server_command
-from llmgw.proto import Model, Profile
+import pytest
+
+from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port
+from llmgw.proto import GpuInfo, Model, Profile
+
+MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
 
 
-def test_the_command_line_is_explicit_about_context_slots_and_layers():
-    model = Model(name="m", source="o/r/m.gguf", context=2048)
-    cmd = llama_server_command("llama-server", Path("/c/m.gguf"), 9000, model, Profile(slots=3, args=["--flash-attn", "on"]), "KEY", 4)
-    pairs = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+def card(i, cls="h100-80g", foreign=0, peers=()):
+    return GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100", cls=cls, memory_total_mb=81559,
+                   memory_foreign_mb=foreign, nvlink_peers=list(peers))
+
+
+def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
+    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(slots=3, args=["--flash-attn", "on"]), "KEY", 4, [])
+    pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-c"] == "2048" and pairs["-np"] == "3" and pairs["-ngl"] == "0"
     assert pairs["--port"] == "9000" and pairs["--api-key"] == "KEY" and pairs["--threads"] == "2"
-    assert cmd[-2:] == ["--flash-attn", "on"]
+    assert how.argv[-2:] == ["--flash-attn", "on"] and "CUDA_VISIBLE_DEVICES" not in how.env
+
+
+def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
+    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(name="gpu", gpus=2, env={"X": "1"}), "K", 8,
+                 [card(0), card(3)])
+    pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
+    assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
+    assert how.env == {"X": "1", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
+
+
+def test_vllm_gets_tensor_parallel_a_pool_the_context_and_portable_kv_events():
+    model = Model(name="big", source="o/r/config.json", context=32768)
+    profile = Profile(name="gpu", engine="vllm", gpus=4, tensor_parallel=2, slots=64)
+    how = launch("vllm", Path("/c/o/r/config.json"), 9000, model, profile, "K", 64, [card(i) for i in range(4)], 9001)
+    assert how.argv[:3] == ["vllm", "serve", "/c/o/r"]
+    pairs = {flag: how.argv[i + 1] for i, flag in enumerate(how.argv[:-1]) if flag.startswith("--")}
+    assert "--enable-prefix-caching" in how.argv
+    assert pairs["--tensor-parallel-size"] == "2" and pairs["--pipeline-parallel-size"] == "2"
+    assert pairs["--max-model-len"] == "32768" and pairs["--gpu-memory-utilization"] == "0.9"
+    assert pairs["--max-num-seqs"] == "64" and pairs["--served-model-name"] == "big"
+    assert pairs["--prefix-caching-hash-algo"] == "sha256_cbor"
+    assert json.loads(pairs["--kv-events-config"])["endpoint"] == "tcp://127.0.0.1:9001"
+    assert how.env["PYTHONHASHSEED"] == "0" and how.env["CUDA_VISIBLE_DEVICES"] == "GPU-0,GPU-1,GPU-2,GPU-3"
+
+
+def test_cards_are_free_ones_of_the_class_and_linked_ones_first():
+    gpus = [card(0, peers=[]), card(1, peers=["GPU-2"]), card(2, peers=["GPU-1"]), card(3, foreign=5000)]
+    assert [g.uuid for g in pick_cards(Profile(gpus=2), gpus, set())] == ["GPU-1", "GPU-2"]
+    assert [g.uuid for g in pick_cards(Profile(gpus=1), gpus, {"GPU-1", "GPU-2"})] == ["GPU-0"]
+    assert pick_cards(Profile(), gpus, set()) == []
+
+
+@pytest.mark.parametrize(("profile", "taken", "message"), [
+    (Profile(name="gpu", gpus=2, gpu_class="l40s-48g"), set(), "needs 2 free cards of class l40s-48g; this node has none free of 2"),
+    (Profile(name="gpu", gpus=2), {"GPU-0"}, "needs 2 free cards of one class; this node has 1 h100-80g free of 2"),
+])
+def test_a_profile_asking_for_cards_the_node_lacks_is_refused_saying_what_it_has(profile, taken, message):
+    with pytest.raises(ValueError, match=message):
+        pick_cards(profile, [card(0), card(1)], taken)
+
+
+def test_ports_come_from_the_range_never_twice_and_an_exhausted_range_says_so():
+    ports = parse_ports("20000-20002")
+    assert pick_port(ports, {20000}, lambda p: p != 20001) == 20002
+    with pytest.raises(ValueError, match="no free port in 20000-20002 \\(2 held by replicas here\\)"):
+        pick_port(ports, {20000, 20002}, lambda p: p != 20001)
+    for bad in ("lots", "80-90", "30000-20000"):
+        with pytest.raises(ValueError):
+            parse_ports(bad)

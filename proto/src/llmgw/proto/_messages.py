@@ -39,6 +39,7 @@ __all__ = [
     "ReplicaStop",
     "Scaling",
     "ScheduleWindow",
+    "WeightsCollect",
     "WeightsDelete",
     "WeightsDeleted",
     "all_messages",
@@ -232,6 +233,12 @@ class WeightsDelete(Struct, kw_only=True):
     """Delete these files from a weights store (the mirror, or every node's cache)."""
 
     sources: list[Source]
+
+
+class WeightsCollect(Struct, kw_only=True):
+    """Delete every cached file but these (the sources the catalog's models use)."""
+
+    keep: list[str]
 
 
 class WeightsDeleted(Struct, kw_only=True):
@@ -489,7 +496,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList,
+        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

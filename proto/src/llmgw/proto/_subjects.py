@@ -28,6 +28,8 @@ class Subjects:
 
     AGENT_WEIGHTS_DELETE = f"{_P}.agent.weights.delete"
     """Every agent answers (each in its own queue group): files deleted from its cache."""
+    AGENT_WEIGHTS_COLLECT = f"{_P}.agent.weights.collect"
+    """Every agent answers: cached files no model uses, deleted."""
 
     ROUTER_KEY_CREATE = f"{_P}.router.key.create"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import os
 import platform
 import random
+import shutil
 import signal
 import socket
 import sys
@@ -17,16 +17,16 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.agent.core import llama_server_command
+from llmgw.agent.cache import FetchError, WeightsCache
+from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import (
     BadRequest,
     BusConfig,
+    ConfigError,
     Context,
     Internal,
-    delete_under,
     die_with_parent,
-    free_port,
     load_config,
     meminfo_mb,
     request,
@@ -45,6 +45,7 @@ from llmgw.proto import (
     ReplicaState,
     ReplicaStop,
     Subjects,
+    WeightsCollect,
     WeightsDelete,
     WeightsDeleted,
 )
@@ -69,11 +70,23 @@ class AgentConfig(BusConfig, kw_only=True):
     """This node's labels for node selectors and failure domains (rack, row, site...); TOML: [labels]."""
     stop_grace_s: float = 10.0
     """Seconds an engine has to exit on SIGTERM before SIGKILL."""
+    ports: str = "20000-29999"
+    """Ports engines listen on (and vLLM's KV events beside them); two replicas never share one."""
     membw_delay_max_s: float = 120.0
     """Memory bandwidth is first measured after a random delay up to this (agents of one host
     starting together must not measure each other)."""
     membw_every_s: float = 3600.0
     """Then measured again this often; the best figure seen is kept (a busy node reads less)."""
+
+
+def _bindable(port: int) -> bool:
+    """Whether nothing listens on `port` of the loopback now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _read(path: str) -> str:
@@ -100,6 +113,13 @@ class _Replica:
         self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self.task: asyncio.Task | None = None
         self.pump: asyncio.Task | None = None
+        self.port = 0
+        self.cards: list[str] = []
+        """UUIDs of the cards it holds."""
+
+    @property
+    def live(self) -> bool:
+        return self.state.state not in ("failed", "stopped")
 
 
 class Agent:
@@ -117,12 +137,17 @@ class Agent:
         self.replicas: dict[str, _Replica] = {}
         self.ctx: Context | None = None
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        self.weights = WeightsCache(self.cache, self.http)
         self.tasks: list[asyncio.Task] = []
         self.registered = False
         self.binary = config.llama_server or _llama_server_binary()
         self.bandwidth: Bandwidth | None = None
         self.calibration: CpuCalibration | None = None
         self.nvml = load_nvml()
+        try:
+            self.ports = parse_ports(config.ports)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.engines = EngineProbe({"llamacpp": self.binary, "vllm": config.vllm})
         self.said: set[str] = set()
         self.host = (cpu_flags(_read("/proc/cpuinfo")), os_release(_read("/etc/os-release")), platform.machine())
@@ -166,6 +191,8 @@ class Agent:
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
         await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
                            queue=self.node)
+        await ctx.endpoint("weights-collect", Subjects.AGENT_WEIGHTS_COLLECT, WeightsCollect, self.collect_weights,
+                           queue=self.node)
         self.calibration = load_calibration(self.config.home())
         self.tasks.append(asyncio.create_task(self._heartbeats()))
         self.tasks.append(asyncio.create_task(self._measure_bandwidth()))
@@ -203,7 +230,7 @@ class Agent:
             return self.replicas[rid].state  # asked twice: never started twice
         if req.replica.node != self.node:
             raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.node}'")
-        if req.profile.engine != "llamacpp":
+        if req.profile.engine not in self.engines.versions():
             raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.node}")
         replica = _Replica(msgspec.structs.replace(req.replica, state="fetching", updated=time.time()), req.model.source)
         self.replicas[rid] = replica
@@ -218,17 +245,36 @@ class Agent:
         await self._stop_engine(replica, req.reason or "asked to stop")
         return replica.state
 
+    def _users(self, sources: list[str]) -> list[str]:
+        return sorted(r.state.id for r in self.replicas.values() if r.live and r.source in sources)
+
     async def delete_weights(self, req: WeightsDelete) -> WeightsDeleted:
         """Delete files from this node's cache, keeping those a replica here runs on."""
         answer = WeightsDeleted(where=self.node)
-        for source in req.sources:
-            users = sorted(r.state.id for r in self.replicas.values() if r.source == source)
-            if users:
-                if (self.cache / source).is_file():
-                    answer.kept.append(FilePlace(source=source, where=self.node, why=f"replica {', '.join(users)} runs on it"))
-            elif await asyncio.to_thread(delete_under, self.cache, source):
-                answer.deleted.append(source)
-                self.ctx.log.info("weights deleted", source=source)
+        for folder, sources in self.weights.entries().items():
+            asked = [s for s in sources if s in req.sources]
+            if not asked:
+                continue
+            users, others = self._users(sources), [s for s in sources if s not in req.sources]
+            if users or others:
+                why = f"replica {', '.join(users)} runs on it" if users else f"the same file is also {', '.join(others)}"
+                answer.kept.extend(FilePlace(source=s, where=self.node, why=why) for s in asked)
+                continue
+            await asyncio.to_thread(self.weights.delete, folder)
+            answer.deleted.extend(asked)
+            self.ctx.log.info("weights deleted", sources=asked)
+        return answer
+
+    async def collect_weights(self, req: WeightsCollect) -> WeightsDeleted:
+        """Delete every cached file no model uses (`req.keep`) and no replica here runs on."""
+        answer = WeightsDeleted(where=self.node)
+        for folder, sources in self.weights.entries().items():
+            if any(s in req.keep for s in sources) or self._users(sources):
+                continue
+            await asyncio.to_thread(self.weights.delete, folder)
+            answer.deleted.extend(sources or [folder.name])
+        if answer.deleted:
+            self.ctx.log.info("weights collected", sources=answer.deleted)
         return answer
 
     async def _set(self, replica: _Replica, **changes) -> None:
@@ -241,16 +287,25 @@ class Agent:
     async def _run(self, replica: _Replica, req: ReplicaStart) -> None:
         log = self.ctx.log.bind(replica=replica.state.id, model=req.model.name)
         try:
+            taken = {u for r in self.replicas.values() if r.live and r is not replica for u in r.cards}
+            cards = pick_cards(req.profile, discover_cards(self.nvml).gpus, taken)
+            replica.cards = [g.uuid for g in cards]
             path = await self._fetch(req.model.source)
-            port = free_port()
-            cmd = llama_server_command(
-                self.binary, path, port, req.model, req.profile, replica.state.api_key, os.cpu_count() or 1
-            )
-            await self._set(replica, state="starting", url=f"http://127.0.0.1:{port}")
-            log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in cmd])
+            held = {p for r in self.replicas.values() if r.live and r is not replica for p in (r.port, r.port + 1)}
+            replica.port = pick_port(self.ports, held, _bindable)
+            vllm = req.profile.engine == "vllm"
+            if vllm:  # its KV events go to the next port
+                held.add(replica.port)
+                events = pick_port(self.ports, held, _bindable)
+            binary = shutil.which(self.config.vllm) or self.config.vllm if vllm else self.binary
+            how = launch(binary, path, replica.port, req.model, req.profile, replica.state.api_key,
+                         os.cpu_count() or 1, cards, events if vllm else 0)
+            await self._set(replica, state="starting", url=f"http://127.0.0.1:{replica.port}")
+            log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in how.argv],
+                     cards=replica.cards)
             replica.proc = await asyncio.create_subprocess_exec(
-                *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **req.profile.env}, start_new_session=True, preexec_fn=die_with_parent,
+                *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
             )
             replica.pump = asyncio.create_task(self._pump(replica))
             await self._wait_healthy(replica, req.profile.startup_timeout_s)
@@ -293,26 +348,12 @@ class Agent:
         raise Internal(f"engine not healthy within {timeout_s}s (startup_timeout_s)")
 
     async def _fetch(self, source: str) -> Path:
-        """The model file in this node's cache, fetched once from the mirror and checked."""
+        """The model file in this node's cache: fetched once from the mirror, checked against its hash."""
         info = await request(self.ctx.nc, Subjects.MIRROR_FILE_STAT, FileRef(source=source), FileInfo)
-        dest = self.cache / source
-        if dest.is_file() and dest.stat().st_size == info.size:
-            return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.part")
-        h = hashlib.sha256()
-        async with self.http.stream("GET", info.url) as r:
-            if r.status_code != 200:
-                raise Internal(f"mirror answered {r.status_code} for {info.url}")
-            with open(tmp, "wb") as f:
-                async for block in r.aiter_bytes(1 << 20):
-                    h.update(block)
-                    f.write(block)
-        if h.hexdigest() != info.sha256:
-            tmp.unlink(missing_ok=True)
-            raise Internal(f"{source}: sha256 {h.hexdigest()} is not the mirror's {info.sha256}; not used")
-        tmp.replace(dest)
-        return dest
+        try:
+            return await self.weights.fetch(info)
+        except FetchError as exc:
+            raise Internal(str(exc)) from None
 
     async def _terminate(self, replica: _Replica) -> None:
         proc = replica.proc

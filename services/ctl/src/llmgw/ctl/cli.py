@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from llmgw.bus import BusError, ConfigError, connect, request
+from llmgw.bus import BusError, ConfigError, connect, gather, request
 from llmgw.proto import (
     Empty,
     FileInfo,
@@ -29,6 +29,8 @@ from llmgw.proto import (
     ReplicaList,
     Scaling,
     Subjects,
+    WeightsCollect,
+    WeightsDeleted,
     convert_strict,
 )
 
@@ -86,6 +88,8 @@ async def _ctl(args: argparse.Namespace) -> int:
             print(_said(change, out), file=sys.stderr)
         elif args.what == "model" and args.verb == "plan":
             return await _fleet_plan(nc, args)
+        elif args.what == "weights":
+            return await _collect(nc, args)
         elif args.what == "replica" and args.verb == "list":
             out = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
         else:
@@ -135,6 +139,26 @@ async def _fleet_plan(nc, args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(plan)) + b"\n")
     else:
         print(plan_text(plan))
+    return 0
+
+
+async def _collect(nc, args: argparse.Namespace) -> int:
+    """`llmgw ctl weights --collect`: every node deletes the cached weights no model in the catalog uses."""
+    if not args.collect:
+        raise ValueError("usage: llmgw ctl weights --collect (deletes cached weights no model uses)")
+    listed = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
+    keep = sorted({e.model.source for e in listed.models})
+    answers = await gather(nc, Subjects.AGENT_WEIGHTS_COLLECT, WeightsCollect(keep=keep), WeightsDeleted, 3.0)
+    if not answers:
+        print("No agent answered: no node to collect on.", file=sys.stderr)
+        return 1
+    for a in answers:
+        if isinstance(a, BusError):
+            print(f"an agent failed: {a.message}", file=sys.stderr)
+        elif a.deleted:
+            print(f"{a.where}: deleted {', '.join(a.deleted)}")
+        else:
+            print(f"{a.where}: nothing unused")
     return 0
 
 
@@ -310,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
-    ctl.add_argument("what", choices=["model", "models", "replica"])
+    ctl.add_argument("what", choices=["model", "models", "replica", "weights"])
     ctl.add_argument("verb", nargs="?", default="list",
                      choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas", "plan",
                               "context", "gpus", "class", "owner", "alias"])
@@ -326,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--drop", action="append", help="alias: an alias to drop (repeatable)")
     ctl.add_argument("--in-place", action="store_true",
                      help="restart, context, gpus: stop each replica before its replacement (no room beside it)")
+    ctl.add_argument("--collect", action="store_true", help="weights: delete cached weights no model uses, on every node")
     ctl.add_argument("--purge", action="store_true",
                      help="remove: also delete its files from the mirror and the nodes (those no other model uses)")
     args = parser.parse_args(argv)

@@ -1,0 +1,162 @@
+"""The agent as it runs: engines supervised (a real llama-server, and a vLLM stand-in), cards and
+ports handed out, weights fetched once, resumed, checked, and refused when wrong.
+
+Cards come from FakeNvml, a stand-in for pynvml (no GPU here); vLLM is tests/standins/
+vllm_standin.py, a stand-in executable that speaks its health endpoint and records its start.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.agent.cache import FetchError, WeightsCache
+from llmgw.agent.service import Agent, AgentConfig
+from llmgw.bus import request
+from llmgw.gguf import TinyLlama, write_random_llama
+from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.proto import FileInfo, FileRef, Model, Profile, ReplicaStart, ReplicaState, ReplicaStop, Subjects
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "services" / "agent" / "tests"))
+from fake_nvml import FakeCard, FakeNvml  # noqa: E402
+
+STANDIN = Path(__file__).parent / "standins" / "vllm_standin.py"
+SOURCE = "test/tiny/m.gguf"
+
+
+@pytest.fixture
+async def node(serve, nc, tmp_path):
+    """A mirror holding a tiny model, and an agent 'a' whose cards are two fake H100s."""
+    write_random_llama(tmp_path / "mirror" / SOURCE)
+    mirror = await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
+    config = AgentConfig(node="a", data_dir=str(tmp_path / "a"), heartbeat_s=60, vllm=str(STANDIN),
+                         membw_delay_max_s=3600, ports="21000-21099")
+    agent = Agent(config)
+    agent.nvml = FakeNvml([FakeCard(), FakeCard()])
+    await serve(agent, config)
+    return agent, mirror
+
+
+async def start(nc, rid, model, profile):
+    replica = ReplicaState(id=rid, model=model.name, profile=profile.name, node="a", api_key="secret")
+    return await request(nc, Subjects.agent_replica_start("a"), ReplicaStart(replica=replica, model=model, profile=profile),
+                         ReplicaState)
+
+
+async def until(agent, rid, *states, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = agent.replicas[rid].state
+        if state.state in states:
+            return state
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"replica {rid} stayed {agent.replicas[rid].state.state}")
+
+
+async def test_a_vllm_stand_in_gets_its_cards_tensor_parallel_and_kv_events(node, nc, tmp_path, monkeypatch):
+    agent, _ = node
+    monkeypatch.setenv("VLLM_STANDIN_RECORD", str(tmp_path / "started.json"))
+    model = Model(name="big", source=SOURCE, context=8192)
+    await start(nc, "v1", model, Profile(name="gpu", engine="vllm", gpus=2, tensor_parallel=2))
+    ready = await until(agent, "v1", "ready", "failed")
+    assert ready.state == "ready", ready.error
+    started = json.loads((tmp_path / "started.json").read_text())
+    argv = started["argv"]
+    assert argv[0] == "serve" and argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--max-model-len") + 1] == "8192" and "--kv-events-config" in argv
+    assert started["env"] == {"CUDA_VISIBLE_DEVICES": "GPU-0000,GPU-0001", "PYTHONHASHSEED": "0"}
+    assert 21000 <= int(argv[argv.index("--port") + 1]) <= 21099
+
+
+async def test_a_profile_asking_for_cards_the_node_lacks_fails_saying_so_and_others_carry_on(node, nc):
+    agent, _ = node
+    model = Model(name="m", source=SOURCE, context=512)
+    await start(nc, "g4", model, Profile(name="gpu", engine="vllm", gpus=4))
+    failed = await until(agent, "g4", "failed")
+    assert "needs 4 free cards of one class; this node has 2 h100-80g free of 2" in failed.error
+    await start(nc, "c1", model, Profile(name="cpu", slots=1))
+    assert (await until(agent, "c1", "ready", "failed")).state == "ready"
+
+
+async def test_an_engine_that_dies_is_reported_failed_with_its_status_and_last_lines(node, nc):
+    agent, _ = node
+    await start(nc, "k1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
+    await until(agent, "k1", "ready")
+    os.kill(agent.replicas["k1"].proc.pid, signal.SIGKILL)
+    failed = await until(agent, "k1", "failed")
+    assert failed.error == "engine exited with status -9" and failed.log_tail
+
+
+async def test_two_replicas_never_share_a_port_and_a_stop_frees_it(node, nc):
+    agent, _ = node
+    model = Model(name="m", source=SOURCE, context=512)
+    await start(nc, "p1", model, Profile(slots=1))
+    await start(nc, "p2", model, Profile(slots=1))
+    one, two = await until(agent, "p1", "ready"), await until(agent, "p2", "ready")
+    assert one.url != two.url
+    assert agent.weights.fetches == 1  # one model, fetched once for both
+    stopped = await request(nc, Subjects.agent_replica_stop("a"), ReplicaStop(id="p1"), ReplicaState)
+    assert stopped.state == "stopped" and "p1" not in agent.replicas
+
+
+@pytest.fixture
+async def held(serve, tmp_path):
+    """A mirror holding one file, and what its stat says of it."""
+    path = write_random_llama(tmp_path / "mirror" / SOURCE, TinyLlama(embedding=256, layers=4, feed_forward=1024))
+    mirror = await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
+    info = await mirror.stat(FileRef(source=SOURCE))
+    return path, info
+
+
+async def test_a_fetch_broken_off_resumes_where_it_stopped(held, tmp_path):
+    path, info = held
+    seen = []
+    async with httpx.AsyncClient(event_hooks={"request": [lambda r: _append(seen, r)]}) as http:
+        cache = WeightsCache(tmp_path / "cache", http)
+        dest = cache.path_for(info)
+        dest.parent.mkdir(parents=True)
+        half = path.read_bytes()[: info.size // 2]
+        dest.with_name(f".{dest.name}.part").write_bytes(half)
+        got = await cache.fetch(info)
+    assert got.read_bytes() == path.read_bytes()
+    assert seen == [f"bytes={len(half)}-"]
+
+
+async def _append(seen, request):
+    seen.append(request.headers.get("range"))
+
+
+async def test_two_replicas_of_one_model_fetch_it_once(held, tmp_path):
+    _, info = held
+    async with httpx.AsyncClient() as http:
+        cache = WeightsCache(tmp_path / "cache", http)
+        paths = await asyncio.gather(*(cache.fetch(info) for _ in range(4)))
+    assert len(set(paths)) == 1 and cache.fetches == 1
+
+
+async def test_a_file_whose_hash_does_not_match_is_refused_and_nothing_partial_stays(held, tmp_path):
+    _, info = held
+    lying = FileInfo(source=info.source, size=info.size, sha256="0" * 64, url=info.url)
+    async with httpx.AsyncClient() as http:
+        cache = WeightsCache(tmp_path / "cache", http)
+        with pytest.raises(FetchError, match=f"is not the mirror's {'0' * 64}; not used"):
+            await cache.fetch(lying)
+    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
+async def test_a_full_disk_while_fetching_fails_with_that_reason_and_removes_the_partial_file(held, tmp_path):
+    _, info = held
+    async with httpx.AsyncClient() as http:
+        cache = WeightsCache(tmp_path / "cache", http)
+        dest = cache.path_for(info)
+        dest.parent.mkdir(parents=True)
+        dest.with_name(f".{dest.name}.part").symlink_to("/dev/full")  # every write: ENOSPC, from the kernel
+        with pytest.raises(FetchError, match="is full while fetching"):
+            await cache.fetch(info)
+    assert not dest.with_name(f".{dest.name}.part").exists() and not dest.exists()
