@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 
 from llmgw.agent.cache import FetchError, WeightsCache
@@ -160,3 +161,98 @@ async def test_a_full_disk_while_fetching_fails_with_that_reason_and_removes_the
         with pytest.raises(FetchError, match="is full while fetching"):
             await cache.fetch(info)
     assert not dest.with_name(f".{dest.name}.part").exists() and not dest.exists()
+
+
+def test_a_restarted_agent_ends_the_engines_a_previous_one_left_but_not_a_stranger(tmp_path):
+    import subprocess
+
+    from llmgw.agent.service import end_leftovers
+
+    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "r1.json").write_text(json.dumps({"replica": "r1", "model": "m", "pid": left.pid, "started": time.time()}))
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # the pid was reused since the note
+    (tmp_path / "r2.json").write_text(json.dumps({"replica": "r2", "pid": stranger.pid, "started": 1.0}))
+    try:
+        assert end_leftovers(tmp_path) == [{"replica": "r1", "model": "m", "pid": left.pid}]
+        assert left.wait(5) == -signal.SIGKILL and stranger.poll() is None
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_server, tmp_path):
+    import subprocess
+
+    import psutil
+
+    write_random_llama(tmp_path / "mirror" / SOURCE)
+    await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
+    cmd = [sys.executable, "-m", "llmgw.ctl", "service", "agent", "--nats-url", nats_server.url, "--node", "a",
+           "--data-dir", str(tmp_path / "a"), "--membw-delay-max-s", "3600", "--ports", "21100-21199"]
+    agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await start(nc, "h1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the agent never answered"
+                await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 60
+        engines = []
+        while not engines and time.monotonic() < deadline:
+            engines = [p for p in psutil.Process(agent.pid).children() if "llama-server" in p.name()]
+            await asyncio.sleep(0.2)
+        assert engines, "no engine started"
+        agent.kill()
+        agent.wait()
+        gone, alive = psutil.wait_procs(engines, timeout=10)
+        assert alive == [], "an engine outlived its agent"
+        assert list((tmp_path / "a" / "agent" / "engines").glob("*.json"))  # the note it could not clear
+        again = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while list((tmp_path / "a" / "agent" / "engines").glob("*.json")) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            assert list((tmp_path / "a" / "agent" / "engines").glob("*.json")) == []  # what it left, looked at and cleared
+        finally:
+            again.terminate()
+            again.wait(30)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_when_it_is_back(node, nc, nats_server,
+                                                                                                 tmp_path):
+    from llmgw.bus import connect, start_nats_server
+    from llmgw.proto import Heartbeat
+
+    agent, _ = node
+    agent.config.heartbeat_s = 0.3
+    await start(nc, "n1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
+    await until(agent, "n1", "ready")
+    pid = agent.replicas["n1"].proc.pid
+    nats_server.stop()
+    await asyncio.sleep(1.5)
+    assert agent.replicas["n1"].proc.returncode is None  # the engine does not care
+    back = start_nats_server(tmp_path / "nats", port=nats_server.port)
+    nats_server.process = back.process  # stopped by the fixture, after the agent
+    if True:
+        watcher = await connect(back.url, "watcher")
+        sub = await watcher.subscribe(Subjects.heartbeat("a"))
+        beat = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                msg = await sub.next_msg(timeout=1)
+            except Exception:
+                continue
+            beat = msgspec.json.decode(msg.data, type=Heartbeat)
+            break
+        assert beat is not None, "the agent never came back"
+        assert [(r.id, r.state) for r in beat.replicas] == [("n1", "ready")]
+        assert agent.replicas["n1"].proc.pid == pid and SOURCE in beat.weights
+        await watcher.close()

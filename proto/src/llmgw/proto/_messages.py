@@ -422,6 +422,8 @@ class Heartbeat(Struct, kw_only=True):
     """One-minute load average."""
     sent: float = 0.0
     """Unix time it was sent."""
+    weights: list[str] = field(default_factory=list)
+    """Sources whose weights this node holds in its cache (placement prefers them)."""
 
 
 class ReplicaStart(Struct, kw_only=True):

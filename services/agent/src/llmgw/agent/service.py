@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import msgspec
+import psutil
 
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port
@@ -23,6 +24,7 @@ from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesy
 from llmgw.bus import (
     BadRequest,
     BusConfig,
+    BusError,
     ConfigError,
     Context,
     Internal,
@@ -77,6 +79,28 @@ class AgentConfig(BusConfig, kw_only=True):
     starting together must not measure each other)."""
     membw_every_s: float = 3600.0
     """Then measured again this often; the best figure seen is kept (a busy node reads less)."""
+
+
+def end_leftovers(folder: Path) -> list[dict]:
+    """End the engines a previous agent of this node left (their process groups), if still running.
+
+    Engines die with their agent (PR_SET_PDEATHSIG); this catches what that cannot: an agent
+    killed between fork and exec, or an engine that ignored the signal. A pid now used by
+    another program is left alone (its start time is after the note was written).
+    """
+    ended = []
+    for note_path in sorted(folder.glob("*.json")):
+        try:
+            note = msgspec.json.decode(note_path.read_bytes())
+            pid = int(note["pid"])
+            started = psutil.Process(pid).create_time()
+            if started <= float(note["started"]) + 1:
+                os.killpg(pid, signal.SIGKILL)
+                ended.append({"replica": note["replica"], "model": note.get("model", ""), "pid": pid})
+        except (OSError, ValueError, KeyError, msgspec.DecodeError, psutil.Error):
+            pass  # gone already, or not ours
+        note_path.unlink(missing_ok=True)
+    return ended
 
 
 def _bindable(port: int) -> bool:
@@ -134,6 +158,8 @@ class Agent:
         self.node = config.node_name()
         self.cache = Path(config.cache_dir) if config.cache_dir else config.home() / "agent" / "cache"
         self.logs = config.home() / "agent" / "logs"
+        self.engines_dir = config.home() / "agent" / "engines"
+        """One file per running engine (its pid), so a restarted agent finds what it left."""
         self.replicas: dict[str, _Replica] = {}
         self.ctx: Context | None = None
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
@@ -187,6 +213,9 @@ class Agent:
         self.ctx = ctx
         self.cache.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.engines_dir.mkdir(parents=True, exist_ok=True)
+        for ended in await asyncio.to_thread(end_leftovers, self.engines_dir):
+            ctx.log.warning("ended an engine a previous agent left running", **ended)
         await ctx.endpoint("replica-start", Subjects.agent_replica_start(self.node), ReplicaStart, self.start_replica)
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
         await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
@@ -207,20 +236,24 @@ class Agent:
         await self.http.aclose()
 
     async def _heartbeats(self) -> None:
+        """Register (again after NATS or the scheduler went away), and heartbeat whatever happens."""
         while True:
             try:
+                info = self.info()
                 if not self.registered:
-                    await request(self.ctx.nc, Subjects.SCHEDULER_NODE_REGISTER, self.info(), Empty, timeout=5)
-                    self.registered = True
-                    self.ctx.log.info("registered", node=self.node)
-                beat = Heartbeat(
-                    info=self.info(), replicas=[r.state for r in self.replicas.values()],
-                    load1=os.getloadavg()[0], sent=time.time(),
-                )
+                    try:
+                        await request(self.ctx.nc, Subjects.SCHEDULER_NODE_REGISTER, info, Empty, timeout=5)
+                        self.registered = True
+                        self.ctx.log.info("registered", node=self.node)
+                    except BusError as exc:  # the scheduler may not be up (yet): heartbeats go on
+                        self.ctx.log.warning("registration failed, retrying", error=exc.message)
+                held = sorted({s for sources in self.weights.entries().values() for s in sources})
+                beat = Heartbeat(info=info, replicas=[r.state for r in self.replicas.values()],
+                                 load1=os.getloadavg()[0], sent=time.time(), weights=held)
                 await self.ctx.nc.publish(Subjects.heartbeat(self.node), msgspec.json.encode(beat))
-            except Exception as exc:  # the scheduler may not be up yet; keep trying
+            except Exception as exc:  # NATS away: nats-py reconnects; register again when it is back
                 self.registered = False
-                self.ctx.log.warning("registration failed, retrying", error=str(exc))
+                self.ctx.log.warning("heartbeat not sent", error=str(exc))
             await asyncio.sleep(self.config.heartbeat_s)
 
     # -- replicas ------------------------------------------------------------------------
@@ -307,6 +340,7 @@ class Agent:
                 *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                 env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
             )
+            self._note_engine(replica)
             replica.pump = asyncio.create_task(self._pump(replica))
             await self._wait_healthy(replica, req.profile.startup_timeout_s)
             await self._set(replica, state="ready")
@@ -324,7 +358,13 @@ class Agent:
                 await asyncio.wait({replica.pump}, timeout=2)  # the last lines explain the failure
             await self._fail(replica, str(exc))
 
+    def _note_engine(self, replica: _Replica) -> None:
+        note = {"replica": replica.state.id, "model": replica.state.model, "pid": replica.proc.pid,
+                "started": time.time()}
+        (self.engines_dir / f"{replica.state.id}.json").write_bytes(msgspec.json.encode(note))
+
     async def _fail(self, replica: _Replica, error: str) -> None:
+        (self.engines_dir / f"{replica.state.id}.json").unlink(missing_ok=True)
         await self._set(replica, state="failed", error=error, log_tail=list(replica.tail))
 
     async def _pump(self, replica: _Replica) -> None:
@@ -372,6 +412,7 @@ class Agent:
         if replica.task and not replica.task.done():
             replica.task.cancel()
         self.replicas.pop(replica.state.id, None)
+        (self.engines_dir / f"{replica.state.id}.json").unlink(missing_ok=True)
         await self._set(replica, state="stopped")
 
 

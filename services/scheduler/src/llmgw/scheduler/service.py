@@ -101,8 +101,9 @@ class Scheduler:
         except msgspec.DecodeError as exc:
             self.ctx.log.warning("bad heartbeat ignored", subject=msg.subject, error=str(exc))
             return
-        if beat.info.node in self.nodes:
-            self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time())
+        if beat.info.node not in self.nodes:  # a scheduler restarted (or a standby) learns nodes from heartbeats too
+            self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
+        self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time())
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
             await self._record(state)
         for gone in lost(beat.info.node, {r.id for r in beat.replicas}, list(self.replicas.values())):
