@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmgw.membw import buffer_size, last_level_cache_bytes, measure
+from llmgw.membw import Bandwidth, buffer_size, last_level_cache_bytes, measure
 from llmgw.membw._measure import _available_memory
 
 C_REFERENCE = r"""
@@ -45,13 +45,16 @@ int main(int argc, char **argv) {
 """
 
 
-def c_reference(size: int, threads: int, passes: int) -> tuple[float, float]:
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = Path(d) / "ref.c", Path(d) / "ref"
-        src.write_text(C_REFERENCE)
-        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", str(src), "-o", str(exe)], check=True)
-        run = lambda t: float(subprocess.run([str(exe), str(size), str(t), str(passes)], capture_output=True, text=True, check=True).stdout)
-        return run(threads), run(1)
+def compile_reference(folder: Path) -> Path:
+    src, exe = folder / "ref.c", folder / "ref"
+    src.write_text(C_REFERENCE)
+    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", str(src), "-o", str(exe)], check=True)
+    return exe
+
+
+def c_reference(exe: Path, size: int, threads: int, passes: int) -> tuple[float, float]:
+    run = lambda t: float(subprocess.run([str(exe), str(size), str(t), str(passes)], capture_output=True, text=True, check=True).stdout)
+    return run(threads), run(1)
 
 
 def mbw(size: int) -> float | None:
@@ -62,20 +65,37 @@ def mbw(size: int) -> float | None:
     return rates[0] / 1000 if rates else None  # MiB/s of copy; a different measure, shown for scale
 
 
+ROUNDS = 3
+"""The kernel and the reference take turns this many times; each keeps its best, so a neighbour's
+load during one turn does not decide the ratio."""
+
+
 def main() -> int:
     passes = 5
     size = buffer_size(last_level_cache_bytes(), _available_memory())
     threads = os.cpu_count() or 1
-    t0 = time.perf_counter()
-    ours = measure(passes=passes, threads=threads)
-    seconds = time.perf_counter() - t0
-    if ours is None or size is None:
+    if size is None:
         print("no honest buffer fits in this machine's memory; nothing measured")
         return 1
-    ref_all, ref_one = c_reference(size, threads, passes)
+    ours_all = ours_one = ref_all = ref_one = 0.0
+    seconds = []
+    with tempfile.TemporaryDirectory() as d:
+        exe = compile_reference(Path(d))
+        for _ in range(ROUNDS):
+            t0 = time.perf_counter()
+            ours = measure(passes=passes, threads=threads)
+            seconds.append(time.perf_counter() - t0)
+            if ours is None:
+                print("no honest buffer fits in this machine's memory; nothing measured")
+                return 1
+            ours_all, ours_one = max(ours_all, ours.all_cores_gbs), max(ours_one, ours.one_core_gbs)
+            r_all, r_one = c_reference(exe, size, threads, passes)
+            ref_all, ref_one = max(ref_all, r_all), max(ref_one, r_one)
+    ours = Bandwidth(ours_all, min(ours_one, ours_all), threads, size)
     copy = mbw(size)
     print(f"buffer {size / 2**20:.0f} MiB, last-level cache {(last_level_cache_bytes() or 0) / 2**20:.1f} MiB, "
-          f"{threads} threads, best of {passes}; whole measure() took {seconds:.2f}s")
+          f"{threads} threads, best of {passes} passes in each of {ROUNDS} turns taken in alternation; "
+          f"one whole measure() took {min(seconds):.2f}s")
     print(f"{'figure':<12}{'llmgw.membw':>14}{'C reference':>14}{'ratio':>8}")
     print(f"{'all cores':<12}{ours.all_cores_gbs:>11.2f} GB/s{ref_all:>9.2f} GB/s{ours.all_cores_gbs / ref_all:>8.1%}")
     print(f"{'one core':<12}{ours.one_core_gbs:>11.2f} GB/s{ref_one:>9.2f} GB/s{ours.one_core_gbs / ref_one:>8.1%}")
