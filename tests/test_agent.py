@@ -44,8 +44,8 @@ async def node(serve, nc, tmp_path):
     return agent, mirror
 
 
-async def start(nc, rid, model, profile):
-    replica = ReplicaState(id=rid, model=model.name, profile=profile.name, node="a", api_key="secret")
+async def start(nc, rid, model, profile, gpus=()):
+    replica = ReplicaState(id=rid, model=model.name, profile=profile.name, node="a", api_key="secret", gpus=list(gpus))
     return await request(nc, Subjects.agent_replica_start("a"), ReplicaStart(replica=replica, model=model, profile=profile),
                          ReplicaState)
 
@@ -83,6 +83,18 @@ async def test_a_profile_asking_for_cards_the_node_lacks_fails_saying_so_and_oth
     assert "needs 4 free cards of one class; this node has 2 h100-80g free of 2" in failed.error
     await start(nc, "c1", model, Profile(name="cpu", slots=1))
     assert (await until(agent, "c1", "ready", "failed")).state == "ready"
+
+
+async def test_the_cards_the_scheduler_chose_are_the_ones_the_engine_gets(node, nc, tmp_path, monkeypatch):
+    agent, _ = node
+    monkeypatch.setenv("VLLM_STANDIN_RECORD", str(tmp_path / "started.json"))
+    model = Model(name="m", source=SOURCE, context=512)
+    await start(nc, "s1", model, Profile(name="gpu", engine="vllm", gpus=1), gpus=["GPU-0001"])
+    assert (await until(agent, "s1", "ready", "failed")).state == "ready"
+    assert json.loads((tmp_path / "started.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-0001"
+    await start(nc, "s2", model, Profile(name="gpu", engine="vllm", gpus=1), gpus=["GPU-0001"])
+    failed = await until(agent, "s2", "failed")
+    assert "the cards GPU-0001 are not all here and free (free here: GPU-0000)" in failed.error
 
 
 async def test_an_engine_that_dies_is_reported_failed_with_its_status_and_last_lines(node, nc):

@@ -8,7 +8,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.core import NodeView, backoff_s, lost, memory_need_mb, reconcile
+from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile
+from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
 GB = 2**30
@@ -44,7 +45,7 @@ def run(models, nodes, replicas, weights=None, now=NOW):
 
 def test_a_missing_replica_goes_to_the_node_with_the_most_memory_left():
     plan = run([model()], [node("a", 4000), node("b", 9000)], [])
-    assert [(s.replica.node, s.replica.memory_mb) for s in plan.starts] == [("b", memory_need_mb(Profile(), GB))]
+    assert [(s.replica.node, s.replica.memory_mb) for s in plan.starts] == [("b", need_of(Profile(), GB).memory_mb)]
 
 
 def test_a_node_without_a_recent_heartbeat_gets_nothing():
@@ -55,12 +56,12 @@ def test_a_node_without_a_recent_heartbeat_gets_nothing():
 def test_when_no_node_has_the_memory_each_node_says_what_was_short():
     plan = run([model(memory=8000)], [node("a", 4000), node("b", 6000)], [])
     assert plan.starts == []
-    assert plan.unplaced["m"] == "a: needs 8000 MiB, 3488 MiB free; b: needs 8000 MiB, 5488 MiB free"
+    assert plan.unplaced["m"] == "a: memory: needs 8000 MiB, 3488 MiB free; b: memory: needs 8000 MiB, 5488 MiB free"
 
 
 def test_replicas_still_starting_claim_their_memory():
     plan = run([model(replicas=2, memory=3000)], [node("a", 6000)], [replica("x", state="starting", memory=3000)])
-    assert plan.starts == [] and plan.unplaced["m"] == "a: needs 3000 MiB, 2488 MiB free"
+    assert plan.starts == [] and plan.unplaced["m"] == "a: memory: needs 3000 MiB, 2488 MiB free"
 
 
 def test_a_replica_of_a_removed_model_is_stopped():

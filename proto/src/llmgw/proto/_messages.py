@@ -393,6 +393,10 @@ class ReplicaState(Struct, kw_only=True):
     """Key the engine demands; only the router uses it."""
     memory_mb: NonNegative = 0
     """Host memory claimed on the node."""
+    cores: NonNegative = 0
+    """CPU cores it reserves (its profile's), 0: none reserved."""
+    gpus: list[str] = field(default_factory=list)
+    """UUIDs of the cards it holds, chosen by the scheduler."""
     failures: NonNegative = 0
     """Failed starts of this model before this replica."""
     fingerprint: str = ""

@@ -321,7 +321,14 @@ class Agent:
         log = self.ctx.log.bind(replica=replica.state.id, model=req.model.name)
         try:
             taken = {u for r in self.replicas.values() if r.live and r is not replica for u in r.cards}
-            cards = pick_cards(req.profile, discover_cards(self.nvml).gpus, taken)
+            here = discover_cards(self.nvml).gpus
+            if req.replica.gpus:  # the scheduler chose them
+                cards = [g for g in here if g.uuid in req.replica.gpus and g.uuid not in taken]
+                if len(cards) != len(req.replica.gpus):
+                    raise Internal(f"the cards {', '.join(req.replica.gpus)} are not all here and free "
+                                   f"(free here: {', '.join(g.uuid for g in here if g.uuid not in taken) or 'none'})")
+            else:
+                cards = pick_cards(req.profile, here, taken)
             replica.cards = [g.uuid for g in cards]
             path = await self._fetch(req.model.source)
             held = {p for r in self.replicas.values() if r.live and r is not replica for p in (r.port, r.port + 1)}

@@ -1,4 +1,10 @@
-"""Placement and reconcile, pure: no I/O and no clock (`now` is passed in)."""
+"""Reconcile, pure: no I/O and no clock (`now` is passed in). Placement is `placement.py`'s chain.
+
+For every model: stop replicas of removed models and those left draining; replace stale
+replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
+those short before stopping those over so a change of split never runs fewer; otherwise keep
+the scaling's number, each new replica on the highest-priority profile that fits.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,9 @@ from collections.abc import Iterator
 import msgspec
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, fingerprint
+from llmgw.scheduler.placement import LIVE, Weights, need_of, node_states, place
 
-__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "memory_need_mb", "place", "reconcile"]
-
-LIVE = ("pending", "fetching", "starting", "ready")
-STARTING = ("pending", "fetching", "starting")
+__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "reconcile"]
 
 
 class NodeView(msgspec.Struct, kw_only=True):
@@ -20,6 +24,8 @@ class NodeView(msgspec.Struct, kw_only=True):
     info: NodeInfo
     last_seen: float
     """Unix time of its last heartbeat or registration."""
+    weights: list[str] = msgspec.field(default_factory=list)
+    """Sources its cache holds (from its last heartbeat)."""
 
 
 class Start(msgspec.Struct, kw_only=True):
@@ -46,13 +52,6 @@ class Plan(msgspec.Struct, kw_only=True):
     """Model name -> why no node took it (each node's reason)."""
 
 
-def memory_need_mb(profile: Profile, weights_bytes: int) -> int:
-    """Host memory a CPU replica claims: the profile's figure, else the weights plus 10% and 256 MiB."""
-    if profile.host_memory_mb is not None:
-        return profile.host_memory_mb
-    return int(weights_bytes * 1.1 / 2**20) + 256
-
-
 def backoff_s(failures: int, base: float = 5.0, cap: float = 300.0) -> float:
     """Seconds to wait before replacing a model's replica after `failures` failures in a row."""
     return min(cap, base * 2 ** max(0, failures - 1))
@@ -66,35 +65,14 @@ def lost(node: str, reported: set[str], recorded: list[ReplicaState]) -> list[Re
     return [r for r in recorded if r.node == node and r.state in LIVE and r.state != "pending" and r.id not in reported]
 
 
-def place(need_mb: int, nodes: dict[str, NodeView], replicas: list[ReplicaState], now: float,
-          stale_s: float, reserve_mb: int, freed: dict[str, int] | None = None) -> tuple[str | None, str]:
-    """The node with the most memory left after `need_mb`, or None and each node's reason.
-
-    `freed` is memory that running replicas stopped in this same plan give back, by node
-    (the shell stops them before it starts anything).
-    """
-    reasons, best, best_free = [], None, -1
-    for name, view in sorted(nodes.items()):
-        if now - view.last_seen > stale_s:
-            reasons.append(f"{name}: no heartbeat for {now - view.last_seen:.0f}s")
-            continue
-        # Replicas still starting have not taken their memory yet; count their claim.
-        claimed = sum(r.memory_mb for r in replicas if r.node == name and r.state in STARTING)
-        free = view.info.memory_available_mb + (freed or {}).get(name, 0) - claimed - reserve_mb
-        if free < need_mb:
-            reasons.append(f"{name}: needs {need_mb} MiB, {max(free, 0)} MiB free")
-            continue
-        if free > best_free:
-            best, best_free = name, free
-    return best, "; ".join(reasons) or "no nodes registered"
-
-
-def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[ReplicaState]) -> list[Stop]:
-    """Replicas to stop: stale ones whose replacements are ready, then any beyond `want`.
+def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[ReplicaState],
+             counts: dict[str, int] | None) -> list[Stop]:
+    """Replicas to stop: stale ones whose replacements are ready, then any beyond what is wanted.
 
     Stale replicas are replaced one at a time. With a surge rollout a stale replica stops only
     once a fresh one stands ready for it; in place, one stale replica stops while no fresh one
-    is starting, and its replacement starts after it.
+    is starting, and only at full strength. Counted profiles over their count give up replicas
+    only while the ready ones left still make the total.
     """
     stops = []
     ready = sum(r.state == "ready" for r in fresh)
@@ -104,16 +82,42 @@ def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[Rep
         extra = max(extra, 1)  # only at full strength: a failed replacement never takes a second one down
     for r in stale[:extra]:
         stops.append(Stop(replica=r, reason="stale (context, cards, engine or a restart): replaced one at a time"))
-    over = max(0, len(fresh) - want)  # the newest go first, those still starting before the ready
-    by_age = sorted(fresh, key=lambda r: (r.state == "ready", -r.updated))
-    for r in by_age[:over]:
-        stops.append(Stop(replica=r, reason=f"model '{model.name}' runs {len(fresh)}, wants {want}"))
+    newest_first = sorted(fresh, key=lambda r: (r.state == "ready", -r.updated))  # those still starting go first
+    if counts is None:
+        over = max(0, len(fresh) - want)
+        stops += [Stop(replica=r, reason=f"model '{model.name}' runs {len(fresh)}, wants {want}")
+                  for r in newest_first[:over]]
+        return stops
+    ready_left = ready + len(stale) - len(stops)
+    for profile, count in counts.items():
+        mine = [r for r in newest_first if r.profile == profile]
+        for r in mine[: max(0, len(mine) - count)]:
+            if r.state == "ready" and ready_left - 1 < want:
+                continue  # the short profiles' replicas are not ready yet: keep this one until they are
+            ready_left -= r.state == "ready"
+            stops.append(Stop(replica=r, reason=f"profile '{profile}' runs {len(mine)}, its count is {count}"))
     return stops
+
+
+def _wanted_profiles(model: Model, live: list[ReplicaState], stale: list[ReplicaState], missing: int,
+                     counts: dict[str, int] | None) -> list[list[Profile]]:
+    """For each replica to start, the profiles to try, best first."""
+    by_priority = sorted(model.profiles, key=lambda p: -p.priority)
+    if counts is None:
+        return [by_priority] * missing
+    out = []
+    for p in by_priority:
+        short = counts.get(p.name, 0) - sum(1 for r in live if r.profile == p.name and r not in stale)
+        out += [[p]] * max(0, short)
+    if len(out) < missing and stale:  # a surge replacement goes where the stale replica ran
+        first = next(p for p in model.profiles if p.name == stale[0].profile)
+        out.append([first])
+    return out
 
 
 def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: list[ReplicaState],
               weights: dict[str, int], now: float, ids: Iterator[str],
-              stale_s: float = 10.0, reserve_mb: int = 512) -> Plan:
+              stale_s: float = 10.0, reserve_mb: int = 512, scoring: Weights = Weights()) -> Plan:
     """Compare what the catalog asks with what runs; say what to start and stop.
 
     `weights` maps a source to its size in bytes (absent: the mirror does not hold it).
@@ -129,17 +133,22 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         mine = [r for r in replicas if r.model == name]
         failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
         want = model.scaling.min
+        counted = any(p.replicas is not None for p in model.profiles) and model.stopped is None
+        counts = {p.name: p.replicas or 0 for p in model.profiles} if counted else None
         current = {p.name: fingerprint(model, p) for p in model.profiles}
         live = [r for r in mine if r.state in LIVE]
         stale = sorted((r for r in live if current.get(r.profile) != r.fingerprint), key=lambda r: r.updated)
         fresh = [r for r in live if r not in stale]
-        stops = _surplus(model, want, stale, fresh)
+        stops = _surplus(model, want, stale, fresh, counts)
         plan.stops.extend(stops)
         running = len(live) - len(stops)
         missing = want - running
         if stale and want and not any(r.state != "ready" for r in fresh) and len(fresh) < want <= running:
             missing += 1  # surge: the replacement starts beside the stale replica it replaces
-        if missing <= 0:
+        stopping = {s.replica.id for s in stops}
+        kept = [r for r in live if r.id not in stopping]
+        tries = _wanted_profiles(model, kept, stale, missing, counts)[: max(missing, 0) if counts is None else None]
+        if not tries:
             continue
         failures = max((r.failures + 1 for r in failed), default=0)
         if failed and now < failed[-1].updated + backoff_s(failures):
@@ -149,26 +158,34 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         if model.source not in weights:
             plan.unplaced[name] = f"the mirror has not confirmed it holds '{model.source}'"
             continue
-        profile = model.profiles[0]
-        need = memory_need_mb(profile, weights[model.source])
-        stopping = {s.replica.id for s in stops}
         placed = [r for r in placed if r.id not in stopping]
         freed: dict[str, int] = {}
         for stop in stops:
             if stop.replica.state == "ready":
                 freed[stop.replica.node] = freed.get(stop.replica.node, 0) + stop.replica.memory_mb
+        inventory = {n: (v.info, v.last_seen, v.weights) for n, v in nodes.items()}
         started = 0
-        for _ in range(missing):
-            node, why = place(need, nodes, placed, now, stale_s, reserve_mb, freed)
-            if node is None:
+        for profiles in tries:
+            states = node_states(inventory, placed, reserve_mb, freed)
+            reasons: list[str] = []
+            for profile in profiles:
+                need = need_of(profile, weights[model.source])
+                where, why = place(need, model, states, now, stale_s, scoring)
+                if where:
+                    replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
+                                           memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,
+                                           failures=failures, fingerprint=current[profile.name], updated=now)
+                    placed.append(replica)
+                    plan.starts.append(Start(replica=replica, model=model, profile=profile))
+                    started += 1
+                    break
+                reasons.append("; ".join(f"{n}: {w}" for n, w in why.items()) or "no nodes registered")
+                if len(profiles) > 1:
+                    reasons[-1] = f"profile '{profile.name}': {reasons[-1]}"
+            else:
                 surge = " (a replacement starts beside the replica it replaces; `--in-place` stops that one first)"
-                plan.unplaced[name] = why + (surge if stale and model.rollout == "surge" else "")
+                plan.unplaced[name] = " | ".join(reasons) + (surge if stale and model.rollout == "surge" else "")
                 break
-            replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=node, memory_mb=need,
-                                   failures=failures, fingerprint=current[profile.name], updated=now)
-            placed.append(replica)
-            plan.starts.append(Start(replica=replica, model=model, profile=profile))
-            started += 1
         if started:  # replaced now: the failed records go
             plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in failed)
     return plan

@@ -103,7 +103,7 @@ class Scheduler:
             return
         if beat.info.node not in self.nodes:  # a scheduler restarted (or a standby) learns nodes from heartbeats too
             self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
-        self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time())
+        self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time(), weights=beat.weights)
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
             await self._record(state)
         for gone in lost(beat.info.node, {r.id for r in beat.replicas}, list(self.replicas.values())):
@@ -124,7 +124,7 @@ class Scheduler:
         if (known.state, known.url, known.error) == (state.state, state.url, state.error):
             return
         state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures,
-                                        fingerprint=known.fingerprint)
+                                        fingerprint=known.fingerprint, cores=known.cores, gpus=known.gpus)
         self.replicas[state.id] = state
         await self.kv.put(state.id, msgspec.json.encode(state))
         self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)

@@ -1,0 +1,200 @@
+"""Placement over fake nodes made with a fluent builder: every filter says why, every scorer
+ranks, and reconcile keeps counts per profile without ever running fewer."""
+
+import itertools
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
+from llmgw.scheduler.core import NodeView, reconcile
+from llmgw.scheduler.placement import Weights, need_of, node_states, place
+
+NOW = 1_000_000.0
+GB = 10**9
+
+
+class Node:
+    """A fake node, built fluently: Node("a").cpus(64).memory(512).membw(300, 10).cards(8, "h100")."""
+
+    def __init__(self, name: str) -> None:
+        self.info = NodeInfo(node=name, hostname=name, cpus=16, memory_total_mb=128 * 1024,
+                             memory_available_mb=128 * 1024, engines={"llamacpp": "1", "vllm": "0.11"})
+        self.seen, self.held = NOW, []
+
+    def cpus(self, n):
+        self.info.cpus = n
+        return self
+
+    def memory(self, gib):
+        self.info.memory_total_mb = self.info.memory_available_mb = gib * 1024
+        return self
+
+    def membw(self, every, one):
+        self.info.membw_all_gbs, self.info.membw_one_gbs = every, one
+        return self
+
+    def cards(self, n, cls="h100-80g", mb=81559, foreign=0):
+        self.info.gpus = [GpuInfo(index=i, uuid=f"{self.info.node}-gpu{i}", name=cls, cls=cls, memory_total_mb=mb,
+                                  memory_foreign_mb=foreign) for i in range(n)]
+        return self
+
+    def labels(self, **kv):
+        self.info.labels = kv
+        return self
+
+    def engines(self, *names):
+        self.info.engines = dict.fromkeys(names, "1")
+        return self
+
+    def silent_for(self, seconds):
+        self.seen = NOW - seconds
+        return self
+
+    def holding(self, *sources):
+        self.held = list(sources)
+        return self
+
+    def view(self):
+        return NodeView(info=self.info, last_seen=self.seen, weights=self.held)
+
+
+def states(*nodes, replicas=()):
+    return node_states({n.info.node: (n.info, n.seen, n.held) for n in nodes}, list(replicas), 512)
+
+
+MODEL = Model(name="m", source="o/r/m.gguf")
+CPU = Profile(name="cpu")
+GPU = Profile(name="gpu", gpus=1, priority=10)
+
+
+@pytest.mark.parametrize(("profile", "node", "reason"), [
+    (CPU, Node("a").silent_for(60), "ready: no heartbeat for 60s"),
+    (Profile(node_selector={"site": "fra1"}), Node("a").labels(site="ams1"), "labels: lacks the labels site=fra1"),
+    (Profile(engine="vllm", gpus=1), Node("a").engines("llamacpp").cards(1), "engine: has no vllm (has llamacpp)"),
+    (Profile(gpus=1, gpu_class="l40s-48g"), Node("a").cards(2), "cards: needs 1 free l40s-48g cards of"),
+    (Profile(gpus=2), Node("a").cards(2, foreign=40000), "cards: needs 2 free any class cards of"),
+    (Profile(host_memory_mb=300_000), Node("a").memory(64), "memory: needs 300000 MiB, 65024 MiB free"),
+    (Profile(cpu_cores=32), Node("a").cpus(16), "cores: needs 32 cores, 16 of 16 free"),
+])
+def test_each_filter_says_why_a_node_cannot_take_the_replica(profile, node, reason):
+    where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, 10)
+    assert where is None and why["a"].startswith(reason)
+
+
+def test_cards_held_by_replicas_are_not_free():
+    holding = ReplicaState(id="x", model="other", profile="gpu", node="a", state="ready", gpus=["a-gpu0", "a-gpu1"])
+    where, why = place(need_of(Profile(gpus=2), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, 10)
+    assert where is None and "has 1 (of 3)" in why["a"]
+    where, _ = place(need_of(Profile(gpus=1), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, 10)
+    assert where.cards == ["a-gpu2"]
+
+
+def test_the_speed_scorer_chooses_the_node_where_the_model_answers_fastest():
+    slow = Node("slow").cpus(64).memory(512).membw(40, 8)
+    fast = Node("fast").cpus(64).memory(300).membw(300, 10)
+    where, _ = place(need_of(Profile(cpu_cores=32), 18 * GB), MODEL, states(slow, fast), NOW, 10)
+    assert where.node == "fast" and where.scores["speed"] == 100.0
+
+
+def test_a_faster_card_wins_over_a_slower_one():
+    where, _ = place(need_of(GPU, 8 * GB), MODEL, states(Node("t4").cards(1, "t4-16g", 15360),
+                                                         Node("h100").cards(1)), NOW, 10)
+    assert where.node == "h100" and where.cards == ["h100-gpu0"]
+
+
+def test_weights_already_on_a_node_count_when_all_else_is_equal():
+    where, _ = place(need_of(CPU, GB), MODEL, states(Node("a"), Node("b").holding("o/r/m.gguf")), NOW, 10)
+    assert where.node == "b"
+
+
+def test_replicas_of_one_model_spread_over_racks_as_a_preference():
+    other = ReplicaState(id="x", model="m", profile="cpu", node="a1", state="ready")
+    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"), replicas=[other])
+    where, _ = place(need_of(CPU, GB), MODEL, nodes, NOW, 10)
+    assert where.node == "b1"
+    alone, _ = place(need_of(CPU, GB), MODEL, states(Node("a1").labels(rack="a"), replicas=[other]), NOW, 10)
+    assert alone.node == "a1"  # dropped when nothing else fits
+
+
+def test_binpack_fills_the_fullest_node_and_spread_the_emptiest():
+    small, big = Node("small").memory(32), Node("big").memory(512)
+    packed, _ = place(need_of(CPU, GB), MODEL, states(small, big), NOW, 10, Weights(mode="binpack", speed=0))
+    spread, _ = place(need_of(CPU, GB), MODEL, states(small, big), NOW, 10, Weights(mode="spread", speed=0))
+    assert (packed.node, spread.node) == ("small", "big")
+
+
+def _run(model, nodes, replicas, now=NOW):
+    ids = (f"r{i}-{now}" for i in itertools.count())
+    return reconcile({model.name: model}, {n.info.node: n.view() for n in nodes}, replicas, {model.source: 4 * GB},
+                     now, ids)
+
+
+def test_the_highest_priority_profile_that_fits_wins_else_the_next():
+    model = Model(name="m", source="o/r/m.gguf", profiles=[CPU, GPU])
+    on_cards = _run(model, [Node("g").cards(1)], [])
+    assert [(s.profile.name, s.replica.gpus) for s in on_cards.starts] == [("gpu", ["g-gpu0"])]
+    on_cpu = _run(model, [Node("c")], [])
+    assert [s.profile.name for s in on_cpu.starts] == ["cpu"]
+
+
+def test_no_fit_says_why_for_each_profile_and_node():
+    model = Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="cpu", host_memory_mb=10**6), GPU])
+    plan = _run(model, [Node("c")], [])
+    assert plan.unplaced["m"] == ("profile 'gpu': c: cards: needs 1 free any class cards of 5220 MiB; has 0 (of 0) | "
+                                  "profile 'cpu': c: memory: needs 1000000 MiB, 130560 MiB free")
+
+
+def counted(gpu, cpu):
+    profiles = [Profile(name="gpu", gpus=1, priority=10, replicas=gpu), Profile(name="cpu", cpu_cores=2, replicas=cpu)]
+    return Model(name="m", source="o/r/m.gguf", profiles=profiles, scaling=Scaling(min=gpu + cpu, max=gpu + cpu))
+
+
+def simulate(model, nodes, replicas, ticks=40):
+    """Plans applied tick by tick: a started replica is ready a tick later."""
+    ready_seen = []
+    for tick in range(ticks):
+        now = NOW + tick
+        replicas = [msgspec.structs.replace(r, state="ready") if r.state == "pending" else r for r in replicas]
+        for n in nodes:
+            n.seen = now
+        plan = _run(model, nodes, replicas, now)
+        stopped = {s.replica.id for s in plan.stops}
+        replicas = [r for r in replicas if r.id not in stopped] + [s.replica for s in plan.starts]
+        ready_seen.append(sum(r.state == "ready" for r in replicas))
+        if not plan.starts and not plan.stops:
+            break
+    return ready_seen, replicas
+
+
+def _running(model, gpu, cpu):
+    fp = {p.name: fingerprint(model, p) for p in model.profiles}
+    out = [ReplicaState(id=f"g{i}", model="m", profile="gpu", node="g", state="ready", gpus=[f"g-gpu{i}"],
+                        fingerprint=fp["gpu"]) for i in range(gpu)]
+    return out + [ReplicaState(id=f"c{i}", model="m", profile="cpu", node="c", state="ready", cores=2,
+                               fingerprint=fp["cpu"]) for i in range(cpu)]
+
+
+def test_a_split_change_starts_the_short_profile_before_stopping_the_one_over():
+    before, after = counted(7, 4), counted(9, 2)
+    replicas = _running(before, 7, 4)
+    first = _run(after, [Node("g").cards(10), Node("c").cpus(16)], replicas)
+    assert [s.profile.name for s in first.starts] == ["gpu", "gpu"] and first.stops == []
+    ready_seen, end = simulate(after, [Node("g").cards(10), Node("c").cpus(16)], replicas)
+    assert min(ready_seen) >= 11
+    assert sorted(r.profile for r in end) == ["cpu"] * 2 + ["gpu"] * 9
+
+
+@settings(max_examples=40, deadline=None)
+@given(gpu=st.integers(0, 5), cpu=st.integers(0, 5), new_gpu=st.integers(0, 5), new_cpu=st.integers(0, 5))
+def test_no_split_change_runs_fewer_than_the_total_and_every_one_converges(gpu, cpu, new_gpu, new_cpu):
+    if gpu + cpu == 0 or new_gpu + new_cpu == 0:
+        return
+    nodes = [Node("g").cards(12), Node("c").cpus(32)]
+    ready_seen, end = simulate(counted(new_gpu, new_cpu), nodes, _running(counted(gpu, cpu), gpu, cpu))
+    assert min(ready_seen) >= min(gpu + cpu, new_gpu + new_cpu)
+    assert sorted(r.profile for r in end) == ["cpu"] * new_cpu + ["gpu"] * new_gpu
+    held = [u for r in end for u in r.gpus]
+    assert len(held) == len(set(held))  # never two replicas on one card
