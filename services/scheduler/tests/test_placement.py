@@ -198,3 +198,24 @@ def test_no_split_change_runs_fewer_than_the_total_and_every_one_converges(gpu, 
     assert sorted(r.profile for r in end) == ["cpu"] * new_cpu + ["gpu"] * new_gpu
     held = [u for r in end for u in r.gpus]
     assert len(held) == len(set(held))  # never two replicas on one card
+
+
+def test_a_lost_nodes_replicas_are_given_up_and_replaced_elsewhere_a_suspect_ones_kept():
+    model = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=1, max=1))
+    on_b = ReplicaState(id="x", model="m", profile="cpu", node="b", state="ready", fingerprint=fingerprint(model, CPU))
+    suspect = _run(model, [Node("a"), Node("b").silent_for(15)], [on_b])
+    assert suspect.starts == [] and suspect.stops == []
+    lost = _run(model, [Node("a"), Node("b").silent_for(45)], [on_b])
+    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == [("x", False, "node 'b' lost: no heartbeat for 45s")]
+    assert [s.replica.node for s in lost.starts] == ["a"]
+
+
+def test_a_node_never_heard_of_is_lost_only_once_the_inventory_has_listened_long_enough():
+    model = Model(name="m", source="o/r/m.gguf")
+    on_z = ReplicaState(id="x", model="m", profile="cpu", node="z", state="ready", fingerprint=fingerprint(model, CPU))
+    ids = (f"r{i}" for i in itertools.count())
+    views = {"a": Node("a").view()}
+    fresh = reconcile({"m": model}, views, [on_z], {model.source: GB}, NOW, ids, known_since=NOW - 5)
+    assert fresh.stops == [] and fresh.starts == []
+    later = reconcile({"m": model}, views, [on_z], {model.source: GB}, NOW, ids, known_since=NOW - 60)
+    assert [s.replica.id for s in later.stops] == ["x"] and [s.replica.node for s in later.starts] == ["a"]

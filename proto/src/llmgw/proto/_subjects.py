@@ -67,6 +67,7 @@ BUCKETS = {
     "catalog": "llmgw_catalog",
     "replicas": "llmgw_replicas",
     "keys": "llmgw_keys",
+    "leader": "llmgw_leader",
 }
 """JetStream KV buckets: the catalog (written by catalog), replica states (by the
-scheduler), API key hashes (by the router)."""
+scheduler), API key hashes (by the router), the scheduler's leader lease (values expire)."""

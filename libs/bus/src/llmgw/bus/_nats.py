@@ -92,12 +92,14 @@ async def gather(nc: Client, subject: str, message: msgspec.Struct, reply: type[
     return answers
 
 
-async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1) -> KeyValue:
-    """Open a KV bucket (file storage), creating it on first use."""
+async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: float | None = None) -> KeyValue:
+    """Open a KV bucket (file storage), creating it on first use; `ttl` makes its values expire."""
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=bucket, history=history)
+        if ttl is None:
+            return await js.create_key_value(bucket=bucket, history=history)
+        return await js.create_key_value(bucket=bucket, history=history, ttl=ttl)
 
 
 async def kv_keys(kv: KeyValue) -> list[str]:

@@ -41,6 +41,8 @@ class Stop(msgspec.Struct, kw_only=True):
 
     replica: ReplicaState
     reason: str
+    reachable: bool = True
+    """False for a replica on a lost node: its record goes without asking its agent."""
 
 
 class Plan(msgspec.Struct, kw_only=True):
@@ -117,12 +119,25 @@ def _wanted_profiles(model: Model, live: list[ReplicaState], stale: list[Replica
 
 def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: list[ReplicaState],
               weights: dict[str, int], now: float, ids: Iterator[str],
-              stale_s: float = 10.0, reserve_mb: int = 512, scoring: Weights = Weights()) -> Plan:
+              stale_s: float = 10.0, reserve_mb: int = 512, scoring: Weights = Weights(),
+              lost_s: float = 30.0, known_since: float = 0.0) -> Plan:
     """Compare what the catalog asks with what runs; say what to start and stop.
 
-    `weights` maps a source to its size in bytes (absent: the mirror does not hold it).
+    `weights` maps a source to its size in bytes (absent: the mirror does not hold it). A node
+    silent for `stale_s` (suspect) gets nothing new; silent for `lost_s` (lost) its replicas are
+    given up and replaced elsewhere. A node never heard of counts as lost once the inventory has
+    been listening (`known_since`) for `lost_s`.
     """
     plan = Plan()
+    gone = []
+    for r in replicas:
+        view = nodes.get(r.node)
+        silent = now - view.last_seen if view else now - known_since
+        if r.state in LIVE and silent > lost_s:
+            gone.append(r)
+            plan.stops.append(Stop(replica=r, reason=f"node '{r.node}' lost: no heartbeat for {silent:.0f}s",
+                                   reachable=False))
+    replicas = [r for r in replicas if r not in gone]
     placed = list(replicas)
     for r in replicas:
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop

@@ -8,6 +8,7 @@ import sys
 import time
 
 import msgspec
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from llmgw.bus import BusConfig, BusError, Context, KvTable, kv_bucket, kv_keys, load_config, request, run
@@ -37,7 +38,12 @@ class SchedulerConfig(BusConfig, kw_only=True):
     tick_s: float = 1.0
     """Seconds between reconcile passes."""
     stale_s: float = 10.0
-    """A node with no heartbeat for this long gets no new replicas."""
+    """A node with no heartbeat for this long (suspect) gets no new replicas."""
+    lease_s: float = 6.0
+    """One scheduler leads: it renews a lease this long every third of it; a standby takes over
+    when the lease lapses (the leader died) and adopts everything running."""
+    lost_s: float = 30.0
+    """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
     reserve_mb: int = 512
     """Host memory left free on every node."""
 
@@ -59,24 +65,34 @@ class Scheduler:
         self.kv: KeyValue | None = None
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
+        self.started = time.time()
+        """When this scheduler began listening for nodes."""
+        self.instance = secrets.token_hex(4)
+        self.leader = False
+        self.lease: KeyValue | None = None
+        self.lease_revision = 0
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
         self.kv = await kv_bucket(ctx.js, BUCKETS["replicas"])
-        for key in await kv_keys(self.kv):  # what ran before a restart is adopted, not started again
-            got = await self.kv.get(key)
-            self.replicas[key] = msgspec.json.decode(got.value, type=ReplicaState)
+        self.lease = await kv_bucket(ctx.js, BUCKETS["leader"], ttl=self.config.lease_s)
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
         await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
         await ctx.endpoint("node-list", Subjects.SCHEDULER_NODE_LIST, Empty, self.list_nodes)
         await ctx.nc.subscribe(Subjects.EVT_HEARTBEAT_ALL, cb=self._on_heartbeat)
         await ctx.nc.subscribe(Subjects.EVT_REPLICA_ALL, cb=self._on_replica_event)
+        self.tasks.append(asyncio.create_task(self._lead()))
         self.tasks.append(asyncio.create_task(self._loop()))
 
     async def stop(self) -> None:
         for t in self.tasks:
             t.cancel()
+        if self.leader:  # hand over at once rather than when the lease lapses
+            try:
+                await self.lease.delete("scheduler", last=self.lease_revision)
+            except Exception as exc:
+                self.ctx.log.warning("lease not released", error=str(exc))
         if self.catalog:
             self.catalog.stop()
 
@@ -89,7 +105,39 @@ class Scheduler:
         return Empty()
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
-        return ReplicaList(replicas=sorted(self.replicas.values(), key=lambda r: (r.model, r.id)))
+        replicas = self.replicas.values() if self.leader else (await self._stored()).values()
+        return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
+
+    async def _stored(self) -> dict[str, ReplicaState]:
+        """The replicas bucket as it is: what a new leader adopts."""
+        out = {}
+        for key in await kv_keys(self.kv):
+            try:
+                out[key] = msgspec.json.decode((await self.kv.get(key)).value, type=ReplicaState)
+            except (KeyNotFoundError, KeyDeletedError, msgspec.DecodeError):
+                continue
+        return out
+
+    async def _lead(self) -> None:
+        """Hold the lease while leading; take it (and adopt what runs) when it lapses."""
+        while True:
+            try:
+                if self.leader:
+                    self.lease_revision = await self.lease.update("scheduler", self.instance.encode(),
+                                                                  last=self.lease_revision)
+                else:
+                    self.lease_revision = await self.lease.create("scheduler", self.instance.encode())
+                    self.replicas = await self._stored()  # adopted: nothing is started twice
+                    self.started = time.time()
+                    self.leader = True
+                    self.ctx.log.info("leading", instance=self.instance, adopted=len(self.replicas))
+            except KeyWrongLastSequenceError:
+                if self.leader:
+                    self.ctx.log.warning("lease lost to another scheduler", instance=self.instance)
+                self.leader = False
+            except Exception as exc:  # NATS away: keep trying; another may lead meanwhile
+                self.ctx.log.warning("lease not renewed", error=str(exc))
+            await asyncio.sleep(self.config.lease_s / 3)
 
     async def list_nodes(self, _: Empty) -> NodeList:
         return NodeList(nodes=[v.info for _, v in sorted(self.nodes.items())],
@@ -101,10 +149,22 @@ class Scheduler:
         except msgspec.DecodeError as exc:
             self.ctx.log.warning("bad heartbeat ignored", subject=msg.subject, error=str(exc))
             return
+        if not self.leader:  # a standby keeps the inventory; the leader acts
+            self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time(), weights=beat.weights)
+            return
         if beat.info.node not in self.nodes:  # a scheduler restarted (or a standby) learns nodes from heartbeats too
             self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
         self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time(), weights=beat.weights)
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
+            if state.id not in self.replicas and state.state in ("fetching", "starting", "ready"):
+                # Given up while its node was lost and replaced since: stopped, never run twice.
+                self.ctx.log.warning("stopping a replica no longer recorded", replica=state.id, node=state.node)
+                try:
+                    await request(self.ctx.nc, Subjects.agent_replica_stop(state.node),
+                                  ReplicaStop(id=state.id, reason="replaced while its node was lost"), ReplicaState)
+                except BusError as exc:
+                    self.ctx.log.warning("stop not delivered", replica=state.id, error=exc.message)
+                continue
             await self._record(state)
         for gone in lost(beat.info.node, {r.id for r in beat.replicas}, list(self.replicas.values())):
             self.replicas.pop(gone.id, None)
@@ -118,6 +178,8 @@ class Scheduler:
             self.ctx.log.warning("bad replica event ignored", subject=msg.subject, error=str(exc))
 
     async def _record(self, state: ReplicaState) -> None:
+        if not self.leader:
+            return
         known = self.replicas.get(state.id)
         if known is None or state.state == "stopped":
             return  # not ours (or gone): the reconcile loop decides
@@ -132,7 +194,7 @@ class Scheduler:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.tick_s)
-            if not self.ready():
+            if not (self.leader and self.ready()):
                 continue
             try:
                 await self._tick()
@@ -150,7 +212,8 @@ class Scheduler:
                     self.unplaced[model.name] = exc.message
         ids = (f"{secrets.token_hex(4)}" for _ in iter(int, 1))
         plan = reconcile(models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
-                         self.config.stale_s, self.config.reserve_mb)
+                         self.config.stale_s, self.config.reserve_mb, lost_s=self.config.lost_s,
+                         known_since=self.started)
         await self._apply(plan)
 
     async def _apply(self, plan: Plan) -> None:
@@ -164,7 +227,9 @@ class Scheduler:
             self.replicas.pop(r.id, None)
             await self.kv.put(r.id, msgspec.json.encode(msgspec.structs.replace(r, state="draining", updated=time.time())))
             try:
-                await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason), ReplicaState)
+                if stop.reachable:
+                    await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason),
+                                  ReplicaState)
             except BusError as exc:
                 self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
             await self.kv.delete(r.id)

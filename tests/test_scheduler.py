@@ -1,0 +1,137 @@
+"""The scheduler over real NATS with several agents on one machine (each its own node name and
+connection), real llama-servers, and two schedulers of which one leads.
+
+"Killed" here is what a crash leaves: the service's tasks end and its NATS connection drops,
+with nothing released; an agent's engines die with it.
+"""
+
+import asyncio
+import os
+import signal
+import time
+
+import nats.micro
+import pytest
+
+from llmgw.agent.service import Agent, AgentConfig
+from llmgw.bus import Context, connect, request
+from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.gguf import write_random_llama
+from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.proto import Empty, Model, ModelEntry, ModelPut, ReplicaList, Scaling, Subjects
+from llmgw.scheduler.service import Scheduler, SchedulerConfig
+
+SOURCE = "test/tiny/m.gguf"
+
+
+class Cluster:
+    """Services each on their own NATS connection, so one can be killed alone."""
+
+    def __init__(self, url):
+        self.url, self.running = url, []
+
+    async def add(self, app, config):
+        nc = await connect(self.url, app.name)
+        service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
+        await app.start(Context(app, config, nc, service))
+        self.running.append((app, service, nc))
+        return app
+
+    async def kill(self, app):
+        for t in getattr(app, "tasks", []):
+            t.cancel()
+        for r in getattr(app, "replicas", {}).values():
+            if getattr(r, "task", None):
+                r.task.cancel()
+            if getattr(r, "proc", None) and r.proc.returncode is None:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+        entry = next(e for e in self.running if e[0] is app)
+        self.running.remove(entry)
+        await entry[2].close()
+
+    async def close(self):
+        for app, service, nc in reversed(self.running):
+            await app.stop()
+            await service.stop()
+            await nc.close()
+
+
+@pytest.fixture
+async def cluster(nats_server, tmp_path):
+    c = Cluster(nats_server.url)
+    write_random_llama(tmp_path / "mirror" / SOURCE)
+    await c.add(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
+    await c.add(Catalog(CatalogConfig()), CatalogConfig())
+    yield c
+    await c.close()
+
+
+async def agent(cluster, tmp_path, name, port):
+    config = AgentConfig(node=name, data_dir=str(tmp_path / name), heartbeat_s=0.5, membw_delay_max_s=3600,
+                         ports=f"{port}-{port + 99}")
+    return await cluster.add(Agent(config), config)
+
+
+def scheduler_config():
+    return SchedulerConfig(tick_s=0.3, stale_s=2.0, lost_s=4.0, lease_s=3.0)
+
+
+async def replicas(nc):
+    return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            if r.model == "m"]
+
+
+async def until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await predicate()
+        if got:
+            return got
+        await asyncio.sleep(0.2)
+    raise AssertionError("never happened")
+
+
+async def test_a_killed_agents_replicas_are_replaced_on_another_node(cluster, nc, tmp_path):
+    await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    a = await agent(cluster, tmp_path, "a", 22000)
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
+        name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))), ModelEntry)
+    first = await until(lambda: _ready(nc))
+    assert [r.node for r in first] == ["a"]
+    b = await agent(cluster, tmp_path, "b", 22100)
+    await cluster.kill(a)
+    moved = await until(lambda: _ready(nc, node="b"))
+    assert len(moved) == 1 and moved[0].id != first[0].id
+    assert b.replicas[moved[0].id].state.state == "ready"
+
+
+async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(cluster, nc, tmp_path):
+    leader = await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    await until(lambda: _true(leader.leader))
+    standby = await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    a = await agent(cluster, tmp_path, "a", 22200)
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
+        name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))), ModelEntry)
+    [running] = await until(lambda: _ready(nc))
+    assert not standby.leader
+    await cluster.kill(leader)
+    took = time.monotonic()
+    await until(lambda: _true(standby.leader), timeout=20)
+    assert time.monotonic() - took < 10  # within a few seconds of the leader's death
+    await asyncio.sleep(2)  # a few passes of the new leader
+    assert [r.id for r in await replicas(nc)] == [running.id]  # adopted: nothing started twice
+    assert list(a.replicas) == [running.id]
+    entry = await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
+        name="m", source=SOURCE, context=512, scaling=Scaling(min=2, max=2))), ModelEntry)
+    assert entry.model.scaling.min == 2
+    both = await until(lambda: _ready(nc, count=2))
+    assert running.id in {r.id for r in both}
+
+
+async def _true(value):
+    return value
+
+
+async def _ready(nc, node=None, count=1):
+    ready = [r for r in await replicas(nc) if r.state == "ready" and (node is None or r.node == node)]
+    return ready if len(ready) >= count else None
