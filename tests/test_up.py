@@ -411,6 +411,15 @@ def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
             time.sleep(0.1)
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
         assert r.json()["error"]["code"] == "no_ready_replica"
+        ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "models"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            row = next(line for line in subprocess.run(ctl, capture_output=True, text=True, check=True).stdout.splitlines()
+                       if line.startswith("unplaced "))
+            if "parked" in row:
+                break
+            time.sleep(0.3)
+        assert row.split()[1:3] == ["0/1", "parked"] and "the mirror has not confirmed it holds 'test/absent/model.gguf'" in row
     finally:
         up.nats(remove)
 

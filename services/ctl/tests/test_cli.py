@@ -6,6 +6,8 @@ from llmgw.proto import (
     Model,
     ModelEntry,
     ModelList,
+    ModelStatus,
+    ModelStatusList,
     Profile,
     PurgeReport,
     ReplicaList,
@@ -45,3 +47,12 @@ def test_a_purge_says_what_it_deleted_where_and_what_it_kept():
     )
     nothing = PurgeReport(entry=entry(Model(name="m", source="o/r/m.gguf")))
     assert purged(nothing).endswith("No copy of o/r/m.gguf was found to delete.")
+
+
+def test_the_table_shows_the_schedulers_status_and_why_a_model_is_parked():
+    parked = Model(name="big", source="o/r/big.gguf")
+    statuses = ModelStatusList(models=[ModelStatus(model="big", state="parked", ready=0, wanted=1,
+                                                   reason="a: memory: needs 90000 MiB, 2000 MiB free")])
+    rows = models_table(ModelList(models=[entry(parked)]), ReplicaList(replicas=[]), statuses).splitlines()
+    assert rows[1].split()[:3] == ["big", "0/1", "parked"]
+    assert rows[1].endswith("a: memory: needs 90000 MiB, 2000 MiB free")

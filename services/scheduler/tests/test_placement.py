@@ -219,3 +219,30 @@ def test_a_node_never_heard_of_is_lost_only_once_the_inventory_has_listened_long
     assert fresh.stops == [] and fresh.starts == []
     later = reconcile({"m": model}, views, [on_z], {model.source: GB}, NOW, ids, known_since=NOW - 60)
     assert [s.replica.id for s in later.stops] == ["x"] and [s.replica.node for s in later.starts] == ["a"]
+
+
+@pytest.mark.parametrize(("hhmm", "want"), [("08:59", 1), ("09:00", 4), ("16:59", 4), ("17:00", 1), ("23:30", 0),
+                                            ("02:00", 0), ("06:00", 1)])
+def test_a_schedule_scales_by_time_of_day_windows_may_cross_midnight(hhmm, want):
+    from llmgw.proto import ScheduleWindow
+    from llmgw.scheduler.core import wanted
+
+    scaling = Scaling(min=1, max=4, schedule=[ScheduleWindow(start="09:00", end="17:00", min=4, max=4),
+                                              ScheduleWindow(start="23:00", end="06:00", min=0, max=0)])
+    day = 20_000 * 86400
+    now = day + int(hhmm[:2]) * 3600 + int(hhmm[3:]) * 60
+    assert wanted(scaling, now) == want
+
+
+def test_a_models_status_says_parked_backing_off_starting_or_stopped_and_why():
+    from llmgw.scheduler.core import Plan, status
+
+    model = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=2, max=2))
+    ready = [ReplicaState(id="x", model="m", profile="cpu", node="a", state="ready")]
+    assert status(model, ready, Plan(), NOW).state == "starting"
+    parked = status(model, ready, Plan(unplaced={"m": "a: memory: short"}), NOW)
+    assert (parked.state, parked.ready, parked.wanted, parked.reason) == ("parked", 1, 2, "a: memory: short")
+    backing = status(model, [], Plan(unplaced={"m": "backing off"}, backoff_until={"m": NOW + 20}), NOW)
+    assert (backing.state, backing.until) == ("backing-off", NOW + 20)
+    stopped = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=0, max=0), stopped=Scaling(min=2, max=2))
+    assert status(stopped, [], Plan(), NOW).state == "stopped"

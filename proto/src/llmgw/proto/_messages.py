@@ -28,6 +28,8 @@ __all__ = [
     "ModelChange",
     "ModelPurge",
     "ModelRef",
+    "ModelStatus",
+    "ModelStatusList",
     "FilePlace",
     "NodeInfo",
     "NodeList",
@@ -417,6 +419,26 @@ class NodeList(Struct, kw_only=True):
     """Node -> Unix time of its last heartbeat."""
 
 
+class ModelStatus(Struct, kw_only=True):
+    """How a model is doing, as the scheduler sees it."""
+
+    model: Name
+    state: Literal["running", "starting", "parked", "backing-off", "stopped"]
+    """parked: it cannot be placed (reason says why, node by node); backing-off: its replicas
+    kept failing and the next try waits until `until`."""
+    ready: NonNegative = 0
+    wanted: NonNegative = 0
+    reason: str = ""
+    until: float = 0.0
+    """Unix time of the next try, while backing off."""
+
+
+class ModelStatusList(Struct, kw_only=True):
+    """Every model's status."""
+
+    models: list[ModelStatus]
+
+
 class Heartbeat(Struct, kw_only=True):
     """An agent's periodic report."""
 
@@ -502,7 +524,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList,
+        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

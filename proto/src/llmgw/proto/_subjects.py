@@ -21,6 +21,7 @@ class Subjects:
     SCHEDULER_NODE_REGISTER = f"{_P}.scheduler.node.register"
     SCHEDULER_REPLICA_LIST = f"{_P}.scheduler.replica.list"
     SCHEDULER_NODE_LIST = f"{_P}.scheduler.node.list"
+    SCHEDULER_MODEL_STATUS = f"{_P}.scheduler.model.status"
 
     MIRROR_FILE_STAT = f"{_P}.mirror.file.stat"
     MIRROR_FILE_LIST = f"{_P}.mirror.file.list"
@@ -68,6 +69,8 @@ BUCKETS = {
     "replicas": "llmgw_replicas",
     "keys": "llmgw_keys",
     "leader": "llmgw_leader",
+    "status": "llmgw_status",
 }
 """JetStream KV buckets: the catalog (written by catalog), replica states (by the
-scheduler), API key hashes (by the router), the scheduler's leader lease (values expire)."""
+scheduler), API key hashes (by the router), the scheduler's leader lease (values expire),
+each model's status (by the leading scheduler)."""

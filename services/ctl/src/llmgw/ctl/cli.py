@@ -23,6 +23,7 @@ from llmgw.proto import (
     ModelPurge,
     ModelPut,
     ModelRef,
+    ModelStatusList,
     NodeList,
     Profile,
     PurgeReport,
@@ -80,7 +81,8 @@ async def _ctl(args: argparse.Namespace) -> int:
                 out = listed
             else:
                 replicas = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
-                print(models_table(listed, replicas))
+                statuses = await request(nc, Subjects.SCHEDULER_MODEL_STATUS, Empty(), ModelStatusList)
+                print(models_table(listed, replicas, statuses))
                 return 0
         elif args.what == "model" and args.verb in ("stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"):
             change = _change(args)
@@ -181,7 +183,7 @@ def _reserves(profile: Profile) -> str:
     return f"{cores}, {memory}"
 
 
-def models_table(listed: ModelList, replicas: ReplicaList) -> str:
+def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> str:
     """`llmgw ctl models`: name, ready/wanted, status, class, what a replica reserves, profiles (with
     counts), aliases, fallbacks, and warnings (replicas that failed, and why)."""
     ready: dict[str, int] = {}
@@ -195,11 +197,15 @@ def models_table(listed: ModelList, replicas: ReplicaList) -> str:
         m = e.model
         counted = any(p.replicas is not None for p in m.profiles)
         profiles = ", ".join(f"{p.name}={p.replicas or 0}" if counted else p.name for p in m.profiles)
-        status = "stopped" if m.stopped else ("declared" if e.declared_in else "running")
+        known = {s.model: s for s in statuses.models} if statuses else {}
+        st = known.get(m.name)
+        status = st.state if st else ("stopped" if m.stopped else "running")
+        if e.declared_in:
+            status += " (declared)"
         best = max(m.profiles, key=lambda p: p.priority)
         errors = failed.get(m.name, [])
-        warning = f"{len(errors)} failed: {errors[-1]}" if errors else "-"
-        rows.append((m.name, f"{ready.get(m.name, 0)}/{m.scaling.min}", status, m.capacity_class, _reserves(best),
+        warning = st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else "-")
+        rows.append((m.name, f"{ready.get(m.name, 0)}/{st.wanted if st else m.scaling.min}", status, m.capacity_class, _reserves(best),
                      profiles, ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-", warning))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import msgspec
 
-from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, fingerprint
+from llmgw.proto import Model, ModelStatus, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.placement import LIVE, Weights, need_of, node_states, place
 
-__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "reconcile"]
+__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "reconcile", "status", "wanted"]
 
 
 class NodeView(msgspec.Struct, kw_only=True):
@@ -52,6 +52,39 @@ class Plan(msgspec.Struct, kw_only=True):
     stops: list[Stop] = msgspec.field(default_factory=list)
     unplaced: dict[str, str] = msgspec.field(default_factory=dict)
     """Model name -> why no node took it (each node's reason)."""
+    backoff_until: dict[str, float] = msgspec.field(default_factory=dict)
+    """Model name -> when its next try is, while it backs off."""
+
+
+def wanted(scaling: Scaling, now: float) -> int:
+    """Replicas kept running now: the window of the schedule that holds at this UTC time of day
+    (a window may run past midnight), else the scaling's min."""
+    minute = int(now // 60) % (24 * 60)
+    for w in scaling.schedule:
+        start, end = (int(t[:2]) * 60 + int(t[3:]) for t in (w.start, w.end))
+        inside = start <= minute < end if start <= end else (minute >= start or minute < end)
+        if inside:
+            return w.min
+    return scaling.min
+
+
+def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float) -> ModelStatus:
+    """A model's status from what runs and what this pass could not do."""
+    ready = sum(1 for r in replicas if r.model == model.name and r.state == "ready")
+    want = wanted(model.scaling, now)
+    reason = plan.unplaced.get(model.name, "")
+    if model.stopped is not None:
+        state = "stopped"
+    elif model.name in plan.backoff_until:
+        state = "backing-off"
+    elif reason:
+        state = "parked"
+    elif ready < want:
+        state = "starting"
+    else:
+        state = "running"
+    return ModelStatus(model=model.name, state=state, ready=ready, wanted=want, reason=reason,
+                       until=plan.backoff_until.get(model.name, 0.0))
 
 
 def backoff_s(failures: int, base: float = 5.0, cap: float = 300.0) -> float:
@@ -147,7 +180,7 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
     for name, model in sorted(models.items()):
         mine = [r for r in replicas if r.model == name]
         failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
-        want = model.scaling.min
+        want = wanted(model.scaling, now)
         counted = any(p.replicas is not None for p in model.profiles) and model.stopped is None
         counts = {p.name: p.replicas or 0 for p in model.profiles} if counted else None
         current = {p.name: fingerprint(model, p) for p in model.profiles}
@@ -169,6 +202,7 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         if failed and now < failed[-1].updated + backoff_s(failures):
             wait = failed[-1].updated + backoff_s(failures) - now
             plan.unplaced[name] = f"backing off after {failures} failures, next try in {wait:.0f}s: {failed[-1].error}"
+            plan.backoff_until[name] = failed[-1].updated + backoff_s(failures)
             continue
         if model.source not in weights:
             plan.unplaced[name] = f"the mirror has not confirmed it holds '{model.source}'"

@@ -19,6 +19,8 @@ from llmgw.proto import (
     FileInfo,
     FileRef,
     Heartbeat,
+    ModelStatus,
+    ModelStatusList,
     NodeInfo,
     NodeList,
     ReplicaList,
@@ -27,7 +29,7 @@ from llmgw.proto import (
     ReplicaStop,
     Subjects,
 )
-from llmgw.scheduler.core import NodeView, Plan, lost, reconcile
+from llmgw.scheduler.core import NodeView, Plan, lost, reconcile, status
 
 __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
@@ -62,6 +64,7 @@ class Scheduler:
         self.replicas: dict[str, ReplicaState] = {}
         self.weights: dict[str, int] = {}
         self.unplaced: dict[str, str] = {}
+        self.statuses: dict[str, ModelStatus] = {}
         self.kv: KeyValue | None = None
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
@@ -76,10 +79,12 @@ class Scheduler:
         self.ctx = ctx
         self.kv = await kv_bucket(ctx.js, BUCKETS["replicas"])
         self.lease = await kv_bucket(ctx.js, BUCKETS["leader"], ttl=self.config.lease_s)
+        self.status_kv = await kv_bucket(ctx.js, BUCKETS["status"])
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
         await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
         await ctx.endpoint("node-list", Subjects.SCHEDULER_NODE_LIST, Empty, self.list_nodes)
+        await ctx.endpoint("model-status", Subjects.SCHEDULER_MODEL_STATUS, Empty, self.model_status)
         await ctx.nc.subscribe(Subjects.EVT_HEARTBEAT_ALL, cb=self._on_heartbeat)
         await ctx.nc.subscribe(Subjects.EVT_REPLICA_ALL, cb=self._on_replica_event)
         self.tasks.append(asyncio.create_task(self._lead()))
@@ -138,6 +143,16 @@ class Scheduler:
             except Exception as exc:  # NATS away: keep trying; another may lead meanwhile
                 self.ctx.log.warning("lease not renewed", error=str(exc))
             await asyncio.sleep(self.config.lease_s / 3)
+
+    async def model_status(self, _: Empty) -> ModelStatusList:
+        statuses = self.statuses if self.leader else {}
+        if not self.leader:  # a standby answers from what the leader keeps
+            for key in await kv_keys(self.status_kv):
+                try:
+                    statuses[key] = msgspec.json.decode((await self.status_kv.get(key)).value, type=ModelStatus)
+                except (KeyNotFoundError, KeyDeletedError, msgspec.DecodeError):
+                    continue
+        return ModelStatusList(models=sorted(statuses.values(), key=lambda m: m.model))
 
     async def list_nodes(self, _: Empty) -> NodeList:
         return NodeList(nodes=[v.info for _, v in sorted(self.nodes.items())],
@@ -215,6 +230,14 @@ class Scheduler:
                          self.config.stale_s, self.config.reserve_mb, lost_s=self.config.lost_s,
                          known_since=self.started)
         await self._apply(plan)
+        now = time.time()
+        statuses = {n: status(m, list(self.replicas.values()), plan, now) for n, m in models.items()}
+        for name, st in statuses.items():
+            if self.statuses.get(name) != st:
+                await self.status_kv.put(name, msgspec.json.encode(st))
+        for name in set(self.statuses) - set(statuses):
+            await self.status_kv.delete(name)
+        self.statuses = statuses
 
     async def _apply(self, plan: Plan) -> None:
         for name, why in plan.unplaced.items():
