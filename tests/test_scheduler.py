@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+import msgspec
 import nats.micro
 import pytest
 
@@ -135,3 +136,26 @@ async def _true(value):
 async def _ready(nc, node=None, count=1):
     ready = [r for r in await replicas(nc) if r.state == "ready" and (node is None or r.node == node)]
     return ready if len(ready) >= count else None
+
+
+async def test_a_stopped_replica_drains_before_its_engine_stops(cluster, nc, tmp_path):
+    config = msgspec.structs.replace(scheduler_config(), drain_s=2.0)
+    await cluster.add(Scheduler(config), config)
+    a = await agent(cluster, tmp_path, "a", 22300)
+    model = Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model), ModelEntry)
+    [running] = await until(lambda: _ready(nc))
+    stopped = msgspec.structs.replace(model, scaling=Scaling(min=0, max=0))
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=stopped), ModelEntry)
+    [draining] = await until(lambda: _in_state(nc, "draining"))
+    assert draining.id == running.id and a.replicas[running.id].state.state == "ready"  # still serving its requests
+    await until(lambda: _none_left(nc), timeout=15)
+    assert running.id not in a.replicas
+
+
+async def _in_state(nc, state):
+    return [r for r in await replicas(nc) if r.state == state] or None
+
+
+async def _none_left(nc):
+    return not await replicas(nc)

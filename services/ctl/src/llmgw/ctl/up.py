@@ -132,7 +132,8 @@ def up(opts: UpOptions) -> int:
         nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=die_with_parent)
         http_port = opts.http_port or free_port()
         # One agent on this host: nothing to keep its bandwidth measurement apart from.
-        extra = {"router": ["--http-port", str(http_port)], "agent": ["--membw-delay-max-s", "3"]}
+        extra = {"router": ["--http-port", str(http_port)], "agent": ["--membw-delay-max-s", "3"],
+                 "scheduler": ["--drain-s", "2"]}
         for name in SERVICES:
             procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
         key = asyncio.run(_setup(nats.url, home, opts.demo))

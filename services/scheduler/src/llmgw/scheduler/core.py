@@ -43,6 +43,9 @@ class Stop(msgspec.Struct, kw_only=True):
     reason: str
     reachable: bool = True
     """False for a replica on a lost node: its record goes without asking its agent."""
+    drain: bool = True
+    """Give in-flight requests the drain grace first (a ready replica); False where its room
+    is needed at once (an in-place replacement)."""
 
 
 class Plan(msgspec.Struct, kw_only=True):
@@ -116,7 +119,8 @@ def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[Rep
     if model.rollout == "in-place" and stale and not starting and len(fresh) + len(stale) >= want:
         extra = max(extra, 1)  # only at full strength: a failed replacement never takes a second one down
     for r in stale[:extra]:
-        stops.append(Stop(replica=r, reason="stale (context, cards, engine or a restart): replaced one at a time"))
+        stops.append(Stop(replica=r, reason="stale (context, cards, engine or a restart): replaced one at a time",
+                          drain=model.rollout != "in-place"))
     newest_first = sorted(fresh, key=lambda r: (r.state == "ready", -r.updated))  # those still starting go first
     if counts is None:
         over = max(0, len(fresh) - want)

@@ -29,7 +29,7 @@ from llmgw.proto import (
     ReplicaStop,
     Subjects,
 )
-from llmgw.scheduler.core import NodeView, Plan, lost, reconcile, status
+from llmgw.scheduler.core import NodeView, Plan, Stop, lost, reconcile, status
 
 __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
@@ -44,6 +44,9 @@ class SchedulerConfig(BusConfig, kw_only=True):
     lease_s: float = 6.0
     """One scheduler leads: it renews a lease this long every third of it; a standby takes over
     when the lease lapses (the leader died) and adopts everything running."""
+    drain_s: float = 5.0
+    """A ready replica being stopped gets this long for its in-flight requests (the router sends
+    it nothing new meanwhile) before its engine is stopped."""
     lost_s: float = 30.0
     """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
     reserve_mb: int = 512
@@ -65,6 +68,9 @@ class Scheduler:
         self.weights: dict[str, int] = {}
         self.unplaced: dict[str, str] = {}
         self.statuses: dict[str, ModelStatus] = {}
+        self.draining: dict[str, ReplicaState] = {}
+        self.drains: set[asyncio.Task] = set()
+        """Replicas in their drain grace: still running, no longer recorded as live."""
         self.kv: KeyValue | None = None
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
@@ -91,7 +97,7 @@ class Scheduler:
         self.tasks.append(asyncio.create_task(self._loop()))
 
     async def stop(self) -> None:
-        for t in self.tasks:
+        for t in [*self.tasks, *self.drains]:  # a drain cut short is finished by the next leader
             t.cancel()
         if self.leader:  # hand over at once rather than when the lease lapses
             try:
@@ -110,7 +116,7 @@ class Scheduler:
         return Empty()
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
-        replicas = self.replicas.values() if self.leader else (await self._stored()).values()
+        replicas = [*self.replicas.values(), *self.draining.values()] if self.leader else (await self._stored()).values()
         return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
 
     async def _stored(self) -> dict[str, ReplicaState]:
@@ -171,7 +177,8 @@ class Scheduler:
             self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
         self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time(), weights=beat.weights)
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
-            if state.id not in self.replicas and state.state in ("fetching", "starting", "ready"):
+            if state.id not in self.replicas and state.id not in self.draining \
+                    and state.state in ("fetching", "starting", "ready"):
                 # Given up while its node was lost and replaced since: stopped, never run twice.
                 self.ctx.log.warning("stopping a replica no longer recorded", replica=state.id, node=state.node)
                 try:
@@ -239,6 +246,19 @@ class Scheduler:
             await self.status_kv.delete(name)
         self.statuses = statuses
 
+    async def _stop_after(self, stop: Stop, grace_s: float) -> None:
+        r = stop.replica
+        await asyncio.sleep(grace_s)
+        try:
+            if stop.reachable:
+                await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason),
+                              ReplicaState)
+        except BusError as exc:
+            self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
+        await self.kv.delete(r.id)
+        self.draining.pop(r.id, None)
+        self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
+
     async def _apply(self, plan: Plan) -> None:
         for name, why in plan.unplaced.items():
             if self.unplaced.get(name) != why:
@@ -249,14 +269,14 @@ class Scheduler:
             r = stop.replica
             self.replicas.pop(r.id, None)
             await self.kv.put(r.id, msgspec.json.encode(msgspec.structs.replace(r, state="draining", updated=time.time())))
-            try:
-                if stop.reachable:
-                    await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason),
-                                  ReplicaState)
-            except BusError as exc:
-                self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
-            await self.kv.delete(r.id)
-            self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
+            if stop.drain and stop.reachable and r.state == "ready" and self.config.drain_s > 0:
+                # in-flight requests finish within the grace, then it stops
+                self.draining[r.id] = msgspec.structs.replace(r, state="draining", updated=time.time())
+                task = asyncio.create_task(self._stop_after(stop, self.config.drain_s))
+                self.drains.add(task)
+                task.add_done_callback(self.drains.discard)
+            else:
+                await self._stop_after(stop, 0)
         for start in plan.starts:
             r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
             self.replicas[r.id] = r
