@@ -3,7 +3,6 @@ ranks, and reconcile keeps counts per profile without ever running fewer."""
 
 import itertools
 
-import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +10,8 @@ from hypothesis import strategies as st
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import NodeView, reconcile
 from llmgw.scheduler.placement import Weights, need_of, node_states, place
+
+from .sim import simulate as run_ticks
 
 NOW = 1_000_000.0
 GB = 10**9
@@ -153,20 +154,14 @@ def counted(gpu, cpu):
 
 
 def simulate(model, nodes, replicas, ticks=40):
-    """Plans applied tick by tick: a started replica is ready a tick later."""
-    ready_seen = []
-    for tick in range(ticks):
-        now = NOW + tick
-        replicas = [msgspec.structs.replace(r, state="ready") if r.state == "pending" else r for r in replicas]
+    """The model's plans applied tick by tick over `nodes`, which heartbeat every tick."""
+
+    def plan_for(current, now):
         for n in nodes:
             n.seen = now
-        plan = _run(model, nodes, replicas, now)
-        stopped = {s.replica.id for s in plan.stops}
-        replicas = [r for r in replicas if r.id not in stopped] + [s.replica for s in plan.starts]
-        ready_seen.append(sum(r.state == "ready" for r in replicas))
-        if not plan.starts and not plan.stops:
-            break
-    return ready_seen, replicas
+        return _run(model, nodes, current, now)
+
+    return run_ticks(plan_for, replicas, NOW, ticks)
 
 
 def _running(model, gpu, cpu):

@@ -11,6 +11,8 @@ from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerp
 from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile
 from llmgw.scheduler.placement import need_of
 
+from .sim import simulate as run_ticks
+
 NOW = 1_000_000.0
 GB = 2**30
 
@@ -126,18 +128,11 @@ def simulate(m, total_mb, replicas, ticks=40):
     One node of `total_mb`, whose available memory is what its ready replicas leave. Returns the
     ready count seen after every tick and the replicas at the end.
     """
-    ready_seen = []
-    for tick in range(ticks):
-        now = NOW + tick
-        replicas = [msgspec.structs.replace(r, state="ready") if r.state == "pending" else r for r in replicas]
-        used = sum(r.memory_mb for r in replicas if r.state == "ready")
-        plan = run([m], [node("a", total_mb - used, seen=now)], replicas, now=now)
-        stopped = {s.replica.id for s in plan.stops}
-        replicas = [r for r in replicas if r.id not in stopped] + [s.replica for s in plan.starts]
-        ready_seen.append(sum(r.state == "ready" for r in replicas))
-        if not plan.starts and not plan.stops:
-            break
-    return ready_seen, replicas
+    def plan_for(current, now):
+        used = sum(r.memory_mb for r in current if r.state == "ready")
+        return run([m], [node("a", total_mb - used, seen=now)], current, now=now)
+
+    return run_ticks(plan_for, replicas, NOW, ticks)
 
 
 def test_a_restart_replaces_every_replica_one_at_a_time_and_never_runs_fewer():
