@@ -3,15 +3,15 @@ ranks, and reconcile keeps counts per profile without ever running fewer."""
 
 import itertools
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import NodeView, reconcile
 from llmgw.scheduler.placement import Weights, need_of, node_states, place
-
-from .sim import simulate as run_ticks
 
 NOW = 1_000_000.0
 GB = 10**9
@@ -241,3 +241,60 @@ def test_a_models_status_says_parked_backing_off_starting_or_stopped_and_why():
     assert (backing.state, backing.until) == ("backing-off", NOW + 20)
     stopped = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=0, max=0), stopped=Scaling(min=2, max=2))
     assert status(stopped, [], Plan(), NOW).state == "stopped"
+
+
+def _two(critical_class="critical"):
+    batch = Model(name="batch", source="o/r/b.gguf", capacity_class="batch",
+                  profiles=[Profile(name="cpu", host_memory_mb=60_000)])
+    urgent = Model(name="urgent", source="o/r/u.gguf", capacity_class=critical_class,
+                   profiles=[Profile(name="cpu", host_memory_mb=60_000)])
+    return batch, urgent
+
+
+def _pass(models, nodes, replicas, now=NOW):
+    ids = (f"r{i}-{now}" for i in itertools.count())
+    return reconcile({m.name: m for m in models}, {n.info.node: n.view() for n in nodes}, replicas,
+                     {m.source: GB for m in models}, now, ids)
+
+
+def test_a_higher_class_takes_the_room_of_a_lower_one_which_is_held():
+    batch, urgent = _two()
+    running = ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
+                           fingerprint=fingerprint(batch, batch.profiles[0]))
+    full = Node("a").memory(70)  # the batch replica's 60 GB are already out of what is available
+    full.info.memory_available_mb = 70 * 1024 - 60_000
+    plan = _pass([batch, urgent], [full], [running])
+    assert [(s.replica.id, s.reason, s.drain) for s in plan.stops] == [
+        ("b1", "preempted: gave room to critical model 'urgent'", False)]
+    assert [s.replica.model for s in plan.starts] == ["urgent"]
+    assert plan.held == {"batch": "gave room to critical model 'urgent'"}
+
+
+@pytest.mark.parametrize("cls", ["standard", "batch"])
+def test_no_class_takes_room_from_its_own_or_a_higher_one(cls):
+    batch, urgent = _two(cls)
+    batch = msgspec.structs.replace(batch, capacity_class=cls)
+    running = ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
+                           fingerprint=fingerprint(batch, batch.profiles[0]))
+    full = Node("a").memory(70)
+    full.info.memory_available_mb = 70 * 1024 - 60_000
+    plan = _pass([batch, urgent], [full], [running])
+    assert plan.stops == [] and plan.starts == [] and "urgent" in plan.unplaced
+
+
+def test_a_held_model_is_not_placed_again_in_a_loop():
+    batch, urgent = _two()
+    replicas = [ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
+                             fingerprint=fingerprint(batch, batch.profiles[0]))]
+    stops = starts = 0
+    for tick in range(10):
+        node = Node("a").memory(70)
+        node.seen = NOW + tick
+        replicas = [msgspec.structs.replace(r, state="ready") if r.state == "pending" else r for r in replicas]
+        node.info.memory_available_mb = 70 * 1024 - sum(r.memory_mb for r in replicas if r.state == "ready")
+        plan = _pass([batch, urgent], [node], replicas, NOW + tick)
+        stops, starts = stops + len(plan.stops), starts + len(plan.starts)
+        gone = {s.replica.id for s in plan.stops}
+        replicas = [r for r in replicas if r.id not in gone] + [s.replica for s in plan.starts]
+    assert (stops, starts) == (1, 1) and [r.model for r in replicas] == ["urgent"]
+    assert "batch" in plan.unplaced

@@ -6,12 +6,11 @@ import msgspec
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile
 from llmgw.scheduler.placement import need_of
-
-from .sim import simulate as run_ticks
 
 NOW = 1_000_000.0
 GB = 2**30

@@ -423,9 +423,10 @@ class ModelStatus(Struct, kw_only=True):
     """How a model is doing, as the scheduler sees it."""
 
     model: Name
-    state: Literal["running", "starting", "parked", "backing-off", "stopped"]
-    """parked: it cannot be placed (reason says why, node by node); backing-off: its replicas
-    kept failing and the next try waits until `until`."""
+    state: Literal["running", "starting", "parked", "held", "backing-off", "stopped"]
+    """parked: it cannot be placed (reason says why, node by node); held: it gave room to a
+    higher capacity class and waits for room, not re-placed in a loop; backing-off: its
+    replicas kept failing and the next try waits until `until`."""
     ready: NonNegative = 0
     wanted: NonNegative = 0
     reason: str = ""

@@ -57,6 +57,31 @@ class Plan(msgspec.Struct, kw_only=True):
     """Model name -> why no node took it (each node's reason)."""
     backoff_until: dict[str, float] = msgspec.field(default_factory=dict)
     """Model name -> when its next try is, while it backs off."""
+    held: dict[str, str] = msgspec.field(default_factory=dict)
+    """Model name -> the higher-class model it gave a replica's room to in this pass."""
+
+
+CLASS_RANK = {"batch": 0, "standard": 1, "critical": 2}
+"""Capacity classes: a replica of a higher class may take the room of a lower one's."""
+
+
+def _preempt(need, model: Model, models: dict[str, Model], placed: list[ReplicaState], inventory, reserve_mb: int,
+             freed: dict[str, int], now: float, stale_s: float, scoring: Weights):
+    """A replica of a lower class whose room would let `need` fit, and where: the lowest class
+    first, the newest of it first; None when none would (or the model is of the lowest class)."""
+    rank = CLASS_RANK[model.capacity_class]
+    victims = [r for r in placed if r.state in LIVE and r.model in models and r.model != model.name
+               and CLASS_RANK[models[r.model].capacity_class] < rank]
+    victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
+    for victim in victims:
+        trial = [r for r in placed if r.id != victim.id]
+        given = dict(freed)
+        if victim.state == "ready":
+            given[victim.node] = given.get(victim.node, 0) + victim.memory_mb
+        where, _ = place(need, model, node_states(inventory, trial, reserve_mb, given), now, stale_s, scoring)
+        if where:
+            return where, victim
+    return None
 
 
 def wanted(scaling: Scaling, now: float) -> int:
@@ -71,13 +96,16 @@ def wanted(scaling: Scaling, now: float) -> int:
     return scaling.min
 
 
-def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float) -> ModelStatus:
-    """A model's status from what runs and what this pass could not do."""
+def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, held: str = "") -> ModelStatus:
+    """A model's status from what runs and what this pass could not do; `held` is why it gave
+    room to a higher class (kept by the shell until the model runs whole again)."""
     ready = sum(1 for r in replicas if r.model == model.name and r.state == "ready")
     want = wanted(model.scaling, now)
     reason = plan.unplaced.get(model.name, "")
     if model.stopped is not None:
         state = "stopped"
+    elif held and ready < want:
+        state, reason = "held", held + (f"; {reason}" if reason else "")
     elif model.name in plan.backoff_until:
         state = "backing-off"
     elif reason:
@@ -181,7 +209,8 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
             plan.stops.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in models:
             plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
-    for name, model in sorted(models.items()):
+    # Higher classes first, so a critical model takes room before a batch one asks for it.
+    for name, model in sorted(models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
         mine = [r for r in replicas if r.model == name]
         failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
         want = wanted(model.scaling, now)
@@ -224,6 +253,16 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
             for profile in profiles:
                 need = need_of(profile, weights[model.source])
                 where, why = place(need, model, states, now, stale_s, scoring)
+                if where is None:
+                    taken = _preempt(need, model, models, placed, inventory, reserve_mb, freed, now, stale_s, scoring)
+                    if taken:
+                        where, victim = taken
+                        placed = [r for r in placed if r.id != victim.id]
+                        if victim.state == "ready":
+                            freed[victim.node] = freed.get(victim.node, 0) + victim.memory_mb
+                        gave = f"gave room to {model.capacity_class} model '{name}'"
+                        plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
+                        plan.held[victim.model] = gave
                 if where:
                     replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
                                            memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,

@@ -69,6 +69,8 @@ class Scheduler:
         self.unplaced: dict[str, str] = {}
         self.statuses: dict[str, ModelStatus] = {}
         self.draining: dict[str, ReplicaState] = {}
+        self.held: dict[str, str] = {}
+        """Models that gave room to a higher class, and to whom, until they run whole again."""
         self.drains: set[asyncio.Task] = set()
         """Replicas in their drain grace: still running, no longer recorded as live."""
         self.kv: KeyValue | None = None
@@ -238,7 +240,11 @@ class Scheduler:
                          known_since=self.started)
         await self._apply(plan)
         now = time.time()
-        statuses = {n: status(m, list(self.replicas.values()), plan, now) for n, m in models.items()}
+        self.held.update(plan.held)
+        statuses = {n: status(m, list(self.replicas.values()), plan, now, self.held.get(n, "")) for n, m in models.items()}
+        for name, st in statuses.items():
+            if st.state in ("running", "stopped"):
+                self.held.pop(name, None)
         for name, st in statuses.items():
             if self.statuses.get(name) != st:
                 await self.status_kv.put(name, msgspec.json.encode(st))
