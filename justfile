@@ -34,6 +34,7 @@ bench:
     python tests/bench/membw.py
     python tests/bench/cpu_speed.py
     python tests/bench/plan_fleet.py
+    python tests/bench/scheduler.py
 
 # Regenerate the golden JSON Schema of every proto message
 proto-schema:

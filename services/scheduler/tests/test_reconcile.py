@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile
+from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile, status, wanted
 from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
@@ -202,3 +202,38 @@ def test_a_rollout_converges_and_never_dips_more_than_its_kind_allows(rollout, w
 def test_a_replica_left_draining_by_an_earlier_scheduler_is_stopped():
     plan = run([model()], [node("a", 9000)], [replica("x"), replica("y", state="draining")])
     assert [(s.replica.id, s.reason) for s in plan.stops] == [("y", "it was being stopped")]
+
+
+def on_demand(idle_s=300):
+    return Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=0, max=1, idle_timeout_s=idle_s))
+
+
+def test_an_on_demand_model_starts_on_its_first_request_and_not_before():
+    nodes = [node("a", 9000)]
+    assert run([on_demand()], nodes, []).starts == []
+    woken = reconcile({"m": on_demand()}, {"a": nodes[0]}, [], {"o/r/m.gguf": GB}, NOW, iter(["r1"]),
+                      demand={"m": NOW - 1})
+    assert [s.replica.id for s in woken.starts] == ["r1"]
+
+
+def test_an_on_demand_model_scales_to_zero_after_its_idle_timeout():
+    nodes = {"a": node("a", 9000)}
+    running = [replica("r1")]
+    running = [msgspec.structs.replace(r, fingerprint=fingerprint(on_demand(), on_demand().profiles[0])) for r in running]
+    asked = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 299})
+    assert asked.stops == []
+    idle = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 301})
+    assert [s.replica.id for s in idle.stops] == ["r1"] and idle.stops[0].drain
+
+
+def test_an_idle_model_says_so_and_how_it_wakes():
+    plan = run([on_demand()], [node("a", 9000)], [])
+    never = status(on_demand(), [], plan, NOW)
+    slept = status(on_demand(), [], plan, NOW, last_asked=NOW - 400)
+    assert (never.state, never.wanted) == ("idle", 0) and "first request starts it" in never.reason
+    assert slept.state == "idle" and "not asked for in 300s" in slept.reason
+
+
+def test_a_model_with_a_minimum_keeps_it_when_idle():
+    m = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=2, max=2, idle_timeout_s=60))
+    assert wanted(m.scaling, NOW, NOW - 3600) == 2 and wanted(m.scaling, NOW, NOW) == 2

@@ -30,6 +30,7 @@ __all__ = [
     "ModelRef",
     "ModelStatus",
     "ModelStatusList",
+    "Demand",
     "FilePlace",
     "NodeInfo",
     "NodeList",
@@ -423,15 +424,25 @@ class ModelStatus(Struct, kw_only=True):
     """How a model is doing, as the scheduler sees it."""
 
     model: Name
-    state: Literal["running", "starting", "parked", "held", "backing-off", "stopped"]
+    state: Literal["running", "starting", "parked", "held", "backing-off", "stopped", "idle"]
     """parked: it cannot be placed (reason says why, node by node); held: it gave room to a
     higher capacity class and waits for room, not re-placed in a loop; backing-off: its
-    replicas kept failing and the next try waits until `until`."""
+    replicas kept failing and the next try waits until `until`; idle: an on-demand model
+    scaled to zero, started by its next request."""
     ready: NonNegative = 0
     wanted: NonNegative = 0
     reason: str = ""
     until: float = 0.0
     """Unix time of the next try, while backing off."""
+
+
+class Demand(Struct, kw_only=True):
+    """When a model was last asked for: written by the router (at once when it has no ready
+    replica: a wake-up; else at most every few seconds), read by the scheduler."""
+
+    model: Name
+    last_asked: float
+    """Unix time of the latest request."""
 
 
 class ModelStatusList(Struct, kw_only=True):
@@ -525,7 +536,7 @@ def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList,
+        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList, Demand,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

@@ -70,7 +70,9 @@ BUCKETS = {
     "keys": "llmgw_keys",
     "leader": "llmgw_leader",
     "status": "llmgw_status",
+    "demand": "llmgw_demand",
 }
 """JetStream KV buckets: the catalog (written by catalog), replica states (by the
 scheduler), API key hashes (by the router), the scheduler's leader lease (values expire),
-each model's status (by the leading scheduler)."""
+each model's status (by the leading scheduler), when each model was last asked for (by the
+router; an on-demand model's wake-up)."""

@@ -27,6 +27,8 @@ class KvTable(Generic[T]):
         self.kv, self.bucket, self.kind = kv, bucket, kind
         self.items: dict[str, T] = {}
         self.synced = False
+        self.changed = asyncio.Event()
+        """Set on every change after the initial values; whoever waits on it clears it."""
         self._task: asyncio.Task | None = None
 
     @classmethod
@@ -53,3 +55,5 @@ class KvTable(Generic[T]):
                     self.items[entry.key] = msgspec.json.decode(entry.value, type=self.kind)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     log.warning("undecodable KV value left out", bucket=self.bucket, key=entry.key, error=str(exc))
+            if entry is not None and self.synced:
+                self.changed.set()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import msgspec
 
 from llmgw.proto import Model, ModelStatus, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.placement import LIVE, Weights, need_of, node_states, place
+from llmgw.scheduler.placement import LIVE, NodeState, Placement, Weights, claim, need_of, node_states, place, release
 
 __all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "reconcile", "status", "wanted"]
 
@@ -65,42 +65,47 @@ CLASS_RANK = {"batch": 0, "standard": 1, "critical": 2}
 """Capacity classes: a replica of a higher class may take the room of a lower one's."""
 
 
-def _preempt(need, model: Model, models: dict[str, Model], placed: list[ReplicaState], inventory, reserve_mb: int,
-             freed: dict[str, int], now: float, stale_s: float, scoring: Weights):
+def _preempt(need, model: Model, models: dict[str, Model], states: dict[str, NodeState], now: float,
+             stale_s: float, scoring: Weights) -> tuple[Placement, ReplicaState] | None:
     """A replica of a lower class whose room would let `need` fit, and where: the lowest class
-    first, the newest of it first; None when none would (or the model is of the lowest class)."""
+    first, the newest of it first; None when none would (or the model is of the lowest class).
+    Only the victim's node changes by its going, so only that node is tried again."""
     rank = CLASS_RANK[model.capacity_class]
-    victims = [r for r in placed if r.state in LIVE and r.model in models and r.model != model.name
+    victims = [r for n in states.values() for r in n.replicas if r.model in models and r.model != model.name
                and CLASS_RANK[models[r.model].capacity_class] < rank]
     victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
     for victim in victims:
-        trial = [r for r in placed if r.id != victim.id]
-        given = dict(freed)
-        if victim.state == "ready":
-            given[victim.node] = given.get(victim.node, 0) + victim.memory_mb
-        where, _ = place(need, model, node_states(inventory, trial, reserve_mb, given), now, stale_s, scoring)
+        trial = msgspec.structs.replace(states[victim.node], replicas=list(states[victim.node].replicas))
+        release(trial, victim)
+        where, _ = place(need, model, {victim.node: trial}, now, stale_s, scoring)
         if where:
             return where, victim
     return None
 
 
-def wanted(scaling: Scaling, now: float) -> int:
+def wanted(scaling: Scaling, now: float, last_asked: float | None = None) -> int:
     """Replicas kept running now: the window of the schedule that holds at this UTC time of day
-    (a window may run past midnight), else the scaling's min."""
+    (a window may run past midnight), else the scaling's min; with an idle timeout, at least
+    one while the model was asked for within it (scaled to zero after, woken by a request)."""
+    base = scaling.min
     minute = int(now // 60) % (24 * 60)
     for w in scaling.schedule:
         start, end = (int(t[:2]) * 60 + int(t[3:]) for t in (w.start, w.end))
         inside = start <= minute < end if start <= end else (minute >= start or minute < end)
         if inside:
-            return w.min
-    return scaling.min
+            base = w.min
+            break
+    if scaling.idle_timeout_s is not None and last_asked is not None and now - last_asked < scaling.idle_timeout_s:
+        return max(base, 1)
+    return base
 
 
-def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, held: str = "") -> ModelStatus:
+def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, held: str = "",
+           last_asked: float | None = None) -> ModelStatus:
     """A model's status from what runs and what this pass could not do; `held` is why it gave
     room to a higher class (kept by the shell until the model runs whole again)."""
     ready = sum(1 for r in replicas if r.model == model.name and r.state == "ready")
-    want = wanted(model.scaling, now)
+    want = wanted(model.scaling, now, last_asked)
     reason = plan.unplaced.get(model.name, "")
     if model.stopped is not None:
         state = "stopped"
@@ -112,6 +117,10 @@ def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, h
         state = "parked"
     elif ready < want:
         state = "starting"
+    elif want == 0 and model.scaling.idle_timeout_s is not None:
+        state = "idle"
+        reason = (f"scaled to zero: not asked for in {model.scaling.idle_timeout_s:g}s; "
+                  "the first request wakes it") if last_asked else "on demand: the first request starts it"
     else:
         state = "running"
     return ModelStatus(model=model.name, state=state, ready=ready, wanted=want, reason=reason,
@@ -185,35 +194,46 @@ def _wanted_profiles(model: Model, live: list[ReplicaState], stale: list[Replica
 def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: list[ReplicaState],
               weights: dict[str, int], now: float, ids: Iterator[str],
               stale_s: float = 10.0, reserve_mb: int = 512, scoring: Weights = Weights(),
-              lost_s: float = 30.0, known_since: float = 0.0) -> Plan:
+              lost_s: float = 30.0, known_since: float = 0.0, demand: dict[str, float] | None = None,
+              score_nodes: int = 100) -> Plan:
     """Compare what the catalog asks with what runs; say what to start and stop.
 
     `weights` maps a source to its size in bytes (absent: the mirror does not hold it). A node
     silent for `stale_s` (suspect) gets nothing new; silent for `lost_s` (lost) its replicas are
     given up and replaced elsewhere. A node never heard of counts as lost once the inventory has
-    been listening (`known_since`) for `lost_s`.
+    been listening (`known_since`) for `lost_s`. `demand` is when each model was last asked for
+    (the router's word): an on-demand model runs while asked for within its idle timeout. At
+    most `score_nodes` nodes that fit are scored for each replica (0: every one).
     """
+    demand = demand or {}
     plan = Plan()
     gone = []
     for r in replicas:
         view = nodes.get(r.node)
         silent = now - view.last_seen if view else now - known_since
         if r.state in LIVE and silent > lost_s:
-            gone.append(r)
+            gone.append(r.id)
             plan.stops.append(Stop(replica=r, reason=f"node '{r.node}' lost: no heartbeat for {silent:.0f}s",
                                    reachable=False))
-    replicas = [r for r in replicas if r not in gone]
-    placed = list(replicas)
+    replicas = [r for r in replicas if r.id not in gone]
+    by_model: dict[str, list[ReplicaState]] = {}
     for r in replicas:
+        by_model.setdefault(r.model, []).append(r)
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
             plan.stops.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in models:
             plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    # One view of every node's free room for the whole pass, kept as replicas stop and start.
+    states = node_states({n: (v.info, v.last_seen, v.weights) for n, v in nodes.items()}, replicas, reserve_mb)
+    for stop in plan.stops:
+        if stop.replica.node in states and stop.replica.state in LIVE:
+            release(states[stop.replica.node], stop.replica)
+    scan = 0  # where the next limited scan of the fleet begins
     # Higher classes first, so a critical model takes room before a batch one asks for it.
     for name, model in sorted(models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
-        mine = [r for r in replicas if r.model == name]
+        mine = by_model.get(name, [])
         failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
-        want = wanted(model.scaling, now)
+        want = wanted(model.scaling, now, demand.get(name))
         counted = any(p.replicas is not None for p in model.profiles) and model.stopped is None
         counts = {p.name: p.replicas or 0 for p in model.profiles} if counted else None
         current = {p.name: fingerprint(model, p) for p in model.profiles}
@@ -222,6 +242,9 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         fresh = [r for r in live if r not in stale]
         stops = _surplus(model, want, stale, fresh, counts)
         plan.stops.extend(stops)
+        for stop in stops:
+            if stop.replica.node in states:
+                release(states[stop.replica.node], stop.replica)
         running = len(live) - len(stops)
         missing = want - running
         if stale and want and not any(r.state != "ready" for r in fresh) and len(fresh) < want <= running:
@@ -240,26 +263,19 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         if model.source not in weights:
             plan.unplaced[name] = f"the mirror has not confirmed it holds '{model.source}'"
             continue
-        placed = [r for r in placed if r.id not in stopping]
-        freed: dict[str, int] = {}
-        for stop in stops:
-            if stop.replica.state == "ready":
-                freed[stop.replica.node] = freed.get(stop.replica.node, 0) + stop.replica.memory_mb
-        inventory = {n: (v.info, v.last_seen, v.weights) for n, v in nodes.items()}
         started = 0
         for profiles in tries:
-            states = node_states(inventory, placed, reserve_mb, freed)
             reasons: list[str] = []
             for profile in profiles:
                 need = need_of(profile, weights[model.source])
-                where, why = place(need, model, states, now, stale_s, scoring)
+                where, why = place(need, model, states, now, stale_s, scoring, peers=kept, limit=score_nodes,
+                                   start=scan)
+                scan += len(why) + max(score_nodes, 1)
                 if where is None:
-                    taken = _preempt(need, model, models, placed, inventory, reserve_mb, freed, now, stale_s, scoring)
+                    taken = _preempt(need, model, models, states, now, stale_s, scoring)
                     if taken:
                         where, victim = taken
-                        placed = [r for r in placed if r.id != victim.id]
-                        if victim.state == "ready":
-                            freed[victim.node] = freed.get(victim.node, 0) + victim.memory_mb
+                        release(states[victim.node], victim)
                         gave = f"gave room to {model.capacity_class} model '{name}'"
                         plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
                         plan.held[victim.model] = gave
@@ -267,7 +283,8 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
                     replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
                                            memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,
                                            failures=failures, fingerprint=current[profile.name], updated=now)
-                    placed.append(replica)
+                    claim(states[where.node], replica)
+                    kept.append(replica)
                     plan.starts.append(Start(replica=replica, model=model, profile=profile))
                     started += 1
                     break

@@ -9,6 +9,7 @@ no foreign process fills.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Literal
 
@@ -25,8 +26,10 @@ __all__ = [
     "Placement",
     "Weights",
     "need_of",
+    "claim",
     "node_states",
     "place",
+    "release",
 ]
 
 LIVE = ("pending", "fetching", "starting", "ready")
@@ -97,18 +100,38 @@ def need_of(profile: Profile, weights_bytes: int) -> Need:
 
 
 def node_states(nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: list[ReplicaState],
-                reserve_mb: int, freed: dict[str, int] | None = None) -> dict[str, NodeState]:
-    """Each node's free capacity: available memory (plus what stops in this plan give back) less
-    the claims of replicas still starting and a reserve; cards no live replica holds."""
+                reserve_mb: int) -> dict[str, NodeState]:
+    """Each node's free capacity, by node name in order: available memory less the claims of
+    replicas still starting and a reserve; cards no live replica holds."""
     out = {}
-    for name, (info, seen, held) in nodes.items():
-        here = [r for r in replicas if r.node == name and r.state in LIVE]
-        claimed = sum(r.memory_mb for r in here if r.state in STARTING)
-        taken = {u for r in here for u in r.gpus}
-        free_cards = [g for g in info.gpus if g.uuid not in taken and g.memory_foreign_mb < FOREIGN_LIMIT_MB]
-        out[name] = NodeState(info=info, last_seen=seen, weights=held, replicas=here, free_cards=free_cards,
-                              free_mb=info.memory_available_mb + (freed or {}).get(name, 0) - claimed - reserve_mb)
+    for name, (info, seen, held) in sorted(nodes.items()):
+        out[name] = NodeState(info=info, last_seen=seen, weights=held,
+                              free_mb=info.memory_available_mb - reserve_mb,
+                              free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB])
+    for r in replicas:
+        if r.state in LIVE and r.node in out:
+            claim(out[r.node], r)
     return out
+
+
+def claim(n: NodeState, r: ReplicaState) -> None:
+    """Count a live replica on its node: its cores and cards, and its memory while it starts
+    (a ready engine's memory is already out of what the node reports available)."""
+    n.replicas.append(r)
+    if r.state in STARTING:
+        n.free_mb -= r.memory_mb
+    if r.gpus:
+        n.free_cards = [g for g in n.free_cards if g.uuid not in r.gpus]
+
+
+def release(n: NodeState, r: ReplicaState) -> None:
+    """Give back what a replica being stopped holds: a ready one's memory returns when its
+    engine stops, a starting one's claim at once; either way it is free for this plan."""
+    n.replicas = [x for x in n.replicas if x.id != r.id]
+    n.free_mb += r.memory_mb
+    if r.gpus:
+        back = {g.uuid for g in n.free_cards} | set(r.gpus)
+        n.free_cards = [g for g in n.info.gpus if g.uuid in back]
 
 
 # -- filters: None if the node can take it, else why not -------------------------------------
@@ -141,7 +164,7 @@ def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     if not need.cards:
         return None
     fit = _fitting_cards(need, n)
-    if _best_class(fit, need.cards) is None:
+    if not _enough(fit, need.cards):
         wanted = need.profile.gpu_class or "any class"
         return (f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} "
                 f"(of {len(n.info.gpus)})")
@@ -169,13 +192,29 @@ FILTERS: list[tuple[str, Filter]] = [
 """The filter chain, in order; the first that refuses a node gives its reason."""
 
 
+def _enough(cards: list[GpuInfo], count: int) -> bool:
+    """Some class has `count` of these cards."""
+    if len(cards) < count:
+        return False
+    seen: dict[str, int] = {}
+    for g in cards:
+        seen[g.cls] = seen.get(g.cls, 0) + 1
+        if seen[g.cls] >= count:
+            return True
+    return False
+
+
 def _best_class(cards: list[GpuInfo], count: int) -> list[GpuInfo] | None:
+    """`count` cards of one class, those linked to most of the others first; None if no class has enough."""
     by_class: dict[str, list[GpuInfo]] = {}
     for g in cards:
         by_class.setdefault(g.cls, []).append(g)
     for group in by_class.values():
         if len(group) >= count:
-            return sorted(group, key=lambda g: -len(set(g.nvlink_peers) & {c.uuid for c in group}))[:count]
+            if count == 1 or not any(g.nvlink_peers for g in group):
+                return group[:count]
+            uuids = {c.uuid for c in group}
+            return sorted(group, key=lambda g: -len(uuids.intersection(g.nvlink_peers)))[:count]
     return None
 
 
@@ -188,12 +227,18 @@ def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
         cards = _best_class(_fitting_cards(need, n), need.cards) or []
-        card = card_of(cards[0].cls) if cards else None
-        return gpu_tokens_per_second(need.read_bytes, 0, card.bandwidth_gbs if card else 0.0, need.cards,
-                                     tensor_parallel=need.profile.engine == "vllm")
+        return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
     threads = cpu_threads(need.profile.cpu_cores, n.info.cpus)
     return cpu_tokens_per_second(need.read_bytes, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, threads,
                                  n.info.cpu_calibration or DEFAULT_CPU)
+
+
+@functools.lru_cache(maxsize=4096)
+def _card_speed(read_bytes: int, cls: str, cards: int, tensor_parallel: bool) -> float:
+    """The same on every node with these cards: worked out once."""
+    card = card_of(cls) if cls else None
+    return gpu_tokens_per_second(read_bytes, 0, card.bandwidth_gbs if card else 0.0, cards,
+                                 tensor_parallel=tensor_parallel)
 
 
 def _pack(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
@@ -223,17 +268,32 @@ SCORERS: list[tuple[str, Scorer, Callable[[Weights], float]]] = [
 """The scorers and their weights."""
 
 
-def _normalise(raw: dict[str, float]) -> dict[str, float]:
-    lo, hi = min(raw.values()), max(raw.values())
-    return {k: 100.0 if hi == lo else 100.0 * (v - lo) / (hi - lo) for k, v in raw.items()}
+def _normalise(raw: list[float]) -> list[float]:
+    """Onto 0-100 across the candidates: the best 100, the worst 0 (all 100 when they tie)."""
+    lo, hi = min(raw), max(raw)
+    if hi == lo:
+        return [100.0] * len(raw)
+    scale = 100.0 / (hi - lo)
+    return [(v - lo) * scale for v in raw]
 
 
 def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
-          w: Weights = Weights()) -> tuple[Placement | None, dict[str, str]]:
-    """The best node for one replica, or None; and why each refused node refused (filter: reason)."""
+          w: Weights = Weights(), peers: list[ReplicaState] | None = None, limit: int = 0,
+          start: int = 0) -> tuple[Placement | None, dict[str, str]]:
+    """The best node for one replica, or None; and why each refused node refused (filter: reason).
+
+    `peers` are the model's live replicas (for the domain spread; default: found on `nodes`).
+    With a `limit`, the scan stops at that many nodes that fit, starting at the `start`-th node
+    and wrapping (Kubernetes' percentage of nodes to score): a big fleet is not scored whole for
+    every replica, and successive placements look at different nodes.
+    """
     reasons: dict[str, str] = {}
     fit = []
-    for name, n in sorted(nodes.items()):
+    names = list(nodes)
+    if start % max(len(names), 1):
+        names = names[start % len(names):] + names[: start % len(names)]
+    for name in names:
+        n = nodes[name]
         for label, f in FILTERS:
             why = f(need, n, now, stale_s)
             if why:
@@ -241,19 +301,24 @@ def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, sta
                 break
         else:
             fit.append(name)
+            if limit and len(fit) >= limit:
+                break
     if not fit:
         return None, reasons
+    if peers is None:
+        peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
     domains: dict[str, int] = {}
-    for n in nodes.values():
-        d = _domain(n, w)
-        domains[d] = domains.get(d, 0) + sum(1 for r in n.replicas if r.model == model.name)
-    total = dict.fromkeys(fit, 0.0)
-    scores: dict[str, dict[str, float]] = {n: {} for n in fit}
+    for r in peers:
+        d = _domain(nodes[r.node], w) if r.node in nodes else r.node
+        domains[d] = domains.get(d, 0) + 1
+    candidates = [nodes[n] for n in fit]
+    total = [0.0] * len(fit)
+    parts: dict[str, list[float]] = {}
     for label, scorer, weight in SCORERS:
-        raw = {n: scorer(need, nodes[n], model, w, domains) for n in fit}
-        for n, s in _normalise(raw).items():
-            scores[n][label] = round(s, 1)
-            total[n] += weight(w) * s
-    best = max(fit, key=lambda n: (total[n], n))
+        if weight(w):
+            parts[label] = normalised = _normalise([scorer(need, n, model, w, domains) for n in candidates])
+            total = [t + weight(w) * s for t, s in zip(total, normalised, strict=True)]
+    i = max(range(len(fit)), key=lambda i: (total[i], fit[i]))
+    best = fit[i]
     cards = [g.uuid for g in _best_class(_fitting_cards(need, nodes[best]), need.cards) or []] if need.cards else []
-    return Placement(node=best, cards=cards, scores=scores[best]), reasons
+    return Placement(node=best, cards=cards, scores={k: round(v[i], 1) for k, v in parts.items()}), reasons

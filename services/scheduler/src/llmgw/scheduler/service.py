@@ -15,6 +15,7 @@ from llmgw.bus import BusConfig, BusError, Context, KvTable, kv_bucket, kv_keys,
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
+    Demand,
     Empty,
     FileInfo,
     FileRef,
@@ -51,6 +52,9 @@ class SchedulerConfig(BusConfig, kw_only=True):
     """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
     reserve_mb: int = 512
     """Host memory left free on every node."""
+    score_nodes: int = 100
+    """At most this many nodes that fit are scored for each replica (the scan of a big fleet
+    stops there, starting where the last one stopped); 0 scores every node."""
 
 
 class Scheduler:
@@ -64,6 +68,8 @@ class Scheduler:
         self.config = config
         self.nodes: dict[str, NodeView] = {}
         self.catalog: KvTable[CatalogRecord] | None = None
+        self.demand: KvTable[Demand] | None = None
+        """When the router last saw each model asked for: on-demand models wake and idle by it."""
         self.replicas: dict[str, ReplicaState] = {}
         self.weights: dict[str, int] = {}
         self.unplaced: dict[str, str] = {}
@@ -89,6 +95,7 @@ class Scheduler:
         self.lease = await kv_bucket(ctx.js, BUCKETS["leader"], ttl=self.config.lease_s)
         self.status_kv = await kv_bucket(ctx.js, BUCKETS["status"])
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
+        self.demand = await KvTable.open(ctx.js, BUCKETS["demand"], Demand)
         await ctx.endpoint("node-register", Subjects.SCHEDULER_NODE_REGISTER, NodeInfo, self.register)
         await ctx.endpoint("replica-list", Subjects.SCHEDULER_REPLICA_LIST, Empty, self.list_replicas)
         await ctx.endpoint("node-list", Subjects.SCHEDULER_NODE_LIST, Empty, self.list_nodes)
@@ -106,11 +113,12 @@ class Scheduler:
                 await self.lease.delete("scheduler", last=self.lease_revision)
             except Exception as exc:
                 self.ctx.log.warning("lease not released", error=str(exc))
-        if self.catalog:
-            self.catalog.stop()
+        for table in (self.catalog, self.demand):
+            if table:
+                table.stop()
 
     def ready(self) -> bool:
-        return self.catalog is not None and self.catalog.synced
+        return all(t is not None and t.synced for t in (self.catalog, self.demand))
 
     async def register(self, info: NodeInfo) -> Empty:
         self.nodes[info.node] = NodeView(info=info, last_seen=time.time())
@@ -217,7 +225,11 @@ class Scheduler:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.tick_s)
+            try:  # a request for a sleeping model wakes it now, not at the next tick
+                await asyncio.wait_for(self.demand.changed.wait(), self.config.tick_s)
+                self.demand.changed.clear()
+            except TimeoutError:
+                pass
             if not (self.leader and self.ready()):
                 continue
             try:
@@ -235,13 +247,14 @@ class Scheduler:
                 except BusError as exc:
                     self.unplaced[model.name] = exc.message
         ids = (f"{secrets.token_hex(4)}" for _ in iter(int, 1))
+        demand = {name: d.last_asked for name, d in self.demand.items.items()}
         plan = reconcile(models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
                          self.config.stale_s, self.config.reserve_mb, lost_s=self.config.lost_s,
-                         known_since=self.started)
+                         known_since=self.started, demand=demand, score_nodes=self.config.score_nodes)
         await self._apply(plan)
         now = time.time()
         self.held.update(plan.held)
-        statuses = {n: status(m, list(self.replicas.values()), plan, now, self.held.get(n, "")) for n, m in models.items()}
+        statuses = {n: status(m, list(self.replicas.values()), plan, now, self.held.get(n, ""), demand.get(n)) for n, m in models.items()}
         for name, st in statuses.items():
             if st.state in ("running", "stopped"):
                 self.held.pop(name, None)
