@@ -19,7 +19,7 @@ from llmgw.bus import Context, connect, request
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, Model, ModelEntry, ModelPut, ReplicaList, Scaling, Subjects
+from llmgw.proto import Empty, Model, ModelChange, ModelEntry, ModelPut, Profile, ReplicaList, Scaling, Subjects
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 SOURCE = "test/tiny/m.gguf"
@@ -67,9 +67,9 @@ async def cluster(nats_server, tmp_path):
     await c.close()
 
 
-async def agent(cluster, tmp_path, name, port):
+async def agent(cluster, tmp_path, name, port, **labels):
     config = AgentConfig(node=name, data_dir=str(tmp_path / name), heartbeat_s=0.5, membw_delay_max_s=3600,
-                         ports=f"{port}-{port + 99}")
+                         ports=f"{port}-{port + 99}", labels=labels)
     return await cluster.add(Agent(config), config)
 
 
@@ -159,3 +159,28 @@ async def _in_state(nc, state):
 
 async def _none_left(nc):
     return not await replicas(nc)
+
+
+async def test_a_change_of_split_never_runs_fewer_ready_replicas(cluster, nc, tmp_path):
+    await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    await agent(cluster, tmp_path, "a", 22400, pool="one")
+    await agent(cluster, tmp_path, "b", 22500, pool="two")
+    one = Profile(name="one", node_selector={"pool": "one"}, replicas=2, host_memory_mb=256, priority=1)
+    two = Profile(name="two", node_selector={"pool": "two"}, replicas=1, host_memory_mb=256)
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
+        name="m", source=SOURCE, context=512, scaling=Scaling(min=3, max=3), profiles=[one, two])), ModelEntry)
+    await until(lambda: _ready(nc, count=3), timeout=120)
+    await request(nc, Subjects.CATALOG_MODEL_CHANGE, ModelChange(
+        name="m", action="replicas", counts={"one": 1, "two": 2}), ModelEntry)
+    fewest = 3
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = await replicas(nc)
+        ready = [r for r in now if r.state == "ready"]
+        fewest = min(fewest, len(ready))
+        if sorted(r.node for r in ready) == ["a", "b", "b"] and len(now) == 3:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the split never became 1+2: {[(r.node, r.state) for r in now]}")
+    assert fewest >= 3

@@ -31,6 +31,14 @@ __all__ = [
     "ModelStatus",
     "ModelStatusList",
     "Demand",
+    "KeyList",
+    "KeyRef",
+    "Limits",
+    "Project",
+    "UsageQuery",
+    "UsageRecord",
+    "UsageReport",
+    "UsageRow",
     "FilePlace",
     "NodeInfo",
     "NodeList",
@@ -507,6 +515,28 @@ class FileList(Struct, kw_only=True):
     files: list[FileInfo]
 
 
+class Limits(Struct, kw_only=True):
+    """Limits of a key or a project; None: no limit. Enforced across every router."""
+
+    requests_per_minute: Positive | None = None
+    tokens_per_minute: Positive | None = None
+    """Prompt and completion tokens in a minute (checked before, counted after each request)."""
+    concurrent: Positive | None = None
+    """Requests in flight at once."""
+    tokens_per_day: Positive | None = None
+    """A budget: once spent, requests get 429 with `x-should-retry: false` until the next UTC day."""
+    tokens_per_month: Positive | None = None
+    """A budget for the UTC calendar month."""
+
+
+class Project(Struct, kw_only=True):
+    """A project: keys belong to one; its limits hold for all its keys together."""
+
+    name: Name
+    limits: Limits = field(default_factory=Limits)
+    created: float = 0.0
+
+
 class KeyCreate(Struct, kw_only=True):
     """Make an API key."""
 
@@ -514,6 +544,13 @@ class KeyCreate(Struct, kw_only=True):
     """A label for the key (who or what uses it)."""
     admin: bool = False
     """Whether it may use the admin API (/api/v1/)."""
+    project: Name = "default"
+    """The project it belongs to (made if missing, with no limits)."""
+    expires_in_s: Positive | None = None
+    """Seconds until it stops working; None: never."""
+    models: list[Name] = field(default_factory=list)
+    """Models (or aliases) it may use; empty: all."""
+    limits: Limits = field(default_factory=Limits)
 
 
 class KeyCreated(Struct, kw_only=True):
@@ -521,6 +558,8 @@ class KeyCreated(Struct, kw_only=True):
 
     name: str
     key: str
+    id: str = ""
+    """The first 16 hex digits of its hash: how the admin API names it."""
 
 
 class KeyRecord(Struct, kw_only=True):
@@ -530,13 +569,75 @@ class KeyRecord(Struct, kw_only=True):
     created: float
     admin: bool = False
     """Admin keys may use /api/v1/."""
+    project: str = "default"
+    expires: float | None = None
+    """Unix time it stops working."""
+    models: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
+
+
+class KeyList(Struct, kw_only=True):
+    """Every key (never the key itself: its id and what it may do)."""
+
+    keys: dict[str, KeyRecord]
+    """Key id -> record."""
+
+
+class KeyRef(Struct, kw_only=True):
+    """One key by its id (the first 16 hex digits of its hash)."""
+
+    id: Annotated[str, Meta(pattern=r"^[0-9a-f]{16}$")]
+
+
+class UsageRecord(Struct, kw_only=True):
+    """One request as the router saw it: published to the usage stream after it ended."""
+
+    request_id: str
+    time: float
+    key: str
+    """The key's id."""
+    project: str
+    model: str
+    replica: str = ""
+    status: int = 200
+    prompt_tokens: NonNegative = 0
+    cached_tokens: NonNegative = 0
+    """Prompt tokens the engine served from its cache."""
+    completion_tokens: NonNegative = 0
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    """Time to the first token, for streams."""
+
+
+class UsageQuery(Struct, kw_only=True):
+    """Sum usage since a time, grouped by one field."""
+
+    since: float = 0.0
+    group_by: Literal["model", "project", "key", "replica"] = "model"
+
+
+class UsageRow(Struct, kw_only=True):
+    """The sums of one group."""
+
+    group: str
+    requests: NonNegative = 0
+    errors: NonNegative = 0
+    prompt_tokens: NonNegative = 0
+    cached_tokens: NonNegative = 0
+    completion_tokens: NonNegative = 0
+
+
+class UsageReport(Struct, kw_only=True):
+    """Usage sums, one row per group."""
+
+    rows: list[UsageRow]
 
 
 def all_messages() -> list[type[Struct]]:
     """Every message type, for the JSON Schema golden file."""
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
-        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList, Demand,
+        PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList, Demand, Limits, Project, KeyList, KeyRef, UsageRecord, UsageQuery, UsageRow, UsageReport,
         ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]

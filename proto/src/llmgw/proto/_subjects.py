@@ -33,10 +33,21 @@ class Subjects:
     """Every agent answers: cached files no model uses, deleted."""
 
     ROUTER_KEY_CREATE = f"{_P}.router.key.create"
+    ROUTER_KEY_LIST = f"{_P}.router.key.list"
+    ROUTER_KEY_REVOKE = f"{_P}.router.key.revoke"
+    ROUTER_PROJECT_PUT = f"{_P}.router.project.put"
+    ROUTER_USAGE_SUM = f"{_P}.router.usage.sum"
 
     EVT_HEARTBEAT_ALL = f"{_P}.evt.node.heartbeat.*"
     EVT_REPLICA_ALL = f"{_P}.evt.replica.*"
     EVT_MODEL_ALL = f"{_P}.evt.model.*"
+    EVT_USAGE_ALL = f"{_P}.evt.usage.>"
+    """Every request's usage (the usage stream holds these)."""
+
+    @staticmethod
+    def evt_usage(project: str, model: str) -> str:
+        """Where the router publishes a request's usage."""
+        return f"{_P}.evt.usage.{project}.{model}"
 
     @staticmethod
     def heartbeat(node: str) -> str:
@@ -71,8 +82,13 @@ BUCKETS = {
     "leader": "llmgw_leader",
     "status": "llmgw_status",
     "demand": "llmgw_demand",
+    "projects": "llmgw_projects",
+    "limits": "llmgw_limits",
 }
 """JetStream KV buckets: the catalog (written by catalog), replica states (by the
 scheduler), API key hashes (by the router), the scheduler's leader lease (values expire),
 each model's status (by the leading scheduler), when each model was last asked for (by the
-router; an on-demand model's wake-up)."""
+router; an on-demand model's wake-up), projects (by the router), limit counters (every router,
+compare-and-set).
+
+The usage stream `llmgw_usage` holds `evt.usage.>`."""

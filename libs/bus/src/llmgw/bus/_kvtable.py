@@ -27,6 +27,8 @@ class KvTable(Generic[T]):
         self.kv, self.bucket, self.kind = kv, bucket, kind
         self.items: dict[str, T] = {}
         self.synced = False
+        self.version = 0
+        """Counts changes: a reader caching something derived from `items` compares it."""
         self.changed = asyncio.Event()
         """Set on every change after the initial values; whoever waits on it clears it."""
         self._task: asyncio.Task | None = None
@@ -55,5 +57,6 @@ class KvTable(Generic[T]):
                     self.items[entry.key] = msgspec.json.decode(entry.value, type=self.kind)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     log.warning("undecodable KV value left out", bucket=self.bucket, key=entry.key, error=str(exc))
+            self.version += 1
             if entry is not None and self.synced:
                 self.changed.set()

@@ -1,4 +1,5 @@
-"""The admin API under /api/v1/: the catalog's operations over HTTP, for admin keys only.
+"""The admin API under /api/v1/, for admin keys only: the catalog's operations over HTTP, and
+the router's own keys, projects and usage.
 
 Each route is a thin translation to the catalog's NATS request; its errors keep their
 meaning (400, 404, 409) and come back in the OpenAI error body.
@@ -16,6 +17,10 @@ from llmgw.bus import BusError, request
 from llmgw.proto import (
     ChangeSpec,
     Empty,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRef,
     Model,
     ModelChange,
     ModelEntry,
@@ -23,8 +28,11 @@ from llmgw.proto import (
     ModelPurge,
     ModelPut,
     ModelRef,
+    Project,
     PurgeReport,
     Subjects,
+    UsageQuery,
+    UsageReport,
 )
 from llmgw.router.core import ApiError
 
@@ -41,7 +49,7 @@ def admin_api(router: LlmgwRouter) -> Router:
 
     def admin_only(connection: ASGIConnection, _handler) -> None:
         """Runs before the body is read: no admin key, no further."""
-        connection.state.key = router._authorize(connection, admin=True)
+        connection.state.key = router._authorize(connection, admin=True)[1]
 
     async def call(req: Request, subject: str, message: msgspec.Struct, reply: type, timeout: float = 10.0):
         router.ctx.log.info("admin call", subject=subject, key=req.state.key.name)
@@ -89,7 +97,46 @@ def admin_api(router: LlmgwRouter) -> Router:
         purge = ModelPurge(name=_ref(name).name, by=request.state.key.name)
         return await call(request, Subjects.CATALOG_MODEL_PURGE, purge, PurgeReport, timeout=150.0)
 
-    return Router("/api/v1", route_handlers=[list_models, get_model, put_model, change_model, remove_model, purge_model],
+    @get("/keys")
+    async def list_keys(request: Request) -> KeyList:
+        """Every key by id, with its project, models, limits and expiry (never the key)."""
+        return await router.list_keys(Empty())
+
+    @post("/keys", status_code=201)
+    async def create_key(request: Request, data: KeyCreate) -> KeyCreated:
+        """A new key: the answer is the only time it is shown."""
+        router.ctx.log.info("key created", name=data.name, project=data.project, by=request.state.key.name)
+        return await router.create_key(data)
+
+    @delete("/keys/{key_id:str}", status_code=200)
+    async def revoke_key(request: Request, key_id: str) -> KeyList:
+        """Revoke a key by id: it stops working at once on every router."""
+        try:
+            ref = msgspec.convert({"id": key_id}, KeyRef)
+        except msgspec.ValidationError:
+            raise ApiError(400, f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)",
+                           "invalid_request_error", "bad_key_id") from None
+        return await router.revoke_key(ref)
+
+    @put("/projects/{name:str}")
+    async def put_project(request: Request, name: str, data: Project) -> Project:
+        """Create a project or change its limits (they hold for all its keys together)."""
+        if data.name != name:
+            raise ApiError(400, f"the body names project '{data.name}' but the path '{name}'", "invalid_request_error",
+                           "name_mismatch")
+        return await router.put_project(data)
+
+    @get("/usage")
+    async def usage(request: Request, since: float = 0.0, group_by: str = "model") -> UsageReport:
+        """Requests and tokens since a Unix time, summed by model, project, key or replica."""
+        try:
+            query = msgspec.convert({"since": since, "group_by": group_by}, UsageQuery)
+        except msgspec.ValidationError as exc:
+            raise ApiError(400, f"usage query: {exc}", "invalid_request_error", "bad_query") from None
+        return await router.sum_usage(query)
+
+    return Router("/api/v1", route_handlers=[list_models, get_model, put_model, change_model, remove_model, purge_model,
+                                             list_keys, create_key, revoke_key, put_project, usage],
                   guards=[admin_only])
 
 

@@ -1,4 +1,5 @@
-"""The router's rules, without I/O: errors in OpenAI's shape, picking a replica, rewriting chunks."""
+"""The router's rules, without I/O: errors in OpenAI's shape, checking a request before any
+engine sees it, rewriting chunks. Picking a replica is `balance.py`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from collections.abc import Mapping
 
 import msgspec
 
-from llmgw.proto import ReplicaState
+from llmgw.proto import Model, UsageRecord, UsageRow
 
-__all__ = ["ApiError", "key_hash", "pick", "rewrite_chunk"]
+__all__ = ["ApiError", "Checked", "check_request", "key_hash", "rewrite_chunk", "sum_usage", "usage_of"]
 
 
 class ApiError(Exception):
@@ -31,20 +32,116 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def pick(replicas: list[ReplicaState], outstanding: Mapping[str, int], exclude: set[str]) -> ReplicaState | None:
-    """The ready replica with the fewest requests in flight (ties: the first by id)."""
-    ready = [r for r in replicas if r.state == "ready" and r.id not in exclude]
-    return min(ready, key=lambda r: (outstanding.get(r.id, 0), r.id), default=None)
+def _bad(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, message, "invalid_request_error", code, param)
 
 
-def rewrite_chunk(data: bytes, model: str, include_usage: bool) -> bytes | None:
-    """One SSE `data:` payload as the client should see it; None drops it.
+class Checked(msgspec.Struct, kw_only=True):
+    """A request that passed the checks: what the router needs of it."""
+
+    body: dict
+    streaming: bool
+    include_usage: bool
+    """The client asked for the usage chunk (the engine is always asked)."""
+    prompt: str
+    """The prompt's text, for prefix affinity (messages joined with their roles)."""
+    max_tokens: int | None
+
+
+_KINDS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}
+
+
+def _text(value, param: str) -> str:
+    """The text of a prompt, message content or embedding input; 400 if it has none."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+                parts.append(item["text"])
+            elif isinstance(item, dict) and "type" in item:
+                continue  # images and other parts: passed on, not hashed
+            elif isinstance(item, int):
+                parts.append(str(item))  # token ids
+            else:
+                raise _bad(f"'{param}[{i}]' must be a string or a content part with a 'type'.", f"{param}[{i}]")
+        return "\n".join(parts)
+    raise _bad(f"'{param}' must be a string or a list, not {type(value).__name__}.", param)
+
+
+def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Checked:
+    """The checks every request passes before an engine sees it: its shape and types, and
+    numbers the model cannot honour (a longer answer than its longest, more than its context)."""
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", code="invalid_body")
+    kind = _KINDS[path]
+    if kind not in body:
+        raise _bad(f"The request needs '{kind}'.", kind, "missing_field")
+    if kind == "messages":
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise _bad("'messages' must be a non-empty list of {role, content}.", "messages")
+        texts = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise _bad(f"'messages[{i}]' must be an object with a 'role' (a string).", f"messages[{i}]")
+            content = m.get("content")
+            texts.append(m["role"] + ": " + ("" if content is None else _text(content, f"messages[{i}].content")))
+        prompt = "\n".join(texts)
+    else:
+        prompt = _text(body[kind], kind)
+    for name in ("stream", "echo", "logprobs"):
+        if name in body and not isinstance(body[name], bool) and body[name] is not None:
+            raise _bad(f"'{name}' must be true or false.", name)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise _bad(f"'{name}' must be a number.", name)
+    n = body.get("n", 1)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n):
+        raise _bad(f"'n' must be a whole number from 1 to {max_n}.", "n")
+    max_tokens = None
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _bad(f"'{name}' must be a whole number of at least 1.", name)
+        longest = min(model.max_output or model.context, model.context)
+        if value > longest:
+            why = "its longest answer" if model.max_output and model.max_output <= model.context else "its context"
+            raise _bad(f"'{name}' is {value}, but model '{model.name}' gives at most {longest} tokens ({why}); "
+                       f"ask for {longest} or fewer.", name, "max_tokens_too_large")
+        max_tokens = value
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _bad("'stream_options' must be an object.", "stream_options")
+    streaming = bool(body.get("stream"))
+    return Checked(body=body, streaming=streaming, include_usage=bool((options or {}).get("include_usage")),
+                   prompt=prompt, max_tokens=max_tokens)
+
+
+def usage_of(answer: dict) -> tuple[int, int, int]:
+    """(prompt, cached, completion) tokens from an answer's usage (OpenAI's fields, or
+    llama-server's timings where usage lacks the cached count)."""
+    usage = answer.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    if cached is None and isinstance(answer.get("timings"), dict):
+        cached = answer["timings"].get("cache_n")
+    return prompt, int(cached or 0), int(usage.get("completion_tokens") or 0)
+
+
+def rewrite_chunk(chunk: dict, model: str, include_usage: bool) -> bytes | None:
+    """One answer (or SSE `data:` chunk) as the client should see it: named as the client asked,
+    without the engine's timings; None drops it.
 
     The engine is always asked for usage; a client that did not ask gets none of it.
     """
-    chunk = msgspec.json.decode(data)
-    if not isinstance(chunk, dict):
-        return data
     chunk["model"] = model
     if not include_usage and "usage" in chunk:
         if not chunk.get("choices"):
@@ -52,3 +149,17 @@ def rewrite_chunk(data: bytes, model: str, include_usage: bool) -> bytes | None:
         del chunk["usage"]
     chunk.pop("timings", None)
     return msgspec.json.encode(chunk)
+
+
+def sum_usage(records: list[UsageRecord], group_by: str) -> list[UsageRow]:
+    """Usage records summed per value of `group_by` (model, project, key or replica), biggest first."""
+    rows: dict[str, UsageRow] = {}
+    for r in records:
+        group = getattr(r, group_by)
+        row = rows.setdefault(group, UsageRow(group=group))
+        row.requests += 1
+        row.errors += r.status >= 400
+        row.prompt_tokens += r.prompt_tokens
+        row.cached_tokens += r.cached_tokens
+        row.completion_tokens += r.completion_tokens
+    return sorted(rows.values(), key=lambda row: (-(row.prompt_tokens + row.completion_tokens), row.group))

@@ -1,29 +1,53 @@
-"""The router: an OpenAI-compatible endpoint (Litestar) proxying to ready replicas."""
+"""The router: an OpenAI-compatible endpoint (Litestar) proxying each request to the replica that
+serves it best, with keys, limits, usage and metrics. What it routes by is kept in memory,
+fed by KV watches (not polls); the choosing is `balance.py`, the checks `core.py`."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
 import time
 import uuid
-from collections import defaultdict
 
 import httpx
 import msgspec
 from litestar import Litestar, Request, get, post
 from litestar.connection import ASGIConnection
-from litestar.exceptions import ValidationException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Response, Stream
+from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from prometheus_client import Counter, Gauge, Histogram
 
-from llmgw.bus import BusConfig, Context, HttpServer, KvTable, load_config, run
-from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, KeyRecord, ReplicaState, Subjects
+from llmgw.bus import BusConfig, Context, HttpServer, KvTable, kv_bucket, load_config, run
+from llmgw.proto import (
+    BUCKETS,
+    CatalogRecord,
+    Demand,
+    Empty,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRecord,
+    KeyRef,
+    Model,
+    Project,
+    ReplicaState,
+    Subjects,
+    UsageQuery,
+    UsageRecord,
+    UsageReport,
+)
 from llmgw.router.admin import admin_api
-from llmgw.router.core import ApiError, key_hash, pick, rewrite_chunk
+from llmgw.router.balance import Balancer, Candidate, prompt_blocks
+from llmgw.router.core import ApiError, Checked, check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.quota import Quota, Scope
 
 __all__ = ["Router", "RouterConfig", "main"]
 
 _RETRIES = 2
+USAGE_STREAM = "llmgw_usage"
 
 
 class RouterConfig(BusConfig, kw_only=True):
@@ -34,10 +58,62 @@ class RouterConfig(BusConfig, kw_only=True):
     """Port of the OpenAI endpoint; 0 picks a free one."""
     upstream_timeout_s: float = 600.0
     """Longest an engine may take to answer."""
+    max_body_bytes: int = 4 * 2**20
+    """Larger request bodies get 413 before they are read whole."""
+    max_n: int = 4
+    """Most choices (`n`) one request may ask for."""
+    wake_timeout_s: float = 180.0
+    """How long a request for an on-demand model at zero waits for it to wake."""
+    demand_every_s: float = 5.0
+    """How often, at most, the router tells the scheduler a running on-demand model is in use."""
+    affinity_overload: float = 1.25
+    """A replica holding the prompt's prefix is passed over when its load is beyond this times its pool's mean."""
+    index_blocks: int = 65536
+    """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
+    usage_days: int = 90
+    """How long the usage stream keeps each request."""
+
+
+class _Metrics:
+    """The router's Prometheus series (on the admin port's /metrics)."""
+
+    def __init__(self, registry) -> None:
+        self.requests = Counter("llmgw_router_requests", "Requests answered", ["model", "pool", "code"], registry=registry)
+        self.tokens = Counter("llmgw_router_tokens", "Tokens", ["model", "kind"], registry=registry)
+        self.ttft = Histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", ["model", "pool"],
+                              registry=registry, buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.latency = Histogram("llmgw_router_latency_seconds", "Whole request latency", ["model", "pool"],
+                                 registry=registry, buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.in_flight = Gauge("llmgw_router_in_flight", "Requests in flight per replica", ["model", "replica"],
+                               registry=registry)
+        self.retries = Counter("llmgw_router_retries", "Requests retried on another replica", ["model"], registry=registry)
+        self.rejections = Counter("llmgw_router_rejections", "Requests refused before any engine", ["reason"],
+                                  registry=registry)
+        self.picks = Counter("llmgw_router_picks", "How replicas were chosen", ["model", "how"], registry=registry)
+
+
+class _Call(msgspec.Struct, kw_only=True):
+    """One request on its way: who sent it, what for, and what it used."""
+
+    rid: str
+    key_id: str
+    key: KeyRecord
+    scopes: list[Scope]
+    model: Model
+    checked: Checked
+    blocks: list[bytes]
+    started: float
+    replica: str = ""
+    pool: str = ""
+    ttft: float | None = None
+    status: int = 200
+    prompt: int = 0
+    cached: int | None = None
+    completion: int = 0
 
 
 class Router:
-    """Keeps what it routes by in memory, fed by KV watches (not polls)."""
+    """The OpenAI gateway in front of every replica."""
 
     name = "router"
     version = "0.1.0"
@@ -48,17 +124,36 @@ class Router:
         self.catalog: KvTable[CatalogRecord] | None = None
         self.replicas: KvTable[ReplicaState] | None = None
         self.keys: KvTable[KeyRecord] | None = None
-        self.outstanding: dict[str, int] = defaultdict(int)
+        self.projects: KvTable[Project] | None = None
+        self.balancer = Balancer(index_blocks=config.index_blocks, overload=config.affinity_overload)
         self.http: HttpServer | None = None
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.upstream_timeout_s, connect=3.0))
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.upstream_timeout_s, connect=3.0),
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
         self.ctx: Context | None = None
+        self.instance = secrets.token_hex(4)
+        self.usage: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=100_000)
+        self.told: dict[str, float] = {}
+        """Model -> when the router last wrote its demand."""
+        self.tasks: list[asyncio.Task] = []
+        self._names: tuple[int, dict[str, str]] = (-1, {})
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.metrics = _Metrics(ctx.metrics)
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         self.replicas = await KvTable.open(ctx.js, BUCKETS["replicas"], ReplicaState)
         self.keys = await KvTable.open(ctx.js, BUCKETS["keys"], KeyRecord)
+        self.projects = await KvTable.open(ctx.js, BUCKETS["projects"], Project)
+        self.demand = await kv_bucket(ctx.js, BUCKETS["demand"])
+        self.quota = Quota(await kv_bucket(ctx.js, BUCKETS["limits"], ttl=32 * 86400), self.instance)
+        await ctx.js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[Subjects.EVT_USAGE_ALL],
+                                             max_age=self.config.usage_days * 86400.0))
         await ctx.endpoint("key-create", Subjects.ROUTER_KEY_CREATE, KeyCreate, self.create_key)
+        await ctx.endpoint("key-list", Subjects.ROUTER_KEY_LIST, Empty, self.list_keys)
+        await ctx.endpoint("key-revoke", Subjects.ROUTER_KEY_REVOKE, KeyRef, self.revoke_key)
+        await ctx.endpoint("project-put", Subjects.ROUTER_PROJECT_PUT, Project, self.put_project)
+        await ctx.endpoint("usage-sum", Subjects.ROUTER_USAGE_SUM, UsageQuery, self.sum_usage)
+        self.tasks += [asyncio.create_task(self._publish_usage()), asyncio.create_task(self.quota.keep_alive(20.0))]
         self.http = HttpServer(self.app(), self.config.http_host, self.config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
@@ -66,53 +161,127 @@ class Router:
     async def stop(self) -> None:
         if self.http:
             await self.http.stop()
-        for table in (self.catalog, self.replicas, self.keys):
+        for task in self.tasks:
+            task.cancel()
+        for table in (self.catalog, self.replicas, self.keys, self.projects):
             if table:
                 table.stop()
         await self.client.aclose()
 
     def ready(self) -> bool:
-        tables = (self.catalog, self.replicas, self.keys)
+        tables = (self.catalog, self.replicas, self.keys, self.projects)
         return self.http is not None and all(t and t.synced for t in tables)
 
+    # -- keys, projects, usage (NATS and the admin API) ------------------------------------
     async def create_key(self, req: KeyCreate) -> KeyCreated:
         key = "sk-llmgw-" + secrets.token_urlsafe(32)
-        record = KeyRecord(name=req.name, created=time.time(), admin=req.admin)
+        record = KeyRecord(name=req.name, created=time.time(), admin=req.admin, project=req.project,
+                           expires=time.time() + req.expires_in_s if req.expires_in_s else None,
+                           models=req.models, limits=req.limits)
+        if req.project not in self.projects.items:
+            project = Project(name=req.project, created=time.time())
+            await self.projects.kv.put(req.project, msgspec.json.encode(project))
+            self.projects.items[req.project] = project
         await self.keys.kv.put(key_hash(key), msgspec.json.encode(record))
         self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
-        return KeyCreated(name=req.name, key=key)
+        return KeyCreated(name=req.name, key=key, id=key_hash(key)[:16])
+
+    async def list_keys(self, _: Empty) -> KeyList:
+        return KeyList(keys={h[:16]: r for h, r in sorted(self.keys.items.items(), key=lambda kv: kv[1].created)})
+
+    async def revoke_key(self, ref: KeyRef) -> KeyList:
+        found = [h for h in self.keys.items if h.startswith(ref.id)]
+        if not found:
+            raise ApiError(404, f"no key has the id '{ref.id}'; `llmgw ctl key list` shows them", "not_found_error")
+        await self.keys.kv.delete(found[0])
+        record = self.keys.items.pop(found[0])
+        return KeyList(keys={ref.id: record})
+
+    async def put_project(self, project: Project) -> Project:
+        project = msgspec.structs.replace(project, created=project.created or time.time())
+        await self.projects.kv.put(project.name, msgspec.json.encode(project))
+        self.projects.items[project.name] = project
+        return project
+
+    async def sum_usage(self, query: UsageQuery) -> UsageReport:
+        """Read the usage stream from `since` to its end and sum it."""
+        info = await self.ctx.js.stream_info(USAGE_STREAM)
+        if info.state.messages == 0:
+            return UsageReport(rows=[])
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(query.since))
+        sub = await self.ctx.js.pull_subscribe(Subjects.EVT_USAGE_ALL, stream=USAGE_STREAM, config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, inactive_threshold=30.0))
+        records = []
+        try:
+            while True:
+                try:
+                    batch = await sub.fetch(1000, timeout=1.0)
+                except TimeoutError:
+                    break
+                for msg in batch:
+                    try:
+                        records.append(msgspec.json.decode(msg.data, type=UsageRecord))
+                    except msgspec.DecodeError:
+                        continue
+                if batch[-1].metadata.num_pending == 0 or batch[-1].metadata.sequence.stream >= info.state.last_seq:
+                    break
+        finally:
+            await sub.unsubscribe()
+        return UsageReport(rows=sum_usage([r for r in records if r.time >= query.since], query.group_by))
+
+    async def _publish_usage(self) -> None:
+        """Off the hot path: each finished request's usage to the stream."""
+        while True:
+            record = await self.usage.get()
+            try:
+                await self.ctx.js.publish(Subjects.evt_usage(record.project, record.model), msgspec.json.encode(record))
+            except Exception as exc:
+                self.ctx.log.warning("usage not recorded", request=record.request_id, error=str(exc))
 
     # -- HTTP ----------------------------------------------------------------------------
-    def _authorize(self, request: ASGIConnection, admin: bool = False) -> KeyRecord:
+    def _authorize(self, request: ASGIConnection, admin: bool = False) -> tuple[str, KeyRecord]:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):
             raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error", "missing_api_key")
-        record = self.keys.items.get(key_hash(auth[7:].strip()))
+        digest = key_hash(auth[7:].strip())
+        record = self.keys.items.get(digest)
         if record is None:
             raise ApiError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+        if record.expires is not None and record.expires < time.time():
+            raise ApiError(401, f"This API key expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires))}; "
+                           "ask for a new one.", "invalid_request_error", "expired_api_key")
         if admin and not record.admin:
             raise ApiError(403, "This key may not use the admin API; use an admin key.", "permission_error", "not_admin")
-        return record
+        return digest[:16], record
 
     def app(self) -> Litestar:
         router = self
 
         @get("/v1/models")
         async def list_models(request: Request) -> dict:
-            router._authorize(request)
-            return {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "llmgw"} for m in sorted(router.catalog.items)
-            ]}
+            """The models (and aliases) this key may use."""
+            _, key = router._authorize(request)
+            names = sorted(n for n in router._names_map() if not key.models or n in key.models)
+            return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names]}
 
         @post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
+            """OpenAI's chat completions, streamed or not."""
             return await router.proxy(request, "/v1/chat/completions")
 
         @post("/v1/completions")
         async def completions(request: Request) -> Response:
+            """OpenAI's (legacy) completions, streamed or not."""
             return await router.proxy(request, "/v1/completions")
 
+        @post("/v1/embeddings")
+        async def embeddings(request: Request) -> Response:
+            """OpenAI's embeddings (the replica's engine must serve them)."""
+            return await router.proxy(request, "/v1/embeddings")
+
         def on_api_error(request: Request, exc: ApiError) -> Response:
+            if exc.status in (400, 413, 429):
+                router.metrics.rejections.labels(exc.code or str(exc.status)).inc()
             return Response(exc.body(), status_code=exc.status, headers=exc.headers)
 
         def on_invalid(request: Request, exc: ValidationException) -> Response:
@@ -120,64 +289,211 @@ class Router:
             err = ApiError(400, f"{exc.detail}{': ' + extra if extra else ''}", "invalid_request_error", "invalid_body")
             return on_api_error(request, err)
 
+        def on_http(request: Request, exc: HTTPException) -> Response:
+            code = "body_too_large" if exc.status_code == 413 else f"http_{exc.status_code}"
+            kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+            return on_api_error(request, ApiError(exc.status_code, str(exc.detail), kind, code))
+
+        def on_bug(request: Request, exc: Exception) -> Response:
+            router.ctx.log.exception("request failed inside the router", path=request.url.path)
+            return on_api_error(request, ApiError(500, f"The router failed on this request ({type(exc).__name__}); "
+                                                  "its log has the details.", "server_error", "internal_error"))
+
         async def add_request_id(message, scope) -> None:
             if message["type"] == "http.response.start":
                 rid = scope.setdefault("state", {}).setdefault("request_id", uuid.uuid4().hex)
                 message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
         return Litestar(
-            [list_models, chat, completions, admin_api(router)], exception_handlers={ApiError: on_api_error, ValidationException: on_invalid},
-            before_send=[add_request_id],
+            [list_models, chat, completions, embeddings, admin_api(router)],
+            exception_handlers={ApiError: on_api_error, ValidationException: on_invalid, HTTPException: on_http,
+                                Exception: on_bug},
+            before_send=[add_request_id], request_max_body_size=self.config.max_body_bytes,
             openapi_config=OpenAPIConfig(title="llmgw", version=router.version, path="/schema"),
         )
 
+    def _names_map(self) -> dict[str, str]:
+        """Every name a client may ask for (models and their aliases) -> the model."""
+        if self._names[0] != self.catalog.version:
+            names = {}
+            for name, record in self.catalog.items.items():
+                names[name] = name
+                for alias in record.model.aliases:
+                    names.setdefault(alias, name)
+            self._names = (self.catalog.version, names)
+        return self._names[1]
+
+    def _model(self, asked: str) -> Model | None:
+        name = self._names_map().get(asked)
+        record = self.catalog.items.get(name) if name else None
+        return record.model if record else None
+
+    def _candidates(self, model: Model) -> tuple[list[Candidate], dict[str, ReplicaState]]:
+        profiles = {p.name: p for p in model.profiles}
+        states = {r.id: r for r in self.replicas.items.values() if r.model == model.name and r.state == "ready"}
+        out = []
+        for r in states.values():
+            p = profiles.get(r.profile)
+            if p is not None:
+                out.append(Candidate(id=r.id, priority=p.priority, weight=p.weight, slots=p.slots))
+        return out, states
+
+    def _tell_demand(self, model: Model, now: float, force: bool = False) -> None:
+        """For on-demand models: tell the scheduler it is wanted (at once when it sleeps)."""
+        if model.scaling.idle_timeout_s is None:
+            return
+        if force or now - self.told.get(model.name, 0.0) >= self.config.demand_every_s:
+            self.told[model.name] = now
+            record = msgspec.json.encode(Demand(model=model.name, last_asked=now))
+            task = asyncio.create_task(self.demand.put(model.name, record))
+            self.tasks.append(task)
+            task.add_done_callback(self.tasks.remove)
+
+    async def _wake(self, model: Model) -> bool:
+        """Wait (bounded) for an on-demand model at zero to get a ready replica."""
+        self._tell_demand(model, time.time(), force=True)
+        self.ctx.log.info("waking an on-demand model", model=model.name)
+        deadline = time.monotonic() + self.config.wake_timeout_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            if self._candidates(model)[0]:
+                return True
+        return False
+
     async def proxy(self, request: Request, path: str) -> Response:
-        self._authorize(request)
+        started = time.perf_counter()
+        key_id, key = self._authorize(request)
+        size = request.headers.get("content-length")
+        if size and size.isdigit() and int(size) > self.config.max_body_bytes:
+            raise ApiError(413, f"The request body is {int(size)} bytes; the most this router takes is "
+                           f"{self.config.max_body_bytes}.", "invalid_request_error", "body_too_large")
         try:
             body = msgspec.json.decode(await request.body())
         except msgspec.DecodeError as exc:
             raise ApiError(400, f"The request body is not valid JSON: {exc}", "invalid_request_error", "invalid_json") from None
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             raise ApiError(400, "The request needs a 'model' (a string).", "invalid_request_error", "missing_model", "model")
-        name = body["model"]
-        if name not in self.catalog.items:
-            raise ApiError(404, f"The model '{name}' does not exist; GET /v1/models lists them.",
+        asked = body["model"]
+        model = self._model(asked)
+        if model is None:
+            raise ApiError(404, f"The model '{asked}' does not exist; GET /v1/models lists them.",
                            "invalid_request_error", "model_not_found", "model")
-        streaming = bool(body.get("stream"))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        if streaming:
+        if key.models and asked not in key.models and model.name not in key.models:
+            raise ApiError(403, f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.",
+                           "permission_error", "model_not_allowed", "model")
+        checked = check_request(path, body, model, self.config.max_n)
+        if checked.streaming:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        tried: set[str] = set()
-        for _ in range(1 + _RETRIES):
-            replica = pick([r for r in self.replicas.items.values() if r.model == name], self.outstanding, tried)
-            if replica is None:
-                break
-            tried.add(replica.id)
-            upstream = self.client.build_request(
-                "POST", replica.url + path, json=body, headers={"authorization": f"Bearer {replica.api_key}"}
-            )
-            self.outstanding[replica.id] += 1
-            try:
-                resp = await self.client.send(upstream, stream=True)
-            except httpx.TransportError as exc:
-                self.outstanding[replica.id] -= 1
-                self.ctx.log.warning("replica refused, trying another", replica=replica.id, error=str(exc))
-                continue
-            if not streaming or resp.status_code != 200:
-                try:
-                    raw = await resp.aread()
-                finally:
-                    await resp.aclose()
-                    self.outstanding[replica.id] -= 1
-                if resp.status_code == 200:
-                    raw = rewrite_chunk(raw, name, include_usage=True) or raw
-                return Response(raw, status_code=resp.status_code, media_type="application/json")
-            return Stream(self._relay(resp, replica.id, name, include_usage), media_type="text/event-stream",
-                          headers={"cache-control": "no-cache"})
-        raise ApiError(503, f"The model '{name}' has no ready replica yet; try again shortly.",
-                       "server_error", "no_ready_replica", headers={"retry-after": "5"})
+        project = self.projects.items.get(key.project) or Project(name=key.project)
+        scopes: list[Scope] = [(f"key.{key_id}", f"key '{key.name}'", key.limits),
+                               (f"project.{project.name}", f"project '{project.name}'", project.limits)]
+        now = time.time()
+        verdict = await self.quota.admit(scopes, now)
+        if not verdict.ok:
+            headers = {**verdict.headers, "retry-after": f"{max(1, round(verdict.reset_s))}"}
+            if not verdict.retry:
+                headers["x-should-retry"] = "false"
+            raise ApiError(429, f"Rate limit: {verdict.limit}; it resets in {verdict.reset_s:.0f}s.",
+                           "rate_limit_exceeded" if verdict.retry else "insufficient_quota",
+                           "rate_limit_exceeded" if verdict.retry else "budget_exhausted", headers=headers)
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request.scope.setdefault("state", {})["request_id"] = rid
+        call = _Call(rid=rid, key_id=key_id, key=key, scopes=scopes, model=model, checked=checked,
+                     blocks=prompt_blocks(checked.prompt) if path != "/v1/embeddings" else [], started=started)
+        try:
+            response = await self._forward(call, path, verdict.headers)
+        except BaseException:
+            await self._end(call, "")
+            raise
+        if not isinstance(response, Stream):
+            await self._end(call, "")
+        return response
 
-    async def _relay(self, resp: httpx.Response, replica_id: str, model: str, include_usage: bool):
+    async def _forward(self, call: _Call, path: str, headers: dict[str, str]) -> Response:
+        """To the primary model's best replica, else another (twice at most), else its fallbacks."""
+        models = [call.model] + [m for m in (self._model(f) for f in call.model.fallbacks) if m is not None]
+        for i, model in enumerate(models):
+            self._tell_demand(model, time.time())
+            candidates, states = self._candidates(model)
+            if not candidates and i == 0 and model.scaling.idle_timeout_s is not None and await self._wake(model):
+                candidates, states = self._candidates(model)
+            tried: set[str] = set()
+            for attempt in range(1 + _RETRIES):
+                choice, how = self.balancer.pick(candidates, call.blocks, time.time(), tried)
+                if choice is None:
+                    break
+                tried.add(choice.id)
+                if attempt:
+                    self.metrics.retries.labels(model.name).inc()
+                self.metrics.picks.labels(model.name, how).inc()
+                replica = states[choice.id]
+                answer = await self._send(call, model, replica, choice.priority, path, headers)
+                if answer is not None:
+                    return answer
+            if i == 0 and len(models) > 1:
+                self.ctx.log.info("answering from a fallback", model=model.name, fallbacks=call.model.fallbacks)
+        call.status = 503
+        names = " or its fallbacks" if len(models) > 1 else ""
+        raise ApiError(503, f"The model '{call.model.name}'{names} has no ready replica now; try again shortly "
+                       "(`llmgw ctl model list` shows why).", "server_error", "no_ready_replica", headers={"retry-after": "5"})
+
+    async def _send(self, call: _Call, model: Model, replica: ReplicaState, priority: int, path: str,
+                    headers: dict[str, str]) -> Response | None:
+        """One try on one replica; None when it refused or failed before the first byte."""
+        body = call.checked.body if model.name == call.model.name else {**call.checked.body, "model": model.name}
+        upstream = self.client.build_request("POST", replica.url + path, content=msgspec.json.encode(body),
+                                             headers={"authorization": f"Bearer {replica.api_key}",
+                                                      "content-type": "application/json"})
+        self.balancer.started(replica.id)
+        self.metrics.in_flight.labels(model.name, replica.id).inc()
+        call.replica, call.pool = replica.id, f"priority {priority}"
+        try:
+            resp = await self.client.send(upstream, stream=True)
+        except httpx.TransportError as exc:
+            self._done(model, replica.id, ok=False)
+            self.ctx.log.warning("replica refused, trying another", replica=replica.id, error=str(exc))
+            return None
+        if resp.status_code in (502, 503, 504):
+            await resp.aclose()
+            self._done(model, replica.id, ok=False)
+            self.ctx.log.warning("replica failed before answering, trying another", replica=replica.id,
+                                 status=resp.status_code)
+            return None
+        out_headers = {**headers, "x-llmgw-replica": replica.id}
+        call.status = resp.status_code
+        if not call.checked.streaming or resp.status_code != 200:
+            try:
+                raw = await resp.aread()
+            except httpx.HTTPError as exc:
+                self._done(model, replica.id, ok=False)
+                self.ctx.log.warning("replica failed mid-answer, trying another", replica=replica.id, error=str(exc))
+                return None
+            finally:
+                await resp.aclose()
+            self._done(model, replica.id, ok=resp.status_code < 500)
+            if resp.status_code == 200:
+                raw = self._answer(call, model, raw)
+            return Response(raw, status_code=resp.status_code, media_type="application/json", headers=out_headers)
+        return Stream(self._relay(call, model, resp), media_type="text/event-stream",
+                      headers={**out_headers, "cache-control": "no-cache"})
+
+    def _done(self, model: Model, replica_id: str, ok: bool) -> None:
+        self.balancer.finished(replica_id, ok, time.time())
+        self.metrics.in_flight.labels(model.name, replica_id).dec()
+
+    def _answer(self, call: _Call, model: Model, raw: bytes) -> bytes:
+        """A whole (non-streamed) answer: its usage read, named as the client asked."""
+        try:
+            answer = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return raw
+        if isinstance(answer, dict):
+            call.prompt, call.cached, call.completion = usage_of(answer)
+            return rewrite_chunk(answer, call.checked.body["model"], include_usage=True) or raw
+        return raw
+
+    async def _relay(self, call: _Call, model: Model, resp: httpx.Response):
+        ok = False
         try:
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
@@ -186,15 +502,62 @@ class Router:
                 if data == "[DONE]":
                     yield b"data: [DONE]\n\n"
                     continue
-                out = rewrite_chunk(data.encode(), model, include_usage)
+                if call.ttft is None:
+                    call.ttft = time.perf_counter() - call.started
+                try:
+                    chunk = msgspec.json.decode(data)
+                except msgspec.DecodeError:
+                    yield b"data: " + data.encode() + b"\n\n"
+                    continue
+                if isinstance(chunk, dict) and (chunk.get("usage") or chunk.get("timings")):
+                    prompt, cached, completion = usage_of(chunk)
+                    if chunk.get("usage"):
+                        call.prompt, call.completion = prompt, completion
+                    call.cached = cached if cached or call.cached is None else call.cached
+                out = rewrite_chunk(chunk, call.checked.body["model"], call.checked.include_usage)
                 if out is not None:
                     yield b"data: " + out + b"\n\n"
+            ok = True
         except httpx.HTTPError as exc:
+            call.status = 502
             err = ApiError(502, f"The replica failed mid-answer: {exc}", "server_error", "upstream_failed")
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
-        finally:
+        finally:  # also when the client went away: its slot and its concurrency count are freed now
             await resp.aclose()
-            self.outstanding[replica_id] -= 1
+            self._done(model, call.replica, ok=ok)
+            if not ok and call.status == 200:
+                call.status = 499  # the client disconnected
+            await self._end(call, model.name)
+
+    async def _end(self, call: _Call, served_by: str) -> None:
+        """A request ended: limits released and spent, affinity learnt, usage and metrics recorded."""
+        now = time.time()
+        await self.quota.release(call.scopes, now)
+        tokens = call.prompt + call.completion
+        if tokens:
+            task = asyncio.create_task(self.quota.spend(call.scopes, tokens, now))
+            self.tasks.append(task)
+            task.add_done_callback(self.tasks.remove)
+        if call.replica and call.status == 200 and call.blocks:
+            self.balancer.served(call.replica, call.blocks, call.prompt, call.cached)
+        name = served_by or call.model.name
+        latency = time.perf_counter() - call.started
+        self.metrics.requests.labels(name, call.pool, str(call.status)).inc()
+        self.metrics.latency.labels(name, call.pool).observe(latency)
+        if call.ttft is not None:
+            self.metrics.ttft.labels(name, call.pool).observe(call.ttft)
+        for kind, n in (("prompt", call.prompt), ("cached", call.cached or 0), ("completion", call.completion)):
+            if n:
+                self.metrics.tokens.labels(name, kind).inc(n)
+        if not call.replica:
+            return
+        try:
+            self.usage.put_nowait(UsageRecord(
+                request_id=call.rid, time=now, key=call.key_id, project=call.key.project, model=name,
+                replica=call.replica, status=call.status, prompt_tokens=call.prompt, cached_tokens=call.cached or 0,
+                completion_tokens=call.completion, latency_s=latency, ttft_s=call.ttft))
+        except asyncio.QueueFull:
+            self.ctx.log.warning("usage queue full: a request's usage is not recorded", request=call.rid)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,187 @@
+"""Choosing a replica, pure: pools by priority, least outstanding with two random choices,
+prefix affinity from an index of hashed prompt blocks, and ejection of failing replicas.
+
+No I/O and no clock: the shell passes `now` and tells the balancer when a request starts,
+ends, and what the engine said it had cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import OrderedDict
+
+import msgspec
+
+__all__ = ["Balancer", "Candidate", "prompt_blocks"]
+
+BLOCK_CHARS = 256
+"""Characters of prompt per hashed block (about 64 tokens of English)."""
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """A ready replica as the balancer sees it."""
+
+    id: str
+    priority: int = 0
+    """Its profile's priority: the highest pool is tried first."""
+    weight: int = 1
+    """Its profile's router weight: twice the weight takes twice the requests."""
+    slots: int = 1
+    """Requests it serves at once; beyond, it queues (saturated)."""
+
+
+def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS) -> list[bytes]:
+    """Chained hashes of the prompt's whole blocks: block i's hash covers blocks 0..i, so two
+    prompts share block i's hash exactly when they share everything up to its end."""
+    out, h = [], b""
+    data = text.encode()
+    for i in range(0, len(data) - block_chars + 1, block_chars):
+        h = hashlib.blake2b(h + data[i:i + block_chars], digest_size=12).digest()
+        out.append(h)
+    return out
+
+
+class _Index:
+    """The prompt blocks one replica is believed to hold in its cache, least recently used first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: OrderedDict[bytes, None] = OrderedDict()
+
+    def match(self, blocks: list[bytes]) -> int:
+        """How many leading blocks it holds."""
+        n = 0
+        for b in blocks:
+            if b not in self.blocks:
+                break
+            n += 1
+        return n
+
+    def add(self, blocks: list[bytes]) -> None:
+        for b in blocks:
+            self.blocks[b] = None
+            self.blocks.move_to_end(b)
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+
+    def forget(self, blocks: list[bytes]) -> None:
+        for b in blocks:
+            self.blocks.pop(b, None)
+
+
+class Balancer:
+    """Keeps what each replica is doing and picks the one for the next request.
+
+    - Pools by priority: the highest pool takes requests while any replica in it has a free
+      slot; only when all are saturated does the next pool get one (a CPU replica never takes
+      a request a free card could). When every pool is saturated, the highest queues it.
+    - Within a pool: the replica holding the longest prefix of this prompt (at least
+      `min_blocks`), unless its load is over `overload` times the pool's mean; otherwise the
+      less loaded (outstanding / weight) of two drawn by weight.
+    - A replica failing `eject_after` times in a row gets nothing for `eject_s` (doubling
+      while it keeps failing, up to ten times that).
+    """
+
+    def __init__(self, *, index_blocks: int = 65536, min_blocks: int = 1, overload: float = 1.25,
+                 eject_after: int = 3, eject_s: float = 10.0, seed: int | None = None) -> None:
+        self.index_blocks, self.min_blocks, self.overload = index_blocks, min_blocks, overload
+        self.eject_after, self.eject_s = eject_after, eject_s
+        self.outstanding: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self.ejected: dict[str, float] = {}
+        """Replica -> until when it gets nothing."""
+        self.indexes: dict[str, _Index] = {}
+        self.rng = random.Random(seed)
+
+    # -- choosing ---------------------------------------------------------------------------
+    def pick(self, replicas: list[Candidate], blocks: list[bytes], now: float,
+             exclude: frozenset[str] | set[str] = frozenset()) -> tuple[Candidate | None, str]:
+        """The replica for a request with these prompt blocks, and why it (for logs and metrics:
+        "affinity", "least-loaded", "only", "saturated"); None when none may take it."""
+        usable = [r for r in replicas if r.id not in exclude and self.ejected.get(r.id, 0.0) <= now]
+        if not usable:
+            return None, "none"
+        pools: dict[int, list[Candidate]] = {}
+        for r in usable:
+            pools.setdefault(r.priority, []).append(r)
+        ordered = [pools[p] for p in sorted(pools, reverse=True)]
+        for pool in ordered:
+            free = [r for r in pool if self.outstanding.get(r.id, 0) < r.slots]
+            if free:
+                return self._within(pool, free, blocks)
+        return self._within(ordered[0], ordered[0], blocks, saturated=True)
+
+    def _load(self, r: Candidate) -> float:
+        return self.outstanding.get(r.id, 0) / r.weight
+
+    def _within(self, pool: list[Candidate], free: list[Candidate], blocks: list[bytes],
+                saturated: bool = False) -> tuple[Candidate, str]:
+        if blocks:
+            best, held = None, 0
+            for r in pool:
+                index = self.indexes.get(r.id)
+                n = index.match(blocks) if index else 0
+                if n > held:
+                    best, held = r, n
+            if best is not None and held >= self.min_blocks:
+                mean = sum(self._load(r) for r in pool) / len(pool)
+                if self._load(best) <= max(self.overload * mean, mean + 1):
+                    return best, "affinity"
+        if len(free) == 1:
+            return free[0], "saturated" if saturated else "only"
+        a, b = self._two(free)
+        return (a if self._load(a) <= self._load(b) else b), "saturated" if saturated else "least-loaded"
+
+    def _two(self, pool: list[Candidate]) -> tuple[Candidate, Candidate]:
+        """Two distinct replicas drawn with probability by weight."""
+        if len(pool) == 2:
+            return pool[0], pool[1]
+        a = self.rng.choices(pool, weights=[r.weight for r in pool])[0]
+        rest = [r for r in pool if r.id != a.id]
+        return a, self.rng.choices(rest, weights=[r.weight for r in rest])[0]
+
+    # -- what happened ------------------------------------------------------------------------
+    def started(self, replica_id: str) -> None:
+        """A request went to this replica."""
+        self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1
+
+    def finished(self, replica_id: str, ok: bool, now: float) -> None:
+        """A request to this replica ended (ok: it answered; not ok: it refused or failed)."""
+        self.outstanding[replica_id] = max(0, self.outstanding.get(replica_id, 0) - 1)
+        if ok:
+            self.failures.pop(replica_id, None)
+            return
+        self.failed(replica_id, now)
+
+    def failed(self, replica_id: str, now: float) -> None:
+        """A failure that was not a request in flight (a refused connection)."""
+        n = self.failures[replica_id] = self.failures.get(replica_id, 0) + 1
+        if n >= self.eject_after:
+            self.ejected[replica_id] = now + min(self.eject_s * 2 ** (n - self.eject_after), self.eject_s * 10)
+
+    def served(self, replica_id: str, blocks: list[bytes], prompt_tokens: int, cached_tokens: int | None) -> None:
+        """The replica answered a prompt of these blocks: it now holds them.
+
+        Where the engine said how many prompt tokens came from its cache, the index is
+        calibrated by it: fewer than the index believed means the engine holds less than the
+        index does, so the index shrinks by the blocks it got wrong (least recently used go);
+        a full hit on a full index lets it grow back (up to `index_blocks`)."""
+        index = self.indexes.setdefault(replica_id, _Index(self.index_blocks))
+        if cached_tokens is not None and prompt_tokens > 0 and blocks:
+            really = int(len(blocks) * min(cached_tokens, prompt_tokens) / prompt_tokens)
+            believed = index.match(blocks)
+            if really < believed:
+                index.capacity = max(len(blocks), len(index.blocks) - (believed - really))
+            elif believed and len(index.blocks) >= index.capacity:
+                index.capacity = min(self.index_blocks, int(index.capacity * 1.1) + 1)
+        index.add(blocks)
+    def held(self, replica_id: str, blocks: list[bytes]) -> int:
+        """Leading blocks of this prompt the replica is believed to hold."""
+        index = self.indexes.get(replica_id)
+        return index.match(blocks) if index else 0
+
+    def forget_replica(self, replica_id: str) -> None:
+        """A replica gone: drop what was kept of it."""
+        for table in (self.outstanding, self.failures, self.ejected, self.indexes):
+            table.pop(replica_id, None)
