@@ -500,3 +500,29 @@ def test_a_second_start_serves_the_same_model_without_writing_it_again(up, home)
         assert demo_file.stat().st_mtime_ns == written
     finally:
         again.stop()
+
+
+def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    made = subprocess.run([*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
+                          capture_output=True, text=True, check=True)
+    key = made.stdout.strip()
+    kid = re.search(r"key ([0-9a-f]{16})", made.stderr).group(1)
+    client = openai.OpenAI(base_url=up.base_url, api_key=key, max_retries=0)
+    client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    with pytest.raises(openai.RateLimitError, match="requests_per_minute 1 reached"):
+        client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    listed = subprocess.run([*ctl, "key", "list"], capture_output=True, text=True, check=True).stdout
+    assert re.search(rf"{kid}\s+ci\s+builds\s+{DEMO}\s+requests_per_minute=1\s+never", listed)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        usage = subprocess.run([*ctl, "usage", "--by", "project"], capture_output=True, text=True, check=True).stdout
+        if "builds" in usage:
+            break
+        time.sleep(0.3)
+    assert re.search(r"builds\s+1\s+0\s+\d+\s+\d+\s+2", usage)
+    subprocess.run([*ctl, "key", "revoke", kid], capture_output=True, text=True, check=True)
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+    bad = subprocess.run([*ctl, "key", "revoke", "nothex"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "id" in bad.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from llmgw.proto import (
     FileInfo,
     FileList,
     FileRef,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRef,
+    Limits,
     Model,
     ModelChange,
     ModelEntry,
@@ -26,10 +32,13 @@ from llmgw.proto import (
     ModelStatusList,
     NodeList,
     Profile,
+    Project,
     PurgeReport,
     ReplicaList,
     Scaling,
     Subjects,
+    UsageQuery,
+    UsageReport,
     WeightsCollect,
     WeightsDeleted,
     convert_strict,
@@ -92,6 +101,8 @@ async def _ctl(args: argparse.Namespace) -> int:
             return await _fleet_plan(nc, args)
         elif args.what == "weights":
             return await _collect(nc, args)
+        elif args.what in ("key", "project", "usage"):
+            return await _access(nc, args)
         elif args.what == "replica" and args.verb == "list":
             out = await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)
         else:
@@ -104,6 +115,60 @@ async def _ctl(args: argparse.Namespace) -> int:
         await nc.close()
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(out)) + b"\n")
     return 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(requests_per_minute=args.rpm, tokens_per_minute=args.tpm, concurrent=args.concurrent,
+                  tokens_per_day=args.tokens_day, tokens_per_month=args.tokens_month)
+
+
+async def _access(nc, args: argparse.Namespace) -> int:
+    """`llmgw ctl key create|list|revoke`, `project put`, `usage`: the router's keys, projects and usage."""
+    if args.what == "key" and args.verb == "create":
+        if not args.arg:
+            raise ValueError("key create needs a name: llmgw ctl key create NAME [--project P] [--rpm N] ...")
+        created = await request(nc, Subjects.ROUTER_KEY_CREATE, msgspec.convert({
+            "name": args.arg, "admin": args.admin, "project": args.project or "default",
+            "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
+            "models": [m for m in (args.models or "").split(",") if m], "limits": msgspec.to_builtins(_limits(args)),
+        }, KeyCreate), KeyCreated)
+        print(f"key {created.id} ({created.name}); it is shown this once:", file=sys.stderr)
+        print(created.key)
+        return 0
+    if args.what == "key" and args.verb == "list":
+        keys = await request(nc, Subjects.ROUTER_KEY_LIST, Empty(), KeyList)
+        print(_table(["ID", "NAME", "PROJECT", "ADMIN", "MODELS", "LIMITS", "EXPIRES"], [
+            [kid, k.name, k.project, "yes" if k.admin else "", ",".join(k.models) or "all", _limits_text(k.limits),
+             time.strftime("%Y-%m-%d", time.gmtime(k.expires)) if k.expires else "never"]
+            for kid, k in keys.keys.items()]))
+        return 0
+    if args.what == "key" and args.verb == "revoke":
+        await request(nc, Subjects.ROUTER_KEY_REVOKE, msgspec.convert({"id": args.arg or ""}, KeyRef), KeyList)
+        print(f"key {args.arg} revoked: it stops working at once on every router", file=sys.stderr)
+        return 0
+    if args.what == "project" and args.verb in ("put", "add"):
+        project = await request(nc, Subjects.ROUTER_PROJECT_PUT, Project(name=args.arg, limits=_limits(args)), Project)
+        print(f"project {project.name}: {_limits_text(project.limits)}", file=sys.stderr)
+        return 0
+    if args.what == "usage":
+        report = await request(nc, Subjects.ROUTER_USAGE_SUM, UsageQuery(
+            since=time.time() - args.since_hours * 3600, group_by=args.by), UsageReport, timeout=60.0)
+        print(_table([args.by.upper(), "REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION"], [
+            [r.group, r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens] for r in report.rows]))
+        return 0
+    raise ValueError(f"unknown command '{args.what} {args.verb}': key create|list|revoke, project put, usage")
+
+
+def _limits_text(limits: Limits) -> str:
+    said = [f"{k}={v}" for k, v in msgspec.structs.asdict(limits).items() if v is not None]
+    return " ".join(said) or "none"
+
+
+def _table(header: list[str], rows: list) -> str:
+    """Columns padded to their widest cell, two spaces apart."""
+    rows = [header, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 async def _fleet_plan(nc, args: argparse.Namespace) -> int:
@@ -192,7 +257,7 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
         ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
         if r.state == "failed":
             failed.setdefault(r.model, []).append(r.error)
-    rows = [("MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS")]
+    rows = []
     for e in listed.models:
         m = e.model
         counted = any(p.replicas is not None for p in m.profiles)
@@ -207,8 +272,7 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
         warning = st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else "-")
         rows.append((m.name, f"{ready.get(m.name, 0)}/{st.wanted if st else m.scaling.min}", status, m.capacity_class, _reserves(best),
                      profiles, ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-", warning))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return _table(["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"], rows)
 
 
 def _change(args: argparse.Namespace) -> ModelChange:
@@ -340,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
-    ctl.add_argument("what", choices=["model", "models", "replica", "weights"])
+    ctl.add_argument("what", choices=["model", "models", "replica", "weights", "key", "project", "usage"])
     ctl.add_argument("verb", nargs="?", default="list",
                      choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas", "plan",
-                              "context", "gpus", "class", "owner", "alias"])
+                              "context", "gpus", "class", "owner", "alias", "create", "revoke"])
     ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
     ctl.add_argument("rest", nargs="*", help="scale: MIN [MAX]; replicas: PROFILE=COUNT ...")
@@ -359,6 +423,15 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--collect", action="store_true", help="weights: delete cached weights no model uses, on every node")
     ctl.add_argument("--purge", action="store_true",
                      help="remove: also delete its files from the mirror and the nodes (those no other model uses)")
+    ctl.add_argument("--project", help="key create: its project (default: default)")
+    ctl.add_argument("--models", help="key create: the models it may use, comma-separated (default: all)")
+    ctl.add_argument("--admin", action="store_true", help="key create: it may use the admin API")
+    ctl.add_argument("--expires-days", type=float, help="key create: days until it stops working")
+    for flag, what in (("rpm", "requests a minute"), ("tpm", "tokens a minute"), ("concurrent", "requests at once"),
+                       ("tokens-day", "tokens a UTC day"), ("tokens-month", "tokens a UTC month")):
+        ctl.add_argument(f"--{flag}", type=int, help=f"key create, project put: at most this many {what}")
+    ctl.add_argument("--since-hours", type=float, default=24.0, help="usage: the last this many hours (default 24)")
+    ctl.add_argument("--by", default="model", choices=["model", "project", "key", "replica"], help="usage: one row per")
     args = parser.parse_args(argv)
     if args.command == "plan":
         return _plan(args)

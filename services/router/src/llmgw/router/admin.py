@@ -116,7 +116,10 @@ def admin_api(router: LlmgwRouter) -> Router:
         except msgspec.ValidationError:
             raise ApiError(400, f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)",
                            "invalid_request_error", "bad_key_id") from None
-        return await router.revoke_key(ref)
+        try:
+            return await router.revoke_key(ref)
+        except BusError as exc:
+            raise ApiError(404, exc.message, "not_found_error", "key_not_found") from None
 
     @put("/projects/{name:str}")
     async def put_project(request: Request, name: str, data: Project) -> Project:

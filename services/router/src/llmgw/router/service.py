@@ -20,7 +20,7 @@ from litestar.response import Response, Stream
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 from prometheus_client import Counter, Gauge, Histogram
 
-from llmgw.bus import BusConfig, Context, HttpServer, KvTable, kv_bucket, load_config, run
+from llmgw.bus import BusConfig, Context, HttpServer, KvTable, NotFound, kv_bucket, load_config, run
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -192,7 +192,7 @@ class Router:
     async def revoke_key(self, ref: KeyRef) -> KeyList:
         found = [h for h in self.keys.items if h.startswith(ref.id)]
         if not found:
-            raise ApiError(404, f"no key has the id '{ref.id}'; `llmgw ctl key list` shows them", "not_found_error")
+            raise NotFound(f"no key has the id '{ref.id}'; `llmgw ctl key list` shows them")
         await self.keys.kv.delete(found[0])
         record = self.keys.items.pop(found[0])
         return KeyList(keys={ref.id: record})
