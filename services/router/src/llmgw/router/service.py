@@ -264,17 +264,17 @@ class Router:
             names = sorted(n for n in router._names_map() if not key.models or n in key.models)
             return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names]}
 
-        @post("/v1/chat/completions")
+        @post("/v1/chat/completions", status_code=200)
         async def chat(request: Request) -> Response:
             """OpenAI's chat completions, streamed or not."""
             return await router.proxy(request, "/v1/chat/completions")
 
-        @post("/v1/completions")
+        @post("/v1/completions", status_code=200)
         async def completions(request: Request) -> Response:
             """OpenAI's (legacy) completions, streamed or not."""
             return await router.proxy(request, "/v1/completions")
 
-        @post("/v1/embeddings")
+        @post("/v1/embeddings", status_code=200)
         async def embeddings(request: Request) -> Response:
             """OpenAI's embeddings (the replica's engine must serve them)."""
             return await router.proxy(request, "/v1/embeddings")
