@@ -476,6 +476,36 @@ def test_removing_a_model_stops_its_replica(up):
     assert up.nats(gone)
 
 
+def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    made = subprocess.run([*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
+                          capture_output=True, text=True, check=True)
+    key = made.stdout.strip()
+    kid = re.search(r"key ([0-9a-f]{16})", made.stderr).group(1)
+    client = openai.OpenAI(base_url=up.base_url, api_key=key, max_retries=0)
+    client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    with pytest.raises(openai.RateLimitError, match="requests_per_minute 1 reached"):
+        client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    listed = subprocess.run([*ctl, "key", "list"], capture_output=True, text=True, check=True).stdout
+    assert re.search(rf"{kid}\s+ci\s+builds\s+{DEMO}\s+requests_per_minute=1\s+never", listed)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        usage = subprocess.run([*ctl, "usage", "--by", "project"], capture_output=True, text=True, check=True).stdout
+        if "builds" in usage:
+            break
+        time.sleep(0.3)
+    assert re.search(r"builds\s+1\s+0\s+\d+\s+\d+\s+2", usage)
+    revoked = subprocess.run([*ctl, "key", "revoke", kid], capture_output=True, text=True)
+    assert revoked.returncode == 0, revoked.stderr
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+    bad = subprocess.run([*ctl, "key", "revoke", "nothex"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "id" in bad.stderr
+    away = subprocess.run([*ctl[:-2], "--nats-url", "nats://127.0.0.1:1", "key", "list"], capture_output=True, text=True,
+                          timeout=30)
+    assert away.returncode == 1 and "cannot reach NATS at nats://127.0.0.1:1" in away.stderr
+
+
 def test_sigterm_stops_everything_it_started_engines_included(up):
     engines = [p for p in psutil.Process(up.proc.pid).children(recursive=True) if "llama-server" in p.name()]
     assert engines, "no llama-server was running"
@@ -501,28 +531,3 @@ def test_a_second_start_serves_the_same_model_without_writing_it_again(up, home)
     finally:
         again.stop()
 
-
-def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
-    made = subprocess.run([*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
-                          capture_output=True, text=True, check=True)
-    key = made.stdout.strip()
-    kid = re.search(r"key ([0-9a-f]{16})", made.stderr).group(1)
-    client = openai.OpenAI(base_url=up.base_url, api_key=key, max_retries=0)
-    client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    with pytest.raises(openai.RateLimitError, match="requests_per_minute 1 reached"):
-        client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    listed = subprocess.run([*ctl, "key", "list"], capture_output=True, text=True, check=True).stdout
-    assert re.search(rf"{kid}\s+ci\s+builds\s+{DEMO}\s+requests_per_minute=1\s+never", listed)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        usage = subprocess.run([*ctl, "usage", "--by", "project"], capture_output=True, text=True, check=True).stdout
-        if "builds" in usage:
-            break
-        time.sleep(0.3)
-    assert re.search(r"builds\s+1\s+0\s+\d+\s+\d+\s+2", usage)
-    subprocess.run([*ctl, "key", "revoke", kid], capture_output=True, text=True, check=True)
-    with pytest.raises(openai.AuthenticationError):
-        client.models.list()
-    bad = subprocess.run([*ctl, "key", "revoke", "nothex"], capture_output=True, text=True)
-    assert bad.returncode == 1 and "id" in bad.stderr

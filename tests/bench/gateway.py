@@ -79,9 +79,10 @@ async def load(url: str, key: str, clients: int, requests: int) -> tuple[list[fl
                 t = time.perf_counter()
                 async with http.stream("POST", url, json=body, headers={"authorization": f"Bearer {key}"}) as r:
                     assert r.status_code == 200, (r.status_code, await r.aread())
-                    async for line in r.aiter_lines():
-                        if line == "data: [DONE]":
-                            break
+                    done = False
+                    async for line in r.aiter_lines():  # read whole: the connection is kept for the next
+                        done = done or line == "data: [DONE]"
+                    assert done
                 times.append(time.perf_counter() - t)
 
         for _ in range(50):  # warm up the connections
@@ -109,7 +110,8 @@ def pinned(argv: list[str], core: int, **kw) -> subprocess.Popen:
 
 
 # -- llmgw's router ------------------------------------------------------------------------------
-def start_router(tmp: Path, backend: str) -> tuple[subprocess.Popen, str, str, object]:
+def start_router(tmp: Path, backends: str | list[str]) -> tuple[subprocess.Popen, str, str, object]:
+    """llmgw's router as its own process on its own NATS, with one replica of model "m" on each backend."""
     import msgspec
 
     from llmgw.bus import connect, kv_bucket, request
@@ -123,10 +125,12 @@ def start_router(tmp: Path, backend: str) -> tuple[subprocess.Popen, str, str, o
     async def setup() -> str:
         nc = await connect(nats.url, "bench")
         js = nc.jetstream()
-        model = Model(name="m", source="o/r/m.gguf", context=4096, profiles=[Profile(name="cpu", slots=64)])
+        model = Model(name="m", source="o/r/m.gguf", context=8192, profiles=[Profile(name="cpu", slots=2)])
         await (await kv_bucket(js, BUCKETS["catalog"], 5)).put("m", msgspec.json.encode(CatalogRecord(model=model)))
-        replica = ReplicaState(id="r1", model="m", profile="cpu", node="n", state="ready", url=backend, api_key="k")
-        await (await kv_bucket(js, BUCKETS["replicas"])).put("r1", msgspec.json.encode(replica))
+        replicas = await kv_bucket(js, BUCKETS["replicas"])
+        for i, url in enumerate([backends] if isinstance(backends, str) else backends):
+            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=url, api_key="k")
+            await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:
                 key = (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="bench"), KeyCreated)).key

@@ -13,6 +13,7 @@ from llmgw.bus import (
     BusError,
     ConfigError,
     Context,
+    HttpServer,
     NotFound,
     delete_under,
     gather,
@@ -180,3 +181,29 @@ def test_delete_under_removes_the_file_its_sidecars_and_empty_folders_but_never_
 def test_meminfo_gives_total_and_available_in_mib():
     text = "MemTotal:       24683520 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n"
     assert meminfo_mb(text) == (24105, 20000)
+
+
+async def test_the_http_servers_connections_turn_nagle_off():
+    """A listener without IPPROTO_TCP hands out sockets that asyncio leaves with Nagle on: every
+    keep-alive request then waits ~40 ms for a delayed ACK (uvicorn #3149)."""
+    import socket
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+        elif scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    assert server.sock.proto == socket.IPPROTO_TCP
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+        writer.close()
+    finally:
+        await server.stop()

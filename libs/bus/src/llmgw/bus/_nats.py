@@ -13,7 +13,7 @@ from typing import TypeVar
 import msgspec
 import nats
 from nats.aio.client import Client
-from nats.errors import NoRespondersError, TimeoutError
+from nats.errors import NoRespondersError, NoServersError, TimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
@@ -28,16 +28,25 @@ T = TypeVar("T")
 _tracer = trace.get_tracer("llmgw.bus")
 
 
-async def connect(url: str, name: str) -> Client:
-    """Connect, and keep reconnecting forever when the server goes away."""
-    return await nats.connect(
-        servers=url.split(","),
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        allow_reconnect=True,
-        connect_timeout=5,
-    )
+async def _quiet(_exc: Exception) -> None:
+    """A command line says once that NATS is not there, not a traceback per try."""
+
+
+async def connect(url: str, name: str, patient: bool = True) -> Client:
+    """Connect, and keep reconnecting forever when the server goes away (a service). Not
+    `patient` (a command line): a server that is not there is an error at once."""
+    try:
+        return await nats.connect(
+            servers=url.split(","),
+            name=name,
+            max_reconnect_attempts=-1 if patient else 1,  # nats-py reads 0 as "forever"
+            reconnect_time_wait=0.5,
+            allow_reconnect=patient,
+            connect_timeout=5,
+            **({} if patient else {"error_cb": _quiet}),
+        )
+    except NoServersError:
+        raise Internal(f"cannot reach NATS at {url}: is llmgw running (`./dev up`), and is that its URL?") from None
 
 
 async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:

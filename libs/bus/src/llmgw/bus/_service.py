@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import msgspec
 import nats.micro
+import uvloop
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.micro.request import Request
@@ -169,7 +170,9 @@ def run(app: ServiceApp, config: BusConfig) -> int:
     setup_logging(app.name, config.node_name(), config.log_level)
     setup_tracing(app.name, app.version)
     try:
-        asyncio.run(_main(app, config))
+        # uvloop: the event loop in C (libuv); every service is I/O bound, the router most.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_main(app, config))
     except BusError as exc:  # a bad setting or file found at start: say it, no traceback
         get_logger(app.name).error("cannot start", error=exc.message)
         return 1

@@ -67,7 +67,11 @@ def _service(name: str, rest: list[str]) -> int:
 
 
 async def _ctl(args: argparse.Namespace) -> int:
-    nc = await connect(args.nats_url, "llmgw-ctl")
+    try:
+        nc = await connect(args.nats_url, "llmgw-ctl", patient=False)
+    except BusError as exc:
+        print(f"llmgw ctl: {exc.message}", file=sys.stderr)
+        return 1
     try:
         if args.what == "model" and args.verb == "list":
             out = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
