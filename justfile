@@ -35,6 +35,8 @@ bench:
     python tests/bench/cpu_speed.py
     python tests/bench/plan_fleet.py
     python tests/bench/scheduler.py
+    python tests/bench/gateway.py
+    python tests/bench/routing.py
 
 # Regenerate the golden JSON Schema of every proto message
 proto-schema:

@@ -1,4 +1,4 @@
-"""Prefix affinity against round-robin, on real llama-servers: a shared-prefix workload (8 long
+"""Prefix affinity against round-robin, on real llama-servers: a shared-prefix workload (16 long
 "documents", questions about them in random order, 4 at a time) over 3 replicas (goal: prompt
 tokens served from cache within 90% of the best assignment, no replica over 1.25x the mean load).
 
@@ -28,7 +28,7 @@ from gateway import start_router, wait_http
 
 from llmgw.bus import free_port
 
-REPLICAS, DOCUMENTS, REQUESTS, CONCURRENCY = 3, 8, 96, 4
+REPLICAS, DOCUMENTS, REQUESTS, CONCURRENCY = 3, 16, 144, 4
 
 
 def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:

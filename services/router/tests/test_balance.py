@@ -108,3 +108,18 @@ def test_outstanding_never_goes_negative_and_excluded_replicas_are_never_picked(
         assert b.outstanding.get(rid, 0) >= 0
         choice, _ = b.pick([CARD, CPU1, CPU2], [], 0.0, exclude={"card"})
         assert choice.id != "card"
+
+
+def test_a_popular_prefix_spills_over_once_its_replica_took_more_than_its_share():
+    b = Balancer(seed=10)
+    pool = [Candidate(id=f"r{i}", slots=8) for i in range(3)]
+    blocks = prompt_blocks("p" * 1024)
+    b.served("r0", blocks, 256, 0)
+    picks = []
+    for _ in range(30):  # one at a time: never overloaded by requests in flight
+        choice, _ = b.pick(pool, blocks, 0.0)
+        b.started(choice.id)
+        b.finished(choice.id, True, 0.0)
+        picks.append(choice.id)
+    assert picks[:2] == ["r0"] * 2  # affinity first
+    assert 8 <= picks.count("r0") <= 20 and len(set(picks)) == 3  # then shared, not piled onto one

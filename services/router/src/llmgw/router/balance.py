@@ -77,17 +77,22 @@ class Balancer:
       slot; only when all are saturated does the next pool get one (a CPU replica never takes
       a request a free card could). When every pool is saturated, the highest queues it.
     - Within a pool: the replica holding the longest prefix of this prompt (at least
-      `min_blocks`), unless its load is over `overload` times the pool's mean; otherwise the
+      `min_blocks`), unless it is overloaded: requests in flight beyond `overload` times the
+      pool's mean, or a share of recent requests (decayed, by weight) beyond `overload` times
+      the mean share, so a popular prefix cannot pile onto one replica; otherwise the
       less loaded (outstanding / weight) of two drawn by weight.
     - A replica failing `eject_after` times in a row gets nothing for `eject_s` (doubling
       while it keeps failing, up to ten times that).
     """
 
     def __init__(self, *, index_blocks: int = 65536, min_blocks: int = 1, overload: float = 1.25,
-                 eject_after: int = 3, eject_s: float = 10.0, seed: int | None = None) -> None:
+                 eject_after: int = 3, eject_s: float = 10.0, decay: float = 0.98, seed: int | None = None) -> None:
         self.index_blocks, self.min_blocks, self.overload = index_blocks, min_blocks, overload
         self.eject_after, self.eject_s = eject_after, eject_s
         self.outstanding: dict[str, int] = {}
+        self.recent: dict[str, float] = {}
+        """Requests started per replica, each older one counting `decay` times less."""
+        self.decay = decay
         self.failures: dict[str, int] = {}
         self.ejected: dict[str, float] = {}
         """Replica -> until when it gets nothing."""
@@ -115,6 +120,14 @@ class Balancer:
     def _load(self, r: Candidate) -> float:
         return self.outstanding.get(r.id, 0) / r.weight
 
+    def _overloaded(self, r: Candidate, pool: list[Candidate]) -> bool:
+        mean = sum(self._load(x) for x in pool) / len(pool)
+        if self._load(r) > max(self.overload * mean, mean + 1):
+            return True
+        share = [self.recent.get(x.id, 0.0) / x.weight for x in pool]
+        mean_share = sum(share) / len(pool)
+        return self.recent.get(r.id, 0.0) / r.weight > self.overload * mean_share + 1
+
     def _within(self, pool: list[Candidate], free: list[Candidate], blocks: list[bytes],
                 saturated: bool = False) -> tuple[Candidate, str]:
         if blocks:
@@ -125,8 +138,7 @@ class Balancer:
                 if n > held:
                     best, held = r, n
             if best is not None and held >= self.min_blocks:
-                mean = sum(self._load(r) for r in pool) / len(pool)
-                if self._load(best) <= max(self.overload * mean, mean + 1):
+                if not self._overloaded(best, pool):
                     return best, "affinity"
         if len(free) == 1:
             return free[0], "saturated" if saturated else "only"
@@ -145,6 +157,9 @@ class Balancer:
     def started(self, replica_id: str) -> None:
         """A request went to this replica."""
         self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1
+        for rid in self.recent:
+            self.recent[rid] *= self.decay
+        self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
 
     def finished(self, replica_id: str, ok: bool, now: float) -> None:
         """A request to this replica ended (ok: it answered; not ok: it refused or failed)."""
@@ -183,5 +198,5 @@ class Balancer:
 
     def forget_replica(self, replica_id: str) -> None:
         """A replica gone: drop what was kept of it."""
-        for table in (self.outstanding, self.failures, self.ejected, self.indexes):
+        for table in (self.outstanding, self.recent, self.failures, self.ejected, self.indexes):
             table.pop(replica_id, None)
