@@ -278,3 +278,27 @@ async def test_an_on_demand_model_at_zero_is_woken_and_the_request_waits(world):
     await world.replica(sleepy, Profile())
     answer = await asyncio.wait_for(asked, 30)
     assert answer.usage.completion_tokens == 2
+
+
+async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world, serve):
+    from prometheus_client import generate_latest
+
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    other = await serve(Router(RouterConfig(http_port=0)), RouterConfig())
+    await World.until(other.ready)
+    first = await world.client(name="shared", limits=Limits(requests_per_minute=3))
+    await World.until(lambda: len(other.keys.items) == len(world.router.keys.items))
+    second = openai.AsyncOpenAI(base_url=f"{other.http.url}/v1", api_key=first.api_key, max_retries=0)
+    answered, refused = 0, 0
+    for client in (first, second, first, second, first):
+        try:
+            await client.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+            answered += 1
+        except openai.RateLimitError:
+            refused += 1
+    assert (answered, refused) == (3, 2)  # three a minute over both routers, not three each
+    text = generate_latest(world.router.ctx.metrics).decode()
+    assert 'llmgw_router_requests_total{code="200",model="m",pool="priority 0"}' in text
+    assert 'llmgw_router_rejections_total{reason="rate_limit_exceeded"}' in text
+    assert "llmgw_router_latency_seconds_bucket" in text and 'llmgw_router_tokens_total{kind="completion",model="m"}' in text
