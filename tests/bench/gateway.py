@@ -5,7 +5,8 @@ and more requests a second than LiteLLM on the same core).
 The backend is a stub OpenAI server (this file, `--stub`): it streams 16 fixed chunks and the
 usage chunk at once, so what is measured is the gateways, not an engine. Each gateway runs as
 one process pinned to core 1 (`taskset`); the stub and the load (many concurrent streaming
-clients, httpx) share core 0. LiteLLM (`litellm[proxy]`) is installed on first use into its own
+clients, httpx) share core 0. A second llmgw row uses a key with limits
+(requests, tokens a minute, in flight, a daily budget: counted in KV on every request). LiteLLM (`litellm[proxy]`) is installed on first use into its own
 environment under ~/.cache/llmgw/litellm. Run with `just bench`.
 """
 
@@ -110,8 +111,9 @@ def pinned(argv: list[str], core: int, **kw) -> subprocess.Popen:
 
 
 # -- llmgw's router ------------------------------------------------------------------------------
-def start_router(tmp: Path, backends: str | list[str]) -> tuple[subprocess.Popen, str, str, object]:
-    """llmgw's router as its own process on its own NATS, with one replica of model "m" on each backend."""
+def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[subprocess.Popen, str, str, object]:
+    """llmgw's router as its own process on its own NATS, with one replica of model "m" on each
+    backend; the key it returns has `limits` (a `Limits`; None: none)."""
     import msgspec
 
     from llmgw.bus import connect, kv_bucket, request
@@ -133,7 +135,8 @@ def start_router(tmp: Path, backends: str | list[str]) -> tuple[subprocess.Popen
             await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:
-                key = (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="bench"), KeyCreated)).key
+                key = (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="bench", **({"limits": limits} if limits else {})),
+                                     KeyCreated)).key
                 break
             except Exception:
                 await asyncio.sleep(0.2)
@@ -196,6 +199,14 @@ def main() -> None:
         router, url, key, nats = start_router(tmp, backend)
         procs.append(router)
         rows["llmgw router"] = measure(url, key)
+        router.terminate()
+        nats.stop()
+        from llmgw.proto import Limits
+
+        limited = Limits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent=10**6, tokens_per_day=10**15)
+        router, url, key, nats = start_router(tmp / "limited", backend, limited)
+        procs.append(router)
+        rows["llmgw, key limits"] = measure(url, key)
         router.terminate()
         nats.stop()
         started = start_litellm(tmp, backend)
