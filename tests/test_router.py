@@ -305,3 +305,23 @@ async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world
     assert 'llmgw_router_requests_total{code="200",model="m",pool="priority 0"}' in text
     assert 'llmgw_router_rejections_total{reason="rate_limit_exceeded"}' in text
     assert "llmgw_router_latency_seconds_bucket" in text and 'llmgw_router_tokens_total{kind="completion",model="m"}' in text
+
+
+async def test_requests_in_flight_count_across_routers_and_a_dead_routers_stop_counting(nc):
+    from llmgw.router.quota import Quota
+
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    a, b = Quota(kv, "router-a", stale_s=30), Quota(kv, "router-b", stale_s=30)
+    scope = [("key.k", "key 'k'", Limits(concurrent=1, tokens_per_minute=100))]
+    assert (await a.admit(scope, 1000.0)).ok
+    refused = await b.admit(scope, 1001.0)
+    assert not refused.ok and refused.limit == "key 'k': concurrent 1 reached (1 used)"
+    await a.finish(scope, 60, 1002.0)  # ended: the slot is free, its 60 tokens counted in the minute
+    assert (await b.admit(scope, 1003.0)).ok
+    await b.finish(scope, 50, 1004.0)
+    spent = await a.admit(scope, 1005.0)
+    assert not spent.ok and "tokens_per_minute 100 reached (110 used)" in spent.limit
+    assert (await a.admit(scope, 1065.0)).ok  # a new minute
+    # router-a dies holding its slot: once it has been silent for stale_s, it no longer counts
+    assert not (await b.admit(scope, 1070.0)).ok
+    assert (await b.admit(scope, 1096.0)).ok

@@ -2,12 +2,12 @@
 the entry's revision, so two routers counting at once never lose a count and a limit is
 never looser than one router alone would keep it.
 
-Entries (bucket `llmgw_limits`, values expire after 32 days):
-  <scope>.m.<UTC minute>  {"requests": n, "tokens": n}
-  <scope>.d.<UTC day>     {"tokens": n}
-  <scope>.mo.<UTC month>  {"tokens": n}
-  <scope>.c               {router: [in flight, unix time]}  (a router not heard of for
-                          `stale_s` no longer counts: a crashed router leaks nothing)
+One entry per scope (bucket `llmgw_limits`, values expire after 32 days), so admitting a
+request is one read and one compare-and-set, and ending it one more:
+  <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
+            "mo": [UTC month, tokens], "c": {router: [in flight, unix time]}}
+A window whose id is not the current one counts as empty. A router not heard of for
+`stale_s` no longer counts in flight: a crashed router leaks nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from llmgw.router.limits import Counts, Verdict, judge, windows
 __all__ = ["Quota", "Scope"]
 
 Scope = tuple[str, str, Limits]
-"""(KV id such as "key.ab12...", how a person names it such as "key 'ci'", its limits)."""
+"""(KV key such as "key.ab12...", how a person names it such as "key 'ci'", its limits)."""
+
+
+def _window(value: dict, name: str, current: str, size: int) -> list:
+    """The counts of window `name` if they are of the current one, else fresh zeros."""
+    got = value.get(name)
+    return list(got) if got and got[0] == current else [current] + [0] * (size - 1)
 
 
 class Quota:
@@ -34,36 +40,46 @@ class Quota:
 
     def __init__(self, kv: KeyValue, router: str, stale_s: float = 60.0) -> None:
         self.kv, self.router, self.stale_s = kv, router, stale_s
-        self.in_flight: dict[str, int] = {}
-        """Scope -> this router's requests in flight (refreshed in KV by `keep_alive`)."""
+        self.busy: set[str] = set()
+        """Scopes with requests in flight here (refreshed in KV by `keep_alive`)."""
+        self.locks: dict[str, asyncio.Lock] = {}
+        """One change of a scope at a time from this router: compare-and-set then only races
+        other routers, not this one's own requests."""
 
-    async def _get(self, key: str) -> tuple[dict, int | None]:
-        try:
-            entry = await self.kv.get(key)
-        except KeyNotFoundError:
-            return {}, None
-        return (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
-
-    async def _change(self, key: str, change: Callable[[dict], dict | None]) -> dict:
+    async def _change(self, key: str, change: Callable[[dict], dict | None]) -> None:
         """Read, change, write back only if nobody wrote in between; else again. `change`
         returning None writes nothing."""
+        async with self.locks.setdefault(key, asyncio.Lock()):
+            await self._change_now(key, change)
+
+    async def _change_now(self, key: str, change: Callable[[dict], dict | None]) -> None:
         while True:
-            value, revision = await self._get(key)
-            new = change(dict(value))
+            try:
+                entry = await self.kv.get(key)
+                value, revision = (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
+            except KeyNotFoundError:
+                value, revision = {}, None
+            new = change(value)
             if new is None:
-                return value
+                return
             try:
                 if revision is None:
                     await self.kv.create(key, msgspec.json.encode(new))
                 else:
                     await self.kv.update(key, msgspec.json.encode(new), last=revision)
-                return new
+                return
             except KeyWrongLastSequenceError:
                 continue
 
+    def _in_flight(self, value: dict, now: float, delta: int) -> dict:
+        """The in-flight counts with this router's changed by `delta`, stale routers dropped."""
+        mine = max(0, value.get("c", {}).get(self.router, [0, 0])[0] + delta)
+        kept = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
+        return {**kept, self.router: [mine, now]} if mine else kept
+
     async def admit(self, scopes: list[Scope], now: float) -> Verdict:
         """Count this request against every scope with limits, or say which limit refuses it
-        (nothing is counted then). The headers are those of the tightest scope."""
+        (nothing is counted then). The headers are those of every scope, the last winning."""
         headers: dict[str, str] = {}
         admitted: list[Scope] = []
         w = windows(now)
@@ -71,70 +87,70 @@ class Quota:
             sid, name, limits = scope
             if limits == Limits():
                 continue
-            counts = Counts()
-            if limits.tokens_per_day:
-                counts.day_tokens = (await self._get(f"{sid}.d.{w['day'][0]}"))[0].get("tokens", 0)
-            if limits.tokens_per_month:
-                counts.month_tokens = (await self._get(f"{sid}.mo.{w['month'][0]}"))[0].get("tokens", 0)
-            if limits.concurrent:
-                counts.concurrent = self._concurrent((await self._get(f"{sid}.c"))[0], now)
-            verdict: Verdict | None = None
+            verdict = Verdict(ok=True)
 
-            def count(value: dict, limits=limits, counts=counts, name=name) -> dict | None:
+            def count(value: dict, limits=limits, name=name) -> dict | None:
                 nonlocal verdict
-                counts.minute_requests, counts.minute_tokens = value.get("requests", 0), value.get("tokens", 0)
+                minute, day = _window(value, "m", w["minute"][0], 3), _window(value, "d", w["day"][0], 2)
+                month = _window(value, "mo", w["month"][0], 2)
+                counts = Counts(minute_requests=minute[1], minute_tokens=minute[2], day_tokens=day[1],
+                                month_tokens=month[1], concurrent=sum(
+                                    n for r, (n, seen) in value.get("c", {}).items()
+                                    if r == self.router or now - seen < self.stale_s))
                 verdict = judge(name, limits, counts, now)
                 if not verdict.ok:
                     return None
-                return {**value, "requests": counts.minute_requests + 1}
+                minute[1] += 1
+                new = {**value, "m": minute, "d": day, "mo": month}
+                if limits.concurrent:
+                    new["c"] = self._in_flight(value, now, +1)
+                return new
 
-            await self._change(f"{sid}.m.{w['minute'][0]}", count)
+            await self._change(sid, count)
             if not verdict.ok:
-                for earlier in admitted:
-                    await self.release([earlier], now)
+                await self.finish(admitted, 0, now)
                 return verdict
             if limits.concurrent:
-                await self._enter(sid, now)
+                self.busy.add(sid)
             admitted.append(scope)
             headers.update(verdict.headers)
         return Verdict(ok=True, headers=headers)
 
-    def _concurrent(self, value: dict, now: float) -> int:
-        return sum(n for router, (n, seen) in value.items() if now - seen < self.stale_s or router == self.router)
-
-    async def _enter(self, sid: str, now: float, delta: int = 1) -> None:
-        self.in_flight[sid] = max(0, self.in_flight.get(sid, 0) + delta)
-        mine = self.in_flight[sid]
-
-        def put(value: dict) -> dict:
-            value[self.router] = [mine, now]
-            return {r: v for r, v in value.items() if v[0] > 0 and now - v[1] < self.stale_s or r == self.router}
-
-        await self._change(f"{sid}.c", put)
-
-    async def release(self, scopes: list[Scope], now: float) -> None:
-        """A request admitted against these scopes ended: one fewer in flight."""
-        for sid, _, limits in scopes:
-            if limits.concurrent:
-                await self._enter(sid, now, -1)
-
-    async def spend(self, scopes: list[Scope], tokens: int, now: float) -> None:
-        """Add a finished request's tokens to its scopes' minute, day and month."""
-        if tokens <= 0:
-            return
+    async def finish(self, scopes: list[Scope], tokens: int, now: float) -> None:
+        """A request admitted against these scopes ended having used `tokens`: one fewer in
+        flight, its tokens added to the minute, the day and the month."""
         w = windows(now)
         for sid, _, limits in scopes:
-            wanted = [("m", w["minute"][0], limits.tokens_per_minute), ("d", w["day"][0], limits.tokens_per_day),
-                      ("mo", w["month"][0], limits.tokens_per_month)]
-            for kind, window, limit in wanted:
-                if limit:
-                    await self._change(f"{sid}.{kind}.{window}",
-                                       lambda v: {**v, "tokens": v.get("tokens", 0) + tokens})
+            counts_tokens = tokens > 0 and (limits.tokens_per_minute or limits.tokens_per_day
+                                            or limits.tokens_per_month)
+            if not (limits.concurrent or counts_tokens):
+                continue
+
+            def end(value: dict, limits=limits, counts_tokens=counts_tokens) -> dict:
+                new = dict(value)
+                if counts_tokens:
+                    for name, size in (("m", 3), ("d", 2), ("mo", 2)):
+                        window = _window(value, name, w[{"m": "minute", "d": "day", "mo": "month"}[name]][0], size)
+                        window[-1] += tokens
+                        new[name] = window
+                if limits.concurrent:
+                    new["c"] = self._in_flight(value, now, -1)
+                return new
+
+            await self._change(sid, end)
 
     async def keep_alive(self, every_s: float) -> None:
         """Refresh this router's in-flight counts so long requests keep counting."""
         while True:
             await asyncio.sleep(every_s)
-            for sid, n in list(self.in_flight.items()):
-                if n > 0:
-                    await self._enter(sid, time.time(), 0)
+            for sid in list(self.busy):
+                held: list[int] = []
+
+                def touch(value: dict, held=held) -> dict | None:
+                    n = value.get("c", {}).get(self.router, [0, 0])[0]
+                    held.append(n)
+                    return {**value, "c": self._in_flight(value, time.time(), 0)} if n else None
+
+                await self._change(sid, touch)
+                if not held or not held[-1]:
+                    self.busy.discard(sid)

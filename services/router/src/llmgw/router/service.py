@@ -546,12 +546,9 @@ class Router:
     async def _end(self, call: _Call, served_by: str) -> None:
         """A request ended: limits released and spent, affinity learnt, usage and metrics recorded."""
         now = time.time()
-        await self.quota.release(call.scopes, now)
-        tokens = call.prompt + call.completion
-        if tokens:
-            task = asyncio.create_task(self.quota.spend(call.scopes, tokens, now))
-            self.tasks.append(task)
-            task.add_done_callback(self.tasks.remove)
+        task = asyncio.create_task(self.quota.finish(call.scopes, call.prompt + call.completion, now))
+        self.tasks.append(task)  # off the hot path: the answer does not wait for the counters
+        task.add_done_callback(self.tasks.remove)
         if call.replica and call.status == 200 and call.blocks:
             self.balancer.served(call.replica, call.blocks, call.prompt, call.cached)
         name = served_by or call.model.name
