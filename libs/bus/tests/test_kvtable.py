@@ -29,3 +29,20 @@ async def test_the_table_follows_puts_and_deletes_and_leaves_out_what_does_not_d
         await _until(lambda: "a" not in table.items)
     finally:
         table.stop()
+
+
+def test_a_derived_index_is_built_again_only_after_a_change():
+    from llmgw.bus import KvTable
+
+    table = KvTable(kv=None, bucket="b", kind=dict)
+    built = []
+
+    def index(items):
+        built.append(1)
+        return sorted(items)
+
+    table.items["x"] = {}
+    assert table.derived(index) == ["x"] and table.derived(index) == ["x"] and len(built) == 1
+    table.items["a"] = {}
+    table.version += 1  # what the watch does on every change
+    assert table.derived(index) == ["a", "x"] and len(built) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import msgspec
@@ -15,6 +16,7 @@ from llmgw.bus._observe import get_logger
 __all__ = ["KvTable"]
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 class KvTable(Generic[T]):
@@ -32,6 +34,7 @@ class KvTable(Generic[T]):
         self.changed = asyncio.Event()
         """Set on every change after the initial values; whoever waits on it clears it."""
         self._task: asyncio.Task | None = None
+        self._derived: dict[Callable, tuple[int, object]] = {}
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, kind: type[T], history: int = 1) -> KvTable[T]:
@@ -39,6 +42,15 @@ class KvTable(Generic[T]):
         table = cls(await kv_bucket(js, bucket, history), bucket, kind)
         table._task = asyncio.create_task(table._watch())
         return table
+
+    def derived(self, build: Callable[[dict[str, T]], D]) -> D:
+        """`build(items)`, worked out again only when the bucket changed since the last call
+        with the same `build` (an index a reader looks up on every request)."""
+        version, value = self._derived.get(build, (-1, None))
+        if version != self.version:
+            value = build(self.items)
+            self._derived[build] = (self.version, value)
+        return value
 
     def stop(self) -> None:
         """Stop watching."""

@@ -135,7 +135,6 @@ class Router:
         self.told: dict[str, float] = {}
         """Model -> when the router last wrote its demand."""
         self.tasks: list[asyncio.Task] = []
-        self._names: tuple[int, dict[str, str]] = (-1, {})
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -319,14 +318,7 @@ class Router:
 
     def _names_map(self) -> dict[str, str]:
         """Every name a client may ask for (models and their aliases) -> the model."""
-        if self._names[0] != self.catalog.version:
-            names = {}
-            for name, record in self.catalog.items.items():
-                names[name] = name
-                for alias in record.model.aliases:
-                    names.setdefault(alias, name)
-            self._names = (self.catalog.version, names)
-        return self._names[1]
+        return self.catalog.derived(_names)
 
     def _model(self, asked: str) -> Model | None:
         name = self._names_map().get(asked)
@@ -334,14 +326,24 @@ class Router:
         return record.model if record else None
 
     def _candidates(self, model: Model) -> tuple[list[Candidate], dict[str, ReplicaState]]:
+        """The model's ready replicas as the balancer sees them (priority, weight and slots
+        from their profiles), and their states by id."""
+        states = self.replicas.derived(self._ready_by_model).get(model.name, {})
         profiles = {p.name: p for p in model.profiles}
-        states = {r.id: r for r in self.replicas.items.values() if r.model == model.name and r.state == "ready"}
-        out = []
-        for r in states.values():
-            p = profiles.get(r.profile)
-            if p is not None:
-                out.append(Candidate(id=r.id, priority=p.priority, weight=p.weight, slots=p.slots))
+        out = [Candidate(id=r.id, priority=p.priority, weight=p.weight, slots=p.slots)
+               for r in states.values() if (p := profiles.get(r.profile)) is not None]
         return out, states
+
+    def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
+        """Ready replicas by model, worked out once per change of the replicas bucket; what the
+        balancer kept of replicas now gone is dropped then."""
+        out: dict[str, dict[str, ReplicaState]] = {}
+        for r in replicas.values():
+            if r.state == "ready":
+                out.setdefault(r.model, {})[r.id] = r
+        for gone in (set(self.balancer.indexes) | set(self.balancer.recent)) - set(replicas):
+            self.balancer.forget_replica(gone)
+        return out
 
     def _tell_demand(self, model: Model, now: float, force: bool = False) -> None:
         """For on-demand models: tell the scheduler it is wanted (at once when it sleeps)."""
@@ -513,7 +515,10 @@ class Router:
             err = ApiError(502, f"The replica failed mid-answer: {exc}", "server_error", "upstream_failed")
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
         finally:  # also when the client went away: its slot and its concurrency count are freed now
-            resp.close() if not ok else resp.release()
+            if ok:
+                resp.release()  # the connection goes back to the pool
+            else:
+                resp.close()
             self._done(model, call.replica, ok=ok)
             if not ok and call.status == 200:
                 call.status = 499  # the client disconnected
@@ -569,6 +574,15 @@ class Router:
                 completion_tokens=call.completion, latency_s=latency, ttft_s=call.ttft))
         except asyncio.QueueFull:
             self.ctx.log.warning("usage queue full: a request's usage is not recorded", request=call.rid)
+
+
+def _names(catalog: dict[str, CatalogRecord]) -> dict[str, str]:
+    names = {}
+    for name, record in catalog.items():
+        names[name] = name
+        for alias in record.model.aliases:
+            names.setdefault(alias, name)
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
