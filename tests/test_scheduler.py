@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+import httpx
 import msgspec
 import nats.micro
 import pytest
@@ -41,7 +42,7 @@ class Cluster:
     async def kill(self, app):
         for t in getattr(app, "tasks", []):
             t.cancel()
-        for r in getattr(app, "replicas", {}).values():
+        for r in [*getattr(app, "replicas", {}).values(), *getattr(app, "workers", {}).values()]:
             if getattr(r, "task", None):
                 r.task.cancel()
             if getattr(r, "proc", None) and r.proc.returncode is None:
@@ -127,6 +128,35 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     assert entry.model.scaling.min == 2
     both = await until(lambda: _ready(nc, count=2))
     assert running.id in {r.id for r in both}
+
+
+async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_when_its_worker_dies(
+        cluster, nc, tmp_path):
+    await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    agents = {name: await agent(cluster, tmp_path, name, port, rack=rack)
+              for name, port, rack in (("a", 22300, "r1"), ("b", 22400, "r1"), ("c", 22500, "r2"))}
+    profile = Profile(name="rpc", nodes=2, keep_within="rack", startup_timeout_s=60)
+    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
+        name="m", source=SOURCE, context=512, profiles=[profile], scaling=Scaling(min=1, max=1))), ModelEntry)
+    [first] = await until(lambda: _ready(nc))
+    (worker,) = first.workers
+    assert {first.node, worker.node} == {"a", "b"}  # c is alone in its rack
+    assert worker.endpoint.startswith("127.0.0.1:224" if worker.node == "b" else "127.0.0.1:223")
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(f"{first.url}/v1/completions", json={"prompt": "hello", "max_tokens": 4},
+                                 headers={"authorization": f"Bearer {first.api_key}"})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
+    serving = agents[worker.node].workers[first.id]
+    assert any("Accepted client connection" in line for line in serving.tail)  # the engine drives it
+    os.killpg(serving.proc.pid, signal.SIGKILL)
+    [second] = await until(lambda: _ready_other_than(nc, first.id), timeout=90)
+    assert {second.node, second.workers[0].node} == {"a", "b"}
+    assert first.id not in agents[first.node].replicas and first.id not in agents[worker.node].workers
+
+
+async def _ready_other_than(nc, rid):
+    ready = [r for r in await replicas(nc) if r.state == "ready" and r.id != rid]
+    return ready or None
 
 
 async def _true(value):

@@ -6,7 +6,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from llmgw.proto import Model, ModelPut
+from llmgw.proto import Model, ModelPut, Profile, fingerprint
 from llmgw.proto._messages import schema_json
 
 GOLDEN = Path(__file__).parents[1] / "schema" / "llmgw.v1.json"
@@ -35,3 +35,17 @@ def test_a_model_gets_one_cpu_profile_and_scaling_one_by_default():
 def test_an_invalid_message_is_refused_naming_the_field(payload, where):
     with pytest.raises(msgspec.ValidationError, match=re.escape(f"at `{where}`")):
         msgspec.json.decode(payload, type=ModelPut)
+
+
+def test_fields_added_later_leave_running_replicas_fingerprints_as_they_were():
+    """Pinned: these were the fingerprints before `nodes` and `keep_within` existed."""
+    model = Model(name="a", source="x/y.gguf", profiles=[Profile(), Profile(name="g", gpus=2)])
+    assert [fingerprint(model, p) for p in model.profiles] == ["e8ebdaa3cb42e74b", "63c9ae602ccf137a"]
+    spans = msgspec.structs.replace(model.profiles[0], nodes=2)
+    assert fingerprint(model, spans) != "e8ebdaa3cb42e74b"
+
+
+def test_keep_within_must_be_a_label_name():
+    with pytest.raises(msgspec.ValidationError, match=re.escape("at `$.profiles[0].keep_within`")):
+        msgspec.json.decode(b'{"name": "m", "source": "o/r/f.gguf", "profiles": [{"keep_within": "Rack 1"}]}',
+                            type=Model)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port
+from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port, worker_launch
 from llmgw.proto import GpuInfo, Model, Profile
 
 MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
@@ -30,6 +30,26 @@ def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
     assert how.env == {"X": "1", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
+
+
+def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():
+    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(nodes=3), "K", 8, [], host="10.0.0.5",
+                 rpc=["10.0.0.6:20000", "10.0.0.7:20000"], layers=32)
+    pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
+    assert pairs["--host"] == "10.0.0.5" and pairs["--rpc"] == "10.0.0.6:20000,10.0.0.7:20000"
+    assert pairs["-ngl"] == "22"  # 10 of 32 layers stay here, 22 go to the two workers
+    on_cards = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(gpus=2, nodes=2), "K", 8,
+                      [card(0), card(1)], rpc=["10.0.0.6:20000"], layers=32)
+    assert "--tensor-split" not in on_cards.argv  # split over every card, local and remote, by free memory
+    assert on_cards.argv[on_cards.argv.index("-ngl") + 1] == "999"
+
+
+def test_a_worker_serves_its_cards_or_its_cpu_threads_on_the_nodes_address():
+    how = worker_launch("ggml-rpc-server", "10.0.0.6", 20000, Profile(cpu_cores=6), 16, [])
+    assert how.argv == ["ggml-rpc-server", "--host", "10.0.0.6", "--port", "20000", "--threads", "6"]
+    assert "CUDA_VISIBLE_DEVICES" not in how.env
+    cards = worker_launch("ggml-rpc-server", "10.0.0.6", 20000, Profile(gpus=2), 16, [card(2), card(3)])
+    assert cards.env["CUDA_VISIBLE_DEVICES"] == "GPU-2,GPU-3"
 
 
 def test_vllm_gets_tensor_parallel_a_pool_the_context_and_portable_kv_events():

@@ -35,6 +35,14 @@ def test_the_table_shows_counts_what_a_replica_reserves_and_why_replicas_failed(
     assert "half the cores, weights+10%" in rows[2] and rows[2].endswith("1 failed: engine exited with status 1")
 
 
+def test_a_replica_across_nodes_reserves_its_share_on_each():
+    big = Model(name="big", source="o/r/big.gguf", profiles=[Profile(name="rpc", nodes=3, keep_within="rack")])
+    cards = Model(name="huge", source="o/r/h.gguf", profiles=[Profile(name="g", gpus=8, nodes=2)])
+    rows = models_table(ModelList(models=[entry(big), entry(cards)]), ReplicaList(replicas=[])).splitlines()
+    assert "half the cores, weights/3+10% on each of 3 nodes" in rows[1]
+    assert "8xgpu on each of 2 nodes" in rows[2]
+
+
 def test_a_purge_says_what_it_deleted_where_and_what_it_kept():
     report = PurgeReport(
         entry=entry(Model(name="m", source="o/r/m.gguf")),

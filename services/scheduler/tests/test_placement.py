@@ -22,7 +22,7 @@ class Node:
 
     def __init__(self, name: str) -> None:
         self.info = NodeInfo(node=name, hostname=name, cpus=16, memory_total_mb=128 * 1024,
-                             memory_available_mb=128 * 1024, engines={"llamacpp": "1", "vllm": "0.11"})
+                             memory_available_mb=128 * 1024, engines={"llamacpp": "1", "llamacpp-rpc": "1", "vllm": "0.11"})
         self.seen, self.held = NOW, []
 
     def cpus(self, n):
@@ -79,6 +79,8 @@ GPU = Profile(name="gpu", gpus=1, priority=10)
     (Profile(gpus=2), Node("a").cards(2, foreign=40000), "cards: needs 2 free any class cards of"),
     (Profile(host_memory_mb=300_000), Node("a").memory(64), "memory: needs 300000 MiB, 65024 MiB free"),
     (Profile(cpu_cores=32), Node("a").cpus(16), "cores: needs 32 cores, 16 of 16 free"),
+    (Profile(nodes=2), Node("a").engines("llamacpp"), "engine: has no llamacpp RPC worker, which a replica across"),
+    (Profile(nodes=2, keep_within="row"), Node("a").labels(rack="r1"), "keep_within: has no 'row' label"),
 ])
 def test_each_filter_says_why_a_node_cannot_take_the_replica(profile, node, reason):
     where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, 10)
@@ -298,3 +300,56 @@ def test_a_held_model_is_not_placed_again_in_a_loop():
         replicas = [r for r in replicas if r.id not in gone] + [s.replica for s in plan.starts]
     assert (stops, starts) == (1, 1) and [r.model for r in replicas] == ["urgent"]
     assert "batch" in plan.unplaced
+
+
+# -- one replica across several nodes ------------------------------------------------------
+ACROSS = Profile(name="rpc", nodes=3, keep_within="rack")
+
+
+def test_a_replica_across_nodes_takes_a_share_on_each_within_one_rack():
+    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b").memory(512),
+                   Node("b2").labels(rack="b"), Node("b3").labels(rack="b"), Node("x"))
+    need = need_of(ACROSS, 30 * GB)
+    assert need.memory_mb == int(10 * GB * 1.1 / 2**20) + 256  # a third of the weights each
+    where, why = place(need, MODEL, nodes, NOW, 10)
+    assert where.node == "b1"  # the rack with three; the engine on its best node (most room)
+    assert sorted(w.node for w in where.workers) == ["b2", "b3"]
+    assert {w.memory_mb for w in where.workers} == {need.memory_mb}
+    assert why["x"] == "keep_within: has no 'rack' label, and this profile keeps its nodes within one rack"
+
+
+def test_a_replica_across_nodes_says_why_when_no_rack_has_enough():
+    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"),
+                   Node("b2").labels(rack="b").memory(8))
+    where, why = place(need_of(ACROSS, 30 * GB), MODEL, nodes, NOW, 10)
+    assert where is None
+    assert why["*"] == "nodes: needs 3 nodes that fit within one rack (most in one: 2, rack=a); 3 fit"
+    assert why["b2"].startswith("memory: needs")
+    anywhere, _ = place(need_of(Profile(name="rpc", nodes=3), 30 * GB), MODEL, nodes, NOW, 10)
+    assert anywhere.node and len(anywhere.workers) == 2  # without keep_within any three that fit
+
+
+def test_cards_across_nodes_are_chosen_on_every_node():
+    nodes = states(Node("g1").cards(2), Node("g2").cards(2), Node("g3").cards(1))
+    where, _ = place(need_of(Profile(name="g", gpus=2, nodes=2), 200 * GB), MODEL, nodes, NOW, 10)
+    assert {where.node, where.workers[0].node} == {"g1", "g2"}
+    assert len(where.cards) == 2 and len(where.workers[0].gpus) == 2
+
+
+def test_a_replica_across_nodes_holds_room_on_each_and_is_lost_with_any_of_them():
+    model = Model(name="m", source="o/r/m.gguf", context=4096, profiles=[Profile(name="rpc", nodes=2)])
+    nodes = [Node("a"), Node("b"), Node("c")]
+    plan = _run(model, nodes, [])
+    (start,) = plan.starts
+    spanned = {start.replica.node, start.replica.workers[0].node}
+    held = states(*nodes, replicas=[start.replica])
+    (spare,) = {"a", "b", "c"} - spanned
+    assert all(held[n].free_mb == held[spare].free_mb - start.replica.memory_mb for n in spanned)
+    ready = msgspec.structs.replace(start.replica, state="ready")
+    assert _run(model, nodes, [ready]).starts == []
+    worker = start.replica.workers[0].node
+    lost = _run(model, [n.silent_for(45) if n.info.node == worker else n for n in nodes], [ready])
+    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == \
+        [(ready.id, True, f"node '{worker}' lost: no heartbeat for 45s")]
+    (again,) = lost.starts
+    assert worker not in {again.replica.node, *(w.node for w in again.replica.workers)}

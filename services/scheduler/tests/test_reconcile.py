@@ -8,8 +8,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
-from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.core import NodeView, backoff_s, lost, reconcile, status, wanted
+from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, Worker, fingerprint
+from llmgw.scheduler.core import NodeView, backoff_s, lost, lost_workers, reconcile, status, wanted
 from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
@@ -21,9 +21,9 @@ def node(name, available_mb, seen=NOW):
     return NodeView(info=info, last_seen=seen)
 
 
-def model(name="m", replicas=1, memory=None):
+def model(name="m", replicas=1, memory=None, nodes=1):
     return Model(name=name, source=f"o/r/{name}.gguf", scaling=Scaling(min=replicas, max=replicas),
-                 profiles=[Profile(host_memory_mb=memory)])
+                 profiles=[Profile(host_memory_mb=memory, nodes=nodes)])
 
 
 CURRENT = "current"
@@ -100,11 +100,13 @@ def test_backoff_doubles_and_is_capped():
     assert [backoff_s(n) for n in (1, 2, 3)] == [5, 10, 20] and backoff_s(50) == 300
 
 
-@given(st.integers(0, 6), st.lists(st.integers(0, 20_000), min_size=1, max_size=5), st.integers(0, 4))
-def test_reconcile_never_overcommits_a_node_nor_runs_more_than_asked(want, memories, running):
-    nodes = [node(f"n{i}", m) for i, m in enumerate(memories)]
+@given(st.integers(0, 6), st.lists(st.integers(0, 20_000), min_size=1, max_size=5), st.integers(0, 4),
+       st.integers(1, 3))
+def test_reconcile_never_overcommits_a_node_nor_runs_more_than_asked(want, memories, running, spans):
+    for n in (nodes := [node(f"n{i}", m) for i, m in enumerate(memories)]):
+        n.info.engines = {"llamacpp": "1", "llamacpp-rpc": "1"}
     live = [replica(f"x{i}", node="n0", memory=100) for i in range(running)]
-    plan = run([model(replicas=want, memory=1500)], nodes, live)
+    plan = run([model(replicas=want, memory=1500, nodes=spans)], nodes, live)
     if running >= want:
         assert plan.starts == [] and len(plan.stops) == running - want
     else:
@@ -112,13 +114,23 @@ def test_reconcile_never_overcommits_a_node_nor_runs_more_than_asked(want, memor
         assert len(plan.starts) == want - running or "m" in plan.unplaced
     for n in nodes:
         placed = sum(s.replica.memory_mb for s in plan.starts if s.replica.node == n.info.node)
+        placed += sum(w.memory_mb for s in plan.starts for w in s.replica.workers if w.node == n.info.node)
         assert placed <= max(0, n.info.memory_available_mb - 512)
+    for s in plan.starts:  # a replica across nodes takes that many distinct nodes
+        assert len({s.replica.node, *(w.node for w in s.replica.workers)}) == spans
 
 
 def test_a_replica_its_agent_no_longer_reports_is_lost_but_one_not_yet_delivered_is_not():
     recorded = [replica("ran", state="ready"), replica("new", state="pending"), replica("here", state="starting"),
                 replica("other", node="b")]
     assert [r.id for r in lost("a", {"here"}, recorded)] == ["ran"]
+
+
+def test_a_replica_whose_worker_its_node_no_longer_reports_is_broken():
+    spanning = [msgspec.structs.replace(replica(rid, state=state), workers=[Worker(node="b", endpoint="b:1")])
+                for rid, state in (("ran", "ready"), ("new", "pending"), ("here", "starting"))]
+    assert [r.id for r in lost_workers("b", {"here"}, spanning)] == ["ran"]
+    assert lost_workers("a", set(), spanning) == []  # its engine's node: that is lost()'s
 
 
 def simulate(m, total_mb, replicas, ticks=40):

@@ -51,6 +51,8 @@ from llmgw.proto._messages import (
     WeightsCollect,
     WeightsDelete,
     WeightsDeleted,
+    Worker,
+    WorkerStart,
     all_messages,
 )
 from llmgw.proto._strict import StrictError, convert_strict
@@ -106,6 +108,8 @@ __all__ = [
     "WeightsCollect",
     "WeightsDelete",
     "WeightsDeleted",
+    "Worker",
+    "WorkerStart",
     "all_messages",
     "convert_strict",
     "fingerprint",

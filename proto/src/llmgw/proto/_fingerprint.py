@@ -17,5 +17,13 @@ def fingerprint(model: Model, profile: Profile) -> str:
     Counts, router weight, priority and the startup timeout are left out: changing them never
     restarts a running replica. So is the longest answer, which the router applies at once.
     """
-    kept = msgspec.structs.replace(profile, replicas=None, weight=1, priority=0, startup_timeout_s=1)
+    kept = msgspec.to_builtins(msgspec.structs.replace(profile, replicas=None, weight=1, priority=0, startup_timeout_s=1))
+    for name, default in _ADDED.items():
+        if kept.get(name) == default:
+            del kept[name]
     return hashlib.sha256(msgspec.json.encode([model.source, model.context, model.generation, kept])).hexdigest()[:16]
+
+
+_ADDED = {"nodes": 1, "keep_within": ""}
+"""Profile fields added after replicas were first fingerprinted: left out at their defaults, so
+an upgrade does not make every running replica stale."""

@@ -133,6 +133,14 @@ class Profile(Struct, kw_only=True):
     """Replicas that run on this profile; None: the model's scaling decides where."""
     tensor_parallel: Positive = 1
     """Cards one replica's layers are split across (must divide gpus)."""
+    nodes: Positive = 1
+    """Nodes one replica spans (llama.cpp: the engine on the first, an RPC worker on each other,
+    the layers split between them); each node gives `gpus` cards, or on the CPU its share of
+    the memory. For a model no one node can hold."""
+    keep_within: Annotated[str, Meta(pattern=r"^([a-z][a-z0-9_.-]*)?$")] = ""
+    """A label (rack, row, room, site) that all of a multi-node replica's nodes share the value
+    of: for a fabric whose links do not reach across racks. Nodes without it are passed over.
+    Empty: no constraint."""
     gpu_class: str = ""
     """Card class it needs ("h100-80g"); empty: any card with the memory."""
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -390,6 +398,20 @@ class NodeInfo(Struct, kw_only=True):
     labels: dict[str, str] = field(default_factory=dict)
 
 
+class Worker(Struct, kw_only=True):
+    """One more node a multi-node replica spans: a worker there holds part of the layers and
+    the engine on the replica's own node drives it."""
+
+    node: Name
+    memory_mb: NonNegative = 0
+    """Host memory claimed on that node."""
+    cores: NonNegative = 0
+    gpus: list[str] = field(default_factory=list)
+    """UUIDs of the cards it holds there."""
+    endpoint: str = ""
+    """host:port the worker listens on, once its agent started it."""
+
+
 class ReplicaState(Struct, kw_only=True):
     """Where a replica is and how it is doing."""
 
@@ -408,6 +430,8 @@ class ReplicaState(Struct, kw_only=True):
     """CPU cores it reserves (its profile's), 0: none reserved."""
     gpus: list[str] = field(default_factory=list)
     """UUIDs of the cards it holds, chosen by the scheduler."""
+    workers: list[Worker] = field(default_factory=list)
+    """The other nodes of a multi-node replica (its profile's `nodes` less this one)."""
     failures: NonNegative = 0
     """Failed starts of this model before this replica."""
     fingerprint: str = ""
@@ -470,10 +494,21 @@ class Heartbeat(Struct, kw_only=True):
     """Unix time it was sent."""
     weights: list[str] = field(default_factory=list)
     """Sources whose weights this node holds in its cache (placement prefers them)."""
+    workers: list[str] = field(default_factory=list)
+    """Replicas whose workers run here (parts of multi-node replicas led from other nodes)."""
 
 
 class ReplicaStart(Struct, kw_only=True):
     """The scheduler's word to an agent: run this replica."""
+
+    replica: ReplicaState
+    model: Model
+    profile: Profile
+
+
+class WorkerStart(Struct, kw_only=True):
+    """The scheduler's word to an agent: run this node's worker of a multi-node replica, and
+    answer with where it listens once it does."""
 
     replica: ReplicaState
     model: Model
@@ -638,7 +673,7 @@ def all_messages() -> list[type[Struct]]:
     return [
         Empty, ScheduleWindow, Scaling, Profile, Model, CatalogRecord, ModelEntry, ModelPut, ModelRef, ModelPurge, FilePlace,
         PurgeReport, WeightsCollect, WeightsDelete, WeightsDeleted, ChangeSpec, ModelChange, ModelList, CpuCalibration, GpuInfo, Filesystem, NodeInfo, NodeList, ModelStatus, ModelStatusList, Demand, Limits, Project, KeyList, KeyRef, UsageRecord, UsageQuery, UsageRow, UsageReport,
-        ReplicaState, Heartbeat, ReplicaStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
+        ReplicaState, Heartbeat, ReplicaStart, WorkerStart, ReplicaStop, ReplicaList, FileRef, FileInfo,
         FileList, KeyCreate, KeyCreated, KeyRecord,
     ]
 

@@ -70,6 +70,16 @@ class Subjects:
         return f"{_P}.agent.{node}.replica.start"
 
     @staticmethod
+    def agent_worker_start(node: str) -> str:
+        """Asks the agent of `node` to start its worker of a multi-node replica."""
+        return f"{_P}.agent.{node}.worker.start"
+
+    @staticmethod
+    def agent_worker_stop(node: str) -> str:
+        """Asks the agent of `node` to stop its worker of a multi-node replica."""
+        return f"{_P}.agent.{node}.worker.stop"
+
+    @staticmethod
     def agent_replica_stop(node: str) -> str:
         """Asks the agent of `node` to stop a replica."""
         return f"{_P}.agent.{node}.replica.stop"

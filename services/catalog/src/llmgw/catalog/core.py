@@ -52,6 +52,13 @@ def check_model(model: Model) -> None:
                 f"model '{model.name}' profile '{p.name}': tensor_parallel {p.tensor_parallel} does not divide its "
                 f"{p.gpus} GPUs; use a divisor of {p.gpus}"
             )
+    for p in model.profiles:
+        where = f"model '{model.name}' profile '{p.name}'"
+        if p.nodes > 1 and p.engine != "llamacpp":
+            raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
+        if p.keep_within and p.nodes == 1:
+            raise BadRequest(f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
+                             "set nodes above 1 or drop keep_within")
     if model.name in model.aliases:
         raise BadRequest(f"model '{model.name}': an alias cannot be the model's own name")
     if model.name in model.fallbacks:

@@ -244,12 +244,14 @@ def _model_file(path: Path) -> Model:
 
 
 def _reserves(profile: Profile) -> str:
-    """What one replica of `profile` holds: cards, or cores and host memory."""
+    """What one replica of `profile` holds: cards, or cores and host memory (on each of its nodes)."""
+    across = f" on each of {profile.nodes} nodes" if profile.nodes > 1 else ""
     if profile.gpus:
-        return f"{profile.gpus}x{profile.gpu_class or 'gpu'}"
+        return f"{profile.gpus}x{profile.gpu_class or 'gpu'}{across}"
     cores = f"{profile.cpu_cores} cores" if profile.cpu_cores else "half the cores"
-    memory = f"{profile.host_memory_mb / 1024:.1f} GiB" if profile.host_memory_mb else "weights+10%"
-    return f"{cores}, {memory}"
+    share = f"weights/{profile.nodes}" if profile.nodes > 1 else "weights"
+    memory = f"{profile.host_memory_mb / 1024:.1f} GiB" if profile.host_memory_mb else f"{share}+10%"
+    return f"{cores}, {memory}{across}"
 
 
 def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> str:

@@ -13,9 +13,20 @@ from collections.abc import Iterator
 import msgspec
 
 from llmgw.proto import Model, ModelStatus, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.placement import LIVE, NodeState, Placement, Weights, claim, need_of, node_states, place, release
+from llmgw.scheduler.placement import (
+    LIVE,
+    NodeState,
+    Placement,
+    Weights,
+    claim,
+    need_of,
+    node_states,
+    place,
+    release,
+    spans,
+)
 
-__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "reconcile", "status", "wanted"]
+__all__ = ["NodeView", "Plan", "Start", "Stop", "backoff_s", "lost", "lost_workers", "reconcile", "status", "wanted"]
 
 
 class NodeView(msgspec.Struct, kw_only=True):
@@ -76,7 +87,7 @@ def _preempt(need, model: Model, models: dict[str, Model], states: dict[str, Nod
     victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
     for victim in victims:
         trial = msgspec.structs.replace(states[victim.node], replicas=list(states[victim.node].replicas))
-        release(trial, victim)
+        release({victim.node: trial}, victim)
         where, _ = place(need, model, {victim.node: trial}, now, stale_s, scoring)
         if where:
             return where, victim
@@ -138,6 +149,16 @@ def lost(node: str, reported: set[str], recorded: list[ReplicaState]) -> list[Re
     A pending replica may not have reached the agent yet, so only those it acknowledged count.
     """
     return [r for r in recorded if r.node == node and r.state in LIVE and r.state != "pending" and r.id not in reported]
+
+
+def lost_workers(node: str, reported: set[str], recorded: list[ReplicaState]) -> list[ReplicaState]:
+    """Live replicas with a worker on `node` that its agent no longer reports: the worker exited
+    (or its agent restarted), so the engine that drives it cannot go on.
+
+    Workers start before their engine, so a replica its engine's agent took on has its workers.
+    """
+    return [r for r in recorded if r.state in LIVE and r.state != "pending" and r.id not in reported
+            and any(w.node == node for w in r.workers)]
 
 
 def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[ReplicaState],
@@ -209,12 +230,14 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
     plan = Plan()
     gone = []
     for r in replicas:
-        view = nodes.get(r.node)
-        silent = now - view.last_seen if view else now - known_since
-        if r.state in LIVE and silent > lost_s:
+        if r.state not in LIVE:
+            continue
+        silent = {n: now - nodes[n].last_seen if n in nodes else now - known_since for n in spans(r)}
+        worst = max(silent, key=lambda n: silent[n])
+        if silent[worst] > lost_s:  # a replica across nodes is lost with any of them
             gone.append(r.id)
-            plan.stops.append(Stop(replica=r, reason=f"node '{r.node}' lost: no heartbeat for {silent:.0f}s",
-                                   reachable=False))
+            plan.stops.append(Stop(replica=r, reason=f"node '{worst}' lost: no heartbeat for {silent[worst]:.0f}s",
+                                   reachable=silent[r.node] <= lost_s))
     replicas = [r for r in replicas if r.id not in gone]
     by_model: dict[str, list[ReplicaState]] = {}
     for r in replicas:
@@ -226,8 +249,8 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
     # One view of every node's free room for the whole pass, kept as replicas stop and start.
     states = node_states({n: (v.info, v.last_seen, v.weights) for n, v in nodes.items()}, replicas, reserve_mb)
     for stop in plan.stops:
-        if stop.replica.node in states and stop.replica.state in LIVE:
-            release(states[stop.replica.node], stop.replica)
+        if stop.replica.state in LIVE:
+            release(states, stop.replica)
     scan = 0  # where the next limited scan of the fleet begins
     # Higher classes first, so a critical model takes room before a batch one asks for it.
     for name, model in sorted(models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
@@ -243,8 +266,7 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         stops = _surplus(model, want, stale, fresh, counts)
         plan.stops.extend(stops)
         for stop in stops:
-            if stop.replica.node in states:
-                release(states[stop.replica.node], stop.replica)
+            release(states, stop.replica)
         running = len(live) - len(stops)
         missing = want - running
         if stale and want and not any(r.state != "ready" for r in fresh) and len(fresh) < want <= running:
@@ -275,15 +297,16 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
                     taken = _preempt(need, model, models, states, now, stale_s, scoring)
                     if taken:
                         where, victim = taken
-                        release(states[victim.node], victim)
+                        release(states, victim)
                         gave = f"gave room to {model.capacity_class} model '{name}'"
                         plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
                         plan.held[victim.model] = gave
                 if where:
                     replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
                                            memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,
-                                           failures=failures, fingerprint=current[profile.name], updated=now)
-                    claim(states[where.node], replica)
+                                           workers=where.workers, failures=failures,
+                                           fingerprint=current[profile.name], updated=now)
+                    claim(states, replica)
                     kept.append(replica)
                     plan.starts.append(Start(replica=replica, model=model, profile=profile))
                     started += 1

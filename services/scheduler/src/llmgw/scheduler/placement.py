@@ -5,6 +5,9 @@ A replica's need is its profile's: host memory and cores on the CPU, or a number
 of a class with enough memory each. Capacity is what is free now: memory the node reports as
 available less what replicas still starting here have claimed, and cards no replica holds and
 no foreign process fills.
+
+A profile across several nodes needs that many nodes that each fit its share (the weights split
+between them), within one rack (row, site) where it says so: the nodes scored best together.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from llmgw.modelplan import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
-from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState
+from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
     "FILTERS",
@@ -30,6 +33,7 @@ __all__ = [
     "node_states",
     "place",
     "release",
+    "spans",
 ]
 
 LIVE = ("pending", "fetching", "starting", "ready")
@@ -61,16 +65,19 @@ class NodeState(msgspec.Struct, kw_only=True):
     weights: list[str] = msgspec.field(default_factory=list)
     free_mb: int = 0
     free_cards: list[GpuInfo] = msgspec.field(default_factory=list)
+    cores_held: int = 0
+    """Cores the live replicas here reserve."""
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
-    """Live replicas placed here (every model)."""
+    """Live replicas placed here, or with a worker here (every model)."""
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a replica goes: the node and the cards it holds there."""
+    """Where a replica goes: the node and the cards it holds there (and, across nodes, its workers)."""
 
     node: str
     cards: list[str] = msgspec.field(default_factory=list)
     scores: dict[str, float] = msgspec.field(default_factory=dict)
+    workers: list[Worker] = msgspec.field(default_factory=list)
 
 
 class Weights(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,17 +93,20 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def need_of(profile: Profile, weights_bytes: int) -> Need:
-    """What one replica of `profile` takes for a file of `weights_bytes`.
+    """What one replica of `profile` takes on each of its nodes for a file of `weights_bytes`.
 
     On the CPU: the profile's host memory, else the weights plus 10% and 256 MiB. On cards: the
     weights split over them plus 10% and a headroom each.
+    Across nodes, each node's share is the weights split evenly between them; the profile's
+    host memory, where it gives one, is each node's.
     """
+    share = weights_bytes // profile.nodes
     if profile.gpus:
-        per_card = int(weights_bytes * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB
+        per_card = int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB
         return Need(profile=profile, memory_mb=profile.host_memory_mb or 0, cards=profile.gpus, card_mb=per_card,
-                    read_bytes=weights_bytes)
-    memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(weights_bytes * 1.1 / 2**20) + 256
-    return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=weights_bytes)
+                    read_bytes=share)
+    memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(share * 1.1 / 2**20) + 256
+    return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share)
 
 
 def node_states(nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: list[ReplicaState],
@@ -109,29 +119,54 @@ def node_states(nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: l
                               free_mb=info.memory_available_mb - reserve_mb,
                               free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB])
     for r in replicas:
-        if r.state in LIVE and r.node in out:
-            claim(out[r.node], r)
+        if r.state in LIVE:
+            claim(out, r)
     return out
 
 
-def claim(n: NodeState, r: ReplicaState) -> None:
-    """Count a live replica on its node: its cores and cards, and its memory while it starts
-    (a ready engine's memory is already out of what the node reports available)."""
-    n.replicas.append(r)
-    if r.state in STARTING:
-        n.free_mb -= r.memory_mb
-    if r.gpus:
-        n.free_cards = [g for g in n.free_cards if g.uuid not in r.gpus]
+def spans(r: ReplicaState) -> list[str]:
+    """The nodes a replica takes room on: its own, then its workers'."""
+    return [r.node, *(w.node for w in r.workers)]
 
 
-def release(n: NodeState, r: ReplicaState) -> None:
-    """Give back what a replica being stopped holds: a ready one's memory returns when its
-    engine stops, a starting one's claim at once; either way it is free for this plan."""
-    n.replicas = [x for x in n.replicas if x.id != r.id]
-    n.free_mb += r.memory_mb
-    if r.gpus:
-        back = {g.uuid for g in n.free_cards} | set(r.gpus)
-        n.free_cards = [g for g in n.info.gpus if g.uuid in back]
+def _piece(r: ReplicaState, node: str) -> Worker:
+    """What `r` holds on `node`."""
+    if node == r.node:
+        return Worker(node=node, memory_mb=r.memory_mb, cores=r.cores, gpus=r.gpus)
+    return next(w for w in r.workers if w.node == node)
+
+
+def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
+    """Count a live replica on each of its nodes: its cores and cards, and its memory while it
+    starts (a ready engine's memory is already out of what the node reports available)."""
+    for name in spans(r):
+        n = nodes.get(name)
+        if n is None:
+            continue
+        piece = _piece(r, name)
+        n.replicas.append(r)
+        n.cores_held += piece.cores
+        if r.state in STARTING:
+            n.free_mb -= piece.memory_mb
+        if piece.gpus:
+            n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
+
+
+def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
+    """Give back what a replica being stopped holds on each of its nodes: a ready one's memory
+    returns when its engine stops, a starting one's claim at once; either way it is free for
+    this plan."""
+    for name in spans(r):
+        n = nodes.get(name)
+        if n is None:
+            continue
+        piece = _piece(r, name)
+        n.replicas = [x for x in n.replicas if x.id != r.id]
+        n.free_mb += piece.memory_mb
+        n.cores_held -= piece.cores
+        if piece.gpus:
+            back = {g.uuid for g in n.free_cards} | set(piece.gpus)
+            n.free_cards = [g for g in n.info.gpus if g.uuid in back]
 
 
 # -- filters: None if the node can take it, else why not -------------------------------------
@@ -151,6 +186,8 @@ def _labels(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     if n.info.engines and need.profile.engine not in n.info.engines:
         return f"has no {need.profile.engine} (has {', '.join(sorted(n.info.engines))})"
+    if need.profile.nodes > 1 and n.info.engines and f"{need.profile.engine}-rpc" not in n.info.engines:
+        return f"has no {need.profile.engine} RPC worker, which a replica across nodes needs (-DGGML_RPC=ON)"
     return None
 
 
@@ -178,16 +215,22 @@ def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 
 def _cores(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
-    cores = need.profile.cpu_cores
-    held = sum(r.cores for r in n.replicas)
-    if cores and cores > n.info.cpus - held:
-        return f"needs {cores} cores, {max(n.info.cpus - held, 0)} of {n.info.cpus} free"
+    cores, free = need.profile.cpu_cores, n.info.cpus - n.cores_held
+    if cores and cores > free:
+        return f"needs {cores} cores, {max(free, 0)} of {n.info.cpus} free"
+    return None
+
+
+def _keep_within(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+    label = need.profile.keep_within
+    if label and label not in n.info.labels:
+        return f"has no '{label}' label, and this profile keeps its nodes within one {label}"
     return None
 
 
 FILTERS: list[tuple[str, Filter]] = [
     ("ready", _ready), ("labels", _labels), ("engine", _engine), ("cards", _cards), ("memory", _memory),
-    ("cores", _cores),
+    ("cores", _cores), ("keep_within", _keep_within),
 ]
 """The filter chain, in order; the first that refuses a node gives its reason."""
 
@@ -277,16 +320,10 @@ def _normalise(raw: list[float]) -> list[float]:
     return [(v - lo) * scale for v in raw]
 
 
-def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
-          w: Weights = Weights(), peers: list[ReplicaState] | None = None, limit: int = 0,
-          start: int = 0) -> tuple[Placement | None, dict[str, str]]:
-    """The best node for one replica, or None; and why each refused node refused (filter: reason).
-
-    `peers` are the model's live replicas (for the domain spread; default: found on `nodes`).
-    With a `limit`, the scan stops at that many nodes that fit, starting at the `start`-th node
-    and wrapping (Kubernetes' percentage of nodes to score): a big fleet is not scored whole for
-    every replica, and successive placements look at different nodes.
-    """
+def _fits(need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, limit: int,
+          start: int) -> tuple[list[str], dict[str, str]]:
+    """The nodes that pass every filter (at most `limit`, scanning from the `start`-th and
+    wrapping), and why each refused node refused (filter: reason)."""
     reasons: dict[str, str] = {}
     fit = []
     names = list(nodes)
@@ -303,8 +340,12 @@ def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, sta
             fit.append(name)
             if limit and len(fit) >= limit:
                 break
-    if not fit:
-        return None, reasons
+    return fit, reasons
+
+
+def _scores(need: Need, model: Model, nodes: dict[str, NodeState], fit: list[str], w: Weights,
+            peers: list[ReplicaState] | None) -> tuple[list[float], dict[str, list[float]]]:
+    """Each fitting node's weighted total and each scorer's normalised part."""
     if peers is None:
         peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
     domains: dict[str, int] = {}
@@ -318,7 +359,61 @@ def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, sta
         if weight(w):
             parts[label] = normalised = _normalise([scorer(need, n, model, w, domains) for n in candidates])
             total = [t + weight(w) * s for t, s in zip(total, normalised, strict=True)]
+    return total, parts
+
+
+def _cards_for(need: Need, n: NodeState) -> list[str]:
+    return [g.uuid for g in _best_class(_fitting_cards(need, n), need.cards) or []] if need.cards else []
+
+
+def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
+          w: Weights = Weights(), peers: list[ReplicaState] | None = None, limit: int = 0,
+          start: int = 0) -> tuple[Placement | None, dict[str, str]]:
+    """The best node for one replica (the best nodes, for a profile across several), or None;
+    and why each refused node refused (filter: reason).
+
+    `peers` are the model's live replicas (for the domain spread; default: found on `nodes`).
+    With a `limit`, the scan stops at that many nodes that fit, starting at the `start`-th node
+    and wrapping (Kubernetes' percentage of nodes to score): a big fleet is not scored whole for
+    every replica, and successive placements look at different nodes.
+    """
+    if need.profile.nodes > 1:
+        return _place_across(need, model, nodes, now, stale_s, w, peers)
+    fit, reasons = _fits(need, nodes, now, stale_s, limit, start)
+    if not fit:
+        return None, reasons
+    total, parts = _scores(need, model, nodes, fit, w, peers)
     i = max(range(len(fit)), key=lambda i: (total[i], fit[i]))
     best = fit[i]
-    cards = [g.uuid for g in _best_class(_fitting_cards(need, nodes[best]), need.cards) or []] if need.cards else []
-    return Placement(node=best, cards=cards, scores={k: round(v[i], 1) for k, v in parts.items()}), reasons
+    return Placement(node=best, cards=_cards_for(need, nodes[best]),
+                     scores={k: round(v[i], 1) for k, v in parts.items()}), reasons
+
+
+def _place_across(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
+                  w: Weights, peers: list[ReplicaState] | None) -> tuple[Placement | None, dict[str, str]]:
+    """`need.profile.nodes` nodes that each fit a share, within one value of its `keep_within`
+    label if it has one: in the group whose best nodes score highest together, those nodes. The
+    engine runs on the best of them, workers on the rest. Every fitting node is scored."""
+    count, label = need.profile.nodes, need.profile.keep_within
+    fit, reasons = _fits(need, nodes, now, stale_s, 0, 0)
+    total, parts = _scores(need, model, nodes, fit, w, peers) if fit else ([], {})
+    score = dict(zip(fit, total, strict=True))
+    groups: dict[str, list[str]] = {}
+    for name in fit:
+        groups.setdefault(nodes[name].info.labels[label] if label else "", []).append(name)
+    best: list[str] = []
+    for members in groups.values():
+        members.sort(key=lambda n: (-score[n], n))
+        if len(members) >= count and (not best or sum(score[n] for n in members[:count]) > sum(score[n] for n in best)):
+            best = members[:count]
+    if not best:
+        most = max(groups.items(), key=lambda kv: len(kv[1]), default=("", []))
+        where = f" within one {label} (most in one: {len(most[1])}, {label}={most[0]})" if label and fit else ""
+        reasons["*"] = f"nodes: needs {count} nodes that fit{where}; {len(fit)} fit"
+        return None, reasons
+    head = best[0]
+    i = fit.index(head)
+    workers = [Worker(node=n, memory_mb=need.memory_mb, cores=need.profile.cpu_cores or 0,
+                      gpus=_cards_for(need, nodes[n])) for n in best[1:]]
+    return Placement(node=head, cards=_cards_for(need, nodes[head]), workers=workers,
+                     scores={k: round(v[i], 1) for k, v in parts.items()}), reasons

@@ -29,8 +29,10 @@ from llmgw.proto import (
     ReplicaState,
     ReplicaStop,
     Subjects,
+    Worker,
+    WorkerStart,
 )
-from llmgw.scheduler.core import NodeView, Plan, Stop, lost, reconcile, status
+from llmgw.scheduler.core import NodeView, Plan, Start, Stop, lost, lost_workers, reconcile, status
 
 __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
@@ -202,6 +204,14 @@ class Scheduler:
             self.replicas.pop(gone.id, None)
             await self.kv.delete(gone.id)
             self.ctx.log.warning("replica lost: its agent no longer runs it", replica=gone.id, model=gone.model, node=gone.node)
+        node = beat.info.node
+        for rid in set(beat.workers) - set(self.replicas) - set(self.draining):
+            self.ctx.log.warning("stopping a worker no longer recorded", replica=rid, node=node)
+            await self._ask(Subjects.agent_worker_stop(node), ReplicaStop(id=rid, reason="its replica is gone"), Empty)
+        for broken in lost_workers(node, set(beat.workers), list(self.replicas.values())):
+            why = f"its worker on node '{node}' is gone"
+            await self._record(msgspec.structs.replace(broken, state="failed", updated=time.time(), error=why))
+            await self._ask(Subjects.agent_replica_stop(broken.node), ReplicaStop(id=broken.id, reason=why), ReplicaState)
 
     async def _on_replica_event(self, msg) -> None:
         try:
@@ -213,12 +223,13 @@ class Scheduler:
         if not self.leader:
             return
         known = self.replicas.get(state.id)
-        if known is None or state.state == "stopped":
-            return  # not ours (or gone): the reconcile loop decides
+        if known is None or state.state == "stopped" or known.state == "failed":
+            return  # not ours (or gone, or failed: replaced, never revived): the reconcile loop decides
         if (known.state, known.url, known.error) == (state.state, state.url, state.error):
             return
         state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures,
-                                        fingerprint=known.fingerprint, cores=known.cores, gpus=known.gpus)
+                                        fingerprint=known.fingerprint, cores=known.cores, gpus=known.gpus,
+                                        workers=known.workers)
         self.replicas[state.id] = state
         await self.kv.put(state.id, msgspec.json.encode(state))
         self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
@@ -265,15 +276,22 @@ class Scheduler:
             await self.status_kv.delete(name)
         self.statuses = statuses
 
+    async def _ask(self, subject: str, message, answer: type):
+        """An agent's answer, or None when it could not be had (logged)."""
+        try:
+            return await request(self.ctx.nc, subject, message, answer)
+        except BusError as exc:
+            self.ctx.log.warning("agent did not answer", subject=subject, error=exc.message)
+            return None
+
     async def _stop_after(self, stop: Stop, grace_s: float) -> None:
         r = stop.replica
         await asyncio.sleep(grace_s)
-        try:
-            if stop.reachable:
-                await request(self.ctx.nc, Subjects.agent_replica_stop(r.node), ReplicaStop(id=r.id, reason=stop.reason),
-                              ReplicaState)
-        except BusError as exc:
-            self.ctx.log.warning("stop not delivered", replica=r.id, node=r.node, error=exc.message)
+        asked = ReplicaStop(id=r.id, reason=stop.reason)
+        if stop.reachable:
+            await self._ask(Subjects.agent_replica_stop(r.node), asked, ReplicaState)
+        for w in r.workers:  # after the engine that drives them
+            await self._ask(Subjects.agent_worker_stop(w.node), asked, Empty)
         await self.kv.delete(r.id)
         self.draining.pop(r.id, None)
         self.ctx.log.info("replica stopped", replica=r.id, model=r.model, reason=stop.reason)
@@ -297,15 +315,31 @@ class Scheduler:
             else:
                 await self._stop_after(stop, 0)
         for start in plan.starts:
-            r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
-            self.replicas[r.id] = r
-            await self.kv.put(r.id, msgspec.json.encode(r))
-            self.ctx.log.info("replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb)
-            try:
-                await request(self.ctx.nc, Subjects.agent_replica_start(r.node),
-                              ReplicaStart(replica=r, model=start.model, profile=start.profile), ReplicaState)
-            except BusError as exc:
-                await self._record(msgspec.structs.replace(r, state="failed", error=f"agent refused: {exc.message}", updated=time.time()))
+            await self._start(start)
+
+    async def _start(self, start: Start) -> None:
+        """Record the replica, start its workers (across nodes) and then its engine, which is
+        given where the workers listen."""
+        r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
+        self.replicas[r.id] = r
+        await self.kv.put(r.id, msgspec.json.encode(r))
+        self.ctx.log.info("replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb,
+                          workers=[w.node for w in r.workers])
+        try:
+            workers = []
+            for w in r.workers:
+                asked = WorkerStart(replica=r, model=start.model, profile=start.profile)
+                workers.append(await request(self.ctx.nc, Subjects.agent_worker_start(w.node), asked, Worker,
+                                             timeout=start.profile.startup_timeout_s))
+            if workers:
+                r = msgspec.structs.replace(r, workers=workers)
+                self.replicas[r.id] = r
+                await self.kv.put(r.id, msgspec.json.encode(r))
+            await request(self.ctx.nc, Subjects.agent_replica_start(r.node),
+                          ReplicaStart(replica=r, model=start.model, profile=start.profile), ReplicaState)
+        except BusError as exc:
+            await self._record(msgspec.structs.replace(r, state="failed", error=f"agent refused: {exc.message}",
+                                                       updated=time.time()))
 
 
 def main(argv: list[str] | None = None) -> int:
