@@ -11,9 +11,16 @@ from llmgw.proto import GpuInfo, Model, Profile
 MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
 
 
-def card(i, cls="h100-80g", foreign=0, peers=()):
+def card(i, cls="h100-80g", foreign=0, peers=(), cc="9.0"):
     return GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100", cls=cls, memory_total_mb=81559,
-                   memory_foreign_mb=foreign, nvlink_peers=list(peers))
+                   memory_foreign_mb=foreign, nvlink_peers=list(peers), compute_capability=cc)
+
+
+def test_cards_below_the_profiles_compute_capability_are_not_picked():
+    got = pick_cards(Profile(gpus=1, min_compute="8.9"), [card(0, "a100-80g", cc="8.0"), card(1, cc="9.0")], set())
+    assert [g.uuid for g in got] == ["GPU-1"]
+    with pytest.raises(ValueError, match="needs 1 free cards"):
+        pick_cards(Profile(gpus=1, min_compute="10.0"), [card(0)], set())
 
 
 def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():

@@ -37,9 +37,9 @@ class Node:
         self.info.membw_all_gbs, self.info.membw_one_gbs = every, one
         return self
 
-    def cards(self, n, cls="h100-80g", mb=81559, foreign=0):
+    def cards(self, n, cls="h100-80g", mb=81559, foreign=0, cc="9.0"):
         self.info.gpus = [GpuInfo(index=i, uuid=f"{self.info.node}-gpu{i}", name=cls, cls=cls, memory_total_mb=mb,
-                                  memory_foreign_mb=foreign) for i in range(n)]
+                                  memory_foreign_mb=foreign, compute_capability=cc) for i in range(n)]
         return self
 
     def labels(self, **kv):
@@ -77,6 +77,10 @@ GPU = Profile(name="gpu", gpus=1, priority=10)
     (Profile(engine="vllm", gpus=1), Node("a").engines("llamacpp").cards(1), "engine: has no vllm (has llamacpp)"),
     (Profile(gpus=1, gpu_class="l40s-48g"), Node("a").cards(2), "cards: needs 1 free l40s-48g cards of"),
     (Profile(gpus=2), Node("a").cards(2, foreign=40000), "cards: needs 2 free any class cards of"),
+    (Profile(gpus=1, min_compute="8.9"), Node("a").cards(1, cc="8.0"),
+     "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); its cards: compute capability 8.0, under 8.9"),
+    (Profile(gpus=1, min_card_mb=40000), Node("a").cards(1, "t4-16g", 15360),
+     "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); its cards: 15360 MiB, under 40000"),
     (Profile(host_memory_mb=300_000), Node("a").memory(64), "memory: needs 300000 MiB, 65024 MiB free"),
     (Profile(cpu_cores=32), Node("a").cpus(16), "cores: needs 32 cores, 16 of 16 free"),
     (Profile(nodes=2), Node("a").engines("llamacpp"), "engine: has no llamacpp RPC worker, which a replica across"),
@@ -85,6 +89,14 @@ GPU = Profile(name="gpu", gpus=1, priority=10)
 def test_each_filter_says_why_a_node_cannot_take_the_replica(profile, node, reason):
     where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, 10)
     assert where is None and why["a"].startswith(reason)
+
+
+def test_a_card_need_stands_for_every_class_that_meets_it():
+    nodes = states(Node("t4").cards(1, "t4-16g", 15360, cc="7.5"), Node("l40s").cards(1, "l40s-48g", 46068, cc="8.9"),
+                   Node("a100").cards(1, "a100-80g", 81920, cc="8.0"))
+    fp8 = Profile(gpus=1, min_card_mb=40000, min_compute="8.9")
+    where, why = place(need_of(fp8, 8 * GB), MODEL, nodes, NOW, 10)
+    assert where.node == "l40s" and set(why) == {"t4", "a100"}
 
 
 def test_cards_held_by_replicas_are_not_free():

@@ -54,6 +54,7 @@ from llmgw.proto._messages import (
     Worker,
     WorkerStart,
     all_messages,
+    card_fits,
 )
 from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._subjects import BUCKETS, VERSION, Subjects
@@ -111,6 +112,7 @@ __all__ = [
     "Worker",
     "WorkerStart",
     "all_messages",
+    "card_fits",
     "convert_strict",
     "fingerprint",
 ]

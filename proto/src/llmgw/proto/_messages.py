@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta, Struct, field
 
 __all__ = [
+    "card_fits",
     "CatalogRecord",
     "ChangeSpec",
     "CpuCalibration",
@@ -143,10 +144,31 @@ class Profile(Struct, kw_only=True):
     Empty: no constraint."""
     gpu_class: str = ""
     """Card class it needs ("h100-80g"); empty: any card with the memory."""
+    min_card_mb: NonNegative = 0
+    """Memory every card must have at least, MiB: in place of naming a class, every class that
+    meets it will do, so one catalog entry places sensibly on any site's cards."""
+    min_compute: Annotated[str, Meta(pattern=r"^([0-9]+\.[0-9]+)?$")] = ""
+    """Least compute capability of its cards ("8.9" for FP8 kernels); empty: any."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Labels a node must have."""
     weight: Positive = 1
     """Router weight among replicas of one pool."""
+
+
+def _capability(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".")) if text else ()
+
+
+def card_fits(profile: Profile, card: GpuInfo) -> str | None:
+    """None if `card` is one `profile` may run on (its class, memory and compute capability), else
+    what it lacks."""
+    if profile.gpu_class and card.cls != profile.gpu_class:
+        return f"class {card.cls}, not {profile.gpu_class}"
+    if card.memory_total_mb < profile.min_card_mb:
+        return f"{card.memory_total_mb} MiB, under {profile.min_card_mb}"
+    if profile.min_compute and _capability(card.compute_capability) < _capability(profile.min_compute):
+        return f"compute capability {card.compute_capability or 'unknown'}, under {profile.min_compute}"
+    return None
 
 
 class Model(Struct, kw_only=True):

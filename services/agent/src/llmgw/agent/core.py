@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from llmgw.modelplan import cpu_threads
-from llmgw.proto import GpuInfo, Model, Profile
+from llmgw.proto import GpuInfo, Model, Profile, card_fits
 
 __all__ = ["FOREIGN_LIMIT_MB", "Launch", "launch", "parse_ports", "pick_cards", "pick_port", "worker_launch"]
 
@@ -52,7 +52,7 @@ def pick_cards(profile: Profile, gpus: list[GpuInfo], taken: set[str]) -> list[G
     if profile.gpus == 0:
         return []
     free = [g for g in gpus if g.uuid not in taken and g.memory_foreign_mb < FOREIGN_LIMIT_MB
-            and (not profile.gpu_class or g.cls == profile.gpu_class)]
+            and card_fits(profile, g) is None]
     by_class: dict[str, list[GpuInfo]] = {}
     for g in free:
         by_class.setdefault(g.cls, []).append(g)

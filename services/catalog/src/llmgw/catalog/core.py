@@ -56,6 +56,9 @@ def check_model(model: Model) -> None:
         where = f"model '{model.name}' profile '{p.name}'"
         if p.nodes > 1 and p.engine != "llamacpp":
             raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
+        if (p.min_card_mb or p.min_compute or p.gpu_class) and not p.gpus:
+            raise BadRequest(f"{where}: gpu_class, min_card_mb and min_compute say which cards it needs, and it "
+                             "takes none; set gpus or drop them")
         if p.keep_within and p.nodes == 1:
             raise BadRequest(f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
                              "set nodes above 1 or drop keep_within")
@@ -115,7 +118,8 @@ def _cpu_profile_from(model: Model, memory_mb: int, cores: int | None) -> Profil
         raise BadRequest(f"model '{model.name}' is served by {engines}, not llama.cpp; only llama.cpp runs on CPUs")
     return msgspec.structs.replace(
         source, name="cpu", args=strip_gpu_args(source.args), gpus=0, host_memory_mb=memory_mb, cpu_cores=cores,
-        priority=min(p.priority for p in model.profiles) - 1, replicas=0,
+        priority=min(p.priority for p in model.profiles) - 1, replicas=0, gpu_class="", min_card_mb=0, min_compute="",
+        tensor_parallel=1,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from llmgw.modelplan import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
-from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
+from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker, card_fits
 
 __all__ = [
     "FILTERS",
@@ -193,7 +193,7 @@ def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 def _fitting_cards(need: Need, n: NodeState) -> list[GpuInfo]:
     """Free cards of the profile's class (any, if it names none) with the memory each needs."""
-    return [g for g in n.free_cards if (not need.profile.gpu_class or g.cls == need.profile.gpu_class)
+    return [g for g in n.free_cards if card_fits(need.profile, g) is None
             and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
 
 
@@ -203,8 +203,9 @@ def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     fit = _fitting_cards(need, n)
     if not _enough(fit, need.cards):
         wanted = need.profile.gpu_class or "any class"
+        unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
         return (f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} "
-                f"(of {len(n.info.gpus)})")
+                f"(of {len(n.info.gpus)})" + (f"; its cards: {unfit}" if unfit else ""))
     return None
 
 
