@@ -64,9 +64,10 @@ async def test_a_vllm_stand_in_gets_its_cards_tensor_parallel_and_kv_events(node
     agent, _ = node
     monkeypatch.setenv("VLLM_STANDIN_RECORD", str(tmp_path / "started.json"))
     model = Model(name="big", source=SOURCE, context=8192)
-    await start(nc, "v1", model, Profile(name="gpu", engine="vllm", gpus=2, tensor_parallel=2))
+    await start(nc, "v1", model, Profile(name="gpu", engine="vllm", gpus=2, tensor_parallel=2, kv_events=True))
     ready = await until(agent, "v1", "ready", "failed")
     assert ready.state == "ready", ready.error
+    assert ready.kv_events == f"tcp://127.0.0.1:{int(ready.url.rsplit(':', 1)[1]) + 1}"  # the port after its own
     started = json.loads((tmp_path / "started.json").read_text())
     argv = started["argv"]
     assert argv[0] == "serve" and argv[argv.index("--tensor-parallel-size") + 1] == "2"

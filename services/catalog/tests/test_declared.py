@@ -53,6 +53,8 @@ def test_a_good_file_gives_its_models():
          "tensor_parallel 2 does not divide its 3 GPUs"),
         (b"models:\n  - {name: a, source: o/r/a, profiles: [{name: g, engine: vllm, gpus: 1, nodes: 2}]}\n",
          "only llama.cpp spans nodes here"),
+        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, kv_events: true}]}\n",
+         "kv_events is vLLM's"),
         (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, min_compute: '8.9'}]}\n",
          "say which cards it needs, and it takes none; set gpus"),
         (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, keep_within: rack}]}\n",

@@ -153,6 +153,12 @@ class Profile(Struct, kw_only=True):
     """Labels a node must have."""
     weight: Positive = 1
     """Router weight among replicas of one pool."""
+    kv_events: bool = False
+    """vLLM only: the engine publishes what its prefix cache holds (KV events over ZMQ) and the
+    router sends each request to the replica holding most of its prompt's leading blocks. It
+    costs a round trip per request (the router asks a replica to tokenize the prompt first), and
+    pays where long shared prefixes meet many replicas; it also lets the router refuse a
+    prompt longer than the context before any engine runs it."""
 
 
 def _capability(text: str) -> tuple[int, ...]:
@@ -454,6 +460,8 @@ class ReplicaState(Struct, kw_only=True):
     """UUIDs of the cards it holds, chosen by the scheduler."""
     workers: list[Worker] = field(default_factory=list)
     """The other nodes of a multi-node replica (its profile's `nodes` less this one)."""
+    kv_events: str = ""
+    """Where its engine publishes its KV events (tcp://host:port), with a profile's kv_events."""
     failures: NonNegative = 0
     """Failed starts of this model before this replica."""
     fingerprint: str = ""

@@ -96,7 +96,7 @@ def launch(engine_binary: str, weights: Path, port: int, model: Model, profile: 
                 "--max-num-seqs", str(profile.slots)]
         if kv_events_port:
             env["PYTHONHASHSEED"] = "0"
-            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{kv_events_port}"}
+            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://{host}:{kv_events_port}"}
             argv += ["--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256_cbor",
                      "--kv-events-config", json.dumps(events, separators=(",", ":"))]
         return Launch(argv=[*argv, *profile.args], env=env)

@@ -370,7 +370,7 @@ class Agent:
             path = await self._fetch(req.model.source)
             replica.port = self._pick_port(replica)
             vllm = req.profile.engine == "vllm"
-            events = self._pick_port(replica, replica.port) if vllm else 0  # vLLM's KV events
+            events = self._pick_port(replica, replica.port) if vllm and req.profile.kv_events else 0
             rpc = [w.endpoint for w in req.replica.workers]
             if not all(rpc):
                 raise Internal("a worker of this replica has no endpoint: the scheduler starts workers first")
@@ -378,7 +378,8 @@ class Agent:
             how = launch(binary, path, replica.port, req.model, req.profile, replica.state.api_key,
                          os.cpu_count() or 1, cards, events, host=self.config.address, rpc=rpc,
                          layers=self._layers(path) if rpc else 0)
-            await self._set(replica, state="starting", url=f"http://{self.config.address}:{replica.port}")
+            await self._set(replica, state="starting", url=f"http://{self.config.address}:{replica.port}",
+                            kv_events=f"tcp://{self.config.address}:{events}" if events else "")
             log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in how.argv],
                      cards=replica.cards)
             replica.proc = await asyncio.create_subprocess_exec(

@@ -54,6 +54,9 @@ def check_model(model: Model) -> None:
             )
     for p in model.profiles:
         where = f"model '{model.name}' profile '{p.name}'"
+        if p.kv_events and p.engine != "vllm":
+            raise BadRequest(f"{where}: kv_events is vLLM's (llama.cpp publishes none; the router learns its "
+                             "cache from the cached tokens it reports); drop kv_events or use engine vllm")
         if p.nodes > 1 and p.engine != "llamacpp":
             raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
         if (p.min_card_mb or p.min_compute or p.gpu_class) and not p.gpus:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import OrderedDict
+from collections.abc import Callable
 
 import msgspec
 
@@ -101,9 +102,13 @@ class Balancer:
 
     # -- choosing ---------------------------------------------------------------------------
     def pick(self, replicas: list[Candidate], blocks: list[bytes], now: float,
-             exclude: frozenset[str] | set[str] = frozenset()) -> tuple[Candidate | None, str]:
+             exclude: frozenset[str] | set[str] = frozenset(),
+             held: Callable[[str], int] | None = None) -> tuple[Candidate | None, str]:
         """The replica for a request with these prompt blocks, and why it (for logs and metrics:
-        "affinity", "least-loaded", "only", "saturated"); None when none may take it."""
+        "affinity", "least-loaded", "only", "saturated"); None when none may take it.
+
+        `held`, where given, says how many of the prompt's leading blocks a replica holds (its
+        engine's own word, from KV events) in place of the index's belief."""
         usable = [r for r in replicas if r.id not in exclude and self.ejected.get(r.id, 0.0) <= now]
         if not usable:
             return None, "none"
@@ -114,8 +119,8 @@ class Balancer:
         for pool in ordered:
             free = [r for r in pool if self.outstanding.get(r.id, 0) < r.slots]
             if free:
-                return self._within(pool, free, blocks)
-        return self._within(ordered[0], ordered[0], blocks, saturated=True)
+                return self._within(pool, free, blocks, held)
+        return self._within(ordered[0], ordered[0], blocks, held, saturated=True)
 
     def _load(self, r: Candidate) -> float:
         return self.outstanding.get(r.id, 0) / r.weight
@@ -129,15 +134,14 @@ class Balancer:
         return self.recent.get(r.id, 0.0) / r.weight > self.overload * mean_share + 1
 
     def _within(self, pool: list[Candidate], free: list[Candidate], blocks: list[bytes],
-                saturated: bool = False) -> tuple[Candidate, str]:
-        if blocks:
-            best, held = None, 0
+                held: Callable[[str], int] | None, saturated: bool = False) -> tuple[Candidate, str]:
+        if blocks or held:
+            best, most = None, 0
             for r in pool:
-                index = self.indexes.get(r.id)
-                n = index.match(blocks) if index else 0
-                if n > held:
-                    best, held = r, n
-            if best is not None and held >= self.min_blocks:
+                n = held(r.id) if held else self.held(r.id, blocks)
+                if n > most:
+                    best, most = r, n
+            if best is not None and most >= self.min_blocks:
                 if not self._overloaded(best, pool):
                     return best, "affinity"
         if len(free) == 1:

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 
 import msgspec
 
-from llmgw.proto import Model, UsageRecord, UsageRow
+from llmgw.proto import Model, Profile, UsageRecord, UsageRow
 
-__all__ = ["ApiError", "Checked", "check_request", "key_hash", "rewrite_chunk", "sum_usage", "usage_of"]
+__all__ = ["ApiError", "Checked", "check_context", "check_request", "context_of", "key_hash", "may_exceed",
+           "rewrite_chunk", "sum_usage", "tokenize_request", "usage_of"]
 
 
 class ApiError(Exception):
@@ -122,6 +123,56 @@ def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Chec
     streaming = bool(body.get("stream"))
     return Checked(body=body, streaming=streaming, include_usage=bool((options or {}).get("include_usage")),
                    prompt=prompt, max_tokens=max_tokens)
+
+
+_CHAT_TOKENIZE = ("messages", "add_generation_prompt", "continue_final_message", "chat_template",
+                  "chat_template_kwargs", "tools")
+
+
+def tokenize_request(path: str, body: dict, model: str) -> dict | list[int] | None:
+    """What to ask an engine's /tokenize (vLLM's) so its answer is this request's prompt as the
+    engine will see it; the token ids themselves where the client sent them; None where there
+    is no one prompt (embeddings, a batch of prompts)."""
+    if path == "/v1/chat/completions":
+        return {"model": model, **{k: body[k] for k in _CHAT_TOKENIZE if k in body}}
+    if path != "/v1/completions":
+        return None
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    return {"model": model, "prompt": prompt} if isinstance(prompt, str) else None
+
+
+def context_of(model: Model, profile: Profile) -> int:
+    """Tokens one request may hold on a replica of `profile`: llama-server splits its context
+    between its slots; vLLM gives any one request the whole of it."""
+    return model.context // profile.slots if profile.engine == "llamacpp" else model.context
+
+
+TOKENS_PER_BYTE = 3
+"""The most tokens a byte of text becomes: a byte-fallback vocabulary spells a SentencePiece
+space marker (3 bytes of UTF-8) as 3 tokens; every other tokenizer gives fewer."""
+
+
+def may_exceed(checked: Checked, limit: int) -> bool:
+    """Whether the prompt and the answer it asks for might not fit in `limit` tokens: False only
+    when even the most tokens its text could become, with a chat template's markers (a few
+    tokens a message and its tools) added, fit. Only then is the prompt worth tokenizing."""
+    body = checked.body
+    markers = 64 + 32 * len(body.get("messages") or ()) + len(msgspec.json.encode(body.get("tools") or []))
+    return len(checked.prompt.encode()) * TOKENS_PER_BYTE + markers + (checked.max_tokens or 1) > limit
+
+
+def check_context(prompt_tokens: int, max_tokens: int | None, context: int, model: str, path: str) -> None:
+    """400 where the prompt and the answer it asks for cannot fit in the model's context."""
+    answer = max_tokens or 1
+    if prompt_tokens + answer > context:
+        param = "messages" if path == "/v1/chat/completions" else "prompt"
+        raise ApiError(400, f"The prompt is {prompt_tokens} tokens and asks for up to {answer} more, but model "
+                       f"'{model}' holds {context} tokens in all; shorten the prompt or lower max_tokens.",
+                       "invalid_request_error", "context_length_exceeded", param)
 
 
 def usage_of(answer: dict) -> tuple[int, int, int]:

@@ -9,9 +9,12 @@ import secrets
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 import aiohttp
 import msgspec
+import zmq
+import zmq.asyncio
 from litestar import Litestar, Request, get, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, ValidationException
@@ -32,6 +35,7 @@ from llmgw.proto import (
     KeyRecord,
     KeyRef,
     Model,
+    Profile,
     Project,
     ReplicaState,
     Subjects,
@@ -41,7 +45,20 @@ from llmgw.proto import (
 )
 from llmgw.router.admin import admin_api
 from llmgw.router.balance import Balancer, Candidate, prompt_blocks
-from llmgw.router.core import ApiError, Checked, check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.core import (
+    ApiError,
+    Checked,
+    check_context,
+    check_request,
+    context_of,
+    key_hash,
+    may_exceed,
+    rewrite_chunk,
+    sum_usage,
+    tokenize_request,
+    usage_of,
+)
+from llmgw.router.kvevents import CacheView, decode_batch, token_blocks
 from llmgw.router.quota import Quota, Scope
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -72,6 +89,9 @@ class RouterConfig(BusConfig, kw_only=True):
     """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
     usage_days: int = 90
     """How long the usage stream keeps each request."""
+    tokenize_timeout_s: float = 5.0
+    """How long a replica with KV events has to tokenize a prompt before the router routes
+    without it (by its own prefix index)."""
 
 
 class _Metrics:
@@ -135,6 +155,10 @@ class Router:
         self.told: dict[str, float] = {}
         """Model -> when the router last wrote its demand."""
         self.tasks: list[asyncio.Task] = []
+        self.caches: dict[str, CacheView] = {}
+        """What each replica with KV events holds in its prefix cache, as its events say."""
+        self.listeners: dict[str, asyncio.Task] = {}
+        self.zmq = zmq.asyncio.Context()
 
     async def start(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -155,7 +179,8 @@ class Router:
         await ctx.endpoint("key-revoke", Subjects.ROUTER_KEY_REVOKE, KeyRef, self.revoke_key)
         await ctx.endpoint("project-put", Subjects.ROUTER_PROJECT_PUT, Project, self.put_project)
         await ctx.endpoint("usage-sum", Subjects.ROUTER_USAGE_SUM, UsageQuery, self.sum_usage)
-        self.tasks += [asyncio.create_task(self._publish_usage()), asyncio.create_task(self.quota.keep_alive(20.0))]
+        self.tasks += [asyncio.create_task(self._publish_usage()), asyncio.create_task(self.quota.keep_alive(20.0)),
+                       asyncio.create_task(self._follow_kv_events())]
         self.http = HttpServer(self.app(), self.config.http_host, self.config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
@@ -163,8 +188,9 @@ class Router:
     async def stop(self) -> None:
         if self.http:
             await self.http.stop()
-        for task in self.tasks:
+        for task in [*self.tasks, *self.listeners.values()]:
             task.cancel()
+        self.zmq.destroy(linger=0)
         for table in (self.catalog, self.replicas, self.keys, self.projects):
             if table:
                 table.stop()
@@ -345,6 +371,105 @@ class Router:
             self.balancer.forget_replica(gone)
         return out
 
+    # -- KV events (vLLM): what each replica's prefix cache holds ------------------------------
+    async def _follow_kv_events(self) -> None:
+        """Listen to the KV events of every ready replica that publishes them, from when it is
+        ready until it is gone."""
+        while True:
+            live = {r.id: r.kv_events for r in self.replicas.items.values() if r.state == "ready" and r.kv_events}
+            for rid in set(self.listeners) - set(live):
+                self.listeners.pop(rid).cancel()
+                self.caches.pop(rid, None)
+            for rid, endpoint in live.items():
+                if rid not in self.listeners:
+                    self.caches[rid] = CacheView()
+                    self.listeners[rid] = asyncio.create_task(self._listen(rid, endpoint))
+            await self.replicas.changed.wait()
+            self.replicas.changed.clear()
+
+    async def _listen(self, rid: str, endpoint: str) -> None:
+        """One replica's events into its CacheView (ZMQ reconnects by itself if the engine restarts)."""
+        sock = self.zmq.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(endpoint)
+        self.ctx.log.info("following KV events", replica=rid, endpoint=endpoint)
+        try:
+            while True:
+                frames = await sock.recv_multipart()
+                try:
+                    if len(frames) != 3:
+                        raise msgspec.DecodeError(f"{len(frames)} frames, not 3 (topic, sequence, batch)")
+                    _, events = decode_batch(frames[2])
+                except msgspec.DecodeError as exc:
+                    self.ctx.log.warning("KV event batch not understood, skipped", replica=rid, error=str(exc))
+                    continue
+                self.caches[rid].apply(int.from_bytes(frames[1], "big"), events)
+        finally:
+            sock.close(linger=0)
+
+    async def _engine_post(self, replica: ReplicaState, path: str, body: dict) -> dict:
+        async with self.client.post(replica.url + path, data=msgspec.json.encode(body), headers={
+                "authorization": f"Bearer {replica.api_key}", "content-type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s)) as resp:
+            if resp.status != 200:
+                raise ValueError(f"{path} answered {resp.status}")
+            return msgspec.json.decode(await resp.read())
+
+    async def _prompt_tokens(self, call: _Call, model: Model, path: str, replica: ReplicaState,
+                             profile: Profile) -> list[int] | None:
+        """The prompt as the engine will see it, tokenized by `replica` (vLLM's /tokenize;
+        llama-server's /apply-template, then /tokenize); None where it cannot be had now."""
+        asked = tokenize_request(path, call.checked.body, model.name)
+        if asked is None or isinstance(asked, list):
+            return asked
+        try:
+            if profile.engine == "vllm":
+                return (await self._engine_post(replica, "/tokenize", asked))["tokens"]
+            text = asked.get("prompt")
+            if text is None:
+                template = {k: v for k, v in asked.items() if k != "model"}
+                text = (await self._engine_post(replica, "/apply-template", template))["prompt"]
+            return (await self._engine_post(replica, "/tokenize", {"content": text, "add_special": True,
+                                                                   "parse_special": True}))["tokens"]
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            self.ctx.log.warning("prompt not tokenized: the engine will check its length", replica=replica.id,
+                                 error=repr(exc))
+            return None
+
+    async def _before_picking(self, call: _Call, model: Model, path: str, primary: bool,
+                              states: dict[str, ReplicaState]) -> Callable[[str], int] | None:
+        """What needs the prompt's tokens, before a replica is picked: a 400 for the primary model
+        where the prompt might not fit its context (tokenized only then: a long prompt), and for
+        replicas that publish KV events, how many of its leading blocks each one holds (None:
+        the balancer goes by its own index)."""
+        profiles = {p.name: p for p in model.profiles}
+        ready = [(r, profiles[r.profile]) for r in states.values() if r.profile in profiles]
+        if not ready or path == "/v1/embeddings":
+            return None
+        limit = max(context_of(model, p) for _, p in ready)
+        kv = any(r.kv_events for r, _ in ready)
+        if not kv and not (primary and may_exceed(call.checked, limit)):
+            return None
+        replica, profile = next(((r, p) for r, p in ready if r.kv_events), ready[0])
+        tokens = await self._prompt_tokens(call, model, path, replica, profile)
+        if tokens is None:
+            return None
+        if primary:
+            check_context(len(tokens), call.checked.max_tokens, limit, model.name, path)
+        if not kv:
+            return None
+        by_size: dict[int, list[bytes]] = {}
+
+        def held(rid: str) -> int:
+            view = self.caches.get(rid)
+            if view is None or not view.block_size:
+                return 0
+            if view.block_size not in by_size:
+                by_size[view.block_size] = token_blocks(tokens, view.block_size)
+            return view.match(by_size[view.block_size])
+
+        return held
+
     def _tell_demand(self, model: Model, now: float, force: bool = False) -> None:
         """For on-demand models: tell the scheduler it is wanted (at once when it sleeps)."""
         if model.scaling.idle_timeout_s is None:
@@ -425,8 +550,9 @@ class Router:
             if not candidates and i == 0 and model.scaling.idle_timeout_s is not None and await self._wake(model):
                 candidates, states = self._candidates(model)
             tried: set[str] = set()
+            held = await self._before_picking(call, model, path, i == 0, states)
             for attempt in range(1 + _RETRIES):
-                choice, how = self.balancer.pick(candidates, call.blocks, time.time(), tried)
+                choice, how = self.balancer.pick(candidates, call.blocks, time.time(), tried, held)
                 if choice is None:
                     break
                 tried.add(choice.id)
