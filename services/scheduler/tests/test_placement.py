@@ -335,7 +335,7 @@ def test_a_replica_across_nodes_says_why_when_no_rack_has_enough():
                    Node("b2").labels(rack="b").memory(8))
     where, why = place(need_of(ACROSS, 30 * GB), MODEL, nodes, NOW, 10)
     assert where is None
-    assert why["*"] == "nodes: needs 3 nodes that fit within one rack (most in one: 2, rack=a); 3 fit"
+    assert why["together"] == "nodes: needs 3 nodes that fit within one rack (most in one: 2, rack=a); 3 fit"
     assert why["b2"].startswith("memory: needs")
     anywhere, _ = place(need_of(Profile(name="rpc", nodes=3), 30 * GB), MODEL, nodes, NOW, 10)
     assert anywhere.node and len(anywhere.workers) == 2  # without keep_within any three that fit

@@ -126,14 +126,12 @@ def node_states(nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: l
 
 def spans(r: ReplicaState) -> list[str]:
     """The nodes a replica takes room on: its own, then its workers'."""
-    return [r.node, *(w.node for w in r.workers)]
+    return [r.node, *(w.node for w in r.workers)] if r.workers else [r.node]
 
 
-def _piece(r: ReplicaState, node: str) -> Worker:
-    """What `r` holds on `node`."""
-    if node == r.node:
-        return Worker(node=node, memory_mb=r.memory_mb, cores=r.cores, gpus=r.gpus)
-    return next(w for w in r.workers if w.node == node)
+def _piece(r: ReplicaState, node: str) -> ReplicaState | Worker:
+    """What `r` holds on `node` (its memory_mb, cores and gpus)."""
+    return r if node == r.node else next(w for w in r.workers if w.node == node)
 
 
 def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -193,7 +191,10 @@ def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 def _fitting_cards(need: Need, n: NodeState) -> list[GpuInfo]:
     """Free cards of the profile's class (any, if it names none) with the memory each needs."""
-    return [g for g in n.free_cards if card_fits(need.profile, g) is None
+    p = need.profile
+    if p.min_card_mb or p.min_compute:
+        return [g for g in n.free_cards if card_fits(p, g) is None and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+    return [g for g in n.free_cards if (not p.gpu_class or g.cls == p.gpu_class)  # the common case, inline
             and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
 
 
@@ -410,7 +411,7 @@ def _place_across(need: Need, model: Model, nodes: dict[str, NodeState], now: fl
     if not best:
         most = max(groups.items(), key=lambda kv: len(kv[1]), default=("", []))
         where = f" within one {label} (most in one: {len(most[1])}, {label}={most[0]})" if label and fit else ""
-        reasons["*"] = f"nodes: needs {count} nodes that fit{where}; {len(fit)} fit"
+        reasons["together"] = f"nodes: needs {count} nodes that fit{where}; {len(fit)} fit"
         return None, reasons
     head = best[0]
     i = fit.index(head)
