@@ -36,7 +36,10 @@ async def node(serve, nc, tmp_path):
     """A mirror holding a tiny model, and an agent 'a' whose cards are two fake H100s."""
     write_random_llama(tmp_path / "mirror" / SOURCE)
     mirror = await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
-    config = AgentConfig(node="a", data_dir=str(tmp_path / "a"), heartbeat_s=60, vllm=str(STANDIN),
+    vllm = tmp_path / "vllm"  # the stand-in under this interpreter, which has its zmq and msgspec
+    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    vllm.chmod(0o755)
+    config = AgentConfig(node="a", data_dir=str(tmp_path / "a"), heartbeat_s=60, vllm=str(vllm),
                          membw_delay_max_s=3600, ports="21000-21099")
     agent = Agent(config)
     agent.nvml = FakeNvml([FakeCard(), FakeCard()])

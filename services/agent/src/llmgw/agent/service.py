@@ -388,7 +388,7 @@ class Agent:
             )
             self._note_engine(replica)
             replica.pump = asyncio.create_task(self._pump(replica))
-            await self._wait_healthy(replica, req.profile.startup_timeout_s)
+            await self._wait_up(replica, req.profile.startup_timeout_s, lambda: self._healthy(replica), "engine")
             await self._set(replica, state="ready")
             log.info("replica ready", url=replica.state.url)
             code = await replica.proc.wait()
@@ -426,19 +426,31 @@ class Agent:
                 out.write(line)
                 replica.tail.append(line.decode(errors="replace").rstrip())
 
-    async def _wait_healthy(self, replica: _Replica, timeout_s: int) -> None:
+    @staticmethod
+    async def _wait_up(replica: _Replica, timeout_s: float, up, what: str) -> None:
+        """Until `up()` says the process serves; an error if it exits first or takes longer."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if replica.proc.returncode is not None:
-                raise Internal(f"engine exited at start with status {replica.proc.returncode}")
-            try:
-                r = await self.http.get(f"{replica.state.url}/health", timeout=2)
-                if r.status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)
-        raise Internal(f"engine not healthy within {timeout_s}s (startup_timeout_s)")
+                raise Internal(f"{what} exited at start with status {replica.proc.returncode}")
+            if await up():
+                return
+            await asyncio.sleep(0.1)
+        raise Internal(f"{what} not up within {timeout_s:g}s (startup_timeout_s)")
+
+    async def _healthy(self, replica: _Replica) -> bool:
+        try:
+            return (await self.http.get(f"{replica.state.url}/health", timeout=2)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _listening(self, replica: _Replica) -> bool:
+        try:
+            _, writer = await asyncio.open_connection(self.config.address, replica.port)
+        except OSError:
+            return False
+        writer.close()
+        return True
 
     async def _fetch(self, source: str) -> Path:
         """The model file in this node's cache: fetched once from the mirror, checked against its hash."""
@@ -498,7 +510,7 @@ class Agent:
             )
             self._note_engine(worker)
             worker.pump = asyncio.create_task(self._pump(worker))
-            await self._wait_listening(worker, min(req.profile.startup_timeout_s, 60))
+            await self._wait_up(worker, min(req.profile.startup_timeout_s, 60), lambda: self._listening(worker), "it")
         except Exception as exc:
             await self._stop_worker(worker)
             tail = f"; it printed: {' | '.join(list(worker.tail)[-3:])}" if worker.tail else ""
@@ -515,19 +527,6 @@ class Agent:
             self.ctx.log.info("stopping worker", replica=req.id, reason=req.reason)
             await self._stop_worker(worker)
         return Empty()
-
-    async def _wait_listening(self, worker: _Replica, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if worker.proc.returncode is not None:
-                raise Internal(f"it exited at start with status {worker.proc.returncode}")
-            try:
-                _, writer = await asyncio.open_connection(self.config.address, worker.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.1)
-        raise Internal(f"not listening within {timeout_s}s")
 
     async def _watch_worker(self, worker: _Replica) -> None:
         """A worker that exits is dropped: the heartbeat no longer lists it, and the scheduler

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 
-__all__ = ["Balancer", "Candidate", "prompt_blocks"]
+__all__ = ["Balancer", "Candidate", "leading", "prompt_blocks"]
 
 BLOCK_CHARS = 256
 """Characters of prompt per hashed block (about 64 tokens of English)."""
@@ -43,6 +43,16 @@ def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS) -> list[bytes]:
     return out
 
 
+def leading(blocks: list[bytes], held) -> int:
+    """How many of these leading blocks are in `held` (a set or a mapping)."""
+    n = 0
+    for b in blocks:
+        if b not in held:
+            break
+        n += 1
+    return n
+
+
 class _Index:
     """The prompt blocks one replica is believed to hold in its cache, least recently used first."""
 
@@ -52,12 +62,7 @@ class _Index:
 
     def match(self, blocks: list[bytes]) -> int:
         """How many leading blocks it holds."""
-        n = 0
-        for b in blocks:
-            if b not in self.blocks:
-                break
-            n += 1
-        return n
+        return leading(blocks, self.blocks)
 
     def add(self, blocks: list[bytes]) -> None:
         for b in blocks:

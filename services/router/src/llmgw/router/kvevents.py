@@ -15,6 +15,8 @@ from array import array
 
 import msgspec
 
+from llmgw.router.balance import leading
+
 __all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "CacheView", "KVEventBatch", "decode_batch",
            "token_blocks"]
 
@@ -136,9 +138,4 @@ class CacheView:
 
     def match(self, blocks: list[bytes]) -> int:
         """How many of these leading blocks the replica holds."""
-        n = 0
-        for b in blocks:
-            if b not in self.held:
-                break
-            n += 1
-        return n
+        return leading(blocks, self.held)
