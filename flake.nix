@@ -25,10 +25,13 @@
           proto = member "llmgw-proto" "proto" [ py.msgspec ];
           bus = member "llmgw-bus" "libs/bus" [
             proto py.nats-py py.msgspec py.structlog py.opentelemetry-api py.opentelemetry-sdk
-            py.prometheus-client py.litestar py.uvicorn py.httpx
+            py.prometheus-client py.litestar py.uvicorn py.httptools py.uvloop py.httpx
           ];
-          gguf = member "llmgw-gguf" "libs/gguf" [ py.gguf py.numpy ];
-          membw = member "llmgw-membw" "libs/membw" [ py.msgspec ];
+          gguf = member "llmgw-gguf" "libs/gguf" [ py.gguf py.httpx py.msgspec py.numpy ];
+          membw = member "llmgw-membw" "libs/membw" [ proto py.msgspec ];
+          modelplan = member "llmgw-modelplan" "libs/modelplan" [ proto gguf py.msgspec ];
+          # llama.cpp with its RPC worker (ggml-rpc-server), for replicas across nodes.
+          llama = pkgs.llama-cpp.override { rpcSupport = true; };
           svc = name: extra: member "llmgw-${name}" "services/${name}" ([ proto bus ] ++ extra);
         in
         py.buildPythonApplication {
@@ -37,10 +40,11 @@
           format = "other";
           dontUnpack = true;
           propagatedBuildInputs = [
-            (svc "catalog" [ ]) (svc "scheduler" [ ]) (svc "mirror" [ ]) (svc "router" [ ])
-            (svc "agent" [ membw ]) (svc "ctl" [ gguf ])
+            (svc "catalog" [ py.pyyaml ]) (svc "scheduler" [ ]) (svc "mirror" [ ]) (svc "router" [ py.aiohttp py.pyzmq ])
+            (svc "agent" [ membw modelplan gguf py.psutil py.nvidia-ml-py ])
+            (svc "ctl" [ gguf membw modelplan py.pyyaml ])
           ];
-          makeWrapperArgs = [ "--prefix PATH : ${pkgs.lib.makeBinPath [ pkgs.nats-server pkgs.llama-cpp ]}" ];
+          makeWrapperArgs = [ "--prefix PATH : ${pkgs.lib.makeBinPath [ pkgs.nats-server llama ]}" ];
           installPhase = ''
             mkdir -p $out/bin
             makeWrapper ${pkgs.python3.interpreter} $out/bin/llmgw --add-flags "-m llmgw.ctl" $makeWrapperArgs

@@ -143,7 +143,7 @@ async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_wh
     assert {first.node, worker.node} == {"a", "b"}  # c is alone in its rack
     assert worker.endpoint.startswith("127.0.0.1:224" if worker.node == "b" else "127.0.0.1:223")
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.post(f"{first.url}/v1/completions", json={"prompt": "hello", "max_tokens": 4},
+        answer = await http.post(f"{first.url}/v1/completions", json={"prompt": "hello", "max_tokens": 4, "ignore_eos": True},
                                  headers={"authorization": f"Bearer {first.api_key}"})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
     serving = agents[worker.node].workers[first.id]

