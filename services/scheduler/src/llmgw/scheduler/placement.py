@@ -67,6 +67,8 @@ class NodeState(msgspec.Struct, kw_only=True):
     free_cards: list[GpuInfo] = msgspec.field(default_factory=list)
     cores_held: int = 0
     """Cores the live replicas here reserve."""
+    fitting: tuple[Need, list[GpuInfo]] | None = None
+    """The free cards that fit the need last asked about: the filter and the scorers ask in turn."""
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
     """Live replicas placed here, or with a worker here (every model)."""
 
@@ -148,6 +150,7 @@ def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
             n.free_mb -= piece.memory_mb
         if piece.gpus:
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
+            n.fitting = None
 
 
 def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -165,6 +168,7 @@ def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
         if piece.gpus:
             back = {g.uuid for g in n.free_cards} | set(piece.gpus)
             n.free_cards = [g for g in n.info.gpus if g.uuid in back]
+            n.fitting = None
 
 
 # -- filters: None if the node can take it, else why not -------------------------------------
@@ -177,6 +181,8 @@ def _ready(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 
 def _labels(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+    if not need.profile.node_selector:
+        return None
     wrong = [f"{k}={v}" for k, v in need.profile.node_selector.items() if n.info.labels.get(k) != v]
     return f"lacks the labels {', '.join(wrong)}" if wrong else None
 
@@ -191,11 +197,16 @@ def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 def _fitting_cards(need: Need, n: NodeState) -> list[GpuInfo]:
     """Free cards of the profile's class (any, if it names none) with the memory each needs."""
+    if n.fitting is not None and n.fitting[0] is need:
+        return n.fitting[1]
     p = need.profile
     if p.min_card_mb or p.min_compute:
-        return [g for g in n.free_cards if card_fits(p, g) is None and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
-    return [g for g in n.free_cards if (not p.gpu_class or g.cls == p.gpu_class)  # the common case, inline
-            and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+        out = [g for g in n.free_cards if card_fits(p, g) is None and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+    else:
+        out = [g for g in n.free_cards if (not p.gpu_class or g.cls == p.gpu_class)  # the common case, inline
+               and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+    n.fitting = (need, out)
+    return out
 
 
 def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
