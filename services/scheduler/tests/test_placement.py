@@ -284,6 +284,27 @@ def test_a_higher_class_takes_the_room_of_a_lower_one_which_is_held():
     assert plan.held == {"batch": "gave room to critical model 'urgent'"}
 
 
+def test_a_replica_across_nodes_takes_the_room_of_as_many_lower_ones_as_it_needs_on_its_nodes():
+    batch = Model(name="batch", source="o/r/b.gguf", capacity_class="batch", scaling=Scaling(min=3, max=3),
+                  profiles=[Profile(name="cpu", host_memory_mb=60_000)])
+    urgent = Model(name="urgent", source="o/r/u.gguf", capacity_class="critical",
+                   profiles=[Profile(name="rpc", host_memory_mb=60_000, nodes=2)])
+    nodes, running = [], []
+    for i, name in enumerate("abc"):
+        node = Node(name).memory(70)
+        node.info.memory_available_mb = 70 * 1024 - 60_000  # each holds one batch replica
+        nodes.append(node)
+        running.append(ReplicaState(id=f"b{i}", model="batch", profile="cpu", node=name, state="ready",
+                                    memory_mb=60_000, updated=NOW - 100 + i, fingerprint=fingerprint(batch, batch.profiles[0])))
+    plan = _pass([batch, urgent], nodes, running)
+    (start,) = [s for s in plan.starts if s.replica.model == "urgent"]
+    spanned = {start.replica.node, *(w.node for w in start.replica.workers)}
+    stopped = {s.replica.node for s in plan.stops}
+    assert len(spanned) == 2 and stopped == spanned  # the two newest, and only those it runs on
+    assert all(s.reason == "preempted: gave room to critical model 'urgent'" for s in plan.stops)
+    assert plan.held == {"batch": "gave room to critical model 'urgent'"}
+
+
 @pytest.mark.parametrize("cls", ["standard", "batch"])
 def test_no_class_takes_room_from_its_own_or_a_higher_one(cls):
     batch, urgent = _two(cls)

@@ -77,20 +77,40 @@ CLASS_RANK = {"batch": 0, "standard": 1, "critical": 2}
 
 
 def _preempt(need, model: Model, models: dict[str, Model], states: dict[str, NodeState], now: float,
-             stale_s: float, scoring: Weights) -> tuple[Placement, ReplicaState] | None:
-    """A replica of a lower class whose room would let `need` fit, and where: the lowest class
+             stale_s: float, scoring: Weights) -> tuple[Placement, list[ReplicaState]] | None:
+    """Replicas of a lower class whose room would let `need` fit, and where: the lowest class
     first, the newest of it first; None when none would (or the model is of the lowest class).
-    Only the victim's node changes by its going, so only that node is tried again."""
+
+    One replica's room where that is enough: only its nodes change by its going, so only they
+    are tried again. A replica across nodes takes as many as it needs, in that order, and of
+    those only the ones on the nodes it gets give up their room."""
     rank = CLASS_RANK[model.capacity_class]
-    victims = [r for n in states.values() for r in n.replicas if r.model in models and r.model != model.name
-               and CLASS_RANK[models[r.model].capacity_class] < rank]
+    victims = list({r.id: r for n in states.values() for r in n.replicas if r.model in models
+                    and r.model != model.name and CLASS_RANK[models[r.model].capacity_class] < rank}.values())
     victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
+
+    def copy(n: NodeState) -> NodeState:
+        return msgspec.structs.replace(n, replicas=list(n.replicas))
+
+    if need.profile.nodes == 1:
+        for victim in victims:
+            trial = {n: copy(states[n]) for n in spans(victim) if n in states}
+            release(trial, victim)
+            where, _ = place(need, model, trial, now, stale_s, scoring)
+            if where:
+                return where, [victim]
+        return None
+    trial, taken = dict(states), []
     for victim in victims:
-        trial = msgspec.structs.replace(states[victim.node], replicas=list(states[victim.node].replicas))
-        release({victim.node: trial}, victim)
-        where, _ = place(need, model, {victim.node: trial}, now, stale_s, scoring)
+        for n in spans(victim):
+            if n in states and trial[n] is states[n]:
+                trial[n] = copy(states[n])
+        release(trial, victim)
+        taken.append(victim)
+        where, _ = place(need, model, trial, now, stale_s, scoring)
         if where:
-            return where, victim
+            got = {where.node, *(w.node for w in where.workers)}
+            return where, [v for v in taken if got.intersection(spans(v))]
     return None
 
 
@@ -296,11 +316,12 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
                 if where is None:
                     taken = _preempt(need, model, models, states, now, stale_s, scoring)
                     if taken:
-                        where, victim = taken
-                        release(states, victim)
+                        where, victims = taken
                         gave = f"gave room to {model.capacity_class} model '{name}'"
-                        plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
-                        plan.held[victim.model] = gave
+                        for victim in victims:
+                            release(states, victim)
+                            plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
+                            plan.held[victim.model] = gave
                 if where:
                     replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
                                            memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,
