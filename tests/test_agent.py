@@ -19,10 +19,21 @@ import pytest
 
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import request
+from llmgw.bus import BusError, request
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import FileInfo, FileRef, Model, Profile, ReplicaStart, ReplicaState, ReplicaStop, Subjects
+from llmgw.proto import (
+    FileInfo,
+    FileRef,
+    Model,
+    Profile,
+    ReplicaStart,
+    ReplicaState,
+    ReplicaStop,
+    Subjects,
+    Worker,
+    WorkerStart,
+)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "services" / "agent" / "tests"))
 from fake_nvml import FakeCard, FakeNvml  # noqa: E402
@@ -272,3 +283,31 @@ async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_wh
         assert [(r.id, r.state) for r in beat.replicas] == [("n1", "ready")]
         assert agent.replicas["n1"].proc.pid == pid and SOURCE in beat.weights
         await watcher.close()
+
+
+async def test_a_worker_asked_of_the_wrong_node_or_of_a_node_without_rpc_is_refused_saying_why(node, nc):
+    agent, _ = node
+    model, profile = Model(name="m", source=SOURCE, context=512), Profile(name="rpc", nodes=2)
+    elsewhere = ReplicaState(id="w1", model="m", profile="rpc", node="b", workers=[Worker(node="c")])
+    with pytest.raises(BusError, match="replica w1 has no worker on node 'a' \\(its workers: c\\)"):
+        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(replica=elsewhere, model=model, profile=profile),
+                      Worker)
+    agent.rpc_binary = "/nonexistent/ggml-rpc-server"
+    here = msgspec.structs.replace(elsewhere, workers=[Worker(node="a")])
+    with pytest.raises(BusError, match="has no llama.cpp RPC worker at /nonexistent/ggml-rpc-server"):
+        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(replica=here, model=model, profile=profile),
+                      Worker)
+    assert agent.workers == {}  # nothing left half-started
+
+
+async def test_a_worker_that_dies_at_start_says_so_with_its_last_words(node, nc, tmp_path):
+    agent, _ = node
+    dying = tmp_path / "ggml-rpc-server"
+    dying.write_text("#!/bin/sh\necho 'cannot bind: address in use'\nexit 3\n")
+    dying.chmod(0o755)
+    agent.rpc_binary = str(dying)
+    replica = ReplicaState(id="w2", model="m", profile="rpc", node="b", workers=[Worker(node="a")])
+    with pytest.raises(BusError, match="exited at start with status 3; it printed: cannot bind: address in use"):
+        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(
+            replica=replica, model=Model(name="m", source=SOURCE), profile=Profile(name="rpc", nodes=2)), Worker)
+    assert agent.workers == {}

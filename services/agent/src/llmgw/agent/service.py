@@ -516,6 +516,8 @@ class Agent:
             await self._wait_up(worker, min(req.profile.startup_timeout_s, 60), lambda: self._listening(worker), "it")
         except Exception as exc:
             await self._stop_worker(worker)
+            if worker.pump:
+                await asyncio.wait({worker.pump}, timeout=2)  # its last lines explain the failure
             tail = f"; it printed: {' | '.join(list(worker.tail)[-3:])}" if worker.tail else ""
             raise Internal(f"the worker of replica {rid} on {self.node} did not start: {exc}{tail}") from None
         endpoint = f"{self.config.address}:{worker.port}"
