@@ -19,7 +19,7 @@ import msgspec
 import psutil
 
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port, worker_launch
+from llmgw.agent.core import Launch, launch, parse_ports, pick_cards, pick_port, worker_launch
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import (
     BadRequest,
@@ -42,8 +42,10 @@ from llmgw.proto import (
     FileInfo,
     FilePlace,
     FileRef,
+    GpuInfo,
     Heartbeat,
     NodeInfo,
+    Profile,
     ReplicaStart,
     ReplicaState,
     ReplicaStop,
@@ -347,7 +349,7 @@ class Agent:
     def _running(self) -> list[_Replica]:
         return [r for r in (*self.replicas.values(), *self.workers.values()) if r.live]
 
-    def _take_cards(self, replica: _Replica, chosen: list[str], profile) -> list:
+    def _take_cards(self, replica: _Replica, chosen: list[str], profile: Profile) -> list[GpuInfo]:
         """The cards `chosen` by the scheduler if all are here and free, else free ones for `profile`."""
         taken = {u for r in self._running() if r is not replica for u in r.cards}
         here = discover_cards(self.nvml).gpus
@@ -385,12 +387,7 @@ class Agent:
                             kv_events=f"tcp://{self.config.address}:{events}" if events else "")
             log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in how.argv],
                      cards=replica.cards)
-            replica.proc = await asyncio.create_subprocess_exec(
-                *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
-            )
-            self._note_engine(replica)
-            replica.pump = asyncio.create_task(self._pump(replica))
+            await self._spawn(replica, how)
             await self._wait_up(replica, req.profile.startup_timeout_s, lambda: self._healthy(replica), "engine")
             await self._set(replica, state="ready")
             log.info("replica ready", url=replica.state.url)
@@ -406,6 +403,16 @@ class Agent:
             if replica.pump:
                 await asyncio.wait({replica.pump}, timeout=2)  # the last lines explain the failure
             await self._fail(replica, str(exc))
+
+    async def _spawn(self, replica: _Replica, how: Launch) -> None:
+        """Start its process in a group of its own that dies with the agent, note its pid for a
+        restarted agent, and keep its output (its log file and last lines)."""
+        replica.proc = await asyncio.create_subprocess_exec(
+            *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
+        )
+        self._note_engine(replica)
+        replica.pump = asyncio.create_task(self._pump(replica))
 
     @staticmethod
     def _layers(path: Path) -> int:
@@ -507,12 +514,7 @@ class Agent:
             how = worker_launch(self.rpc_binary, self.config.address, worker.port, req.profile, os.cpu_count() or 1,
                                 cards)
             log.info("starting worker", command=how.argv, cards=worker.cards)
-            worker.proc = await asyncio.create_subprocess_exec(
-                *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
-            )
-            self._note_engine(worker)
-            worker.pump = asyncio.create_task(self._pump(worker))
+            await self._spawn(worker, how)
             await self._wait_up(worker, min(req.profile.startup_timeout_s, 60), lambda: self._listening(worker), "it")
         except Exception as exc:
             await self._stop_worker(worker)

@@ -351,14 +351,14 @@ class Router:
         record = self.catalog.items.get(name) if name else None
         return record.model if record else None
 
-    def _candidates(self, model: Model) -> tuple[list[Candidate], dict[str, ReplicaState]]:
+    def _candidates(self, model: Model) -> tuple[list[Candidate], dict[str, tuple[ReplicaState, Profile]]]:
         """The model's ready replicas as the balancer sees them (priority, weight and slots
-        from their profiles), and their states by id."""
+        from their profiles), and each one's state and profile by id."""
         states = self.replicas.derived(self._ready_by_model).get(model.name, {})
         profiles = {p.name: p for p in model.profiles}
-        out = [Candidate(id=r.id, priority=p.priority, weight=p.weight, slots=p.slots)
-               for r in states.values() if (p := profiles.get(r.profile)) is not None]
-        return out, states
+        ready = {r.id: (r, p) for r in states.values() if (p := profiles.get(r.profile)) is not None}
+        return [Candidate(id=rid, priority=p.priority, weight=p.weight, slots=p.slots)
+                for rid, (_, p) in ready.items()], ready
 
     def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
         """Ready replicas by model, worked out once per change of the replicas bucket; what the
@@ -407,10 +407,14 @@ class Router:
         finally:
             sock.close(linger=0)
 
+    @staticmethod
+    def _engine_headers(replica: ReplicaState) -> dict[str, str]:
+        return {"authorization": f"Bearer {replica.api_key}", "content-type": "application/json"}
+
     async def _engine_post(self, replica: ReplicaState, path: str, body: dict) -> dict:
-        async with self.client.post(replica.url + path, data=msgspec.json.encode(body), headers={
-                "authorization": f"Bearer {replica.api_key}", "content-type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s)) as resp:
+        async with self.client.post(replica.url + path, data=msgspec.json.encode(body),
+                                    headers=self._engine_headers(replica),
+                                    timeout=aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s)) as resp:
             if resp.status != 200:
                 raise ValueError(f"{path} answered {resp.status}")
             return msgspec.json.decode(await resp.read())
@@ -437,13 +441,12 @@ class Router:
             return None
 
     async def _before_picking(self, call: _Call, model: Model, path: str, primary: bool,
-                              states: dict[str, ReplicaState]) -> Callable[[str], int] | None:
+                              states: dict[str, tuple[ReplicaState, Profile]]) -> Callable[[str], int] | None:
         """What needs the prompt's tokens, before a replica is picked: a 400 for the primary model
         where the prompt might not fit its context (tokenized only then: a long prompt), and for
         replicas that publish KV events, how many of its leading blocks each one holds (None:
         the balancer goes by its own index)."""
-        profiles = {p.name: p for p in model.profiles}
-        ready = [(r, profiles[r.profile]) for r in states.values() if r.profile in profiles]
+        ready = list(states.values())
         if not ready or path == "/v1/embeddings":
             return None
         limit = max(context_of(model, p) for _, p in ready)
@@ -559,7 +562,7 @@ class Router:
                 if attempt:
                     self.metrics.retries.labels(model.name).inc()
                 self.metrics.picks.labels(model.name, how).inc()
-                replica = states[choice.id]
+                replica = states[choice.id][0]
                 answer = await self._send(call, model, replica, choice.priority, path, headers)
                 if answer is not None:
                     return answer
@@ -578,8 +581,8 @@ class Router:
         self.metrics.in_flight.labels(model.name, replica.id).inc()
         call.replica, call.pool = replica.id, f"priority {priority}"
         try:
-            resp = await self.client.post(replica.url + path, data=msgspec.json.encode(body), headers={
-                "authorization": f"Bearer {replica.api_key}", "content-type": "application/json"})
+            resp = await self.client.post(replica.url + path, data=msgspec.json.encode(body),
+                                          headers=self._engine_headers(replica))
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._done(model, replica.id, ok=False)
             self.ctx.log.warning("replica refused, trying another", replica=replica.id, error=repr(exc))

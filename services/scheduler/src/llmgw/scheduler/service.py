@@ -326,9 +326,8 @@ class Scheduler:
         self.ctx.log.info("replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb,
                           workers=[w.node for w in r.workers])
         try:
-            workers = []
+            workers, asked = [], WorkerStart(replica=r, model=start.model, profile=start.profile)
             for w in r.workers:
-                asked = WorkerStart(replica=r, model=start.model, profile=start.profile)
                 workers.append(await request(self.ctx.nc, Subjects.agent_worker_start(w.node), asked, Worker,
                                              timeout=start.profile.startup_timeout_s))
             if workers:
