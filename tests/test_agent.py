@@ -50,8 +50,14 @@ async def node(serve, nc, tmp_path):
     vllm = tmp_path / "vllm"  # the stand-in under this interpreter, which has its zmq and msgspec
     vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
     vllm.chmod(0o755)
-    config = AgentConfig(node="a", data_dir=str(tmp_path / "a"), heartbeat_s=60, vllm=str(vllm),
-                         membw_delay_max_s=3600, ports="21000-21099")
+    config = AgentConfig(
+        node="a",
+        data_dir=str(tmp_path / "a"),
+        heartbeat_s=60,
+        vllm=str(vllm),
+        membw_delay_max_s=3600,
+        ports="21000-21099",
+    )
     agent = Agent(config)
     agent.nvml = FakeNvml([FakeCard(), FakeCard()])
     await serve(agent, config)
@@ -60,8 +66,9 @@ async def node(serve, nc, tmp_path):
 
 async def start(nc, rid, model, profile, gpus=()):
     replica = ReplicaState(id=rid, model=model.name, profile=profile.name, node="a", api_key="secret", gpus=list(gpus))
-    return await request(nc, Subjects.agent_replica_start("a"), ReplicaStart(replica=replica, model=model, profile=profile),
-                         ReplicaState)
+    return await request(
+        nc, Subjects.agent_replica_start("a"), ReplicaStart(replica=replica, model=model, profile=profile), ReplicaState
+    )
 
 
 async def until(agent, rid, *states, timeout=60):
@@ -196,7 +203,9 @@ def test_a_restarted_agent_ends_the_engines_a_previous_one_left_but_not_a_strang
     from llmgw.agent.service import end_leftovers
 
     left = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (tmp_path / "r1.json").write_text(json.dumps({"replica": "r1", "model": "m", "pid": left.pid, "started": time.time()}))
+    (tmp_path / "r1.json").write_text(
+        json.dumps({"replica": "r1", "model": "m", "pid": left.pid, "started": time.time()})
+    )
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # the pid was reused since the note
     (tmp_path / "r2.json").write_text(json.dumps({"replica": "r2", "pid": stranger.pid, "started": 1.0}))
     try:
@@ -215,8 +224,23 @@ async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_ser
 
     write_random_llama(tmp_path / "mirror" / SOURCE)
     await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
-    cmd = [sys.executable, "-m", "llmgw.ctl", "service", "agent", "--nats-url", nats_server.url, "--node", "a",
-           "--data-dir", str(tmp_path / "a"), "--membw-delay-max-s", "3600", "--ports", "21100-21199"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmgw.ctl",
+        "service",
+        "agent",
+        "--nats-url",
+        nats_server.url,
+        "--node",
+        "a",
+        "--data-dir",
+        str(tmp_path / "a"),
+        "--membw-delay-max-s",
+        "3600",
+        "--ports",
+        "21100-21199",
+    ]
     agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -243,7 +267,9 @@ async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_ser
             deadline = time.monotonic() + 30
             while list((tmp_path / "a" / "agent" / "engines").glob("*.json")) and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
-            assert list((tmp_path / "a" / "agent" / "engines").glob("*.json")) == []  # what it left, looked at and cleared
+            assert (
+                list((tmp_path / "a" / "agent" / "engines").glob("*.json")) == []
+            )  # what it left, looked at and cleared
         finally:
             again.terminate()
             again.wait(30)
@@ -252,8 +278,9 @@ async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_ser
             agent.kill()
 
 
-async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_when_it_is_back(node, nc, nats_server,
-                                                                                                 tmp_path):
+async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_when_it_is_back(
+    node, nc, nats_server, tmp_path
+):
     from llmgw.bus import connect, start_nats_server
     from llmgw.proto import Heartbeat
 
@@ -290,13 +317,15 @@ async def test_a_worker_asked_of_the_wrong_node_or_of_a_node_without_rpc_is_refu
     model, profile = Model(name="m", source=SOURCE, context=512), Profile(name="rpc", nodes=2)
     elsewhere = ReplicaState(id="w1", model="m", profile="rpc", node="b", workers=[Worker(node="c")])
     with pytest.raises(BusError, match="replica w1 has no worker on node 'a' \\(its workers: c\\)"):
-        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(replica=elsewhere, model=model, profile=profile),
-                      Worker)
+        await request(
+            nc, Subjects.agent_worker_start("a"), WorkerStart(replica=elsewhere, model=model, profile=profile), Worker
+        )
     agent.rpc_binary = "/nonexistent/ggml-rpc-server"
     here = msgspec.structs.replace(elsewhere, workers=[Worker(node="a")])
     with pytest.raises(BusError, match="has no llama.cpp RPC worker at /nonexistent/ggml-rpc-server"):
-        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(replica=here, model=model, profile=profile),
-                      Worker)
+        await request(
+            nc, Subjects.agent_worker_start("a"), WorkerStart(replica=here, model=model, profile=profile), Worker
+        )
     assert agent.workers == {}  # nothing left half-started
 
 
@@ -308,6 +337,10 @@ async def test_a_worker_that_dies_at_start_says_so_with_its_last_words(node, nc,
     agent.rpc_binary = str(dying)
     replica = ReplicaState(id="w2", model="m", profile="rpc", node="b", workers=[Worker(node="a")])
     with pytest.raises(BusError, match="exited at start with status 3; it printed: cannot bind: address in use"):
-        await request(nc, Subjects.agent_worker_start("a"), WorkerStart(
-            replica=replica, model=Model(name="m", source=SOURCE), profile=Profile(name="rpc", nodes=2)), Worker)
+        await request(
+            nc,
+            Subjects.agent_worker_start("a"),
+            WorkerStart(replica=replica, model=Model(name="m", source=SOURCE), profile=Profile(name="rpc", nodes=2)),
+            Worker,
+        )
     assert agent.workers == {}

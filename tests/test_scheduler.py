@@ -69,8 +69,14 @@ async def cluster(nats_server, tmp_path):
 
 
 async def agent(cluster, tmp_path, name, port, **labels):
-    config = AgentConfig(node=name, data_dir=str(tmp_path / name), heartbeat_s=0.5, membw_delay_max_s=3600,
-                         ports=f"{port}-{port + 99}", labels=labels)
+    config = AgentConfig(
+        node=name,
+        data_dir=str(tmp_path / name),
+        heartbeat_s=0.5,
+        membw_delay_max_s=3600,
+        ports=f"{port}-{port + 99}",
+        labels=labels,
+    )
     return await cluster.add(Agent(config), config)
 
 
@@ -79,8 +85,9 @@ def scheduler_config():
 
 
 async def replicas(nc):
-    return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
-            if r.model == "m"]
+    return [
+        r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas if r.model == "m"
+    ]
 
 
 async def until(predicate, timeout=60.0):
@@ -96,8 +103,12 @@ async def until(predicate, timeout=60.0):
 async def test_a_killed_agents_replicas_are_replaced_on_another_node(cluster, nc, tmp_path):
     await cluster.add(Scheduler(scheduler_config()), scheduler_config())
     a = await agent(cluster, tmp_path, "a", 22000)
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
-        name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
+        ModelEntry,
+    )
     first = await until(lambda: _ready(nc))
     assert [r.node for r in first] == ["a"]
     b = await agent(cluster, tmp_path, "b", 22100)
@@ -112,8 +123,12 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     await until(lambda: _true(leader.leader))
     standby = await cluster.add(Scheduler(scheduler_config()), scheduler_config())
     a = await agent(cluster, tmp_path, "a", 22200)
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
-        name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
+        ModelEntry,
+    )
     [running] = await until(lambda: _ready(nc))
     assert not standby.leader
     await cluster.kill(leader)
@@ -123,28 +138,42 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     await asyncio.sleep(2)  # a few passes of the new leader
     assert [r.id for r in await replicas(nc)] == [running.id]  # adopted: nothing started twice
     assert list(a.replicas) == [running.id]
-    entry = await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
-        name="m", source=SOURCE, context=512, scaling=Scaling(min=2, max=2))), ModelEntry)
+    entry = await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=2, max=2))),
+        ModelEntry,
+    )
     assert entry.model.scaling.min == 2
     both = await until(lambda: _ready(nc, count=2))
     assert running.id in {r.id for r in both}
 
 
 async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_when_its_worker_dies(
-        cluster, nc, tmp_path):
+    cluster, nc, tmp_path
+):
     await cluster.add(Scheduler(scheduler_config()), scheduler_config())
-    agents = {name: await agent(cluster, tmp_path, name, port, rack=rack)
-              for name, port, rack in (("a", 22300, "r1"), ("b", 22400, "r1"), ("c", 22500, "r2"))}
+    agents = {
+        name: await agent(cluster, tmp_path, name, port, rack=rack)
+        for name, port, rack in (("a", 22300, "r1"), ("b", 22400, "r1"), ("c", 22500, "r2"))
+    }
     profile = Profile(name="rpc", nodes=2, keep_within="rack", startup_timeout_s=60)
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
-        name="m", source=SOURCE, context=512, profiles=[profile], scaling=Scaling(min=1, max=1))), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, profiles=[profile], scaling=Scaling(min=1, max=1))),
+        ModelEntry,
+    )
     [first] = await until(lambda: _ready(nc))
     (worker,) = first.workers
     assert {first.node, worker.node} == {"a", "b"}  # c is alone in its rack
     assert worker.endpoint.startswith("127.0.0.1:224" if worker.node == "b" else "127.0.0.1:223")
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.post(f"{first.url}/v1/completions", json={"prompt": "hello", "max_tokens": 4, "ignore_eos": True},
-                                 headers={"authorization": f"Bearer {first.api_key}"})
+        answer = await http.post(
+            f"{first.url}/v1/completions",
+            json={"prompt": "hello", "max_tokens": 4, "ignore_eos": True},
+            headers={"authorization": f"Bearer {first.api_key}"},
+        )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
     serving = agents[worker.node].workers[first.id]
     assert any("Accepted client connection" in line for line in serving.tail)  # the engine drives it
@@ -197,11 +226,19 @@ async def test_a_change_of_split_never_runs_fewer_ready_replicas(cluster, nc, tm
     await agent(cluster, tmp_path, "b", 22500, pool="two")
     one = Profile(name="one", node_selector={"pool": "one"}, replicas=2, host_memory_mb=256, priority=1)
     two = Profile(name="two", node_selector={"pool": "two"}, replicas=1, host_memory_mb=256)
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(
-        name="m", source=SOURCE, context=512, scaling=Scaling(min=3, max=3), profiles=[one, two])), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=3, max=3), profiles=[one, two])),
+        ModelEntry,
+    )
     await until(lambda: _ready(nc, count=3), timeout=120)
-    await request(nc, Subjects.CATALOG_MODEL_CHANGE, ModelChange(
-        name="m", action="replicas", counts={"one": 1, "two": 2}), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_CHANGE,
+        ModelChange(name="m", action="replicas", counts={"one": 1, "two": 2}),
+        ModelEntry,
+    )
     fewest = 3
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -46,7 +46,9 @@ class Up:
         self.home = home
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llmgw.ctl", "up", "--data-dir", str(home), "--nats-port", "-1", "--http-port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         self.lines: list[str] = []
         deadline = time.monotonic() + 90
@@ -123,17 +125,26 @@ def test_the_sdk_gets_a_chat_completion(up):
 
 
 def test_a_stream_ends_with_usage_when_asked(up):
-    chunks = list(up.client.chat.completions.create(
-        model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, stream=True,
-        stream_options={"include_usage": True},
-    ))
+    chunks = list(
+        up.client.chat.completions.create(
+            model=DEMO,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert all(c.usage is None for c in chunks[:-1]) and all(c.model == DEMO for c in chunks)
 
 
 def test_a_stream_carries_no_usage_when_not_asked_and_ends_with_done(up):
-    with httpx.stream("POST", f"{up.base_url}/chat/completions", headers={"authorization": f"Bearer {up.key}"},
-                      json={"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        f"{up.base_url}/chat/completions",
+        headers={"authorization": f"Bearer {up.key}"},
+        json={"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True},
+    ) as r:
         events = [line for line in r.iter_lines() if line.startswith("data:")]
     assert events[-1] == "data: [DONE]"
     assert all("usage" not in json.loads(e[5:]) for e in events[:-1])
@@ -176,8 +187,11 @@ def test_srv_info_and_stats_describe_each_service(up):
 
 def test_every_service_serves_its_admin_endpoints(up, home):
     for name in ("catalog", "scheduler", "mirror", "router", "agent"):
-        started = [json.loads(l) for l in (home / "logs" / f"{name}.log").read_text().splitlines()
-                   if l.startswith("{") and '"event": "started"' in l][-1]
+        started = [
+            json.loads(l)
+            for l in (home / "logs" / f"{name}.log").read_text().splitlines()
+            if l.startswith("{") and '"event": "started"' in l
+        ][-1]
         base = f"http://127.0.0.1:{started['admin_port']}"
         assert httpx.get(f"{base}/healthz").status_code == 200
         assert httpx.get(f"{base}/readyz").status_code == 200, name
@@ -219,16 +233,26 @@ def _show_and_change(ctl):
     assert table[0].split()[:3] == ["MODEL", "READY", "STATUS"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert rows[DEMO][1:3] == ["1/1", "running"] and rows["extra"][1] == "0/0" and "extra-alias" in rows["extra"]
-    said = subprocess.run([*ctl, "model", "alias", "extra", "--add", "second", "--drop", "extra-alias"], capture_output=True, text=True, check=True)
+    said = subprocess.run(
+        [*ctl, "model", "alias", "extra", "--add", "second", "--drop", "extra-alias"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "aliases second" in said.stderr
-    said = subprocess.run([*ctl, "model", "context", "extra", "4096", "--max-output", "512"], capture_output=True, text=True, check=True)
+    said = subprocess.run(
+        [*ctl, "model", "context", "extra", "4096", "--max-output", "512"], capture_output=True, text=True, check=True
+    )
     assert "context 4096, max output 512" in said.stderr
 
 
 def _demo_replicas(up):
     async def ask(nc):
-        return [r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
-                if r.model == DEMO]
+        return [
+            r
+            for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            if r.model == DEMO
+        ]
 
     return up.nats(ask)
 
@@ -404,8 +428,11 @@ def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
     up.nats(put)
     try:
         for _ in range(50):  # until the router's catalog watch has it
-            r = httpx.post(f"{up.base_url}/completions", headers={"authorization": f"Bearer {up.key}"},
-                           json={"model": "unplaced", "prompt": "hi"})
+            r = httpx.post(
+                f"{up.base_url}/completions",
+                headers={"authorization": f"Bearer {up.key}"},
+                json={"model": "unplaced", "prompt": "hi"},
+            )
             if r.status_code != 404:
                 break
             time.sleep(0.1)
@@ -414,12 +441,18 @@ def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
         ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "models"]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            row = next(line for line in subprocess.run(ctl, capture_output=True, text=True, check=True).stdout.splitlines()
-                       if line.startswith("unplaced "))
+            row = next(
+                line
+                for line in subprocess.run(ctl, capture_output=True, text=True, check=True).stdout.splitlines()
+                if line.startswith("unplaced ")
+            )
             if "parked" in row:
                 break
             time.sleep(0.3)
-        assert row.split()[1:3] == ["0/1", "parked"] and "the mirror has not confirmed it holds 'test/absent/model.gguf'" in row
+        assert (
+            row.split()[1:3] == ["0/1", "parked"]
+            and "the mirror has not confirmed it holds 'test/absent/model.gguf'" in row
+        )
     finally:
         up.nats(remove)
 
@@ -478,8 +511,12 @@ def test_removing_a_model_stops_its_replica(up):
 
 def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
-    made = subprocess.run([*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
-                          capture_output=True, text=True, check=True)
+    made = subprocess.run(
+        [*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     key = made.stdout.strip()
     kid = re.search(r"key ([0-9a-f]{16})", made.stderr).group(1)
     client = openai.OpenAI(base_url=up.base_url, api_key=key, max_retries=0)
@@ -501,8 +538,9 @@ def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
         client.models.list()
     bad = subprocess.run([*ctl, "key", "revoke", "nothex"], capture_output=True, text=True)
     assert bad.returncode == 1 and "id" in bad.stderr
-    away = subprocess.run([*ctl[:-2], "--nats-url", "nats://127.0.0.1:1", "key", "list"], capture_output=True, text=True,
-                          timeout=30)
+    away = subprocess.run(
+        [*ctl[:-2], "--nats-url", "nats://127.0.0.1:1", "key", "list"], capture_output=True, text=True, timeout=30
+    )
     assert away.returncode == 1 and "cannot reach NATS at nats://127.0.0.1:1" in away.stderr
 
 
@@ -525,9 +563,10 @@ def test_a_second_start_serves_the_same_model_without_writing_it_again(up, home)
         assert "wrote the demo model" not in "".join(again.lines)
         assert again.key == up.key
         again.wait_ready()
-        reply = again.client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        reply = again.client.chat.completions.create(
+            model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
         assert reply.model == DEMO
         assert demo_file.stat().st_mtime_ns == written
     finally:
         again.stop()
-

@@ -47,5 +47,6 @@ def test_fields_added_later_leave_running_replicas_fingerprints_as_they_were():
 
 def test_keep_within_must_be_a_label_name():
     with pytest.raises(msgspec.ValidationError, match=re.escape("at `$.profiles[0].keep_within`")):
-        msgspec.json.decode(b'{"name": "m", "source": "o/r/f.gguf", "profiles": [{"keep_within": "Rack 1"}]}',
-                            type=Model)
+        msgspec.json.decode(
+            b'{"name": "m", "source": "o/r/f.gguf", "profiles": [{"keep_within": "Rack 1"}]}', type=Model
+        )

@@ -27,8 +27,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         models = bench_models(Path(tmp), last_level_cache_bytes())
         points = measure_models(models, [1, 2], bw)
-    print(f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; "
-          f"last-level cache {(last_level_cache_bytes() or 0) / 2**20:.0f} MiB")
+    print(
+        f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; "
+        f"last-level cache {(last_level_cache_bytes() or 0) / 2**20:.0f} MiB"
+    )
     rows = [("model", "reads/token", "threads", "measured", "defaults", "err", "calibrated*", "err")]
     worst_default = worst_calibrated = 0.0
     for p in points:
@@ -38,15 +40,31 @@ def main() -> None:
         c = cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k)
         ed, ec = (d - p.tokens_per_second) / p.tokens_per_second, (c - p.tokens_per_second) / p.tokens_per_second
         worst_default, worst_calibrated = max(worst_default, abs(ed)), max(worst_calibrated, abs(ec))
-        rows.append((p.name, f"{p.read_bytes / 2**20:.0f} MiB", str(p.threads), f"{p.tokens_per_second:.1f} tok/s",
-                     f"{d:.1f}", f"{ed:+.0%}", f"{c:.1f}", f"{ec:+.0%}"))
+        rows.append(
+            (
+                p.name,
+                f"{p.read_bytes / 2**20:.0f} MiB",
+                str(p.threads),
+                f"{p.tokens_per_second:.1f} tok/s",
+                f"{d:.1f}",
+                f"{ed:+.0%}",
+                f"{c:.1f}",
+                f"{ec:+.0%}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))))
+        print(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
     whole = fit_cpu(points, "all")
-    print(f"worst error: defaults {worst_default:.0%}, calibrated {worst_calibrated:.0%} "
-          f"(* fitted to the other models; fitted to all: core_share {whole.core_share}, thread_exp "
-          f"{whole.thread_exp}, {whole.token_fixed_s * 1000:.1f} ms a token); took {time.monotonic() - started:.0f}s")
+    print(
+        f"worst error: defaults {worst_default:.0%}, calibrated {worst_calibrated:.0%} "
+        f"(* fitted to the other models; fitted to all: core_share {whole.core_share}, thread_exp "
+        f"{whole.thread_exp}, {whole.token_fixed_s * 1000:.1f} ms a token); took {time.monotonic() - started:.0f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ The backend is a stub OpenAI server (this file, `--stub`): it streams 16 fixed c
 usage chunk at once, so what is measured is the gateways, not an engine. Each gateway runs as
 one process pinned to core 1 (`taskset`); the stub and the load (many concurrent streaming
 clients, httpx) share core 0. A second llmgw row uses a key with limits
-(requests, tokens a minute, in flight, a daily budget: counted in KV on every request). LiteLLM (`litellm[proxy]`) is installed on first use into its own
-environment under ~/.cache/llmgw/litellm. Run with `just bench`.
+(requests, tokens a minute, in flight, a daily budget: counted in KV on every request).
+LiteLLM (`litellm[proxy]`) is installed on first use into its own environment under
+~/.cache/llmgw/litellm. Run with `just bench`.
 """
 
 from __future__ import annotations
@@ -38,15 +39,32 @@ THROUGHPUT = (32, 2000)
 
 # -- the stub backend ---------------------------------------------------------------------------
 async def _stub(port: int) -> None:
-    words = [json.dumps({"id": "x", "object": "chat.completion.chunk", "model": "m",
-                         "choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}]})
-             for i in range(CHUNKS)]
-    usage = json.dumps({"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [],
-                        "usage": {"prompt_tokens": 8, "completion_tokens": CHUNKS, "total_tokens": 8 + CHUNKS}})
+    words = [
+        json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}],
+            }
+        )
+        for i in range(CHUNKS)
+    ]
+    usage = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [],
+            "usage": {"prompt_tokens": 8, "completion_tokens": CHUNKS, "total_tokens": 8 + CHUNKS},
+        }
+    )
     body = "".join(f"data: {w}\n\n" for w in [*words, usage]) + "data: [DONE]\n\n"
     chunked = f"{len(body.encode()):x}\r\n".encode() + body.encode() + b"\r\n0\r\n\r\n"
-    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-            b"connection: keep-alive\r\n\r\n")
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+        b"connection: keep-alive\r\n\r\n"
+    )
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -75,6 +93,7 @@ async def load(url: str, key: str, clients: int, requests: int) -> tuple[list[fl
     times: list[float] = []
     todo = iter(range(requests))
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=clients), timeout=60) as http:
+
         async def client() -> None:
             for _ in todo:
                 t = time.perf_counter()
@@ -121,8 +140,22 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
 
     nats = start_nats_server(tmp / "nats")
     port = free_port()
-    proc = pinned([sys.executable, "-m", "llmgw.router.service", "--nats-url", nats.url, "--http-port", str(port),
-                   "--log-level", "warning", "--data-dir", str(tmp / "router")], 1)
+    proc = pinned(
+        [
+            sys.executable,
+            "-m",
+            "llmgw.router.service",
+            "--nats-url",
+            nats.url,
+            "--http-port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--data-dir",
+            str(tmp / "router"),
+        ],
+        1,
+    )
 
     async def setup() -> str:
         nc = await connect(nats.url, "bench")
@@ -135,8 +168,14 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
             await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:
-                key = (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="bench", **({"limits": limits} if limits else {})),
-                                     KeyCreated)).key
+                key = (
+                    await request(
+                        nc,
+                        Subjects.ROUTER_KEY_CREATE,
+                        KeyCreate(name="bench", **({"limits": limits} if limits else {})),
+                        KeyCreated,
+                    )
+                ).key
                 break
             except Exception:
                 await asyncio.sleep(0.2)
@@ -166,11 +205,16 @@ def start_litellm(tmp: Path, backend: str) -> tuple[subprocess.Popen, str] | Non
     if binary is None:
         return None
     config = tmp / "litellm.yaml"
-    config.write_text(f"model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
-                      f"      api_base: {backend}/v1\n      api_key: k\n")
+    config.write_text(
+        f"model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: {backend}/v1\n      api_key: k\n"
+    )
     port = free_port()
-    proc = pinned([str(binary), "--config", str(config), "--port", str(port), "--num_workers", "1"], 1,
-                  env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": MASTER_KEY})
+    proc = pinned(
+        [str(binary), "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        1,
+        env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": MASTER_KEY},
+    )
     wait_http(f"http://127.0.0.1:{port}/health/liveliness", timeout=180)
     return proc, f"http://127.0.0.1:{port}/v1/chat/completions"
 
@@ -219,8 +263,10 @@ def main() -> None:
             p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     base = rows["backend directly"][0]
-    print(f"streaming chat requests ({CHUNKS} chunks + usage); latency: {LATENCY[1]} requests one at a time; "
-          f"throughput: {THROUGHPUT[1]} from {THROUGHPUT[0]} concurrent clients; each gateway on one core")
+    print(
+        f"streaming chat requests ({CHUNKS} chunks + usage); latency: {LATENCY[1]} requests one at a time; "
+        f"throughput: {THROUGHPUT[1]} from {THROUGHPUT[0]} concurrent clients; each gateway on one core"
+    )
     print(f"{'':18}{'p50 ms':>8}{'p99 ms':>8}{'added p50':>11}{'added p99':>11}{'req/s':>8}")
     for name, (times, rps) in rows.items():
         p50, p99 = pct(times, 50) * 1000, pct(times, 99) * 1000
@@ -237,6 +283,7 @@ def measure(url: str, key: str) -> tuple[list[float], float]:
     times, _ = asyncio.run(load(url, key, *LATENCY))
     _, rps = asyncio.run(load(url, key, *THROUGHPUT))
     return times, rps
+
 
 if __name__ == "__main__":
     main()

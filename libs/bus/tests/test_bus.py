@@ -1,6 +1,5 @@
 """The bus on a real nats-server: typed endpoints, errors as headers, traces across the hop."""
 
-
 import asyncio
 
 import msgspec
@@ -110,8 +109,12 @@ def test_config_comes_from_file_then_environment_then_flags(tmp_path):
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--slotz", "3"], "unknown flag --slotz"), (["--slots", "many"], "slots"), (["--slots"], "needs a value"),
-     (["stray"], "unexpected argument")],
+    [
+        (["--slotz", "3"], "unknown flag --slotz"),
+        (["--slots", "many"], "slots"),
+        (["--slots"], "needs a value"),
+        (["stray"], "unexpected argument"),
+    ],
 )
 def test_a_bad_setting_says_which(argv, message):
     with pytest.raises(ConfigError, match=message):

@@ -82,8 +82,10 @@ def test_a_file_that_is_not_gguf_says_what_it_starts_with(tmp_path):
         read_header(bad)
 
 
-@pytest.mark.parametrize(("version", "message"), [(1, "GGUF version 1; llmgw reads versions 2, 3"),
-                                                  (0x03000000, "a big-endian GGUF \\(version 3\\)")])
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [(1, "GGUF version 1; llmgw reads versions 2, 3"), (0x03000000, "a big-endian GGUF \\(version 3\\)")],
+)
 def test_a_version_it_does_not_read_is_refused_with_the_version(files, tmp_path, version, message):
     data = bytearray(files["dense"].read_bytes())
     data[4:8] = struct.pack("<I", version)
@@ -97,9 +99,9 @@ def test_an_unknown_tensor_type_names_the_tensor(files, tmp_path):
     data = bytearray(files["dense"].read_bytes())
     name = b"output_norm.weight"
     at = data.index(name) + len(name)
-    n_dims = struct.unpack("<I", data[at:at + 4])[0]
+    n_dims = struct.unpack("<I", data[at : at + 4])[0]
     type_at = at + 4 + 8 * n_dims
-    data[type_at:type_at + 4] = struct.pack("<I", 250)
+    data[type_at : type_at + 4] = struct.pack("<I", 250)
     bad = tmp_path / "t.gguf"
     bad.write_bytes(bytes(data))
     with pytest.raises(GGUFError, match="tensor 'output_norm.weight' has type 250"):

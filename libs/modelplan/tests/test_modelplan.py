@@ -79,29 +79,47 @@ def test_a_card_reads_at_its_bandwidth_and_tensor_parallel_adds_sublinearly():
     assert gpu_tokens_per_second(8 * GB, 4 * GB, 3350) < one  # the KV at depth is read too
 
 
-@pytest.mark.parametrize(("name", "mib", "cls", "bandwidth"), [
-    ("NVIDIA H200", 143771, "h200-141g", 4800), ("NVIDIA H100 80GB HBM3", 81559, "h100-80g", 3350),
-    ("NVIDIA H100 PCIe", 81559, "h100-pcie-80g", 2000), ("NVIDIA A100-SXM4-40GB", 40960, "a100-40g", 1555),
-    ("NVIDIA A100-SXM4-80GB", 81920, "a100-80g", 2039), ("NVIDIA L40S", 46068, "l40s-48g", 864),
-    ("NVIDIA L4", 23034, "l4-24g", 300), ("Tesla T4", 15360, "t4-16g", 320),
-    ("NVIDIA GeForce RTX 4090", 24564, "rtx4090-24g", 1008),
-    ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192, "a100-mig-3g.40gb", 2039 * 3 / 7),
-])
+@pytest.mark.parametrize(
+    ("name", "mib", "cls", "bandwidth"),
+    [
+        ("NVIDIA H200", 143771, "h200-141g", 4800),
+        ("NVIDIA H100 80GB HBM3", 81559, "h100-80g", 3350),
+        ("NVIDIA H100 PCIe", 81559, "h100-pcie-80g", 2000),
+        ("NVIDIA A100-SXM4-40GB", 40960, "a100-40g", 1555),
+        ("NVIDIA A100-SXM4-80GB", 81920, "a100-80g", 2039),
+        ("NVIDIA L40S", 46068, "l40s-48g", 864),
+        ("NVIDIA L4", 23034, "l4-24g", 300),
+        ("Tesla T4", 15360, "t4-16g", 320),
+        ("NVIDIA GeForce RTX 4090", 24564, "rtx4090-24g", 1008),
+        ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192, "a100-mig-3g.40gb", 2039 * 3 / 7),
+    ],
+)
 def test_a_card_gets_one_class_name_and_its_datasheet_bandwidth(name, mib, cls, bandwidth):
     assert card_class(name, mib) == cls
     assert card_of(cls).bandwidth_gbs == bandwidth
 
 
-@pytest.mark.parametrize(("tps", "note"), [
-    (40, "~40 tok/s"), (12, "~12 tok/s (slow)"),
-    (2.5, "~2.5 tok/s (very slow: a reply of 500 tokens takes about 3 minutes)"), (0, "speed unknown"),
-])
+@pytest.mark.parametrize(
+    ("tps", "note"),
+    [
+        (40, "~40 tok/s"),
+        (12, "~12 tok/s (slow)"),
+        (2.5, "~2.5 tok/s (very slow: a reply of 500 tokens takes about 3 minutes)"),
+        (0, "speed unknown"),
+    ],
+)
 def test_slow_and_very_slow_are_said(tps, note):
     assert speed_note(tps) == note
 
 
-LLAMA3_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-             "vocab_size": 128256, "torch_dtype": "bfloat16"}
+LLAMA3_8B = {
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "torch_dtype": "bfloat16",
+}
 
 
 def test_kv_per_token_for_llama_cpps_cache_types():
@@ -131,8 +149,17 @@ def test_a_config_that_is_not_a_decoders_is_refused_naming_the_field():
 
 
 def test_llamacpp_memory_is_weights_kv_compute_and_a_stated_margin():
-    shape = Shape(layers=4, embedding=256, heads=8, kv_heads=2, key_length=32, value_length=32, vocab=259,
-                  weight_bytes=2_517_600, active_bytes=2_517_600)
+    shape = Shape(
+        layers=4,
+        embedding=256,
+        heads=8,
+        kv_heads=2,
+        key_length=32,
+        value_length=32,
+        vocab=259,
+        weight_bytes=2_517_600,
+        active_bytes=2_517_600,
+    )
     m = llamacpp_memory(shape, 4096)
     assert m.kv == 4 * 2**20 and m.weights == 2_517_600
     assert m.total == m.weights + m.kv + m.compute + m.margin
@@ -141,15 +168,31 @@ def test_llamacpp_memory_is_weights_kv_compute_and_a_stated_margin():
 
 
 def _q4(name="m-Q4_K_M.gguf", params=32 * GB, weights=18 * GB):
-    shape = Shape(layers=64, embedding=5120, heads=40, kv_heads=8, key_length=128, value_length=128, vocab=152064,
-                  parameters=params, weight_bytes=weights, active_bytes=weights)
+    shape = Shape(
+        layers=64,
+        embedding=5120,
+        heads=40,
+        kv_heads=8,
+        key_length=128,
+        value_length=128,
+        vocab=152064,
+        parameters=params,
+        weight_bytes=weights,
+        active_bytes=weights,
+    )
     return FileFacts(name=name, format="gguf", quant="Q4_K_M", shape=shape)
 
 
 def _big(name="big", free=2):
-    return NodeFacts(name=name, cpus=64, memory_total_mb=512 * 1024, memory_available_mb=400 * 1024,
-                     membw_all_gbs=300, membw_one_gbs=10,
-                     cards=[CardGroup(cls="l40s-48g", memory_mb=46068, count=2, free=free)])
+    return NodeFacts(
+        name=name,
+        cpus=64,
+        memory_total_mb=512 * 1024,
+        memory_available_mb=400 * 1024,
+        membw_all_gbs=300,
+        membw_one_gbs=10,
+        cards=[CardGroup(cls="l40s-48g", memory_mb=46068, count=2, free=free)],
+    )
 
 
 def test_a_plans_ways_say_how_fast_they_answer_and_cards_beat_the_cpu():
@@ -170,8 +213,9 @@ def test_ways_free_now_rank_before_faster_ways_that_wait_for_room():
 
 
 def test_a_way_is_reported_on_the_node_where_it_is_fastest_with_how_many_nodes_fit():
-    slow = NodeFacts(name="slow", cpus=8, memory_total_mb=64 * 1024, memory_available_mb=60 * 1024,
-                     membw_all_gbs=40, membw_one_gbs=8)
+    slow = NodeFacts(
+        name="slow", cpus=8, memory_total_mb=64 * 1024, memory_available_mb=60 * 1024, membw_all_gbs=40, membw_one_gbs=8
+    )
     ways = options([_q4()], [slow, _big()], 4096)
     cpu = next(w for w in ways if w.device == "cpu")
     assert cpu.node == "big" and cpu.nodes_fit == 2 and cpu.nodes_free == 2
@@ -182,8 +226,14 @@ def test_a_model_too_big_for_a_card_gets_two_and_vllm_only_for_safetensors():
     ways = options([big], [_big()], 4096)
     assert {(w.device, w.cards) for w in ways} == {("cpu", 0), ("l40s-48g", 2)}
     safetensors = FileFacts(name="m", format="safetensors", shape=shape_from_config(LLAMA3_8B, 16 * GB))
-    node = NodeFacts(name="g", cpus=32, memory_total_mb=256 * 1024, memory_available_mb=200 * 1024,
-                     engines=["vllm", "llamacpp"], cards=[CardGroup(cls="h100-80g", memory_mb=81559, count=8, free=8)])
+    node = NodeFacts(
+        name="g",
+        cpus=32,
+        memory_total_mb=256 * 1024,
+        memory_available_mb=200 * 1024,
+        engines=["vllm", "llamacpp"],
+        cards=[CardGroup(cls="h100-80g", memory_mb=81559, count=8, free=8)],
+    )
     vllm = options([safetensors], [node], 8192)
     assert {(w.engine, w.cards, w.tensor_parallel) for w in vllm} == {("vllm", n, True) for n in (1, 2, 4, 8)}
     assert vllm[0].cards == 8  # fastest
@@ -193,10 +243,28 @@ def test_a_nodes_report_becomes_plan_facts_with_its_cards_grouped_by_class():
     from llmgw.modelplan import node_facts
     from llmgw.proto import GpuInfo, NodeInfo
 
-    gpus = [GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA L40S", cls="l40s-48g", memory_total_mb=46068,
-                    memory_used_mb=20000 if i == 0 else 100) for i in range(4)]
-    info = NodeInfo(node="n", hostname="n", cpus=32, memory_total_mb=256000, memory_available_mb=200000,
-                    engines={"llamacpp": "100", "vllm": "0.11"}, membw_all_gbs=200, membw_one_gbs=12, gpus=gpus)
+    gpus = [
+        GpuInfo(
+            index=i,
+            uuid=f"GPU-{i}",
+            name="NVIDIA L40S",
+            cls="l40s-48g",
+            memory_total_mb=46068,
+            memory_used_mb=20000 if i == 0 else 100,
+        )
+        for i in range(4)
+    ]
+    info = NodeInfo(
+        node="n",
+        hostname="n",
+        cpus=32,
+        memory_total_mb=256000,
+        memory_available_mb=200000,
+        engines={"llamacpp": "100", "vllm": "0.11"},
+        membw_all_gbs=200,
+        membw_one_gbs=12,
+        gpus=gpus,
+    )
     facts = node_facts(info)
     assert facts.cards == [CardGroup(cls="l40s-48g", memory_mb=46068, count=4, free=3)]
     assert facts.engines == ["llamacpp", "vllm"] and facts.membw_one_gbs == 12

@@ -12,8 +12,16 @@ MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
 
 
 def card(i, cls="h100-80g", foreign=0, peers=(), cc="9.0"):
-    return GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100", cls=cls, memory_total_mb=81559,
-                   memory_foreign_mb=foreign, nvlink_peers=list(peers), compute_capability=cc)
+    return GpuInfo(
+        index=i,
+        uuid=f"GPU-{i}",
+        name="NVIDIA H100",
+        cls=cls,
+        memory_total_mb=81559,
+        memory_foreign_mb=foreign,
+        nvlink_peers=list(peers),
+        compute_capability=cc,
+    )
 
 
 def test_cards_below_the_profiles_compute_capability_are_not_picked():
@@ -24,7 +32,9 @@ def test_cards_below_the_profiles_compute_capability_are_not_picked():
 
 
 def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
-    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(slots=3, args=["--flash-attn", "on"]), "KEY", 4, [])
+    how = launch(
+        "llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(slots=3, args=["--flash-attn", "on"]), "KEY", 4, []
+    )
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-c"] == "2048" and pairs["-np"] == "3" and pairs["-ngl"] == "0"
     assert pairs["--port"] == "9000" and pairs["--api-key"] == "KEY" and pairs["--threads"] == "2"
@@ -32,21 +42,50 @@ def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
 
 
 def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
-    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(name="gpu", gpus=2, env={"X": "1"}), "K", 8,
-                 [card(0), card(3)])
+    how = launch(
+        "llama-server",
+        Path("/c/m.gguf"),
+        9000,
+        MODEL,
+        Profile(name="gpu", gpus=2, env={"X": "1"}),
+        "K",
+        8,
+        [card(0), card(3)],
+    )
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
     assert how.env == {"X": "1", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
 
 
 def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():
-    how = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(nodes=3), "K", 8, [], host="10.0.0.5",
-                 rpc=["10.0.0.6:20000", "10.0.0.7:20000"], layers=32)
+    how = launch(
+        "llama-server",
+        Path("/c/m.gguf"),
+        9000,
+        MODEL,
+        Profile(nodes=3),
+        "K",
+        8,
+        [],
+        host="10.0.0.5",
+        rpc=["10.0.0.6:20000", "10.0.0.7:20000"],
+        layers=32,
+    )
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["--host"] == "10.0.0.5" and pairs["--rpc"] == "10.0.0.6:20000,10.0.0.7:20000"
     assert pairs["-ngl"] == "22"  # 10 of 32 layers stay here, 22 go to the two workers
-    on_cards = launch("llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(gpus=2, nodes=2), "K", 8,
-                      [card(0), card(1)], rpc=["10.0.0.6:20000"], layers=32)
+    on_cards = launch(
+        "llama-server",
+        Path("/c/m.gguf"),
+        9000,
+        MODEL,
+        Profile(gpus=2, nodes=2),
+        "K",
+        8,
+        [card(0), card(1)],
+        rpc=["10.0.0.6:20000"],
+        layers=32,
+    )
     assert "--tensor-split" not in on_cards.argv  # split over every card, local and remote, by free memory
     assert on_cards.argv[on_cards.argv.index("-ngl") + 1] == "999"
 
@@ -81,10 +120,17 @@ def test_cards_are_free_ones_of_the_class_and_linked_ones_first():
     assert pick_cards(Profile(), gpus, set()) == []
 
 
-@pytest.mark.parametrize(("profile", "taken", "message"), [
-    (Profile(name="gpu", gpus=2, gpu_class="l40s-48g"), set(), "needs 2 free cards of class l40s-48g; this node has none free of 2"),
-    (Profile(name="gpu", gpus=2), {"GPU-0"}, "needs 2 free cards of one class; this node has 1 h100-80g free of 2"),
-])
+@pytest.mark.parametrize(
+    ("profile", "taken", "message"),
+    [
+        (
+            Profile(name="gpu", gpus=2, gpu_class="l40s-48g"),
+            set(),
+            "needs 2 free cards of class l40s-48g; this node has none free of 2",
+        ),
+        (Profile(name="gpu", gpus=2), {"GPU-0"}, "needs 2 free cards of one class; this node has 1 h100-80g free of 2"),
+    ],
+)
 def test_a_profile_asking_for_cards_the_node_lacks_is_refused_saying_what_it_has(profile, taken, message):
     with pytest.raises(ValueError, match=message):
         pick_cards(profile, [card(0), card(1)], taken)

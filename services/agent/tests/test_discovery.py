@@ -22,11 +22,16 @@ def test_eight_cards_linked_all_to_all_report_their_nvlink_peers():
 
 
 def test_a_card_carved_into_mig_reports_its_instances_not_the_card():
-    mig = FakeCard(name="NVIDIA A100-SXM4-80GB", total_mb=81920, capability=(8, 0),
-                   mig=[("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192), ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192)])
+    mig = FakeCard(
+        name="NVIDIA A100-SXM4-80GB",
+        total_mb=81920,
+        capability=(8, 0),
+        mig=[("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192), ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40192)],
+    )
     cards = discover_cards(FakeNvml([mig, FakeCard(name="NVIDIA A100-SXM4-80GB", total_mb=81920, capability=(8, 0))]))
     assert [(g.uuid, g.cls, g.mig_parent) for g in cards.gpus] == [
-        ("MIG-0-0", "a100-mig-3g.40gb", "GPU-0000"), ("MIG-0-1", "a100-mig-3g.40gb", "GPU-0000"),
+        ("MIG-0-0", "a100-mig-3g.40gb", "GPU-0000"),
+        ("MIG-0-1", "a100-mig-3g.40gb", "GPU-0000"),
         ("GPU-0001", "a100-80g", ""),
     ]
 
@@ -45,7 +50,13 @@ def test_a_driver_error_on_one_card_leaves_it_out_and_the_others_are_reported():
 
 def test_cpu_flags_os_and_filesystems_are_read(tmp_path):
     assert cpu_flags("processor : 0\nflags : fpu sse avx avx2 fma f16c avx512f amx_tile\n") == [
-        "avx", "avx2", "fma", "f16c", "avx512f", "amx_tile"]
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "amx_tile",
+    ]
     assert cpu_flags("Features : fp asimd evtstrm sve\n") == ["asimd", "sve"]
     release = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
     assert os_release(release) == "ubuntu 22.04 (jammy)"

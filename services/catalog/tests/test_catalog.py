@@ -46,7 +46,9 @@ async def test_removing_an_unknown_model_is_a_404(catalog):
 
 
 async def test_a_schema_invalid_put_names_the_field_and_stores_nothing(catalog):
-    msg = await catalog.request(Subjects.CATALOG_MODEL_PUT, b'{"model": {"name": "x", "source": "o/r/x.gguf", "context": -3}}', timeout=5)
+    msg = await catalog.request(
+        Subjects.CATALOG_MODEL_PUT, b'{"model": {"name": "x", "source": "o/r/x.gguf", "context": -3}}', timeout=5
+    )
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert "$.model.context" in msg.headers["Nats-Service-Error"]
     assert (await request(catalog, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)).models == []
@@ -66,23 +68,37 @@ def test_a_model_that_breaks_a_rule_is_refused_saying_which(model, message):
 
 
 async def test_changes_through_nats_stop_start_and_count_per_profile(catalog):
-    two = Model(name="two", source="o/r/two.gguf", profiles=[Profile(name="gpu", gpus=1, priority=5), Profile(name="cpu")])
+    two = Model(
+        name="two", source="o/r/two.gguf", profiles=[Profile(name="gpu", gpus=1, priority=5), Profile(name="cpu")]
+    )
     await request(catalog, Subjects.CATALOG_MODEL_PUT, ModelPut(model=two), ModelEntry)
-    counted = await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
-                            ModelChange(name="two", action="replicas", counts={"gpu": 7, "cpu": 4}, by="ops"), ModelEntry)
+    counted = await request(
+        catalog,
+        Subjects.CATALOG_MODEL_CHANGE,
+        ModelChange(name="two", action="replicas", counts={"gpu": 7, "cpu": 4}, by="ops"),
+        ModelEntry,
+    )
     assert counted.model.scaling == Scaling(min=11, max=11)
     stopped = await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="stop"), ModelEntry)
     assert stopped.model.scaling.min == 0 and stopped.model.stopped == Scaling(min=11, max=11)
     with pytest.raises(Conflict, match="already stopped"):
         await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="stop"), ModelEntry)
     with pytest.raises(Conflict, match="revision"):
-        await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
-                      ModelChange(name="two", action="start", revision=counted.revision), ModelEntry)
+        await request(
+            catalog,
+            Subjects.CATALOG_MODEL_CHANGE,
+            ModelChange(name="two", action="start", revision=counted.revision),
+            ModelEntry,
+        )
     started = await request(catalog, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="two", action="start"), ModelEntry)
     assert started.model == counted.model
     with pytest.raises(BadRequest, match="no profile tpu"):
-        await request(catalog, Subjects.CATALOG_MODEL_CHANGE,
-                      ModelChange(name="two", action="replicas", counts={"tpu": 1}), ModelEntry)
+        await request(
+            catalog,
+            Subjects.CATALOG_MODEL_CHANGE,
+            ModelChange(name="two", action="replicas", counts={"tpu": 1}),
+            ModelEntry,
+        )
     assert (await request(catalog, Subjects.CATALOG_MODEL_GET, ModelRef(name="two"), ModelEntry)).model == counted.model
 
 

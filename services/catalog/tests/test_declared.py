@@ -41,26 +41,45 @@ def test_a_good_file_gives_its_models():
     ("text", "message"),
     [
         (b"models:\n  - {name: a, source: o/r/a.gguf, contxt: 10}\n", r"models\[0\]: unknown field 'contxt'"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: p, gpu: 1}]}\n",
-         r"models\[0\].profiles\[0\]: unknown field 'gpu'"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, context: lots}\n", r"Expected `int`, got `str` - at `\$.context`"),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: p, gpu: 1}]}\n",
+            r"models\[0\].profiles\[0\]: unknown field 'gpu'",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, context: lots}\n",
+            r"Expected `int`, got `str` - at `\$.context`",
+        ),
         (b"models:\n  - {name: a, source: o/r/a.gguf}\n  - {name: a, source: o/r/b.gguf}\n", "declared twice"),
         (b"models:\n  - {name: a, source: o/r/a.gguf, fallbacks: [a]}\n", "cannot fall back to itself"),
         (b"models:\n  - {name: a, source: o/r/a.gguf, fallbacks: [zz]}\n", "fallback 'zz' is not in the catalog"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf}\n  - {name: b, source: o/r/b.gguf, aliases: [a]}\n",
-         "alias 'a' is another model's name|that name is an alias of model 'b'"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 3, tensor_parallel: 2}]}\n",
-         "tensor_parallel 2 does not divide its 3 GPUs"),
-        (b"models:\n  - {name: a, source: o/r/a, profiles: [{name: g, engine: vllm, gpus: 1, nodes: 2}]}\n",
-         "only llama.cpp spans nodes here"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, kv_events: true}]}\n",
-         "kv_events is vLLM's"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, min_compute: '8.9'}]}\n",
-         "say which cards it needs, and it takes none; set gpus"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, keep_within: rack}]}\n",
-         "keep_within 'rack' only applies to a replica across nodes; set nodes above 1"),
-        (b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, nodes: 0}]}\n",
-         r"Expected `int` >= 1 - at `\$.profiles\[0\].nodes`"),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf}\n  - {name: b, source: o/r/b.gguf, aliases: [a]}\n",
+            "alias 'a' is another model's name|that name is an alias of model 'b'",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 3, tensor_parallel: 2}]}\n",
+            "tensor_parallel 2 does not divide its 3 GPUs",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a, profiles: [{name: g, engine: vllm, gpus: 1, nodes: 2}]}\n",
+            "only llama.cpp spans nodes here",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, kv_events: true}]}\n",
+            "kv_events is vLLM's",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, min_compute: '8.9'}]}\n",
+            "say which cards it needs, and it takes none; set gpus",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, keep_within: rack}]}\n",
+            "keep_within 'rack' only applies to a replica across nodes; set nodes above 1",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, nodes: 0}]}\n",
+            r"Expected `int` >= 1 - at `\$.profiles\[0\].nodes`",
+        ),
         (b"- just a list\n", "one key, 'models'"),
         (b"models: [\n", "not YAML"),
     ],
@@ -71,8 +90,12 @@ def test_a_bad_file_is_refused_with_the_place_and_the_fix(text, message):
 
 
 def test_counts_per_profile_and_a_schedule_are_one_or_the_other():
-    m = Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="cpu", replicas=2)],
-              scaling=Scaling(min=2, max=2, schedule=[ScheduleWindow(start="08:00", end="18:00", min=4, max=4)]))
+    m = Model(
+        name="m",
+        source="o/r/m.gguf",
+        profiles=[Profile(name="cpu", replicas=2)],
+        scaling=Scaling(min=2, max=2, schedule=[ScheduleWindow(start="08:00", end="18:00", min=4, max=4)]),
+    )
     with pytest.raises(BadRequest, match="one or the other"):
         check_model(m)
 
@@ -95,16 +118,26 @@ async def test_declared_models_are_written_at_start_and_changed_only_in_their_fi
     with pytest.raises(BadRequest, match=f"declared in {path}; change it there"):
         await request(nc, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="big", action="stop"), ModelEntry)
     with pytest.raises(BadRequest, match="declared in"):
-        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/x.gguf")), ModelEntry)
+        await request(
+            nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/x.gguf")), ModelEntry
+        )
     with pytest.raises(BadRequest, match="alias 'large' is already an alias of model 'big'"):
-        await request(nc, Subjects.CATALOG_MODEL_PUT,
-                      ModelPut(model=Model(name="new", source="o/r/n.gguf", aliases=["large"])), ModelEntry)
+        await request(
+            nc,
+            Subjects.CATALOG_MODEL_PUT,
+            ModelPut(model=Model(name="new", source="o/r/n.gguf", aliases=["large"])),
+            ModelEntry,
+        )
 
 
 async def test_a_model_others_fall_back_to_cannot_be_removed(serve, nc):
     await serve(Catalog(CatalogConfig()), CatalogConfig())
     await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="big", source="o/r/b.gguf")), ModelEntry)
-    await request(nc, Subjects.CATALOG_MODEL_PUT,
-                  ModelPut(model=Model(name="small", source="o/r/s.gguf", fallbacks=["big"])), ModelEntry)
+    await request(
+        nc,
+        Subjects.CATALOG_MODEL_PUT,
+        ModelPut(model=Model(name="small", source="o/r/s.gguf", fallbacks=["big"])),
+        ModelEntry,
+    )
     with pytest.raises(BadRequest, match="'big' is a fallback of small"):
         await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="big"), ModelEntry)

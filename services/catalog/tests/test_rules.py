@@ -23,12 +23,16 @@ from llmgw.proto import Model, ModelChange, Profile, Scaling, fingerprint
 
 
 def gguf_model(**kw):
-    profiles = [Profile(name="gpu", gpus=1, priority=10, args=["-ngl", "99", "--flash-attn", "on", "--tensor-split=1,1"])]
+    profiles = [
+        Profile(name="gpu", gpus=1, priority=10, args=["-ngl", "99", "--flash-attn", "on", "--tensor-split=1,1"])
+    ]
     return Model(name="m", source="o/r/m.gguf", profiles=profiles, **kw)
 
 
 def two_profiles():
-    return Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="gpu", gpus=1, priority=10), Profile(name="cpu")])
+    return Model(
+        name="m", source="o/r/m.gguf", profiles=[Profile(name="gpu", gpus=1, priority=10), Profile(name="cpu")]
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,14 +114,29 @@ def test_stopping_twice_or_starting_a_running_model_is_a_conflict(op, message):
 
 
 _changes = st.one_of(
-    st.builds(ModelChange, name=st.just("m"), action=st.just("context"), context=st.integers(128, 9000),
-              max_output=st.none() | st.integers(1, 9000)),
-    st.builds(ModelChange, name=st.just("m"), action=st.just("gpus"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))),
+    st.builds(
+        ModelChange,
+        name=st.just("m"),
+        action=st.just("context"),
+        context=st.integers(128, 9000),
+        max_output=st.none() | st.integers(1, 9000),
+    ),
+    st.builds(
+        ModelChange, name=st.just("m"), action=st.just("gpus"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))
+    ),
     st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start", "restart"])),
-    st.builds(ModelChange, name=st.just("m"), action=st.just("scale"),
-              scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8)))),
-    st.builds(ModelChange, name=st.just("m"), action=st.just("replicas"),
-              counts=st.dictionaries(st.sampled_from(["gpu", "cpu"]), st.integers(0, 5), max_size=2)),
+    st.builds(
+        ModelChange,
+        name=st.just("m"),
+        action=st.just("scale"),
+        scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8))),
+    ),
+    st.builds(
+        ModelChange,
+        name=st.just("m"),
+        action=st.just("replicas"),
+        counts=st.dictionaries(st.sampled_from(["gpu", "cpu"]), st.integers(0, 5), max_size=2),
+    ),
 )
 
 

@@ -13,8 +13,14 @@ from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects
 
 @pytest.mark.parametrize(
     ("header", "size", "expected"),
-    [(None, 10, None), ("bytes=0-3", 10, (0, 3)), ("bytes=5-", 10, (5, 9)), ("bytes=-4", 10, (6, 9)),
-     ("bytes=8-100", 10, (8, 9)), ("bytes=-100", 10, (0, 9))],
+    [
+        (None, 10, None),
+        ("bytes=0-3", 10, (0, 3)),
+        ("bytes=5-", 10, (5, 9)),
+        ("bytes=-4", 10, (6, 9)),
+        ("bytes=8-100", 10, (8, 9)),
+        ("bytes=-100", 10, (0, 9)),
+    ],
 )
 def test_a_range_names_the_bytes_it_asks_for(header, size, expected):
     assert parse_range(header, size) == expected

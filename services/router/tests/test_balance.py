@@ -41,7 +41,11 @@ def test_when_every_pool_is_saturated_the_highest_queues_it():
 
 
 def test_weights_share_requests_in_proportion():
-    heavy, light, third = Candidate(id="h", weight=3, slots=1000), Candidate(id="l", slots=1000), Candidate(id="t", slots=1000)
+    heavy, light, third = (
+        Candidate(id="h", weight=3, slots=1000),
+        Candidate(id="l", slots=1000),
+        Candidate(id="t", slots=1000),
+    )
     b = Balancer(seed=4)
     for _ in range(600):
         choice, _ = b.pick([heavy, light, third], [], 0.0)

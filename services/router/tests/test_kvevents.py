@@ -21,7 +21,9 @@ def stored(hashes, parent, tokens, lora=None):
 
 
 def test_a_batch_in_vllms_shape_is_read_and_unknown_event_kinds_are_skipped():
-    ts, events = decode_batch(wire(stored([7, 8], None, PROMPT[:32]), ["SomethingNew", 1], ["BlockRemoved", [7], "GPU"]))
+    ts, events = decode_batch(
+        wire(stored([7, 8], None, PROMPT[:32]), ["SomethingNew", 1], ["BlockRemoved", [7], "GPU"])
+    )
     assert ts == 1.5 and [type(e) for e in events] == [BlockStored, BlockRemoved]
     with pytest.raises(msgspec.DecodeError):
         decode_batch(b"\x01not a batch")
@@ -56,15 +58,21 @@ def test_events_say_where_the_prefix_is_over_what_the_router_believes():
     assert (choice.id, how) == ("b", "affinity")
 
 
-@pytest.mark.parametrize(("path", "body", "asked"), [
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [], "max_tokens": 3},
-     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": []}),
-    ("/v1/completions", {"prompt": "once"}, {"model": "m", "prompt": "once"}),
-    ("/v1/completions", {"prompt": ["once"]}, {"model": "m", "prompt": "once"}),
-    ("/v1/completions", {"prompt": [5, 6, 7]}, [5, 6, 7]),
-    ("/v1/completions", {"prompt": ["a", "b"]}, None),
-    ("/v1/embeddings", {"input": "x"}, None),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "asked"),
+    [
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "tools": [], "max_tokens": 3},
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": []},
+        ),
+        ("/v1/completions", {"prompt": "once"}, {"model": "m", "prompt": "once"}),
+        ("/v1/completions", {"prompt": ["once"]}, {"model": "m", "prompt": "once"}),
+        ("/v1/completions", {"prompt": [5, 6, 7]}, [5, 6, 7]),
+        ("/v1/completions", {"prompt": ["a", "b"]}, None),
+        ("/v1/embeddings", {"input": "x"}, None),
+    ],
+)
 def test_what_the_engine_is_asked_to_tokenize(path, body, asked):
     assert tokenize_request(path, body, "m") == asked
 
@@ -83,9 +91,14 @@ def test_llama_server_gives_a_request_its_share_of_the_context_and_vllm_the_whol
     assert context_of(model, Profile(engine="vllm", gpus=1, slots=64)) == 8192
 
 
-@pytest.mark.parametrize(("text", "max_tokens", "maybe"), [
-    ("short", 100, False), ("x" * 290, 10, False), ("x" * 400, 10, True), ("short", 1000, True)])
+@pytest.mark.parametrize(
+    ("text", "max_tokens", "maybe"),
+    [("short", 100, False), ("x" * 290, 10, False), ("x" * 400, 10, True), ("short", 1000, True)],
+)
 def test_only_a_prompt_that_might_not_fit_is_worth_tokenizing(text, max_tokens, maybe):
-    checked = check_request("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": text}],
-                                                     "max_tokens": max_tokens}, Model(name="m", source="o/r/m.gguf"))
+    checked = check_request(
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens},
+        Model(name="m", source="o/r/m.gguf"),
+    )
     assert may_exceed(checked, 1024) is maybe

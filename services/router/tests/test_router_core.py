@@ -24,8 +24,14 @@ def test_the_usage_chunk_reaches_only_a_client_that_asked_for_it():
 
 def test_the_error_body_has_openais_four_fields():
     err = ApiError(404, "no such model", "invalid_request_error", "model_not_found", "model")
-    assert err.body() == {"error": {"message": "no such model", "type": "invalid_request_error",
-                                    "param": "model", "code": "model_not_found"}}
+    assert err.body() == {
+        "error": {
+            "message": "no such model",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
 
 
 def test_keys_are_kept_as_sha256():
@@ -33,26 +39,51 @@ def test_keys_are_kept_as_sha256():
 
 
 def test_a_good_chat_request_passes_with_its_prompt_text():
-    checked = check_request(CHAT, {"model": "m", "messages": [{"role": "system", "content": "be brief"},
-                                                              {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                                   "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 100}, MODEL)
+    checked = check_request(
+        CHAT,
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": 100,
+        },
+        MODEL,
+    )
     assert checked.prompt == "system: be brief\nuser: hi"
     assert checked.streaming and checked.include_usage and checked.max_tokens == 100
 
 
-@pytest.mark.parametrize(("body", "param", "says"), [
-    ([1, 2], None, "must be a JSON object"),
-    ({"model": "m"}, "messages", "needs 'messages'"),
-    ({"model": "m", "messages": []}, "messages", "non-empty list"),
-    ({"model": "m", "messages": ["hi"]}, "messages[0]", "with a 'role'"),
-    ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content", "string or a list"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 513}, "max_tokens",
-     "gives at most 512 tokens (its longest answer)"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}, "max_tokens", "whole number"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 9}, "n", "from 1 to 4"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream", "true or false"),
-    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature", "a number"),
-])
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        ([1, 2], None, "must be a JSON object"),
+        ({"model": "m"}, "messages", "needs 'messages'"),
+        ({"model": "m", "messages": []}, "messages", "non-empty list"),
+        ({"model": "m", "messages": ["hi"]}, "messages[0]", "with a 'role'"),
+        ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content", "string or a list"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 513},
+            "max_tokens",
+            "gives at most 512 tokens (its longest answer)",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"},
+            "max_tokens",
+            "whole number",
+        ),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 9}, "n", "from 1 to 4"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream", "true or false"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+            "temperature",
+            "a number",
+        ),
+    ],
+)
 def test_a_bad_request_gets_a_400_that_names_the_field(body, param, says):
     with pytest.raises(ApiError) as caught:
         check_request(CHAT, body, MODEL)
@@ -66,17 +97,25 @@ def test_a_longest_answer_beyond_the_context_is_bounded_by_the_context():
 
 
 def test_usage_comes_from_openais_fields_or_llama_servers_timings():
-    assert usage_of({"usage": {"prompt_tokens": 10, "completion_tokens": 4,
-                               "prompt_tokens_details": {"cached_tokens": 8}}}) == (10, 8, 4)
+    assert usage_of(
+        {"usage": {"prompt_tokens": 10, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 8}}}
+    ) == (10, 8, 4)
     assert usage_of({"usage": {"prompt_tokens": 10, "completion_tokens": 4}, "timings": {"cache_n": 6}}) == (10, 6, 4)
 
 
 def test_usage_sums_per_group_biggest_first():
-    rows = sum_usage([UsageRecord(request_id="1", time=0, key="k", project="p", model="a", prompt_tokens=5),
-                      UsageRecord(request_id="2", time=0, key="k", project="p", model="b", prompt_tokens=50, status=500),
-                      UsageRecord(request_id="3", time=0, key="k", project="p", model="a", completion_tokens=3)], "model")
+    rows = sum_usage(
+        [
+            UsageRecord(request_id="1", time=0, key="k", project="p", model="a", prompt_tokens=5),
+            UsageRecord(request_id="2", time=0, key="k", project="p", model="b", prompt_tokens=50, status=500),
+            UsageRecord(request_id="3", time=0, key="k", project="p", model="a", completion_tokens=3),
+        ],
+        "model",
+    )
     assert [(r.group, r.requests, r.errors, r.prompt_tokens + r.completion_tokens) for r in rows] == [
-        ("b", 1, 1, 50), ("a", 2, 0, 8)]
+        ("b", 1, 1, 50),
+        ("a", 2, 0, 8),
+    ]
 
 
 NOW = 1_764_720_030.0  # 2025-12-03 00:00:30 UTC

@@ -21,8 +21,14 @@ class Node:
     """A fake node, built fluently: Node("a").cpus(64).memory(512).membw(300, 10).cards(8, "h100")."""
 
     def __init__(self, name: str) -> None:
-        self.info = NodeInfo(node=name, hostname=name, cpus=16, memory_total_mb=128 * 1024,
-                             memory_available_mb=128 * 1024, engines={"llamacpp": "1", "llamacpp-rpc": "1", "vllm": "0.11"})
+        self.info = NodeInfo(
+            node=name,
+            hostname=name,
+            cpus=16,
+            memory_total_mb=128 * 1024,
+            memory_available_mb=128 * 1024,
+            engines={"llamacpp": "1", "llamacpp-rpc": "1", "vllm": "0.11"},
+        )
         self.seen, self.held = NOW, []
 
     def cpus(self, n):
@@ -38,8 +44,18 @@ class Node:
         return self
 
     def cards(self, n, cls="h100-80g", mb=81559, foreign=0, cc="9.0"):
-        self.info.gpus = [GpuInfo(index=i, uuid=f"{self.info.node}-gpu{i}", name=cls, cls=cls, memory_total_mb=mb,
-                                  memory_foreign_mb=foreign, compute_capability=cc) for i in range(n)]
+        self.info.gpus = [
+            GpuInfo(
+                index=i,
+                uuid=f"{self.info.node}-gpu{i}",
+                name=cls,
+                cls=cls,
+                memory_total_mb=mb,
+                memory_foreign_mb=foreign,
+                compute_capability=cc,
+            )
+            for i in range(n)
+        ]
         return self
 
     def labels(self, **kv):
@@ -71,29 +87,42 @@ CPU = Profile(name="cpu")
 GPU = Profile(name="gpu", gpus=1, priority=10)
 
 
-@pytest.mark.parametrize(("profile", "node", "reason"), [
-    (CPU, Node("a").silent_for(60), "ready: no heartbeat for 60s"),
-    (Profile(node_selector={"site": "fra1"}), Node("a").labels(site="ams1"), "labels: lacks the labels site=fra1"),
-    (Profile(engine="vllm", gpus=1), Node("a").engines("llamacpp").cards(1), "engine: has no vllm (has llamacpp)"),
-    (Profile(gpus=1, gpu_class="l40s-48g"), Node("a").cards(2), "cards: needs 1 free l40s-48g cards of"),
-    (Profile(gpus=2), Node("a").cards(2, foreign=40000), "cards: needs 2 free any class cards of"),
-    (Profile(gpus=1, min_compute="8.9"), Node("a").cards(1, cc="8.0"),
-     "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); its cards: compute capability 8.0, under 8.9"),
-    (Profile(gpus=1, min_card_mb=40000), Node("a").cards(1, "t4-16g", 15360),
-     "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); its cards: 15360 MiB, under 40000"),
-    (Profile(host_memory_mb=300_000), Node("a").memory(64), "memory: needs 300000 MiB, 65024 MiB free"),
-    (Profile(cpu_cores=32), Node("a").cpus(16), "cores: needs 32 cores, 16 of 16 free"),
-    (Profile(nodes=2), Node("a").engines("llamacpp"), "engine: has no llamacpp RPC worker, which a replica across"),
-    (Profile(nodes=2, keep_within="row"), Node("a").labels(rack="r1"), "keep_within: has no 'row' label"),
-])
+@pytest.mark.parametrize(
+    ("profile", "node", "reason"),
+    [
+        (CPU, Node("a").silent_for(60), "ready: no heartbeat for 60s"),
+        (Profile(node_selector={"site": "fra1"}), Node("a").labels(site="ams1"), "labels: lacks the labels site=fra1"),
+        (Profile(engine="vllm", gpus=1), Node("a").engines("llamacpp").cards(1), "engine: has no vllm (has llamacpp)"),
+        (Profile(gpus=1, gpu_class="l40s-48g"), Node("a").cards(2), "cards: needs 1 free l40s-48g cards of"),
+        (Profile(gpus=2), Node("a").cards(2, foreign=40000), "cards: needs 2 free any class cards of"),
+        (
+            Profile(gpus=1, min_compute="8.9"),
+            Node("a").cards(1, cc="8.0"),
+            "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); "
+            "its cards: compute capability 8.0, under 8.9",
+        ),
+        (
+            Profile(gpus=1, min_card_mb=40000),
+            Node("a").cards(1, "t4-16g", 15360),
+            "cards: needs 1 free any class cards of 5220 MiB; has 0 (of 1); its cards: 15360 MiB, under 40000",
+        ),
+        (Profile(host_memory_mb=300_000), Node("a").memory(64), "memory: needs 300000 MiB, 65024 MiB free"),
+        (Profile(cpu_cores=32), Node("a").cpus(16), "cores: needs 32 cores, 16 of 16 free"),
+        (Profile(nodes=2), Node("a").engines("llamacpp"), "engine: has no llamacpp RPC worker, which a replica across"),
+        (Profile(nodes=2, keep_within="row"), Node("a").labels(rack="r1"), "keep_within: has no 'row' label"),
+    ],
+)
 def test_each_filter_says_why_a_node_cannot_take_the_replica(profile, node, reason):
     where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, 10)
     assert where is None and why["a"].startswith(reason)
 
 
 def test_a_card_need_stands_for_every_class_that_meets_it():
-    nodes = states(Node("t4").cards(1, "t4-16g", 15360, cc="7.5"), Node("l40s").cards(1, "l40s-48g", 46068, cc="8.9"),
-                   Node("a100").cards(1, "a100-80g", 81920, cc="8.0"))
+    nodes = states(
+        Node("t4").cards(1, "t4-16g", 15360, cc="7.5"),
+        Node("l40s").cards(1, "l40s-48g", 46068, cc="8.9"),
+        Node("a100").cards(1, "a100-80g", 81920, cc="8.0"),
+    )
     fp8 = Profile(gpus=1, min_card_mb=40000, min_compute="8.9")
     where, why = place(need_of(fp8, 8 * GB), MODEL, nodes, NOW, 10)
     assert where.node == "l40s" and set(why) == {"t4", "a100"}
@@ -115,8 +144,9 @@ def test_the_speed_scorer_chooses_the_node_where_the_model_answers_fastest():
 
 
 def test_a_faster_card_wins_over_a_slower_one():
-    where, _ = place(need_of(GPU, 8 * GB), MODEL, states(Node("t4").cards(1, "t4-16g", 15360),
-                                                         Node("h100").cards(1)), NOW, 10)
+    where, _ = place(
+        need_of(GPU, 8 * GB), MODEL, states(Node("t4").cards(1, "t4-16g", 15360), Node("h100").cards(1)), NOW, 10
+    )
     assert where.node == "h100" and where.cards == ["h100-gpu0"]
 
 
@@ -127,7 +157,9 @@ def test_weights_already_on_a_node_count_when_all_else_is_equal():
 
 def test_replicas_of_one_model_spread_over_racks_as_a_preference():
     other = ReplicaState(id="x", model="m", profile="cpu", node="a1", state="ready")
-    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"), replicas=[other])
+    nodes = states(
+        Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"), replicas=[other]
+    )
     where, _ = place(need_of(CPU, GB), MODEL, nodes, NOW, 10)
     assert where.node == "b1"
     alone, _ = place(need_of(CPU, GB), MODEL, states(Node("a1").labels(rack="a"), replicas=[other]), NOW, 10)
@@ -143,8 +175,9 @@ def test_binpack_fills_the_fullest_node_and_spread_the_emptiest():
 
 def _run(model, nodes, replicas, now=NOW):
     ids = (f"r{i}-{now}" for i in itertools.count())
-    return reconcile({model.name: model}, {n.info.node: n.view() for n in nodes}, replicas, {model.source: 4 * GB},
-                     now, ids)
+    return reconcile(
+        {model.name: model}, {n.info.node: n.view() for n in nodes}, replicas, {model.source: 4 * GB}, now, ids
+    )
 
 
 def test_the_highest_priority_profile_that_fits_wins_else_the_next():
@@ -158,8 +191,10 @@ def test_the_highest_priority_profile_that_fits_wins_else_the_next():
 def test_no_fit_says_why_for_each_profile_and_node():
     model = Model(name="m", source="o/r/m.gguf", profiles=[Profile(name="cpu", host_memory_mb=10**6), GPU])
     plan = _run(model, [Node("c")], [])
-    assert plan.unplaced["m"] == ("profile 'gpu': c: cards: needs 1 free any class cards of 5220 MiB; has 0 (of 0) | "
-                                  "profile 'cpu': c: memory: needs 1000000 MiB, 130560 MiB free")
+    assert plan.unplaced["m"] == (
+        "profile 'gpu': c: cards: needs 1 free any class cards of 5220 MiB; has 0 (of 0) | "
+        "profile 'cpu': c: memory: needs 1000000 MiB, 130560 MiB free"
+    )
 
 
 def counted(gpu, cpu):
@@ -180,10 +215,16 @@ def simulate(model, nodes, replicas, ticks=40):
 
 def _running(model, gpu, cpu):
     fp = {p.name: fingerprint(model, p) for p in model.profiles}
-    out = [ReplicaState(id=f"g{i}", model="m", profile="gpu", node="g", state="ready", gpus=[f"g-gpu{i}"],
-                        fingerprint=fp["gpu"]) for i in range(gpu)]
-    return out + [ReplicaState(id=f"c{i}", model="m", profile="cpu", node="c", state="ready", cores=2,
-                               fingerprint=fp["cpu"]) for i in range(cpu)]
+    out = [
+        ReplicaState(
+            id=f"g{i}", model="m", profile="gpu", node="g", state="ready", gpus=[f"g-gpu{i}"], fingerprint=fp["gpu"]
+        )
+        for i in range(gpu)
+    ]
+    return out + [
+        ReplicaState(id=f"c{i}", model="m", profile="cpu", node="c", state="ready", cores=2, fingerprint=fp["cpu"])
+        for i in range(cpu)
+    ]
 
 
 def test_a_split_change_starts_the_short_profile_before_stopping_the_one_over():
@@ -215,7 +256,9 @@ def test_a_lost_nodes_replicas_are_given_up_and_replaced_elsewhere_a_suspect_one
     suspect = _run(model, [Node("a"), Node("b").silent_for(15)], [on_b])
     assert suspect.starts == [] and suspect.stops == []
     lost = _run(model, [Node("a"), Node("b").silent_for(45)], [on_b])
-    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == [("x", False, "node 'b' lost: no heartbeat for 45s")]
+    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == [
+        ("x", False, "node 'b' lost: no heartbeat for 45s")
+    ]
     assert [s.replica.node for s in lost.starts] == ["a"]
 
 
@@ -230,14 +273,21 @@ def test_a_node_never_heard_of_is_lost_only_once_the_inventory_has_listened_long
     assert [s.replica.id for s in later.stops] == ["x"] and [s.replica.node for s in later.starts] == ["a"]
 
 
-@pytest.mark.parametrize(("hhmm", "want"), [("08:59", 1), ("09:00", 4), ("16:59", 4), ("17:00", 1), ("23:30", 0),
-                                            ("02:00", 0), ("06:00", 1)])
+@pytest.mark.parametrize(
+    ("hhmm", "want"), [("08:59", 1), ("09:00", 4), ("16:59", 4), ("17:00", 1), ("23:30", 0), ("02:00", 0), ("06:00", 1)]
+)
 def test_a_schedule_scales_by_time_of_day_windows_may_cross_midnight(hhmm, want):
     from llmgw.proto import ScheduleWindow
     from llmgw.scheduler.core import wanted
 
-    scaling = Scaling(min=1, max=4, schedule=[ScheduleWindow(start="09:00", end="17:00", min=4, max=4),
-                                              ScheduleWindow(start="23:00", end="06:00", min=0, max=0)])
+    scaling = Scaling(
+        min=1,
+        max=4,
+        schedule=[
+            ScheduleWindow(start="09:00", end="17:00", min=4, max=4),
+            ScheduleWindow(start="23:00", end="06:00", min=0, max=0),
+        ],
+    )
     day = 20_000 * 86400
     now = day + int(hhmm[:2]) * 3600 + int(hhmm[3:]) * 60
     assert wanted(scaling, now) == want
@@ -258,44 +308,82 @@ def test_a_models_status_says_parked_backing_off_starting_or_stopped_and_why():
 
 
 def _two(critical_class="critical"):
-    batch = Model(name="batch", source="o/r/b.gguf", capacity_class="batch",
-                  profiles=[Profile(name="cpu", host_memory_mb=60_000)])
-    urgent = Model(name="urgent", source="o/r/u.gguf", capacity_class=critical_class,
-                   profiles=[Profile(name="cpu", host_memory_mb=60_000)])
+    batch = Model(
+        name="batch", source="o/r/b.gguf", capacity_class="batch", profiles=[Profile(name="cpu", host_memory_mb=60_000)]
+    )
+    urgent = Model(
+        name="urgent",
+        source="o/r/u.gguf",
+        capacity_class=critical_class,
+        profiles=[Profile(name="cpu", host_memory_mb=60_000)],
+    )
     return batch, urgent
 
 
 def _pass(models, nodes, replicas, now=NOW):
     ids = (f"r{i}-{now}" for i in itertools.count())
-    return reconcile({m.name: m for m in models}, {n.info.node: n.view() for n in nodes}, replicas,
-                     {m.source: GB for m in models}, now, ids)
+    return reconcile(
+        {m.name: m for m in models},
+        {n.info.node: n.view() for n in nodes},
+        replicas,
+        {m.source: GB for m in models},
+        now,
+        ids,
+    )
 
 
 def test_a_higher_class_takes_the_room_of_a_lower_one_which_is_held():
     batch, urgent = _two()
-    running = ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
-                           fingerprint=fingerprint(batch, batch.profiles[0]))
+    running = ReplicaState(
+        id="b1",
+        model="batch",
+        profile="cpu",
+        node="a",
+        state="ready",
+        memory_mb=60_000,
+        fingerprint=fingerprint(batch, batch.profiles[0]),
+    )
     full = Node("a").memory(70)  # the batch replica's 60 GB are already out of what is available
     full.info.memory_available_mb = 70 * 1024 - 60_000
     plan = _pass([batch, urgent], [full], [running])
     assert [(s.replica.id, s.reason, s.drain) for s in plan.stops] == [
-        ("b1", "preempted: gave room to critical model 'urgent'", False)]
+        ("b1", "preempted: gave room to critical model 'urgent'", False)
+    ]
     assert [s.replica.model for s in plan.starts] == ["urgent"]
     assert plan.held == {"batch": "gave room to critical model 'urgent'"}
 
 
 def test_a_replica_across_nodes_takes_the_room_of_as_many_lower_ones_as_it_needs_on_its_nodes():
-    batch = Model(name="batch", source="o/r/b.gguf", capacity_class="batch", scaling=Scaling(min=3, max=3),
-                  profiles=[Profile(name="cpu", host_memory_mb=60_000)])
-    urgent = Model(name="urgent", source="o/r/u.gguf", capacity_class="critical",
-                   profiles=[Profile(name="rpc", host_memory_mb=60_000, nodes=2)])
+    batch = Model(
+        name="batch",
+        source="o/r/b.gguf",
+        capacity_class="batch",
+        scaling=Scaling(min=3, max=3),
+        profiles=[Profile(name="cpu", host_memory_mb=60_000)],
+    )
+    urgent = Model(
+        name="urgent",
+        source="o/r/u.gguf",
+        capacity_class="critical",
+        profiles=[Profile(name="rpc", host_memory_mb=60_000, nodes=2)],
+    )
     nodes, running = [], []
     for i, name in enumerate("abc"):
         node = Node(name).memory(70)
         node.info.memory_available_mb = 70 * 1024 - 60_000  # each holds one batch replica
         nodes.append(node)
-        running.append(ReplicaState(id=f"b{i}", model="batch", profile="cpu", node=name, state="ready",
-                                    memory_mb=60_000, updated=NOW - 100 + i, fingerprint=fingerprint(batch, batch.profiles[0])))
+        running.append(
+            ReplicaState(
+                id=f"b{i}",
+                model="batch",
+                profile="cpu",
+                node=name,
+                state="ready",
+                memory_mb=60_000,
+                updated=NOW - 100 + i,
+                fingerprint=fingerprint(batch, batch.profiles[0]),
+            )
+        )
     plan = _pass([batch, urgent], nodes, running)
     (start,) = [s for s in plan.starts if s.replica.model == "urgent"]
     spanned = {start.replica.node, *(w.node for w in start.replica.workers)}
@@ -309,8 +397,15 @@ def test_a_replica_across_nodes_takes_the_room_of_as_many_lower_ones_as_it_needs
 def test_no_class_takes_room_from_its_own_or_a_higher_one(cls):
     batch, urgent = _two(cls)
     batch = msgspec.structs.replace(batch, capacity_class=cls)
-    running = ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
-                           fingerprint=fingerprint(batch, batch.profiles[0]))
+    running = ReplicaState(
+        id="b1",
+        model="batch",
+        profile="cpu",
+        node="a",
+        state="ready",
+        memory_mb=60_000,
+        fingerprint=fingerprint(batch, batch.profiles[0]),
+    )
     full = Node("a").memory(70)
     full.info.memory_available_mb = 70 * 1024 - 60_000
     plan = _pass([batch, urgent], [full], [running])
@@ -319,8 +414,17 @@ def test_no_class_takes_room_from_its_own_or_a_higher_one(cls):
 
 def test_a_held_model_is_not_placed_again_in_a_loop():
     batch, urgent = _two()
-    replicas = [ReplicaState(id="b1", model="batch", profile="cpu", node="a", state="ready", memory_mb=60_000,
-                             fingerprint=fingerprint(batch, batch.profiles[0]))]
+    replicas = [
+        ReplicaState(
+            id="b1",
+            model="batch",
+            profile="cpu",
+            node="a",
+            state="ready",
+            memory_mb=60_000,
+            fingerprint=fingerprint(batch, batch.profiles[0]),
+        )
+    ]
     stops = starts = 0
     for tick in range(10):
         node = Node("a").memory(70)
@@ -340,8 +444,14 @@ ACROSS = Profile(name="rpc", nodes=3, keep_within="rack")
 
 
 def test_a_replica_across_nodes_takes_a_share_on_each_within_one_rack():
-    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b").memory(512),
-                   Node("b2").labels(rack="b"), Node("b3").labels(rack="b"), Node("x"))
+    nodes = states(
+        Node("a1").labels(rack="a"),
+        Node("a2").labels(rack="a"),
+        Node("b1").labels(rack="b").memory(512),
+        Node("b2").labels(rack="b"),
+        Node("b3").labels(rack="b"),
+        Node("x"),
+    )
     need = need_of(ACROSS, 30 * GB)
     assert need.memory_mb == int(10 * GB * 1.1 / 2**20) + 256  # a third of the weights each
     where, why = place(need, MODEL, nodes, NOW, 10)
@@ -352,8 +462,12 @@ def test_a_replica_across_nodes_takes_a_share_on_each_within_one_rack():
 
 
 def test_a_replica_across_nodes_says_why_when_no_rack_has_enough():
-    nodes = states(Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"),
-                   Node("b2").labels(rack="b").memory(8))
+    nodes = states(
+        Node("a1").labels(rack="a"),
+        Node("a2").labels(rack="a"),
+        Node("b1").labels(rack="b"),
+        Node("b2").labels(rack="b").memory(8),
+    )
     where, why = place(need_of(ACROSS, 30 * GB), MODEL, nodes, NOW, 10)
     assert where is None
     assert why["together"] == "nodes: needs 3 nodes that fit within one rack (most in one: 2, rack=a); 3 fit"
@@ -382,7 +496,8 @@ def test_a_replica_across_nodes_holds_room_on_each_and_is_lost_with_any_of_them(
     assert _run(model, nodes, [ready]).starts == []
     worker = start.replica.workers[0].node
     lost = _run(model, [n.silent_for(45) if n.info.node == worker else n for n in nodes], [ready])
-    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == \
-        [(ready.id, True, f"node '{worker}' lost: no heartbeat for 45s")]
+    assert [(s.replica.id, s.reachable, s.reason) for s in lost.stops] == [
+        (ready.id, True, f"node '{worker}' lost: no heartbeat for 45s")
+    ]
     (again,) = lost.starts
     assert worker not in {again.replica.node, *(w.node for w in again.replica.workers)}

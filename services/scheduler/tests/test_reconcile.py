@@ -22,8 +22,12 @@ def node(name, available_mb, seen=NOW):
 
 
 def model(name="m", replicas=1, memory=None, nodes=1):
-    return Model(name=name, source=f"o/r/{name}.gguf", scaling=Scaling(min=replicas, max=replicas),
-                 profiles=[Profile(host_memory_mb=memory, nodes=nodes)])
+    return Model(
+        name=name,
+        source=f"o/r/{name}.gguf",
+        scaling=Scaling(min=replicas, max=replicas),
+        profiles=[Profile(host_memory_mb=memory, nodes=nodes)],
+    )
 
 
 CURRENT = "current"
@@ -31,17 +35,31 @@ CURRENT = "current"
 
 
 def replica(rid, model="m", node="a", state="ready", updated=NOW - 100, failures=0, memory=1000, fp=CURRENT):
-    return ReplicaState(id=rid, model=model, profile="cpu", node=node, state=state, updated=updated,
-                        failures=failures, memory_mb=memory, fingerprint=fp)
+    return ReplicaState(
+        id=rid,
+        model=model,
+        profile="cpu",
+        node=node,
+        state=state,
+        updated=updated,
+        failures=failures,
+        memory_mb=memory,
+        fingerprint=fp,
+    )
 
 
 def run(models, nodes, replicas, weights=None, now=NOW):
     weights = weights if weights is not None else {m.source: GB for m in models}
     by_name = {m.name: m for m in models}
-    replicas = [msgspec.structs.replace(r, fingerprint=fingerprint(by_name[r.model], by_name[r.model].profiles[0]))
-                if r.fingerprint == CURRENT and r.model in by_name else r for r in replicas]
-    return reconcile(by_name, {n.info.node: n for n in nodes}, replicas, weights, now,
-                     (f"r{i}-{now}" for i in itertools.count()))
+    replicas = [
+        msgspec.structs.replace(r, fingerprint=fingerprint(by_name[r.model], by_name[r.model].profiles[0]))
+        if r.fingerprint == CURRENT and r.model in by_name
+        else r
+        for r in replicas
+    ]
+    return reconcile(
+        by_name, {n.info.node: n for n in nodes}, replicas, weights, now, (f"r{i}-{now}" for i in itertools.count())
+    )
 
 
 def test_a_missing_replica_goes_to_the_node_with_the_most_memory_left():
@@ -100,8 +118,9 @@ def test_backoff_doubles_and_is_capped():
     assert [backoff_s(n) for n in (1, 2, 3)] == [5, 10, 20] and backoff_s(50) == 300
 
 
-@given(st.integers(0, 6), st.lists(st.integers(0, 20_000), min_size=1, max_size=5), st.integers(0, 4),
-       st.integers(1, 3))
+@given(
+    st.integers(0, 6), st.lists(st.integers(0, 20_000), min_size=1, max_size=5), st.integers(0, 4), st.integers(1, 3)
+)
 def test_reconcile_never_overcommits_a_node_nor_runs_more_than_asked(want, memories, running, spans):
     for n in (nodes := [node(f"n{i}", m) for i, m in enumerate(memories)]):
         n.info.engines = {"llamacpp": "1", "llamacpp-rpc": "1"}
@@ -121,14 +140,20 @@ def test_reconcile_never_overcommits_a_node_nor_runs_more_than_asked(want, memor
 
 
 def test_a_replica_its_agent_no_longer_reports_is_lost_but_one_not_yet_delivered_is_not():
-    recorded = [replica("ran", state="ready"), replica("new", state="pending"), replica("here", state="starting"),
-                replica("other", node="b")]
+    recorded = [
+        replica("ran", state="ready"),
+        replica("new", state="pending"),
+        replica("here", state="starting"),
+        replica("other", node="b"),
+    ]
     assert [r.id for r in lost("a", {"here"}, recorded)] == ["ran"]
 
 
 def test_a_replica_whose_worker_its_node_no_longer_reports_is_broken():
-    spanning = [msgspec.structs.replace(replica(rid, state=state), workers=[Worker(node="b", endpoint="b:1")])
-                for rid, state in (("ran", "ready"), ("new", "pending"), ("here", "starting"))]
+    spanning = [
+        msgspec.structs.replace(replica(rid, state=state), workers=[Worker(node="b", endpoint="b:1")])
+        for rid, state in (("ran", "ready"), ("new", "pending"), ("here", "starting"))
+    ]
     assert [r.id for r in lost_workers("b", {"here"}, spanning)] == ["ran"]
     assert lost_workers("a", set(), spanning) == []  # its engine's node: that is lost()'s
 
@@ -139,6 +164,7 @@ def simulate(m, total_mb, replicas, ticks=40):
     One node of `total_mb`, whose available memory is what its ready replicas leave. Returns the
     ready count seen after every tick and the replicas at the end.
     """
+
     def plan_for(current, now):
         used = sum(r.memory_mb for r in current if r.state == "ready")
         return run([m], [node("a", total_mb - used, seen=now)], current, now=now)
@@ -150,7 +176,11 @@ def test_a_restart_replaces_every_replica_one_at_a_time_and_never_runs_fewer():
     m = model(replicas=3, memory=1000)
     before = [replica(f"x{i}", memory=1000, updated=NOW - 100 + i) for i in range(3)]
     restarted = msgspec.structs.replace(m, generation=1)
-    plan = run([restarted], [node("a", 9000)], [msgspec.structs.replace(r, fingerprint=fingerprint(m, m.profiles[0])) for r in before])
+    plan = run(
+        [restarted],
+        [node("a", 9000)],
+        [msgspec.structs.replace(r, fingerprint=fingerprint(m, m.profiles[0])) for r in before],
+    )
     assert len(plan.starts) == 1 and plan.stops == []  # one replacement beside the old ones first
     old = fingerprint(m, m.profiles[0])
     ready_seen, after = simulate(restarted, 9000, [msgspec.structs.replace(r, fingerprint=old) for r in before])
@@ -190,7 +220,11 @@ def test_changing_counts_or_weights_leaves_running_replicas_alone():
     m = model(replicas=2)
     weighted = msgspec.structs.replace(m, profiles=[msgspec.structs.replace(m.profiles[0], weight=5, replicas=2)])
     assert fingerprint(m, m.profiles[0]) == fingerprint(weighted, weighted.profiles[0])
-    plan = run([weighted], [node("a", 9000)], [replica("x", fp=fingerprint(m, m.profiles[0])), replica("y", fp=fingerprint(m, m.profiles[0]))])
+    plan = run(
+        [weighted],
+        [node("a", 9000)],
+        [replica("x", fp=fingerprint(m, m.profiles[0])), replica("y", fp=fingerprint(m, m.profiles[0]))],
+    )
     assert plan.starts == [] and plan.stops == []
 
 
@@ -223,15 +257,18 @@ def on_demand(idle_s=300):
 def test_an_on_demand_model_starts_on_its_first_request_and_not_before():
     nodes = [node("a", 9000)]
     assert run([on_demand()], nodes, []).starts == []
-    woken = reconcile({"m": on_demand()}, {"a": nodes[0]}, [], {"o/r/m.gguf": GB}, NOW, iter(["r1"]),
-                      demand={"m": NOW - 1})
+    woken = reconcile(
+        {"m": on_demand()}, {"a": nodes[0]}, [], {"o/r/m.gguf": GB}, NOW, iter(["r1"]), demand={"m": NOW - 1}
+    )
     assert [s.replica.id for s in woken.starts] == ["r1"]
 
 
 def test_an_on_demand_model_scales_to_zero_after_its_idle_timeout():
     nodes = {"a": node("a", 9000)}
     running = [replica("r1")]
-    running = [msgspec.structs.replace(r, fingerprint=fingerprint(on_demand(), on_demand().profiles[0])) for r in running]
+    running = [
+        msgspec.structs.replace(r, fingerprint=fingerprint(on_demand(), on_demand().profiles[0])) for r in running
+    ]
     asked = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 299})
     assert asked.stops == []
     idle = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 301})

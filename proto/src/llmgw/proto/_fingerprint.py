@@ -17,7 +17,9 @@ def fingerprint(model: Model, profile: Profile) -> str:
     Counts, router weight, priority and the startup timeout are left out: changing them never
     restarts a running replica. So is the longest answer, which the router applies at once.
     """
-    kept = msgspec.to_builtins(msgspec.structs.replace(profile, replicas=None, weight=1, priority=0, startup_timeout_s=1))
+    kept = msgspec.to_builtins(
+        msgspec.structs.replace(profile, replicas=None, weight=1, priority=0, startup_timeout_s=1)
+    )
     for name, default in _ADDED.items():
         if kept.get(name) == default:
             del kept[name]

@@ -18,12 +18,15 @@ class HttpServer:
         # proto given: accepted sockets inherit it, and asyncio turns Nagle off (TCP_NODELAY) only
         # on sockets that say IPPROTO_TCP; left 0, every keep-alive request waits ~40 ms on a
         # delayed ACK (uvicorn issue #3149).
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
-                                  socket.IPPROTO_TCP)
+        self.sock = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="httptools"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="httptools")
+        )
         self.server.capture_signals = contextlib.nullcontext  # the service's runner handles SIGTERM
         self.task: asyncio.Task | None = None
 

@@ -67,8 +67,9 @@ async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
 
 
-async def gather(nc: Client, subject: str, message: msgspec.Struct, reply: type[T],
-                 window_s: float = 1.0) -> list[T | BusError]:
+async def gather(
+    nc: Client, subject: str, message: msgspec.Struct, reply: type[T], window_s: float = 1.0
+) -> list[T | BusError]:
     """Send `message` to every service instance on `subject`; what answered within `window_s`.
 
     For requests that each instance answers for itself (every agent, say). A reply that is an
@@ -149,7 +150,9 @@ def nats_server_binary() -> str:
 _LISTEN = re.compile(rb"Listening for client connections on [^\s]+:(\d+)")
 
 
-def start_nats_server(store_dir: Path, port: int = -1, host: str = "127.0.0.1", timeout: float = 20.0, **popen) -> NatsServer:
+def start_nats_server(
+    store_dir: Path, port: int = -1, host: str = "127.0.0.1", timeout: float = 20.0, **popen
+) -> NatsServer:
     """Start nats-server with JetStream storing in `store_dir`; port -1 picks a free one."""
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
@@ -157,7 +160,9 @@ def start_nats_server(store_dir: Path, port: int = -1, host: str = "127.0.0.1", 
     start = log.tell()
     proc = subprocess.Popen(
         [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port), "-l", str(log_path)],
-        stdout=log, stderr=log, **popen,
+        stdout=log,
+        stderr=log,
+        **popen,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -54,7 +54,9 @@ def get_logger(name: str = "llmgw") -> structlog.stdlib.BoundLogger:
 
 def setup_tracing(service: str, version: str) -> None:
     """A tracer provider for this process; spans print to stderr when OTEL_TRACES_EXPORTER=console."""
-    provider = TracerProvider(resource=Resource.create({"service.name": f"llmgw-{service}", "service.version": version}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": f"llmgw-{service}", "service.version": version})
+    )
     if os.environ.get("OTEL_TRACES_EXPORTER") == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
     trace.set_tracer_provider(provider)

@@ -61,8 +61,9 @@ class Context:
         self.started = time.time()
         self.admin_port = 0
 
-    async def endpoint(self, name: str, subject: str, request_type: type, handler: Handler,
-                       queue: str | None = None) -> None:
+    async def endpoint(
+        self, name: str, subject: str, request_type: type, handler: Handler, queue: str | None = None
+    ) -> None:
         """Serve `subject`: decode the request as `request_type`, reply with what `handler` returns.
 
         A malformed or invalid message gets a 400 naming the field; a BusError its
@@ -72,11 +73,14 @@ class Context:
         """
 
         async def serve(req: Request) -> None:
-            with self._tracer.start_as_current_span(
-                subject if "*" not in subject else req.subject,
-                context=extract(req.headers),
-                kind=trace.SpanKind.SERVER,
-            ), self._latency.labels(subject).time():
+            with (
+                self._tracer.start_as_current_span(
+                    subject if "*" not in subject else req.subject,
+                    context=extract(req.headers),
+                    kind=trace.SpanKind.SERVER,
+                ),
+                self._latency.labels(subject).time(),
+            ):
                 code = "200"
                 try:
                     msg = msgspec.json.decode(req.data or b"{}", type=request_type)
@@ -108,7 +112,10 @@ async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
             parts = line.decode("latin-1").split()
             path = parts[1] if len(parts) > 1 else "/"
             status, ctype, body = _admin_answer(ctx, path)
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
             writer.write(head.encode() + body)
             await writer.drain()
         except (TimeoutError, ConnectionError):
@@ -148,7 +155,9 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     nc = await connect(config.nats_url, f"llmgw-{app.name}-{config.node_name()}")
-    service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version, description=app.description)
+    service = await nats.micro.add_service(
+        nc, name=f"llmgw-{app.name}", version=app.version, description=app.description
+    )
     ctx = Context(app, config, nc, service)
     admin = await _admin_server(ctx, config.admin_host, config.admin_port)
     ctx.admin_port = admin.sockets[0].getsockname()[1]

@@ -28,10 +28,17 @@ _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _MAX_COUNT = 1 << 24
 _MAX_STRING = 1 << 28
 _SCALARS = {
-    gguf.GGUFValueType.UINT8: "<B", gguf.GGUFValueType.INT8: "<b", gguf.GGUFValueType.UINT16: "<H",
-    gguf.GGUFValueType.INT16: "<h", gguf.GGUFValueType.UINT32: "<I", gguf.GGUFValueType.INT32: "<i",
-    gguf.GGUFValueType.FLOAT32: "<f", gguf.GGUFValueType.BOOL: "<?", gguf.GGUFValueType.UINT64: "<Q",
-    gguf.GGUFValueType.INT64: "<q", gguf.GGUFValueType.FLOAT64: "<d",
+    gguf.GGUFValueType.UINT8: "<B",
+    gguf.GGUFValueType.INT8: "<b",
+    gguf.GGUFValueType.UINT16: "<H",
+    gguf.GGUFValueType.INT16: "<h",
+    gguf.GGUFValueType.UINT32: "<I",
+    gguf.GGUFValueType.INT32: "<i",
+    gguf.GGUFValueType.FLOAT32: "<f",
+    gguf.GGUFValueType.BOOL: "<?",
+    gguf.GGUFValueType.UINT64: "<Q",
+    gguf.GGUFValueType.INT64: "<q",
+    gguf.GGUFValueType.FLOAT64: "<d",
 }
 
 
@@ -150,13 +157,15 @@ class _RemoteBytes:
             if r.status_code == 416:
                 return b""
             if r.status_code != 206:
-                raise GGUFError(f"{self.where}: the server answered {r.status_code} to a range request; "
-                                "it must serve byte ranges (206) for the header to be read without the whole file")
+                raise GGUFError(
+                    f"{self.where}: the server answered {r.status_code} to a range request; "
+                    "it must serve byte ranges (206) for the header to be read without the whole file"
+                )
             self.start, self.data = offset, r.content
             self.fetched += len(r.content)
             total = r.headers.get("content-range", "").rpartition("/")[2]
             self.total = int(total) if total.isdigit() else None
-        return self.data[offset - self.start: end - self.start]
+        return self.data[offset - self.start : end - self.start]
 
     def close(self) -> None:
         pass
@@ -171,8 +180,10 @@ class _Reader:
     def take(self, n: int, what: str) -> bytes:
         data = self.src.read(self.pos, n)
         if len(data) < n:
-            raise GGUFError(f"{self.src.where}: cut short at byte {self.pos + len(data)} while reading {what}; "
-                            "the file is truncated or still being written")
+            raise GGUFError(
+                f"{self.src.where}: cut short at byte {self.pos + len(data)} while reading {what}; "
+                "the file is truncated or still being written"
+            )
         self.pos += n
         return data
 
@@ -205,7 +216,9 @@ class _Reader:
                     self.value(itype, f"item {i} of {what}")
             return n
         if vtype not in _SCALARS:
-            raise GGUFError(f"{self.src.where}: {what} has value type {vtype} at byte {self.pos - 4}, which GGUF does not define")
+            raise GGUFError(
+                f"{self.src.where}: {what} has value type {vtype} at byte {self.pos - 4}, which GGUF does not define"
+            )
         return self.scalar(_SCALARS[vtype], what)
 
 
@@ -213,8 +226,10 @@ def _tensor_type_name(type_id: int, name: str, where: str) -> tuple[str, int, in
     try:
         qtype = gguf.GGMLQuantizationType(type_id)
     except ValueError:
-        raise GGUFError(f"{where}: tensor '{name}' has type {type_id}, which the gguf package "
-                        f"{getattr(gguf, '__version__', '')} does not know; a newer llmgw may read it") from None
+        raise GGUFError(
+            f"{where}: tensor '{name}' has type {type_id}, which the gguf package "
+            f"{getattr(gguf, '__version__', '')} does not know; a newer llmgw may read it"
+        ) from None
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     return qtype.name, block, size
 
@@ -263,7 +278,9 @@ def _parse(src: _Bytes) -> _Parsed:
         name = r.string(f"the name of tensor {i}")
         n_dims = r.scalar("<I", f"the dimensions of tensor '{name}'")
         if n_dims > 8:
-            raise GGUFError(f"{src.where}: tensor '{name}' claims {n_dims} dimensions at byte {r.pos - 4}; not a GGUF header")
+            raise GGUFError(
+                f"{src.where}: tensor '{name}' claims {n_dims} dimensions at byte {r.pos - 4}; not a GGUF header"
+            )
         dims = [r.scalar("<Q", f"the shape of tensor '{name}'") for _ in range(n_dims)]
         type_name, block, size = _tensor_type_name(r.scalar("<I", f"the type of tensor '{name}'"), name, src.where)
         offset = r.scalar("<Q", f"the offset of tensor '{name}'")
@@ -281,8 +298,10 @@ def _parse(src: _Bytes) -> _Parsed:
     header_bytes = -(-r.pos // alignment) * alignment
     size = src.size()
     if size is not None and size < header_bytes + data_end:
-        raise GGUFError(f"{src.where}: cut short: its tensors end at byte {header_bytes + data_end} but it has "
-                        f"{size} bytes; the file is truncated or still being written")
+        raise GGUFError(
+            f"{src.where}: cut short: its tensors end at byte {header_bytes + data_end} but it has "
+            f"{size} bytes; the file is truncated or still being written"
+        )
     return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, header_bytes, type_bytes)
 
 
@@ -313,21 +332,33 @@ def read_header(where: str | Path, client: httpx.Client | None = None) -> Header
     per_head = embd // heads if heads else 0
     pooling = meta.get(f"{arch}.pooling_type")
     return Header(
-        where=src.where, version=int(meta["general.version"]), architecture=arch,
+        where=src.where,
+        version=int(meta["general.version"]),
+        architecture=arch,
         name=str(meta.get("general.name", "")),
         file_type=_file_type_name(meta.get("general.file_type"), parsed.type_bytes),
-        block_count=num("block_count"), embedding_length=embd, head_count=heads,
+        block_count=num("block_count"),
+        embedding_length=embd,
+        head_count=heads,
         feed_forward_length=num("expert_feed_forward_length") or num("feed_forward_length"),
-        head_count_kv=num("attention.head_count_kv", heads), key_length=num("attention.key_length", per_head),
-        value_length=num("attention.value_length", per_head), sliding_window=num("attention.sliding_window"),
-        context_length=num("context_length"), vocab_size=int(meta.get("tokenizer.ggml.tokens", 0) or 0),
-        expert_count=num("expert_count"), expert_used_count=num("expert_used_count"),
+        head_count_kv=num("attention.head_count_kv", heads),
+        key_length=num("attention.key_length", per_head),
+        value_length=num("attention.value_length", per_head),
+        sliding_window=num("attention.sliding_window"),
+        context_length=num("context_length"),
+        vocab_size=int(meta.get("tokenizer.ggml.tokens", 0) or 0),
+        expert_count=num("expert_count"),
+        expert_used_count=num("expert_used_count"),
         expert_shared_count=num("expert_shared_count"),
         embedding=isinstance(pooling, int) and pooling not in (-1, 0),
         chat_template=str(meta.get("tokenizer.chat_template", "")),
-        tensor_count=parsed.tensors, parameters=parsed.parameters, tensor_bytes=parsed.tensor_bytes,
-        expert_bytes=parsed.expert_bytes, type_bytes=parsed.type_bytes,
-        split_count=int(meta.get("split.count", 1) or 1), header_bytes=parsed.header_bytes,
+        tensor_count=parsed.tensors,
+        parameters=parsed.parameters,
+        tensor_bytes=parsed.tensor_bytes,
+        expert_bytes=parsed.expert_bytes,
+        type_bytes=parsed.type_bytes,
+        split_count=int(meta.get("split.count", 1) or 1),
+        header_bytes=parsed.header_bytes,
     )
 
 
@@ -353,6 +384,12 @@ def read_model(where: str | Path, client: httpx.Client | None = None) -> Header:
             types[k] = types.get(k, 0) + v
     every = [first, *rest]
     return msgspec.structs.replace(
-        first, tensor_count=sum(h.tensor_count for h in every), parameters=sum(h.parameters for h in every),
-        tensor_bytes=sum(h.tensor_bytes for h in every), expert_bytes=sum(h.expert_bytes for h in every),
-        type_bytes=types, file_type=first.file_type or _file_type_name(None, types), split_count=len(parts))
+        first,
+        tensor_count=sum(h.tensor_count for h in every),
+        parameters=sum(h.parameters for h in every),
+        tensor_bytes=sum(h.tensor_bytes for h in every),
+        expert_bytes=sum(h.expert_bytes for h in every),
+        type_bytes=types,
+        file_type=first.file_type or _file_type_name(None, types),
+        split_count=len(parts),
+    )

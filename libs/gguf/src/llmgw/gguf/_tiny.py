@@ -91,8 +91,13 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
         writer.add_expert_count(shape.experts)
         writer.add_expert_used_count(shape.experts_used)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
-                          "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[shape.tensor_type])
+    writer.add_file_type(
+        {
+            "F32": gguf.LlamaFileType.ALL_F32,
+            "F16": gguf.LlamaFileType.MOSTLY_F16,
+            "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        }[shape.tensor_type]
+    )
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -114,7 +119,9 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
         writer.add_tensor(b + "attn_output.weight", **weight(d, q_width))
         writer.add_tensor(b + "ffn_norm.weight", np.ones(d, dtype=np.float32))
         if shape.experts:
-            writer.add_tensor(b + "ffn_gate_inp.weight", (rng.standard_normal((shape.experts, d)) * 0.02).astype(np.float32))
+            writer.add_tensor(
+                b + "ffn_gate_inp.weight", (rng.standard_normal((shape.experts, d)) * 0.02).astype(np.float32)
+            )
             writer.add_tensor(b + "ffn_gate_exps.weight", **weight(shape.experts, ff, d))
             writer.add_tensor(b + "ffn_up_exps.weight", **weight(shape.experts, ff, d))
             writer.add_tensor(b + "ffn_down_exps.weight", **weight(shape.experts, d, ff))

@@ -8,6 +8,11 @@ from llmgw.membw._calibration import CALIBRATION_FILE, load_calibration, save_ca
 from llmgw.membw._measure import Bandwidth, buffer_size, last_level_cache_bytes, measure
 
 __all__ = [
-    "CALIBRATION_FILE", "Bandwidth", "buffer_size", "last_level_cache_bytes", "load_calibration", "measure",
+    "CALIBRATION_FILE",
+    "Bandwidth",
+    "buffer_size",
+    "last_level_cache_bytes",
+    "load_calibration",
+    "measure",
     "save_calibration",
 ]

@@ -23,13 +23,25 @@ class Measured(msgspec.Struct, frozen=True, kw_only=True):
 
 def worst_error(k: CpuCalibration, points: list[Measured]) -> float:
     """The largest relative error of `k`'s estimate over `points`."""
-    return max((abs(cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
-                / p.tokens_per_second for p in points), default=0.0)
+    return max(
+        (
+            abs(cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
+            / p.tokens_per_second
+            for p in points
+        ),
+        default=0.0,
+    )
 
 
 def _rms_error(k: CpuCalibration, points: list[Measured]) -> float:
-    return sum(((cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
-                / p.tokens_per_second) ** 2 for p in points) / len(points)
+    return sum(
+        (
+            (cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
+            / p.tokens_per_second
+        )
+        ** 2
+        for p in points
+    ) / len(points)
 
 
 def fit_cpu(points: list[Measured], source: str) -> CpuCalibration:
@@ -47,8 +59,9 @@ def fit_cpu(points: list[Measured], source: str) -> CpuCalibration:
         for fixed_i in range(0, 31):
             fixed = fixed_i / 2000  # 0 to 15 ms
             for share_i in range(30, 151, 2):
-                k = msgspec.structs.replace(DEFAULT_CPU, core_share=share_i / 100, thread_exp=thread_exp,
-                                            token_fixed_s=fixed)
+                k = msgspec.structs.replace(
+                    DEFAULT_CPU, core_share=share_i / 100, thread_exp=thread_exp, token_fixed_s=fixed
+                )
                 err = _rms_error(k, points)
                 if err < best_err:
                     best, best_err = k, err

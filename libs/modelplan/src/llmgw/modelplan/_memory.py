@@ -65,11 +65,20 @@ def shape_from_gguf(h: Header) -> Shape:
     """The shape of a GGUF model."""
     unquantised = sum(v for k, v in h.type_bytes.items() if k in ("F16", "BF16", "F32"))
     return Shape(
-        layers=h.block_count, embedding=h.embedding_length, feed_forward=h.feed_forward_length, heads=h.head_count,
+        layers=h.block_count,
+        embedding=h.embedding_length,
+        feed_forward=h.feed_forward_length,
+        heads=h.head_count,
         kv_heads=h.head_count_kv,
-        key_length=h.key_length, value_length=h.value_length, vocab=h.vocab_size, parameters=h.parameters,
-        weight_bytes=h.tensor_bytes, active_bytes=h.active_bytes, f16=unquantised > h.tensor_bytes / 2,
-        experts=h.expert_count, experts_used=h.expert_used_count,
+        key_length=h.key_length,
+        value_length=h.value_length,
+        vocab=h.vocab_size,
+        parameters=h.parameters,
+        weight_bytes=h.tensor_bytes,
+        active_bytes=h.active_bytes,
+        f16=unquantised > h.tensor_bytes / 2,
+        experts=h.expert_count,
+        experts_used=h.expert_used_count,
     )
 
 
@@ -93,10 +102,22 @@ def shape_from_config(config: dict, weight_bytes: int) -> Shape:
     if experts and used and used < experts:
         active = int(weight_bytes * (used / experts + 0.1))  # no tensor list here: a tenth for what all read
     ff = int(text.get("moe_intermediate_size") or text.get("intermediate_size") or 0)
-    return Shape(layers=layers, embedding=embedding, feed_forward=ff, heads=heads, kv_heads=int(text.get("num_key_value_heads") or heads),
-                 key_length=head_dim, value_length=head_dim, vocab=int(text.get("vocab_size") or 0),
-                 parameters=weight_bytes // _DTYPE_BYTES.get(dtype, 2), weight_bytes=weight_bytes, active_bytes=active,
-                 f16=dtype in _DTYPE_BYTES, experts=experts, experts_used=used)
+    return Shape(
+        layers=layers,
+        embedding=embedding,
+        feed_forward=ff,
+        heads=heads,
+        kv_heads=int(text.get("num_key_value_heads") or heads),
+        key_length=head_dim,
+        value_length=head_dim,
+        vocab=int(text.get("vocab_size") or 0),
+        parameters=weight_bytes // _DTYPE_BYTES.get(dtype, 2),
+        weight_bytes=weight_bytes,
+        active_bytes=active,
+        f16=dtype in _DTYPE_BYTES,
+        experts=experts,
+        experts_used=used,
+    )
 
 
 def kv_bytes_per_token(shape: Shape, cache: str = "f16") -> float:
@@ -151,8 +172,12 @@ def llamacpp_memory(shape: Shape, context: int, slots: int = 1, cards: int = 0, 
     share = max(cards, 1)
     weights = shape.weight_bytes // share
     kv = int(kv_bytes_per_token(shape, cache) * context) // share
-    return Memory(weights=weights, kv=kv, compute=compute_buffer_bytes(shape, context, slots),
-                  margin=int((weights + kv) * MARGIN_SHARE) + MARGIN_BYTES)
+    return Memory(
+        weights=weights,
+        kv=kv,
+        compute=compute_buffer_bytes(shape, context, slots),
+        margin=int((weights + kv) * MARGIN_SHARE) + MARGIN_BYTES,
+    )
 
 
 def splits_kv_heads(shape: Shape, tensor_parallel: int) -> bool:

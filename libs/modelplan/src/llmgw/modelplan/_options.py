@@ -63,11 +63,20 @@ def node_facts(info: NodeInfo) -> NodeFacts:
     groups: dict[str, CardGroup] = {}
     for gpu in info.gpus:
         g = groups.get(gpu.cls) or CardGroup(cls=gpu.cls, memory_mb=gpu.memory_total_mb, count=0, free=0)
-        groups[gpu.cls] = msgspec.structs.replace(g, count=g.count + 1, free=g.free + (gpu.memory_used_mb < FREE_CARD_MB))
-    return NodeFacts(name=info.node, cpus=info.cpus, memory_total_mb=info.memory_total_mb,
-                     memory_available_mb=info.memory_available_mb, membw_all_gbs=info.membw_all_gbs or 0.0,
-                     membw_one_gbs=info.membw_one_gbs or 0.0, engines=sorted(info.engines) or ["llamacpp"],
-                     cards=list(groups.values()), calibration=info.cpu_calibration)
+        groups[gpu.cls] = msgspec.structs.replace(
+            g, count=g.count + 1, free=g.free + (gpu.memory_used_mb < FREE_CARD_MB)
+        )
+    return NodeFacts(
+        name=info.node,
+        cpus=info.cpus,
+        memory_total_mb=info.memory_total_mb,
+        memory_available_mb=info.memory_available_mb,
+        membw_all_gbs=info.membw_all_gbs or 0.0,
+        membw_one_gbs=info.membw_one_gbs or 0.0,
+        engines=sorted(info.engines) or ["llamacpp"],
+        cards=list(groups.values()),
+        calibration=info.cpu_calibration,
+    )
 
 
 class Option(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,8 +118,9 @@ def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: i
         return None
     t = cpu_threads(threads, node.cpus)
     f16 = f.shape.parameters * f.shape.active_bytes // max(f.shape.weight_bytes, 1) if f.shape.f16 else 0
-    tps = cpu_tokens_per_second(f.shape.active_bytes, node.membw_all_gbs, node.membw_one_gbs, t,
-                                node.calibration or DEFAULT_CPU, f16)
+    tps = cpu_tokens_per_second(
+        f.shape.active_bytes, node.membw_all_gbs, node.membw_one_gbs, t, node.calibration or DEFAULT_CPU, f16
+    )
     return ("llamacpp", "cpu", 0, False), t, need, node.memory_available_mb, need <= node.memory_available_mb, tps
 
 
@@ -150,8 +160,9 @@ class _Best:
             self.node, self.threads, self.need, self.have, self.tps = node, threads, need, have, tps
 
 
-def options(files: list[FileFacts], nodes: list[NodeFacts], context: int, slots: int = 1,
-            threads: int | None = None) -> list[Option]:
+def options(
+    files: list[FileFacts], nodes: list[NodeFacts], context: int, slots: int = 1, threads: int | None = None
+) -> list[Option]:
     """Every way each file runs on `nodes`, best first: free now, then fastest, then fewest cards.
 
     A way is an engine on the CPU or on n cards of one class; it is reported once, on the node
@@ -170,8 +181,22 @@ def options(files: list[FileFacts], nodes: list[NodeFacts], context: int, slots:
                 best.setdefault(key, _Best()).see(node.name, t, need, have, free, tps)
         kv_1000 = kv_bytes_per_token(f.shape) * 1000 / 2**20
         for (engine, device, cards, tp), b in best.items():
-            out.append(Option(file=f.name, engine=engine, device=device, cards=cards, tensor_parallel=tp,
-                              threads=b.threads, need_mb=b.need, have_mb=b.have, node=b.node, nodes_free=b.free,
-                              nodes_fit=b.fit, tokens_per_second=round(b.tps, 2), kv_per_1000_mb=round(kv_1000, 2)))
+            out.append(
+                Option(
+                    file=f.name,
+                    engine=engine,
+                    device=device,
+                    cards=cards,
+                    tensor_parallel=tp,
+                    threads=b.threads,
+                    need_mb=b.need,
+                    have_mb=b.have,
+                    node=b.node,
+                    nodes_free=b.free,
+                    nodes_fit=b.fit,
+                    tokens_per_second=round(b.tps, 2),
+                    kv_per_1000_mb=round(kv_1000, 2),
+                )
+            )
     out.sort(key=lambda o: (not o.free_now, -o.tokens_per_second, o.cards))
     return out

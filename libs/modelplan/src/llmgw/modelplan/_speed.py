@@ -127,8 +127,14 @@ def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCal
     return min(k.core_share * core_gbs * threads**k.thread_exp, all_gbs)
 
 
-def cpu_tokens_per_second(read_bytes: int, all_gbs: float, core_gbs: float | None, threads: int,
-                          k: CpuCalibration = DEFAULT_CPU, f16_params: int = 0) -> float:
+def cpu_tokens_per_second(
+    read_bytes: int,
+    all_gbs: float,
+    core_gbs: float | None,
+    threads: int,
+    k: CpuCalibration = DEFAULT_CPU,
+    f16_params: int = 0,
+) -> float:
     """Tokens a second of one reply on a CPU; 0 when unknown.
 
     `read_bytes` is what a token reads (a model of experts: its active share). `f16_params` are
@@ -154,8 +160,14 @@ class GpuConstants(msgspec.Struct, frozen=True, kw_only=True):
     """Per-token cost that does not grow with the model (launches, sampling)."""
 
 
-def gpu_tokens_per_second(read_bytes: int, kv_read_bytes: int, bandwidth_gbs: float, cards: int = 1,
-                          tensor_parallel: bool = True, g: GpuConstants = GpuConstants()) -> float:
+def gpu_tokens_per_second(
+    read_bytes: int,
+    kv_read_bytes: int,
+    bandwidth_gbs: float,
+    cards: int = 1,
+    tensor_parallel: bool = True,
+    g: GpuConstants = GpuConstants(),
+) -> float:
     """Tokens a second of one reply on `cards` cards; the KV read at the reply's depth counts.
 
     Layers split across cards (llama.cpp's default) run one card after another: no faster than

@@ -76,12 +76,16 @@ class WeightsCache:
         except OSError as exc:
             part.unlink(missing_ok=True)
             if exc.errno == errno.ENOSPC:
-                raise FetchError(f"{info.source}: the disk under {self.root} is full while fetching "
-                                 f"{info.size / 2**30:.1f} GiB; free space or collect unused weights "
-                                 "(`llmgw ctl weights --collect`)") from None
+                raise FetchError(
+                    f"{info.source}: the disk under {self.root} is full while fetching "
+                    f"{info.size / 2**30:.1f} GiB; free space or collect unused weights "
+                    "(`llmgw ctl weights --collect`)"
+                ) from None
             raise FetchError(f"{info.source}: writing {part}: {exc.strerror}") from None
         except httpx.HTTPError as exc:  # a break: the .part stays for the next try to resume
-            raise FetchError(f"{info.source}: fetching from the mirror broke off ({exc}); the next start resumes") from None
+            raise FetchError(
+                f"{info.source}: fetching from the mirror broke off ({exc}); the next start resumes"
+            ) from None
         if h.hexdigest() != info.sha256:
             part.unlink(missing_ok=True)
             raise FetchError(f"{info.source}: sha256 {h.hexdigest()} is not the mirror's {info.sha256}; not used")

@@ -42,8 +42,9 @@ def pick_port(ports: range, taken: set[int], bindable: Callable[[int], bool]) ->
     for port in ports:
         if port not in taken and bindable(port):
             return port
-    raise ValueError(f"no free port in {ports.start}-{ports.stop - 1} ({len(taken)} held by replicas here); "
-                     "widen the agent's ports")
+    raise ValueError(
+        f"no free port in {ports.start}-{ports.stop - 1} ({len(taken)} held by replicas here); widen the agent's ports"
+    )
 
 
 def pick_cards(profile: Profile, gpus: list[GpuInfo], taken: set[str]) -> list[GpuInfo]:
@@ -51,8 +52,11 @@ def pick_cards(profile: Profile, gpus: list[GpuInfo], taken: set[str]) -> list[G
     all of one class. A ValueError says what the node lacks."""
     if profile.gpus == 0:
         return []
-    free = [g for g in gpus if g.uuid not in taken and g.memory_foreign_mb < FOREIGN_LIMIT_MB
-            and card_fits(profile, g) is None]
+    free = [
+        g
+        for g in gpus
+        if g.uuid not in taken and g.memory_foreign_mb < FOREIGN_LIMIT_MB and card_fits(profile, g) is None
+    ]
     by_class: dict[str, list[GpuInfo]] = {}
     for g in free:
         by_class.setdefault(g.cls, []).append(g)
@@ -62,17 +66,30 @@ def pick_cards(profile: Profile, gpus: list[GpuInfo], taken: set[str]) -> list[G
             return sorted(linked[: profile.gpus], key=lambda g: (g.index, g.uuid))
     wanted = f"class {profile.gpu_class}" if profile.gpu_class else "one class"
     have = ", ".join(f"{len(c)} {k}" for k, c in sorted(by_class.items())) or "none"
-    raise ValueError(f"profile '{profile.name}' needs {profile.gpus} free cards of {wanted}; this node has {have} free "
-                     f"of {len(gpus)} cards")
+    raise ValueError(
+        f"profile '{profile.name}' needs {profile.gpus} free cards of {wanted}; this node has {have} free "
+        f"of {len(gpus)} cards"
+    )
 
 
 def _tensor_split(cards: list[GpuInfo]) -> str:
     return ",".join(str(g.memory_total_mb) for g in cards)
 
 
-def launch(engine_binary: str, weights: Path, port: int, model: Model, profile: Profile, api_key: str, node_cpus: int,
-           cards: list[GpuInfo], kv_events_port: int = 0, host: str = "127.0.0.1", rpc: list[str] | None = None,
-           layers: int = 0) -> Launch:
+def launch(
+    engine_binary: str,
+    weights: Path,
+    port: int,
+    model: Model,
+    profile: Profile,
+    api_key: str,
+    node_cpus: int,
+    cards: list[GpuInfo],
+    kv_events_port: int = 0,
+    host: str = "127.0.0.1",
+    rpc: list[str] | None = None,
+    layers: int = 0,
+) -> Launch:
     """The engine's command line and environment for one replica, listening on `host`.
 
     llama-server: always explicit -c, -np and -ngl; on cards, every layer there and split by the
@@ -88,24 +105,64 @@ def launch(engine_binary: str, weights: Path, port: int, model: Model, profile: 
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
     if profile.engine == "vllm":
         served = weights if weights.suffix == ".gguf" else weights.parent
-        argv = [engine_binary, "serve", str(served), "--host", host, "--port", str(port),
-                "--api-key", api_key, "--served-model-name", model.name,
-                "--tensor-parallel-size", str(profile.tensor_parallel),
-                "--pipeline-parallel-size", str(max(len(cards) // profile.tensor_parallel, 1)),
-                "--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(model.context),
-                "--max-num-seqs", str(profile.slots)]
+        argv = [
+            engine_binary,
+            "serve",
+            str(served),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--api-key",
+            api_key,
+            "--served-model-name",
+            model.name,
+            "--tensor-parallel-size",
+            str(profile.tensor_parallel),
+            "--pipeline-parallel-size",
+            str(max(len(cards) // profile.tensor_parallel, 1)),
+            "--gpu-memory-utilization",
+            str(VLLM_MEMORY_UTILISATION),
+            "--max-model-len",
+            str(model.context),
+            "--max-num-seqs",
+            str(profile.slots),
+        ]
         if kv_events_port:
             env["PYTHONHASHSEED"] = "0"
             events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://{host}:{kv_events_port}"}
-            argv += ["--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256_cbor",
-                     "--kv-events-config", json.dumps(events, separators=(",", ":"))]
+            argv += [
+                "--enable-prefix-caching",
+                "--prefix-caching-hash-algo",
+                "sha256_cbor",
+                "--kv-events-config",
+                json.dumps(events, separators=(",", ":")),
+            ]
         return Launch(argv=[*argv, *profile.args], env=env)
     offload = "999" if cards else "0"
     if rpc and not cards:
         offload = str(max(layers - layers // (len(rpc) + 1), 1))
-    argv = [engine_binary, "--model", str(weights), "--host", host, "--port", str(port),
-            "-c", str(model.context), "-np", str(profile.slots), "-ngl", offload,
-            "--threads", str(cpu_threads(profile.cpu_cores, node_cpus)), "--api-key", api_key, "--alias", model.name]
+    argv = [
+        engine_binary,
+        "--model",
+        str(weights),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "-c",
+        str(model.context),
+        "-np",
+        str(profile.slots),
+        "-ngl",
+        offload,
+        "--threads",
+        str(cpu_threads(profile.cpu_cores, node_cpus)),
+        "--api-key",
+        api_key,
+        "--alias",
+        model.name,
+    ]
     if rpc:
         argv += ["--rpc", ",".join(rpc)]
     elif len(cards) > 1:

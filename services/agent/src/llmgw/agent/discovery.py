@@ -20,8 +20,21 @@ from llmgw.proto import Filesystem, GpuInfo
 
 __all__ = ["Cards", "EngineProbe", "cpu_flags", "discover_cards", "filesystems", "load_nvml", "os_release"]
 
-_CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
-              "amx_bf16", "amx_int8", "asimd", "sve")
+_CPU_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
 """The CPU features that decide which llama.cpp kernels run."""
 
 
@@ -68,10 +81,17 @@ def _card(nvml: ModuleType, index: int, handle, own_pids: set[int], parent: str 
     except nvml.NVMLError:
         capability = ""
     used = _mb(memory.used)
-    return GpuInfo(index=index, uuid=_text(nvml.nvmlDeviceGetUUID(handle)), name=name,
-                   cls=card_class(name, _mb(memory.total)), memory_total_mb=_mb(memory.total), memory_used_mb=used,
-                   memory_foreign_mb=_foreign_mb(nvml, handle, used, own_pids), compute_capability=capability,
-                   mig_parent=parent)
+    return GpuInfo(
+        index=index,
+        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        name=name,
+        cls=card_class(name, _mb(memory.total)),
+        memory_total_mb=_mb(memory.total),
+        memory_used_mb=used,
+        memory_foreign_mb=_foreign_mb(nvml, handle, used, own_pids),
+        compute_capability=capability,
+        mig_parent=parent,
+    )
 
 
 def _mig_instances(nvml: ModuleType, index: int, handle, own_pids: set[int], parent: str) -> list[GpuInfo] | None:

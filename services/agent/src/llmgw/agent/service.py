@@ -188,8 +188,10 @@ class Agent:
         self.workers: dict[str, _Replica] = {}
         """Workers run here for replicas across nodes, by replica id."""
         if config.address in ("0.0.0.0", "::", ""):
-            raise ConfigError(f"address '{config.address}' is where others reach this node's engines: "
-                              "give its address on the cluster network, not a wildcard")
+            raise ConfigError(
+                f"address '{config.address}' is where others reach this node's engines: "
+                "give its address on the cluster network, not a wildcard"
+            )
         self.bandwidth: Bandwidth | None = None
         self.calibration: CpuCalibration | None = None
         self.nvml = load_nvml()
@@ -214,11 +216,22 @@ class Agent:
         if "llamacpp" in engines and os.access(self.rpc_binary, os.X_OK):  # the same build
             engines["llamacpp-rpc"] = engines["llamacpp"]
         return NodeInfo(
-            node=self.node, hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
-            memory_total_mb=total, memory_available_mb=available, engines=engines,
-            membw_all_gbs=bw.all_cores_gbs if bw else None, membw_one_gbs=bw.one_core_gbs if bw else None,
-            cpu_calibration=self.calibration, gpus=cards.gpus, driver_version=cards.driver, cpu_flags=flags,
-            os=os_name, arch=arch, filesystems=filesystems([self.cache]), labels=self.config.labels,
+            node=self.node,
+            hostname=socket.gethostname(),
+            cpus=os.cpu_count() or 1,
+            memory_total_mb=total,
+            memory_available_mb=available,
+            engines=engines,
+            membw_all_gbs=bw.all_cores_gbs if bw else None,
+            membw_one_gbs=bw.one_core_gbs if bw else None,
+            cpu_calibration=self.calibration,
+            gpus=cards.gpus,
+            driver_version=cards.driver,
+            cpu_flags=flags,
+            os=os_name,
+            arch=arch,
+            filesystems=filesystems([self.cache]),
+            labels=self.config.labels,
         )
 
     async def _measure_bandwidth(self) -> None:
@@ -231,8 +244,11 @@ class Agent:
             elif self.bandwidth is None or measured.all_cores_gbs > self.bandwidth.all_cores_gbs:
                 best_one = max(measured.one_core_gbs, self.bandwidth.one_core_gbs if self.bandwidth else 0.0)
                 self.bandwidth = msgspec.structs.replace(measured, one_core_gbs=min(best_one, measured.all_cores_gbs))
-                self.ctx.log.info("memory bandwidth", all_cores_gbs=self.bandwidth.all_cores_gbs,
-                                  one_core_gbs=self.bandwidth.one_core_gbs)
+                self.ctx.log.info(
+                    "memory bandwidth",
+                    all_cores_gbs=self.bandwidth.all_cores_gbs,
+                    one_core_gbs=self.bandwidth.one_core_gbs,
+                )
             await asyncio.sleep(self.config.membw_every_s)
 
     async def start(self, ctx: Context) -> None:
@@ -246,10 +262,12 @@ class Agent:
         await ctx.endpoint("replica-stop", Subjects.agent_replica_stop(self.node), ReplicaStop, self.stop_replica)
         await ctx.endpoint("worker-start", Subjects.agent_worker_start(self.node), WorkerStart, self.start_worker)
         await ctx.endpoint("worker-stop", Subjects.agent_worker_stop(self.node), ReplicaStop, self.stop_worker)
-        await ctx.endpoint("weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights,
-                           queue=self.node)
-        await ctx.endpoint("weights-collect", Subjects.AGENT_WEIGHTS_COLLECT, WeightsCollect, self.collect_weights,
-                           queue=self.node)
+        await ctx.endpoint(
+            "weights-delete", Subjects.AGENT_WEIGHTS_DELETE, WeightsDelete, self.delete_weights, queue=self.node
+        )
+        await ctx.endpoint(
+            "weights-collect", Subjects.AGENT_WEIGHTS_COLLECT, WeightsCollect, self.collect_weights, queue=self.node
+        )
         self.calibration = load_calibration(self.config.home())
         self.tasks.append(asyncio.create_task(self._heartbeats()))
         self.tasks.append(asyncio.create_task(self._measure_bandwidth()))
@@ -260,8 +278,10 @@ class Agent:
     async def stop(self) -> None:
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*(self._stop_engine(r, "agent stopping") for r in list(self.replicas.values())),
-                             *(self._stop_worker(w) for w in list(self.workers.values())))
+        await asyncio.gather(
+            *(self._stop_engine(r, "agent stopping") for r in list(self.replicas.values())),
+            *(self._stop_worker(w) for w in list(self.workers.values())),
+        )
         await self.http.aclose()
 
     async def _heartbeats(self) -> None:
@@ -277,8 +297,14 @@ class Agent:
                     except BusError as exc:  # the scheduler may not be up (yet): heartbeats go on
                         self.ctx.log.warning("registration failed, retrying", error=exc.message)
                 held = sorted({s for sources in self.weights.entries().values() for s in sources})
-                beat = Heartbeat(info=info, replicas=[r.state for r in self.replicas.values()],
-                                 load1=os.getloadavg()[0], sent=time.time(), weights=held, workers=sorted(self.workers))
+                beat = Heartbeat(
+                    info=info,
+                    replicas=[r.state for r in self.replicas.values()],
+                    load1=os.getloadavg()[0],
+                    sent=time.time(),
+                    weights=held,
+                    workers=sorted(self.workers),
+                )
                 await self.ctx.nc.publish(Subjects.heartbeat(self.node), msgspec.json.encode(beat))
             except Exception as exc:  # NATS away: nats-py reconnects; register again when it is back
                 self.registered = False
@@ -294,7 +320,9 @@ class Agent:
             raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.node}'")
         if req.profile.engine not in self.engines.versions():
             raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.node}")
-        replica = _Replica(msgspec.structs.replace(req.replica, state="fetching", updated=time.time()), req.model.source)
+        replica = _Replica(
+            msgspec.structs.replace(req.replica, state="fetching", updated=time.time()), req.model.source
+        )
         self.replicas[rid] = replica
         replica.task = asyncio.create_task(self._run(replica, req))
         await self._publish(replica)
@@ -319,7 +347,9 @@ class Agent:
                 continue
             users, others = self._users(sources), [s for s in sources if s not in req.sources]
             if users or others:
-                why = f"replica {', '.join(users)} runs on it" if users else f"the same file is also {', '.join(others)}"
+                why = (
+                    f"replica {', '.join(users)} runs on it" if users else f"the same file is also {', '.join(others)}"
+                )
                 answer.kept.extend(FilePlace(source=s, where=self.node, why=why) for s in asked)
                 continue
             await asyncio.to_thread(self.weights.delete, folder)
@@ -356,8 +386,10 @@ class Agent:
         if chosen:
             cards = [g for g in here if g.uuid in chosen and g.uuid not in taken]
             if len(cards) != len(chosen):
-                raise Internal(f"the cards {', '.join(chosen)} are not all here and free "
-                               f"(free here: {', '.join(g.uuid for g in here if g.uuid not in taken) or 'none'})")
+                raise Internal(
+                    f"the cards {', '.join(chosen)} are not all here and free "
+                    f"(free here: {', '.join(g.uuid for g in here if g.uuid not in taken) or 'none'})"
+                )
         else:
             cards = pick_cards(profile, here, taken)
         replica.cards = [g.uuid for g in cards]
@@ -380,13 +412,31 @@ class Agent:
             if not all(rpc):
                 raise Internal("a worker of this replica has no endpoint: the scheduler starts workers first")
             binary = shutil.which(self.config.vllm) or self.config.vllm if vllm else self.binary
-            how = launch(binary, path, replica.port, req.model, req.profile, replica.state.api_key,
-                         os.cpu_count() or 1, cards, events, host=self.config.address, rpc=rpc,
-                         layers=self._layers(path) if rpc else 0)
-            await self._set(replica, state="starting", url=f"http://{self.config.address}:{replica.port}",
-                            kv_events=f"tcp://{self.config.address}:{events}" if events else "")
-            log.info("starting engine", command=[c if c != replica.state.api_key else "***" for c in how.argv],
-                     cards=replica.cards)
+            how = launch(
+                binary,
+                path,
+                replica.port,
+                req.model,
+                req.profile,
+                replica.state.api_key,
+                os.cpu_count() or 1,
+                cards,
+                events,
+                host=self.config.address,
+                rpc=rpc,
+                layers=self._layers(path) if rpc else 0,
+            )
+            await self._set(
+                replica,
+                state="starting",
+                url=f"http://{self.config.address}:{replica.port}",
+                kv_events=f"tcp://{self.config.address}:{events}" if events else "",
+            )
+            log.info(
+                "starting engine",
+                command=[c if c != replica.state.api_key else "***" for c in how.argv],
+                cards=replica.cards,
+            )
             await self._spawn(replica, how)
             await self._wait_up(replica, req.profile.startup_timeout_s, lambda: self._healthy(replica), "engine")
             await self._set(replica, state="ready")
@@ -408,8 +458,12 @@ class Agent:
         """Start its process in a group of its own that dies with the agent, note its pid for a
         restarted agent, and keep its output (its log file and last lines)."""
         replica.proc = await asyncio.create_subprocess_exec(
-            *how.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, **how.env}, start_new_session=True, preexec_fn=die_with_parent,
+            *how.argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **how.env},
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         self._note_engine(replica)
         replica.pump = asyncio.create_task(self._pump(replica))
@@ -422,8 +476,12 @@ class Agent:
             raise Internal(f"cannot read the layer count of {path.name}: {exc}") from None
 
     def _note_engine(self, replica: _Replica) -> None:
-        note = {"replica": replica.state.id, "model": replica.state.model, "pid": replica.proc.pid,
-                "started": time.time()}
+        note = {
+            "replica": replica.state.id,
+            "model": replica.state.model,
+            "pid": replica.proc.pid,
+            "started": time.time(),
+        }
         (self.engines_dir / f"{replica.name}.json").write_bytes(msgspec.json.encode(note))
 
     async def _fail(self, replica: _Replica, error: str) -> None:
@@ -496,23 +554,33 @@ class Agent:
         rid = req.replica.id
         mine = next((w for w in req.replica.workers if w.node == self.node), None)
         if mine is None:
-            raise BadRequest(f"replica {rid} has no worker on node '{self.node}' "
-                             f"(its workers: {', '.join(w.node for w in req.replica.workers) or 'none'})")
+            raise BadRequest(
+                f"replica {rid} has no worker on node '{self.node}' "
+                f"(its workers: {', '.join(w.node for w in req.replica.workers) or 'none'})"
+            )
         known = self.workers.get(rid)
         if known is not None:  # asked twice: never started twice
             return msgspec.structs.replace(mine, endpoint=known.state.url)
         if req.profile.engine != "llamacpp" or not os.access(self.rpc_binary, os.X_OK):
-            raise BadRequest(f"replica {rid}: node '{self.node}' has no llama.cpp RPC worker at {self.rpc_binary} "
-                             "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server)")
-        worker = _Replica(msgspec.structs.replace(req.replica, node=self.node, state="starting", gpus=mine.gpus,
-                                                  workers=[], updated=time.time()), "", worker=True)
+            raise BadRequest(
+                f"replica {rid}: node '{self.node}' has no llama.cpp RPC worker at {self.rpc_binary} "
+                "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server)"
+            )
+        worker = _Replica(
+            msgspec.structs.replace(
+                req.replica, node=self.node, state="starting", gpus=mine.gpus, workers=[], updated=time.time()
+            ),
+            "",
+            worker=True,
+        )
         self.workers[rid] = worker
         log = self.ctx.log.bind(replica=rid, model=req.model.name)
         try:
             cards = self._take_cards(worker, mine.gpus, req.profile)
             worker.port = self._pick_port(worker)
-            how = worker_launch(self.rpc_binary, self.config.address, worker.port, req.profile, os.cpu_count() or 1,
-                                cards)
+            how = worker_launch(
+                self.rpc_binary, self.config.address, worker.port, req.profile, os.cpu_count() or 1, cards
+            )
             log.info("starting worker", command=how.argv, cards=worker.cards)
             await self._spawn(worker, how)
             await self._wait_up(worker, min(req.profile.startup_timeout_s, 60), lambda: self._listening(worker), "it")

@@ -13,8 +13,20 @@ from llmgw.bus import BadRequest, Conflict
 from llmgw.proto import FilePlace, Model, ModelChange, Profile, Scaling
 
 __all__ = [
-    "apply_change", "check_catalog", "check_model", "counts_of", "files_to_purge", "restart", "scale", "set_aliases", "set_context",
-    "set_gpus", "set_replicas", "start", "stop", "strip_gpu_args",
+    "apply_change",
+    "check_catalog",
+    "check_model",
+    "counts_of",
+    "files_to_purge",
+    "restart",
+    "scale",
+    "set_aliases",
+    "set_context",
+    "set_gpus",
+    "set_replicas",
+    "start",
+    "stop",
+    "strip_gpu_args",
 ]
 
 # llama.cpp flags that put layers on cards; a CPU profile derived from a GPU one drops them.
@@ -40,11 +52,14 @@ def check_model(model: Model) -> None:
         raise BadRequest(f"model '{model.name}': profile names must be unique; repeated: {', '.join(dupes)}")
     for scaling, what in ((model.scaling, "scaling"), (model.stopped, "stopped scaling")):
         if scaling is not None and scaling.min > scaling.max:
-            raise BadRequest(f"model '{model.name}': {what} min {scaling.min} is above max {scaling.max}; raise max or lower min")
+            raise BadRequest(
+                f"model '{model.name}': {what} min {scaling.min} is above max {scaling.max}; raise max or lower min"
+            )
     for p in model.profiles:
         if p.engine == "llamacpp" and not model.source.endswith(".gguf"):
             raise BadRequest(
-                f"model '{model.name}' profile '{p.name}': llama.cpp serves GGUF files; source '{model.source}' is not a .gguf"
+                f"model '{model.name}' profile '{p.name}': llama.cpp serves GGUF files; "
+                f"source '{model.source}' is not a .gguf"
             )
     for p in model.profiles:
         if p.gpus and p.gpus % p.tensor_parallel:
@@ -55,16 +70,22 @@ def check_model(model: Model) -> None:
     for p in model.profiles:
         where = f"model '{model.name}' profile '{p.name}'"
         if p.kv_events and p.engine != "vllm":
-            raise BadRequest(f"{where}: kv_events is vLLM's (llama.cpp publishes none; the router learns its "
-                             "cache from the cached tokens it reports); drop kv_events or use engine vllm")
+            raise BadRequest(
+                f"{where}: kv_events is vLLM's (llama.cpp publishes none; the router learns its "
+                "cache from the cached tokens it reports); drop kv_events or use engine vllm"
+            )
         if p.nodes > 1 and p.engine != "llamacpp":
             raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
         if (p.min_card_mb or p.min_compute or p.gpu_class) and not p.gpus:
-            raise BadRequest(f"{where}: gpu_class, min_card_mb and min_compute say which cards it needs, and it "
-                             "takes none; set gpus or drop them")
+            raise BadRequest(
+                f"{where}: gpu_class, min_card_mb and min_compute say which cards it needs, and it "
+                "takes none; set gpus or drop them"
+            )
         if p.keep_within and p.nodes == 1:
-            raise BadRequest(f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
-                             "set nodes above 1 or drop keep_within")
+            raise BadRequest(
+                f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
+                "set nodes above 1 or drop keep_within"
+            )
     if model.name in model.aliases:
         raise BadRequest(f"model '{model.name}': an alias cannot be the model's own name")
     if model.name in model.fallbacks:
@@ -72,7 +93,8 @@ def check_model(model: Model) -> None:
     counts = counts_of(model)
     if counts is not None and (model.stopped or model.scaling).schedule:
         raise BadRequest(
-            f"model '{model.name}': replicas per profile and a schedule are one or the other; drop the schedule or the counts"
+            f"model '{model.name}': replicas per profile and a schedule are one or the other; "
+            "drop the schedule or the counts"
         )
     if counts is not None:
         total = sum(counts.values())
@@ -120,25 +142,39 @@ def _cpu_profile_from(model: Model, memory_mb: int, cores: int | None) -> Profil
         engines = ", ".join(sorted({p.engine for p in model.profiles}))
         raise BadRequest(f"model '{model.name}' is served by {engines}, not llama.cpp; only llama.cpp runs on CPUs")
     return msgspec.structs.replace(
-        source, name="cpu", args=strip_gpu_args(source.args), gpus=0, host_memory_mb=memory_mb, cpu_cores=cores,
-        priority=min(p.priority for p in model.profiles) - 1, replicas=0, gpu_class="", min_card_mb=0, min_compute="",
+        source,
+        name="cpu",
+        args=strip_gpu_args(source.args),
+        gpus=0,
+        host_memory_mb=memory_mb,
+        cpu_cores=cores,
+        priority=min(p.priority for p in model.profiles) - 1,
+        replicas=0,
+        gpu_class="",
+        min_card_mb=0,
+        min_compute="",
         tensor_parallel=1,
     )
 
 
-def set_replicas(model: Model, counts: dict[str, int], cpu_memory_mb: int | None = None,
-                 cpu_cores: int | None = None) -> Model:
+def set_replicas(
+    model: Model, counts: dict[str, int], cpu_memory_mb: int | None = None, cpu_cores: int | None = None
+) -> Model:
     """Replicas per profile set; profiles not named keep their count; the scaling becomes the sum."""
     profiles = list(model.profiles)
     if cpu_memory_mb is not None:
         if any(p.gpus == 0 for p in profiles):
             cpu = next(p.name for p in profiles if p.gpus == 0)
-            raise BadRequest(f"model '{model.name}' already has a CPU profile '{cpu}'; set its count instead of --cpu-memory")
+            raise BadRequest(
+                f"model '{model.name}' already has a CPU profile '{cpu}'; set its count instead of --cpu-memory"
+            )
         profiles.append(_cpu_profile_from(model, cpu_memory_mb, cpu_cores))
     known = {p.name for p in profiles}
     unknown = sorted(set(counts) - known)
     if unknown:
-        raise BadRequest(f"model '{model.name}' has no profile {', '.join(unknown)}; its profiles: {', '.join(sorted(known))}")
+        raise BadRequest(
+            f"model '{model.name}' has no profile {', '.join(unknown)}; its profiles: {', '.join(sorted(known))}"
+        )
     profiles = [msgspec.structs.replace(p, replicas=counts.get(p.name, p.replicas or 0)) for p in profiles]
     total = sum(p.replicas for p in profiles)
     if total == 0:
@@ -173,7 +209,9 @@ def set_context(model: Model, context: int | None, max_output: int | None) -> Mo
     """A new context length and/or longest answer (the answer must fit in the context)."""
     if context is None and max_output is None:
         raise BadRequest(f"model '{model.name}': give a context, a max_output, or both")
-    changed = msgspec.structs.replace(model, context=context or model.context, max_output=max_output or model.max_output)
+    changed = msgspec.structs.replace(
+        model, context=context or model.context, max_output=max_output or model.max_output
+    )
     if changed.max_output and changed.max_output >= changed.context:
         raise BadRequest(
             f"model '{model.name}': max_output {changed.max_output} does not fit in context {changed.context}; "
@@ -202,7 +240,9 @@ def set_aliases(model: Model, add: list[str], remove: list[str]) -> Model:
     """Aliases added and dropped (dropping one it does not have is refused)."""
     missing = sorted(set(remove) - set(model.aliases))
     if missing:
-        raise BadRequest(f"model '{model.name}' has no alias {', '.join(missing)}; its aliases: {', '.join(model.aliases) or 'none'}")
+        raise BadRequest(
+            f"model '{model.name}' has no alias {', '.join(missing)}; its aliases: {', '.join(model.aliases) or 'none'}"
+        )
     aliases = [a for a in model.aliases if a not in remove] + [a for a in add if a not in model.aliases]
     return msgspec.structs.replace(model, aliases=aliases)
 
@@ -233,7 +273,7 @@ def apply_change(model: Model, change: ModelChange) -> Model:
         changed = restart(model)
     elif action == "scale":
         if change.scaling is None:
-            raise BadRequest("scale needs a scaling: {\"min\": N, \"max\": M}")
+            raise BadRequest('scale needs a scaling: {"min": N, "max": M}')
         changed = scale(model, change.scaling)
     elif action == "replicas":
         changed = set_replicas(model, change.counts, change.cpu_memory_mb, change.cpu_cores)

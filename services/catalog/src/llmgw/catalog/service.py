@@ -103,8 +103,9 @@ class Catalog:
         except (KeyNotFoundError, KeyDeletedError):
             raise NotFound(f"model '{name}' is not in the catalog; `llmgw ctl model list` shows what is") from None
         record = msgspec.json.decode(got.value, type=CatalogRecord)
-        return ModelEntry(model=record.model, revision=got.revision, changed_by=record.changed_by,
-                          declared_in=record.declared_in)
+        return ModelEntry(
+            model=record.model, revision=got.revision, changed_by=record.changed_by, declared_in=record.declared_in
+        )
 
     async def _maybe(self, name: str) -> ModelEntry | None:
         try:
@@ -131,7 +132,10 @@ class Catalog:
     @staticmethod
     def _editable(entry: ModelEntry) -> None:
         if entry.declared_in:
-            raise BadRequest(f"model '{entry.model.name}' is declared in {entry.declared_in}; change it there and restart the catalog")
+            raise BadRequest(
+                f"model '{entry.model.name}' is declared in {entry.declared_in}; "
+                "change it there and restart the catalog"
+            )
 
     async def put(self, req: ModelPut) -> ModelEntry:
         check_model(req.model)
@@ -159,7 +163,9 @@ class Catalog:
         self._editable(entry)
         leaning = sorted(n for n, e in (await self._all()).items() if n != ref.name and ref.name in e.model.fallbacks)
         if leaning:
-            raise BadRequest(f"model '{ref.name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first")
+            raise BadRequest(
+                f"model '{ref.name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first"
+            )
         try:
             await self.kv.delete(ref.name, last=entry.revision)
         except KeyWrongLastSequenceError:
@@ -180,7 +186,8 @@ class Catalog:
             await asyncio.sleep(0.2)
         ask = WeightsDelete(sources=sources)
         answers: list[WeightsDeleted | BusError] = await gather(
-            self.ctx.nc, Subjects.AGENT_WEIGHTS_DELETE, ask, WeightsDeleted, self.config.purge_gather_s)
+            self.ctx.nc, Subjects.AGENT_WEIGHTS_DELETE, ask, WeightsDeleted, self.config.purge_gather_s
+        )
         try:
             answers.append(await request(self.ctx.nc, Subjects.MIRROR_FILE_DELETE, ask, WeightsDeleted))
         except BusError as exc:
@@ -191,20 +198,30 @@ class Catalog:
                 continue
             report.deleted.extend(FilePlace(source=s, where=answer.where) for s in answer.deleted)
             report.kept.extend(answer.kept)
-        self.ctx.log.info("model purged", model=req.name, by=req.by or "unknown",
-                          deleted=[f"{d.where}:{d.source}" for d in report.deleted])
+        self.ctx.log.info(
+            "model purged",
+            model=req.name,
+            by=req.by or "unknown",
+            deleted=[f"{d.where}:{d.source}" for d in report.deleted],
+        )
         return report
 
     async def _write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
         """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""
         name, by = model.name, by or "unknown"
-        stored = msgspec.json.encode(CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in))
+        stored = msgspec.json.encode(
+            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in)
+        )
         try:
-            revision = await (self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected))
+            revision = await (
+                self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected)
+            )
         except KeyWrongLastSequenceError:
             if expected == 0:
                 raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
-            raise Conflict(f"model '{name}' changed since revision {expected}: get it again and reapply your change") from None
+            raise Conflict(
+                f"model '{name}' changed since revision {expected}: get it again and reapply your change"
+            ) from None
         await self.ctx.nc.publish(Subjects.model_event(name), stored)
         self.ctx.log.info("model changed", model=name, action=action, revision=revision, by=by)
         return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)

@@ -78,16 +78,25 @@ async def _ctl(args: argparse.Namespace) -> int:
         elif args.what == "model" and args.verb in ("get", "show"):
             out = await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=args.arg), ModelEntry)
         elif args.what == "model" and args.verb == "remove" and args.purge:
-            report = await request(nc, Subjects.CATALOG_MODEL_PURGE, ModelPurge(name=args.arg, by="ctl"), PurgeReport,
-                                   timeout=_PURGE_TIMEOUT_S)
+            report = await request(
+                nc,
+                Subjects.CATALOG_MODEL_PURGE,
+                ModelPurge(name=args.arg, by="ctl"),
+                PurgeReport,
+                timeout=_PURGE_TIMEOUT_S,
+            )
             print(purged(report), file=sys.stderr)
             out = report
         elif args.what == "model" and args.verb == "remove":
             out = await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name=args.arg), ModelEntry)
-            print(f"Removed {args.arg} from the catalog: its replicas stop; its files stay (`--purge` deletes them).",
-                  file=sys.stderr)
+            print(
+                f"Removed {args.arg} from the catalog: its replicas stop; its files stay (`--purge` deletes them).",
+                file=sys.stderr,
+            )
         elif args.what == "model" and args.verb in ("put", "add"):
-            out = await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=_model_file(Path(args.arg)), by="ctl"), ModelEntry)
+            out = await request(
+                nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=_model_file(Path(args.arg)), by="ctl"), ModelEntry
+            )
         elif args.what == "models":
             listed = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
             if args.json:
@@ -97,7 +106,18 @@ async def _ctl(args: argparse.Namespace) -> int:
                 statuses = await request(nc, Subjects.SCHEDULER_MODEL_STATUS, Empty(), ModelStatusList)
                 print(models_table(listed, replicas, statuses))
                 return 0
-        elif args.what == "model" and args.verb in ("stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"):
+        elif args.what == "model" and args.verb in (
+            "stop",
+            "start",
+            "restart",
+            "scale",
+            "replicas",
+            "context",
+            "gpus",
+            "class",
+            "owner",
+            "alias",
+        ):
             change = _change(args)
             out = await request(nc, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
             print(_said(change, out), file=sys.stderr)
@@ -122,8 +142,13 @@ async def _ctl(args: argparse.Namespace) -> int:
 
 
 def _limits(args: argparse.Namespace) -> Limits:
-    return Limits(requests_per_minute=args.rpm, tokens_per_minute=args.tpm, concurrent=args.concurrent,
-                  tokens_per_day=args.tokens_day, tokens_per_month=args.tokens_month)
+    return Limits(
+        requests_per_minute=args.rpm,
+        tokens_per_minute=args.tpm,
+        concurrent=args.concurrent,
+        tokens_per_day=args.tokens_day,
+        tokens_per_month=args.tokens_month,
+    )
 
 
 async def _access(nc, args: argparse.Namespace) -> int:
@@ -131,20 +156,44 @@ async def _access(nc, args: argparse.Namespace) -> int:
     if args.what == "key" and args.verb == "create":
         if not args.arg:
             raise ValueError("key create needs a name: llmgw ctl key create NAME [--project P] [--rpm N] ...")
-        created = await request(nc, Subjects.ROUTER_KEY_CREATE, msgspec.convert({
-            "name": args.arg, "admin": args.admin, "project": args.project or "default",
-            "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
-            "models": [m for m in (args.models or "").split(",") if m], "limits": msgspec.to_builtins(_limits(args)),
-        }, KeyCreate), KeyCreated)
+        created = await request(
+            nc,
+            Subjects.ROUTER_KEY_CREATE,
+            msgspec.convert(
+                {
+                    "name": args.arg,
+                    "admin": args.admin,
+                    "project": args.project or "default",
+                    "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
+                    "models": [m for m in (args.models or "").split(",") if m],
+                    "limits": msgspec.to_builtins(_limits(args)),
+                },
+                KeyCreate,
+            ),
+            KeyCreated,
+        )
         print(f"key {created.id} ({created.name}); it is shown this once:", file=sys.stderr)
         print(created.key)
         return 0
     if args.what == "key" and args.verb == "list":
         keys = await request(nc, Subjects.ROUTER_KEY_LIST, Empty(), KeyList)
-        print(_table(["ID", "NAME", "PROJECT", "ADMIN", "MODELS", "LIMITS", "EXPIRES"], [
-            [kid, k.name, k.project, "yes" if k.admin else "", ",".join(k.models) or "all", _limits_text(k.limits),
-             time.strftime("%Y-%m-%d", time.gmtime(k.expires)) if k.expires else "never"]
-            for kid, k in keys.keys.items()]))
+        print(
+            _table(
+                ["ID", "NAME", "PROJECT", "ADMIN", "MODELS", "LIMITS", "EXPIRES"],
+                [
+                    [
+                        kid,
+                        k.name,
+                        k.project,
+                        "yes" if k.admin else "",
+                        ",".join(k.models) or "all",
+                        _limits_text(k.limits),
+                        time.strftime("%Y-%m-%d", time.gmtime(k.expires)) if k.expires else "never",
+                    ]
+                    for kid, k in keys.keys.items()
+                ],
+            )
+        )
         return 0
     if args.what == "key" and args.verb == "revoke":
         await request(nc, Subjects.ROUTER_KEY_REVOKE, msgspec.convert({"id": args.arg or ""}, KeyRef), KeyList)
@@ -155,10 +204,22 @@ async def _access(nc, args: argparse.Namespace) -> int:
         print(f"project {project.name}: {_limits_text(project.limits)}", file=sys.stderr)
         return 0
     if args.what == "usage":
-        report = await request(nc, Subjects.ROUTER_USAGE_SUM, UsageQuery(
-            since=time.time() - args.since_hours * 3600, group_by=args.by), UsageReport, timeout=60.0)
-        print(_table([args.by.upper(), "REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION"], [
-            [r.group, r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens] for r in report.rows]))
+        report = await request(
+            nc,
+            Subjects.ROUTER_USAGE_SUM,
+            UsageQuery(since=time.time() - args.since_hours * 3600, group_by=args.by),
+            UsageReport,
+            timeout=60.0,
+        )
+        print(
+            _table(
+                [args.by.upper(), "REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION"],
+                [
+                    [r.group, r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens]
+                    for r in report.rows
+                ],
+            )
+        )
         return 0
     raise ValueError(f"unknown command '{args.what} {args.verb}': key create|list|revoke, project put, usage")
 
@@ -192,8 +253,13 @@ async def _fleet_plan(nc, args: argparse.Namespace) -> int:
     if not target.startswith(("http://", "https://")) and not Path(target).exists():
         if target.count("/") == 1:  # a repository: its GGUF files
             held = await request(nc, Subjects.MIRROR_FILE_LIST, Empty(), FileList)
-            wheres = [f.url for f in held.files if f.source.startswith(target + "/") and f.source.endswith(".gguf")
-                      and ("-of-" not in f.source or "-00001-of-" in f.source)]
+            wheres = [
+                f.url
+                for f in held.files
+                if f.source.startswith(target + "/")
+                and f.source.endswith(".gguf")
+                and ("-of-" not in f.source or "-00001-of-" in f.source)
+            ]
             if not wheres:
                 raise ValueError(f"the mirror holds no GGUF file under '{target}'")
         else:
@@ -202,8 +268,9 @@ async def _fleet_plan(nc, args: argparse.Namespace) -> int:
     if not listed.nodes:
         raise ValueError("no node has registered with the scheduler: start an agent (`llmgw service agent`)")
     try:
-        plan = await asyncio.to_thread(make_plan, wheres, [node_facts(n) for n in listed.nodes], args.context,
-                                       args.threads)
+        plan = await asyncio.to_thread(
+            make_plan, wheres, [node_facts(n) for n in listed.nodes], args.context, args.threads
+        )
     except GGUFError as exc:
         raise ValueError(str(exc)) from None
     if args.json:
@@ -276,9 +343,22 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
         best = max(m.profiles, key=lambda p: p.priority)
         errors = failed.get(m.name, [])
         warning = st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else "-")
-        rows.append((m.name, f"{ready.get(m.name, 0)}/{st.wanted if st else m.scaling.min}", status, m.capacity_class, _reserves(best),
-                     profiles, ", ".join(m.aliases) or "-", ", ".join(m.fallbacks) or "-", warning))
-    return _table(["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"], rows)
+        rows.append(
+            (
+                m.name,
+                f"{ready.get(m.name, 0)}/{st.wanted if st else m.scaling.min}",
+                status,
+                m.capacity_class,
+                _reserves(best),
+                profiles,
+                ", ".join(m.aliases) or "-",
+                ", ".join(m.fallbacks) or "-",
+                warning,
+            )
+        )
+    return _table(
+        ["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"], rows
+    )
 
 
 def _change(args: argparse.Namespace) -> ModelChange:
@@ -326,7 +406,11 @@ def _said(change: ModelChange, entry: ModelEntry) -> str:
     m = entry.model
     if change.action == "stop":
         return f"Stopped {m.name}: its replicas stop; `start` brings back {m.stopped.min}."
-    how = "each stops before its replacement starts" if m.rollout == "in-place" else "each replacement is ready before the old one stops"
+    how = (
+        "each stops before its replacement starts"
+        if m.rollout == "in-place"
+        else "each replacement is ready before the old one stops"
+    )
     if change.action == "restart":
         return f"Restarting {m.name} (generation {m.generation}): its replicas start again one at a time; {how}."
     counts = {p.name: p.replicas for p in m.profiles if p.replicas is not None}
@@ -336,7 +420,10 @@ def _said(change: ModelChange, entry: ModelEntry) -> str:
     if change.action in ("context", "gpus"):
         if change.action == "context" and change.context is None:
             return f"{m.name}: max output {m.max_output}, applied at once; no replica restarts."
-        return f"{m.name}: context {m.context}, max output {m.max_output or 'unset'}; its replicas restart one at a time, {how}."
+        return (
+            f"{m.name}: context {m.context}, max output {m.max_output or 'unset'}; "
+            f"its replicas restart one at a time, {how}."
+        )
     if change.action in ("class", "owner", "alias"):
         return f"{m.name}: class {m.capacity_class}, owner {m.owner or '-'}, aliases {', '.join(m.aliases) or '-'}."
     return f"{m.name} now runs {m.scaling.min}..{m.scaling.max} replicas{where}."
@@ -378,8 +465,10 @@ def _plan(args: argparse.Namespace) -> int:
         try:
             every, one = (float(x) for x in args.node_bandwidth.split(","))
         except ValueError:
-            print(f"llmgw plan: --node-bandwidth is ALL,CORE in GB/s (for example 40,10), not '{args.node_bandwidth}'",
-                  file=sys.stderr)
+            print(
+                f"llmgw plan: --node-bandwidth is ALL,CORE in GB/s (for example 40,10), not '{args.node_bandwidth}'",
+                file=sys.stderr,
+            )
             return 2
         bandwidth = (every, one)
     return run_plan(args.target, home, args.context, args.threads, bandwidth, args.json)
@@ -390,7 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["service"]:
         if len(argv) < 2:
-            print(f"usage: llmgw service NAME [--flag value ...]; NAME is one of {', '.join(sorted(_services()))}", file=sys.stderr)
+            print(
+                f"usage: llmgw service NAME [--flag value ...]; NAME is one of {', '.join(sorted(_services()))}",
+                file=sys.stderr,
+            )
             return 2
         return _service(argv[1], argv[2:])
     parser = argparse.ArgumentParser(prog="llmgw", description="llmgw: your own LLMs on your own machines")
@@ -401,19 +493,46 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--http-port", type=int, default=8080, help="the OpenAI endpoint's port (0: a free one)")
     up.add_argument("--no-demo", action="store_true", help="do not write and serve the demo model")
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
-    plan = sub.add_parser("plan", help="memory and speed of a GGUF model on this machine; `plan calibrate` fits this node's CPU constants")
+    plan = sub.add_parser(
+        "plan", help="memory and speed of a GGUF model on this machine; `plan calibrate` fits this node's CPU constants"
+    )
     plan.add_argument("target", help="a GGUF file or URL (range requests: only its header is read), or 'calibrate'")
     plan.add_argument("--context", type=int, help="context length (default: the model's, at most 8192)")
     plan.add_argument("--threads", type=int, help="CPU threads a replica gets (default: half the cores)")
     plan.add_argument("--node-bandwidth", help="ALL,CORE memory GB/s instead of measuring this machine")
-    plan.add_argument("--data-dir", help="where calibration.json is kept (default: $LLMGW_HOME or ~/.local/share/llmgw)")
+    plan.add_argument(
+        "--data-dir", help="where calibration.json is kept (default: $LLMGW_HOME or ~/.local/share/llmgw)"
+    )
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
     ctl = sub.add_parser("ctl", help="operate a running llmgw")
     ctl.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     ctl.add_argument("what", choices=["model", "models", "replica", "weights", "key", "project", "usage"])
-    ctl.add_argument("verb", nargs="?", default="list",
-                     choices=["list", "get", "show", "add", "put", "remove", "stop", "start", "restart", "scale", "replicas", "plan",
-                              "context", "gpus", "class", "owner", "alias", "create", "revoke"])
+    ctl.add_argument(
+        "verb",
+        nargs="?",
+        default="list",
+        choices=[
+            "list",
+            "get",
+            "show",
+            "add",
+            "put",
+            "remove",
+            "stop",
+            "start",
+            "restart",
+            "scale",
+            "replicas",
+            "plan",
+            "context",
+            "gpus",
+            "class",
+            "owner",
+            "alias",
+            "create",
+            "revoke",
+        ],
+    )
     ctl.add_argument("--json", action="store_true", help="models: JSON instead of a table")
     ctl.add_argument("arg", nargs="?", help="a model name, or for put a JSON file of the model")
     ctl.add_argument("rest", nargs="*", help="scale: MIN [MAX]; replicas: PROFILE=COUNT ...")
@@ -424,17 +543,30 @@ def main(argv: list[str] | None = None) -> int:
     ctl.add_argument("--threads", type=int, help="plan: CPU threads a replica gets (default: half a node's)")
     ctl.add_argument("--add", action="append", help="alias: an alias to add (repeatable)")
     ctl.add_argument("--drop", action="append", help="alias: an alias to drop (repeatable)")
-    ctl.add_argument("--in-place", action="store_true",
-                     help="restart, context, gpus: stop each replica before its replacement (no room beside it)")
-    ctl.add_argument("--collect", action="store_true", help="weights: delete cached weights no model uses, on every node")
-    ctl.add_argument("--purge", action="store_true",
-                     help="remove: also delete its files from the mirror and the nodes (those no other model uses)")
+    ctl.add_argument(
+        "--in-place",
+        action="store_true",
+        help="restart, context, gpus: stop each replica before its replacement (no room beside it)",
+    )
+    ctl.add_argument(
+        "--collect", action="store_true", help="weights: delete cached weights no model uses, on every node"
+    )
+    ctl.add_argument(
+        "--purge",
+        action="store_true",
+        help="remove: also delete its files from the mirror and the nodes (those no other model uses)",
+    )
     ctl.add_argument("--project", help="key create: its project (default: default)")
     ctl.add_argument("--models", help="key create: the models it may use, comma-separated (default: all)")
     ctl.add_argument("--admin", action="store_true", help="key create: it may use the admin API")
     ctl.add_argument("--expires-days", type=float, help="key create: days until it stops working")
-    for flag, what in (("rpm", "requests a minute"), ("tpm", "tokens a minute"), ("concurrent", "requests at once"),
-                       ("tokens-day", "tokens a UTC day"), ("tokens-month", "tokens a UTC month")):
+    for flag, what in (
+        ("rpm", "requests a minute"),
+        ("tpm", "tokens a minute"),
+        ("concurrent", "requests at once"),
+        ("tokens-day", "tokens a UTC day"),
+        ("tokens-month", "tokens a UTC month"),
+    ):
         ctl.add_argument(f"--{flag}", type=int, help=f"key create, project put: at most this many {what}")
     ctl.add_argument("--since-hours", type=float, default=24.0, help="usage: the last this many hours (default 24)")
     ctl.add_argument("--by", default="model", choices=["model", "project", "key", "replica"], help="usage: one row per")
@@ -444,5 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         from llmgw.ctl.up import UpOptions, up
 
-        return up(UpOptions(data_dir=args.data_dir, nats_port=args.nats_port, http_port=args.http_port, demo=not args.no_demo))
+        return up(
+            UpOptions(data_dir=args.data_dir, nats_port=args.nats_port, http_port=args.http_port, demo=not args.no_demo)
+        )
     return asyncio.run(_ctl(args))

@@ -51,9 +51,15 @@ def local_node(home: Path, bandwidth: tuple[float, float] | None) -> NodeFacts:
     if bandwidth is None:
         measured = measure()
         bandwidth = (measured.all_cores_gbs, measured.one_core_gbs) if measured else (0.0, 0.0)
-    return NodeFacts(name=socket.gethostname().split(".")[0], cpus=os.cpu_count() or 1, memory_total_mb=total,
-                     memory_available_mb=available, membw_all_gbs=bandwidth[0], membw_one_gbs=bandwidth[1],
-                     calibration=load_calibration(home))
+    return NodeFacts(
+        name=socket.gethostname().split(".")[0],
+        cpus=os.cpu_count() or 1,
+        memory_total_mb=total,
+        memory_available_mb=available,
+        membw_all_gbs=bandwidth[0],
+        membw_one_gbs=bandwidth[1],
+        calibration=load_calibration(home),
+    )
 
 
 def _gib(mb: float) -> str:
@@ -71,10 +77,12 @@ def describe(h: Header) -> str:
     """One line of what the file is."""
     experts = f", {h.expert_used_count} of {h.expert_count} experts a token" if h.expert_count else ""
     parts = f", {h.split_count} parts" if h.split_count > 1 else ""
-    return (f"{h.architecture} {h.file_type}, {_many(h.parameters, '')} parameters, {_many(h.tensor_bytes, 'B')} "
-            f"(a token reads {_many(h.active_bytes, 'B')}{experts}), {h.block_count} layers, "
-            f"{h.head_count_kv}/{h.head_count} KV heads, trained for {h.context_length} tokens{parts}"
-            + (", an embedding model" if h.embedding else ""))
+    return (
+        f"{h.architecture} {h.file_type}, {_many(h.parameters, '')} parameters, {_many(h.tensor_bytes, 'B')} "
+        f"(a token reads {_many(h.active_bytes, 'B')}{experts}), {h.block_count} layers, "
+        f"{h.head_count_kv}/{h.head_count} KV heads, trained for {h.context_length} tokens{parts}"
+        + (", an embedding model" if h.embedding else "")
+    )
 
 
 def _way(o: Option) -> str:
@@ -88,9 +96,13 @@ def plan_text(plan: Plan) -> str:
     """The plan as a person reads it: the file, the ways (best first), the best one, the KV cost."""
     lines = [f"{h.where}: {describe(h)}" for h in plan.files]
     for n in plan.nodes:
-        calibrated = n.calibration.source if n.calibration else "default CPU constants (`llmgw plan calibrate` fits this node's)"
-        lines.append(f"{n.name}: {n.cpus} CPUs, {_gib(n.memory_total_mb)} ({_gib(n.memory_available_mb)} available), "
-                     f"memory {n.membw_all_gbs:g} GB/s all cores, {n.membw_one_gbs:g} one core; {calibrated}")
+        calibrated = (
+            n.calibration.source if n.calibration else "default CPU constants (`llmgw plan calibrate` fits this node's)"
+        )
+        lines.append(
+            f"{n.name}: {n.cpus} CPUs, {_gib(n.memory_total_mb)} ({_gib(n.memory_available_mb)} available), "
+            f"memory {n.membw_all_gbs:g} GB/s all cores, {n.membw_one_gbs:g} one core; {calibrated}"
+        )
     lines.append("")
     if not plan.options:
         lines.append(f"No way to run it at context {plan.context}: no node has the memory.")
@@ -99,32 +111,55 @@ def plan_text(plan: Plan) -> str:
         rows = [(*(("FILE",) if several else ()), "WAY", "NEEDS", "HAS", "WHERE", "SPEED")]
         for o in plan.options:
             where = o.node + ("" if o.free_now else " (when room is free)")
-            rows.append((*((o.file,) if several else ()), _way(o), _gib(o.need_mb) + ("/card" if o.cards else ""),
-                         _gib(o.have_mb), where, speed_note(o.tokens_per_second)))
+            rows.append(
+                (
+                    *((o.file,) if several else ()),
+                    _way(o),
+                    _gib(o.need_mb) + ("/card" if o.cards else ""),
+                    _gib(o.have_mb),
+                    where,
+                    speed_note(o.tokens_per_second),
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         lines.append("")
         which = f"{plan.best.file}, " if several else ""
         lines.append(f"Best: {which}{_way(plan.best)} on {plan.best.node}, {speed_note(plan.best.tokens_per_second)}.")
-    lines.append(f"KV cache: {plan.kv_per_1000_tokens_mb:.1f} MiB per 1000 tokens of context (f16); "
-                 f"context {plan.context} takes {_gib(plan.kv_per_1000_tokens_mb * plan.context / 1000)}.")
+    lines.append(
+        f"KV cache: {plan.kv_per_1000_tokens_mb:.1f} MiB per 1000 tokens of context (f16); "
+        f"context {plan.context} takes {_gib(plan.kv_per_1000_tokens_mb * plan.context / 1000)}."
+    )
     return "\n".join(lines)
 
 
-def make_plan(wheres: list[str], nodes: list[NodeFacts], context: int | None, threads: int | None,
-              slots: int = 1) -> Plan:
+def make_plan(
+    wheres: list[str], nodes: list[NodeFacts], context: int | None, threads: int | None, slots: int = 1
+) -> Plan:
     """The plan of a model's files over `nodes` (context: the model's own, at most 8192, unless given)."""
     read = [file_facts(where) for where in wheres]
     headers, facts = [h for h, _ in read], [f for _, f in read]
     context = context or min(headers[0].context_length or 4096, 8192)
     ways = options(facts, nodes, context, slots, threads)
     kv = kv_bytes_per_token(facts[0].shape) * 1000 / 2**20
-    return Plan(files=headers, context=context, kv_per_1000_tokens_mb=round(kv, 2), nodes=nodes, options=ways,
-                best=ways[0] if ways else None)
+    return Plan(
+        files=headers,
+        context=context,
+        kv_per_1000_tokens_mb=round(kv, 2),
+        nodes=nodes,
+        options=ways,
+        best=ways[0] if ways else None,
+    )
 
 
-def run_plan(where: str, home: Path, context: int | None, threads: int | None, bandwidth: tuple[float, float] | None,
-             as_json: bool) -> int:
+def run_plan(
+    where: str,
+    home: Path,
+    context: int | None,
+    threads: int | None,
+    bandwidth: tuple[float, float] | None,
+    as_json: bool,
+) -> int:
     """`llmgw plan FILE_OR_URL` on this machine."""
     try:
         plan = make_plan([where], [local_node(home, bandwidth)], context, threads)

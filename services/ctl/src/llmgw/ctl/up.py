@@ -57,10 +57,14 @@ async def _setup(nats_url: str, home: Path, demo: bool) -> str:
                         await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=DEMO_MODEL), ModelEntry)
                     except NotFound:
                         model = Model(name=DEMO_MODEL, source=DEMO_SOURCE, context=2048)
-                        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"), ModelEntry)
+                        await request(
+                            nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"), ModelEntry
+                        )
                 key_file = home / "up" / "api-key"
                 if not key_file.exists():
-                    created = await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up", admin=True), KeyCreated)
+                    created = await request(
+                        nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up", admin=True), KeyCreated
+                    )
                     key_file.parent.mkdir(parents=True, exist_ok=True)
                     tmp = key_file.with_suffix(".part")
                     tmp.write_text(created.key + "\n")
@@ -132,28 +136,39 @@ def up(opts: UpOptions) -> int:
         nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=die_with_parent)
         http_port = opts.http_port or free_port()
         # One agent on this host: nothing to keep its bandwidth measurement apart from.
-        extra = {"router": ["--http-port", str(http_port)], "agent": ["--membw-delay-max-s", "3"],
-                 "scheduler": ["--drain-s", "2"]}
+        extra = {
+            "router": ["--http-port", str(http_port)],
+            "agent": ["--membw-delay-max-s", "3"],
+            "scheduler": ["--drain-s", "2"],
+        }
         for name in SERVICES:
             procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
         key = asyncio.run(_setup(nats.url, home, opts.demo))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", procs)
         state = home / "up" / "up.json"
-        state.with_suffix(".part").write_bytes(msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()}))
+        state.with_suffix(".part").write_bytes(
+            msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()})
+        )
         state.with_suffix(".part").replace(state)
         print(f"llmgw is up (data in {home})", flush=True)
         print(f"  OpenAI base URL: {base}", flush=True)
         print(f"  API key:         {key}", flush=True)
         print(f"  NATS:            {nats.url}", flush=True)
         model = DEMO_MODEL if opts.demo else "<model>"
-        print(f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
-              f"-H 'Content-Type: application/json' -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'",
-              flush=True)
+        print(
+            f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
+            "-H 'Content-Type: application/json' "
+            f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
+            flush=True,
+        )
         while not stopping:
             for name, proc in procs.items():
                 if proc.poll() is not None:
-                    print(f"llmgw up: service {name} exited ({proc.returncode}); see {home / 'logs' / (name + '.log')}", file=sys.stderr)
+                    print(
+                        f"llmgw up: service {name} exited ({proc.returncode}); see {home / 'logs' / (name + '.log')}",
+                        file=sys.stderr,
+                    )
                     stopping = True
             time.sleep(0.2)
         return 0

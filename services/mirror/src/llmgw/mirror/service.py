@@ -78,11 +78,14 @@ class Mirror:
     async def stat(self, ref: FileRef) -> FileInfo:
         path = self._file(ref.source)
         digest = await asyncio.to_thread(_digest, path)
-        return FileInfo(source=ref.source, size=digest.size, sha256=digest.sha256, url=f"{self.http.url}/files/{ref.source}")
+        return FileInfo(
+            source=ref.source, size=digest.size, sha256=digest.sha256, url=f"{self.http.url}/files/{ref.source}"
+        )
 
     async def list(self, _: Empty) -> FileList:
         sources = sorted(
-            str(p.relative_to(self.root)) for p in self.root.rglob("*")
+            str(p.relative_to(self.root))
+            for p in self.root.rglob("*")
             if p.is_file() and not p.name.startswith(".") and len(p.relative_to(self.root).parts) >= 3
         )
         return FileList(files=[await self.stat(FileRef(source=s)) for s in sources])
@@ -109,14 +112,22 @@ class Mirror:
             try:
                 wanted = parse_range(request.headers.get("range"), size)
             except RangeNotSatisfiable as exc:
-                return Response(str(exc) + "\n", status_code=416, media_type="text/plain",
-                                headers={"content-range": f"bytes */{size}"})
+                return Response(
+                    str(exc) + "\n",
+                    status_code=416,
+                    media_type="text/plain",
+                    headers={"content-range": f"bytes */{size}"},
+                )
             first, last = wanted or (0, size - 1)
             headers = {"accept-ranges": "bytes", "content-length": str(last - first + 1)}
             if wanted:
                 headers["content-range"] = f"bytes {first}-{last}/{size}"
-            return Stream(_read(path, first, last), status_code=206 if wanted else 200,
-                          media_type="application/octet-stream", headers=headers)
+            return Stream(
+                _read(path, first, last),
+                status_code=206 if wanted else 200,
+                media_type="application/octet-stream",
+                headers=headers,
+            )
 
         return Litestar([serve_file])
 

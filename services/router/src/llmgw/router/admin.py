@@ -56,7 +56,9 @@ def admin_api(router: LlmgwRouter) -> Router:
         try:
             return await request(router.ctx.nc, subject, message, reply, timeout=timeout)
         except BusError as exc:
-            raise ApiError(int(exc.code), exc.message, _TYPES.get(exc.code, "server_error"), f"catalog_{exc.code}") from None
+            raise ApiError(
+                int(exc.code), exc.message, _TYPES.get(exc.code, "server_error"), f"catalog_{exc.code}"
+            ) from None
 
     @get("/models")
     async def list_models(request: Request) -> ModelList:
@@ -72,7 +74,12 @@ def admin_api(router: LlmgwRouter) -> Router:
     async def put_model(request: Request, name: str, data: Model, revision: int | None = None) -> ModelEntry:
         """Create or replace a model; `?revision=` makes it compare-and-set (0: must not exist)."""
         if data.name != name:
-            raise ApiError(400, f"the body names model '{data.name}' but the path '{name}'", "invalid_request_error", "name_mismatch")
+            raise ApiError(
+                400,
+                f"the body names model '{data.name}' but the path '{name}'",
+                "invalid_request_error",
+                "name_mismatch",
+            )
         put_ = ModelPut(model=data, revision=revision, by=request.state.key.name)
         return await call(request, Subjects.CATALOG_MODEL_PUT, put_, ModelEntry)
 
@@ -80,7 +87,9 @@ def admin_api(router: LlmgwRouter) -> Router:
     async def change_model(request: Request, name: str, data: ChangeSpec) -> ModelEntry:
         """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases."""
         try:
-            change = msgspec.convert({**msgspec.to_builtins(data), "name": name, "by": request.state.key.name}, ModelChange)
+            change = msgspec.convert(
+                {**msgspec.to_builtins(data), "name": name, "by": request.state.key.name}, ModelChange
+            )
         except msgspec.ValidationError as exc:
             raise ApiError(400, f"change of '{name}': {exc}", "invalid_request_error", "invalid_change") from None
         return await call(request, Subjects.CATALOG_MODEL_CHANGE, change, ModelEntry)
@@ -114,8 +123,12 @@ def admin_api(router: LlmgwRouter) -> Router:
         try:
             ref = msgspec.convert({"id": key_id}, KeyRef)
         except msgspec.ValidationError:
-            raise ApiError(400, f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)",
-                           "invalid_request_error", "bad_key_id") from None
+            raise ApiError(
+                400,
+                f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)",
+                "invalid_request_error",
+                "bad_key_id",
+            ) from None
         try:
             return await router.revoke_key(ref)
         except BusError as exc:
@@ -125,8 +138,12 @@ def admin_api(router: LlmgwRouter) -> Router:
     async def put_project(request: Request, name: str, data: Project) -> Project:
         """Create a project or change its limits (they hold for all its keys together)."""
         if data.name != name:
-            raise ApiError(400, f"the body names project '{data.name}' but the path '{name}'", "invalid_request_error",
-                           "name_mismatch")
+            raise ApiError(
+                400,
+                f"the body names project '{data.name}' but the path '{name}'",
+                "invalid_request_error",
+                "name_mismatch",
+            )
         return await router.put_project(data)
 
     @get("/usage")
@@ -138,9 +155,23 @@ def admin_api(router: LlmgwRouter) -> Router:
             raise ApiError(400, f"usage query: {exc}", "invalid_request_error", "bad_query") from None
         return await router.sum_usage(query)
 
-    return Router("/api/v1", route_handlers=[list_models, get_model, put_model, change_model, remove_model, purge_model,
-                                             list_keys, create_key, revoke_key, put_project, usage],
-                  guards=[admin_only])
+    return Router(
+        "/api/v1",
+        route_handlers=[
+            list_models,
+            get_model,
+            put_model,
+            change_model,
+            remove_model,
+            purge_model,
+            list_keys,
+            create_key,
+            revoke_key,
+            put_project,
+            usage,
+        ],
+        guards=[admin_only],
+    )
 
 
 def _ref(name: str) -> ModelRef:

@@ -38,7 +38,7 @@ def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS) -> list[bytes]:
     out, h = [], b""
     data = text.encode()
     for i in range(0, len(data) - block_chars + 1, block_chars):
-        h = hashlib.blake2b(h + data[i:i + block_chars], digest_size=12).digest()
+        h = hashlib.blake2b(h + data[i : i + block_chars], digest_size=12).digest()
         out.append(h)
     return out
 
@@ -91,8 +91,17 @@ class Balancer:
       while it keeps failing, up to ten times that).
     """
 
-    def __init__(self, *, index_blocks: int = 65536, min_blocks: int = 1, overload: float = 1.25,
-                 eject_after: int = 3, eject_s: float = 10.0, decay: float = 0.98, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        index_blocks: int = 65536,
+        min_blocks: int = 1,
+        overload: float = 1.25,
+        eject_after: int = 3,
+        eject_s: float = 10.0,
+        decay: float = 0.98,
+        seed: int | None = None,
+    ) -> None:
         self.index_blocks, self.min_blocks, self.overload = index_blocks, min_blocks, overload
         self.eject_after, self.eject_s = eject_after, eject_s
         self.outstanding: dict[str, int] = {}
@@ -106,9 +115,14 @@ class Balancer:
         self.rng = random.Random(seed)
 
     # -- choosing ---------------------------------------------------------------------------
-    def pick(self, replicas: list[Candidate], blocks: list[bytes], now: float,
-             exclude: frozenset[str] | set[str] = frozenset(),
-             held: Callable[[str], int] | None = None) -> tuple[Candidate | None, str]:
+    def pick(
+        self,
+        replicas: list[Candidate],
+        blocks: list[bytes],
+        now: float,
+        exclude: frozenset[str] | set[str] = frozenset(),
+        held: Callable[[str], int] | None = None,
+    ) -> tuple[Candidate | None, str]:
         """The replica for a request with these prompt blocks, and why it (for logs and metrics:
         "affinity", "least-loaded", "only", "saturated"); None when none may take it.
 
@@ -138,8 +152,14 @@ class Balancer:
         mean_share = sum(share) / len(pool)
         return self.recent.get(r.id, 0.0) / r.weight > self.overload * mean_share + 1
 
-    def _within(self, pool: list[Candidate], free: list[Candidate], blocks: list[bytes],
-                held: Callable[[str], int] | None, saturated: bool = False) -> tuple[Candidate, str]:
+    def _within(
+        self,
+        pool: list[Candidate],
+        free: list[Candidate],
+        blocks: list[bytes],
+        held: Callable[[str], int] | None,
+        saturated: bool = False,
+    ) -> tuple[Candidate, str]:
         if blocks or held:
             best, most = None, 0
             for r in pool:
@@ -200,6 +220,7 @@ class Balancer:
             elif believed and len(index.blocks) >= index.capacity:
                 index.capacity = min(self.index_blocks, int(index.capacity * 1.1) + 1)
         index.add(blocks)
+
     def held(self, replica_id: str, blocks: list[bytes]) -> int:
         """Leading blocks of this prompt the replica is believed to hold."""
         index = self.indexes.get(replica_id)

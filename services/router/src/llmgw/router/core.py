@@ -10,15 +10,33 @@ import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow
 
-__all__ = ["ApiError", "Checked", "check_context", "check_request", "context_of", "key_hash", "may_exceed",
-           "rewrite_chunk", "sum_usage", "tokenize_request", "usage_of"]
+__all__ = [
+    "ApiError",
+    "Checked",
+    "check_context",
+    "check_request",
+    "context_of",
+    "key_hash",
+    "may_exceed",
+    "rewrite_chunk",
+    "sum_usage",
+    "tokenize_request",
+    "usage_of",
+]
 
 
 class ApiError(Exception):
     """An answer in the OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, type_: str, code: str | None = None,
-                 param: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
         self.headers = dict(headers or {})
@@ -114,19 +132,34 @@ def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Chec
         longest = min(model.max_output or model.context, model.context)
         if value > longest:
             why = "its longest answer" if model.max_output and model.max_output <= model.context else "its context"
-            raise _bad(f"'{name}' is {value}, but model '{model.name}' gives at most {longest} tokens ({why}); "
-                       f"ask for {longest} or fewer.", name, "max_tokens_too_large")
+            raise _bad(
+                f"'{name}' is {value}, but model '{model.name}' gives at most {longest} tokens ({why}); "
+                f"ask for {longest} or fewer.",
+                name,
+                "max_tokens_too_large",
+            )
         max_tokens = value
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _bad("'stream_options' must be an object.", "stream_options")
     streaming = bool(body.get("stream"))
-    return Checked(body=body, streaming=streaming, include_usage=bool((options or {}).get("include_usage")),
-                   prompt=prompt, max_tokens=max_tokens)
+    return Checked(
+        body=body,
+        streaming=streaming,
+        include_usage=bool((options or {}).get("include_usage")),
+        prompt=prompt,
+        max_tokens=max_tokens,
+    )
 
 
-_CHAT_TOKENIZE = ("messages", "add_generation_prompt", "continue_final_message", "chat_template",
-                  "chat_template_kwargs", "tools")
+_CHAT_TOKENIZE = (
+    "messages",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+    "tools",
+)
 
 
 def tokenize_request(path: str, body: dict, model: str) -> dict | list[int] | None:
@@ -170,9 +203,14 @@ def check_context(prompt_tokens: int, max_tokens: int | None, context: int, mode
     answer = max_tokens or 1
     if prompt_tokens + answer > context:
         param = "messages" if path == "/v1/chat/completions" else "prompt"
-        raise ApiError(400, f"The prompt is {prompt_tokens} tokens and asks for up to {answer} more, but model "
-                       f"'{model}' holds {context} tokens in all; shorten the prompt or lower max_tokens.",
-                       "invalid_request_error", "context_length_exceeded", param)
+        raise ApiError(
+            400,
+            f"The prompt is {prompt_tokens} tokens and asks for up to {answer} more, but model "
+            f"'{model}' holds {context} tokens in all; shorten the prompt or lower max_tokens.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            param,
+        )
 
 
 def usage_of(answer: dict) -> tuple[int, int, int]:

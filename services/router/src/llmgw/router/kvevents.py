@@ -17,8 +17,15 @@ import msgspec
 
 from llmgw.router.balance import leading
 
-__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "CacheView", "KVEventBatch", "decode_batch",
-           "token_blocks"]
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "CacheView",
+    "KVEventBatch",
+    "decode_batch",
+    "token_blocks",
+]
 
 EngineHash = int | bytes
 """How vLLM names a block in its events (an int, or the hash's bytes)."""
@@ -79,7 +86,7 @@ def token_blocks(tokens: list[int], block_size: int) -> list[bytes]:
     """Chained hashes of the whole blocks of `tokens`: block i's covers blocks 0..i, as vLLM's do."""
     out, h = [], b""
     for i in range(0, len(tokens) - block_size + 1, block_size):
-        h = _chain(h, tokens[i:i + block_size])
+        h = _chain(h, tokens[i : i + block_size])
         out.append(h)
     return out
 
@@ -129,7 +136,7 @@ class CacheView:
             return
         self.block_size = size = event.block_size
         for i, h in enumerate(event.block_hashes):
-            tokens = event.token_ids[i * size:(i + 1) * size]
+            tokens = event.token_ids[i * size : (i + 1) * size]
             if len(tokens) < size:
                 break
             parent = _chain(parent, tokens)

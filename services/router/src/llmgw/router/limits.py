@@ -42,9 +42,11 @@ def windows(now: float) -> dict[str, tuple[str, float]]:
     day_end = (int(now) // 86400 + 1) * 86400
     month_days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
     month_end = calendar.timegm((t.tm_year, t.tm_mon, month_days, 0, 0, 0)) + 86400
-    return {"minute": (time.strftime("%Y%m%d%H%M", t), minute_end - now),
-            "day": (time.strftime("%Y%m%d", t), day_end - now),
-            "month": (time.strftime("%Y%m", t), month_end - now)}
+    return {
+        "minute": (time.strftime("%Y%m%d%H%M", t), minute_end - now),
+        "day": (time.strftime("%Y%m%d", t), day_end - now),
+        "month": (time.strftime("%Y%m", t), month_end - now),
+    }
 
 
 def judge(scope: str, limits: Limits, counts: Counts, now: float) -> Verdict:
@@ -69,6 +71,11 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float) -> Verdict:
     ]
     for name, limit, used, reset, retry in checks:
         if limit is not None and used >= limit:
-            return Verdict(ok=False, limit=f"{scope}: {name} {limit} reached ({used} used)", reset_s=reset,
-                           retry=retry, headers=headers)
+            return Verdict(
+                ok=False,
+                limit=f"{scope}: {name} {limit} reached ({used} used)",
+                reset_s=reset,
+                retry=retry,
+                headers=headers,
+            )
     return Verdict(ok=True, headers=headers)

@@ -93,10 +93,17 @@ class Quota:
                 nonlocal verdict
                 minute, day = _window(value, "m", w["minute"][0], 3), _window(value, "d", w["day"][0], 2)
                 month = _window(value, "mo", w["month"][0], 2)
-                counts = Counts(minute_requests=minute[1], minute_tokens=minute[2], day_tokens=day[1],
-                                month_tokens=month[1], concurrent=sum(
-                                    n for r, (n, seen) in value.get("c", {}).items()
-                                    if r == self.router or now - seen < self.stale_s))
+                counts = Counts(
+                    minute_requests=minute[1],
+                    minute_tokens=minute[2],
+                    day_tokens=day[1],
+                    month_tokens=month[1],
+                    concurrent=sum(
+                        n
+                        for r, (n, seen) in value.get("c", {}).items()
+                        if r == self.router or now - seen < self.stale_s
+                    ),
+                )
                 verdict = judge(name, limits, counts, now)
                 if not verdict.ok:
                     return None
@@ -121,8 +128,9 @@ class Quota:
         flight, its tokens added to the minute, the day and the month."""
         w = windows(now)
         for sid, _, limits in scopes:
-            counts_tokens = tokens > 0 and (limits.tokens_per_minute or limits.tokens_per_day
-                                            or limits.tokens_per_month)
+            counts_tokens = tokens > 0 and (
+                limits.tokens_per_minute or limits.tokens_per_day or limits.tokens_per_month
+            )
             if not (limits.concurrent or counts_tokens):
                 continue
 

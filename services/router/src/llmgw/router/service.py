@@ -98,17 +98,33 @@ class _Metrics:
     """The router's Prometheus series (on the admin port's /metrics)."""
 
     def __init__(self, registry) -> None:
-        self.requests = Counter("llmgw_router_requests", "Requests answered", ["model", "pool", "code"], registry=registry)
+        self.requests = Counter(
+            "llmgw_router_requests", "Requests answered", ["model", "pool", "code"], registry=registry
+        )
         self.tokens = Counter("llmgw_router_tokens", "Tokens", ["model", "kind"], registry=registry)
-        self.ttft = Histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", ["model", "pool"],
-                              registry=registry, buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
-        self.latency = Histogram("llmgw_router_latency_seconds", "Whole request latency", ["model", "pool"],
-                                 registry=registry, buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
-        self.in_flight = Gauge("llmgw_router_in_flight", "Requests in flight per replica", ["model", "replica"],
-                               registry=registry)
-        self.retries = Counter("llmgw_router_retries", "Requests retried on another replica", ["model"], registry=registry)
-        self.rejections = Counter("llmgw_router_rejections", "Requests refused before any engine", ["reason"],
-                                  registry=registry)
+        self.ttft = Histogram(
+            "llmgw_router_ttft_seconds",
+            "Time to the first token of a stream",
+            ["model", "pool"],
+            registry=registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.latency = Histogram(
+            "llmgw_router_latency_seconds",
+            "Whole request latency",
+            ["model", "pool"],
+            registry=registry,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.in_flight = Gauge(
+            "llmgw_router_in_flight", "Requests in flight per replica", ["model", "replica"], registry=registry
+        )
+        self.retries = Counter(
+            "llmgw_router_retries", "Requests retried on another replica", ["model"], registry=registry
+        )
+        self.rejections = Counter(
+            "llmgw_router_rejections", "Requests refused before any engine", ["reason"], registry=registry
+        )
         self.picks = Counter("llmgw_router_picks", "How replicas were chosen", ["model", "how"], registry=registry)
 
 
@@ -164,7 +180,9 @@ class Router:
         self.ctx = ctx
         self.client = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout_s, connect=3.0),
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0), auto_decompress=False)
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+            auto_decompress=False,
+        )
         self.metrics = _Metrics(ctx.metrics)
         self.catalog = await KvTable.open(ctx.js, BUCKETS["catalog"], CatalogRecord, history=5)
         self.replicas = await KvTable.open(ctx.js, BUCKETS["replicas"], ReplicaState)
@@ -172,15 +190,19 @@ class Router:
         self.projects = await KvTable.open(ctx.js, BUCKETS["projects"], Project)
         self.demand = await kv_bucket(ctx.js, BUCKETS["demand"])
         self.quota = Quota(await kv_bucket(ctx.js, BUCKETS["limits"], ttl=32 * 86400), self.instance)
-        await ctx.js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[Subjects.EVT_USAGE_ALL],
-                                             max_age=self.config.usage_days * 86400.0))
+        await ctx.js.add_stream(
+            StreamConfig(name=USAGE_STREAM, subjects=[Subjects.EVT_USAGE_ALL], max_age=self.config.usage_days * 86400.0)
+        )
         await ctx.endpoint("key-create", Subjects.ROUTER_KEY_CREATE, KeyCreate, self.create_key)
         await ctx.endpoint("key-list", Subjects.ROUTER_KEY_LIST, Empty, self.list_keys)
         await ctx.endpoint("key-revoke", Subjects.ROUTER_KEY_REVOKE, KeyRef, self.revoke_key)
         await ctx.endpoint("project-put", Subjects.ROUTER_PROJECT_PUT, Project, self.put_project)
         await ctx.endpoint("usage-sum", Subjects.ROUTER_USAGE_SUM, UsageQuery, self.sum_usage)
-        self.tasks += [asyncio.create_task(self._publish_usage()), asyncio.create_task(self.quota.keep_alive(20.0)),
-                       asyncio.create_task(self._follow_kv_events())]
+        self.tasks += [
+            asyncio.create_task(self._publish_usage()),
+            asyncio.create_task(self.quota.keep_alive(20.0)),
+            asyncio.create_task(self._follow_kv_events()),
+        ]
         self.http = HttpServer(self.app(), self.config.http_host, self.config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
@@ -204,9 +226,15 @@ class Router:
     # -- keys, projects, usage (NATS and the admin API) ------------------------------------
     async def create_key(self, req: KeyCreate) -> KeyCreated:
         key = "sk-llmgw-" + secrets.token_urlsafe(32)
-        record = KeyRecord(name=req.name, created=time.time(), admin=req.admin, project=req.project,
-                           expires=time.time() + req.expires_in_s if req.expires_in_s else None,
-                           models=req.models, limits=req.limits)
+        record = KeyRecord(
+            name=req.name,
+            created=time.time(),
+            admin=req.admin,
+            project=req.project,
+            expires=time.time() + req.expires_in_s if req.expires_in_s else None,
+            models=req.models,
+            limits=req.limits,
+        )
         if req.project not in self.projects.items:
             project = Project(name=req.project, created=time.time())
             await self.projects.kv.put(req.project, msgspec.json.encode(project))
@@ -239,8 +267,13 @@ class Router:
         if info.state.messages == 0:
             return UsageReport(rows=[])
         start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(query.since))
-        sub = await self.ctx.js.pull_subscribe(Subjects.EVT_USAGE_ALL, stream=USAGE_STREAM, config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, inactive_threshold=30.0))
+        sub = await self.ctx.js.pull_subscribe(
+            Subjects.EVT_USAGE_ALL,
+            stream=USAGE_STREAM,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, inactive_threshold=30.0
+            ),
+        )
         records = []
         try:
             while True:
@@ -272,16 +305,25 @@ class Router:
     def _authorize(self, request: ASGIConnection, admin: bool = False) -> tuple[str, KeyRecord]:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer "):
-            raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error", "missing_api_key")
+            raise ApiError(
+                401, "Missing API key: send 'Authorization: Bearer <key>'.", "invalid_request_error", "missing_api_key"
+            )
         digest = key_hash(auth[7:].strip())
         record = self.keys.items.get(digest)
         if record is None:
             raise ApiError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         if record.expires is not None and record.expires < time.time():
-            raise ApiError(401, f"This API key expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires))}; "
-                           "ask for a new one.", "invalid_request_error", "expired_api_key")
+            raise ApiError(
+                401,
+                f"This API key expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires))}; "
+                "ask for a new one.",
+                "invalid_request_error",
+                "expired_api_key",
+            )
         if admin and not record.admin:
-            raise ApiError(403, "This key may not use the admin API; use an admin key.", "permission_error", "not_admin")
+            raise ApiError(
+                403, "This key may not use the admin API; use an admin key.", "permission_error", "not_admin"
+            )
         return digest[:16], record
 
     def app(self) -> Litestar:
@@ -292,7 +334,10 @@ class Router:
             """The models (and aliases) this key may use."""
             _, key = router._authorize(request)
             names = sorted(n for n in router._names_map() if not key.models or n in key.models)
-            return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names]}
+            return {
+                "object": "list",
+                "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names],
+            }
 
         @post("/v1/chat/completions", status_code=200)
         async def chat(request: Request) -> Response:
@@ -326,8 +371,15 @@ class Router:
 
         def on_bug(request: Request, exc: Exception) -> Response:
             router.ctx.log.exception("request failed inside the router", path=request.url.path)
-            return on_api_error(request, ApiError(500, f"The router failed on this request ({type(exc).__name__}); "
-                                                  "its log has the details.", "server_error", "internal_error"))
+            return on_api_error(
+                request,
+                ApiError(
+                    500,
+                    f"The router failed on this request ({type(exc).__name__}); its log has the details.",
+                    "server_error",
+                    "internal_error",
+                ),
+            )
 
         async def add_request_id(message, scope) -> None:
             if message["type"] == "http.response.start":
@@ -336,9 +388,14 @@ class Router:
 
         return Litestar(
             [list_models, chat, completions, embeddings, admin_api(router)],
-            exception_handlers={ApiError: on_api_error, ValidationException: on_invalid, HTTPException: on_http,
-                                Exception: on_bug},
-            before_send=[add_request_id], request_max_body_size=self.config.max_body_bytes,
+            exception_handlers={
+                ApiError: on_api_error,
+                ValidationException: on_invalid,
+                HTTPException: on_http,
+                Exception: on_bug,
+            },
+            before_send=[add_request_id],
+            request_max_body_size=self.config.max_body_bytes,
             openapi_config=OpenAPIConfig(title="llmgw", version=router.version, path="/schema"),
         )
 
@@ -357,8 +414,9 @@ class Router:
         states = self.replicas.derived(self._ready_by_model).get(model.name, {})
         profiles = {p.name: p for p in model.profiles}
         ready = {r.id: (r, p) for r in states.values() if (p := profiles.get(r.profile)) is not None}
-        return [Candidate(id=rid, priority=p.priority, weight=p.weight, slots=p.slots)
-                for rid, (_, p) in ready.items()], ready
+        return [
+            Candidate(id=rid, priority=p.priority, weight=p.weight, slots=p.slots) for rid, (_, p) in ready.items()
+        ], ready
 
     def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
         """Ready replicas by model, worked out once per change of the replicas bucket; what the
@@ -412,15 +470,19 @@ class Router:
         return {"authorization": f"Bearer {replica.api_key}", "content-type": "application/json"}
 
     async def _engine_post(self, replica: ReplicaState, path: str, body: dict) -> dict:
-        async with self.client.post(replica.url + path, data=msgspec.json.encode(body),
-                                    headers=self._engine_headers(replica),
-                                    timeout=aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s)) as resp:
+        async with self.client.post(
+            replica.url + path,
+            data=msgspec.json.encode(body),
+            headers=self._engine_headers(replica),
+            timeout=aiohttp.ClientTimeout(total=self.config.tokenize_timeout_s),
+        ) as resp:
             if resp.status != 200:
                 raise ValueError(f"{path} answered {resp.status}")
             return msgspec.json.decode(await resp.read())
 
-    async def _prompt_tokens(self, call: _Call, model: Model, path: str, replica: ReplicaState,
-                             profile: Profile) -> list[int] | None:
+    async def _prompt_tokens(
+        self, call: _Call, model: Model, path: str, replica: ReplicaState, profile: Profile
+    ) -> list[int] | None:
         """The prompt as the engine will see it, tokenized by `replica` (vLLM's /tokenize;
         llama-server's /apply-template, then /tokenize); None where it cannot be had now."""
         asked = tokenize_request(path, call.checked.body, model.name)
@@ -433,15 +495,20 @@ class Router:
             if text is None:
                 template = {k: v for k, v in asked.items() if k != "model"}
                 text = (await self._engine_post(replica, "/apply-template", template))["prompt"]
-            return (await self._engine_post(replica, "/tokenize", {"content": text, "add_special": True,
-                                                                   "parse_special": True}))["tokens"]
+            return (
+                await self._engine_post(
+                    replica, "/tokenize", {"content": text, "add_special": True, "parse_special": True}
+                )
+            )["tokens"]
         except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
-            self.ctx.log.warning("prompt not tokenized: the engine will check its length", replica=replica.id,
-                                 error=repr(exc))
+            self.ctx.log.warning(
+                "prompt not tokenized: the engine will check its length", replica=replica.id, error=repr(exc)
+            )
             return None
 
-    async def _before_picking(self, call: _Call, model: Model, path: str, primary: bool,
-                              states: dict[str, tuple[ReplicaState, Profile]]) -> Callable[[str], int] | None:
+    async def _before_picking(
+        self, call: _Call, model: Model, path: str, primary: bool, states: dict[str, tuple[ReplicaState, Profile]]
+    ) -> Callable[[str], int] | None:
         """What needs the prompt's tokens, before a replica is picked: a 400 for the primary model
         where the prompt might not fit its context (tokenized only then: a long prompt), and for
         replicas that publish KV events, how many of its leading blocks each one holds (None:
@@ -500,41 +567,73 @@ class Router:
         key_id, key = self._authorize(request)
         size = request.headers.get("content-length")
         if size and size.isdigit() and int(size) > self.config.max_body_bytes:
-            raise ApiError(413, f"The request body is {int(size)} bytes; the most this router takes is "
-                           f"{self.config.max_body_bytes}.", "invalid_request_error", "body_too_large")
+            raise ApiError(
+                413,
+                f"The request body is {int(size)} bytes; the most this router takes is {self.config.max_body_bytes}.",
+                "invalid_request_error",
+                "body_too_large",
+            )
         try:
             body = msgspec.json.decode(await request.body())
         except msgspec.DecodeError as exc:
-            raise ApiError(400, f"The request body is not valid JSON: {exc}", "invalid_request_error", "invalid_json") from None
+            raise ApiError(
+                400, f"The request body is not valid JSON: {exc}", "invalid_request_error", "invalid_json"
+            ) from None
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            raise ApiError(400, "The request needs a 'model' (a string).", "invalid_request_error", "missing_model", "model")
+            raise ApiError(
+                400, "The request needs a 'model' (a string).", "invalid_request_error", "missing_model", "model"
+            )
         asked = body["model"]
         model = self._model(asked)
         if model is None:
-            raise ApiError(404, f"The model '{asked}' does not exist; GET /v1/models lists them.",
-                           "invalid_request_error", "model_not_found", "model")
+            raise ApiError(
+                404,
+                f"The model '{asked}' does not exist; GET /v1/models lists them.",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+            )
         if key.models and asked not in key.models and model.name not in key.models:
-            raise ApiError(403, f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.",
-                           "permission_error", "model_not_allowed", "model")
+            raise ApiError(
+                403,
+                f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.",
+                "permission_error",
+                "model_not_allowed",
+                "model",
+            )
         checked = check_request(path, body, model, self.config.max_n)
         if checked.streaming:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         project = self.projects.items.get(key.project) or Project(name=key.project)
-        scopes: list[Scope] = [(f"key.{key_id}", f"key '{key.name}'", key.limits),
-                               (f"project.{project.name}", f"project '{project.name}'", project.limits)]
+        scopes: list[Scope] = [
+            (f"key.{key_id}", f"key '{key.name}'", key.limits),
+            (f"project.{project.name}", f"project '{project.name}'", project.limits),
+        ]
         now = time.time()
         verdict = await self.quota.admit(scopes, now)
         if not verdict.ok:
             headers = {**verdict.headers, "retry-after": f"{max(1, round(verdict.reset_s))}"}
             if not verdict.retry:
                 headers["x-should-retry"] = "false"
-            raise ApiError(429, f"Rate limit: {verdict.limit}; it resets in {verdict.reset_s:.0f}s.",
-                           "rate_limit_exceeded" if verdict.retry else "insufficient_quota",
-                           "rate_limit_exceeded" if verdict.retry else "budget_exhausted", headers=headers)
+            raise ApiError(
+                429,
+                f"Rate limit: {verdict.limit}; it resets in {verdict.reset_s:.0f}s.",
+                "rate_limit_exceeded" if verdict.retry else "insufficient_quota",
+                "rate_limit_exceeded" if verdict.retry else "budget_exhausted",
+                headers=headers,
+            )
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
         request.scope.setdefault("state", {})["request_id"] = rid
-        call = _Call(rid=rid, key_id=key_id, key=key, scopes=scopes, model=model, checked=checked,
-                     blocks=prompt_blocks(checked.prompt) if path != "/v1/embeddings" else [], started=started)
+        call = _Call(
+            rid=rid,
+            key_id=key_id,
+            key=key,
+            scopes=scopes,
+            model=model,
+            checked=checked,
+            blocks=prompt_blocks(checked.prompt) if path != "/v1/embeddings" else [],
+            started=started,
+        )
         try:
             response = await self._forward(call, path, verdict.headers)
         except BaseException:
@@ -570,19 +669,27 @@ class Router:
                 self.ctx.log.info("answering from a fallback", model=model.name, fallbacks=call.model.fallbacks)
         call.status = 503
         names = " or its fallbacks" if len(models) > 1 else ""
-        raise ApiError(503, f"The model '{call.model.name}'{names} has no ready replica now; try again shortly "
-                       "(`llmgw ctl model list` shows why).", "server_error", "no_ready_replica", headers={"retry-after": "5"})
+        raise ApiError(
+            503,
+            f"The model '{call.model.name}'{names} has no ready replica now; try again shortly "
+            "(`llmgw ctl model list` shows why).",
+            "server_error",
+            "no_ready_replica",
+            headers={"retry-after": "5"},
+        )
 
-    async def _send(self, call: _Call, model: Model, replica: ReplicaState, priority: int, path: str,
-                    headers: dict[str, str]) -> Response | None:
+    async def _send(
+        self, call: _Call, model: Model, replica: ReplicaState, priority: int, path: str, headers: dict[str, str]
+    ) -> Response | None:
         """One try on one replica; None when it refused or failed before the first byte."""
         body = call.checked.body if model.name == call.model.name else {**call.checked.body, "model": model.name}
         self.balancer.started(replica.id)
         self.metrics.in_flight.labels(model.name, replica.id).inc()
         call.replica, call.pool = replica.id, f"priority {priority}"
         try:
-            resp = await self.client.post(replica.url + path, data=msgspec.json.encode(body),
-                                          headers=self._engine_headers(replica))
+            resp = await self.client.post(
+                replica.url + path, data=msgspec.json.encode(body), headers=self._engine_headers(replica)
+            )
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._done(model, replica.id, ok=False)
             self.ctx.log.warning("replica refused, trying another", replica=replica.id, error=repr(exc))
@@ -590,7 +697,9 @@ class Router:
         if resp.status in (502, 503, 504):
             resp.release()
             self._done(model, replica.id, ok=False)
-            self.ctx.log.warning("replica failed before answering, trying another", replica=replica.id, status=resp.status)
+            self.ctx.log.warning(
+                "replica failed before answering, trying another", replica=replica.id, status=resp.status
+            )
             return None
         out_headers = {**headers, "x-llmgw-replica": replica.id}
         call.status = resp.status
@@ -607,8 +716,11 @@ class Router:
             if resp.status == 200:
                 raw = self._answer(call, model, raw)
             return Response(raw, status_code=resp.status, media_type="application/json", headers=out_headers)
-        return Stream(self._relay(call, model, resp), media_type="text/event-stream",
-                      headers={**out_headers, "cache-control": "no-cache"})
+        return Stream(
+            self._relay(call, model, resp),
+            media_type="text/event-stream",
+            headers={**out_headers, "cache-control": "no-cache"},
+        )
 
     def _done(self, model: Model, replica_id: str, ok: bool) -> None:
         self.balancer.finished(replica_id, ok, time.time())
@@ -697,10 +809,22 @@ class Router:
         if not call.replica:
             return
         try:
-            self.usage.put_nowait(UsageRecord(
-                request_id=call.rid, time=now, key=call.key_id, project=call.key.project, model=name,
-                replica=call.replica, status=call.status, prompt_tokens=call.prompt, cached_tokens=call.cached or 0,
-                completion_tokens=call.completion, latency_s=latency, ttft_s=call.ttft))
+            self.usage.put_nowait(
+                UsageRecord(
+                    request_id=call.rid,
+                    time=now,
+                    key=call.key_id,
+                    project=call.key.project,
+                    model=name,
+                    replica=call.replica,
+                    status=call.status,
+                    prompt_tokens=call.prompt,
+                    cached_tokens=call.cached or 0,
+                    completion_tokens=call.completion,
+                    latency_s=latency,
+                    ttft_s=call.ttft,
+                )
+            )
         except asyncio.QueueFull:
             self.ctx.log.warning("usage queue full: a request's usage is not recorded", request=call.rid)
 

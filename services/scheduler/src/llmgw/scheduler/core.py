@@ -76,8 +76,15 @@ CLASS_RANK = {"batch": 0, "standard": 1, "critical": 2}
 """Capacity classes: a replica of a higher class may take the room of a lower one's."""
 
 
-def _preempt(need, model: Model, models: dict[str, Model], states: dict[str, NodeState], now: float,
-             stale_s: float, scoring: Weights) -> tuple[Placement, list[ReplicaState]] | None:
+def _preempt(
+    need,
+    model: Model,
+    models: dict[str, Model],
+    states: dict[str, NodeState],
+    now: float,
+    stale_s: float,
+    scoring: Weights,
+) -> tuple[Placement, list[ReplicaState]] | None:
     """Replicas of a lower class whose room would let `need` fit, and where: the lowest class
     first, the newest of it first; None when none would (or the model is of the lowest class).
 
@@ -85,8 +92,14 @@ def _preempt(need, model: Model, models: dict[str, Model], states: dict[str, Nod
     are tried again. A replica across nodes takes as many as it needs, in that order, and of
     those only the ones on the nodes it gets give up their room."""
     rank = CLASS_RANK[model.capacity_class]
-    victims = list({r.id: r for n in states.values() for r in n.replicas if r.model in models
-                    and r.model != model.name and CLASS_RANK[models[r.model].capacity_class] < rank}.values())
+    victims = list(
+        {
+            r.id: r
+            for n in states.values()
+            for r in n.replicas
+            if r.model in models and r.model != model.name and CLASS_RANK[models[r.model].capacity_class] < rank
+        }.values()
+    )
     victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
 
     def copy(n: NodeState) -> NodeState:
@@ -131,8 +144,9 @@ def wanted(scaling: Scaling, now: float, last_asked: float | None = None) -> int
     return base
 
 
-def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, held: str = "",
-           last_asked: float | None = None) -> ModelStatus:
+def status(
+    model: Model, replicas: list[ReplicaState], plan: Plan, now: float, held: str = "", last_asked: float | None = None
+) -> ModelStatus:
     """A model's status from what runs and what this pass could not do; `held` is why it gave
     room to a higher class (kept by the shell until the model runs whole again)."""
     ready = sum(1 for r in replicas if r.model == model.name and r.state == "ready")
@@ -150,12 +164,21 @@ def status(model: Model, replicas: list[ReplicaState], plan: Plan, now: float, h
         state = "starting"
     elif want == 0 and model.scaling.idle_timeout_s is not None:
         state = "idle"
-        reason = (f"scaled to zero: not asked for in {model.scaling.idle_timeout_s:g}s; "
-                  "the first request wakes it") if last_asked else "on demand: the first request starts it"
+        reason = (
+            (f"scaled to zero: not asked for in {model.scaling.idle_timeout_s:g}s; the first request wakes it")
+            if last_asked
+            else "on demand: the first request starts it"
+        )
     else:
         state = "running"
-    return ModelStatus(model=model.name, state=state, ready=ready, wanted=want, reason=reason,
-                       until=plan.backoff_until.get(model.name, 0.0))
+    return ModelStatus(
+        model=model.name,
+        state=state,
+        ready=ready,
+        wanted=want,
+        reason=reason,
+        until=plan.backoff_until.get(model.name, 0.0),
+    )
 
 
 def backoff_s(failures: int, base: float = 5.0, cap: float = 300.0) -> float:
@@ -177,12 +200,16 @@ def lost_workers(node: str, reported: set[str], recorded: list[ReplicaState]) ->
 
     Workers start before their engine, so a replica its engine's agent took on has its workers.
     """
-    return [r for r in recorded if r.state in LIVE and r.state != "pending" and r.id not in reported
-            and any(w.node == node for w in r.workers)]
+    return [
+        r
+        for r in recorded
+        if r.state in LIVE and r.state != "pending" and r.id not in reported and any(w.node == node for w in r.workers)
+    ]
 
 
-def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[ReplicaState],
-             counts: dict[str, int] | None) -> list[Stop]:
+def _surplus(
+    model: Model, want: int, stale: list[ReplicaState], fresh: list[ReplicaState], counts: dict[str, int] | None
+) -> list[Stop]:
     """Replicas to stop: stale ones whose replacements are ready, then any beyond what is wanted.
 
     Stale replicas are replaced one at a time. With a surge rollout a stale replica stops only
@@ -197,13 +224,19 @@ def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[Rep
     if model.rollout == "in-place" and stale and not starting and len(fresh) + len(stale) >= want:
         extra = max(extra, 1)  # only at full strength: a failed replacement never takes a second one down
     for r in stale[:extra]:
-        stops.append(Stop(replica=r, reason="stale (context, cards, engine or a restart): replaced one at a time",
-                          drain=model.rollout != "in-place"))
+        stops.append(
+            Stop(
+                replica=r,
+                reason="stale (context, cards, engine or a restart): replaced one at a time",
+                drain=model.rollout != "in-place",
+            )
+        )
     newest_first = sorted(fresh, key=lambda r: (r.state == "ready", -r.updated))  # those still starting go first
     if counts is None:
         over = max(0, len(fresh) - want)
-        stops += [Stop(replica=r, reason=f"model '{model.name}' runs {len(fresh)}, wants {want}")
-                  for r in newest_first[:over]]
+        stops += [
+            Stop(replica=r, reason=f"model '{model.name}' runs {len(fresh)}, wants {want}") for r in newest_first[:over]
+        ]
         return stops
     ready_left = ready + len(stale) - len(stops)
     for profile, count in counts.items():
@@ -216,8 +249,9 @@ def _surplus(model: Model, want: int, stale: list[ReplicaState], fresh: list[Rep
     return stops
 
 
-def _wanted_profiles(model: Model, live: list[ReplicaState], stale: list[ReplicaState], missing: int,
-                     counts: dict[str, int] | None) -> list[list[Profile]]:
+def _wanted_profiles(
+    model: Model, live: list[ReplicaState], stale: list[ReplicaState], missing: int, counts: dict[str, int] | None
+) -> list[list[Profile]]:
     """For each replica to start, the profiles to try, best first."""
     by_priority = sorted(model.profiles, key=lambda p: -p.priority)
     if counts is None:
@@ -232,11 +266,21 @@ def _wanted_profiles(model: Model, live: list[ReplicaState], stale: list[Replica
     return out
 
 
-def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: list[ReplicaState],
-              weights: dict[str, int], now: float, ids: Iterator[str],
-              stale_s: float = 10.0, reserve_mb: int = 512, scoring: Weights = Weights(),
-              lost_s: float = 30.0, known_since: float = 0.0, demand: dict[str, float] | None = None,
-              score_nodes: int = 100) -> Plan:
+def reconcile(
+    models: dict[str, Model],
+    nodes: dict[str, NodeView],
+    replicas: list[ReplicaState],
+    weights: dict[str, int],
+    now: float,
+    ids: Iterator[str],
+    stale_s: float = 10.0,
+    reserve_mb: int = 512,
+    scoring: Weights = Weights(),
+    lost_s: float = 30.0,
+    known_since: float = 0.0,
+    demand: dict[str, float] | None = None,
+    score_nodes: int = 100,
+) -> Plan:
     """Compare what the catalog asks with what runs; say what to start and stop.
 
     `weights` maps a source to its size in bytes (absent: the mirror does not hold it). A node
@@ -256,8 +300,13 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
         worst = max(silent, key=lambda n: silent[n])
         if silent[worst] > lost_s:  # a replica across nodes is lost with any of them
             gone.append(r.id)
-            plan.stops.append(Stop(replica=r, reason=f"node '{worst}' lost: no heartbeat for {silent[worst]:.0f}s",
-                                   reachable=silent[r.node] <= lost_s))
+            plan.stops.append(
+                Stop(
+                    replica=r,
+                    reason=f"node '{worst}' lost: no heartbeat for {silent[worst]:.0f}s",
+                    reachable=silent[r.node] <= lost_s,
+                )
+            )
     replicas = [r for r in replicas if r.id not in gone]
     by_model: dict[str, list[ReplicaState]] = {}
     for r in replicas:
@@ -310,8 +359,9 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
             reasons: list[str] = []
             for profile in profiles:
                 need = need_of(profile, weights[model.source])
-                where, why = place(need, model, states, now, stale_s, scoring, peers=kept, limit=score_nodes,
-                                   start=scan)
+                where, why = place(
+                    need, model, states, now, stale_s, scoring, peers=kept, limit=score_nodes, start=scan
+                )
                 scan += len(why) + max(score_nodes, 1)
                 if where is None:
                     taken = _preempt(need, model, models, states, now, stale_s, scoring)
@@ -323,10 +373,19 @@ def reconcile(models: dict[str, Model], nodes: dict[str, NodeView], replicas: li
                             plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
                             plan.held[victim.model] = gave
                 if where:
-                    replica = ReplicaState(id=next(ids), model=name, profile=profile.name, node=where.node,
-                                           memory_mb=need.memory_mb, cores=profile.cpu_cores or 0, gpus=where.cards,
-                                           workers=where.workers, failures=failures,
-                                           fingerprint=current[profile.name], updated=now)
+                    replica = ReplicaState(
+                        id=next(ids),
+                        model=name,
+                        profile=profile.name,
+                        node=where.node,
+                        memory_mb=need.memory_mb,
+                        cores=profile.cpu_cores or 0,
+                        gpus=where.cards,
+                        workers=where.workers,
+                        failures=failures,
+                        fingerprint=current[profile.name],
+                        updated=now,
+                    )
                     claim(states, replica)
                     kept.append(replica)
                     plan.starts.append(Start(replica=replica, model=model, profile=profile))

@@ -105,21 +105,31 @@ def need_of(profile: Profile, weights_bytes: int) -> Need:
     share = weights_bytes // profile.nodes
     if profile.gpus:
         per_card = int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB
-        return Need(profile=profile, memory_mb=profile.host_memory_mb or 0, cards=profile.gpus, card_mb=per_card,
-                    read_bytes=share)
+        return Need(
+            profile=profile,
+            memory_mb=profile.host_memory_mb or 0,
+            cards=profile.gpus,
+            card_mb=per_card,
+            read_bytes=share,
+        )
     memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(share * 1.1 / 2**20) + 256
     return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share)
 
 
-def node_states(nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: list[ReplicaState],
-                reserve_mb: int) -> dict[str, NodeState]:
+def node_states(
+    nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: list[ReplicaState], reserve_mb: int
+) -> dict[str, NodeState]:
     """Each node's free capacity, by node name in order: available memory less the claims of
     replicas still starting and a reserve; cards no live replica holds."""
     out = {}
     for name, (info, seen, held) in sorted(nodes.items()):
-        out[name] = NodeState(info=info, last_seen=seen, weights=held,
-                              free_mb=info.memory_available_mb - reserve_mb,
-                              free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB])
+        out[name] = NodeState(
+            info=info,
+            last_seen=seen,
+            weights=held,
+            free_mb=info.memory_available_mb - reserve_mb,
+            free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB],
+        )
     for r in replicas:
         if r.state in LIVE:
             claim(out, r)
@@ -201,10 +211,18 @@ def _fitting_cards(need: Need, n: NodeState) -> list[GpuInfo]:
         return n.fitting[1]
     p = need.profile
     if p.min_card_mb or p.min_compute:
-        out = [g for g in n.free_cards if card_fits(p, g) is None and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+        out = [
+            g
+            for g in n.free_cards
+            if card_fits(p, g) is None and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb
+        ]
     else:
-        out = [g for g in n.free_cards if (not p.gpu_class or g.cls == p.gpu_class)  # the common case, inline
-               and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb]
+        out = [
+            g
+            for g in n.free_cards
+            if (not p.gpu_class or g.cls == p.gpu_class)  # the common case, inline
+            and g.memory_total_mb - g.memory_foreign_mb >= need.card_mb
+        ]
     n.fitting = (need, out)
     return out
 
@@ -216,8 +234,10 @@ def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     if not _enough(fit, need.cards):
         wanted = need.profile.gpu_class or "any class"
         unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
-        return (f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} "
-                f"(of {len(n.info.gpus)})" + (f"; its cards: {unfit}" if unfit else ""))
+        return (
+            f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} "
+            f"(of {len(n.info.gpus)})" + (f"; its cards: {unfit}" if unfit else "")
+        )
     return None
 
 
@@ -242,8 +262,13 @@ def _keep_within(need: Need, n: NodeState, now: float, stale_s: float) -> str | 
 
 
 FILTERS: list[tuple[str, Filter]] = [
-    ("ready", _ready), ("labels", _labels), ("engine", _engine), ("cards", _cards), ("memory", _memory),
-    ("cores", _cores), ("keep_within", _keep_within),
+    ("ready", _ready),
+    ("labels", _labels),
+    ("engine", _engine),
+    ("cards", _cards),
+    ("memory", _memory),
+    ("cores", _cores),
+    ("keep_within", _keep_within),
 ]
 """The filter chain, in order; the first that refuses a node gives its reason."""
 
@@ -285,16 +310,22 @@ def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str
         cards = _best_class(_fitting_cards(need, n), need.cards) or []
         return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
     threads = cpu_threads(need.profile.cpu_cores, n.info.cpus)
-    return cpu_tokens_per_second(need.read_bytes, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, threads,
-                                 n.info.cpu_calibration or DEFAULT_CPU)
+    return cpu_tokens_per_second(
+        need.read_bytes,
+        n.info.membw_all_gbs or 0.0,
+        n.info.membw_one_gbs,
+        threads,
+        n.info.cpu_calibration or DEFAULT_CPU,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
 def _card_speed(read_bytes: int, cls: str, cards: int, tensor_parallel: bool) -> float:
     """The same on every node with these cards: worked out once."""
     card = card_of(cls) if cls else None
-    return gpu_tokens_per_second(read_bytes, 0, card.bandwidth_gbs if card else 0.0, cards,
-                                 tensor_parallel=tensor_parallel)
+    return gpu_tokens_per_second(
+        read_bytes, 0, card.bandwidth_gbs if card else 0.0, cards, tensor_parallel=tensor_parallel
+    )
 
 
 def _pack(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
@@ -318,8 +349,10 @@ def _domain(n: NodeState, w: Weights) -> str:
 
 
 SCORERS: list[tuple[str, Scorer, Callable[[Weights], float]]] = [
-    ("speed", _speed, lambda w: w.speed), ("pack", _pack, lambda w: w.pack),
-    ("weights", _weights_present, lambda w: w.weights_present), ("domain", _domain_spread, lambda w: w.domain_spread),
+    ("speed", _speed, lambda w: w.speed),
+    ("pack", _pack, lambda w: w.pack),
+    ("weights", _weights_present, lambda w: w.weights_present),
+    ("domain", _domain_spread, lambda w: w.domain_spread),
 ]
 """The scorers and their weights."""
 
@@ -333,15 +366,16 @@ def _normalise(raw: list[float]) -> list[float]:
     return [(v - lo) * scale for v in raw]
 
 
-def _fits(need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, limit: int,
-          start: int) -> tuple[list[str], dict[str, str]]:
+def _fits(
+    need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, limit: int, start: int
+) -> tuple[list[str], dict[str, str]]:
     """The nodes that pass every filter (at most `limit`, scanning from the `start`-th and
     wrapping), and why each refused node refused (filter: reason)."""
     reasons: dict[str, str] = {}
     fit = []
     names = list(nodes)
     if start % max(len(names), 1):
-        names = names[start % len(names):] + names[: start % len(names)]
+        names = names[start % len(names) :] + names[: start % len(names)]
     for name in names:
         n = nodes[name]
         for label, f in FILTERS:
@@ -356,8 +390,9 @@ def _fits(need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, l
     return fit, reasons
 
 
-def _scores(need: Need, model: Model, nodes: dict[str, NodeState], fit: list[str], w: Weights,
-            peers: list[ReplicaState] | None) -> tuple[list[float], dict[str, list[float]]]:
+def _scores(
+    need: Need, model: Model, nodes: dict[str, NodeState], fit: list[str], w: Weights, peers: list[ReplicaState] | None
+) -> tuple[list[float], dict[str, list[float]]]:
     """Each fitting node's weighted total and each scorer's normalised part."""
     if peers is None:
         peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
@@ -379,9 +414,17 @@ def _cards_for(need: Need, n: NodeState) -> list[str]:
     return [g.uuid for g in _best_class(_fitting_cards(need, n), need.cards) or []] if need.cards else []
 
 
-def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
-          w: Weights = Weights(), peers: list[ReplicaState] | None = None, limit: int = 0,
-          start: int = 0) -> tuple[Placement | None, dict[str, str]]:
+def place(
+    need: Need,
+    model: Model,
+    nodes: dict[str, NodeState],
+    now: float,
+    stale_s: float,
+    w: Weights = Weights(),
+    peers: list[ReplicaState] | None = None,
+    limit: int = 0,
+    start: int = 0,
+) -> tuple[Placement | None, dict[str, str]]:
     """The best node for one replica (the best nodes, for a profile across several), or None;
     and why each refused node refused (filter: reason).
 
@@ -398,12 +441,20 @@ def place(need: Need, model: Model, nodes: dict[str, NodeState], now: float, sta
     total, parts = _scores(need, model, nodes, fit, w, peers)
     i = max(range(len(fit)), key=lambda i: (total[i], fit[i]))
     best = fit[i]
-    return Placement(node=best, cards=_cards_for(need, nodes[best]),
-                     scores={k: round(v[i], 1) for k, v in parts.items()}), reasons
+    return Placement(
+        node=best, cards=_cards_for(need, nodes[best]), scores={k: round(v[i], 1) for k, v in parts.items()}
+    ), reasons
 
 
-def _place_across(need: Need, model: Model, nodes: dict[str, NodeState], now: float, stale_s: float,
-                  w: Weights, peers: list[ReplicaState] | None) -> tuple[Placement | None, dict[str, str]]:
+def _place_across(
+    need: Need,
+    model: Model,
+    nodes: dict[str, NodeState],
+    now: float,
+    stale_s: float,
+    w: Weights,
+    peers: list[ReplicaState] | None,
+) -> tuple[Placement | None, dict[str, str]]:
     """`need.profile.nodes` nodes that each fit a share, within one value of its `keep_within`
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
@@ -426,7 +477,13 @@ def _place_across(need: Need, model: Model, nodes: dict[str, NodeState], now: fl
         return None, reasons
     head = best[0]
     i = fit.index(head)
-    workers = [Worker(node=n, memory_mb=need.memory_mb, cores=need.profile.cpu_cores or 0,
-                      gpus=_cards_for(need, nodes[n])) for n in best[1:]]
-    return Placement(node=head, cards=_cards_for(need, nodes[head]), workers=workers,
-                     scores={k: round(v[i], 1) for k, v in parts.items()}), reasons
+    workers = [
+        Worker(node=n, memory_mb=need.memory_mb, cores=need.profile.cpu_cores or 0, gpus=_cards_for(need, nodes[n]))
+        for n in best[1:]
+    ]
+    return Placement(
+        node=head,
+        cards=_cards_for(need, nodes[head]),
+        workers=workers,
+        scores={k: round(v[i], 1) for k, v in parts.items()},
+    ), reasons

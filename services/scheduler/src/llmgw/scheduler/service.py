@@ -128,7 +128,9 @@ class Scheduler:
         return Empty()
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
-        replicas = [*self.replicas.values(), *self.draining.values()] if self.leader else (await self._stored()).values()
+        replicas = (
+            [*self.replicas.values(), *self.draining.values()] if self.leader else (await self._stored()).values()
+        )
         return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
 
     async def _stored(self) -> dict[str, ReplicaState]:
@@ -146,8 +148,9 @@ class Scheduler:
         while True:
             try:
                 if self.leader:
-                    self.lease_revision = await self.lease.update("scheduler", self.instance.encode(),
-                                                                  last=self.lease_revision)
+                    self.lease_revision = await self.lease.update(
+                        "scheduler", self.instance.encode(), last=self.lease_revision
+                    )
                 else:
                     self.lease_revision = await self.lease.create("scheduler", self.instance.encode())
                     self.replicas = await self._stored()  # adopted: nothing is started twice
@@ -173,8 +176,10 @@ class Scheduler:
         return ModelStatusList(models=sorted(statuses.values(), key=lambda m: m.model))
 
     async def list_nodes(self, _: Empty) -> NodeList:
-        return NodeList(nodes=[v.info for _, v in sorted(self.nodes.items())],
-                        last_seen={n: v.last_seen for n, v in self.nodes.items()})
+        return NodeList(
+            nodes=[v.info for _, v in sorted(self.nodes.items())],
+            last_seen={n: v.last_seen for n, v in self.nodes.items()},
+        )
 
     async def _on_heartbeat(self, msg) -> None:
         try:
@@ -189,13 +194,20 @@ class Scheduler:
             self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
         self.nodes[beat.info.node] = NodeView(info=beat.info, last_seen=time.time(), weights=beat.weights)
         for state in beat.replicas:  # events can be missed; the heartbeat is the agent's whole truth
-            if state.id not in self.replicas and state.id not in self.draining \
-                    and state.state in ("fetching", "starting", "ready"):
+            if (
+                state.id not in self.replicas
+                and state.id not in self.draining
+                and state.state in ("fetching", "starting", "ready")
+            ):
                 # Given up while its node was lost and replaced since: stopped, never run twice.
                 self.ctx.log.warning("stopping a replica no longer recorded", replica=state.id, node=state.node)
                 try:
-                    await request(self.ctx.nc, Subjects.agent_replica_stop(state.node),
-                                  ReplicaStop(id=state.id, reason="replaced while its node was lost"), ReplicaState)
+                    await request(
+                        self.ctx.nc,
+                        Subjects.agent_replica_stop(state.node),
+                        ReplicaStop(id=state.id, reason="replaced while its node was lost"),
+                        ReplicaState,
+                    )
                 except BusError as exc:
                     self.ctx.log.warning("stop not delivered", replica=state.id, error=exc.message)
                 continue
@@ -203,7 +215,9 @@ class Scheduler:
         for gone in lost(beat.info.node, {r.id for r in beat.replicas}, list(self.replicas.values())):
             self.replicas.pop(gone.id, None)
             await self.kv.delete(gone.id)
-            self.ctx.log.warning("replica lost: its agent no longer runs it", replica=gone.id, model=gone.model, node=gone.node)
+            self.ctx.log.warning(
+                "replica lost: its agent no longer runs it", replica=gone.id, model=gone.model, node=gone.node
+            )
         node = beat.info.node
         for rid in set(beat.workers) - set(self.replicas) - set(self.draining):
             self.ctx.log.warning("stopping a worker no longer recorded", replica=rid, node=node)
@@ -211,7 +225,9 @@ class Scheduler:
         for broken in lost_workers(node, set(beat.workers), list(self.replicas.values())):
             why = f"its worker on node '{node}' is gone"
             await self._record(msgspec.structs.replace(broken, state="failed", updated=time.time(), error=why))
-            await self._ask(Subjects.agent_replica_stop(broken.node), ReplicaStop(id=broken.id, reason=why), ReplicaState)
+            await self._ask(
+                Subjects.agent_replica_stop(broken.node), ReplicaStop(id=broken.id, reason=why), ReplicaState
+            )
 
     async def _on_replica_event(self, msg) -> None:
         try:
@@ -227,9 +243,16 @@ class Scheduler:
             return  # not ours (or gone, or failed: replaced, never revived): the reconcile loop decides
         if (known.state, known.url, known.error) == (state.state, state.url, state.error):
             return
-        state = msgspec.structs.replace(state, api_key=known.api_key, memory_mb=known.memory_mb, failures=known.failures,
-                                        fingerprint=known.fingerprint, cores=known.cores, gpus=known.gpus,
-                                        workers=known.workers)
+        state = msgspec.structs.replace(
+            state,
+            api_key=known.api_key,
+            memory_mb=known.memory_mb,
+            failures=known.failures,
+            fingerprint=known.fingerprint,
+            cores=known.cores,
+            gpus=known.gpus,
+            workers=known.workers,
+        )
         self.replicas[state.id] = state
         await self.kv.put(state.id, msgspec.json.encode(state))
         self.ctx.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
@@ -259,13 +282,27 @@ class Scheduler:
                     self.unplaced[model.name] = exc.message
         ids = (f"{secrets.token_hex(4)}" for _ in iter(int, 1))
         demand = {name: d.last_asked for name, d in self.demand.items.items()}
-        plan = reconcile(models, self.nodes, list(self.replicas.values()), self.weights, time.time(), ids,
-                         self.config.stale_s, self.config.reserve_mb, lost_s=self.config.lost_s,
-                         known_since=self.started, demand=demand, score_nodes=self.config.score_nodes)
+        plan = reconcile(
+            models,
+            self.nodes,
+            list(self.replicas.values()),
+            self.weights,
+            time.time(),
+            ids,
+            self.config.stale_s,
+            self.config.reserve_mb,
+            lost_s=self.config.lost_s,
+            known_since=self.started,
+            demand=demand,
+            score_nodes=self.config.score_nodes,
+        )
         await self._apply(plan)
         now = time.time()
         self.held.update(plan.held)
-        statuses = {n: status(m, list(self.replicas.values()), plan, now, self.held.get(n, ""), demand.get(n)) for n, m in models.items()}
+        statuses = {
+            n: status(m, list(self.replicas.values()), plan, now, self.held.get(n, ""), demand.get(n))
+            for n, m in models.items()
+        }
         for name, st in statuses.items():
             if st.state in ("running", "stopped"):
                 self.held.pop(name, None)
@@ -305,7 +342,9 @@ class Scheduler:
             # Draining first, so the router sends it nothing new; the record goes once the engine stopped.
             r = stop.replica
             self.replicas.pop(r.id, None)
-            await self.kv.put(r.id, msgspec.json.encode(msgspec.structs.replace(r, state="draining", updated=time.time())))
+            await self.kv.put(
+                r.id, msgspec.json.encode(msgspec.structs.replace(r, state="draining", updated=time.time()))
+            )
             if stop.drain and stop.reachable and r.state == "ready" and self.config.drain_s > 0:
                 # in-flight requests finish within the grace, then it stops
                 self.draining[r.id] = msgspec.structs.replace(r, state="draining", updated=time.time())
@@ -323,22 +362,40 @@ class Scheduler:
         r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
         self.replicas[r.id] = r
         await self.kv.put(r.id, msgspec.json.encode(r))
-        self.ctx.log.info("replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb,
-                          workers=[w.node for w in r.workers])
+        self.ctx.log.info(
+            "replica placed",
+            replica=r.id,
+            model=r.model,
+            node=r.node,
+            memory_mb=r.memory_mb,
+            workers=[w.node for w in r.workers],
+        )
         try:
             workers, asked = [], WorkerStart(replica=r, model=start.model, profile=start.profile)
             for w in r.workers:
-                workers.append(await request(self.ctx.nc, Subjects.agent_worker_start(w.node), asked, Worker,
-                                             timeout=start.profile.startup_timeout_s))
+                workers.append(
+                    await request(
+                        self.ctx.nc,
+                        Subjects.agent_worker_start(w.node),
+                        asked,
+                        Worker,
+                        timeout=start.profile.startup_timeout_s,
+                    )
+                )
             if workers:
                 r = msgspec.structs.replace(r, workers=workers)
                 self.replicas[r.id] = r
                 await self.kv.put(r.id, msgspec.json.encode(r))
-            await request(self.ctx.nc, Subjects.agent_replica_start(r.node),
-                          ReplicaStart(replica=r, model=start.model, profile=start.profile), ReplicaState)
+            await request(
+                self.ctx.nc,
+                Subjects.agent_replica_start(r.node),
+                ReplicaStart(replica=r, model=start.model, profile=start.profile),
+                ReplicaState,
+            )
         except BusError as exc:
-            await self._record(msgspec.structs.replace(r, state="failed", error=f"agent refused: {exc.message}",
-                                                       updated=time.time()))
+            await self._record(
+                msgspec.structs.replace(r, state="failed", error=f"agent refused: {exc.message}", updated=time.time())
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
