@@ -38,6 +38,7 @@ bench:
     python tests/bench/gateway.py
     python tests/bench/routing.py
 
-# Regenerate the golden JSON Schema of every proto message
+# Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:
     python -m llmgw.proto > proto/schema/llmgw.v1.json
+    python -m llmgw.proto subjects > docs/subjects.md

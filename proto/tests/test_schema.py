@@ -7,13 +7,18 @@ import msgspec
 import pytest
 
 from llmgw.proto import Model, ModelPut, Profile, fingerprint
-from llmgw.proto._messages import schema_json
+from llmgw.proto import schema_json, subjects_markdown
 
 GOLDEN = Path(__file__).parents[1] / "schema" / "llmgw.v1.json"
+SUBJECTS = Path(__file__).parents[2] / "docs" / "subjects.md"
 
 
 def test_the_schema_matches_the_golden_file():
     assert schema_json() == GOLDEN.read_bytes(), "run `just proto-schema` and review the diff"
+
+
+def test_docs_subjects_is_generated_from_the_endpoint_tables():
+    assert subjects_markdown() == SUBJECTS.read_text(), "run `just proto-schema` and review the diff"
 
 
 def test_a_model_gets_one_cpu_profile_and_scaling_one_by_default():

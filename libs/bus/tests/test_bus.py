@@ -14,14 +14,21 @@ from llmgw.bus import (
     Context,
     HttpServer,
     NotFound,
+    call,
+    call_all,
     delete_under,
-    gather,
     load_config,
     meminfo_mb,
-    request,
     setup_tracing,
 )
-from llmgw.proto import Empty, ModelRef
+from llmgw.proto import Empty, Endpoint, ModelRef
+
+ECHO = Endpoint("echo", "ref.echo", ModelRef, ModelRef, "Answers with what it was sent (a test endpoint).")
+EACH = Endpoint(
+    "echo", "ref.each", ModelRef, ModelRef, "Every instance answers (a test endpoint).", every_instance=True
+)
+MINE = Endpoint("echo", "ref.mine", ModelRef, ModelRef, "One node's own (a test endpoint).", per_node=True)
+NOBODY = Endpoint("nobody", "ref.echo", Empty, Empty, "Served by nobody (a test endpoint).")
 
 setup_tracing("test", "0.0.0")
 
@@ -46,38 +53,59 @@ async def _echo_service(nc):
             raise RuntimeError("it broke")
         return ref
 
-    await ctx.endpoint("echo", "test.echo", ModelRef, echo)
+    await ctx.serve(ECHO, echo)
     return service, seen
 
 
 async def test_a_typed_request_gets_its_typed_reply(nc):
     await _echo_service(nc)
-    assert await request(nc, "test.echo", ModelRef(name="m1"), ModelRef) == ModelRef(name="m1")
+    assert await call(nc, ECHO, ModelRef(name="m1")) == ModelRef(name="m1")
+
+
+async def test_an_endpoint_is_served_in_its_services_group_under_its_table_name(nc):
+    service, _ = await _echo_service(nc)
+    [endpoint] = service.info().endpoints
+    assert (endpoint.name, endpoint.subject) == ("ref-echo", "llmgw.v1.echo.ref.echo")
+
+
+async def test_a_per_node_endpoint_answers_only_for_its_node(nc):
+    service = await nats.micro.add_service(nc, name="llmgw-echo", version="1.2.3")
+    ctx = Context(_App(), BusConfig(node="a"), nc, service)
+
+    async def mine(ref: ModelRef) -> ModelRef:
+        return ModelRef(name=f"{ref.name}-a")
+
+    await ctx.serve(MINE, mine, node="a")
+    assert await call(nc, MINE, ModelRef(name="x"), node="a") == ModelRef(name="x-a")
+    with pytest.raises(BusError, match="nobody answers on llmgw.v1.echo.b.ref.mine"):
+        await call(nc, MINE, ModelRef(name="x"), node="b", timeout=1)
+    with pytest.raises(ValueError, match="per node"):
+        MINE.subject()
 
 
 async def test_a_malformed_message_gets_a_400_naming_the_field_and_the_service_carries_on(nc):
     await _echo_service(nc)
-    msg = await nc.request("test.echo", b'{"name": "has.dot"}', timeout=5)
+    msg = await nc.request(ECHO.subject(), b'{"name": "has.dot"}', timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert "$.name" in msg.headers["Nats-Service-Error"]
-    msg = await nc.request("test.echo", b"not json", timeout=5)
+    msg = await nc.request(ECHO.subject(), b"not json", timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
-    assert await request(nc, "test.echo", ModelRef(name="ok"), ModelRef) == ModelRef(name="ok")
+    assert await call(nc, ECHO, ModelRef(name="ok")) == ModelRef(name="ok")
 
 
 async def test_errors_travel_as_their_codes(nc):
     await _echo_service(nc)
     with pytest.raises(NotFound, match="not in the catalog"):
-        await request(nc, "test.echo", ModelRef(name="missing"), ModelRef)
+        await call(nc, ECHO, ModelRef(name="missing"))
     with pytest.raises(Exception, match="RuntimeError: it broke") as info:
-        await request(nc, "test.echo", ModelRef(name="boom"), ModelRef)
+        await call(nc, ECHO, ModelRef(name="boom"))
     assert info.value.code == "500"
 
 
 async def test_a_trace_crosses_the_nats_hop(nc):
     _, seen = await _echo_service(nc)
     with trace.get_tracer("test").start_as_current_span("client") as span:
-        await request(nc, "test.echo", ModelRef(name="m"), ModelRef)
+        await call(nc, ECHO, ModelRef(name="m"))
     assert seen["trace_id"] == span.get_span_context().trace_id
 
 
@@ -92,8 +120,8 @@ async def test_srv_ping_lists_the_service_with_its_version(nc):
 
 
 async def test_nobody_answering_says_which_subject(nc):
-    with pytest.raises(Exception, match="nobody answers on test.nobody"):
-        await request(nc, "test.nobody", Empty(), Empty, timeout=1)
+    with pytest.raises(Exception, match="nobody answers on llmgw.v1.nobody.ref.echo"):
+        await call(nc, NOBODY, Empty(), timeout=1)
 
 
 class _Cfg(BusConfig, kw_only=True):
@@ -134,7 +162,7 @@ async def test_a_client_reconnects_when_nats_restarts_on_the_same_port(tmp_path)
             answer = None
             for _ in range(40):  # the client notices the drop, reconnects, and resubscribes
                 try:
-                    answer = await request(nc, "test.echo", ModelRef(name="back"), ModelRef, timeout=0.5)
+                    answer = await call(nc, ECHO, ModelRef(name="back"), timeout=0.5)
                     break
                 except Exception:
                     await asyncio.sleep(0.1)
@@ -149,19 +177,19 @@ async def test_gather_hears_every_instance_in_its_own_queue_and_errors_as_errors
     services = []
     for node in ("a", "b", "c"):
         service = await nats.micro.add_service(nc, name="llmgw-echo", version="1.2.3")
-        ctx = Context(_App(), BusConfig(), nc, service)
+        ctx = Context(_App(), BusConfig(node=node), nc, service)
 
         async def answer(ref: ModelRef, node=node) -> ModelRef:
             if node == "c":
                 raise NotFound(f"node {node} has no '{ref.name}'")
             return ModelRef(name=f"{ref.name}-{node}")
 
-        await ctx.endpoint("each", "test.each", ModelRef, answer, queue=node)
+        await ctx.serve(EACH, answer)
         services.append(service)
-    answers = await gather(nc, "test.each", ModelRef(name="x"), ModelRef, window_s=0.5)
+    answers = await call_all(nc, EACH, ModelRef(name="x"), window_s=0.5)
     assert sorted(a.name for a in answers if isinstance(a, ModelRef)) == ["x-a", "x-b"]
     assert [a.message for a in answers if isinstance(a, BusError)] == ["node c has no 'x'"]
-    assert await gather(nc, "test.nobody", ModelRef(name="x"), ModelRef, window_s=0.2) == []
+    assert await call_all(nc, NOBODY, Empty(), window_s=0.2) == []
     for service in services:
         await service.stop()
 

@@ -1,29 +1,25 @@
-"""llmgw's contracts: every NATS message as a msgspec Struct, and the subjects they travel on.
+"""llmgw's contracts: every NATS message as a msgspec Struct, by the service that answers for it,
+each module with its endpoint table (`ENDPOINTS`: subject, request, reply) and its events.
+
+    from llmgw.proto import catalog
+    entry = await call(nc, catalog.MODEL_GET, ModelRef(name="qwen"))   # a ModelEntry
 
 Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
+from llmgw.proto import agent, catalog, mirror, router, scheduler
+from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
+from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event
 from llmgw.proto._fingerprint import fingerprint
-from llmgw.proto._messages import (
+from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
+from llmgw.proto._strict import StrictError, convert_strict
+from llmgw.proto._subjects import Subjects
+from llmgw.proto._types import Empty, ReplicaStatus
+from llmgw.proto.agent import Heartbeat, ReplicaStart, ReplicaStop, WeightsCollect, WorkerStart
+from llmgw.proto.catalog import (
     CatalogRecord,
     ChangeSpec,
-    CpuCalibration,
-    Demand,
-    Empty,
-    FileInfo,
-    FileList,
-    FilePlace,
-    FileRef,
-    Filesystem,
-    GpuInfo,
-    Heartbeat,
-    KeyCreate,
-    KeyCreated,
-    KeyList,
-    KeyRecord,
-    KeyRef,
-    Limits,
     Model,
     ModelChange,
     ModelEntry,
@@ -31,50 +27,42 @@ from llmgw.proto._messages import (
     ModelPurge,
     ModelPut,
     ModelRef,
-    ModelStatus,
-    ModelStatusList,
-    NodeInfo,
-    NodeList,
     Profile,
-    Project,
     PurgeReport,
-    ReplicaList,
-    ReplicaStart,
-    ReplicaState,
-    ReplicaStop,
     Scaling,
     ScheduleWindow,
+)
+from llmgw.proto.mirror import FileInfo, FileList, FilePlace, FileRef, WeightsDelete, WeightsDeleted
+from llmgw.proto.node import CpuCalibration, Filesystem, GpuInfo, NodeInfo
+from llmgw.proto.replica import ReplicaReport, ReplicaSpec, ReplicaState, Worker
+from llmgw.proto.router import (
+    Demand,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRecord,
+    KeyRef,
+    Limits,
+    Project,
     UsageQuery,
     UsageRecord,
     UsageReport,
     UsageRow,
-    WeightsCollect,
-    WeightsDelete,
-    WeightsDeleted,
-    Worker,
-    WorkerStart,
-    all_messages,
-    card_fits,
 )
-from llmgw.proto._strict import StrictError, convert_strict
-from llmgw.proto._subjects import BUCKETS, VERSION, Subjects
+from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeList, ReplicaList
+
+SERVICES = (catalog, scheduler, mirror, router, agent)
+"""Every service's contract module, in the order docs/subjects.md lists them."""
 
 __all__ = [
     "BUCKETS",
-    "VERSION",
     "CatalogRecord",
     "ChangeSpec",
     "CpuCalibration",
     "Demand",
-    "UsageRow",
-    "UsageReport",
-    "UsageRecord",
-    "UsageQuery",
-    "Project",
-    "Limits",
-    "KeyRef",
-    "KeyList",
     "Empty",
+    "Endpoint",
+    "Event",
     "FileInfo",
     "FileList",
     "FilePlace",
@@ -84,10 +72,13 @@ __all__ = [
     "Heartbeat",
     "KeyCreate",
     "KeyCreated",
+    "KeyList",
     "KeyRecord",
+    "KeyRef",
+    "Limits",
     "Model",
-    "ModelEntry",
     "ModelChange",
+    "ModelEntry",
     "ModelList",
     "ModelPurge",
     "ModelPut",
@@ -96,23 +87,41 @@ __all__ = [
     "ModelStatusList",
     "NodeInfo",
     "NodeList",
+    "PREFIX",
     "Profile",
+    "Project",
     "PurgeReport",
     "ReplicaList",
+    "ReplicaReport",
+    "ReplicaSpec",
     "ReplicaStart",
     "ReplicaState",
+    "ReplicaStatus",
     "ReplicaStop",
+    "SERVICES",
+    "USAGE_STREAM",
     "Scaling",
     "ScheduleWindow",
     "StrictError",
     "Subjects",
+    "UsageQuery",
+    "UsageRecord",
+    "UsageReport",
+    "UsageRow",
+    "VERSION",
     "WeightsCollect",
     "WeightsDelete",
     "WeightsDeleted",
     "Worker",
     "WorkerStart",
+    "agent",
     "all_messages",
-    "card_fits",
+    "catalog",
     "convert_strict",
     "fingerprint",
+    "mirror",
+    "router",
+    "scheduler",
+    "schema_json",
+    "subjects_markdown",
 ]

@@ -6,7 +6,7 @@ import hashlib
 
 import msgspec
 
-from llmgw.proto._messages import Model, Profile
+from llmgw.proto.catalog import Model, Profile
 
 __all__ = ["fingerprint"]
 

@@ -1,8 +1,9 @@
-"""Subject names and KV buckets: `llmgw.v1.<service>.<verb>` and `llmgw.v1.evt.<what>.<id>`."""
+"""The subjects by name, as wave 1 wrote them; being replaced by the endpoint tables and events in
+the service modules (`catalog.MODEL_PUT.subject()`), and removed when no caller is left."""
 
 from __future__ import annotations
 
-__all__ = ["BUCKETS", "Subjects", "VERSION"]
+__all__ = ["Subjects"]
 
 VERSION = "v1"
 _P = f"llmgw.{VERSION}"
@@ -83,22 +84,3 @@ class Subjects:
     def agent_replica_stop(node: str) -> str:
         """Asks the agent of `node` to stop a replica."""
         return f"{_P}.agent.{node}.replica.stop"
-
-
-BUCKETS = {
-    "catalog": "llmgw_catalog",
-    "replicas": "llmgw_replicas",
-    "keys": "llmgw_keys",
-    "leader": "llmgw_leader",
-    "status": "llmgw_status",
-    "demand": "llmgw_demand",
-    "projects": "llmgw_projects",
-    "limits": "llmgw_limits",
-}
-"""JetStream KV buckets: the catalog (written by catalog), replica states (by the
-scheduler), API key hashes (by the router), the scheduler's leader lease (values expire),
-each model's status (by the leading scheduler), when each model was last asked for (by the
-router; an on-demand model's wake-up), projects (by the router), limit counters (every router,
-compare-and-set).
-
-The usage stream `llmgw_usage` holds `evt.usage.>`."""

@@ -4,7 +4,7 @@ from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
-from llmgw.bus._nats import NatsServer, connect, gather, kv_bucket, kv_keys, request, start_nats_server
+from llmgw.bus._nats import NatsServer, call, call_all, connect, gather, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
 from llmgw.bus._service import Context, ServiceApp, run
@@ -22,6 +22,8 @@ __all__ = [
     "NatsServer",
     "NotFound",
     "ServiceApp",
+    "call",
+    "call_all",
     "connect",
     "delete_under",
     "die_with_parent",

@@ -21,10 +21,23 @@ from opentelemetry import trace
 
 from llmgw.bus._errors import BusError, Internal, from_code
 from llmgw.bus._observe import inject
+from llmgw.proto import Endpoint
 
-__all__ = ["NatsServer", "connect", "gather", "kv_bucket", "kv_keys", "request", "start_nats_server"]
+__all__ = [
+    "NatsServer",
+    "call",
+    "call_all",
+    "connect",
+    "gather",
+    "kv_bucket",
+    "kv_keys",
+    "request",
+    "start_nats_server",
+]
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Rep = TypeVar("Rep")
 _tracer = trace.get_tracer("llmgw.bus")
 
 
@@ -65,6 +78,20 @@ async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type
         return msgspec.json.decode(msg.data, type=reply)
     except msgspec.DecodeError as exc:
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
+
+
+async def call(nc: Client, endpoint: Endpoint[Req, Rep], message: Req, node: str = "", timeout: float = 10.0) -> Rep:
+    """Ask `endpoint` (of `node`, for per-node endpoints) and get its reply, typed as the endpoint
+    says; a service error raises the matching BusError."""
+    return await request(nc, endpoint.subject(node), message, endpoint.reply, timeout)
+
+
+async def call_all(
+    nc: Client, endpoint: Endpoint[Req, Rep], message: Req, window_s: float = 1.0
+) -> list[Rep | BusError]:
+    """Ask every instance serving `endpoint` (every agent, say) and collect what answered within
+    `window_s`; an error reply is in the list as a BusError."""
+    return await gather(nc, endpoint.subject(), message, endpoint.reply, window_s)
 
 
 async def gather(

@@ -6,7 +6,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import nats.micro
@@ -21,10 +21,13 @@ from llmgw.bus._config import BusConfig
 from llmgw.bus._errors import BusError
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
+from llmgw.proto import Endpoint
 
 __all__ = ["Context", "ServiceApp", "run"]
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
+Req = TypeVar("Req")
+Rep = TypeVar("Rep")
 
 
 class ServiceApp(Protocol):
@@ -60,6 +63,27 @@ class Context:
         self._tracer = trace.get_tracer(f"llmgw.{app.name}")
         self.started = time.time()
         self.admin_port = 0
+        self._groups: dict[str, nats.micro.service.Group] = {}
+
+    async def serve(
+        self, endpoint: Endpoint[Req, Rep], handler: Callable[[Req], Awaitable[Rep]], node: str = ""
+    ) -> None:
+        """Serve one endpoint of this service's table under its nats.micro group (`node`: for the
+        agent's per-node endpoints). Endpoints every instance answers get the node's own queue
+        group, so each instance answers; the rest share one queue (a request goes to one)."""
+        group = endpoint.group(node)
+        if group not in self._groups:
+            self._groups[group] = self.service.add_group(name=group)
+        queue = self.config.node_name() if endpoint.every_instance else None
+        await self._add(
+            self._groups[group],
+            endpoint.micro_name,
+            endpoint.name,
+            endpoint.subject(node),
+            endpoint.request,
+            handler,
+            queue,
+        )
 
     async def endpoint(
         self, name: str, subject: str, request_type: type, handler: Handler, queue: str | None = None
@@ -71,6 +95,13 @@ class Context:
         `queue` share the requests; give each its own (the node's name) for requests that every
         instance answers (see `gather`).
         """
+
+        await self._add(self.service, name, subject, subject, request_type, handler, queue)
+
+    async def _add(
+        self, where, name: str, relative: str, subject: str, request_type: type, handler: Handler, queue: str | None
+    ) -> None:
+        """Add `handler` as endpoint `name` (at `relative` under `where`, a service or a group)."""
 
         async def serve(req: Request) -> None:
             with (
@@ -98,7 +129,7 @@ class Context:
                     await req.respond_error(code, f"{type(exc).__name__}: {exc}")
                 self._requests.labels(subject, code).inc()
 
-        await self.service.add_endpoint(name=name, subject=subject, handler=serve, queue_group=queue)
+        await where.add_endpoint(name=name, subject=relative, handler=serve, queue_group=queue)
 
 
 async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:

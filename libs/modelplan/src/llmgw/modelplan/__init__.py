@@ -5,8 +5,10 @@
 - speed: one reply's tokens a second, on CPUs from the threads' memory rate (calibrated per node
   where `llmgw plan calibrate` ran), on cards from their bandwidth.
 - options: every way each file runs on a fleet, ranked best first.
+- cards: which cards a profile may run on and which a replica takes (placement and agent alike).
 """
 
+from llmgw.modelplan._cards import FOREIGN_LIMIT_MB, card_fits, choose_cards, usable_cards
 from llmgw.modelplan._fit import Measured, fit_cpu, worst_error
 from llmgw.modelplan._memory import (
     KV_CACHE_TYPES,
@@ -39,6 +41,10 @@ from llmgw.modelplan._speed import (
 )
 
 __all__ = [
+    "FOREIGN_LIMIT_MB",
+    "card_fits",
+    "choose_cards",
+    "usable_cards",
     "CARDS",
     "DEFAULT_CPU",
     "KV_CACHE_TYPES",

@@ -1,0 +1,63 @@
+"""The JetStream KV buckets: what each keeps under which key, and who alone writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BUCKETS", "BUCKET_TABLE", "USAGE_STREAM", "Bucket"]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One KV bucket."""
+
+    role: str
+    """How code names it (`BUCKETS[role]`)."""
+    name: str
+    key: str
+    value: str
+    writer: str
+
+
+BUCKET_TABLE = (
+    Bucket("catalog", "llmgw_catalog", "model name", "`CatalogRecord`", "catalog"),
+    Bucket(
+        "replicas",
+        "llmgw_replicas",
+        "replica id",
+        "`ReplicaState` (spec and report merged; `draining` while it is being stopped; gone once stopped)",
+        "scheduler",
+    ),
+    Bucket("keys", "llmgw_keys", "sha256 of an API key", "`KeyRecord`", "router"),
+    Bucket(
+        "leader",
+        "llmgw_leader",
+        "`scheduler`",
+        "the leading instance's id (values expire after `lease_s`)",
+        "scheduler",
+    ),
+    Bucket("status", "llmgw_status", "model name", "`ModelStatus`", "the leading scheduler"),
+    Bucket(
+        "demand",
+        "llmgw_demand",
+        "model name",
+        "`Demand` (when it was last asked for: wakes an on-demand model)",
+        "router",
+    ),
+    Bucket("projects", "llmgw_projects", "project name", "`Project` (its limits)", "router"),
+    Bucket(
+        "limits",
+        "llmgw_limits",
+        "`key.<id>` or `project.<name>`",
+        "`{m: [minute, requests, tokens], d: [day, tokens], mo: [month, tokens], c: {router: [in flight, time]}}` "
+        "(compare-and-set; values expire after 32 days)",
+        "every router",
+    ),
+)
+"""Every bucket, as docs/subjects.md lists them."""
+
+BUCKETS = {b.role: b.name for b in BUCKET_TABLE}
+"""Role -> bucket name."""
+
+USAGE_STREAM = "llmgw_usage"
+"""The stream that keeps `evt.usage.>` (every finished request)."""

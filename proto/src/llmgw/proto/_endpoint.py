@@ -1,0 +1,81 @@
+"""An endpoint of a service: its subject, the request it takes and the reply it gives.
+
+Each service's proto module declares its endpoints in one table (`ENDPOINTS`); the bus
+serves them as nats.micro groups and callers get the reply type from them, so a subject,
+its request and its reply are written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["PREFIX", "VERSION", "Endpoint", "Event"]
+
+VERSION = "v1"
+PREFIX = f"llmgw.{VERSION}"
+
+Req = TypeVar("Req")
+Rep = TypeVar("Rep")
+
+
+@dataclass(frozen=True)
+class Endpoint(Generic[Req, Rep]):
+    """A request subject `llmgw.v1.<service>[.<node>].<name>` and its message types."""
+
+    service: str
+    """The service that answers ('catalog')."""
+    name: str
+    """The verb, dotted ('model.put')."""
+    request: type[Req]
+    reply: type[Rep]
+    doc: str
+    """What it does, one sentence (docs/subjects.md shows it)."""
+    per_node: bool = False
+    """Each node's agent answers on its own subject (`llmgw.v1.agent.<node>.<name>`)."""
+    every_instance: bool = False
+    """Every instance answers (each in its own queue group): callers gather the replies."""
+
+    def group(self, node: str = "") -> str:
+        """The nats.micro group (subject prefix) this endpoint is served under."""
+        if self.per_node:
+            if not node:
+                raise ValueError(f"{self.service}.{self.name} is per node: name the node")
+            return f"{PREFIX}.{self.service}.{node}"
+        return f"{PREFIX}.{self.service}"
+
+    def subject(self, node: str = "") -> str:
+        """The subject a request is sent on (`node` for per-node endpoints)."""
+        return f"{self.group(node)}.{self.name}"
+
+    @property
+    def micro_name(self) -> str:
+        """The endpoint's name in nats.micro (`$SRV.INFO` lists it): the verb with dashes."""
+        return self.name.replace(".", "-")
+
+
+@dataclass(frozen=True)
+class Event(Generic[Req]):
+    """An event subject `llmgw.v1.evt.<what>.<id...>` and the message published on it."""
+
+    what: str
+    """'node.heartbeat', 'replica', 'model', 'usage'."""
+    message: type[Req] | None
+    """None: the payload is the subject alone (a wake-up)."""
+    doc: str
+    ids: tuple[str, ...] = ("id",)
+    """The tokens after `what` ('node', or 'project', 'model')."""
+    publisher: str = ""
+    """Who publishes it."""
+
+    def subject(self, *ids: str) -> str:
+        """The subject for one id (or ids)."""
+        if len(ids) != len(self.ids):
+            raise ValueError(f"evt.{self.what} takes {', '.join(self.ids)}")
+        return ".".join((f"{PREFIX}.evt.{self.what}", *ids))
+
+    @property
+    def all(self) -> str:
+        """The wildcard subject every instance of this event matches."""
+        tail = ".>" if len(self.ids) > 1 else ".*"
+        return f"{PREFIX}.evt.{self.what}{tail}"

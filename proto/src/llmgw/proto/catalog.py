@@ -1,0 +1,268 @@
+"""The catalog's contract: models, their profiles and scaling, changes, and its endpoints."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct, field
+
+from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._types import Empty, Name, NonNegative, Positive, Source
+from llmgw.proto.mirror import FilePlace
+
+__all__ = [
+    "CatalogRecord",
+    "ChangeSpec",
+    "ENDPOINTS",
+    "EVENTS",
+    "MODEL_CHANGE",
+    "MODEL_CHANGED",
+    "MODEL_GET",
+    "MODEL_LIST",
+    "MODEL_PURGE",
+    "MODEL_PUT",
+    "MODEL_REMOVE",
+    "Model",
+    "ModelChange",
+    "ModelEntry",
+    "ModelList",
+    "ModelPurge",
+    "ModelPut",
+    "ModelRef",
+    "Profile",
+    "PurgeReport",
+    "Scaling",
+    "ScheduleWindow",
+]
+
+
+class ScheduleWindow(Struct, kw_only=True):
+    """A scaling that holds during part of the day (UTC, "HH:MM")."""
+
+    start: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    end: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    min: NonNegative
+    max: NonNegative
+
+
+class Scaling(Struct, kw_only=True):
+    """How many replicas of a model run."""
+
+    min: NonNegative = 1
+    """Replicas kept running at all times."""
+    max: NonNegative = 1
+    """Most replicas run at once."""
+    idle_timeout_s: NonNegative | None = None
+    """On-demand: scale to zero after this long without requests."""
+    schedule: list[ScheduleWindow] = field(default_factory=list)
+    """Scalings by time of day; outside every window min/max hold."""
+
+
+class Profile(Struct, kw_only=True):
+    """One way to run a model."""
+
+    name: Name = "cpu"
+    """The profile's name, unique within its model."""
+    engine: Literal["llamacpp", "vllm"] = "llamacpp"
+    """Engine that serves it."""
+    args: list[str] = field(default_factory=list)
+    """Extra engine arguments."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the engine."""
+    host_memory_mb: NonNegative | None = None
+    """Host memory the replica reserves, MiB; None: estimated from the weights."""
+    cpu_cores: Positive | None = None
+    """CPU cores (engine threads) it reserves; None: half the node's."""
+    slots: Positive = 2
+    """Requests the engine serves at once (llama-server -np)."""
+    startup_timeout_s: Positive = 120
+    """Seconds the engine has to become healthy before the replica fails."""
+    gpus: NonNegative = 0
+    """GPUs per replica on one node; 0 is a CPU profile."""
+    priority: int = 0
+    """Higher is tried first; the highest profile that fits wins."""
+    replicas: NonNegative | None = None
+    """Replicas that run on this profile; None: the model's scaling decides where."""
+    tensor_parallel: Positive = 1
+    """Cards one replica's layers are split across (must divide gpus)."""
+    nodes: Positive = 1
+    """Nodes one replica spans (llama.cpp: the engine on the first, an RPC worker on each other,
+    the layers split between them); each node gives `gpus` cards, or on the CPU its share of
+    the memory. For a model no one node can hold."""
+    keep_within: Annotated[str, Meta(pattern=r"^([a-z][a-z0-9_.-]*)?$")] = ""
+    """A label (rack, row, room, site) that all of a multi-node replica's nodes share the value
+    of: for a fabric whose links do not reach across racks. Nodes without it are passed over.
+    Empty: no constraint."""
+    gpu_class: str = ""
+    """Card class it needs ("h100-80g"); empty: any card with the memory."""
+    min_card_mb: NonNegative = 0
+    """Memory every card must have at least, MiB: in place of naming a class, every class that
+    meets it will do, so one catalog entry places sensibly on any site's cards."""
+    min_compute: Annotated[str, Meta(pattern=r"^([0-9]+\.[0-9]+)?$")] = ""
+    """Least compute capability of its cards ("8.9" for FP8 kernels); empty: any."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Labels a node must have."""
+    weight: Positive = 1
+    """Router weight among replicas of one pool."""
+    kv_events: bool = False
+    """vLLM only: the engine publishes what its prefix cache holds (KV events over ZMQ) and the
+    router sends each request to the replica holding most of its prompt's leading blocks. It
+    costs a round trip per request (the router asks a replica to tokenize the prompt first), and
+    pays where long shared prefixes meet many replicas; it also lets the router refuse a
+    prompt longer than the context before any engine runs it."""
+
+
+class Model(Struct, kw_only=True):
+    """A model in the catalog."""
+
+    name: Name
+    """What clients ask for in `model`."""
+    source: Source
+    """Weights file as the mirror holds it."""
+    context: Annotated[int, Meta(ge=128)] = 4096
+    """Context length in tokens, shared by the slots."""
+    profiles: Annotated[list[Profile], Meta(min_length=1)] = field(default_factory=lambda: [Profile()])
+    """Ways to run it."""
+    scaling: Scaling = field(default_factory=Scaling)
+    """How many replicas run."""
+    stopped: Scaling | None = None
+    """Set while the model is stopped: the scaling it had, which start brings back."""
+    aliases: list[Name] = field(default_factory=list)
+    """Other names clients may ask for."""
+    fallbacks: list[Name] = field(default_factory=list)
+    """Models that answer, in order, when this one cannot."""
+    max_output: Positive | None = None
+    """Longest answer in tokens."""
+    capacity_class: Literal["critical", "standard", "batch"] = "standard"
+    """A higher class may take room from a lower one."""
+    owner: str = ""
+    """Team or person responsible."""
+    generation: NonNegative = 0
+    """Raised by restart: every replica of an older generation is started again, one at a time."""
+    rollout: Literal["surge", "in-place"] = "surge"
+    """How stale replicas are replaced: surge starts the new one beside the old, in-place stops the
+    old one first (for when there is no room beside it). Set by the change that made them stale."""
+
+
+class CatalogRecord(Struct, kw_only=True):
+    """What the catalog bucket keeps under a model's name (everyone else only reads it)."""
+
+    model: Model
+    changed_by: str = ""
+    """Who made the last change."""
+    changed_at: float = 0.0
+    """Unix time of the last change."""
+    declared_in: str = ""
+    """The YAML file that declares this model; changes go there, not through the API."""
+
+
+class ModelEntry(Struct, kw_only=True):
+    """A model with its KV revision (for compare-and-set) and who changed it last."""
+
+    model: Model
+    revision: int
+    """KV revision; pass it back on put to change exactly this version."""
+    changed_by: str = ""
+    """Who made the last change."""
+    declared_in: str = ""
+    """The YAML file that declares it, if any (then change it there)."""
+
+
+class ModelPut(Struct, kw_only=True):
+    """Create or change a model."""
+
+    model: Model
+    revision: int | None = None
+    """Expected current revision: 0 means it must not exist yet, None means the latest."""
+    by: str = ""
+    """Who is making the change (recorded)."""
+
+
+class ModelRef(Struct, kw_only=True):
+    """A model by name."""
+
+    name: Name
+
+
+class ModelPurge(Struct, kw_only=True):
+    """Remove a model and delete its files from the mirror and the nodes once its replicas stopped."""
+
+    name: Name
+    by: str = ""
+    """Who is removing it (recorded in the log)."""
+
+
+class PurgeReport(Struct, kw_only=True):
+    """What a purge removed and deleted, and what it kept."""
+
+    entry: ModelEntry
+    """The model as it was before removal."""
+    deleted: list[FilePlace] = field(default_factory=list)
+    kept: list[FilePlace] = field(default_factory=list)
+
+
+class ChangeSpec(Struct, kw_only=True):
+    """What to change in a model; `action` says which fields below it reads."""
+
+    action: Literal["stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"]
+    scaling: Scaling | None = None
+    """For scale: the new scaling."""
+    counts: dict[str, NonNegative] = field(default_factory=dict)
+    """For replicas: profile name -> replicas; profiles not named keep theirs."""
+    cpu_memory_mb: Positive | None = None
+    """For replicas: add a CPU profile 'cpu' reserving this much host memory."""
+    cpu_cores: Positive | None = None
+    """For replicas: the cores that CPU profile reserves."""
+    context: Annotated[int, Meta(ge=128)] | None = None
+    """For context: the new context length."""
+    max_output: Positive | None = None
+    """For context: the new longest answer."""
+    gpus: dict[str, NonNegative] = field(default_factory=dict)
+    """For gpus: profile name -> GPUs per replica."""
+    capacity_class: Literal["critical", "standard", "batch"] | None = None
+    """For class."""
+    owner: str | None = None
+    """For owner."""
+    add_aliases: list[Name] = field(default_factory=list)
+    """For alias: names to add."""
+    remove_aliases: list[Name] = field(default_factory=list)
+    """For alias: names to drop."""
+    in_place: bool = False
+    """For restart, context and gpus: stop each replica before its replacement starts (no room beside it)."""
+    revision: int | None = None
+    """Expected current revision; None: the latest."""
+
+
+class ModelChange(ChangeSpec, kw_only=True):
+    """An operator's change to one model, by name, recorded with who made it."""
+
+    name: Name
+    by: str = ""
+
+
+class ModelList(Struct, kw_only=True):
+    """Every model in the catalog."""
+
+    models: list[ModelEntry]
+
+
+MODEL_PUT = Endpoint(
+    "catalog", "model.put", ModelPut, ModelEntry, "Create or replace a model (compare-and-set on `revision`)."
+)
+MODEL_GET = Endpoint("catalog", "model.get", ModelRef, ModelEntry, "One model with its revision.")
+MODEL_LIST = Endpoint("catalog", "model.list", Empty, ModelList, "Every model in the catalog.")
+MODEL_REMOVE = Endpoint("catalog", "model.remove", ModelRef, ModelEntry, "Remove a model (its files stay).")
+MODEL_CHANGE = Endpoint(
+    "catalog", "model.change", ModelChange, ModelEntry, "Stop, start, restart, scale, resize one model."
+)
+MODEL_PURGE = Endpoint(
+    "catalog", "model.purge", ModelPurge, PurgeReport, "Remove a model and delete the files no other model uses."
+)
+ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE)
+"""The catalog's endpoints."""
+
+MODEL_CHANGED = Event(
+    "model", CatalogRecord, "A model was put or changed (the stored record; empty when removed).", ("name",), "catalog"
+)
+EVENTS = (MODEL_CHANGED,)
+"""What the catalog publishes."""

@@ -1,0 +1,93 @@
+"""What a node is, as its agent reports it: CPUs, memory and its bandwidth, cards, disks."""
+
+from __future__ import annotations
+
+from msgspec import Struct, field
+
+from llmgw.proto._types import Name, NonNegative, Positive
+
+__all__ = ["CpuCalibration", "Filesystem", "GpuInfo", "NodeInfo"]
+
+
+class CpuCalibration(Struct, kw_only=True):
+    """How a node's threads read model weights: the constants of the CPU speed estimate.
+
+    The defaults were fitted on another fleet (llama-bench against measured bandwidth);
+    `llmgw plan calibrate` fits a node's own and the agent reports them.
+    """
+
+    core_share: float = 0.95
+    """A thread reads this share of one core's measured rate ..."""
+    thread_exp: float = 0.9
+    """... times threads to this power (each added thread adds a little less)."""
+    read_share: float = 0.68
+    """Share of the whole machine's rate read, where one core's rate is not known."""
+    token_fixed_s: float = 0.005
+    """A token's cost that does not grow with the model, seconds."""
+    f16_gflops_per_core: float = 12.0
+    """Matrix work one thread does on F16/BF16 weights, GFLOP/s: their speed is capped by it."""
+    source: str = "defaults fitted on another fleet"
+    """Where the figures come from."""
+    worst_error: float = 0.0
+    """The fit's largest relative error over what it measured (0 for the defaults)."""
+
+
+class GpuInfo(Struct, kw_only=True):
+    """One card (or one MIG instance of a card) as NVML reports it."""
+
+    index: NonNegative
+    """The card's index (a MIG instance: its card's)."""
+    uuid: str
+    """GPU-... or, for a MIG instance, MIG-...; what CUDA_VISIBLE_DEVICES takes."""
+    name: str
+    cls: str
+    """The class every service calls it by ("h100-80g", "a100-mig-3g.40gb")."""
+    memory_total_mb: NonNegative
+    memory_used_mb: NonNegative = 0
+    memory_foreign_mb: NonNegative = 0
+    """Used by processes that are not this agent's engines."""
+    compute_capability: str = ""
+    """"9.0" for an H100."""
+    mig_parent: str = ""
+    """For a MIG instance, the UUID of the card it is carved from."""
+    nvlink_peers: list[str] = field(default_factory=list)
+    """UUIDs of the cards it reaches over NVLink."""
+
+
+class Filesystem(Struct, kw_only=True):
+    """A filesystem the node keeps weights on."""
+
+    path: str
+    total_mb: NonNegative
+    free_mb: NonNegative
+
+
+class NodeInfo(Struct, kw_only=True):
+    """What a node is: sent on registration and in every heartbeat."""
+
+    node: Name
+    """The node's id (the agent's name)."""
+    hostname: str
+    cpus: Positive
+    """Logical CPUs."""
+    memory_total_mb: NonNegative
+    memory_available_mb: NonNegative
+    engines: dict[str, str] = field(default_factory=dict)
+    """Engines installed here ('llamacpp', 'vllm') and their versions."""
+    membw_all_gbs: float | None = None
+    """Memory read bandwidth, all cores, GB/s; None until measured."""
+    membw_one_gbs: float | None = None
+    """Memory read bandwidth, one core, GB/s."""
+    cpu_calibration: CpuCalibration | None = None
+    """This node's own CPU speed constants, from `llmgw plan calibrate`; None: the defaults."""
+    gpus: list[GpuInfo] = field(default_factory=list)
+    """Cards, or the MIG instances of a card carved into MIG."""
+    driver_version: str = ""
+    """NVIDIA driver; empty on a node without one."""
+    cpu_flags: list[str] = field(default_factory=list)
+    """The CPU features engines care about (avx2, avx512f, amx_tile, ...)."""
+    os: str = ""
+    """'<id> <version> (<codename>)' from /etc/os-release."""
+    arch: str = ""
+    filesystems: list[Filesystem] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,104 @@
+"""A replica three ways: what the scheduler wants (spec), what its agent reports (report),
+and both merged (state: the replicas bucket, what the router and `ctl` read)."""
+
+from __future__ import annotations
+
+from msgspec import Struct, field
+
+from llmgw.proto._types import Name, NonNegative, ReplicaStatus
+
+__all__ = ["ReplicaReport", "ReplicaSpec", "ReplicaState", "Worker"]
+
+
+class Worker(Struct, kw_only=True):
+    """One more node a multi-node replica spans: a worker there holds part of the layers and
+    the engine on the replica's own node drives it."""
+
+    node: Name
+    memory_mb: NonNegative = 0
+    """Host memory claimed on that node."""
+    cores: NonNegative = 0
+    gpus: list[str] = field(default_factory=list)
+    """UUIDs of the cards it holds there."""
+    endpoint: str = ""
+    """host:port the worker listens on, once its agent started it."""
+
+
+class ReplicaSpec(Struct, kw_only=True):
+    """What the scheduler wants of a replica: where it runs and what it holds there. Sent to the
+    agent in ReplicaStart; the agent never changes it."""
+
+    id: Name
+    model: Name
+    profile: Name
+    node: Name
+    api_key: str = ""
+    """Key the engine demands; only the router uses it. Never on an event subject."""
+    memory_mb: NonNegative = 0
+    """Host memory claimed on the node."""
+    cores: NonNegative = 0
+    """CPU cores it reserves (its profile's), 0: none reserved."""
+    gpus: list[str] = field(default_factory=list)
+    """UUIDs of the cards it holds, chosen by the scheduler."""
+    workers: list[Worker] = field(default_factory=list)
+    """The other nodes of a multi-node replica (its profile's `nodes` less this one)."""
+    failures: NonNegative = 0
+    """Failed starts of this model before this replica."""
+    fingerprint: str = ""
+    """The profile's fingerprint it was started with; another one now means it is stale."""
+
+
+class ReplicaReport(Struct, kw_only=True):
+    """What an agent says of a replica it runs: on `evt.replica.<id>`, in heartbeats and in its
+    answers to start and stop. Identity and status only: no key, nothing the scheduler decided."""
+
+    id: Name
+    model: Name
+    profile: Name
+    node: Name
+    state: ReplicaStatus = "pending"
+    url: str = ""
+    """Base URL of the engine once it listens (http://host:port)."""
+    kv_events: str = ""
+    """Where its engine publishes its KV events (tcp://host:port), with a profile's kv_events."""
+    error: str = ""
+    """Why it failed."""
+    log_tail: list[str] = field(default_factory=list)
+    """Last lines the engine printed, when it failed."""
+    updated: float = 0.0
+    """Unix time of this report."""
+
+
+class ReplicaState(Struct, kw_only=True):
+    """Where a replica is and how it is doing: its spec and its latest report merged (the
+    replicas bucket; `merge` in the scheduler's core builds it)."""
+
+    id: Name
+    model: Name
+    profile: Name
+    node: Name
+    state: ReplicaStatus = "pending"
+    url: str = ""
+    """Base URL of the engine once it listens (http://host:port)."""
+    api_key: str = ""
+    """Key the engine demands; only the router uses it."""
+    memory_mb: NonNegative = 0
+    """Host memory claimed on the node."""
+    cores: NonNegative = 0
+    """CPU cores it reserves (its profile's), 0: none reserved."""
+    gpus: list[str] = field(default_factory=list)
+    """UUIDs of the cards it holds, chosen by the scheduler."""
+    workers: list[Worker] = field(default_factory=list)
+    """The other nodes of a multi-node replica (its profile's `nodes` less this one)."""
+    kv_events: str = ""
+    """Where its engine publishes its KV events (tcp://host:port), with a profile's kv_events."""
+    failures: NonNegative = 0
+    """Failed starts of this model before this replica."""
+    fingerprint: str = ""
+    """The profile's fingerprint it was started with; another one now means it is stale."""
+    error: str = ""
+    """Why it failed."""
+    log_tail: list[str] = field(default_factory=list)
+    """Last lines the engine printed, when it failed."""
+    updated: float = 0.0
+    """Unix time of this state."""

@@ -1,0 +1,175 @@
+"""The router's contract: keys, projects, usage, demand, and its endpoints."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct, field
+
+from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._types import Empty, Name, NonNegative, Positive
+
+__all__ = [
+    "Demand",
+    "ENDPOINTS",
+    "EVENTS",
+    "KEY_CREATE",
+    "KEY_LIST",
+    "KEY_REVOKE",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyList",
+    "KeyRecord",
+    "KeyRef",
+    "Limits",
+    "PROJECT_PUT",
+    "Project",
+    "USAGE",
+    "USAGE_SUM",
+    "UsageQuery",
+    "UsageRecord",
+    "UsageReport",
+    "UsageRow",
+]
+
+
+class Limits(Struct, kw_only=True):
+    """Limits of a key or a project; None: no limit. Enforced across every router."""
+
+    requests_per_minute: Positive | None = None
+    tokens_per_minute: Positive | None = None
+    """Prompt and completion tokens in a minute (checked before, counted after each request)."""
+    concurrent: Positive | None = None
+    """Requests in flight at once."""
+    tokens_per_day: Positive | None = None
+    """A budget: once spent, requests get 429 with `x-should-retry: false` until the next UTC day."""
+    tokens_per_month: Positive | None = None
+    """A budget for the UTC calendar month."""
+
+
+class Project(Struct, kw_only=True):
+    """A project: keys belong to one; its limits hold for all its keys together."""
+
+    name: Name
+    limits: Limits = field(default_factory=Limits)
+    created: float = 0.0
+
+
+class KeyCreate(Struct, kw_only=True):
+    """Make an API key."""
+
+    name: Name
+    """A label for the key (who or what uses it)."""
+    admin: bool = False
+    """Whether it may use the admin API (/api/v1/)."""
+    project: Name = "default"
+    """The project it belongs to (made if missing, with no limits)."""
+    expires_in_s: Positive | None = None
+    """Seconds until it stops working; None: never."""
+    models: list[Name] = field(default_factory=list)
+    """Models (or aliases) it may use; empty: all."""
+    limits: Limits = field(default_factory=Limits)
+
+
+class KeyCreated(Struct, kw_only=True):
+    """A new API key: shown once, stored only as its hash."""
+
+    name: str
+    key: str
+    id: str = ""
+    """The first 16 hex digits of its hash: how the admin API names it."""
+
+
+class KeyRecord(Struct, kw_only=True):
+    """What the keys bucket keeps of a key (under its sha256)."""
+
+    name: str
+    created: float
+    admin: bool = False
+    """Admin keys may use /api/v1/."""
+    project: str = "default"
+    expires: float | None = None
+    """Unix time it stops working."""
+    models: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
+
+
+class KeyList(Struct, kw_only=True):
+    """Every key (never the key itself: its id and what it may do)."""
+
+    keys: dict[str, KeyRecord]
+    """Key id -> record."""
+
+
+class KeyRef(Struct, kw_only=True):
+    """One key by its id (the first 16 hex digits of its hash)."""
+
+    id: Annotated[str, Meta(pattern=r"^[0-9a-f]{16}$")]
+
+
+class UsageRecord(Struct, kw_only=True):
+    """One request as the router saw it: published to the usage stream after it ended."""
+
+    request_id: str
+    time: float
+    key: str
+    """The key's id."""
+    project: str
+    model: str
+    replica: str = ""
+    status: int = 200
+    prompt_tokens: NonNegative = 0
+    cached_tokens: NonNegative = 0
+    """Prompt tokens the engine served from its cache."""
+    completion_tokens: NonNegative = 0
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    """Time to the first token, for streams."""
+
+
+class UsageQuery(Struct, kw_only=True):
+    """Sum usage since a time, grouped by one field."""
+
+    since: float = 0.0
+    group_by: Literal["model", "project", "key", "replica"] = "model"
+
+
+class UsageRow(Struct, kw_only=True):
+    """The sums of one group."""
+
+    group: str
+    requests: NonNegative = 0
+    errors: NonNegative = 0
+    prompt_tokens: NonNegative = 0
+    cached_tokens: NonNegative = 0
+    completion_tokens: NonNegative = 0
+
+
+class UsageReport(Struct, kw_only=True):
+    """Usage sums, one row per group."""
+
+    rows: list[UsageRow]
+
+
+class Demand(Struct, kw_only=True):
+    """When a model was last asked for: written by the router (at once when it has no ready
+    replica: a wake-up; else at most every few seconds), read by the scheduler."""
+
+    model: Name
+    last_asked: float
+    """Unix time of the latest request."""
+
+
+KEY_CREATE = Endpoint("router", "key.create", KeyCreate, KeyCreated, "Make an API key (shown once).")
+KEY_LIST = Endpoint("router", "key.list", Empty, KeyList, "Every key by id (never the key).")
+KEY_REVOKE = Endpoint("router", "key.revoke", KeyRef, KeyList, "Revoke a key on every router.")
+PROJECT_PUT = Endpoint("router", "project.put", Project, Project, "Create a project or change its limits.")
+USAGE_SUM = Endpoint("router", "usage.sum", UsageQuery, UsageReport, "Requests and tokens since a time, summed.")
+ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM)
+"""The router's endpoints."""
+
+USAGE = Event(
+    "usage", UsageRecord, "One finished request (the usage stream keeps these).", ("project", "model"), "router"
+)
+EVENTS = (USAGE,)
+"""What routers publish."""

@@ -1,0 +1,68 @@
+"""The scheduler's contract: the inventory, replicas and model statuses it answers for."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import Struct, field
+
+from llmgw.proto._endpoint import Endpoint
+from llmgw.proto._types import Empty, Name, NonNegative
+from llmgw.proto.node import NodeInfo
+from llmgw.proto.replica import ReplicaState
+
+__all__ = [
+    "ENDPOINTS",
+    "MODEL_STATUS",
+    "ModelStatus",
+    "ModelStatusList",
+    "NODE_LIST",
+    "NODE_REGISTER",
+    "NodeList",
+    "REPLICA_LIST",
+    "ReplicaList",
+]
+
+
+class NodeList(Struct, kw_only=True):
+    """Every node the scheduler knows, as last reported, with when."""
+
+    nodes: list[NodeInfo]
+    last_seen: dict[str, float] = field(default_factory=dict)
+    """Node -> Unix time of its last heartbeat."""
+
+
+class ModelStatus(Struct, kw_only=True):
+    """How a model is doing, as the scheduler sees it."""
+
+    model: Name
+    state: Literal["running", "starting", "parked", "held", "backing-off", "stopped", "idle"]
+    """parked: it cannot be placed (reason says why, node by node); held: it gave room to a
+    higher capacity class and waits for room, not re-placed in a loop; backing-off: its
+    replicas kept failing and the next try waits until `until`; idle: an on-demand model
+    scaled to zero, started by its next request."""
+    ready: NonNegative = 0
+    wanted: NonNegative = 0
+    reason: str = ""
+    until: float = 0.0
+    """Unix time of the next try, while backing off."""
+
+
+class ModelStatusList(Struct, kw_only=True):
+    """Every model's status."""
+
+    models: list[ModelStatus]
+
+
+class ReplicaList(Struct, kw_only=True):
+    """Replicas the scheduler keeps."""
+
+    replicas: list[ReplicaState]
+
+
+NODE_REGISTER = Endpoint("scheduler", "node.register", NodeInfo, Empty, "A node's agent introduces itself.")
+REPLICA_LIST = Endpoint("scheduler", "replica.list", Empty, ReplicaList, "Every replica and its state.")
+NODE_LIST = Endpoint("scheduler", "node.list", Empty, NodeList, "Every node as last reported.")
+MODEL_STATUS = Endpoint("scheduler", "model.status", Empty, ModelStatusList, "How each model is doing.")
+ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS)
+"""The scheduler's endpoints."""
