@@ -188,9 +188,9 @@ def test_srv_info_and_stats_describe_each_service(up):
 def test_every_service_serves_its_admin_endpoints(up, home):
     for name in ("catalog", "scheduler", "mirror", "router", "agent"):
         started = [
-            json.loads(l)
-            for l in (home / "logs" / f"{name}.log").read_text().splitlines()
-            if l.startswith("{") and '"event": "started"' in l
+            json.loads(line)
+            for line in (home / "logs" / f"{name}.log").read_text().splitlines()
+            if line.startswith("{") and '"event": "started"' in line
         ][-1]
         base = f"http://127.0.0.1:{started['admin_port']}"
         assert httpx.get(f"{base}/healthz").status_code == 200

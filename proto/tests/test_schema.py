@@ -6,8 +6,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from llmgw.proto import Model, ModelPut, Profile, fingerprint
-from llmgw.proto import schema_json, subjects_markdown
+from llmgw.proto import Model, ModelPut, Profile, fingerprint, schema_json, subjects_markdown
 
 GOLDEN = Path(__file__).parents[1] / "schema" / "llmgw.v1.json"
 SUBJECTS = Path(__file__).parents[2] / "docs" / "subjects.md"

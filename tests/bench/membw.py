@@ -56,9 +56,10 @@ def compile_reference(folder: Path) -> Path:
 
 
 def c_reference(exe: Path, size: int, threads: int, passes: int) -> tuple[float, float]:
-    run = lambda t: float(
-        subprocess.run([str(exe), str(size), str(t), str(passes)], capture_output=True, text=True, check=True).stdout
-    )
+    def run(t: int) -> float:
+        argv = [str(exe), str(size), str(t), str(passes)]
+        return float(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
     return run(threads), run(1)
 
 

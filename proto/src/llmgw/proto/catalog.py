@@ -11,8 +11,6 @@ from llmgw.proto._types import Empty, Name, NonNegative, Positive, Source
 from llmgw.proto.mirror import FilePlace
 
 __all__ = [
-    "CatalogRecord",
-    "ChangeSpec",
     "ENDPOINTS",
     "EVENTS",
     "MODEL_CHANGE",
@@ -22,6 +20,8 @@ __all__ = [
     "MODEL_PURGE",
     "MODEL_PUT",
     "MODEL_REMOVE",
+    "CatalogRecord",
+    "ChangeSpec",
     "Model",
     "ModelChange",
     "ModelEntry",

@@ -14,12 +14,12 @@ from llmgw.proto.replica import ReplicaState
 __all__ = [
     "ENDPOINTS",
     "MODEL_STATUS",
-    "ModelStatus",
-    "ModelStatusList",
     "NODE_LIST",
     "NODE_REGISTER",
-    "NodeList",
     "REPLICA_LIST",
+    "ModelStatus",
+    "ModelStatusList",
+    "NodeList",
     "ReplicaList",
 ]
 

@@ -75,14 +75,9 @@ class Context:
         if group not in self._groups:
             self._groups[group] = self.service.add_group(name=group)
         queue = self.config.node_name() if endpoint.every_instance else None
-        await self._add(
-            self._groups[group],
-            endpoint.micro_name,
-            endpoint.name,
-            endpoint.subject(node),
-            endpoint.request,
-            handler,
-            queue,
+        serve = self._handler(endpoint.subject(node), endpoint.request, handler)
+        await self._groups[group].add_endpoint(
+            name=endpoint.micro_name, subject=endpoint.name, handler=serve, queue_group=queue
         )
 
     async def endpoint(
@@ -95,13 +90,15 @@ class Context:
         `queue` share the requests; give each its own (the node's name) for requests that every
         instance answers (see `gather`).
         """
+        serve = self._handler(subject, request_type, handler)
+        await self.service.add_endpoint(name=name, subject=subject, handler=serve, queue_group=queue)
 
-        await self._add(self.service, name, subject, subject, request_type, handler, queue)
+    def _handler(self, subject: str, request_type: type, handler: Handler) -> Callable[[Request], Awaitable[None]]:
+        """`handler` as nats.micro calls it: the request decoded, the reply or the error sent back.
 
-    async def _add(
-        self, where, name: str, relative: str, subject: str, request_type: type, handler: Handler, queue: str | None
-    ) -> None:
-        """Add `handler` as endpoint `name` (at `relative` under `where`, a service or a group)."""
+        A malformed or invalid message gets a 400 naming the field; a BusError its own code;
+        anything else a 500. The service carries on in every case.
+        """
 
         async def serve(req: Request) -> None:
             with (
@@ -129,7 +126,7 @@ class Context:
                     await req.respond_error(code, f"{type(exc).__name__}: {exc}")
                 self._requests.labels(subject, code).inc()
 
-        await where.add_endpoint(name=name, subject=relative, handler=serve, queue_group=queue)
+        return serve
 
 
 async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:

@@ -41,12 +41,9 @@ from llmgw.modelplan._speed import (
 )
 
 __all__ = [
-    "FOREIGN_LIMIT_MB",
-    "card_fits",
-    "choose_cards",
-    "usable_cards",
     "CARDS",
     "DEFAULT_CPU",
+    "FOREIGN_LIMIT_MB",
     "KV_CACHE_TYPES",
     "SLOW_TPS",
     "VERY_SLOW_TPS",
@@ -60,7 +57,9 @@ __all__ = [
     "Option",
     "Shape",
     "card_class",
+    "card_fits",
     "card_of",
+    "choose_cards",
     "compute_buffer_bytes",
     "cpu_read_gbs",
     "cpu_threads",
@@ -75,6 +74,7 @@ __all__ = [
     "shape_from_gguf",
     "speed_note",
     "splits_kv_heads",
+    "usable_cards",
     "vllm_block_bytes",
     "vllm_memory",
     "worst_error",

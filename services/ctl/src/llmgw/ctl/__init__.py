@@ -1,0 +1,1 @@
+"""The operator's command line: `llmgw ctl`, `llmgw up`, `llmgw plan`, `llmgw service`."""
