@@ -13,7 +13,8 @@ default:
 up *args:
     llmgw up "$@"
 
-# Run the whole test suite (unit tests beside each package, cross-service tests in tests/)
+# Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
+# each package, cross-service tests in tests/
 test *args:
     python -m pytest "$@"
 
@@ -23,11 +24,11 @@ svc name *args:
 
 # Lint with ruff
 lint:
-    uvx ruff@0.14.5 check .
+    ruff check .
 
 # Format with ruff
 fmt:
-    uvx ruff@0.14.5 format .
+    ruff format .
 
 # Run the benchmarks under tests/bench and print their tables
 bench:
