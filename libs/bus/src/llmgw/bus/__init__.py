@@ -7,7 +7,7 @@ from llmgw.bus._kvtable import KvTable
 from llmgw.bus._nats import NatsServer, call, call_all, connect, gather, kv_bucket, kv_keys, request, start_nats_server
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
-from llmgw.bus._service import Context, ServiceApp, run
+from llmgw.bus._service import Context, ServiceApp, entry_point, run
 
 __all__ = [
     "BadRequest",
@@ -27,6 +27,7 @@ __all__ = [
     "connect",
     "delete_under",
     "die_with_parent",
+    "entry_point",
     "free_port",
     "gather",
     "get_logger",

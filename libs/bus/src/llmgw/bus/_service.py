@@ -17,17 +17,18 @@ from nats.micro.request import Request
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from llmgw.bus._config import BusConfig
+from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._errors import BusError
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.proto import Endpoint
 
-__all__ = ["Context", "ServiceApp", "run"]
+__all__ = ["Context", "ServiceApp", "entry_point", "run"]
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
+C = TypeVar("C", bound=BusConfig)
 
 
 class ServiceApp(Protocol):
@@ -214,3 +215,18 @@ def run(app: ServiceApp, config: BusConfig) -> int:
         get_logger(app.name).error("cannot start", error=exc.message)
         return 1
     return 0
+
+
+def entry_point(app_type: Callable[[C], ServiceApp], config_type: type[C]) -> Callable[[list[str] | None], int]:
+    """A service's `main`: its one config Struct from `--config FILE`, `LLMGW_*` and flags, then `run`.
+
+    Each service module says `main = entry_point(Catalog, CatalogConfig)`; `llmgw service NAME`,
+    systemd and Nix call it.
+    """
+
+    def main(argv: list[str] | None = None) -> int:
+        config = load_config(config_type, argv)
+        return run(app_type(config), config)
+
+    main.__doc__ = f"Run {getattr(app_type, 'name', app_type.__name__)} until SIGTERM or SIGINT."
+    return main
