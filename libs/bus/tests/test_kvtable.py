@@ -46,3 +46,15 @@ def test_a_derived_index_is_built_again_only_after_a_change():
     table.items["a"] = {}
     table.version += 1  # what the watch does on every change
     assert table.derived(index) == ["a", "x"] and len(built) == 2
+
+
+async def test_a_scan_reads_every_entry_with_its_revision_and_leaves_out_what_does_not_decode(nc):
+    from llmgw.bus import kv_bucket, kv_scan
+
+    kv = await kv_bucket(nc.jetstream(), "test_scan")
+    assert await kv_scan(kv, KeyRecord) == {}
+    first = await kv.put("a", msgspec.json.encode(KeyRecord(name="a", created=1.0)))
+    await kv.put("bad", b'{"name": 5}')
+    await kv.put("gone", msgspec.json.encode(KeyRecord(name="gone", created=1.0)))
+    await kv.delete("gone")
+    assert await kv_scan(kv, KeyRecord) == {"a": (KeyRecord(name="a", created=1.0), first)}

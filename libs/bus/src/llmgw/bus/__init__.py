@@ -4,7 +4,18 @@ from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
-from llmgw.bus._nats import NatsServer, call, call_all, connect, gather, kv_bucket, kv_keys, request, start_nats_server
+from llmgw.bus._nats import (
+    NatsServer,
+    call,
+    call_all,
+    connect,
+    gather,
+    kv_bucket,
+    kv_keys,
+    kv_scan,
+    request,
+    start_nats_server,
+)
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
 from llmgw.bus._service import Context, ServiceApp, entry_point, run
@@ -33,6 +44,7 @@ __all__ = [
     "get_logger",
     "kv_bucket",
     "kv_keys",
+    "kv_scan",
     "load_config",
     "meminfo_mb",
     "request",

@@ -15,7 +15,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import NoRespondersError, NoServersError, TimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, NoKeysError
+from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
@@ -31,6 +31,7 @@ __all__ = [
     "gather",
     "kv_bucket",
     "kv_keys",
+    "kv_scan",
     "request",
     "start_nats_server",
 ]
@@ -137,6 +138,19 @@ async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: fl
         if ttl is None:
             return await js.create_key_value(bucket=bucket, history=history)
         return await js.create_key_value(bucket=bucket, history=history, ttl=ttl)
+
+
+async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:
+    """Every entry of a bucket as `type_`, with its revision (for compare-and-set): what a new
+    leader adopts or a list answers. Entries deleted meanwhile or that do not decode are left out."""
+    out: dict[str, tuple[T, int]] = {}
+    for key in await kv_keys(kv):
+        try:
+            entry = await kv.get(key)
+            out[key] = (msgspec.json.decode(entry.value, type=type_), entry.revision)
+        except (KeyNotFoundError, KeyDeletedError, msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return out
 
 
 async def kv_keys(kv: KeyValue) -> list[str]:
