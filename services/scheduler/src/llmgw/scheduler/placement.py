@@ -18,8 +18,8 @@ from typing import Literal
 
 import msgspec
 
-from llmgw.modelplan import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
-from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker, card_fits
+from llmgw.modelplan import DEFAULT_CPU, card_fits, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
+from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
     "FILTERS",
