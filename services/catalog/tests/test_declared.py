@@ -2,23 +2,22 @@
 
 import pytest
 
-from llmgw.bus import BadRequest, request
+from llmgw.bus import BadRequest, call
 from llmgw.catalog.core import check_catalog, check_model
-from llmgw.catalog.declared import load_declared
+from llmgw.catalog.declared import declared_changes, load_declared
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.proto import (
     Empty,
     Model,
-    ModelChange,
     ModelEntry,
-    ModelList,
     ModelPut,
     ModelRef,
     Profile,
     Scaling,
     ScheduleWindow,
-    Subjects,
+    catalog,
 )
+from llmgw.proto.catalog import StopModel
 
 GOOD = b"""
 models:
@@ -113,31 +112,38 @@ async def test_declared_models_are_written_at_start_and_changed_only_in_their_fi
     path.write_bytes(GOOD)
     config = CatalogConfig(declared=str(path))
     await serve(Catalog(config), config)
-    listed = await request(nc, Subjects.CATALOG_MODEL_LIST, Empty(), ModelList)
+    listed = await call(nc, catalog.MODEL_LIST, Empty())
     assert [(e.model.name, e.declared_in) for e in listed.models] == [("big", str(path)), ("small", str(path))]
     with pytest.raises(BadRequest, match=f"declared in {path}; change it there"):
-        await request(nc, Subjects.CATALOG_MODEL_CHANGE, ModelChange(name="big", action="stop"), ModelEntry)
+        await call(nc, catalog.MODEL_CHANGE, StopModel(name="big"))
     with pytest.raises(BadRequest, match="declared in"):
-        await request(
-            nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/x.gguf")), ModelEntry
-        )
+        await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/x.gguf")))
     with pytest.raises(BadRequest, match="alias 'large' is already an alias of model 'big'"):
-        await request(
-            nc,
-            Subjects.CATALOG_MODEL_PUT,
-            ModelPut(model=Model(name="new", source="o/r/n.gguf", aliases=["large"])),
-            ModelEntry,
-        )
+        await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="new", source="o/r/n.gguf", aliases=["large"])))
 
 
 async def test_a_model_others_fall_back_to_cannot_be_removed(serve, nc):
     await serve(Catalog(CatalogConfig()), CatalogConfig())
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=Model(name="big", source="o/r/b.gguf")), ModelEntry)
-    await request(
-        nc,
-        Subjects.CATALOG_MODEL_PUT,
-        ModelPut(model=Model(name="small", source="o/r/s.gguf", fallbacks=["big"])),
-        ModelEntry,
-    )
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="big", source="o/r/b.gguf")))
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="small", source="o/r/s.gguf", fallbacks=["big"])))
     with pytest.raises(BadRequest, match="'big' is a fallback of small"):
-        await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="big"), ModelEntry)
+        await call(nc, catalog.MODEL_REMOVE, ModelRef(name="big"))
+
+
+def test_a_file_read_again_writes_only_what_changed_and_drops_what_it_no_longer_declares():
+    big, small = load_declared(GOOD, "models.yaml")
+    entries = {
+        "big": ModelEntry(model=big, revision=3, declared_in="models.yaml"),
+        "old": ModelEntry(model=Model(name="old", source="o/r/o.gguf"), revision=5, declared_in="models.yaml"),
+        "mine": ModelEntry(model=Model(name="mine", source="o/r/m.gguf"), revision=7),
+    }
+    writes, gone = declared_changes([big, small], entries, "models.yaml")
+    assert writes == [(small, 0)] and [e.model.name for e in gone] == ["old"]
+    bigger = Model(name="big", source="o/r/big.gguf", context=8192)
+    assert declared_changes([bigger], entries, "models.yaml")[0] == [(bigger, 3)]
+
+
+def test_a_declared_alias_that_an_api_made_model_holds_is_refused():
+    mine = {"mine": ModelEntry(model=Model(name="mine", source="o/r/m.gguf", aliases=["large"]), revision=1)}
+    with pytest.raises(BadRequest, match="already an alias of model 'mine'"):
+        declared_changes(load_declared(GOOD, "models.yaml"), mine, "models.yaml")

@@ -4,10 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.bus import BadRequest, Conflict
+from llmgw.bus import BadRequest, BusError, Conflict
 from llmgw.catalog.core import (
     apply_change,
+    check_editable,
     check_model,
+    check_removable,
     counts_of,
     restart,
     scale,
@@ -18,8 +20,18 @@ from llmgw.catalog.core import (
     start,
     stop,
     strip_gpu_args,
+    tally_purge,
 )
-from llmgw.proto import Model, ModelChange, Profile, Scaling, fingerprint
+from llmgw.proto import FilePlace, Model, ModelEntry, Profile, Scaling, WeightsDeleted, fingerprint
+from llmgw.proto.catalog import (
+    RestartModel,
+    ScaleModel,
+    SetContext,
+    SetGpus,
+    SetReplicas,
+    StartModel,
+    StopModel,
+)
 
 
 def gguf_model(**kw):
@@ -115,26 +127,18 @@ def test_stopping_twice_or_starting_a_running_model_is_a_conflict(op, message):
 
 _changes = st.one_of(
     st.builds(
-        ModelChange,
-        name=st.just("m"),
-        action=st.just("context"),
-        context=st.integers(128, 9000),
-        max_output=st.none() | st.integers(1, 9000),
+        SetContext, name=st.just("m"), context=st.integers(128, 9000), max_output=st.none() | st.integers(1, 9000)
     ),
+    st.builds(SetGpus, name=st.just("m"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))),
+    st.sampled_from([StopModel(name="m"), StartModel(name="m"), RestartModel(name="m")]),
     st.builds(
-        ModelChange, name=st.just("m"), action=st.just("gpus"), gpus=st.dictionaries(st.just("gpu"), st.integers(0, 4))
-    ),
-    st.builds(ModelChange, name=st.just("m"), action=st.sampled_from(["stop", "start", "restart"])),
-    st.builds(
-        ModelChange,
+        ScaleModel,
         name=st.just("m"),
-        action=st.just("scale"),
         scaling=st.integers(0, 6).flatmap(lambda lo: st.builds(Scaling, min=st.just(lo), max=st.integers(lo, 8))),
     ),
     st.builds(
-        ModelChange,
+        SetReplicas,
         name=st.just("m"),
-        action=st.just("replicas"),
         counts=st.dictionaries(st.sampled_from(["gpu", "cpu"]), st.integers(0, 5), max_size=2),
     ),
 )
@@ -148,7 +152,7 @@ def test_no_sequence_of_changes_leaves_counts_and_scaling_disagreeing_or_a_stopp
             changed = apply_change(model, change)
         except (BadRequest, Conflict):
             continue  # refused: the model is untouched
-        if change.action == "stop":
+        if isinstance(change, StopModel):
             assert changed.stopped == model.scaling and counts_of(changed) == counts_of(model)
         model = changed
         check_model(model)
@@ -200,10 +204,37 @@ def test_a_restart_makes_every_replica_stale_and_a_stopped_model_cannot_restart(
         restart(stop(m))
 
 
-@pytest.mark.parametrize("action", ["restart", "context", "gpus"])
-def test_a_change_that_restarts_says_whether_in_place_or_beside(action):
-    m = two_profiles()
-    spec = {"context": 8192} if action == "context" else ({"gpus": {"gpu": 2}} if action == "gpus" else {})
-    in_place = apply_change(m, ModelChange(name="m", action=action, in_place=True, **spec))
+@pytest.mark.parametrize(
+    "kind",
+    [
+        lambda **kw: RestartModel(name="m", **kw),
+        lambda **kw: SetContext(name="m", context=8192, **kw),
+        lambda **kw: SetGpus(name="m", gpus={"gpu": 2}, **kw),
+    ],
+)
+def test_a_change_that_restarts_says_whether_in_place_or_beside(kind):
+    in_place = apply_change(two_profiles(), kind(in_place=True))
     assert in_place.rollout == "in-place"
-    assert apply_change(in_place, ModelChange(name="m", action=action, **spec)).rollout == "surge"
+    assert apply_change(in_place, kind()).rollout == "surge"
+
+
+def test_a_purge_tallies_what_each_place_deleted_and_keeps_what_an_error_left_unknown():
+    entry = ModelEntry(model=Model(name="m", source="o/r/m.gguf"), revision=2)
+    answers = [
+        WeightsDeleted(where="node-a", deleted=["o/r/m.gguf"]),
+        WeightsDeleted(where="node-b", kept=[FilePlace(source="o/r/m.gguf", where="node-b", why="in use")]),
+        BusError("no reply from the mirror"),
+    ]
+    report = tally_purge(entry, ["o/r/m.gguf"], [], answers)
+    assert report.deleted == [FilePlace(source="o/r/m.gguf", where="node-a")]
+    assert [(k.where, k.why) for k in report.kept] == [("node-b", "in use"), ("unknown", "no reply from the mirror")]
+
+
+def test_a_declared_model_or_one_at_another_revision_cannot_be_changed_and_a_fallback_cannot_go():
+    declared = ModelEntry(model=two_profiles(), revision=4, declared_in="models.yaml")
+    with pytest.raises(BadRequest, match="declared in models.yaml; change it there"):
+        check_editable(declared)
+    with pytest.raises(Conflict, match="at revision 4, not 3"):
+        check_editable(ModelEntry(model=two_profiles(), revision=4), 3)
+    with pytest.raises(BadRequest, match="'m' is a fallback of b"):
+        check_removable("m", {"b": Model(name="b", source="o/r/b.gguf", fallbacks=["m"])})

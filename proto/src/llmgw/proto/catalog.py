@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
 from msgspec import Meta, Struct, field
 
@@ -31,8 +31,18 @@ __all__ = [
     "ModelRef",
     "Profile",
     "PurgeReport",
+    "RestartModel",
+    "ScaleModel",
     "Scaling",
     "ScheduleWindow",
+    "SetAliases",
+    "SetClass",
+    "SetContext",
+    "SetGpus",
+    "SetOwner",
+    "SetReplicas",
+    "StartModel",
+    "StopModel",
 ]
 
 
@@ -202,42 +212,110 @@ class PurgeReport(Struct, kw_only=True):
 
 
 class ChangeSpec(Struct, kw_only=True):
-    """What to change in a model; `action` says which fields below it reads."""
+    """What every change to a model says: which model, who asks, and the revision it expects.
 
-    action: Literal["stop", "start", "restart", "scale", "replicas", "context", "gpus", "class", "owner", "alias"]
-    scaling: Scaling | None = None
-    """For scale: the new scaling."""
-    counts: dict[str, NonNegative] = field(default_factory=dict)
-    """For replicas: profile name -> replicas; profiles not named keep theirs."""
-    cpu_memory_mb: Positive | None = None
-    """For replicas: add a CPU profile 'cpu' reserving this much host memory."""
-    cpu_cores: Positive | None = None
-    """For replicas: the cores that CPU profile reserves."""
-    context: Annotated[int, Meta(ge=128)] | None = None
-    """For context: the new context length."""
-    max_output: Positive | None = None
-    """For context: the new longest answer."""
-    gpus: dict[str, NonNegative] = field(default_factory=dict)
-    """For gpus: profile name -> GPUs per replica."""
-    capacity_class: Literal["critical", "standard", "batch"] | None = None
-    """For class."""
-    owner: str | None = None
-    """For owner."""
-    add_aliases: list[Name] = field(default_factory=list)
-    """For alias: names to add."""
-    remove_aliases: list[Name] = field(default_factory=list)
-    """For alias: names to drop."""
-    in_place: bool = False
-    """For restart, context and gpus: stop each replica before its replacement starts (no room beside it)."""
+    Each kind of change is a subclass tagged by `action` that carries only its own fields; on
+    the wire a change is one flat object (`{"action": "scale", "name": "m", ..., "scaling": ...}`).
+    This base is never sent alone: `ModelChange` is the union of the kinds.
+    """
+
+    name: Name
+    """The model to change."""
+    by: str = ""
+    """Who is making the change (recorded)."""
     revision: int | None = None
     """Expected current revision; None: the latest."""
 
 
-class ModelChange(ChangeSpec, kw_only=True):
-    """An operator's change to one model, by name, recorded with who made it."""
+class StopModel(ChangeSpec, kw_only=True, tag_field="action", tag="stop"):
+    """Stop every replica; the scaling (and counts) are kept for start."""
 
-    name: Name
-    by: str = ""
+
+class StartModel(ChangeSpec, kw_only=True, tag_field="action", tag="start"):
+    """Bring a stopped model back exactly as it was."""
+
+
+class RestartModel(ChangeSpec, kw_only=True, tag_field="action", tag="restart"):
+    """Start every replica again, one at a time."""
+
+    in_place: bool = False
+    """Stop each replica before its replacement starts (no room beside it)."""
+
+
+class ScaleModel(ChangeSpec, kw_only=True, tag_field="action", tag="scale"):
+    """A new scaling (a stopped model starts with it)."""
+
+    scaling: Scaling
+
+
+class SetReplicas(ChangeSpec, kw_only=True, tag_field="action", tag="replicas"):
+    """Replicas per profile; the scaling becomes their sum."""
+
+    counts: dict[str, NonNegative] = field(default_factory=dict)
+    """Profile name -> replicas; profiles not named keep theirs."""
+    cpu_memory_mb: Positive | None = None
+    """Add a CPU profile 'cpu' reserving this much host memory."""
+    cpu_cores: Positive | None = None
+    """The cores that CPU profile reserves."""
+
+
+class SetContext(ChangeSpec, kw_only=True, tag_field="action", tag="context"):
+    """A new context length and/or longest answer."""
+
+    context: Annotated[int, Meta(ge=128)] | None = None
+    """The new context length (its replicas restart)."""
+    max_output: Positive | None = None
+    """The new longest answer (applied at once)."""
+    in_place: bool = False
+    """Stop each replica before its replacement starts (no room beside it)."""
+
+
+class SetGpus(ChangeSpec, kw_only=True, tag_field="action", tag="gpus"):
+    """GPUs per replica of the profiles named."""
+
+    gpus: dict[str, NonNegative] = field(default_factory=dict)
+    """Profile name -> GPUs per replica."""
+    in_place: bool = False
+    """Stop each replica before its replacement starts (no room beside it)."""
+
+
+class SetClass(ChangeSpec, kw_only=True, tag_field="action", tag="class"):
+    """The capacity class: a higher class may take room from a lower one."""
+
+    capacity_class: Literal["critical", "standard", "batch"]
+
+
+class SetOwner(ChangeSpec, kw_only=True, tag_field="action", tag="owner"):
+    """The team or person responsible."""
+
+    owner: str = ""
+    """Empty: nobody."""
+
+
+class SetAliases(ChangeSpec, kw_only=True, tag_field="action", tag="alias"):
+    """Aliases added and dropped."""
+
+    add_aliases: list[Name] = field(default_factory=list)
+    """Names to add."""
+    remove_aliases: list[Name] = field(default_factory=list)
+    """Names to drop."""
+
+
+ModelChange = Union[  # noqa: UP007 -- typing.Union has a __name__ (docs, 400 replies print it); X | Y has not
+    StopModel,
+    StartModel,
+    RestartModel,
+    ScaleModel,
+    SetReplicas,
+    SetContext,
+    SetGpus,
+    SetClass,
+    SetOwner,
+    SetAliases,
+]
+"""An operator's change to one model, by name, recorded with who made it: one of the kinds above,
+told apart by `action`."""
+ModelChange.__name__ = "ModelChange"  # what docs/subjects.md and a 400's message call it
 
 
 class ModelList(Struct, kw_only=True):

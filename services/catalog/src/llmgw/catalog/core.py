@@ -7,15 +7,31 @@ its count and the scaling is their sum (min and max alike). Stopping keeps the s
 
 from __future__ import annotations
 
+from typing import assert_never
+
 import msgspec
 
-from llmgw.bus import BadRequest, Conflict
-from llmgw.proto import FilePlace, Model, ModelChange, Profile, Scaling
+from llmgw.bus import BadRequest, BusError, Conflict
+from llmgw.proto import FilePlace, Model, ModelChange, ModelEntry, Profile, PurgeReport, Scaling, WeightsDeleted
+from llmgw.proto.catalog import (
+    RestartModel,
+    ScaleModel,
+    SetAliases,
+    SetClass,
+    SetContext,
+    SetGpus,
+    SetOwner,
+    SetReplicas,
+    StartModel,
+    StopModel,
+)
 
 __all__ = [
     "apply_change",
     "check_catalog",
+    "check_editable",
     "check_model",
+    "check_removable",
     "counts_of",
     "files_to_purge",
     "restart",
@@ -27,6 +43,7 @@ __all__ = [
     "start",
     "stop",
     "strip_gpu_args",
+    "tally_purge",
 ]
 
 # llama.cpp flags that put layers on cards; a CPU profile derived from a GPU one drops them.
@@ -56,54 +73,59 @@ def check_model(model: Model) -> None:
                 f"model '{model.name}': {what} min {scaling.min} is above max {scaling.max}; raise max or lower min"
             )
     for p in model.profiles:
-        if p.engine == "llamacpp" and not model.source.endswith(".gguf"):
-            raise BadRequest(
-                f"model '{model.name}' profile '{p.name}': llama.cpp serves GGUF files; "
-                f"source '{model.source}' is not a .gguf"
-            )
-    for p in model.profiles:
-        if p.gpus and p.gpus % p.tensor_parallel:
-            raise BadRequest(
-                f"model '{model.name}' profile '{p.name}': tensor_parallel {p.tensor_parallel} does not divide its "
-                f"{p.gpus} GPUs; use a divisor of {p.gpus}"
-            )
-    for p in model.profiles:
-        where = f"model '{model.name}' profile '{p.name}'"
-        if p.kv_events and p.engine != "vllm":
-            raise BadRequest(
-                f"{where}: kv_events is vLLM's (llama.cpp publishes none; the router learns its "
-                "cache from the cached tokens it reports); drop kv_events or use engine vllm"
-            )
-        if p.nodes > 1 and p.engine != "llamacpp":
-            raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
-        if (p.min_card_mb or p.min_compute or p.gpu_class) and not p.gpus:
-            raise BadRequest(
-                f"{where}: gpu_class, min_card_mb and min_compute say which cards it needs, and it "
-                "takes none; set gpus or drop them"
-            )
-        if p.keep_within and p.nodes == 1:
-            raise BadRequest(
-                f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
-                "set nodes above 1 or drop keep_within"
-            )
+        _check_profile(model, p)
     if model.name in model.aliases:
         raise BadRequest(f"model '{model.name}': an alias cannot be the model's own name")
     if model.name in model.fallbacks:
         raise BadRequest(f"model '{model.name}': a model cannot fall back to itself; name another model")
+    _check_counts(model)
+
+
+def _check_profile(model: Model, p: Profile) -> None:
+    """Raise BadRequest where profile `p` cannot serve `model` as it says."""
+    where = f"model '{model.name}' profile '{p.name}'"
+    if p.engine == "llamacpp" and not model.source.endswith(".gguf"):
+        raise BadRequest(f"{where}: llama.cpp serves GGUF files; source '{model.source}' is not a .gguf")
+    if p.gpus and p.gpus % p.tensor_parallel:
+        raise BadRequest(
+            f"{where}: tensor_parallel {p.tensor_parallel} does not divide its {p.gpus} GPUs; use a divisor of {p.gpus}"
+        )
+    if p.kv_events and p.engine != "vllm":
+        raise BadRequest(
+            f"{where}: kv_events is vLLM's (llama.cpp publishes none; the router learns its "
+            "cache from the cached tokens it reports); drop kv_events or use engine vllm"
+        )
+    if p.nodes > 1 and p.engine != "llamacpp":
+        raise BadRequest(f"{where}: only llama.cpp spans nodes here (RPC workers); use engine llamacpp or nodes 1")
+    if (p.min_card_mb or p.min_compute or p.gpu_class) and not p.gpus:
+        raise BadRequest(
+            f"{where}: gpu_class, min_card_mb and min_compute say which cards it needs, and it "
+            "takes none; set gpus or drop them"
+        )
+    if p.keep_within and p.nodes == 1:
+        raise BadRequest(
+            f"{where}: keep_within '{p.keep_within}' only applies to a replica across nodes; "
+            "set nodes above 1 or drop keep_within"
+        )
+
+
+def _check_counts(model: Model) -> None:
+    """Raise BadRequest where counts per profile disagree with the scaling, or meet a schedule."""
     counts = counts_of(model)
-    if counts is not None and (model.stopped or model.scaling).schedule:
+    if counts is None:
+        return
+    scaling = model.stopped or model.scaling
+    if scaling.schedule:
         raise BadRequest(
             f"model '{model.name}': replicas per profile and a schedule are one or the other; "
             "drop the schedule or the counts"
         )
-    if counts is not None:
-        total = sum(counts.values())
-        scaling = model.stopped or model.scaling
-        if (scaling.min, scaling.max) != (total, total):
-            raise BadRequest(
-                f"model '{model.name}': replicas per profile add up to {total} ({_describe(counts)}) "
-                f"but its scaling is min {scaling.min}, max {scaling.max}; set both to {total} or change the counts"
-            )
+    total = sum(counts.values())
+    if (scaling.min, scaling.max) != (total, total):
+        raise BadRequest(
+            f"model '{model.name}': replicas per profile add up to {total} ({_describe(counts)}) "
+            f"but its scaling is min {scaling.min}, max {scaling.max}; set both to {total} or change the counts"
+        )
 
 
 def check_catalog(model: Model, others: dict[str, Model]) -> None:
@@ -119,6 +141,23 @@ def check_catalog(model: Model, others: dict[str, Model]) -> None:
     for fallback in model.fallbacks:
         if fallback not in others:
             raise BadRequest(f"model '{model.name}': fallback '{fallback}' is not in the catalog; add it first")
+
+
+def check_editable(entry: ModelEntry, revision: int | None = None) -> None:
+    """Raise where `entry` may not be changed through the API: it is declared in a file, or it is
+    not at the `revision` the change expects (None: any)."""
+    name = entry.model.name
+    if entry.declared_in:
+        raise BadRequest(f"model '{name}' is declared in {entry.declared_in}; change it there and restart the catalog")
+    if revision is not None and revision != entry.revision:
+        raise Conflict(f"model '{name}' is at revision {entry.revision}, not {revision}: get it again")
+
+
+def check_removable(name: str, others: dict[str, Model]) -> None:
+    """Raise BadRequest where another model falls back to `name`."""
+    leaning = sorted(n for n, m in others.items() if name in m.fallbacks)
+    if leaning:
+        raise BadRequest(f"model '{name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first")
 
 
 def strip_gpu_args(args: list[str]) -> list[str]:
@@ -262,34 +301,50 @@ def files_to_purge(model: Model, others: dict[str, Model]) -> tuple[list[str], l
     return [model.source], []
 
 
+def tally_purge(
+    entry: ModelEntry, sources: list[str], kept: list[FilePlace], answers: list[WeightsDeleted | BusError]
+) -> PurgeReport:
+    """What a purge of `entry` deleted and kept, from every answer to its delete of `sources` (an
+    error keeps each source in an unknown place, saying why)."""
+    report = PurgeReport(entry=entry, kept=list(kept))
+    for answer in answers:
+        if isinstance(answer, BusError):
+            report.kept.extend(FilePlace(source=s, where="unknown", why=answer.message) for s in sources)
+            continue
+        report.deleted.extend(FilePlace(source=s, where=answer.where) for s in answer.deleted)
+        report.kept.extend(answer.kept)
+    return report
+
+
 def apply_change(model: Model, change: ModelChange) -> Model:
     """The model after `change`, checked."""
-    action = change.action
-    if action == "stop":
-        changed = stop(model)
-    elif action == "start":
-        changed = start(model)
-    elif action == "restart":
-        changed = restart(model)
-    elif action == "scale":
-        if change.scaling is None:
-            raise BadRequest('scale needs a scaling: {"min": N, "max": M}')
-        changed = scale(model, change.scaling)
-    elif action == "replicas":
-        changed = set_replicas(model, change.counts, change.cpu_memory_mb, change.cpu_cores)
-    elif action == "context":
-        changed = set_context(model, change.context, change.max_output)
-    elif action == "gpus":
-        changed = set_gpus(model, change.gpus)
-    elif action == "class":
-        if change.capacity_class is None:
-            raise BadRequest("class needs a capacity_class: critical, standard or batch")
-        changed = msgspec.structs.replace(model, capacity_class=change.capacity_class)
-    elif action == "owner":
-        changed = msgspec.structs.replace(model, owner=change.owner or "")
-    else:
-        changed = set_aliases(model, change.add_aliases, change.remove_aliases)
-    if action in ("restart", "context", "gpus"):
-        changed = msgspec.structs.replace(changed, rollout="in-place" if change.in_place else "surge")
+    match change:
+        case StopModel():
+            changed = stop(model)
+        case StartModel():
+            changed = start(model)
+        case RestartModel(in_place=in_place):
+            changed = _rolled(restart(model), in_place)
+        case ScaleModel(scaling=scaling):
+            changed = scale(model, scaling)
+        case SetReplicas(counts=counts, cpu_memory_mb=memory_mb, cpu_cores=cores):
+            changed = set_replicas(model, counts, memory_mb, cores)
+        case SetContext(context=context, max_output=max_output, in_place=in_place):
+            changed = _rolled(set_context(model, context, max_output), in_place)
+        case SetGpus(gpus=gpus, in_place=in_place):
+            changed = _rolled(set_gpus(model, gpus), in_place)
+        case SetClass(capacity_class=capacity_class):
+            changed = msgspec.structs.replace(model, capacity_class=capacity_class)
+        case SetOwner(owner=owner):
+            changed = msgspec.structs.replace(model, owner=owner)
+        case SetAliases(add_aliases=add, remove_aliases=remove):
+            changed = set_aliases(model, add, remove)
+        case _:
+            assert_never(change)
     check_model(changed)
     return changed
+
+
+def _rolled(model: Model, in_place: bool) -> Model:
+    """`model` with the way its stale replicas are replaced: in place, or each new one beside the old."""
+    return msgspec.structs.replace(model, rollout="in-place" if in_place else "surge")

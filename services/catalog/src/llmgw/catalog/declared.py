@@ -6,9 +6,9 @@ import msgspec
 
 from llmgw.bus import BadRequest
 from llmgw.catalog.core import check_catalog, check_model
-from llmgw.proto import Model, StrictError, convert_strict
+from llmgw.proto import Model, ModelEntry, StrictError, convert_strict
 
-__all__ = ["load_declared"]
+__all__ = ["declared_changes", "load_declared"]
 
 
 def load_declared(text: bytes, source: str) -> list[Model]:
@@ -33,3 +33,25 @@ def load_declared(text: bytes, source: str) -> list[Model]:
     for model in models.values():
         check_catalog(model, {n: m for n, m in models.items() if n != model.name})
     return list(models.values())
+
+
+def declared_changes(
+    declared: list[Model], entries: dict[str, ModelEntry], path: str
+) -> tuple[list[tuple[Model, int]], list[ModelEntry]]:
+    """What writing the file at `path` does to the catalog `entries`: the models to write over
+    the revision they have (0: new), and the entries it once declared and declares no more.
+
+    The file is the truth for its models: they are written over what the bucket had. Each is
+    checked against the models the API made and the file's others.
+    """
+    by_name = {m.name: m for m in declared}
+    known = {n: e.model for n, e in entries.items() if not e.declared_in} | by_name
+    for model in declared:
+        check_catalog(model, {n: m for n, m in known.items() if n != model.name})
+    writes = [
+        (model, entries[model.name].revision if model.name in entries else 0)
+        for model in declared
+        if model.name not in entries or (entries[model.name].model, entries[model.name].declared_in) != (model, path)
+    ]
+    gone = [e for n, e in entries.items() if e.declared_in == path and n not in by_name]
+    return writes, gone

@@ -7,33 +7,32 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
-
 from llmgw.bus import (
     BadRequest,
     BusConfig,
     BusError,
-    Conflict,
     Context,
     KvTable,
-    NotFound,
-    gather,
+    call,
+    call_all,
     kv_bucket,
-    kv_keys,
     load_config,
-    request,
     run,
 )
-from llmgw.catalog.core import apply_change, check_catalog, check_model, files_to_purge
-from llmgw.catalog.declared import load_declared
+from llmgw.catalog.core import (
+    apply_change,
+    check_catalog,
+    check_editable,
+    check_model,
+    check_removable,
+    files_to_purge,
+    tally_purge,
+)
+from llmgw.catalog.declared import declared_changes, load_declared
+from llmgw.catalog.store import ModelStore
 from llmgw.proto import (
     BUCKETS,
-    CatalogRecord,
     Empty,
-    FilePlace,
-    Model,
     ModelChange,
     ModelEntry,
     ModelList,
@@ -42,10 +41,13 @@ from llmgw.proto import (
     ModelRef,
     PurgeReport,
     ReplicaState,
-    Subjects,
     WeightsDelete,
     WeightsDeleted,
+    agent,
+    catalog,
+    mirror,
 )
+from llmgw.proto.catalog import SetAliases
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -64,7 +66,7 @@ class CatalogConfig(BusConfig, kw_only=True):
 
 
 class Catalog:
-    """Owns the catalog bucket: the only writer of it."""
+    """Serves the catalog's endpoints over its store (the bucket) and the rules of its core."""
 
     name = "catalog"
     version = "0.1.0"
@@ -72,132 +74,88 @@ class Catalog:
 
     def __init__(self, config: CatalogConfig) -> None:
         self.config = config
-        self.kv: KeyValue | None = None
+        self.store: ModelStore | None = None
         self.replicas: KvTable[ReplicaState] | None = None
         self.ctx: Context | None = None
 
     async def start(self, ctx: Context) -> None:
+        """Open the bucket, write the declared models, then answer."""
         self.ctx = ctx
-        self.kv = await kv_bucket(ctx.js, BUCKETS["catalog"], history=self.config.history)
+        kv = await kv_bucket(ctx.js, BUCKETS["catalog"], history=self.config.history)
+        self.store = ModelStore(kv, ctx.nc, ctx.log)
         if self.config.declared:
             await self._write_declared(Path(self.config.declared))
-        await ctx.endpoint("model-put", Subjects.CATALOG_MODEL_PUT, ModelPut, self.put)
-        await ctx.endpoint("model-get", Subjects.CATALOG_MODEL_GET, ModelRef, self.get)
-        await ctx.endpoint("model-list", Subjects.CATALOG_MODEL_LIST, Empty, self.list)
-        await ctx.endpoint("model-remove", Subjects.CATALOG_MODEL_REMOVE, ModelRef, self.remove)
-        await ctx.endpoint("model-change", Subjects.CATALOG_MODEL_CHANGE, ModelChange, self.change)
-        await ctx.endpoint("model-purge", Subjects.CATALOG_MODEL_PURGE, ModelPurge, self.purge)
         self.replicas = await KvTable.open(ctx.js, BUCKETS["replicas"], ReplicaState)
+        await ctx.serve(catalog.MODEL_PUT, self.put)
+        await ctx.serve(catalog.MODEL_GET, self.get)
+        await ctx.serve(catalog.MODEL_LIST, self.list)
+        await ctx.serve(catalog.MODEL_REMOVE, self.remove)
+        await ctx.serve(catalog.MODEL_CHANGE, self.change)
+        await ctx.serve(catalog.MODEL_PURGE, self.purge)
 
     async def stop(self) -> None:
+        """Stop watching the replicas."""
         if self.replicas:
             self.replicas.stop()
 
     def ready(self) -> bool:
-        return self.kv is not None
-
-    # -- reading --------------------------------------------------------------------------
-    async def _entry(self, name: str) -> ModelEntry:
-        try:
-            got = await self.kv.get(name)
-        except (KeyNotFoundError, KeyDeletedError):
-            raise NotFound(f"model '{name}' is not in the catalog; `llmgw ctl model list` shows what is") from None
-        record = msgspec.json.decode(got.value, type=CatalogRecord)
-        return ModelEntry(
-            model=record.model, revision=got.revision, changed_by=record.changed_by, declared_in=record.declared_in
-        )
-
-    async def _maybe(self, name: str) -> ModelEntry | None:
-        try:
-            return await self._entry(name)
-        except NotFound:
-            return None
-
-    async def _all(self) -> dict[str, ModelEntry]:
-        entries = {}
-        for key in await kv_keys(self.kv):
-            try:
-                entries[key] = await self._entry(key)
-            except NotFound:
-                continue  # removed between keys() and get()
-        return entries
+        """Ready once the bucket is open."""
+        return self.store is not None
 
     async def get(self, ref: ModelRef) -> ModelEntry:
-        return await self._entry(ref.name)
+        """One model with its revision."""
+        return await self.store.entry(ref.name)
 
     async def list(self, _: Empty) -> ModelList:
-        return ModelList(models=sorted((await self._all()).values(), key=lambda e: e.model.name))
-
-    # -- changing -------------------------------------------------------------------------
-    @staticmethod
-    def _editable(entry: ModelEntry) -> None:
-        if entry.declared_in:
-            raise BadRequest(
-                f"model '{entry.model.name}' is declared in {entry.declared_in}; "
-                "change it there and restart the catalog"
-            )
+        """Every model, by name."""
+        return ModelList(models=sorted((await self.store.all()).values(), key=lambda e: e.model.name))
 
     async def put(self, req: ModelPut) -> ModelEntry:
+        """Create or replace a model, checked alone and against the rest of the catalog."""
         check_model(req.model)
-        current = await self._maybe(req.model.name)  # read directly: the listing is for the others
+        current = await self.store.maybe(req.model.name)
         if current:
-            self._editable(current)
-        others = await self._all()
-        check_catalog(req.model, {n: e.model for n, e in others.items() if n != req.model.name})
+            check_editable(current)
+        check_catalog(req.model, await self.store.others(req.model.name))
         expected = req.revision if req.revision is not None else (current.revision if current else 0)
-        return await self._write(req.model, expected, req.by, "put")
+        return await self.store.write(req.model, expected, req.by, "put")
 
     async def change(self, req: ModelChange) -> ModelEntry:
-        entry = await self._entry(req.name)
-        self._editable(entry)
-        if req.revision is not None and req.revision != entry.revision:
-            raise Conflict(f"model '{req.name}' is at revision {entry.revision}, not {req.revision}: get it again")
+        """Apply an operator's change (the core says what it makes of the model)."""
+        entry = await self.store.entry(req.name)
+        check_editable(entry, req.revision)
         changed = apply_change(entry.model, req)
-        if req.action == "alias":
-            others = {n: e.model for n, e in (await self._all()).items() if n != req.name}
-            check_catalog(changed, others)
-        return await self._write(changed, entry.revision, req.by, req.action)
+        if isinstance(req, SetAliases):
+            check_catalog(changed, await self.store.others(req.name))
+        action = type(req).__struct_config__.tag
+        return await self.store.write(changed, entry.revision, req.by, action)
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
-        entry = await self._entry(ref.name)
-        self._editable(entry)
-        leaning = sorted(n for n, e in (await self._all()).items() if n != ref.name and ref.name in e.model.fallbacks)
-        if leaning:
-            raise BadRequest(
-                f"model '{ref.name}' is a fallback of {', '.join(leaning)}; remove it from their fallbacks first"
-            )
-        try:
-            await self.kv.delete(ref.name, last=entry.revision)
-        except KeyWrongLastSequenceError:
-            raise Conflict(f"model '{ref.name}' changed while being removed: try again") from None
-        await self.ctx.nc.publish(Subjects.model_event(ref.name), b"")
-        self.ctx.log.info("model removed", model=ref.name)
+        """Remove a model no other falls back to; its replicas stop, its files stay."""
+        entry = await self.store.entry(ref.name)
+        check_editable(entry)
+        check_removable(ref.name, await self.store.others(ref.name))
+        await self.store.delete(entry)
         return entry
 
     async def purge(self, req: ModelPurge) -> PurgeReport:
         """Remove the model, wait for its replicas to stop, then delete its files where no other model needs them."""
         entry = await self.remove(ModelRef(name=req.name))
-        report = PurgeReport(entry=entry)
-        sources, report.kept = files_to_purge(entry.model, {n: e.model for n, e in (await self._all()).items()})
+        sources, kept = files_to_purge(entry.model, await self.store.others(req.name))
         if not sources:
-            return report
+            return tally_purge(entry, sources, kept, [])
         deadline = time.monotonic() + self.config.purge_wait_s
         while time.monotonic() < deadline and any(r.model == req.name for r in self.replicas.items.values()):
             await asyncio.sleep(0.2)
         ask = WeightsDelete(sources=sources)
-        answers: list[WeightsDeleted | BusError] = await gather(
-            self.ctx.nc, Subjects.AGENT_WEIGHTS_DELETE, ask, WeightsDeleted, self.config.purge_gather_s
+        answers: list[WeightsDeleted | BusError] = await call_all(
+            self.ctx.nc, agent.WEIGHTS_DELETE, ask, window_s=self.config.purge_gather_s
         )
         try:
-            answers.append(await request(self.ctx.nc, Subjects.MIRROR_FILE_DELETE, ask, WeightsDeleted))
+            answers.append(await call(self.ctx.nc, mirror.FILE_DELETE, ask))
         except BusError as exc:
             answers.append(exc)
-        for answer in answers:
-            if isinstance(answer, BusError):
-                report.kept.extend(FilePlace(source=s, where="unknown", why=answer.message) for s in sources)
-                continue
-            report.deleted.extend(FilePlace(source=s, where=answer.where) for s in answer.deleted)
-            report.kept.extend(answer.kept)
+        report = tally_purge(entry, sources, kept, answers)
         self.ctx.log.info(
             "model purged",
             model=req.name,
@@ -206,46 +164,17 @@ class Catalog:
         )
         return report
 
-    async def _write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
-        """Compare-and-set `model` over revision `expected` (0: must not exist), then publish the event."""
-        name, by = model.name, by or "unknown"
-        stored = msgspec.json.encode(
-            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in)
-        )
-        try:
-            revision = await (
-                self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected)
-            )
-        except KeyWrongLastSequenceError:
-            if expected == 0:
-                raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
-            raise Conflict(
-                f"model '{name}' changed since revision {expected}: get it again and reapply your change"
-            ) from None
-        await self.ctx.nc.publish(Subjects.model_event(name), stored)
-        self.ctx.log.info("model changed", model=name, action=action, revision=revision, by=by)
-        return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)
-
     async def _write_declared(self, path: Path) -> None:
         """The file is the truth for its models: written over what the bucket had, and dropped when gone from it."""
         try:
             text = path.read_bytes()
         except OSError as exc:
             raise BadRequest(f"declared models file {path}: {exc.strerror}") from None
-        declared = {m.name: m for m in load_declared(text, str(path))}
-        entries = await self._all()
-        known = {n: e.model for n, e in entries.items() if not e.declared_in} | declared
-        for model in declared.values():
-            check_catalog(model, {n: m for n, m in known.items() if n != model.name})
-        for name, model in declared.items():
-            current = entries.get(name)
-            if current and (current.model, current.declared_in) == (model, str(path)):
-                continue
-            await self._write(model, current.revision if current else 0, f"declared in {path}", "declare", str(path))
-        for name, entry in entries.items():
-            if entry.declared_in == str(path) and name not in declared:
-                await self.kv.delete(name, last=entry.revision)
-                self.ctx.log.info("declared model removed", model=name, file=str(path))
+        writes, gone = declared_changes(load_declared(text, str(path)), await self.store.all(), str(path))
+        for model, revision in writes:
+            await self.store.write(model, revision, f"declared in {path}", "declare", str(path))
+        for entry in gone:
+            await self.store.delete(entry)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,86 @@
+"""The catalog bucket: reads, compare-and-set writes and removals, each announced as evt.model.<name>."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from llmgw.bus import Conflict, NotFound, kv_keys
+from llmgw.proto import CatalogRecord, Model, ModelEntry, catalog
+
+__all__ = ["ModelStore"]
+
+
+class ModelStore:
+    """Owns the catalog bucket (the catalog is its only writer) and the event of each change."""
+
+    def __init__(self, kv: KeyValue, nc: Client, log) -> None:
+        self.kv = kv
+        self.nc = nc
+        self.log = log
+
+    async def entry(self, name: str) -> ModelEntry:
+        """The model called `name` with its revision; NotFound when the catalog has none."""
+        try:
+            got = await self.kv.get(name)
+        except (KeyNotFoundError, KeyDeletedError):
+            raise NotFound(f"model '{name}' is not in the catalog; `llmgw ctl models` shows what is") from None
+        record = msgspec.json.decode(got.value, type=CatalogRecord)
+        return ModelEntry(
+            model=record.model, revision=got.revision, changed_by=record.changed_by, declared_in=record.declared_in
+        )
+
+    async def maybe(self, name: str) -> ModelEntry | None:
+        """The model called `name`, or None."""
+        try:
+            return await self.entry(name)
+        except NotFound:
+            return None
+
+    async def all(self) -> dict[str, ModelEntry]:
+        """Every model by name."""
+        entries = {}
+        for key in await kv_keys(self.kv):
+            try:
+                entries[key] = await self.entry(key)
+            except NotFound:
+                continue  # removed between keys() and get()
+        return entries
+
+    async def others(self, name: str) -> dict[str, Model]:
+        """Every model but `name`, by name: what a change to `name` is checked against."""
+        return {n: e.model for n, e in (await self.all()).items() if n != name}
+
+    async def write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
+        """Compare-and-set `model` over revision `expected` (0: must not exist), then announce it."""
+        name, by = model.name, by or "unknown"
+        stored = msgspec.json.encode(
+            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in)
+        )
+        try:
+            revision = await (
+                self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected)
+            )
+        except KeyWrongLastSequenceError:
+            if expected == 0:
+                raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
+            raise Conflict(
+                f"model '{name}' changed since revision {expected}: get it again and reapply your change"
+            ) from None
+        await self.nc.publish(catalog.MODEL_CHANGED.subject(name), stored)
+        self.log.info("model changed", model=name, action=action, revision=revision, by=by)
+        return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)
+
+    async def delete(self, entry: ModelEntry) -> None:
+        """Remove the model at exactly `entry`'s revision, then announce it (an empty event)."""
+        name = entry.model.name
+        try:
+            await self.kv.delete(name, last=entry.revision)
+        except KeyWrongLastSequenceError:
+            raise Conflict(f"model '{name}' changed while being removed: try again") from None
+        await self.nc.publish(catalog.MODEL_CHANGED.subject(name), b"")
+        self.log.info("model removed", model=name)
