@@ -19,7 +19,7 @@ import pytest
 
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import BusError, request
+from llmgw.bus import BusError, call
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import (
@@ -27,13 +27,14 @@ from llmgw.proto import (
     FileRef,
     Model,
     Profile,
+    ReplicaReport,
+    ReplicaSpec,
     ReplicaStart,
-    ReplicaState,
     ReplicaStop,
-    Subjects,
     Worker,
     WorkerStart,
 )
+from llmgw.proto import agent as agent_api
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "services" / "agent" / "tests"))
 from fake_nvml import FakeCard, FakeNvml  # noqa: E402
@@ -59,26 +60,26 @@ async def node(serve, nc, tmp_path):
         ports="21000-21099",
     )
     agent = Agent(config)
-    agent.nvml = FakeNvml([FakeCard(), FakeCard()])
+    agent.facts.nvml = FakeNvml([FakeCard(), FakeCard()])
     await serve(agent, config)
     return agent, mirror
 
 
-async def start(nc, rid, model, profile, gpus=()):
-    replica = ReplicaState(id=rid, model=model.name, profile=profile.name, node="a", api_key="secret", gpus=list(gpus))
-    return await request(
-        nc, Subjects.agent_replica_start("a"), ReplicaStart(replica=replica, model=model, profile=profile), ReplicaState
+async def start(nc, rid, model, profile, gpus=(), key="secret"):
+    replica = ReplicaSpec(id=rid, model=model.name, profile=profile.name, node="a", api_key=key, gpus=list(gpus))
+    return await call(
+        nc, agent_api.REPLICA_START, ReplicaStart(replica=replica, model=model, profile=profile), node="a"
     )
 
 
 async def until(agent, rid, *states, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = agent.replicas[rid].state
-        if state.state in states:
-            return state
+        report = agent.replicas.runs[rid].report
+        if report.state in states:
+            return report
         await asyncio.sleep(0.1)
-    raise AssertionError(f"replica {rid} stayed {agent.replicas[rid].state.state}")
+    raise AssertionError(f"replica {rid} stayed {agent.replicas.runs[rid].report.state}")
 
 
 async def test_a_vllm_stand_in_gets_its_cards_tensor_parallel_and_kv_events(node, nc, tmp_path, monkeypatch):
@@ -123,7 +124,7 @@ async def test_an_engine_that_dies_is_reported_failed_with_its_status_and_last_l
     agent, _ = node
     await start(nc, "k1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
     await until(agent, "k1", "ready")
-    os.kill(agent.replicas["k1"].proc.pid, signal.SIGKILL)
+    os.kill(agent.replicas.runs["k1"].child.pid, signal.SIGKILL)
     failed = await until(agent, "k1", "failed")
     assert failed.error == "engine exited with status -9" and failed.log_tail
 
@@ -136,8 +137,33 @@ async def test_two_replicas_never_share_a_port_and_a_stop_frees_it(node, nc):
     one, two = await until(agent, "p1", "ready"), await until(agent, "p2", "ready")
     assert one.url != two.url
     assert agent.weights.fetches == 1  # one model, fetched once for both
-    stopped = await request(nc, Subjects.agent_replica_stop("a"), ReplicaStop(id="p1"), ReplicaState)
-    assert stopped.state == "stopped" and "p1" not in agent.replicas
+    stopped = await call(nc, agent_api.REPLICA_STOP, ReplicaStop(id="p1"), node="a")
+    assert stopped.state == "stopped" and "p1" not in agent.replicas.runs
+
+
+async def test_the_engines_key_never_leaves_the_node_in_a_report_an_event_a_log_or_its_last_lines(
+    node, nc, tmp_path, monkeypatch, capfd
+):
+    agent, _ = node
+    key = "k3y-0f-replica-x1"
+    monkeypatch.setenv("VLLM_STANDIN_EXIT", "1")  # it prints its arguments (the key among them), serves, dies
+    events = await nc.subscribe(agent_api.REPLICA_CHANGED.all)
+    reply = await start(nc, "x1", Model(name="m", source=SOURCE), Profile(name="gpu", engine="vllm", gpus=1), key=key)
+    failed = await until(agent, "x1", "failed")
+    assert failed.error == "engine exited with status 1"
+    assert any(line.startswith("non-default args:") and "***" in line for line in failed.log_tail)
+    said = [reply, failed, *agent.replicas.reports()]
+    assert all(isinstance(r, ReplicaReport) and key not in msgspec.json.encode(r).decode() for r in said)
+    published = []
+    while True:
+        try:
+            published.append((await events.next_msg(timeout=0.5)).data.decode())
+        except TimeoutError:
+            break
+    assert len(published) >= 3 and all(key not in data for data in published)  # fetching, starting, ready, failed
+    assert key not in (tmp_path / "a" / "agent" / "logs" / "x1.log").read_text()
+    out, err = capfd.readouterr()
+    assert "starting engine" in out + err and key not in out + err
 
 
 @pytest.fixture
@@ -195,26 +221,6 @@ async def test_a_full_disk_while_fetching_fails_with_that_reason_and_removes_the
         with pytest.raises(FetchError, match="is full while fetching"):
             await cache.fetch(info)
     assert not dest.with_name(f".{dest.name}.part").exists() and not dest.exists()
-
-
-def test_a_restarted_agent_ends_the_engines_a_previous_one_left_but_not_a_stranger(tmp_path):
-    import subprocess
-
-    from llmgw.agent.service import end_leftovers
-
-    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (tmp_path / "r1.json").write_text(
-        json.dumps({"replica": "r1", "model": "m", "pid": left.pid, "started": time.time()})
-    )
-    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # the pid was reused since the note
-    (tmp_path / "r2.json").write_text(json.dumps({"replica": "r2", "pid": stranger.pid, "started": 1.0}))
-    try:
-        assert end_leftovers(tmp_path) == [{"replica": "r1", "model": "m", "pid": left.pid}]
-        assert left.wait(5) == -signal.SIGKILL and stranger.poll() is None
-        assert list(tmp_path.iterdir()) == []
-    finally:
-        stranger.kill()
-        stranger.wait()
 
 
 async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_server, tmp_path):
@@ -288,15 +294,15 @@ async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_wh
     agent.config.heartbeat_s = 0.3
     await start(nc, "n1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
     await until(agent, "n1", "ready")
-    pid = agent.replicas["n1"].proc.pid
+    pid = agent.replicas.runs["n1"].child.pid
     nats_server.stop()
     await asyncio.sleep(1.5)
-    assert agent.replicas["n1"].proc.returncode is None  # the engine does not care
+    assert agent.replicas.runs["n1"].child.proc.returncode is None  # the engine does not care
     back = start_nats_server(tmp_path / "nats", port=nats_server.port)
     nats_server.process = back.process  # stopped by the fixture, after the agent
     if True:
         watcher = await connect(back.url, "watcher")
-        sub = await watcher.subscribe(Subjects.heartbeat("a"))
+        sub = await watcher.subscribe(agent_api.HEARTBEAT.subject("a"))
         beat = None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -308,25 +314,21 @@ async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_wh
             break
         assert beat is not None, "the agent never came back"
         assert [(r.id, r.state) for r in beat.replicas] == [("n1", "ready")]
-        assert agent.replicas["n1"].proc.pid == pid and SOURCE in beat.weights
+        assert agent.replicas.runs["n1"].child.pid == pid and SOURCE in beat.weights
         await watcher.close()
 
 
 async def test_a_worker_asked_of_the_wrong_node_or_of_a_node_without_rpc_is_refused_saying_why(node, nc):
     agent, _ = node
     model, profile = Model(name="m", source=SOURCE, context=512), Profile(name="rpc", nodes=2)
-    elsewhere = ReplicaState(id="w1", model="m", profile="rpc", node="b", workers=[Worker(node="c")])
+    elsewhere = ReplicaSpec(id="w1", model="m", profile="rpc", node="b", workers=[Worker(node="c")])
     with pytest.raises(BusError, match="replica w1 has no worker on node 'a' \\(its workers: c\\)"):
-        await request(
-            nc, Subjects.agent_worker_start("a"), WorkerStart(replica=elsewhere, model=model, profile=profile), Worker
-        )
-    agent.rpc_binary = "/nonexistent/ggml-rpc-server"
+        await call(nc, agent_api.WORKER_START, WorkerStart(replica=elsewhere, model=model, profile=profile), node="a")
+    agent.llamacpp.rpc_server = "/nonexistent/ggml-rpc-server"
     here = msgspec.structs.replace(elsewhere, workers=[Worker(node="a")])
     with pytest.raises(BusError, match="has no llama.cpp RPC worker at /nonexistent/ggml-rpc-server"):
-        await request(
-            nc, Subjects.agent_worker_start("a"), WorkerStart(replica=here, model=model, profile=profile), Worker
-        )
-    assert agent.workers == {}  # nothing left half-started
+        await call(nc, agent_api.WORKER_START, WorkerStart(replica=here, model=model, profile=profile), node="a")
+    assert agent.workers.starts == {}  # nothing left half-started
 
 
 async def test_a_worker_that_dies_at_start_says_so_with_its_last_words(node, nc, tmp_path):
@@ -334,13 +336,13 @@ async def test_a_worker_that_dies_at_start_says_so_with_its_last_words(node, nc,
     dying = tmp_path / "ggml-rpc-server"
     dying.write_text("#!/bin/sh\necho 'cannot bind: address in use'\nexit 3\n")
     dying.chmod(0o755)
-    agent.rpc_binary = str(dying)
-    replica = ReplicaState(id="w2", model="m", profile="rpc", node="b", workers=[Worker(node="a")])
+    agent.llamacpp.rpc_server = str(dying)
+    replica = ReplicaSpec(id="w2", model="m", profile="rpc", node="b", workers=[Worker(node="a")])
     with pytest.raises(BusError, match="exited at start with status 3; it printed: cannot bind: address in use"):
-        await request(
+        await call(
             nc,
-            Subjects.agent_worker_start("a"),
+            agent_api.WORKER_START,
             WorkerStart(replica=replica, model=Model(name="m", source=SOURCE), profile=Profile(name="rpc", nodes=2)),
-            Worker,
+            node="a",
         )
-    assert agent.workers == {}
+    assert agent.workers.starts == {}

@@ -13,8 +13,9 @@ prefix cache for the router's tests, speaking vLLM's wire formats:
 - POST /standin/store publishes a prompt's blocks as stored without answering it, and
   POST /standin/clear publishes AllBlocksCleared; GET /standin/stats says how many it served.
 
-`--version` prints a version; VLLM_STANDIN_RECORD names the file the argv and env go to;
-VLLM_STANDIN_EXIT makes it exit with that status after answering health once.
+`--version` prints a version; it prints its arguments at start, as vLLM does (its key among
+them); VLLM_STANDIN_RECORD names the file the argv and env go to; VLLM_STANDIN_EXIT makes it
+exit with that status after answering health once.
 """
 
 import hashlib
@@ -44,6 +45,7 @@ if record:
             },
             f,
         )
+print(f"non-default args: {sys.argv[1:]}", flush=True)
 port = int(arg("--port"))
 exit_after = os.environ.get("VLLM_STANDIN_EXIT")
 max_model_len = int(arg("--max-model-len", "4096"))

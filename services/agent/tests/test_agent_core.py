@@ -1,12 +1,23 @@
-"""The agent's pure parts: cards and ports a replica gets, and the engines' command lines."""
+"""The agent's pure parts: cards and ports a replica gets, the engines' command lines, which cached
+weights may go, and the engine's key hidden."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from llmgw.agent.core import launch, parse_ports, pick_cards, pick_port, worker_launch
-from llmgw.proto import GpuInfo, Model, Profile
+from llmgw.agent.core import (
+    EngineSetup,
+    cards_for,
+    collect,
+    delete,
+    launch,
+    parse_ports,
+    pick_port,
+    redact,
+    worker_launch,
+)
+from llmgw.proto import FilePlace, GpuInfo, Model, Profile
 
 MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
 
@@ -24,6 +35,24 @@ def card(i, cls="h100-80g", foreign=0, peers=(), cc="9.0"):
     )
 
 
+def pick_cards(profile, gpus, taken):
+    """The cards the agent gives a replica the scheduler chose none for (modelplan.choose_cards)."""
+    return cards_for(profile, [], gpus, taken)
+
+
+def setup(binary="llama-server", weights="/c/m.gguf", port=9000, model=MODEL, profile=None, key="K", cpus=8, **more):
+    return EngineSetup(
+        binary=binary,
+        weights=Path(weights),
+        port=port,
+        model=model,
+        profile=profile or Profile(),
+        api_key=key,
+        node_cpus=cpus,
+        **more,
+    )
+
+
 def test_cards_below_the_profiles_compute_capability_are_not_picked():
     got = pick_cards(Profile(gpus=1, min_compute="8.9"), [card(0, "a100-80g", cc="8.0"), card(1, cc="9.0")], set())
     assert [g.uuid for g in got] == ["GPU-1"]
@@ -32,9 +61,7 @@ def test_cards_below_the_profiles_compute_capability_are_not_picked():
 
 
 def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
-    how = launch(
-        "llama-server", Path("/c/m.gguf"), 9000, MODEL, Profile(slots=3, args=["--flash-attn", "on"]), "KEY", 4, []
-    )
+    how = launch(setup(profile=Profile(slots=3, args=["--flash-attn", "on"]), key="KEY", cpus=4))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-c"] == "2048" and pairs["-np"] == "3" and pairs["-ngl"] == "0"
     assert pairs["--port"] == "9000" and pairs["--api-key"] == "KEY" and pairs["--threads"] == "2"
@@ -42,49 +69,19 @@ def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
 
 
 def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
-    how = launch(
-        "llama-server",
-        Path("/c/m.gguf"),
-        9000,
-        MODEL,
-        Profile(name="gpu", gpus=2, env={"X": "1"}),
-        "K",
-        8,
-        [card(0), card(3)],
-    )
+    how = launch(setup(profile=Profile(name="gpu", gpus=2, env={"X": "1"}), cards=[card(0), card(3)]))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
     assert how.env == {"X": "1", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
 
 
 def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():
-    how = launch(
-        "llama-server",
-        Path("/c/m.gguf"),
-        9000,
-        MODEL,
-        Profile(nodes=3),
-        "K",
-        8,
-        [],
-        host="10.0.0.5",
-        rpc=["10.0.0.6:20000", "10.0.0.7:20000"],
-        layers=32,
-    )
+    how = launch(setup(profile=Profile(nodes=3), host="10.0.0.5", rpc=["10.0.0.6:20000", "10.0.0.7:20000"], layers=32))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["--host"] == "10.0.0.5" and pairs["--rpc"] == "10.0.0.6:20000,10.0.0.7:20000"
     assert pairs["-ngl"] == "22"  # 10 of 32 layers stay here, 22 go to the two workers
     on_cards = launch(
-        "llama-server",
-        Path("/c/m.gguf"),
-        9000,
-        MODEL,
-        Profile(gpus=2, nodes=2),
-        "K",
-        8,
-        [card(0), card(1)],
-        rpc=["10.0.0.6:20000"],
-        layers=32,
+        setup(profile=Profile(gpus=2, nodes=2), cards=[card(0), card(1)], rpc=["10.0.0.6:20000"], layers=32)
     )
     assert "--tensor-split" not in on_cards.argv  # split over every card, local and remote, by free memory
     assert on_cards.argv[on_cards.argv.index("-ngl") + 1] == "999"
@@ -101,7 +98,10 @@ def test_a_worker_serves_its_cards_or_its_cpu_threads_on_the_nodes_address():
 def test_vllm_gets_tensor_parallel_a_pool_the_context_and_portable_kv_events():
     model = Model(name="big", source="o/r/config.json", context=32768)
     profile = Profile(name="gpu", engine="vllm", gpus=4, tensor_parallel=2, slots=64)
-    how = launch("vllm", Path("/c/o/r/config.json"), 9000, model, profile, "K", 64, [card(i) for i in range(4)], 9001)
+    cards = [card(i) for i in range(4)]
+    how = launch(
+        setup("vllm", "/c/o/r/config.json", model=model, profile=profile, cpus=64, cards=cards, kv_events_port=9001)
+    )
     assert how.argv[:3] == ["vllm", "serve", "/c/o/r"]
     pairs = {flag: how.argv[i + 1] for i, flag in enumerate(how.argv[:-1]) if flag.startswith("--")}
     assert "--enable-prefix-caching" in how.argv
@@ -144,3 +144,43 @@ def test_ports_come_from_the_range_never_twice_and_an_exhausted_range_says_so():
     for bad in ("lots", "80-90", "30000-20000"):
         with pytest.raises(ValueError):
             parse_ports(bad)
+
+
+def test_the_cards_the_scheduler_chose_are_given_if_all_are_here_and_free_else_refused_saying_what_is_free():
+    gpus = [card(0), card(1), card(2)]
+    assert [g.uuid for g in cards_for(Profile(gpus=2), ["GPU-2", "GPU-0"], gpus, set())] == ["GPU-0", "GPU-2"]
+    with pytest.raises(
+        ValueError, match="the cards GPU-1, GPU-7 are not all here and free \\(free here: GPU-0, GPU-2\\)"
+    ):
+        cards_for(Profile(gpus=2), ["GPU-1", "GPU-7"], gpus, {"GPU-1"})
+
+
+def test_a_card_crowded_by_foreign_processes_is_not_given_out():
+    gpus = [card(0, foreign=1024), card(1, foreign=1023)]
+    assert [g.uuid for g in pick_cards(Profile(gpus=1), gpus, set())] == ["GPU-1"]
+
+
+CACHE = {Path("/c/aa"): ["o/r/a.gguf"], Path("/c/bb"): ["o/r/b.gguf", "o/s/b.gguf"], Path("/c/cc"): ["o/r/c.gguf"]}
+
+
+def test_a_deletion_keeps_a_file_a_replica_runs_on_or_another_source_still_is_and_says_why():
+    plan = delete(CACHE, ["o/r/a.gguf", "o/r/b.gguf", "o/r/c.gguf"], {"r1": "o/r/c.gguf"}, "a")
+    assert plan.folders == [Path("/c/aa")] and plan.answer.deleted == ["o/r/a.gguf"]
+    assert plan.answer.kept == [
+        FilePlace(source="o/r/b.gguf", where="a", why="the same file is also o/s/b.gguf"),
+        FilePlace(source="o/r/c.gguf", where="a", why="replica r1 runs on it"),
+    ]
+    both = delete(CACHE, ["o/r/b.gguf", "o/s/b.gguf"], {}, "a")
+    assert both.folders == [Path("/c/bb")] and both.answer.deleted == ["o/r/b.gguf", "o/s/b.gguf"]
+
+
+def test_collecting_deletes_what_no_model_uses_and_no_replica_runs_on():
+    plan = collect({**CACHE, Path("/c/dd"): []}, ["o/s/b.gguf"], {"r1": "o/r/c.gguf"}, "a")
+    assert plan.folders == [Path("/c/aa"), Path("/c/dd")]
+    assert plan.answer.deleted == ["o/r/a.gguf", "dd"] and plan.answer.where == "a"
+
+
+def test_the_engines_key_is_hidden_wherever_it_appears():
+    line = "non-default args: {'api_key': ['s3cret'], 'port': 9000} s3cret"
+    assert redact(line, ["s3cret"]) == "non-default args: {'api_key': ['***'], 'port': 9000} ***"
+    assert redact("nothing to hide", [""]) == "nothing to hide"

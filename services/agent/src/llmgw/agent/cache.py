@@ -38,6 +38,7 @@ class WeightsCache:
         """Files actually downloaded (not found in the cache) since start."""
 
     def path_for(self, info: FileInfo) -> Path:
+        """Where the file of `info` is (or will be) kept."""
         return self.root / info.sha256 / info.source.rsplit("/", 1)[-1]
 
     async def fetch(self, info: FileInfo) -> Path:

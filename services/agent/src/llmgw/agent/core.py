@@ -1,28 +1,69 @@
-"""The agent's rules, without I/O: which cards and port a replica gets, and the engine's command line."""
+"""The agent's rules, without I/O: the cards and port a replica gets, the command lines of its
+engine and workers, which cached weights may go, and what never leaves the node (the engine's key)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
-from llmgw.modelplan import cpu_threads
-from llmgw.proto import GpuInfo, Model, Profile, card_fits
+from llmgw.modelplan import choose_cards, cpu_threads
+from llmgw.proto import FilePlace, GpuInfo, Model, Profile, WeightsDeleted
 
-__all__ = ["FOREIGN_LIMIT_MB", "Launch", "launch", "parse_ports", "pick_cards", "pick_port", "worker_launch"]
+__all__ = [
+    "Deletion",
+    "EngineSetup",
+    "Launch",
+    "cards_for",
+    "collect",
+    "delete",
+    "launch",
+    "parse_ports",
+    "pick_port",
+    "redact",
+    "worker_launch",
+]
 
-FOREIGN_LIMIT_MB = 1024
-"""A card holding more than this for processes that are not ours is not free."""
 VLLM_MEMORY_UTILISATION = 0.9
+HIDDEN = "***"
+"""What a secret reads as in logs, reports and events."""
 
 
 class Launch(msgspec.Struct, kw_only=True):
-    """How an engine is started: its arguments and the environment it gets besides the agent's."""
+    """How a child process is started: its arguments and the environment it gets besides the agent's."""
 
     argv: list[str]
     env: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSetup:
+    """What an engine of one replica is started with."""
+
+    binary: str
+    """The engine's program (llama-server, or vLLM's command)."""
+    weights: Path
+    """The model file in this node's cache."""
+    port: int
+    model: Model
+    profile: Profile
+    api_key: str
+    """The key the engine demands (never logged: see `redact`)."""
+    node_cpus: int
+    """Logical CPUs of this node (the profile's threads are a share of them)."""
+    cards: list[GpuInfo] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    """Where it listens (the node's address on the cluster network)."""
+    kv_events_port: int = 0
+    """vLLM: where it publishes its KV events; 0: none."""
+    rpc: list[str] = field(default_factory=list)
+    """Across nodes: the workers' host:port."""
+    layers: int = 0
+    """Across nodes on the CPU: the model's layer count (this node keeps its share)."""
 
 
 def parse_ports(text: str) -> range:
@@ -47,50 +88,27 @@ def pick_port(ports: range, taken: set[int], bindable: Callable[[int], bool]) ->
     )
 
 
-def pick_cards(profile: Profile, gpus: list[GpuInfo], taken: set[str]) -> list[GpuInfo]:
-    """The cards a replica of `profile` runs on: free ones of its class (any class, if it names none),
-    all of one class. A ValueError says what the node lacks."""
-    if profile.gpus == 0:
-        return []
-    free = [
-        g
-        for g in gpus
-        if g.uuid not in taken and g.memory_foreign_mb < FOREIGN_LIMIT_MB and card_fits(profile, g) is None
-    ]
-    by_class: dict[str, list[GpuInfo]] = {}
-    for g in free:
-        by_class.setdefault(g.cls, []).append(g)
-    for cards in by_class.values():
-        if len(cards) >= profile.gpus:
-            linked = sorted(cards, key=lambda g: -len(set(g.nvlink_peers) & {c.uuid for c in cards}))
-            return sorted(linked[: profile.gpus], key=lambda g: (g.index, g.uuid))
-    wanted = f"class {profile.gpu_class}" if profile.gpu_class else "one class"
-    have = ", ".join(f"{len(c)} {k}" for k, c in sorted(by_class.items())) or "none"
-    raise ValueError(
-        f"profile '{profile.name}' needs {profile.gpus} free cards of {wanted}; this node has {have} free "
-        f"of {len(gpus)} cards"
-    )
+def cards_for(profile: Profile, chosen: list[str], here: list[GpuInfo], taken: set[str]) -> list[GpuInfo]:
+    """The cards `chosen` by the scheduler if all are here and free, else free ones for `profile`
+    (`llmgw.modelplan.choose_cards`). A ValueError says what is missing."""
+    if not chosen:
+        return choose_cards(profile, here, taken)
+    cards = [g for g in here if g.uuid in chosen and g.uuid not in taken]
+    if len(cards) != len(chosen):
+        free = ", ".join(g.uuid for g in here if g.uuid not in taken) or "none"
+        raise ValueError(f"the cards {', '.join(chosen)} are not all here and free (free here: {free})")
+    return cards
 
 
-def _tensor_split(cards: list[GpuInfo]) -> str:
-    return ",".join(str(g.memory_total_mb) for g in cards)
+def _cards_env(profile: Profile, cards: list[GpuInfo]) -> dict[str, str]:
+    env = dict(profile.env)
+    if cards:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
+    return env
 
 
-def launch(
-    engine_binary: str,
-    weights: Path,
-    port: int,
-    model: Model,
-    profile: Profile,
-    api_key: str,
-    node_cpus: int,
-    cards: list[GpuInfo],
-    kv_events_port: int = 0,
-    host: str = "127.0.0.1",
-    rpc: list[str] | None = None,
-    layers: int = 0,
-) -> Launch:
-    """The engine's command line and environment for one replica, listening on `host`.
+def launch(setup: EngineSetup) -> Launch:
+    """The engine's command line and environment for one replica, listening on `setup.host`.
 
     llama-server: always explicit -c, -np and -ngl; on cards, every layer there and split by the
     cards' memory. Across nodes (`rpc`: the workers' host:port), the layers go to the workers as
@@ -100,82 +118,94 @@ def launch(
     events over ZMQ with a fixed PYTHONHASHSEED and portable block hashes, so the router can
     match prefixes.
     """
-    env = dict(profile.env)
-    if cards:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
-    if profile.engine == "vllm":
-        served = weights if weights.suffix == ".gguf" else weights.parent
-        argv = [
-            engine_binary,
-            "serve",
-            str(served),
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--api-key",
-            api_key,
-            "--served-model-name",
-            model.name,
-            "--tensor-parallel-size",
-            str(profile.tensor_parallel),
-            "--pipeline-parallel-size",
-            str(max(len(cards) // profile.tensor_parallel, 1)),
-            "--gpu-memory-utilization",
-            str(VLLM_MEMORY_UTILISATION),
-            "--max-model-len",
-            str(model.context),
-            "--max-num-seqs",
-            str(profile.slots),
-        ]
-        if kv_events_port:
-            env["PYTHONHASHSEED"] = "0"
-            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://{host}:{kv_events_port}"}
-            argv += [
-                "--enable-prefix-caching",
-                "--prefix-caching-hash-algo",
-                "sha256_cbor",
-                "--kv-events-config",
-                json.dumps(events, separators=(",", ":")),
-            ]
-        return Launch(argv=[*argv, *profile.args], env=env)
-    offload = "999" if cards else "0"
-    if rpc and not cards:
-        offload = str(max(layers - layers // (len(rpc) + 1), 1))
-    argv = [
-        engine_binary,
-        "--model",
-        str(weights),
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "-c",
-        str(model.context),
-        "-np",
-        str(profile.slots),
-        "-ngl",
-        offload,
-        "--threads",
-        str(cpu_threads(profile.cpu_cores, node_cpus)),
-        "--api-key",
-        api_key,
-        "--alias",
-        model.name,
-    ]
-    if rpc:
-        argv += ["--rpc", ",".join(rpc)]
-    elif len(cards) > 1:
-        argv += ["--split-mode", "layer", "--tensor-split", _tensor_split(cards)]
-    return Launch(argv=[*argv, *profile.args], env=env)
+    env = _cards_env(setup.profile, setup.cards)
+    argv = _vllm(setup, env) if setup.profile.engine == "vllm" else _llama_server(setup)
+    return Launch(argv=[*argv, *setup.profile.args], env=env)
+
+
+def _vllm(s: EngineSetup, env: dict[str, str]) -> list[str]:
+    served = s.weights if s.weights.suffix == ".gguf" else s.weights.parent
+    argv = [s.binary, "serve", str(served), "--host", s.host, "--port", str(s.port), "--api-key", s.api_key]
+    argv += ["--served-model-name", s.model.name, "--tensor-parallel-size", str(s.profile.tensor_parallel)]
+    argv += ["--pipeline-parallel-size", str(max(len(s.cards) // s.profile.tensor_parallel, 1))]
+    argv += ["--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(s.model.context)]
+    argv += ["--max-num-seqs", str(s.profile.slots)]
+    if s.kv_events_port:
+        env["PYTHONHASHSEED"] = "0"
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://{s.host}:{s.kv_events_port}"}
+        argv += ["--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256_cbor"]
+        argv += ["--kv-events-config", json.dumps(events, separators=(",", ":"))]
+    return argv
+
+
+def _llama_server(s: EngineSetup) -> list[str]:
+    offload = "999" if s.cards else "0"
+    if s.rpc and not s.cards:
+        offload = str(max(s.layers - s.layers // (len(s.rpc) + 1), 1))
+    argv = [s.binary, "--model", str(s.weights), "--host", s.host, "--port", str(s.port)]
+    argv += ["-c", str(s.model.context), "-np", str(s.profile.slots), "-ngl", offload]
+    argv += ["--threads", str(cpu_threads(s.profile.cpu_cores, s.node_cpus))]
+    argv += ["--api-key", s.api_key, "--alias", s.model.name]
+    if s.rpc:
+        argv += ["--rpc", ",".join(s.rpc)]
+    elif len(s.cards) > 1:
+        argv += ["--split-mode", "layer", "--tensor-split", ",".join(str(g.memory_total_mb) for g in s.cards)]
+    return argv
 
 
 def worker_launch(binary: str, host: str, port: int, profile: Profile, node_cpus: int, cards: list[GpuInfo]) -> Launch:
     """llama.cpp's RPC worker for this node's part of a replica across nodes: it serves its cards
     (or its CPU with the profile's threads) to the engine on the replica's node, which sends it
     its layers. It has no authentication: `host` must be on a private network."""
-    env = dict(profile.env)
-    if cards:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in cards)
     argv = [binary, "--host", host, "--port", str(port), "--threads", str(cpu_threads(profile.cpu_cores, node_cpus))]
-    return Launch(argv=argv, env=env)
+    return Launch(argv=argv, env=_cards_env(profile, cards))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret in it (an engine's key) hidden."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, HIDDEN)
+    return text
+
+
+class Deletion(NamedTuple):
+    """Which cached folders go, and the answer that says what went and what stayed (and why)."""
+
+    folders: list[Path]
+    answer: WeightsDeleted
+
+
+def _users(sources: list[str], running: Mapping[str, str]) -> list[str]:
+    """The replicas (of `running`: replica id -> the source it runs on) using one of `sources`."""
+    return sorted(rid for rid, source in running.items() if source in sources)
+
+
+def delete(entries: Mapping[Path, list[str]], asked: list[str], running: Mapping[str, str], where: str) -> Deletion:
+    """The cached contents (`entries`: folder -> the sources that are it) to delete for the
+    `asked` sources: those no replica here runs on (`running`: replica id -> its source) and that
+    are no other source too; the rest kept, saying why."""
+    out = Deletion([], WeightsDeleted(where=where))
+    for folder, sources in entries.items():
+        mine = [s for s in sources if s in asked]
+        if not mine:
+            continue
+        users, others = _users(sources, running), [s for s in sources if s not in asked]
+        if users or others:
+            why = f"replica {', '.join(users)} runs on it" if users else f"the same file is also {', '.join(others)}"
+            out.answer.kept.extend(FilePlace(source=s, where=where, why=why) for s in mine)
+            continue
+        out.folders.append(folder)
+        out.answer.deleted.extend(mine)
+    return out
+
+
+def collect(entries: Mapping[Path, list[str]], keep: list[str], running: Mapping[str, str], where: str) -> Deletion:
+    """Every cached content no model uses (none of its sources in `keep`) and no replica here runs on."""
+    out = Deletion([], WeightsDeleted(where=where))
+    for folder, sources in entries.items():
+        if any(s in keep for s in sources) or _users(sources, running):
+            continue
+        out.folders.append(folder)
+        out.answer.deleted.extend(sources or [folder.name])
+    return out

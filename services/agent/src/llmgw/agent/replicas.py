@@ -1,0 +1,195 @@
+"""The replicas this node runs: each one's cards, weights, port and engine, and what the agent
+says of it (a ReplicaReport, published on every change)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from llmgw.agent.cache import FetchError, WeightsCache
+from llmgw.agent.core import EngineSetup, launch, redact
+from llmgw.agent.node import NodeFacts
+from llmgw.agent.room import Room
+from llmgw.agent.supervisor import Child, ChildSpec, StartFailed, Supervisor
+from llmgw.bus import BadRequest, Context, Internal, call
+from llmgw.gguf import GGUFError, read_header
+from llmgw.proto import FileRef, GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent, mirror
+
+__all__ = ["Replicas", "Run"]
+
+
+class Run:
+    """One replica on this node: what the scheduler asked (`spec`, with the engine's key) and
+    what this agent says of it (`report`, without)."""
+
+    def __init__(self, spec: ReplicaSpec, source: str) -> None:
+        self.spec = spec
+        self.source = source
+        """The weights file it runs on."""
+        self.report = ReplicaReport(
+            id=spec.id, model=spec.model, profile=spec.profile, node=spec.node, state="fetching", updated=time.time()
+        )
+        self.child: Child | None = None
+        """Its engine, once it serves."""
+        self.task: asyncio.Task | None = None
+
+    @property
+    def live(self) -> bool:
+        """Whether it runs or is on its way to (not failed, not stopped)."""
+        return self.report.state not in ("failed", "stopped")
+
+
+class Replicas:
+    """The replicas of this node, by id (failed ones too, until stopped)."""
+
+    def __init__(self, facts: NodeFacts, supervisor: Supervisor, room: Room, weights: WeightsCache) -> None:
+        self.facts, self.supervisor, self.room, self.weights = facts, supervisor, room, weights
+        self.config = facts.config
+        self.runs: dict[str, Run] = {}
+        self._ctx: Context | None = None
+
+    def bind(self, ctx: Context) -> None:
+        """Publish and ask over `ctx` from now."""
+        self._ctx = ctx
+
+    def reports(self) -> list[ReplicaReport]:
+        """What each replica here is now."""
+        return [r.report for r in self.runs.values()]
+
+    def running(self) -> dict[str, str]:
+        """The live replicas here and the source each runs on."""
+        return {rid: r.source for rid, r in self.runs.items() if r.live}
+
+    async def start(self, req: ReplicaStart) -> ReplicaReport:
+        """Start a replica (once, however often asked); its report says how it goes from there."""
+        rid = req.replica.id
+        if rid in self.runs:
+            return self.runs[rid].report  # asked twice: never started twice
+        if req.replica.node != self.facts.node:
+            raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.facts.node}'")
+        if req.profile.engine not in self.facts.engines.versions():
+            raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.facts.node}")
+        run = Run(req.replica, req.model.source)
+        self.runs[rid] = run
+        run.task = asyncio.create_task(self._run(run, req))
+        await self._publish(run)
+        return run.report
+
+    async def stop(self, req: ReplicaStop) -> ReplicaReport:
+        """Stop a replica (its engine ends gracefully); an unknown one is stopped already."""
+        run = self.runs.get(req.id)
+        if run is None:
+            return ReplicaReport(id=req.id, model="unknown", profile="unknown", node=self.facts.node, state="stopped")
+        await self._stop(run, req.reason or "asked to stop")
+        return run.report
+
+    async def stop_all(self, reason: str) -> None:
+        """Stop every replica here."""
+        await asyncio.gather(*(self._stop(r, reason) for r in list(self.runs.values())))
+
+    async def _stop(self, run: Run, reason: str) -> None:
+        run.report = msgspec.structs.replace(run.report, state="stopped", error=reason)
+        await self.supervisor.stop(run.spec.id)
+        if run.task and not run.task.done():
+            run.task.cancel()
+        self.room.release(run.spec.id)
+        self.runs.pop(run.spec.id, None)
+        await self._set(run, state="stopped")
+
+    async def _run(self, run: Run, req: ReplicaStart) -> None:
+        rid = run.spec.id
+        log = self._ctx.log.bind(replica=rid, model=req.model.name)
+        try:
+            cards = self.room.take_cards(rid, run.spec.gpus, req.profile)
+            setup = await self._setup(run, req, cards, await self._fetch(req.model.source))
+            url = f"http://{setup.host}:{setup.port}"
+            events = f"tcp://{setup.host}:{setup.kv_events_port}" if setup.kv_events_port else ""
+            await self._set(run, state="starting", url=url, kv_events=events)
+            how = launch(setup)
+            log.info(
+                "starting engine", command=[redact(c, [setup.api_key]) for c in how.argv], cards=self.room.cards[rid]
+            )
+            spec = ChildSpec(
+                name=rid,
+                launch=how,
+                up=functools.partial(self._healthy, url),
+                timeout_s=req.profile.startup_timeout_s,
+                what="engine",
+                on_exit=functools.partial(self._exited, run),
+                note={"replica": rid, "model": run.spec.model},
+                secrets=(setup.api_key,),
+            )
+            run.child = await self.supervisor.start(spec)
+            await self._set(run, state="ready")
+            log.info("replica ready", url=url)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self.supervisor.stop(rid)  # an engine that serves but could not be said ready
+            if run.live:  # not stopped meanwhile
+                log.warning("replica failed", error=redact(str(exc), [run.spec.api_key]))
+                await self._fail(run, str(exc), exc.tail if isinstance(exc, StartFailed) else [])
+
+    async def _setup(self, run: Run, req: ReplicaStart, cards: list[GpuInfo], weights: Path) -> EngineSetup:
+        """Where and how its engine runs: a port of its own (and one for vLLM's KV events)."""
+        rid, vllm = run.spec.id, req.profile.engine == "vllm"
+        port = self.room.take_port(rid)
+        rpc = [w.endpoint for w in run.spec.workers]
+        if not all(rpc):
+            raise Internal("a worker of this replica has no endpoint: the scheduler starts workers first")
+        return EngineSetup(
+            binary=(shutil.which(self.config.vllm) or self.config.vllm) if vllm else self.facts.llamacpp.server,
+            weights=weights,
+            port=port,
+            model=req.model,
+            profile=req.profile,
+            api_key=run.spec.api_key,
+            node_cpus=os.cpu_count() or 1,
+            cards=cards,
+            host=self.config.address,
+            kv_events_port=self.room.take_port(rid, besides=port) if vllm and req.profile.kv_events else 0,
+            rpc=rpc,
+            layers=self._layers(weights) if rpc else 0,
+        )
+
+    @staticmethod
+    def _layers(path: Path) -> int:
+        try:
+            return read_header(path).block_count
+        except (GGUFError, OSError) as exc:
+            raise Internal(f"cannot read the layer count of {path.name}: {exc}") from None
+
+    async def _fetch(self, source: str) -> Path:
+        """The model file in this node's cache: fetched once from the mirror, checked against its hash."""
+        info = await call(self._ctx.nc, mirror.FILE_STAT, FileRef(source=source))
+        try:
+            return await self.weights.fetch(info)
+        except FetchError as exc:
+            raise Internal(str(exc)) from None
+
+    async def _healthy(self, url: str) -> bool:
+        try:
+            return (await self.weights.http.get(f"{url}/health", timeout=2)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def _exited(self, run: Run, child: Child, code: int) -> None:
+        await self._fail(run, f"engine exited with status {code}", list(child.tail))
+
+    async def _fail(self, run: Run, error: str, tail: list[str]) -> None:
+        self.room.release(run.spec.id)
+        await self._set(run, state="failed", error=redact(error, [run.spec.api_key]), log_tail=tail)
+
+    async def _set(self, run: Run, **changes) -> None:
+        run.report = msgspec.structs.replace(run.report, updated=time.time(), **changes)
+        await self._publish(run)
+
+    async def _publish(self, run: Run) -> None:
+        await self._ctx.nc.publish(agent.REPLICA_CHANGED.subject(run.spec.id), msgspec.json.encode(run.report))
