@@ -5,10 +5,11 @@ import hashlib
 import httpx
 import pytest
 
-from llmgw.bus import NotFound, request
+from llmgw.bus import NotFound, call
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects
+from llmgw.proto import Empty, FileRef
+from llmgw.proto import mirror as mirror_api
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ async def mirror(serve, nc, tmp_path):
 
 async def test_stat_gives_size_sha256_and_a_url_that_serves_ranges(mirror, nc):
     data = bytes(range(256)) * 4
-    info = await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source="org/repo/w.gguf"), FileInfo)
+    info = await call(nc, mirror_api.FILE_STAT, FileRef(source="org/repo/w.gguf"))
     assert (info.size, info.sha256) == (1024, hashlib.sha256(data).hexdigest())
     async with httpx.AsyncClient() as client:
         whole = await client.get(info.url)
@@ -61,10 +62,10 @@ async def test_stat_gives_size_sha256_and_a_url_that_serves_ranges(mirror, nc):
     assert part.headers["content-range"] == "bytes 10-19/1024"
     assert bad.status_code == 416 and bad.headers["content-range"] == "bytes */1024"
     assert missing.status_code == 404
-    listed = await request(nc, Subjects.MIRROR_FILE_LIST, Empty(), FileList)
+    listed = await call(nc, mirror_api.FILE_LIST, Empty())
     assert [f.source for f in listed.files] == ["org/repo/w.gguf"]
 
 
 async def test_a_file_it_does_not_hold_is_a_404_saying_where_it_looked(mirror, nc):
     with pytest.raises(NotFound, match="holds no file 'org/repo/other.gguf'"):
-        await request(nc, Subjects.MIRROR_FILE_STAT, FileRef(source="org/repo/other.gguf"), FileInfo)
+        await call(nc, mirror_api.FILE_STAT, FileRef(source="org/repo/other.gguf"))

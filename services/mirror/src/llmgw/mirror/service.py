@@ -13,7 +13,8 @@ from litestar.response import Response, Stream
 
 from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, load_config, run
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
-from llmgw.proto import Empty, FileInfo, FileList, FileRef, Subjects, WeightsDelete, WeightsDeleted
+from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
+from llmgw.proto import mirror as mirror_api
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
 
@@ -50,20 +51,23 @@ class Mirror:
         self.ctx: Context | None = None
 
     async def start(self, ctx: Context) -> None:
+        """Serve the files over HTTP, then answer for them over NATS."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.http = HttpServer(self._app(), self.config.http_host, self.config.http_port)
         await self.http.start()
-        await ctx.endpoint("file-stat", Subjects.MIRROR_FILE_STAT, FileRef, self.stat)
-        await ctx.endpoint("file-list", Subjects.MIRROR_FILE_LIST, Empty, self.list)
-        await ctx.endpoint("file-delete", Subjects.MIRROR_FILE_DELETE, WeightsDelete, self.delete)
         self.ctx = ctx
+        await ctx.serve(mirror_api.FILE_STAT, self.stat)
+        await ctx.serve(mirror_api.FILE_LIST, self.list)
+        await ctx.serve(mirror_api.FILE_DELETE, self.delete)
         ctx.log.info("serving files", root=str(self.root), url=self.http.url)
 
     async def stop(self) -> None:
+        """Stop serving files."""
         if self.http:
             await self.http.stop()
 
     def ready(self) -> bool:
+        """Ready once files are served."""
         return self.http is not None
 
     def _file(self, source: str) -> Path:
@@ -76,6 +80,7 @@ class Mirror:
         return path
 
     async def stat(self, ref: FileRef) -> FileInfo:
+        """One file's size, sha256 and URL; NotFound when the mirror does not hold it."""
         path = self._file(ref.source)
         digest = await asyncio.to_thread(_digest, path)
         return FileInfo(
@@ -83,6 +88,7 @@ class Mirror:
         )
 
     async def list(self, _: Empty) -> FileList:
+        """Every file held, as '<owner>/<repo>/<file>'."""
         sources = sorted(
             str(p.relative_to(self.root))
             for p in self.root.rglob("*")
