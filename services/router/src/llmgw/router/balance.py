@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import msgspec
 
@@ -91,7 +91,7 @@ class Balancer:
       while it keeps failing, up to ten times that).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- its tunables, each by keyword with a default
         self,
         *,
         index_blocks: int = 65536,
@@ -225,6 +225,11 @@ class Balancer:
         """Leading blocks of this prompt the replica is believed to hold."""
         index = self.indexes.get(replica_id)
         return index.match(blocks) if index else 0
+
+    def keep_only(self, replica_ids: Collection[str]) -> None:
+        """Forget every replica not among these (the ones still in the replicas bucket)."""
+        for gone in (set(self.indexes) | set(self.recent)) - set(replica_ids):
+            self.forget_replica(gone)
 
     def forget_replica(self, replica_id: str) -> None:
         """A replica gone: drop what was kept of it."""

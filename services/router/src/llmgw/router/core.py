@@ -1,23 +1,28 @@
-"""The router's rules, without I/O: errors in OpenAI's shape, checking a request before any
-engine sees it, rewriting chunks. Picking a replica is `balance.py`."""
+"""The router's rules, without I/O: checking a request before any engine sees it, its context,
+reading usage and rewriting answers and stream events. Picking a replica is `balance.py`, the
+errors `errors.py`."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 
 import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow
+from llmgw.router.errors import ContextTooLong, InvalidBody, InvalidRequest, MaxTokensTooLarge, MissingField
 
 __all__ = [
-    "ApiError",
     "Checked",
+    "Usage",
+    "answer_of",
     "check_context",
     "check_request",
     "context_of",
+    "engine_headers",
+    "fold_usage",
     "key_hash",
     "may_exceed",
+    "relay_line",
     "rewrite_chunk",
     "sum_usage",
     "tokenize_request",
@@ -25,34 +30,9 @@ __all__ = [
 ]
 
 
-class ApiError(Exception):
-    """An answer in the OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str,
-        code: str | None = None,
-        param: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict:
-        """The JSON body OpenAI clients parse."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
 def key_hash(key: str) -> str:
     """How an API key is stored: its sha256, hex."""
     return hashlib.sha256(key.encode()).hexdigest()
-
-
-def _bad(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, message, "invalid_request_error", code, param)
 
 
 class Checked(msgspec.Struct, kw_only=True):
@@ -86,70 +66,82 @@ def _text(value, param: str) -> str:
             elif isinstance(item, int):
                 parts.append(str(item))  # token ids
             else:
-                raise _bad(f"'{param}[{i}]' must be a string or a content part with a 'type'.", f"{param}[{i}]")
+                raise InvalidRequest(
+                    f"'{param}[{i}]' must be a string or a content part with a 'type'.", f"{param}[{i}]"
+                )
         return "\n".join(parts)
-    raise _bad(f"'{param}' must be a string or a list, not {type(value).__name__}.", param)
+    raise InvalidRequest(f"'{param}' must be a string or a list, not {type(value).__name__}.", param)
 
 
 def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Checked:
     """The checks every request passes before an engine sees it: its shape and types, and
     numbers the model cannot honour (a longer answer than its longest, more than its context)."""
     if not isinstance(body, dict):
-        raise _bad("The request body must be a JSON object.", code="invalid_body")
+        raise InvalidBody("The request body must be a JSON object.")
     kind = _KINDS[path]
     if kind not in body:
-        raise _bad(f"The request needs '{kind}'.", kind, "missing_field")
-    if kind == "messages":
-        messages = body["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise _bad("'messages' must be a non-empty list of {role, content}.", "messages")
-        texts = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _bad(f"'messages[{i}]' must be an object with a 'role' (a string).", f"messages[{i}]")
-            content = m.get("content")
-            texts.append(m["role"] + ": " + ("" if content is None else _text(content, f"messages[{i}].content")))
-        prompt = "\n".join(texts)
-    else:
-        prompt = _text(body[kind], kind)
+        raise MissingField(f"The request needs '{kind}'.", kind)
+    prompt = _messages_text(body["messages"]) if kind == "messages" else _text(body[kind], kind)
+    _check_types(body, max_n)
+    max_tokens = _max_tokens(body, model)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object.", "stream_options")
+    return Checked(
+        body=body,
+        streaming=bool(body.get("stream")),
+        include_usage=bool((options or {}).get("include_usage")),
+        prompt=prompt,
+        max_tokens=max_tokens,
+    )
+
+
+def _messages_text(messages: object) -> str:
+    """A chat's text: each message's role and content, one a line."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty list of {role, content}.", "messages")
+    texts = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise InvalidRequest(f"'messages[{i}]' must be an object with a 'role' (a string).", f"messages[{i}]")
+        content = m.get("content")
+        texts.append(m["role"] + ": " + ("" if content is None else _text(content, f"messages[{i}].content")))
+    return "\n".join(texts)
+
+
+def _check_types(body: dict, max_n: int) -> None:
+    """The flags are booleans, the sampling settings numbers, `n` within 1..max_n."""
     for name in ("stream", "echo", "logprobs"):
         if name in body and not isinstance(body[name], bool) and body[name] is not None:
-            raise _bad(f"'{name}' must be true or false.", name)
+            raise InvalidRequest(f"'{name}' must be true or false.", name)
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise _bad(f"'{name}' must be a number.", name)
+            raise InvalidRequest(f"'{name}' must be a number.", name)
     n = body.get("n", 1)
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n):
-        raise _bad(f"'n' must be a whole number from 1 to {max_n}.", "n")
+        raise InvalidRequest(f"'n' must be a whole number from 1 to {max_n}.", "n")
+
+
+def _max_tokens(body: dict, model: Model) -> int | None:
+    """The longest answer asked for, if the model gives it (its longest answer, within its context)."""
     max_tokens = None
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _bad(f"'{name}' must be a whole number of at least 1.", name)
+            raise InvalidRequest(f"'{name}' must be a whole number of at least 1.", name)
         longest = min(model.max_output or model.context, model.context)
         if value > longest:
             why = "its longest answer" if model.max_output and model.max_output <= model.context else "its context"
-            raise _bad(
+            raise MaxTokensTooLarge(
                 f"'{name}' is {value}, but model '{model.name}' gives at most {longest} tokens ({why}); "
                 f"ask for {longest} or fewer.",
                 name,
-                "max_tokens_too_large",
             )
         max_tokens = value
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise _bad("'stream_options' must be an object.", "stream_options")
-    streaming = bool(body.get("stream"))
-    return Checked(
-        body=body,
-        streaming=streaming,
-        include_usage=bool((options or {}).get("include_usage")),
-        prompt=prompt,
-        max_tokens=max_tokens,
-    )
+    return max_tokens
 
 
 _CHAT_TOKENIZE = (
@@ -203,12 +195,9 @@ def check_context(prompt_tokens: int, max_tokens: int | None, context: int, mode
     answer = max_tokens or 1
     if prompt_tokens + answer > context:
         param = "messages" if path == "/v1/chat/completions" else "prompt"
-        raise ApiError(
-            400,
+        raise ContextTooLong(
             f"The prompt is {prompt_tokens} tokens and asks for up to {answer} more, but model "
             f"'{model}' holds {context} tokens in all; shorten the prompt or lower max_tokens.",
-            "invalid_request_error",
-            "context_length_exceeded",
             param,
         )
 
@@ -223,6 +212,31 @@ def usage_of(answer: dict) -> tuple[int, int, int]:
     if cached is None and isinstance(answer.get("timings"), dict):
         cached = answer["timings"].get("cache_n")
     return prompt, int(cached or 0), int(usage.get("completion_tokens") or 0)
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens one request used, as its engine said."""
+
+    prompt: int = 0
+    cached: int | None = None
+    """Prompt tokens served from the engine's cache; None: it did not say."""
+    completion: int = 0
+
+    @property
+    def total(self) -> int:
+        """Prompt and completion tokens: what limits count."""
+        return self.prompt + self.completion
+
+
+def fold_usage(seen: Usage, chunk: dict) -> Usage:
+    """The usage of a stream so far, with what one of its chunks says (the usage chunk, or
+    llama-server's timings on any chunk)."""
+    if not (chunk.get("usage") or chunk.get("timings")):
+        return seen
+    prompt, cached, completion = usage_of(chunk)
+    if chunk.get("usage"):
+        seen = msgspec.structs.replace(seen, prompt=prompt, completion=completion)
+    return msgspec.structs.replace(seen, cached=cached if cached or seen.cached is None else seen.cached)
 
 
 def rewrite_chunk(chunk: dict, model: str, include_usage: bool) -> bytes | None:
@@ -252,3 +266,42 @@ def sum_usage(records: list[UsageRecord], group_by: str) -> list[UsageRow]:
         row.cached_tokens += r.cached_tokens
         row.completion_tokens += r.completion_tokens
     return sorted(rows.values(), key=lambda row: (-(row.prompt_tokens + row.completion_tokens), row.group))
+
+
+def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:
+    """A whole (not streamed) answer as the client gets it (named as it asked) and its usage."""
+    try:
+        answer = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw, Usage()
+    if not isinstance(answer, dict):
+        return raw, Usage()
+    prompt, cached, completion = usage_of(answer)  # before the rewrite, which drops the timings
+    usage = Usage(prompt=prompt, cached=cached, completion=completion)
+    return rewrite_chunk(answer, model, include_usage=True) or raw, usage
+
+
+def relay_line(line: bytes, model: str, include_usage: bool, seen: Usage) -> tuple[bytes | None, Usage, bool]:
+    """One line of an engine's SSE stream as the client gets it (None: nothing to send), the
+    stream's usage with what the line says, and whether it carried a chunk (for the time to the
+    first token)."""
+    line = line.rstrip(b"\r")
+    if not line.startswith(b"data:"):
+        return None, seen, False
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return b"data: [DONE]\n\n", seen, False
+    try:
+        chunk = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return b"data: " + data + b"\n\n", seen, True
+    if not isinstance(chunk, dict):
+        return b"data: " + data + b"\n\n", seen, True
+    seen = fold_usage(seen, chunk)  # before the rewrite: it drops what the client did not ask for
+    out = rewrite_chunk(chunk, model, include_usage)
+    return (b"data: " + out + b"\n\n" if out is not None else None), seen, True
+
+
+def engine_headers(api_key: str) -> dict[str, str]:
+    """The headers of a request to an engine (its key: never logged)."""
+    return {"authorization": f"Bearer {api_key}", "content-type": "application/json"}

@@ -1,0 +1,203 @@
+"""Who may use the router and what they used: API keys and projects (KV buckets every router
+watches), their limits (KV counters, `quota.py`), and usage (a JetStream stream); with the
+router's NATS endpoints for keys, projects and usage sums."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+
+from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket
+from llmgw.proto import (
+    BUCKETS,
+    USAGE_STREAM,
+    Empty,
+    KeyCreate,
+    KeyCreated,
+    KeyList,
+    KeyRecord,
+    KeyRef,
+    Project,
+    UsageQuery,
+    UsageRecord,
+    UsageReport,
+)
+from llmgw.proto import router as router_api
+from llmgw.router.core import key_hash, sum_usage
+from llmgw.router.limits import Verdict
+from llmgw.router.prepare import authorize
+from llmgw.router.quota import Quota, Scope
+
+__all__ = ["Accounts"]
+
+
+class Accounts:
+    """Keys, projects, limits and usage."""
+
+    def __init__(
+        self, js: JetStreamContext, keys: KvTable[KeyRecord], projects: KvTable[Project], quota: Quota
+    ) -> None:
+        self.js, self.keys, self.projects, self.quota = js, keys, projects, quota
+        self.usage: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=100_000)
+        """Finished requests, on their way to the usage stream."""
+        self.tasks: set[asyncio.Task] = set()
+        self.log = get_logger("router")
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, router: str, usage_days: int) -> Accounts:
+        """Watch the keys and projects buckets, open the limit counters (`router`: this instance's
+        id in them) and make sure the usage stream exists; start publishing usage."""
+        keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
+        projects = await KvTable.open(js, BUCKETS["projects"], Project)
+        quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router)
+        await js.add_stream(
+            StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all], max_age=usage_days * 86400.0)
+        )
+        accounts = cls(js, keys, projects, quota)
+        accounts._spawn(accounts._publish_usage())
+        accounts._spawn(quota.keep_alive(20.0))
+        return accounts
+
+    async def serve(self, ctx: Context) -> None:
+        """Answer the router's NATS endpoints (`llmgw ctl key ...`, `project`, `usage`)."""
+        await ctx.serve(router_api.KEY_CREATE, self.create_key)
+        await ctx.serve(router_api.KEY_LIST, self.list_keys)
+        await ctx.serve(router_api.KEY_REVOKE, self.revoke_key)
+        await ctx.serve(router_api.PROJECT_PUT, self.put_project)
+        await ctx.serve(router_api.USAGE_SUM, self.sum_usage)
+
+    @property
+    def synced(self) -> bool:
+        """Whether every key and project is known."""
+        return self.keys.synced and self.projects.synced
+
+    def stop(self) -> None:
+        """Stop watching and publishing."""
+        for task in self.tasks:
+            task.cancel()
+        self.keys.stop()
+        self.projects.stop()
+
+    def _spawn(self, work) -> None:
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # -- a request's key and limits --------------------------------------------------------------
+    def authorize(self, header: str, admin: bool = False) -> tuple[str, KeyRecord]:
+        """The key an `Authorization` header names (its id, its record); 401 or 403 saying why not."""
+        return authorize(header, self.keys.items, time.time(), admin)
+
+    def scopes(self, key_id: str, key: KeyRecord) -> list[Scope]:
+        """The limits a request with this key counts against: its own and its project's."""
+        project = self.projects.items.get(key.project) or Project(name=key.project)
+        return [
+            (f"key.{key_id}", f"key '{key.name}'", key.limits),
+            (f"project.{project.name}", f"project '{project.name}'", project.limits),
+        ]
+
+    async def admit(self, scopes: list[Scope], now: float) -> Verdict:
+        """Count a request against its scopes' limits, or say which refuses it (nothing counted)."""
+        return await self.quota.admit(scopes, now)
+
+    def ended(self, scopes: list[Scope], tokens: int, now: float, usage: UsageRecord | None) -> None:
+        """An admitted request ended having used `tokens`: its limits are told off the hot path
+        (the answer does not wait for the counters), its usage goes to the stream."""
+        if scopes:
+            self._spawn(self.quota.finish(scopes, tokens, now))
+        if usage is None:
+            return
+        try:
+            self.usage.put_nowait(usage)
+        except asyncio.QueueFull:
+            self.log.warning("usage queue full: a request's usage is not recorded", request=usage.request_id)
+
+    async def _publish_usage(self) -> None:
+        """Each finished request's usage to the stream."""
+        while True:
+            record = await self.usage.get()
+            try:
+                await self.js.publish(
+                    router_api.USAGE.subject(record.project, record.model), msgspec.json.encode(record)
+                )
+            except Exception as exc:
+                self.log.warning("usage not recorded", request=record.request_id, error=str(exc))
+
+    # -- keys, projects, usage (NATS and the admin API) --------------------------------------------
+    async def create_key(self, req: KeyCreate) -> KeyCreated:
+        """A new key (its project made if missing), usable at once on this router."""
+        key = "sk-llmgw-" + secrets.token_urlsafe(32)
+        now = time.time()
+        record = KeyRecord(
+            name=req.name,
+            created=now,
+            admin=req.admin,
+            project=req.project,
+            expires=now + req.expires_in_s if req.expires_in_s else None,
+            models=req.models,
+            limits=req.limits,
+        )
+        if req.project not in self.projects.items:
+            project = Project(name=req.project, created=now)
+            await self.projects.kv.put(req.project, msgspec.json.encode(project))
+            self.projects.items[req.project] = project
+        await self.keys.kv.put(key_hash(key), msgspec.json.encode(record))
+        self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
+        return KeyCreated(name=req.name, key=key, id=key_hash(key)[:16])
+
+    async def list_keys(self, _: Empty) -> KeyList:
+        """Every key by id, oldest first (never the key)."""
+        return KeyList(keys={h[:16]: r for h, r in sorted(self.keys.items.items(), key=lambda kv: kv[1].created)})
+
+    async def revoke_key(self, ref: KeyRef) -> KeyList:
+        """Revoke a key by id on every router; 404 where no key has it."""
+        found = [h for h in self.keys.items if h.startswith(ref.id)]
+        if not found:
+            raise NotFound(f"no key has the id '{ref.id}'; `llmgw ctl key list` shows them")
+        record = self.keys.items[found[0]]
+        await self.keys.kv.delete(found[0])
+        self.keys.items.pop(found[0], None)  # gone at once here; the watch tells every other router
+        return KeyList(keys={ref.id: record})
+
+    async def put_project(self, project: Project) -> Project:
+        """Create a project or change its limits."""
+        project = msgspec.structs.replace(project, created=project.created or time.time())
+        await self.projects.kv.put(project.name, msgspec.json.encode(project))
+        self.projects.items[project.name] = project
+        return project
+
+    async def sum_usage(self, query: UsageQuery) -> UsageReport:
+        """Read the usage stream from `since` to its end and sum it."""
+        info = await self.js.stream_info(USAGE_STREAM)
+        if info.state.messages == 0:
+            return UsageReport(rows=[])
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(query.since))
+        sub = await self.js.pull_subscribe(
+            router_api.USAGE.all,
+            stream=USAGE_STREAM,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, inactive_threshold=30.0
+            ),
+        )
+        records = []
+        try:
+            while True:
+                try:
+                    batch = await sub.fetch(1000, timeout=1.0)
+                except TimeoutError:
+                    break
+                for msg in batch:
+                    try:
+                        records.append(msgspec.json.decode(msg.data, type=UsageRecord))
+                    except msgspec.DecodeError:
+                        continue
+                if batch[-1].metadata.num_pending == 0 or batch[-1].metadata.sequence.stream >= info.state.last_seq:
+                    break
+        finally:
+            await sub.unsubscribe()
+        return UsageReport(rows=sum_usage([r for r in records if r.time >= query.since], query.group_by))

@@ -1,0 +1,34 @@
+"""The router's settings: one Struct, from file, environment and flags (`llmgw.bus.load_config`)."""
+
+from __future__ import annotations
+
+from llmgw.bus import BusConfig
+
+__all__ = ["RouterConfig"]
+
+
+class RouterConfig(BusConfig, kw_only=True):
+    """Router settings."""
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    """Port of the OpenAI endpoint; 0 picks a free one."""
+    upstream_timeout_s: float = 600.0
+    """Longest an engine may take to answer."""
+    max_body_bytes: int = 4 * 2**20
+    """Larger request bodies get 413 before they are read whole."""
+    max_n: int = 4
+    """Most choices (`n`) one request may ask for."""
+    wake_timeout_s: float = 180.0
+    """How long a request for an on-demand model at zero waits for it to wake."""
+    demand_every_s: float = 5.0
+    """How often, at most, the router tells the scheduler a running on-demand model is in use."""
+    affinity_overload: float = 1.25
+    """A replica holding the prompt's prefix is passed over when its load is beyond this times its pool's mean."""
+    index_blocks: int = 65536
+    """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
+    usage_days: int = 90
+    """How long the usage stream keeps each request."""
+    tokenize_timeout_s: float = 5.0
+    """How long a replica with KV events has to tokenize a prompt before the router routes
+    without it (by its own prefix index)."""

@@ -1,0 +1,56 @@
+"""Telling the scheduler an on-demand model is wanted (the demand bucket), and waiting for one
+at zero to wake."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from llmgw.bus import get_logger
+from llmgw.proto import Demand, Model
+from llmgw.router.directory import Directory
+
+__all__ = ["DemandSignal"]
+
+
+class DemandSignal:
+    """Writes when each on-demand model was last asked for: at most every `every_s` while it
+    runs, at once when it sleeps."""
+
+    def __init__(self, kv: KeyValue, directory: Directory, every_s: float, wake_timeout_s: float) -> None:
+        self.kv, self.directory = kv, directory
+        self.every_s, self.wake_timeout_s = every_s, wake_timeout_s
+        self.told: dict[str, float] = {}
+        """Model -> when the router last wrote its demand."""
+        self.tasks: set[asyncio.Task] = set()
+        self.log = get_logger("router")
+
+    def tell(self, model: Model, now: float, force: bool = False) -> None:
+        """For on-demand models: tell the scheduler it is wanted (off the hot path)."""
+        if model.scaling.idle_timeout_s is None:
+            return
+        if force or now - self.told.get(model.name, 0.0) >= self.every_s:
+            self.told[model.name] = now
+            record = msgspec.json.encode(Demand(model=model.name, last_asked=now))
+            task = asyncio.create_task(self.kv.put(model.name, record))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def wake(self, model: Model) -> bool:
+        """Wait (bounded) for an on-demand model at zero to get a ready replica."""
+        self.tell(model, time.time(), force=True)
+        self.log.info("waking an on-demand model", model=model.name)
+        deadline = time.monotonic() + self.wake_timeout_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            if self.directory.ready(model)[0]:
+                return True
+        return False
+
+    def stop(self) -> None:
+        """Drop writes not yet done."""
+        for task in self.tasks:
+            task.cancel()

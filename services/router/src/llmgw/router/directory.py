@@ -1,0 +1,104 @@
+"""What the router routes to: the models and their aliases (the catalog bucket) and each model's
+ready replicas with their profiles (the replicas bucket), kept in memory by watching both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from nats.js import JetStreamContext
+
+from llmgw.bus import KvTable
+from llmgw.proto import BUCKETS, CatalogRecord, Model, Profile, ReplicaState
+from llmgw.router.balance import Candidate
+
+__all__ = ["Directory", "Ready", "names_of", "ready_by_model"]
+
+Ready = dict[str, tuple[ReplicaState, Profile]]
+"""A model's ready replicas by id, each with its profile."""
+
+
+def names_of(catalog: dict[str, CatalogRecord]) -> dict[str, str]:
+    """Every name a client may ask for (models, then their aliases) -> the model."""
+    names = {}
+    for name, record in catalog.items():
+        names[name] = name
+        for alias in record.model.aliases:
+            names.setdefault(alias, name)
+    return names
+
+
+def ready_by_model(replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
+    """Ready replicas by model, then by id."""
+    out: dict[str, dict[str, ReplicaState]] = {}
+    for r in replicas.values():
+        if r.state == "ready":
+            out.setdefault(r.model, {})[r.id] = r
+    return out
+
+
+class Directory:
+    """Models, aliases and ready replicas, looked up on every request (indexes are worked out
+    once per change of their bucket). `on_replicas` hears the ids of every replica in the bucket
+    after each change (the balancer forgets the others)."""
+
+    def __init__(
+        self,
+        catalog: KvTable[CatalogRecord],
+        replicas: KvTable[ReplicaState],
+        on_replicas: Callable[[Collection[str]], None],
+    ) -> None:
+        self.catalog, self.replicas, self.on_replicas = catalog, replicas, on_replicas
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, on_replicas: Callable[[Collection[str]], None]) -> Directory:
+        """Watch the catalog and replicas buckets."""
+        catalog = await KvTable.open(js, BUCKETS["catalog"], CatalogRecord, history=5)
+        return cls(catalog, await KvTable.open(js, BUCKETS["replicas"], ReplicaState), on_replicas)
+
+    @property
+    def synced(self) -> bool:
+        """Whether both buckets' initial values are in."""
+        return self.catalog.synced and self.replicas.synced
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self.catalog.stop()
+        self.replicas.stop()
+
+    def names(self) -> dict[str, str]:
+        """Every name a client may ask for -> the model."""
+        return self.catalog.derived(names_of)
+
+    def model(self, asked: str) -> Model | None:
+        """The model a name or alias is; None: none."""
+        name = self.names().get(asked)
+        record = self.catalog.items.get(name) if name else None
+        return record.model if record else None
+
+    def fallbacks(self, model: Model) -> list[Model]:
+        """The model's fallbacks that exist, in its order."""
+        return [m for m in (self.model(f) for f in model.fallbacks) if m is not None]
+
+    def ready(self, model: Model) -> tuple[list[Candidate], Ready]:
+        """The model's ready replicas as the balancer sees them (priority, weight and slots from
+        their profiles), and each one's state and profile by id."""
+        states = self.replicas.derived(self._ready_by_model).get(model.name, {})
+        profiles = {p.name: p for p in model.profiles}
+        ready = {r.id: (r, p) for r in states.values() if (p := profiles.get(r.profile)) is not None}
+        candidates = [
+            Candidate(id=i, priority=p.priority, weight=p.weight, slots=p.slots) for i, (_, p) in ready.items()
+        ]
+        return candidates, ready
+
+    def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
+        self.on_replicas(replicas.keys())
+        return ready_by_model(replicas)
+
+    def kv_publishers(self) -> dict[str, str]:
+        """Ready replicas that publish KV events: id -> their ZMQ endpoint."""
+        return {r.id: r.kv_events for r in self.replicas.items.values() if r.state == "ready" and r.kv_events}
+
+    async def replicas_changed(self) -> None:
+        """Wait for the next change of the replicas bucket (one waiter: the prefix oracle)."""
+        await self.replicas.changed.wait()
+        self.replicas.changed.clear()

@@ -1,0 +1,81 @@
+"""How a request ended, as values: what the router knew of it when it was let in (`Ticket`),
+what the replica made of it (`Served`), and the two together (`Outcome`), which metrics, limits
+and the usage stream are told. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from llmgw.proto import UsageRecord
+from llmgw.router.core import Usage
+
+__all__ = ["Outcome", "Served", "Ticket", "status_of"]
+
+
+class Ticket(msgspec.Struct, frozen=True, kw_only=True):
+    """A request whose model is known: who sent it, for what, since when."""
+
+    request_id: str
+    key_id: str
+    project: str
+    model: str
+    """The model it asked for."""
+    started: float
+    """`time.perf_counter()` when it arrived."""
+
+
+class Served(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a request: refused before any engine (no replica), or answered by one."""
+
+    status: int
+    model: str = ""
+    """The model whose replica answered (a fallback's name where one did); "": the asked-for."""
+    replica: str = ""
+    pool: str = ""
+    """The replica's pool ("priority 10")."""
+    usage: Usage = Usage()
+    ttft_s: float | None = None
+    """Time to the first token, for streams."""
+    admitted: bool = True
+    """False: refused before admission (nothing counted against its limits)."""
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """A request ended."""
+
+    ticket: Ticket
+    served: Served
+    latency_s: float
+
+    @property
+    def model(self) -> str:
+        """The model it is counted under: the one that answered."""
+        return self.served.model or self.ticket.model
+
+    def usage_record(self, now: float) -> UsageRecord:
+        """What the usage stream keeps of it."""
+        usage = self.served.usage
+        return UsageRecord(
+            request_id=self.ticket.request_id,
+            time=now,
+            key=self.ticket.key_id,
+            project=self.ticket.project,
+            model=self.model,
+            replica=self.served.replica,
+            status=self.served.status,
+            prompt_tokens=usage.prompt,
+            cached_tokens=usage.cached or 0,
+            completion_tokens=usage.completion,
+            latency_s=self.latency_s,
+            ttft_s=self.served.ttft_s,
+        )
+
+
+def status_of(exc: BaseException) -> int:
+    """The status a request ends with when `exc` ended it: an API error's own; 499 where its task
+    was cancelled (the client went away); else 500."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    return 500 if isinstance(exc, Exception) else 499

@@ -1,0 +1,136 @@
+"""Preparing a request before it is admitted, pure: whose key it is, its size, its JSON, its
+model, whether the key may use it, the request's own checks, and which replica tokenizes its
+prompt for the context check. Nothing here is counted against a limit: a request refused here
+spends none of its key's. The clock is passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
+
+import msgspec
+
+from llmgw.proto import KeyRecord, Model, Profile, ReplicaState
+from llmgw.router.balance import prompt_blocks
+from llmgw.router.core import Checked, check_request, context_of, key_hash, may_exceed
+from llmgw.router.errors import (
+    ApiError,
+    BodyTooLarge,
+    BudgetSpent,
+    ExpiredKey,
+    InvalidJson,
+    InvalidKey,
+    MissingKey,
+    MissingModel,
+    ModelNotAllowed,
+    ModelNotFound,
+    NotAdmin,
+    RateLimited,
+)
+from llmgw.router.limits import Verdict
+
+__all__ = ["Measure", "Prepared", "authorize", "check_size", "measure_plan", "prepare", "refusal", "resolve"]
+
+
+def authorize(header: str, keys: Mapping[str, KeyRecord], now: float, admin: bool = False) -> tuple[str, KeyRecord]:
+    """The key an `Authorization` header names: (its id, its record); 401 or 403 saying why not."""
+    if not header.lower().startswith("bearer "):
+        raise MissingKey("Missing API key: send 'Authorization: Bearer <key>'.")
+    digest = key_hash(header[7:].strip())
+    record = keys.get(digest)
+    if record is None:
+        raise InvalidKey("Incorrect API key provided.")
+    if record.expires is not None and record.expires < now:
+        raise ExpiredKey(
+            f"This API key expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires))}; "
+            "ask for a new one."
+        )
+    if admin and not record.admin:
+        raise NotAdmin("This key may not use the admin API; use an admin key.")
+    return digest[:16], record
+
+
+def check_size(content_length: str | None, most: int) -> None:
+    """413 for a body its length says is beyond `most` bytes, before it is read."""
+    if content_length and content_length.isdigit() and int(content_length) > most:
+        raise BodyTooLarge(f"The request body is {int(content_length)} bytes; the most this router takes is {most}.")
+
+
+def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, str, Model]:
+    """The body's JSON, the name it asks for and the model that name is (`models` looks it up)."""
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidJson(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise MissingModel("The request needs a 'model' (a string).", "model")
+    asked = body["model"]
+    model = models(asked)
+    if model is None:
+        raise ModelNotFound(f"The model '{asked}' does not exist; GET /v1/models lists them.", "model")
+    return body, asked, model
+
+
+class Prepared(msgspec.Struct, kw_only=True):
+    """A request that passed every check before admission: what forwarding it needs."""
+
+    path: str
+    """The OpenAI route ('/v1/chat/completions')."""
+    model: Model
+    """The model it asked for (by name or alias)."""
+    checked: Checked
+    """Its body as the engine gets it (streams always ask for usage), and what the checks read."""
+    blocks: list[bytes]
+    """The prompt's hashed blocks, for prefix affinity (none for embeddings)."""
+
+
+def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max_n: int) -> Prepared:
+    """Whether the key may use the model, and the request's own checks (`core.check_request`)."""
+    if key.models and asked not in key.models and model.name not in key.models:
+        raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
+    checked = check_request(path, body, model, max_n)
+    if checked.streaming:  # the engine is always asked for the usage chunk; the client gets it if it asked
+        options = {**(body.get("stream_options") or {}), "include_usage": True}
+        checked = msgspec.structs.replace(checked, body={**body, "stream_options": options})
+    blocks = prompt_blocks(checked.prompt) if path != "/v1/embeddings" else []
+    return Prepared(path=path, model=model, checked=checked, blocks=blocks)
+
+
+class Measure(NamedTuple):
+    """Which replica tokenizes a prompt, and the context it must fit in."""
+
+    replica: ReplicaState
+    profile: Profile
+    limit: int
+    """Tokens one request may hold on the model's roomiest ready replica."""
+    check: bool
+    """Whether the count decides a 400 (the asked-for model, not a fallback)."""
+
+
+def measure_plan(
+    prepared: Prepared, model: Model, ready: Iterable[tuple[ReplicaState, Profile]], primary: bool
+) -> Measure | None:
+    """Whether `model`'s ready replicas need the prompt's tokens, and whose: for the context check
+    of the asked-for model where the prompt might not fit (only a long prompt is worth it), and
+    for replicas that publish KV events (what their caches hold is known in tokens). A replica
+    with KV events tokenizes; else any."""
+    ready = list(ready)
+    if not ready or prepared.path == "/v1/embeddings":
+        return None
+    limit = max(context_of(model, p) for _, p in ready)
+    kv = any(r.kv_events for r, _ in ready)
+    if not kv and not (primary and may_exceed(prepared.checked, limit)):
+        return None
+    replica, profile = next(((r, p) for r, p in ready if r.kv_events), ready[0])
+    return Measure(replica, profile, limit, primary)
+
+
+def refusal(verdict: Verdict) -> ApiError:
+    """The 429 for a limit that refused a request: which limit, when it resets, whether to retry."""
+    headers = {**verdict.headers, "retry-after": f"{max(1, round(verdict.reset_s))}"}
+    if not verdict.retry:
+        headers["x-should-retry"] = "false"
+    kind = RateLimited if verdict.retry else BudgetSpent
+    return kind(f"Rate limit: {verdict.limit}; it resets in {verdict.reset_s:.0f}s.", headers=headers)
