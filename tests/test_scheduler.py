@@ -16,11 +16,11 @@ import nats.micro
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import Context, connect, request
+from llmgw.bus import Context, call, connect
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, Model, ModelChange, ModelEntry, ModelPut, Profile, ReplicaList, Scaling, Subjects
+from llmgw.proto import Empty, Model, ModelChange, ModelPut, Profile, Scaling, catalog, scheduler
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 SOURCE = "test/tiny/m.gguf"
@@ -85,9 +85,7 @@ def scheduler_config():
 
 
 async def replicas(nc):
-    return [
-        r for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas if r.model == "m"
-    ]
+    return [r for r in (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas if r.model == "m"]
 
 
 async def until(predicate, timeout=60.0):
@@ -103,11 +101,10 @@ async def until(predicate, timeout=60.0):
 async def test_a_killed_agents_replicas_are_replaced_on_another_node(cluster, nc, tmp_path):
     await cluster.add(Scheduler(scheduler_config()), scheduler_config())
     a = await agent(cluster, tmp_path, "a", 22000)
-    await request(
+    await call(
         nc,
-        Subjects.CATALOG_MODEL_PUT,
+        catalog.MODEL_PUT,
         ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
-        ModelEntry,
     )
     first = await until(lambda: _ready(nc))
     assert [r.node for r in first] == ["a"]
@@ -123,11 +120,10 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     await until(lambda: _true(leader.leader))
     standby = await cluster.add(Scheduler(scheduler_config()), scheduler_config())
     a = await agent(cluster, tmp_path, "a", 22200)
-    await request(
+    await call(
         nc,
-        Subjects.CATALOG_MODEL_PUT,
+        catalog.MODEL_PUT,
         ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
-        ModelEntry,
     )
     [running] = await until(lambda: _ready(nc))
     assert not standby.leader
@@ -138,11 +134,10 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     await asyncio.sleep(2)  # a few passes of the new leader
     assert [r.id for r in await replicas(nc)] == [running.id]  # adopted: nothing started twice
     assert list(a.replicas) == [running.id]
-    entry = await request(
+    entry = await call(
         nc,
-        Subjects.CATALOG_MODEL_PUT,
+        catalog.MODEL_PUT,
         ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=2, max=2))),
-        ModelEntry,
     )
     assert entry.model.scaling.min == 2
     both = await until(lambda: _ready(nc, count=2))
@@ -158,11 +153,10 @@ async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_wh
         for name, port, rack in (("a", 22300, "r1"), ("b", 22400, "r1"), ("c", 22500, "r2"))
     }
     profile = Profile(name="rpc", nodes=2, keep_within="rack", startup_timeout_s=60)
-    await request(
+    await call(
         nc,
-        Subjects.CATALOG_MODEL_PUT,
+        catalog.MODEL_PUT,
         ModelPut(model=Model(name="m", source=SOURCE, context=512, profiles=[profile], scaling=Scaling(min=1, max=1))),
-        ModelEntry,
     )
     [first] = await until(lambda: _ready(nc))
     (worker,) = first.workers
@@ -202,10 +196,10 @@ async def test_a_stopped_replica_drains_before_its_engine_stops(cluster, nc, tmp
     await cluster.add(Scheduler(config), config)
     a = await agent(cluster, tmp_path, "a", 22300)
     model = Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model), ModelEntry)
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=model))
     [running] = await until(lambda: _ready(nc))
     stopped = msgspec.structs.replace(model, scaling=Scaling(min=0, max=0))
-    await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=stopped), ModelEntry)
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=stopped))
     [draining] = await until(lambda: _in_state(nc, "draining"))
     assert draining.id == running.id and a.replicas[running.id].state.state == "ready"  # still serving its requests
     await until(lambda: _none_left(nc), timeout=15)
@@ -226,19 +220,13 @@ async def test_a_change_of_split_never_runs_fewer_ready_replicas(cluster, nc, tm
     await agent(cluster, tmp_path, "b", 22500, pool="two")
     one = Profile(name="one", node_selector={"pool": "one"}, replicas=2, host_memory_mb=256, priority=1)
     two = Profile(name="two", node_selector={"pool": "two"}, replicas=1, host_memory_mb=256)
-    await request(
+    await call(
         nc,
-        Subjects.CATALOG_MODEL_PUT,
+        catalog.MODEL_PUT,
         ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=3, max=3), profiles=[one, two])),
-        ModelEntry,
     )
     await until(lambda: _ready(nc, count=3), timeout=120)
-    await request(
-        nc,
-        Subjects.CATALOG_MODEL_CHANGE,
-        ModelChange(name="m", action="replicas", counts={"one": 1, "two": 2}),
-        ModelEntry,
-    )
+    await call(nc, catalog.MODEL_CHANGE, ModelChange(name="m", action="replicas", counts={"one": 1, "two": 2}))
     fewest = 3
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling, fingerprint
-from llmgw.scheduler.core import NodeView, reconcile
-from llmgw.scheduler.placement import Weights, need_of, node_states, place
+from llmgw.scheduler.core import Actual, Desired, NodeView, reconcile
+from llmgw.scheduler.placement import Search, Weights, need_of, node_states, place
 
 NOW = 1_000_000.0
 GB = 10**9
@@ -113,7 +113,7 @@ GPU = Profile(name="gpu", gpus=1, priority=10)
     ],
 )
 def test_each_filter_says_why_a_node_cannot_take_the_replica(profile, node, reason):
-    where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, 10)
+    where, why = place(need_of(profile, 4 * GB), MODEL, states(node), NOW, Search(stale_s=10))
     assert where is None and why["a"].startswith(reason)
 
 
@@ -124,34 +124,44 @@ def test_a_card_need_stands_for_every_class_that_meets_it():
         Node("a100").cards(1, "a100-80g", 81920, cc="8.0"),
     )
     fp8 = Profile(gpus=1, min_card_mb=40000, min_compute="8.9")
-    where, why = place(need_of(fp8, 8 * GB), MODEL, nodes, NOW, 10)
+    where, why = place(need_of(fp8, 8 * GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert where.node == "l40s" and set(why) == {"t4", "a100"}
 
 
 def test_cards_held_by_replicas_are_not_free():
     holding = ReplicaState(id="x", model="other", profile="gpu", node="a", state="ready", gpus=["a-gpu0", "a-gpu1"])
-    where, why = place(need_of(Profile(gpus=2), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, 10)
+    where, why = place(
+        need_of(Profile(gpus=2), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, Search(stale_s=10)
+    )
     assert where is None and "has 1 (of 3)" in why["a"]
-    where, _ = place(need_of(Profile(gpus=1), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, 10)
+    where, _ = place(
+        need_of(Profile(gpus=1), 4 * GB), MODEL, states(Node("a").cards(3), replicas=[holding]), NOW, Search(stale_s=10)
+    )
     assert where.cards == ["a-gpu2"]
 
 
 def test_the_speed_scorer_chooses_the_node_where_the_model_answers_fastest():
     slow = Node("slow").cpus(64).memory(512).membw(40, 8)
     fast = Node("fast").cpus(64).memory(300).membw(300, 10)
-    where, _ = place(need_of(Profile(cpu_cores=32), 18 * GB), MODEL, states(slow, fast), NOW, 10)
+    where, _ = place(need_of(Profile(cpu_cores=32), 18 * GB), MODEL, states(slow, fast), NOW, Search(stale_s=10))
     assert where.node == "fast" and where.scores["speed"] == 100.0
 
 
 def test_a_faster_card_wins_over_a_slower_one():
     where, _ = place(
-        need_of(GPU, 8 * GB), MODEL, states(Node("t4").cards(1, "t4-16g", 15360), Node("h100").cards(1)), NOW, 10
+        need_of(GPU, 8 * GB),
+        MODEL,
+        states(Node("t4").cards(1, "t4-16g", 15360), Node("h100").cards(1)),
+        NOW,
+        Search(stale_s=10),
     )
     assert where.node == "h100" and where.cards == ["h100-gpu0"]
 
 
 def test_weights_already_on_a_node_count_when_all_else_is_equal():
-    where, _ = place(need_of(CPU, GB), MODEL, states(Node("a"), Node("b").holding("o/r/m.gguf")), NOW, 10)
+    where, _ = place(
+        need_of(CPU, GB), MODEL, states(Node("a"), Node("b").holding("o/r/m.gguf")), NOW, Search(stale_s=10)
+    )
     assert where.node == "b"
 
 
@@ -160,24 +170,27 @@ def test_replicas_of_one_model_spread_over_racks_as_a_preference():
     nodes = states(
         Node("a1").labels(rack="a"), Node("a2").labels(rack="a"), Node("b1").labels(rack="b"), replicas=[other]
     )
-    where, _ = place(need_of(CPU, GB), MODEL, nodes, NOW, 10)
+    where, _ = place(need_of(CPU, GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert where.node == "b1"
-    alone, _ = place(need_of(CPU, GB), MODEL, states(Node("a1").labels(rack="a"), replicas=[other]), NOW, 10)
+    alone, _ = place(
+        need_of(CPU, GB), MODEL, states(Node("a1").labels(rack="a"), replicas=[other]), NOW, Search(stale_s=10)
+    )
     assert alone.node == "a1"  # dropped when nothing else fits
 
 
 def test_binpack_fills_the_fullest_node_and_spread_the_emptiest():
     small, big = Node("small").memory(32), Node("big").memory(512)
-    packed, _ = place(need_of(CPU, GB), MODEL, states(small, big), NOW, 10, Weights(mode="binpack", speed=0))
-    spread, _ = place(need_of(CPU, GB), MODEL, states(small, big), NOW, 10, Weights(mode="spread", speed=0))
+    packed, _ = place(
+        need_of(CPU, GB), MODEL, states(small, big), NOW, Search(weights=Weights(mode="binpack", speed=0))
+    )
+    spread, _ = place(need_of(CPU, GB), MODEL, states(small, big), NOW, Search(weights=Weights(mode="spread", speed=0)))
     assert (packed.node, spread.node) == ("small", "big")
 
 
 def _run(model, nodes, replicas, now=NOW):
     ids = (f"r{i}-{now}" for i in itertools.count())
-    return reconcile(
-        {model.name: model}, {n.info.node: n.view() for n in nodes}, replicas, {model.source: 4 * GB}, now, ids
-    )
+    actual = Actual(nodes={n.info.node: n.view() for n in nodes}, replicas=replicas, weights={model.source: 4 * GB})
+    return reconcile(Desired(models={model.name: model}), actual, now, ids=ids)
 
 
 def test_the_highest_priority_profile_that_fits_wins_else_the_next():
@@ -267,9 +280,14 @@ def test_a_node_never_heard_of_is_lost_only_once_the_inventory_has_listened_long
     on_z = ReplicaState(id="x", model="m", profile="cpu", node="z", state="ready", fingerprint=fingerprint(model, CPU))
     ids = (f"r{i}" for i in itertools.count())
     views = {"a": Node("a").view()}
-    fresh = reconcile({"m": model}, views, [on_z], {model.source: GB}, NOW, ids, known_since=NOW - 5)
+    desired = Desired(models={"m": model})
+    fresh = reconcile(
+        desired, Actual(nodes=views, replicas=[on_z], weights={model.source: GB}, known_since=NOW - 5), NOW, ids=ids
+    )
     assert fresh.stops == [] and fresh.starts == []
-    later = reconcile({"m": model}, views, [on_z], {model.source: GB}, NOW, ids, known_since=NOW - 60)
+    later = reconcile(
+        desired, Actual(nodes=views, replicas=[on_z], weights={model.source: GB}, known_since=NOW - 60), NOW, ids=ids
+    )
     assert [s.replica.id for s in later.stops] == ["x"] and [s.replica.node for s in later.starts] == ["a"]
 
 
@@ -323,12 +341,10 @@ def _two(critical_class="critical"):
 def _pass(models, nodes, replicas, now=NOW):
     ids = (f"r{i}-{now}" for i in itertools.count())
     return reconcile(
-        {m.name: m for m in models},
-        {n.info.node: n.view() for n in nodes},
-        replicas,
-        {m.source: GB for m in models},
+        Desired(models={m.name: m for m in models}),
+        Actual(nodes={n.info.node: n.view() for n in nodes}, replicas=replicas, weights={m.source: GB for m in models}),
         now,
-        ids,
+        ids=ids,
     )
 
 
@@ -454,7 +470,7 @@ def test_a_replica_across_nodes_takes_a_share_on_each_within_one_rack():
     )
     need = need_of(ACROSS, 30 * GB)
     assert need.memory_mb == int(10 * GB * 1.1 / 2**20) + 256  # a third of the weights each
-    where, why = place(need, MODEL, nodes, NOW, 10)
+    where, why = place(need, MODEL, nodes, NOW, Search(stale_s=10))
     assert where.node == "b1"  # the rack with three; the engine on its best node (most room)
     assert sorted(w.node for w in where.workers) == ["b2", "b3"]
     assert {w.memory_mb for w in where.workers} == {need.memory_mb}
@@ -468,17 +484,17 @@ def test_a_replica_across_nodes_says_why_when_no_rack_has_enough():
         Node("b1").labels(rack="b"),
         Node("b2").labels(rack="b").memory(8),
     )
-    where, why = place(need_of(ACROSS, 30 * GB), MODEL, nodes, NOW, 10)
+    where, why = place(need_of(ACROSS, 30 * GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert where is None
     assert why["together"] == "nodes: needs 3 nodes that fit within one rack (most in one: 2, rack=a); 3 fit"
     assert why["b2"].startswith("memory: needs")
-    anywhere, _ = place(need_of(Profile(name="rpc", nodes=3), 30 * GB), MODEL, nodes, NOW, 10)
+    anywhere, _ = place(need_of(Profile(name="rpc", nodes=3), 30 * GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert anywhere.node and len(anywhere.workers) == 2  # without keep_within any three that fit
 
 
 def test_cards_across_nodes_are_chosen_on_every_node():
     nodes = states(Node("g1").cards(2), Node("g2").cards(2), Node("g3").cards(1))
-    where, _ = place(need_of(Profile(name="g", gpus=2, nodes=2), 200 * GB), MODEL, nodes, NOW, 10)
+    where, _ = place(need_of(Profile(name="g", gpus=2, nodes=2), 200 * GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert {where.node, where.workers[0].node} == {"g1", "g2"}
     assert len(where.cards) == 2 and len(where.workers[0].gpus) == 2
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, Worker, fingerprint
-from llmgw.scheduler.core import NodeView, backoff_s, lost, lost_workers, reconcile, status, wanted
+from llmgw.scheduler.core import Actual, Desired, NodeView, backoff_s, lost, lost_workers, reconcile, status, wanted
 from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
@@ -58,7 +58,10 @@ def run(models, nodes, replicas, weights=None, now=NOW):
         for r in replicas
     ]
     return reconcile(
-        by_name, {n.info.node: n for n in nodes}, replicas, weights, now, (f"r{i}-{now}" for i in itertools.count())
+        Desired(models=by_name),
+        Actual(nodes={n.info.node: n for n in nodes}, replicas=replicas, weights=weights),
+        now,
+        ids=(f"r{i}-{now}" for i in itertools.count()),
     )
 
 
@@ -258,7 +261,10 @@ def test_an_on_demand_model_starts_on_its_first_request_and_not_before():
     nodes = [node("a", 9000)]
     assert run([on_demand()], nodes, []).starts == []
     woken = reconcile(
-        {"m": on_demand()}, {"a": nodes[0]}, [], {"o/r/m.gguf": GB}, NOW, iter(["r1"]), demand={"m": NOW - 1}
+        Desired(models={"m": on_demand()}, demand={"m": NOW - 1}),
+        Actual(nodes={"a": nodes[0]}, weights={"o/r/m.gguf": GB}),
+        NOW,
+        ids=iter(["r1"]),
     )
     assert [s.replica.id for s in woken.starts] == ["r1"]
 
@@ -269,9 +275,10 @@ def test_an_on_demand_model_scales_to_zero_after_its_idle_timeout():
     running = [
         msgspec.structs.replace(r, fingerprint=fingerprint(on_demand(), on_demand().profiles[0])) for r in running
     ]
-    asked = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 299})
+    actual = Actual(nodes=nodes, replicas=running, weights={"o/r/m.gguf": GB})
+    asked = reconcile(Desired(models={"m": on_demand()}, demand={"m": NOW - 299}), actual, NOW, ids=iter([]))
     assert asked.stops == []
-    idle = reconcile({"m": on_demand()}, nodes, running, {"o/r/m.gguf": GB}, NOW, iter([]), demand={"m": NOW - 301})
+    idle = reconcile(Desired(models={"m": on_demand()}, demand={"m": NOW - 301}), actual, NOW, ids=iter([]))
     assert [s.replica.id for s in idle.stops] == ["r1"] and idle.stops[0].drain
 
 

@@ -1,0 +1,112 @@
+"""Asking agents to start and stop replicas and workers.
+
+Every ask runs in a task of its own, so an agent that does not answer holds up only what waits
+for it (never another node's heartbeat, never a start elsewhere); what came of it goes back to
+the inbox as an item, for the applier to record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+
+import msgspec
+from nats.aio.client import Client
+
+from llmgw.bus import BusError, call
+from llmgw.proto import Model, Profile, ReplicaReport, ReplicaStart, ReplicaState, ReplicaStop, WorkerStart, agent
+from llmgw.scheduler.core import AgentStop, Stop, spec_of
+from llmgw.scheduler.inbox import Inbox, Stopped, WorkersUp
+
+__all__ = ["Agents"]
+
+
+class Agents:
+    """The scheduler's side of the agent contract (`llmgw.proto.agent`)."""
+
+    def __init__(self, nc: Client, inbox: Inbox, log) -> None:
+        self.nc, self.inbox, self.log = nc, inbox, log
+        self.tasks: set[asyncio.Task] = set()
+        """Asks in flight (drains in their grace among them)."""
+        self.asking: set[AgentStop] = set()
+        """Stops in flight that nothing recorded waits for: each asked once at a time."""
+
+    def cancel(self) -> None:
+        """Drop every ask in flight (a drain cut short is finished by the next leader)."""
+        for task in self.tasks:
+            task.cancel()
+
+    def _spawn(self, work: Coroutine) -> asyncio.Task:
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def stop(self, ask: AgentStop) -> None:
+        """Ask an agent to stop an engine or a worker, unless that is being asked already."""
+        if ask in self.asking:
+            return
+        self.log.warning("asking an agent to stop", node=ask.node, replica=ask.id, worker=ask.worker, why=ask.reason)
+        self.asking.add(ask)
+        self._spawn(self._stop(ask)).add_done_callback(lambda _: self.asking.discard(ask))
+
+    async def _stop(self, ask: AgentStop) -> None:
+        endpoint = agent.WORKER_STOP if ask.worker else agent.REPLICA_STOP
+        await self._ask(endpoint, ReplicaStop(id=ask.id, reason=ask.reason), ask.node)
+
+    async def _ask(self, endpoint, message, node: str) -> object | None:
+        """An agent's answer, or None when it could not be had (logged)."""
+        try:
+            return await call(self.nc, endpoint, message, node=node)
+        except BusError as exc:
+            self.log.warning("agent did not answer", subject=endpoint.subject(node), error=exc.message)
+            return None
+
+    def retire(self, stop: Stop, grace_s: float) -> asyncio.Task:
+        """After `grace_s` (in-flight requests finish), stop a replica's engine, then its workers."""
+        return self._spawn(self._retire(stop, grace_s))
+
+    async def _retire(self, stop: Stop, grace_s: float) -> None:
+        r = stop.replica
+        if grace_s:
+            await asyncio.sleep(grace_s)
+        asked = ReplicaStop(id=r.id, reason=stop.reason)
+        if stop.reachable:
+            await self._ask(agent.REPLICA_STOP, asked, r.node)
+        for w in r.workers:  # after the engine that drives them
+            await self._ask(agent.WORKER_STOP, asked, w.node)
+        self.inbox.put(Stopped(replica=r, reason=stop.reason))
+
+    def start(self, r: ReplicaState, model: Model, profile: Profile, after: list[asyncio.Task]) -> asyncio.Task:
+        """Start a replica's workers (across nodes), then its engine, told where they listen;
+        once the stops in `after` are done (they free the room it takes)."""
+        return self._spawn(self._start(r, model, profile, after))
+
+    async def _start(self, r: ReplicaState, model: Model, profile: Profile, after: list[asyncio.Task]) -> None:
+        if after:
+            await asyncio.wait(after)
+        spec = spec_of(r)
+        try:
+            if spec.workers:
+                asked = WorkerStart(replica=spec, model=model, profile=profile)
+                workers = [
+                    await call(self.nc, agent.WORKER_START, asked, node=w.node, timeout=profile.startup_timeout_s)
+                    for w in spec.workers
+                ]
+                spec = msgspec.structs.replace(spec, workers=workers)
+                self.inbox.put(WorkersUp(id=spec.id, workers=workers))
+            report = await call(
+                self.nc, agent.REPLICA_START, ReplicaStart(replica=spec, model=model, profile=profile), node=spec.node
+            )
+        except BusError as exc:
+            report = ReplicaReport(
+                id=r.id,
+                model=r.model,
+                profile=r.profile,
+                node=r.node,
+                state="failed",
+                error=f"agent refused: {exc.message}",
+                updated=time.time(),
+            )
+        self.inbox.put(report)

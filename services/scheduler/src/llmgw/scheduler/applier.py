@@ -1,0 +1,136 @@
+"""The one task that changes the records: it takes the inbox in turn, asks the pure core what
+each item means (`observe`, `accept`, `reconcile`) and carries out the plan: records written
+here, agents asked in tasks of their own (`Agents`), never awaited here."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Iterator
+
+import msgspec
+
+from llmgw.proto import Heartbeat, ReplicaReport
+from llmgw.scheduler.agents import Agents
+from llmgw.scheduler.book import Book
+from llmgw.scheduler.core import Actual, NodeView, Plan, Policy, accept, model_statuses, observe, reconcile
+from llmgw.scheduler.inbox import Adopt, Inbox, Item, Pass, Stopped, WorkersUp
+from llmgw.scheduler.placement import spans
+
+__all__ = ["Applier"]
+
+
+def _fresh_ids() -> Iterator[str]:
+    while True:
+        yield secrets.token_hex(4)
+
+
+class Applier:
+    """Leads once it adopted what the replicas bucket holds; applies items while it leads."""
+
+    def __init__(self, book: Book, agents: Agents, nodes: dict[str, NodeView], policy: Policy, drain_s: float, log):
+        self.book, self.agents, self.log = book, agents, log
+        self.nodes = nodes
+        """The inventory (the NATS callbacks keep it): read, never written, here."""
+        self.policy = policy
+        self.drain_s = drain_s
+        """A ready replica being stopped gets this long for its in-flight requests."""
+        self.leading = False
+        self.known_since = time.time()
+        """When this scheduler began listening for nodes (again when it took the lead)."""
+        self.unplaced: dict[str, str] = {}
+        self.wake = asyncio.Event()
+        """Set when something happened that a reconcile pass should see now (room freed, a node
+        appeared, the lead taken), not at the next tick."""
+
+    async def run(self, inbox: Inbox) -> None:
+        """Take items until cancelled; one that fails is logged and the next taken."""
+        while True:
+            item = await inbox.get()
+            try:
+                await self.take(item)
+            except Exception:
+                self.log.exception("not applied", item=type(item).__name__)
+
+    async def take(self, item: Item) -> None:
+        """Apply one item (while leading; adopting is what makes it lead)."""
+        if isinstance(item, Adopt):
+            self.book.adopt(item.replicas)
+            self.known_since, self.leading = item.since, True
+            self.log.info("leading", adopted=len(item.replicas))
+            self.wake.set()
+        elif not self.leading:
+            return
+        elif isinstance(item, Heartbeat):
+            await self.carry_out(observe(item, self.book.replicas, self.book.draining, time.time()))
+        elif isinstance(item, ReplicaReport):
+            if state := accept(self.book.replicas.get(item.id), item):
+                await self.carry_out(Plan(records=[state]))
+        elif isinstance(item, WorkersUp):
+            if known := self.book.replicas.get(item.id):
+                await self.book.record(msgspec.structs.replace(known, workers=item.workers))
+        elif isinstance(item, Stopped):
+            await self.book.stopped(item.replica)
+            self.log.info("replica stopped", replica=item.replica.id, model=item.replica.model, reason=item.reason)
+            self.wake.set()
+        elif isinstance(item, Pass):
+            await self.reconcile(item)
+
+    async def reconcile(self, item: Pass) -> None:
+        """One reconcile pass over the records as they are now, and the statuses after it."""
+        actual = Actual(
+            nodes=dict(self.nodes),
+            replicas=list(self.book.replicas.values()),
+            weights=item.weights,
+            known_since=self.known_since,
+        )
+        plan = reconcile(item.desired, actual, time.time(), self.policy, ids=_fresh_ids())
+        for name, why in plan.unplaced.items():
+            if self.unplaced.get(name) != why:
+                self.log.warning("model not placed", model=name, why=why)
+        self.unplaced = plan.unplaced
+        await self.carry_out(plan)
+        statuses, held = model_statuses(
+            item.desired, list(self.book.replicas.values()), plan, time.time(), self.book.held
+        )
+        await self.book.publish(statuses, held)
+
+    async def carry_out(self, plan: Plan) -> None:
+        """Write what the plan records and forgets; ask the agents for its stops and starts."""
+        for gone in plan.forgets:
+            await self.book.forget(gone)
+            self.log.warning("replica lost: its agent no longer runs it", replica=gone.id, node=gone.node)
+            self.wake.set()
+        for state in plan.records:
+            await self.book.record(state)
+            self.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
+        for ask in plan.asks:
+            self.log.warning(
+                "asking an agent to stop", node=ask.node, replica=ask.id, worker=ask.worker, why=ask.reason
+            )
+            self.agents.stop(ask)
+        stopping = await self._stops(plan)
+        for start in plan.starts:
+            r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
+            await self.book.record(r)
+            self.log.info(
+                "replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb, workers=spans(r)[1:]
+            )
+            after = [task for node in spans(r) for task in stopping.get(node, [])]
+            self.agents.start(r, start.model, start.profile, after)
+
+    async def _stops(self, plan: Plan) -> dict[str, list[asyncio.Task]]:
+        """Record each stop as draining and ask for it; a ready replica drains first (in-flight
+        requests finish), the rest stop at once. The stops at once, by node: a start there waits
+        for them (they free the room it was placed in)."""
+        at_once: dict[str, list[asyncio.Task]] = {}
+        for stop in plan.stops:
+            r = stop.replica
+            await self.book.drain(r, time.time())
+            grace = stop.drain and stop.reachable and r.state == "ready" and self.drain_s > 0
+            task = self.agents.retire(stop, self.drain_s if grace else 0)
+            if not grace:
+                for node in spans(r):
+                    at_once.setdefault(node, []).append(task)
+        return at_once

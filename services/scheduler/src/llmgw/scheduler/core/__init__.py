@@ -1,0 +1,37 @@
+"""The scheduler's pure core: no I/O, no clock (time is passed in).
+
+- `reconcile(desired, actual, now, policy) -> Plan`: what to start and stop, model by model.
+- `observe(heartbeat, recorded, draining, now) -> Plan`: what a heartbeat means for the records.
+- `merge(spec, report) -> ReplicaState`: the record the replicas bucket holds; `accept` says
+  which reports change it.
+- `status` / `model_statuses`: how each model is doing; `wanted`, `backoff_s`.
+"""
+
+from llmgw.scheduler.core._observe import lost, lost_workers, observe
+from llmgw.scheduler.core._plan import Actual, AgentStop, Desired, NodeView, Plan, Policy, Start, Stop
+from llmgw.scheduler.core._reconcile import reconcile
+from llmgw.scheduler.core._replica import accept, merge, spec_of
+from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, model_statuses, status, wanted
+
+__all__ = [
+    "CLASS_RANK",
+    "Actual",
+    "AgentStop",
+    "Desired",
+    "NodeView",
+    "Plan",
+    "Policy",
+    "Start",
+    "Stop",
+    "accept",
+    "backoff_s",
+    "lost",
+    "lost_workers",
+    "merge",
+    "model_statuses",
+    "observe",
+    "reconcile",
+    "spec_of",
+    "status",
+    "wanted",
+]

@@ -1,0 +1,118 @@
+"""What the pure core takes (the desired state, the actual one, the policy) and what it gives
+back: a plan for the shell to carry out."""
+
+from __future__ import annotations
+
+import msgspec
+
+from llmgw.proto import Model, NodeInfo, Profile, ReplicaState
+from llmgw.scheduler.placement import Weights
+
+__all__ = ["Actual", "AgentStop", "Desired", "NodeView", "Plan", "Policy", "Start", "Stop"]
+
+
+class NodeView(msgspec.Struct, kw_only=True):
+    """A node as the inventory knows it."""
+
+    info: NodeInfo
+    last_seen: float
+    """Unix time of its last heartbeat or registration."""
+    weights: list[str] = msgspec.field(default_factory=list)
+    """Sources its cache holds (from its last heartbeat)."""
+
+
+class Desired(msgspec.Struct, kw_only=True):
+    """What is asked for: the catalog's models, and when the router last saw each asked for."""
+
+    models: dict[str, Model] = msgspec.field(default_factory=dict)
+    demand: dict[str, float] = msgspec.field(default_factory=dict)
+    """Model name -> Unix time of its last request (on-demand models wake and idle by it)."""
+
+
+class Actual(msgspec.Struct, kw_only=True):
+    """What there is: the nodes, the replicas recorded, and the files the mirror holds."""
+
+    nodes: dict[str, NodeView] = msgspec.field(default_factory=dict)
+    replicas: list[ReplicaState] = msgspec.field(default_factory=list)
+    weights: dict[str, int] = msgspec.field(default_factory=dict)
+    """Source -> its size in bytes, for the files the mirror confirmed it holds."""
+    known_since: float = 0.0
+    """When the inventory began listening: a node never heard of counts as lost `lost_s` after."""
+
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True):
+    """The knobs of a reconcile pass (the scheduler's config carries them)."""
+
+    stale_s: float = 10.0
+    """A node silent this long (suspect) gets no new replicas."""
+    lost_s: float = 30.0
+    """A node silent this long is lost: its replicas are given up and replaced elsewhere."""
+    reserve_mb: int = 512
+    """Host memory left free on every node."""
+    score_nodes: int = 100
+    """At most this many nodes that fit are scored for each replica (0: every one)."""
+    scoring: Weights = Weights()
+    """How much each placement scorer counts."""
+
+
+class Start(msgspec.Struct, kw_only=True):
+    """Start this replica (recorded pending: its spec and no report yet)."""
+
+    replica: ReplicaState
+    model: Model
+    profile: Profile
+
+
+class Stop(msgspec.Struct, kw_only=True):
+    """Stop this recorded replica, for this reason; its record goes once it stopped."""
+
+    replica: ReplicaState
+    reason: str
+    reachable: bool = True
+    """False for a replica on a lost node: its record goes without asking its agent."""
+    drain: bool = True
+    """Give in-flight requests the drain grace first (a ready replica); False where its room
+    is needed at once (an in-place replacement)."""
+
+
+class AgentStop(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask a node's agent to stop a replica's engine (or, `worker`, its RPC worker there)
+    without touching its record: one no longer recorded, or a record already changed."""
+
+    node: str
+    id: str
+    reason: str
+    worker: bool = False
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    """What to do now, and why a model could not be placed."""
+
+    starts: list[Start] = msgspec.field(default_factory=list)
+    stops: list[Stop] = msgspec.field(default_factory=list)
+    records: list[ReplicaState] = msgspec.field(default_factory=list)
+    """Records to write as they are (an agent's report merged into its spec, a failure)."""
+    forgets: list[ReplicaState] = msgspec.field(default_factory=list)
+    """Records to drop without asking anyone: their agent no longer runs them."""
+    asks: list[AgentStop] = msgspec.field(default_factory=list)
+    unplaced: dict[str, str] = msgspec.field(default_factory=dict)
+    """Model name -> why no node took it (each node's reason)."""
+    backoff_until: dict[str, float] = msgspec.field(default_factory=dict)
+    """Model name -> when its next try is, while it backs off."""
+    held: dict[str, str] = msgspec.field(default_factory=dict)
+    """Model name -> the higher-class model it gave a replica's room to in this pass."""
+
+    def absorb(self, part: Plan) -> None:
+        """Add another plan's actions and reasons to this one."""
+        self.starts.extend(part.starts)
+        self.stops.extend(part.stops)
+        self.records.extend(part.records)
+        self.forgets.extend(part.forgets)
+        self.asks.extend(part.asks)
+        self.unplaced.update(part.unplaced)
+        self.backoff_until.update(part.backoff_until)
+        self.held.update(part.held)
+
+    def empty(self) -> bool:
+        """Nothing to do (reasons aside)."""
+        return not (self.starts or self.stops or self.records or self.forgets or self.asks)

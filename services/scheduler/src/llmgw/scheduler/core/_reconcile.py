@@ -1,0 +1,267 @@
+"""Reconcile, pure: no I/O and no clock (`now` is passed in). Placement is `placement`'s chain.
+
+Nomad's shape: the replicas grouped by model, one function per model over the room the models
+before it left, their plans merged. Higher classes go first, so a critical model takes room
+before a batch one asks for it. For every model: stop replicas of removed models and those left
+draining; replace stale replicas (another fingerprint) one at a time; keep each counted profile
+at its count, starting those short before stopping those over so a change of split never runs
+fewer; otherwise keep the scaling's number, each new replica on the highest-priority profile
+that fits, taking a lower class's room where nothing else would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+
+from llmgw.proto import Model, Profile, ReplicaState, fingerprint
+from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
+from llmgw.scheduler.core._rollout import counts_of, surplus, wanted_profiles
+from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
+from llmgw.scheduler.placement import (
+    LIVE,
+    NodeState,
+    Placement,
+    Search,
+    claim,
+    need_of,
+    node_states,
+    place,
+    release,
+    spans,
+)
+
+__all__ = ["reconcile"]
+
+
+@dataclass
+class _Pass:
+    """What the models of one pass share: the room left on every node, taken in turn."""
+
+    models: dict[str, Model]
+    demand: dict[str, float]
+    weights: dict[str, int]
+    now: float
+    policy: Policy
+    ids: Iterator[str]
+    states: dict[str, NodeState]
+    scan: int = 0
+    """Where the next limited scan of the fleet begins."""
+
+
+@dataclass
+class _Wants:
+    """One model's replicas to start, and what they are placed beside."""
+
+    model: Model
+    tries: list[list[Profile]]
+    """For each replica to start, the profiles to try, best first."""
+    kept: list[ReplicaState]
+    """Its live replicas that stay (and those placed in this pass)."""
+    stale: list[ReplicaState]
+    failed: list[ReplicaState]
+    """Oldest first."""
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> int:
+        """Failed starts in a row, counting those recorded."""
+        return max((r.failures + 1 for r in self.failed), default=0)
+
+
+def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Policy(), *, ids: Iterator[str]) -> Plan:
+    """Compare what the catalog asks with what runs; say what to start and stop.
+
+    A node silent for `policy.stale_s` (suspect) gets nothing new; silent for `policy.lost_s`
+    (lost) its replicas are given up and replaced elsewhere. A node never heard of counts as
+    lost once the inventory has been listening (`actual.known_since`) for `lost_s`. An
+    on-demand model runs while asked for within its idle timeout. New replicas take their ids
+    from `ids`.
+    """
+    plan = Plan(stops=_lost(actual, now, policy.lost_s))
+    gone = {s.replica.id for s in plan.stops}
+    replicas = [r for r in actual.replicas if r.id not in gone]
+    by_model: dict[str, list[ReplicaState]] = {}
+    for r in replicas:
+        by_model.setdefault(r.model, []).append(r)
+        if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
+            plan.stops.append(Stop(replica=r, reason="it was being stopped"))
+        elif r.model not in desired.models:
+            plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    # One view of every node's free room for the whole pass, kept as replicas stop and start.
+    nodes = {n: (v.info, v.last_seen, v.weights) for n, v in actual.nodes.items()}
+    states = node_states(nodes, replicas, policy.reserve_mb)
+    for stop in plan.stops:
+        if stop.replica.state in LIVE:
+            release(states, stop.replica)
+    run = _Pass(desired.models, desired.demand, actual.weights, now, policy, ids, states)
+    for name, model in sorted(desired.models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
+        plan.absorb(_for_model(model, by_model.get(name, []), run))
+    return plan
+
+
+def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
+    """Live replicas on a lost node (one across nodes is lost with any of them)."""
+    stops = []
+    for r in actual.replicas:
+        if r.state not in LIVE:
+            continue
+        silent = {
+            n: now - actual.nodes[n].last_seen if n in actual.nodes else now - actual.known_since for n in spans(r)
+        }
+        worst = max(silent, key=lambda n: silent[n])
+        if silent[worst] > lost_s:
+            why = f"node '{worst}' lost: no heartbeat for {silent[worst]:.0f}s"
+            stops.append(Stop(replica=r, reason=why, reachable=silent[r.node] <= lost_s))
+    return stops
+
+
+def _for_model(model: Model, mine: list[ReplicaState], run: _Pass) -> Plan:
+    """One model's part of the plan."""
+    plan, wants = _rollout(model, mine, run)
+    if wants.tries and not _held_back(wants, run, plan):
+        _start_missing(wants, run, plan)
+    return plan
+
+
+def _rollout(model: Model, mine: list[ReplicaState], run: _Pass) -> tuple[Plan, _Wants]:
+    """What to stop of a model's replicas (their room freed for this pass) and what to start."""
+    want = wanted(model.scaling, run.now, run.demand.get(model.name))
+    counts = counts_of(model)
+    current = {p.name: fingerprint(model, p) for p in model.profiles}
+    live = [r for r in mine if r.state in LIVE]
+    stale = sorted((r for r in live if current.get(r.profile) != r.fingerprint), key=lambda r: r.updated)
+    fresh = [r for r in live if r not in stale]
+    plan = Plan(stops=surplus(model, want, stale, fresh, counts))
+    for stop in plan.stops:
+        release(run.states, stop.replica)
+    running = len(live) - len(plan.stops)
+    missing = want - running
+    if stale and want and all(r.state == "ready" for r in fresh) and len(fresh) < want <= running:
+        missing += 1  # surge: the replacement starts beside the stale replica it replaces
+    stopping = {s.replica.id for s in plan.stops}
+    kept = [r for r in live if r.id not in stopping]
+    failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
+    tries = wanted_profiles(model, kept, stale, missing, counts)
+    return plan, _Wants(model=model, tries=tries, kept=kept, stale=stale, failed=failed, fingerprints=current)
+
+
+def _held_back(wants: _Wants, run: _Pass, plan: Plan) -> bool:
+    """Whether the model waits (backing off after failures, or its file unconfirmed), and why."""
+    name, failed = wants.model.name, wants.failed
+    if failed and run.now < (until := failed[-1].updated + backoff_s(wants.failures)):
+        wait = until - run.now
+        plan.unplaced[name] = (
+            f"backing off after {wants.failures} failures, next try in {wait:.0f}s: {failed[-1].error}"
+        )
+        plan.backoff_until[name] = until
+        return True
+    if wants.model.source not in run.weights:
+        plan.unplaced[name] = f"the mirror has not confirmed it holds '{wants.model.source}'"
+        return True
+    return False
+
+
+def _start_missing(wants: _Wants, run: _Pass, plan: Plan) -> None:
+    """Place each missing replica on the first of its profiles that fits; the first that fits
+    nowhere ends the model's turn, saying why for each profile and node."""
+    started = 0
+    for profiles in wants.tries:
+        reasons: list[str] = []
+        for profile in profiles:
+            why = _place_one(wants, profile, run, plan)
+            if not why:
+                started += 1
+                break
+            reasons.append(f"profile '{profile.name}': {why}" if len(profiles) > 1 else why)
+        else:
+            surge = " (a replacement starts beside the replica it replaces; `--in-place` stops that one first)"
+            stale_surge = wants.stale and wants.model.rollout == "surge"
+            plan.unplaced[wants.model.name] = " | ".join(reasons) + (surge if stale_surge else "")
+            break
+    if started:  # replaced now: the failed records go
+        plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
+
+
+def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
+    """Place one replica of `profile` (taking a lower class's room if need be) and add its
+    start to the plan; "" if it was placed, else why no node took it."""
+    model, policy = wants.model, run.policy
+    need = need_of(profile, run.weights[model.source])
+    how = Search(
+        stale_s=policy.stale_s, weights=policy.scoring, peers=wants.kept, limit=policy.score_nodes, start=run.scan
+    )
+    where, why = place(need, model, run.states, run.now, how)
+    run.scan += len(why) + max(policy.score_nodes, 1)
+    if where is None and (taken := _preempt(need, model, run)):
+        where, victims = taken
+        gave = f"gave room to {model.capacity_class} model '{model.name}'"
+        for victim in victims:
+            release(run.states, victim)
+            plan.stops.append(Stop(replica=victim, reason=f"preempted: {gave}", drain=False))
+            plan.held[victim.model] = gave
+    if where is None:
+        return "; ".join(f"{n}: {w}" for n, w in why.items()) or "no nodes registered"
+    replica = ReplicaState(
+        id=next(run.ids),
+        model=model.name,
+        profile=profile.name,
+        node=where.node,
+        memory_mb=need.memory_mb,
+        cores=profile.cpu_cores or 0,
+        gpus=where.cards,
+        workers=where.workers,
+        failures=wants.failures,
+        fingerprint=wants.fingerprints[profile.name],
+        updated=run.now,
+    )
+    claim(run.states, replica)
+    wants.kept.append(replica)
+    plan.starts.append(Start(replica=replica, model=model, profile=profile))
+    return ""
+
+
+def _preempt(need, model: Model, run: _Pass) -> tuple[Placement, list[ReplicaState]] | None:
+    """Replicas of a lower class whose room would let `need` fit, and where: the lowest class
+    first, the newest of it first; None when none would (or the model is of the lowest class).
+
+    One replica's room where that is enough: only its nodes change by its going, so only they
+    are tried again. A replica across nodes takes as many as it needs, in that order, and of
+    those only the ones on the nodes it gets give up their room."""
+    rank, models, states = CLASS_RANK[model.capacity_class], run.models, run.states
+    how = Search(stale_s=run.policy.stale_s, weights=run.policy.scoring)
+    victims = list(
+        {
+            r.id: r
+            for n in states.values()
+            for r in n.replicas
+            if r.model in models and r.model != model.name and CLASS_RANK[models[r.model].capacity_class] < rank
+        }.values()
+    )
+    victims.sort(key=lambda r: (CLASS_RANK[models[r.model].capacity_class], -r.updated))
+    if need.profile.nodes == 1:
+        for victim in victims:
+            trial = {n: _copy(states[n]) for n in spans(victim) if n in states}
+            release(trial, victim)
+            where, _ = place(need, model, trial, run.now, how)
+            if where:
+                return where, [victim]
+        return None
+    trial, taken = dict(states), []
+    for victim in victims:
+        for n in spans(victim):
+            if n in states and trial[n] is states[n]:
+                trial[n] = _copy(states[n])
+        release(trial, victim)
+        taken.append(victim)
+        where, _ = place(need, model, trial, run.now, how)
+        if where:
+            got = {where.node, *(w.node for w in where.workers)}
+            return where, [v for v in taken if got.intersection(spans(v))]
+    return None
+
+
+def _copy(n: NodeState) -> NodeState:
+    return msgspec.structs.replace(n, replicas=list(n.replicas))

@@ -1,0 +1,47 @@
+"""Placement as a declared chain of small plugins: filters say why a node cannot take a replica,
+scorers rank those that can (each normalised to 0-100, then weighted). Pure: no I/O, no clock.
+
+A replica's need is its profile's: host memory and cores on the CPU, or a number of free cards
+of a class with enough memory each. Capacity is what is free now: memory the node reports as
+available less what replicas still starting here have claimed, and cards no replica holds and
+no foreign process fills (the card rules are `llmgw.modelplan`'s, the agent's too).
+
+A profile across several nodes needs that many nodes that each fit its share (the weights split
+between them), within one rack (row, site) where it says so: the nodes scored best together.
+"""
+
+from llmgw.scheduler.placement._filters import FILTERS, Filter
+from llmgw.scheduler.placement._place import Search, place
+from llmgw.scheduler.placement._room import (
+    LIVE,
+    STARTING,
+    Need,
+    NodeState,
+    Placement,
+    claim,
+    need_of,
+    node_states,
+    release,
+    spans,
+)
+from llmgw.scheduler.placement._scorers import SCORERS, Scorer, Weights
+
+__all__ = [
+    "FILTERS",
+    "LIVE",
+    "SCORERS",
+    "STARTING",
+    "Filter",
+    "Need",
+    "NodeState",
+    "Placement",
+    "Scorer",
+    "Search",
+    "Weights",
+    "claim",
+    "need_of",
+    "node_states",
+    "place",
+    "release",
+    "spans",
+]

@@ -1,0 +1,111 @@
+"""Placing one replica: the nodes that pass every filter, scored, the best taken; across several
+nodes, the group of nodes that scores best together."""
+
+from __future__ import annotations
+
+import msgspec
+
+from llmgw.proto import Model, ReplicaState, Worker
+from llmgw.scheduler.placement._filters import FILTERS, cards_for
+from llmgw.scheduler.placement._room import Need, NodeState, Placement
+from llmgw.scheduler.placement._scorers import Weights, scores
+
+__all__ = ["Search", "place"]
+
+
+class Search(msgspec.Struct, frozen=True, kw_only=True):
+    """How one placement looks over the fleet."""
+
+    stale_s: float = 10.0
+    """A node silent this long (suspect) takes nothing new."""
+    weights: Weights = Weights()
+    """How much each scorer counts."""
+    peers: list[ReplicaState] | None = None
+    """The model's live replicas, for the domain spread (None: found on the nodes)."""
+    limit: int = 0
+    """Stop the scan at this many nodes that fit (0: every node); a replica across nodes scores all."""
+    start: int = 0
+    """Begin the scan at this node (by position, wrapping), so successive placements look at others."""
+
+
+def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> tuple[list[str], dict[str, str]]:
+    """The nodes that pass every filter (at most `how.limit`, scanning from the `how.start`-th
+    and wrapping), and why each refused node refused (filter: reason)."""
+    reasons: dict[str, str] = {}
+    fit = []
+    names = list(nodes)
+    if how.start % max(len(names), 1):
+        first = how.start % len(names)
+        names = names[first:] + names[:first]
+    for name in names:
+        n = nodes[name]
+        for label, f in FILTERS:
+            why = f(need, n, now, how.stale_s)
+            if why:
+                reasons[name] = f"{label}: {why}"
+                break
+        else:
+            fit.append(name)
+            if how.limit and len(fit) >= how.limit:
+                break
+    return fit, reasons
+
+
+def place(
+    need: Need, model: Model, nodes: dict[str, NodeState], now: float, how: Search = Search()
+) -> tuple[Placement | None, dict[str, str]]:
+    """The best node for one replica (the best nodes, for a profile across several), or None;
+    and why each refused node refused (filter: reason).
+
+    With a `how.limit`, the scan stops at that many nodes that fit, starting at the
+    `how.start`-th node and wrapping (Kubernetes' percentage of nodes to score): a big fleet is
+    not scored whole for every replica, and successive placements look at different nodes.
+    """
+    if need.profile.nodes > 1:
+        return _place_across(need, model, nodes, now, how)
+    fit, reasons = _fits(need, nodes, now, how)
+    if not fit:
+        return None, reasons
+    total, parts = scores(need, model, nodes, fit, how.weights, how.peers)
+    i = max(range(len(fit)), key=lambda i: (total[i], fit[i]))
+    best = fit[i]
+    return Placement(
+        node=best, cards=cards_for(need, nodes[best]), scores={k: round(v[i], 1) for k, v in parts.items()}
+    ), reasons
+
+
+def _place_across(
+    need: Need, model: Model, nodes: dict[str, NodeState], now: float, how: Search
+) -> tuple[Placement | None, dict[str, str]]:
+    """`need.profile.nodes` nodes that each fit a share, within one value of its `keep_within`
+    label if it has one: in the group whose best nodes score highest together, those nodes. The
+    engine runs on the best of them, workers on the rest. Every fitting node is scored."""
+    count, label = need.profile.nodes, need.profile.keep_within
+    fit, reasons = _fits(need, nodes, now, msgspec.structs.replace(how, limit=0, start=0))
+    total, parts = scores(need, model, nodes, fit, how.weights, how.peers) if fit else ([], {})
+    score = dict(zip(fit, total, strict=True))
+    groups: dict[str, list[str]] = {}
+    for name in fit:
+        groups.setdefault(nodes[name].info.labels[label] if label else "", []).append(name)
+    best: list[str] = []
+    for members in groups.values():
+        members.sort(key=lambda n: (-score[n], n))
+        if len(members) >= count and (not best or sum(score[n] for n in members[:count]) > sum(score[n] for n in best)):
+            best = members[:count]
+    if not best:
+        most = max(groups.items(), key=lambda kv: len(kv[1]), default=("", []))
+        where = f" within one {label} (most in one: {len(most[1])}, {label}={most[0]})" if label and fit else ""
+        reasons["together"] = f"nodes: needs {count} nodes that fit{where}; {len(fit)} fit"
+        return None, reasons
+    head = best[0]
+    i = fit.index(head)
+    workers = [
+        Worker(node=n, memory_mb=need.memory_mb, cores=need.profile.cpu_cores or 0, gpus=cards_for(need, nodes[n]))
+        for n in best[1:]
+    ]
+    return Placement(
+        node=head,
+        cards=cards_for(need, nodes[head]),
+        workers=workers,
+        scores={k: round(v[i], 1) for k, v in parts.items()},
+    ), reasons

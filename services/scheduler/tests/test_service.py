@@ -1,0 +1,97 @@
+"""The scheduler's shell over real NATS with fake agents: one agent that never answers holds up
+nobody else, and a catalog change is acted on at once rather than at the next tick."""
+
+import asyncio
+import time
+
+import msgspec
+import pytest
+from fakes import FakeAgent, fake_mirror, put_model
+
+from llmgw.bus import call
+from llmgw.proto import Empty, Model, Profile, ReplicaReport, Scaling, agent, scheduler
+from llmgw.scheduler.service import Scheduler, SchedulerConfig
+
+
+def config(**changes):
+    return msgspec.structs.replace(SchedulerConfig(tick_s=0.3, stale_s=2.0, lost_s=30.0, lease_s=3.0), **changes)
+
+
+def on(pool, name):
+    """A model whose one replica runs only on the node `pool`."""
+    profile = Profile(name="cpu", host_memory_mb=256, node_selector={"pool": pool})
+    return Model(name=name, source=f"o/r/{name}.gguf", profiles=[profile], scaling=Scaling(min=1, max=1))
+
+
+async def until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await predicate()
+        if got:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s")
+
+
+async def ready_on(nc, node, model=None):
+    replicas = (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas
+    return [r for r in replicas if r.node == node and r.state == "ready" and model in (None, r.model)] or None
+
+
+@pytest.fixture
+async def fakes(nc):
+    started = []
+
+    async def add(*args, **kwargs):
+        started.append(await FakeAgent(nc, *args, **kwargs).start())
+        return started[-1]
+
+    mirror = await fake_mirror(nc)
+    yield add
+    for fake in started:
+        await fake.stop()
+    await mirror.unsubscribe()
+
+
+async def test_an_agent_that_never_answers_a_stop_leaves_other_nodes_fresh_and_placed_on(serve, nc, fakes):
+    stray = ReplicaReport(id="ghost", model="gone", profile="cpu", node="x", state="ready")
+    x = await fakes("x", silent=True, strays=[stray])  # every heartbeat asks for a stop it never answers
+    sched = await serve(Scheduler(config()), config())
+    await until(lambda: _asked(x, agent.REPLICA_STOP.subject("x")), timeout=10)
+    await fakes("b")
+    await put_model(nc, on("b", "first"))
+    await until(lambda: ready_on(nc, "b", "first"), timeout=5)
+    for _ in range(8):  # b's heartbeats are heard all along: never suspect
+        seen = (await call(nc, scheduler.NODE_LIST, Empty())).last_seen
+        assert time.time() - seen["b"] < sched.config.stale_s
+        await asyncio.sleep(0.5)
+    await put_model(nc, on("b", "second"))
+    await until(lambda: ready_on(nc, "b", "second"), timeout=5)
+
+
+async def test_a_start_that_an_agent_never_answers_holds_up_no_start_on_another_node(serve, nc, fakes):
+    x = await fakes("x", silent=True)
+    await fakes("b")
+    await serve(Scheduler(config()), config())
+    await put_model(nc, on("x", "a-on-x"))  # placed first (by name), never answered
+    await until(lambda: _asked(x, agent.REPLICA_START.subject("x")), timeout=10)
+    await put_model(nc, on("b", "b-on-b"))
+    await until(lambda: ready_on(nc, "b", "b-on-b"), timeout=5)
+
+
+async def test_a_catalog_change_is_acted_on_without_waiting_for_the_next_tick(serve, nc, fakes):
+    await fakes("b")
+    sched = await serve(Scheduler(config(tick_s=30.0)), config(tick_s=30.0))
+    await until(lambda: _true(sched.leader and "b" in sched.nodes), timeout=10)
+    put = time.monotonic()
+    await put_model(nc, on("b", "m"))
+    await until(lambda: ready_on(nc, "b", "m"), timeout=10)
+    assert time.monotonic() - put < 3
+
+
+async def _asked(fake, subject):
+    return subject in fake.asked
+
+
+async def _true(value):
+    return value
