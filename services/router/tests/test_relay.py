@@ -1,0 +1,63 @@
+"""Answers on their way back, pure: a whole answer's usage, a stream's lines and its usage, and
+how a request's end becomes a usage record and a status."""
+
+import asyncio
+
+import msgspec
+
+from llmgw.router.core import Usage, answer_of, relay_line
+from llmgw.router.errors import ContextTooLong
+from llmgw.router.outcome import Outcome, Served, Ticket, status_of
+
+
+def test_a_whole_answer_is_named_as_asked_and_its_usage_read_before_the_timings_go():
+    raw = msgspec.json.encode(
+        {
+            "model": "/w/m.gguf",
+            "choices": [],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2},
+            "timings": {"cache_n": 8},
+        }
+    )
+    out, usage = answer_of(raw, "tiny")
+    assert usage == Usage(prompt=9, cached=8, completion=2)
+    assert msgspec.json.decode(out) == {
+        "model": "tiny",
+        "choices": [],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2},
+    }
+    assert answer_of(b"not json", "tiny") == (b"not json", Usage())
+
+
+def test_a_streams_usage_is_read_even_where_the_client_did_not_ask_for_it():
+    seen = Usage()
+    first, seen, chunk = relay_line(
+        b'data: {"choices": [{"delta": {}}], "timings": {"cache_n": 5}}\r', "m", False, seen
+    )
+    assert chunk and msgspec.json.decode(first[6:]) == {"choices": [{"delta": {}}], "model": "m"}
+    last, seen, _ = relay_line(
+        b'data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}', "m", False, seen
+    )
+    assert last is None and seen == Usage(prompt=7, cached=5, completion=3)  # dropped for the client, counted here
+    assert relay_line(b"data: [DONE]", "m", False, seen) == (b"data: [DONE]\n\n", seen, False)
+    assert relay_line(b": keep-alive", "m", False, seen) == (None, seen, False)
+
+
+def test_an_outcome_is_counted_under_the_model_that_answered_else_the_one_asked_for():
+    ticket = Ticket(request_id="r", key_id="k", project="p", model="big", started=0.0)
+    served = Served(status=200, model="m", replica="m-1", pool="priority 0", usage=Usage(prompt=4, completion=1))
+    record = Outcome(ticket=ticket, served=served, latency_s=0.5).usage_record(now=10.0)
+    assert (record.model, record.replica, record.prompt_tokens, record.cached_tokens, record.time) == (
+        "m",
+        "m-1",
+        4,
+        0,
+        10.0,
+    )
+    assert Outcome(ticket=ticket, served=Served(status=400, admitted=False), latency_s=0.0).model == "big"
+
+
+def test_a_request_ends_with_its_errors_status_499_when_cancelled_else_500():
+    assert status_of(ContextTooLong("too long")) == 400
+    assert status_of(asyncio.CancelledError()) == 499
+    assert status_of(RuntimeError("bug")) == 500
