@@ -7,6 +7,8 @@ meaning (400, 404, 409) and come back in the OpenAI error body.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from litestar import Request, Router, delete, get, post, put
 from litestar.connection import ASGIConnection
@@ -15,7 +17,6 @@ from nats.aio.client import Client
 
 from llmgw.bus import BusError, call, get_logger
 from llmgw.proto import (
-    ChangeSpec,
     Empty,
     Endpoint,
     KeyCreate,
@@ -114,8 +115,10 @@ async def put_model(request: Request, nc: Client, name: str, data: Model, revisi
 
 
 @post("/models/{name:str}/change", status_code=200)
-async def change_model(request: Request, nc: Client, name: str, data: ChangeSpec) -> ModelEntry:
-    """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases."""
+async def change_model(request: Request, nc: Client, name: str, data: dict[str, Any]) -> ModelEntry:
+    """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases: the
+    body is one change, `{"action": "scale", "scaling": {...}}`, as `catalog.model.change` takes it
+    without the name (the path gives it) and who asks (the key's name)."""
     return await _ask(nc, request, catalog.MODEL_CHANGE, _change(name, data, request.state.key.name))
 
 
@@ -177,10 +180,10 @@ async def usage(accounts: Accounts, since: float = 0.0, group_by: str = "model")
     return await accounts.sum_usage(query)
 
 
-def _change(name: str, spec: ChangeSpec, by: str) -> ModelChange:
+def _change(name: str, body: dict[str, Any], by: str) -> ModelChange:
     """The catalog's change message for what the admin API was sent about model `name`."""
     try:
-        return msgspec.convert({**msgspec.to_builtins(spec), "name": name, "by": by}, ModelChange)
+        return msgspec.convert({**body, "name": name, "by": by}, ModelChange)
     except msgspec.ValidationError as exc:
         raise InvalidChange(f"change of '{name}': {exc}") from None
 
