@@ -19,21 +19,9 @@ import openai
 import psutil
 import pytest
 
-from llmgw.bus import connect, request
+from llmgw.bus import call, connect
 from llmgw.gguf import TinyLlama, write_random_llama
-from llmgw.proto import (
-    Empty,
-    KeyCreate,
-    KeyCreated,
-    Model,
-    ModelEntry,
-    ModelPut,
-    ModelRef,
-    NodeList,
-    ReplicaList,
-    Scaling,
-    Subjects,
-)
+from llmgw.proto import Empty, KeyCreate, Model, ModelPut, ModelRef, Scaling, catalog, router, scheduler
 
 DEMO = "demo-random-tiny"
 SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
@@ -181,7 +169,7 @@ def test_srv_info_and_stats_describe_each_service(up):
         return out
 
     answers = up.nats(ask)
-    assert any(e["subject"] == Subjects.CATALOG_MODEL_GET for e in answers["INFO", "llmgw-catalog"]["endpoints"])
+    assert any(e["subject"] == catalog.MODEL_GET.subject() for e in answers["INFO", "llmgw-catalog"]["endpoints"])
     assert all(answers["STATS", name]["version"] == "0.1.0" for name in SERVICES)
 
 
@@ -201,10 +189,15 @@ def test_every_service_serves_its_admin_endpoints(up, home):
 
 def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
-    models = subprocess.run([*ctl, "model", "list"], capture_output=True, text=True, check=True)
+    models = subprocess.run([*ctl, "model", "list", "--json"], capture_output=True, text=True, check=True)
     assert [e["model"]["name"] for e in json.loads(models.stdout)["models"]] == [DEMO]
-    replicas = subprocess.run([*ctl, "replica", "list"], capture_output=True, text=True, check=True)
+    replicas = subprocess.run([*ctl, "replica", "list", "--json"], capture_output=True, text=True, check=True)
     assert [r["state"] for r in json.loads(replicas.stdout)["replicas"] if r["model"] == DEMO] == ["ready"]
+    table = subprocess.run([*ctl, "replica", "list"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert table[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
+    assert [line.split()[2:5] for line in table[1:]] == [[DEMO, "cpu", "ready"]]
+    engine_keys = [r.api_key for r in _all_replicas(up) if r.api_key]
+    assert "api_key" not in replicas.stdout and not any(k in replicas.stdout + "\n".join(table) for k in engine_keys)
     missing = subprocess.run([*ctl, "model", "get", "nope"], capture_output=True, text=True)
     assert missing.returncode == 1 and "'nope' is not in the catalog" in missing.stderr
     bad = subprocess.run([*ctl, "model", "replicas", DEMO, "cpu=lots"], capture_output=True, text=True)
@@ -221,7 +214,8 @@ def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
     assert refused.returncode == 1 and "unknown field 'contxt'" in refused.stderr
     good = tmp_path / "extra.yaml"
     good.write_text("name: extra\nsource: test/absent/e.gguf\naliases: [extra-alias]\nscaling: {min: 0, max: 1}\n")
-    subprocess.run([*ctl, "model", "add", str(good)], capture_output=True, text=True, check=True)
+    added = subprocess.run([*ctl, "model", "add", str(good)], capture_output=True, text=True, check=True)
+    assert added.stdout == "" and re.match(r"extra is in the catalog at revision \d+: ", added.stderr), added.stderr
     try:
         _show_and_change(ctl)
     finally:
@@ -233,6 +227,9 @@ def _show_and_change(ctl):
     assert table[0].split()[:3] == ["MODEL", "READY", "STATUS"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert rows[DEMO][1:3] == ["1/1", "running"] and rows["extra"][1] == "0/0" and "extra-alias" in rows["extra"]
+    listed = json.loads(subprocess.run([*ctl, "models", "--json"], capture_output=True, text=True, check=True).stdout)
+    demo = next(m for m in listed["models"] if m["name"] == DEMO)
+    assert (demo["ready"], demo["wanted"], demo["status"]) == (1, 1, "running")
     said = subprocess.run(
         [*ctl, "model", "alias", "extra", "--add", "second", "--drop", "extra-alias"],
         capture_output=True,
@@ -248,11 +245,7 @@ def _show_and_change(ctl):
 
 def _demo_replicas(up):
     async def ask(nc):
-        return [
-            r
-            for r in (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
-            if r.model == DEMO
-        ]
+        return [r for r in (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas if r.model == DEMO]
 
     return up.nats(ask)
 
@@ -299,7 +292,7 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
     async def put(nc):
         for name, src, low in (("twin", source, 0), ("purgeable", "test/purge/own.gguf", 1)):
             model = Model(name=name, source=src, context=512, scaling=Scaling(min=low, max=1))
-            await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+            await call(nc, catalog.MODEL_PUT, ModelPut(model=model, by="test"))
 
     up.nats(put)
     up.wait_ready("purgeable")
@@ -317,7 +310,7 @@ def test_weights_collect_deletes_cached_files_no_model_uses(up, home):
 
     async def put(nc):
         model = Model(name="collectable", source="test/collect/c.gguf", context=512)
-        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+        await call(nc, catalog.MODEL_PUT, ModelPut(model=model, by="test"))
 
     up.nats(put)
     up.wait_ready("collectable")
@@ -333,14 +326,14 @@ def test_weights_collect_deletes_cached_files_no_model_uses(up, home):
 
 def _all_replicas(up):
     async def ask(nc):
-        return (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+        return (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas
 
     return up.nats(ask)
 
 
 def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_bandwidth(up, home):
     async def nodes(nc):
-        return (await request(nc, Subjects.SCHEDULER_NODE_LIST, Empty(), NodeList)).nodes
+        return (await call(nc, scheduler.NODE_LIST, Empty())).nodes
 
     deadline = time.monotonic() + 60
     while not any(n.membw_all_gbs for n in up.nats(nodes)) and time.monotonic() < deadline:
@@ -370,7 +363,7 @@ def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):
     admin = {"authorization": f"Bearer {up.key}"}
 
     async def user_key(nc):
-        return (await request(nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="user"), KeyCreated)).key
+        return (await call(nc, router.KEY_CREATE, KeyCreate(name="user"))).key
 
     user = {"authorization": f"Bearer {up.nats(user_key)}"}
     assert httpx.get(f"{api}/models").status_code == 401
@@ -420,10 +413,10 @@ def test_a_missing_or_wrong_key_is_a_401(up):
 def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
     async def put(nc):
         model = Model(name="unplaced", source="test/absent/model.gguf", context=512)
-        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+        await call(nc, catalog.MODEL_PUT, ModelPut(model=model, by="test"))
 
     async def remove(nc):
-        await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="unplaced"), ModelEntry)
+        await call(nc, catalog.MODEL_REMOVE, ModelRef(name="unplaced"))
 
     up.nats(put)
     try:
@@ -464,8 +457,8 @@ def test_invalid_json_is_a_400(up):
 
 def test_a_malformed_message_to_a_service_gets_a_400_and_it_carries_on(up):
     async def poke(nc):
-        bad = await nc.request(Subjects.CATALOG_MODEL_GET, b'{"name": 7}', timeout=5)
-        good = await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=DEMO), ModelEntry)
+        bad = await nc.request(catalog.MODEL_GET.subject(), b'{"name": 7}', timeout=5)
+        good = await call(nc, catalog.MODEL_GET, ModelRef(name=DEMO))
         return bad.headers, good
 
     headers, good = up.nats(poke)
@@ -480,13 +473,13 @@ def test_a_file_that_is_not_gguf_ends_as_a_failed_replica_with_the_engines_last_
 
     async def put_and_watch(nc):
         model = Model(name="broken", source="test/not-gguf/model.gguf", context=512)
-        await request(nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, by="test"), ModelEntry)
+        await call(nc, catalog.MODEL_PUT, ModelPut(model=model, by="test"))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            replicas = (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            replicas = (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas
             failed = [r for r in replicas if r.model == "broken" and r.state == "failed"]
             if failed:
-                await request(nc, Subjects.CATALOG_MODEL_REMOVE, ModelRef(name="broken"), ModelEntry)
+                await call(nc, catalog.MODEL_REMOVE, ModelRef(name="broken"))
                 return failed[0]
             await asyncio.sleep(0.3)
         raise AssertionError("the broken model's replica never failed")
@@ -500,7 +493,7 @@ def test_removing_a_model_stops_its_replica(up):
     async def gone(nc):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            replicas = (await request(nc, Subjects.SCHEDULER_REPLICA_LIST, Empty(), ReplicaList)).replicas
+            replicas = (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas
             if not [r for r in replicas if r.model == "broken"]:
                 return True
             await asyncio.sleep(0.3)

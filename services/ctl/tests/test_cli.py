@@ -1,6 +1,11 @@
-"""What `llmgw ctl` prints: the models table and the sentence a purge answers with."""
+"""What `llmgw ctl` prints: tables for people and JSON with the same fields, and one sentence for each
+change saying what changed and what happens next."""
 
-from llmgw.ctl.cli import models_table, purged
+import msgspec
+import pytest
+
+from llmgw.ctl.sentences import added, purged, said
+from llmgw.ctl.tables import model_rows, models_table, replica_rows, replicas_table
 from llmgw.proto import (
     FilePlace,
     Model,
@@ -13,6 +18,18 @@ from llmgw.proto import (
     ReplicaList,
     ReplicaState,
     Scaling,
+)
+from llmgw.proto.catalog import (
+    RestartModel,
+    ScaleModel,
+    SetAliases,
+    SetClass,
+    SetContext,
+    SetGpus,
+    SetOwner,
+    SetReplicas,
+    StartModel,
+    StopModel,
 )
 
 
@@ -89,3 +106,123 @@ def test_the_table_shows_the_schedulers_status_and_why_a_model_is_parked():
     rows = models_table(ModelList(models=[entry(parked)]), ReplicaList(replicas=[]), statuses).splitlines()
     assert rows[1].split()[:3] == ["big", "0/1", "parked"]
     assert rows[1].endswith("a: memory: needs 90000 MiB, 2000 MiB free")
+
+
+def test_models_as_json_carry_ready_wanted_and_status_as_the_table_shows_them():
+    parked = Model(name="big", source="o/r/big.gguf", aliases=["b"])
+    statuses = ModelStatusList(models=[ModelStatus(model="big", state="parked", ready=0, wanted=1, reason="no room")])
+    replicas = ReplicaList(replicas=[ReplicaState(id="a", model="big", profile="cpu", node="n", state="starting")])
+    [row] = msgspec.to_builtins(model_rows(ModelList(models=[entry(parked)]), replicas, statuses))["models"]
+    assert (row["name"], row["ready"], row["wanted"], row["status"], row["warning"]) == (
+        "big",
+        0,
+        1,
+        "parked",
+        "no room",
+    )
+    assert (
+        row["aliases"] == ["b"]
+        and row["profiles"] == {"cpu": None}
+        and row["reserves"] == "half the cores, weights+10%"
+    )
+    assert row["model"]["source"] == "o/r/big.gguf" and row["revision"] == 1
+
+
+def test_the_replica_table_and_its_json_never_show_the_engines_key():
+    replicas = ReplicaList(
+        replicas=[
+            ReplicaState(
+                id="r1", model="m", profile="cpu", node="n1", state="ready", url="http://n1:9000", api_key="sk-engine"
+            ),
+            ReplicaState(id="r2", model="m", profile="gpu", node="n2", state="failed", error="exited 1\nmore"),
+        ]
+    )
+    rows = replicas_table(replicas).splitlines()
+    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
+    assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "http://n1:9000"]
+    assert rows[2].split()[:5] == ["r2", "n2", "m", "gpu", "failed"] and rows[2].endswith("exited 1")
+    encoded = msgspec.json.encode(replica_rows(replicas))
+    assert b"sk-engine" not in encoded and b"api_key" not in encoded
+    assert b"sk-engine" not in replicas_table(replicas).encode()
+
+
+TWO = Model(
+    name="m",
+    source="o/r/m.gguf",
+    scaling=Scaling(min=3, max=3),
+    profiles=[Profile(name="gpu", gpus=2, replicas=2), Profile(name="cpu", replicas=1)],
+)
+
+
+def changed(**kw):
+    return ModelEntry(model=msgspec.structs.replace(TWO, **kw), revision=7)
+
+
+@pytest.mark.parametrize(
+    ("change", "after", "sentence"),
+    [
+        (
+            StopModel(name="m"),
+            changed(stopped=TWO.scaling, scaling=Scaling(min=0, max=0)),
+            "Stopped m: its replicas stop; `llmgw ctl model start m` brings back 3 replicas.",
+        ),
+        (StartModel(name="m"), changed(), "Started m: the scheduler brings back 3 replicas (gpu=2, cpu=1)."),
+        (
+            RestartModel(name="m"),
+            changed(generation=1),
+            "Restarting m (generation 1): its replicas start again one at a time; "
+            "each replacement is ready before the old one stops.",
+        ),
+        (
+            ScaleModel(name="m", scaling=Scaling(min=1, max=4)),
+            changed(scaling=Scaling(min=1, max=4)),
+            "m now runs 1..4 replicas: the scheduler starts or stops replicas to match.",
+        ),
+        (
+            SetReplicas(name="m", counts={"gpu": 2}),
+            changed(),
+            "m now runs 3 replicas (gpu=2, cpu=1): those short start first, then those over stop.",
+        ),
+        (
+            SetContext(name="m", context=8192),
+            changed(context=8192, rollout="in-place"),
+            "m: context 8192, max output unset; its replicas restart one at a time, "
+            "each stops before its replacement starts.",
+        ),
+        (
+            SetContext(name="m", max_output=100),
+            changed(max_output=100),
+            "m: max output 100, applied at once; no replica restarts.",
+        ),
+        (
+            SetGpus(name="m", gpus={"gpu": 4}),
+            changed(profiles=[Profile(name="gpu", gpus=4, replicas=2), Profile(name="cpu", replicas=1)]),
+            "m: profile gpu takes 4 GPUs a replica; its replicas restart one at a time, "
+            "each replacement is ready before the old one stops.",
+        ),
+        (
+            SetClass(name="m", capacity_class="batch"),
+            changed(capacity_class="batch"),
+            "m is now class batch: critical and standard models may take its room; nothing restarts.",
+        ),
+        (SetOwner(name="m", owner="ml"), changed(owner="ml"), "m is now owned by ml; nothing restarts."),
+        (
+            SetAliases(name="m", add_aliases=["x"]),
+            changed(aliases=["x"]),
+            "m: aliases x; routers answer to them at once, nothing restarts.",
+        ),
+    ],
+)
+def test_each_change_says_what_changed_and_what_happens_next(change, after, sentence):
+    assert said(change, after) == sentence
+
+
+def test_adding_a_model_says_where_it_is_and_what_the_scheduler_does_next():
+    assert added(changed()) == (
+        "m is in the catalog at revision 7: the scheduler places 3 replicas (gpu=2, cpu=1); "
+        "`llmgw ctl models` shows how it is doing."
+    )
+    on_demand = ModelEntry(
+        model=Model(name="o", source="o/r/o.gguf", scaling=Scaling(min=0, max=1, idle_timeout_s=60)), revision=1
+    )
+    assert "none runs until a request asks for it" in added(on_demand)

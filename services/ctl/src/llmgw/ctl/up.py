@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.bus import BusError, NatsServer, NotFound, connect, die_with_parent, free_port, request, start_nats_server
+from llmgw.bus import BusError, NatsServer, NotFound, call, connect, die_with_parent, free_port, start_nats_server
 from llmgw.gguf import write_random_llama
-from llmgw.proto import KeyCreate, KeyCreated, Model, ModelEntry, ModelPut, ModelRef, Subjects
+from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
 
 __all__ = ["DEMO_MODEL", "DEMO_SOURCE", "UpOptions", "up"]
 
@@ -54,17 +54,13 @@ async def _setup(nats_url: str, home: Path, demo: bool) -> str:
             try:
                 if demo:
                     try:
-                        await request(nc, Subjects.CATALOG_MODEL_GET, ModelRef(name=DEMO_MODEL), ModelEntry)
+                        await call(nc, catalog.MODEL_GET, ModelRef(name=DEMO_MODEL))
                     except NotFound:
                         model = Model(name=DEMO_MODEL, source=DEMO_SOURCE, context=2048)
-                        await request(
-                            nc, Subjects.CATALOG_MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"), ModelEntry
-                        )
+                        await call(nc, catalog.MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"))
                 key_file = home / "up" / "api-key"
                 if not key_file.exists():
-                    created = await request(
-                        nc, Subjects.ROUTER_KEY_CREATE, KeyCreate(name="llmgw-up", admin=True), KeyCreated
-                    )
+                    created = await call(nc, router.KEY_CREATE, KeyCreate(name="llmgw-up", admin=True))
                     key_file.parent.mkdir(parents=True, exist_ok=True)
                     tmp = key_file.with_suffix(".part")
                     tmp.write_text(created.key + "\n")

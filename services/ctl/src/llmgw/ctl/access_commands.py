@@ -1,0 +1,160 @@
+"""`llmgw ctl key ...`, `project ...` and `usage`: the router's keys, projects and what they used."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import msgspec
+from nats.aio.client import Client
+
+from llmgw.bus import call
+from llmgw.ctl.tables import keys_table, limits_text, usage_table
+from llmgw.ctl.tree import Noun, Verb, done, emit, show
+from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, UsageQuery, router
+
+__all__ = ["KEY", "PROJECT", "USAGE"]
+
+_LIMITS = (
+    ("rpm", "requests_per_minute", "requests a minute"),
+    ("tpm", "tokens_per_minute", "tokens a minute"),
+    ("concurrent", "concurrent", "requests at once"),
+    ("tokens-day", "tokens_per_day", "tokens a UTC day"),
+    ("tokens-month", "tokens_per_month", "tokens a UTC month"),
+)
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(**{field: getattr(args, flag.replace("-", "_")) for flag, field, _ in _LIMITS})
+
+
+def _limit_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, _, what in _LIMITS:
+        parser.add_argument(f"--{flag}", type=int, metavar="N", help=f"at most this many {what}")
+
+
+async def _create(nc: Client, args: argparse.Namespace) -> int:
+    ask = msgspec.convert(
+        {
+            "name": args.name,
+            "admin": args.admin,
+            "project": args.project,
+            "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
+            "models": [m for m in (args.models or "").split(",") if m],
+            "limits": msgspec.to_builtins(_limits(args)),
+        },
+        KeyCreate,
+    )
+    created = await call(nc, router.KEY_CREATE, ask)
+    if args.json:
+        emit(created)
+        return 0
+    print(f"key {created.id} ({created.name}); it is shown this once:", file=sys.stderr)
+    print(created.key)
+    return 0
+
+
+def _create_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="what the key is for")
+    parser.add_argument("--project", default="default", help="its project, whose limits it shares (default: default)")
+    parser.add_argument("--models", metavar="A,B", help="the models it may use, comma-separated (default: all)")
+    parser.add_argument("--admin", action="store_true", help="it may use the admin API")
+    parser.add_argument("--expires-days", type=float, metavar="D", help="days until it stops working (default: never)")
+    _limit_arguments(parser)
+
+
+async def _list(nc: Client, args: argparse.Namespace) -> int:
+    keys = await call(nc, router.KEY_LIST, Empty())
+    return show(args, keys, keys_table(keys))
+
+
+async def _revoke(nc: Client, args: argparse.Namespace) -> int:
+    keys = await call(nc, router.KEY_REVOKE, msgspec.convert({"id": args.id}, KeyRef))
+    return done(args, keys, f"key {args.id} revoked: it stops working at once on every router")
+
+
+def _revoke_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", metavar="ID", help="the key's id (16 hex digits, as `llmgw ctl key list` shows)")
+
+
+async def _project(nc: Client, args: argparse.Namespace) -> int:
+    project = await call(nc, router.PROJECT_PUT, Project(name=args.name, limits=_limits(args)))
+    return done(args, project, f"project {project.name}: {limits_text(project.limits)}")
+
+
+def _project_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="the project")
+    _limit_arguments(parser)
+
+
+async def _usage(nc: Client, args: argparse.Namespace) -> int:
+    query = UsageQuery(since=time.time() - args.since_hours * 3600, group_by=args.by)
+    report = await call(nc, router.USAGE_SUM, query, timeout=60.0)
+    return show(args, report, usage_table(report, args.by))
+
+
+def _usage_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since-hours", type=float, default=24.0, metavar="H", help="the last H hours (default 24)")
+    parser.add_argument("--by", default="model", choices=["model", "project", "key", "replica"], help="one row per")
+
+
+_KEY_LIST = Verb(
+    "list",
+    "every key: id, name, project, models, limits, expiry (never the key itself)",
+    "llmgw ctl key list",
+    "`llmgw ctl key revoke ID` ends one",
+    _list,
+)
+KEY = Noun(
+    "key",
+    "the API keys clients use",
+    (
+        Verb(
+            "create",
+            "make a key (printed once, stored as its hash)",
+            "llmgw ctl key create ci --project builds --models qwen2.5-0.5b --rpm 60 --tokens-day 200000",
+            "give it to its user: `Authorization: Bearer KEY`; a request over a limit gets a 429 naming it",
+            _create,
+            _create_arguments,
+        ),
+        _KEY_LIST,
+        Verb(
+            "revoke",
+            "end a key",
+            "llmgw ctl key revoke 0123456789abcdef",
+            "it stops working at once on every router",
+            _revoke,
+            _revoke_arguments,
+        ),
+    ),
+    default=_KEY_LIST,
+)
+"""`llmgw ctl key create|list|revoke`."""
+
+PROJECT = Noun(
+    "project",
+    "projects: limits that all of their keys share",
+    (
+        Verb(
+            "put",
+            "create a project or set its limits",
+            "llmgw ctl project put builds --tokens-month 5000000",
+            "every key of the project counts against them together, on every router",
+            _project,
+            _project_arguments,
+            ("add",),
+        ),
+    ),
+)
+"""`llmgw ctl project put|add NAME`."""
+
+USAGE = Verb(
+    "usage",
+    "requests, errors and tokens (prompt, cached, completion) over the last hours",
+    "llmgw ctl usage --by project --since-hours 24",
+    "`--by key` or `--by replica` for another cut",
+    _usage,
+    _usage_arguments,
+)
+"""`llmgw ctl usage`."""

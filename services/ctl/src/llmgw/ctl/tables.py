@@ -1,0 +1,209 @@
+"""The rows `llmgw ctl` shows: as a table for people, and the same fields as JSON (`--json`).
+
+No engine key is ever in a row: what the replicas bucket holds is copied field by field.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from llmgw.proto import (
+    KeyList,
+    Limits,
+    Model,
+    ModelList,
+    ModelStatusList,
+    Profile,
+    ReplicaList,
+    UsageReport,
+)
+
+__all__ = [
+    "ModelRow",
+    "ModelRows",
+    "ReplicaRow",
+    "ReplicaRows",
+    "keys_table",
+    "limits_text",
+    "model_rows",
+    "models_table",
+    "replica_rows",
+    "replicas_table",
+    "table",
+    "usage_table",
+]
+
+
+class ModelRow(msgspec.Struct, kw_only=True):
+    """One model as `llmgw ctl models` shows it."""
+
+    name: str
+    ready: int
+    """Replicas ready to answer."""
+    wanted: int
+    """Replicas the scheduler wants running now."""
+    status: str
+    """The scheduler's word for it (running, parked, stopped, ...)."""
+    capacity_class: str
+    reserves: str
+    """What one replica of its first-choice profile holds."""
+    profiles: dict[str, int | None]
+    """Profile -> replicas counted for it (None: the scaling decides)."""
+    aliases: list[str]
+    fallbacks: list[str]
+    warning: str
+    """Why it is parked, or the last error of a failed replica; empty when all is well."""
+    declared_in: str
+    """The YAML file that declares it (change it there)."""
+    revision: int
+    model: Model
+    """The whole model, as `llmgw ctl model get` gives it."""
+
+
+class ModelRows(msgspec.Struct):
+    """`llmgw ctl models --json`."""
+
+    models: list[ModelRow]
+
+
+class ReplicaRow(msgspec.Struct, kw_only=True):
+    """One replica as `llmgw ctl replica list` shows it (never its engine's key)."""
+
+    id: str
+    node: str
+    model: str
+    profile: str
+    state: str
+    url: str
+    error: str
+
+
+class ReplicaRows(msgspec.Struct):
+    """`llmgw ctl replica list --json`."""
+
+    replicas: list[ReplicaRow]
+
+
+def table(header: list[str], rows: list) -> str:
+    """Columns padded to their widest cell, two spaces apart."""
+    rows = [header, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _reserves(profile: Profile) -> str:
+    """What one replica of `profile` holds: cards, or cores and host memory (on each of its nodes)."""
+    across = f" on each of {profile.nodes} nodes" if profile.nodes > 1 else ""
+    if profile.gpus:
+        return f"{profile.gpus}x{profile.gpu_class or 'gpu'}{across}"
+    cores = f"{profile.cpu_cores} cores" if profile.cpu_cores else "half the cores"
+    share = f"weights/{profile.nodes}" if profile.nodes > 1 else "weights"
+    memory = f"{profile.host_memory_mb / 1024:.1f} GiB" if profile.host_memory_mb else f"{share}+10%"
+    return f"{cores}, {memory}{across}"
+
+
+def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> ModelRows:
+    """Each model with its replicas ready and wanted, the scheduler's status and why it is parked or failing."""
+    ready: dict[str, int] = {}
+    failed: dict[str, list[str]] = {}
+    for r in replicas.replicas:
+        ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
+        if r.state == "failed":
+            failed.setdefault(r.model, []).append(r.error)
+    known = {s.model: s for s in statuses.models} if statuses else {}
+    rows = []
+    for e in listed.models:
+        m, st = e.model, known.get(e.model.name)
+        errors = failed.get(m.name, [])
+        rows.append(
+            ModelRow(
+                name=m.name,
+                ready=ready.get(m.name, 0),
+                wanted=st.wanted if st else m.scaling.min,
+                status=st.state if st else ("stopped" if m.stopped else "running"),
+                capacity_class=m.capacity_class,
+                reserves=_reserves(max(m.profiles, key=lambda p: p.priority)),
+                profiles={p.name: p.replicas for p in m.profiles},
+                aliases=m.aliases,
+                fallbacks=m.fallbacks,
+                warning=st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else ""),
+                declared_in=e.declared_in,
+                revision=e.revision,
+                model=m,
+            )
+        )
+    return ModelRows(models=rows)
+
+
+def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> str:
+    """`llmgw ctl models`: name, ready/wanted, status, class, what a replica reserves, profiles (with
+    counts), aliases, fallbacks, and warnings (why it is parked, or replicas that failed and why)."""
+    rows = []
+    for r in model_rows(listed, replicas, statuses).models:
+        counted = any(c is not None for c in r.profiles.values())
+        rows.append(
+            (
+                r.name,
+                f"{r.ready}/{r.wanted}",
+                r.status + (" (declared)" if r.declared_in else ""),
+                r.capacity_class,
+                r.reserves,
+                ", ".join(f"{n}={c or 0}" if counted else n for n, c in r.profiles.items()),
+                ", ".join(r.aliases) or "-",
+                ", ".join(r.fallbacks) or "-",
+                r.warning or "-",
+            )
+        )
+    return table(
+        ["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"], rows
+    )
+
+
+def replica_rows(replicas: ReplicaList) -> ReplicaRows:
+    """Each replica: where it runs, what it serves, its state and URL, and why it failed."""
+    return ReplicaRows(
+        replicas=[
+            ReplicaRow(id=r.id, node=r.node, model=r.model, profile=r.profile, state=r.state, url=r.url, error=r.error)
+            for r in replicas.replicas
+        ]
+    )
+
+
+def replicas_table(replicas: ReplicaList) -> str:
+    """`llmgw ctl replica list`: one line each (an error's first line)."""
+    rows = [
+        (r.id, r.node, r.model, r.profile, r.state, r.url or "-", r.error.splitlines()[0] if r.error else "")
+        for r in replica_rows(replicas).replicas
+    ]
+    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"], rows)
+
+
+def limits_text(limits: Limits) -> str:
+    """The limits set, as `name=value` words; 'none' when none is."""
+    said = [f"{k}={v}" for k, v in msgspec.structs.asdict(limits).items() if v is not None]
+    return " ".join(said) or "none"
+
+
+def keys_table(keys: KeyList) -> str:
+    """`llmgw ctl key list`: ids, names, projects, models, limits and expiry (never a key)."""
+    rows = [
+        (
+            kid,
+            k.name,
+            k.project,
+            "yes" if k.admin else "",
+            ",".join(k.models) or "all",
+            limits_text(k.limits),
+            time.strftime("%Y-%m-%d", time.gmtime(k.expires)) if k.expires else "never",
+        )
+        for kid, k in keys.keys.items()
+    ]
+    return table(["ID", "NAME", "PROJECT", "ADMIN", "MODELS", "LIMITS", "EXPIRES"], rows)
+
+
+def usage_table(report: UsageReport, by: str) -> str:
+    """`llmgw ctl usage`: requests, errors and tokens, one row per `by`."""
+    rows = [(r.group, r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in report.rows]
+    return table([by.upper(), "REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION"], rows)

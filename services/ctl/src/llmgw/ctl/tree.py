@@ -1,0 +1,143 @@
+"""The shape of `llmgw ctl`: nouns holding verbs, each verb with its own arguments, an example and
+what happens next; and the one place that connects to NATS, runs a verb and reports its errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import msgspec
+from nats.aio.client import Client
+
+from llmgw.bus import BusError, connect
+
+__all__ = ["DEFAULT_NATS_URL", "Noun", "Verb", "add_nouns", "done", "emit", "run_ctl", "show"]
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+Run = Callable[[Client, argparse.Namespace], Awaitable[int]]
+
+
+def _no_arguments(_: argparse.ArgumentParser) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One command: `llmgw ctl NOUN VERB ...` (or `llmgw ctl NOUN` for a noun that is its own verb)."""
+
+    name: str
+    help: str
+    """What it does, one line (the noun's help lists it)."""
+    example: str
+    """A command line that does it."""
+    then: str
+    """What happens after it answers."""
+    run: Run
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    """Adds the verb's own arguments to its parser."""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Noun:
+    """A group of verbs: `llmgw ctl model ...`."""
+
+    name: str
+    help: str
+    verbs: tuple[Verb, ...]
+    default: Verb | None = None
+    """What the noun alone runs (`llmgw ctl model` lists the models)."""
+    flags: Callable[[argparse.ArgumentParser], None] = field(default=_no_arguments)
+    """Options of the noun itself (`llmgw ctl weights --collect`)."""
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every verb takes after its words as well as before the noun."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--nats-url", default=argparse.SUPPRESS, help=f"the NATS of the llmgw to operate (default {DEFAULT_NATS_URL})"
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout instead of words for people"
+    )
+    return common
+
+
+def _leaf(sub: argparse._SubParsersAction, verb: Verb, common: argparse.ArgumentParser) -> None:
+    parser = sub.add_parser(
+        verb.name,
+        aliases=list(verb.aliases),
+        help=verb.help,
+        description=verb.help,
+        epilog=f"example:\n  {verb.example}\n\nthen: {verb.then}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    verb.arguments(parser)
+    parser.set_defaults(run=verb.run, verb=verb.name)
+
+
+def add_nouns(ctl: argparse.ArgumentParser, nouns: list[Noun | Verb]) -> None:
+    """Give `ctl` a subcommand for each noun (with its verbs) and each verb that stands alone."""
+    ctl.add_argument("--nats-url", default=DEFAULT_NATS_URL, help="the NATS of the llmgw to operate")
+    ctl.add_argument("--json", action="store_true", default=False, help="JSON on stdout instead of words for people")
+    ctl.set_defaults(run=None, noun_parser=ctl)
+    common = _common()
+    sub = ctl.add_subparsers(title="what to operate", metavar="NOUN")
+    for noun in nouns:
+        if isinstance(noun, Verb):
+            _leaf(sub, noun, common)
+            continue
+        parser = sub.add_parser(noun.name, help=noun.help, description=noun.help, parents=[common])
+        noun.flags(parser)
+        parser.set_defaults(run=noun.default.run if noun.default else None, verb=noun.default and noun.default.name)
+        parser.set_defaults(noun_parser=parser)
+        verbs = parser.add_subparsers(title="verbs", metavar="VERB")
+        for verb in noun.verbs:
+            _leaf(verbs, verb, common)
+
+
+def emit(data: object) -> None:
+    """`data` as indented JSON on stdout."""
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data)) + b"\n")
+    sys.stdout.flush()
+
+
+def show(args: argparse.Namespace, data: object, text: str) -> int:
+    """A table (`text`) for people on stdout, or `data` as JSON with `--json`."""
+    if args.json:
+        emit(data)
+    else:
+        print(text)
+    return 0
+
+
+def done(args: argparse.Namespace, data: object, sentence: str) -> int:
+    """What a change did, one sentence on stderr; `data` on stdout too with `--json`."""
+    print(sentence, file=sys.stderr)
+    if args.json:
+        emit(data)
+    return 0
+
+
+async def run_ctl(args: argparse.Namespace) -> int:
+    """Connect to NATS, run the verb parsed into `args`, and say what went wrong if anything did."""
+    if args.run is None:
+        args.noun_parser.print_usage(sys.stderr)
+        print(f"{args.noun_parser.prog}: name what to do; `--help` lists it", file=sys.stderr)
+        return 2
+    try:
+        nc = await connect(args.nats_url, "llmgw-ctl", patient=False)
+    except BusError as exc:
+        print(f"llmgw ctl: {exc.message}", file=sys.stderr)
+        return 1
+    try:
+        return await args.run(nc, args)
+    except (BusError, msgspec.ValidationError, msgspec.DecodeError, OSError, ValueError) as exc:
+        print(f"llmgw ctl: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await nc.close()
