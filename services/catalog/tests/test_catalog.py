@@ -95,3 +95,11 @@ async def test_a_catalog_restart_loses_nothing(serve, nc):
     await first.ctx.service.stop()
     await serve(Catalog(CatalogConfig()), CatalogConfig())
     assert (await call(nc, catalog.MODEL_GET, ModelRef(name="tiny"))).model == M
+
+
+async def test_a_change_missing_what_its_action_needs_is_a_400_naming_the_field(client):
+    await call(client, catalog.MODEL_PUT, ModelPut(model=M))
+    msg = await client.request(catalog.MODEL_CHANGE.subject(), b'{"action": "scale", "name": "tiny"}', timeout=5)
+    assert msg.headers["Nats-Service-Error-Code"] == "400"
+    assert msg.headers["Nats-Service-Error"].startswith("ModelChange on llmgw.v1.catalog.model.change: ")
+    assert "missing required field `scaling`" in msg.headers["Nats-Service-Error"]
