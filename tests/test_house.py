@@ -20,15 +20,25 @@ PURE = (
     "llmgw.modelplan",
     "llmgw.agent.core",
     "llmgw.catalog.core",
+    "llmgw.catalog.declared",
+    "llmgw.ctl.changes",
+    "llmgw.ctl.sentences",
+    "llmgw.ctl.tables",
+    "llmgw.mirror.core",
     "llmgw.router.balance",
     "llmgw.router.core",
+    "llmgw.router.errors",
+    "llmgw.router.kvevents",
+    "llmgw.router.limits",
+    "llmgw.router.outcome",
+    "llmgw.router.prepare",
     "llmgw.scheduler.core",
     "llmgw.scheduler.placement",
 )
 """Modules (and packages) that decide without I/O: no network, no event loop, no clock they read."""
 
-IMPURE = ("nats", "aiohttp", "httpx", "litestar", "asyncio", "zmq", "uvicorn", "socket", "subprocess")
-"""What a pure module never imports."""
+IMPURE = ("nats", "aiohttp", "httpx", "litestar", "asyncio", "zmq", "uvicorn", "socket", "subprocess", "llmgw.bus")
+"""What a pure module never imports (llmgw.bus is the NATS shell's: errors are in llmgw.proto.errors)."""
 
 MAX_LINES = 400
 """The longest file under services/."""

@@ -8,7 +8,7 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
-from llmgw.proto import agent, catalog, mirror, router, scheduler
+from llmgw.proto import agent, catalog, errors, mirror, router, scheduler
 from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event
 from llmgw.proto._fingerprint import fingerprint
@@ -29,8 +29,18 @@ from llmgw.proto.catalog import (
     ModelRef,
     Profile,
     PurgeReport,
+    RestartModel,
+    ScaleModel,
     Scaling,
     ScheduleWindow,
+    SetAliases,
+    SetClass,
+    SetContext,
+    SetGpus,
+    SetOwner,
+    SetReplicas,
+    StartModel,
+    StopModel,
 )
 from llmgw.proto.mirror import FileInfo, FileList, FilePlace, FileRef, WeightsDelete, WeightsDeleted
 from llmgw.proto.node import CpuCalibration, Filesystem, GpuInfo, NodeInfo
@@ -101,8 +111,18 @@ __all__ = [
     "ReplicaState",
     "ReplicaStatus",
     "ReplicaStop",
+    "RestartModel",
+    "ScaleModel",
     "Scaling",
     "ScheduleWindow",
+    "SetAliases",
+    "SetClass",
+    "SetContext",
+    "SetGpus",
+    "SetOwner",
+    "SetReplicas",
+    "StartModel",
+    "StopModel",
     "StrictError",
     "Subjects",
     "UsageQuery",
@@ -118,6 +138,7 @@ __all__ = [
     "all_messages",
     "catalog",
     "convert_strict",
+    "errors",
     "fingerprint",
     "mirror",
     "router",

@@ -1,7 +1,6 @@
 """What every llmgw service stands on: NATS, typed requests, errors, logs, traces, admin HTTP."""
 
 from llmgw.bus._config import BusConfig, ConfigError, load_config
-from llmgw.bus._errors import BadRequest, BusError, Conflict, Internal, NotFound
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
 from llmgw.bus._nats import (
@@ -19,6 +18,7 @@ from llmgw.bus._nats import (
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
 from llmgw.bus._service import Context, ServiceApp, entry_point, run
+from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
 
 __all__ = [
     "BadRequest",

@@ -19,9 +19,9 @@ from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundErro
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
-from llmgw.bus._errors import BusError, Internal, from_code
 from llmgw.bus._observe import inject
 from llmgw.proto import Endpoint
+from llmgw.proto.errors import BusError, Internal, from_code
 
 __all__ = [
     "NatsServer",

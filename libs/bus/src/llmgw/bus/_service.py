@@ -18,10 +18,10 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from llmgw.bus._config import BusConfig, load_config
-from llmgw.bus._errors import BusError
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.proto import Endpoint
+from llmgw.proto.errors import BusError
 
 __all__ = ["Context", "ServiceApp", "entry_point", "run"]
 

@@ -11,7 +11,6 @@ from typing import assert_never
 
 import msgspec
 
-from llmgw.bus import BadRequest, BusError, Conflict
 from llmgw.proto import FilePlace, Model, ModelChange, ModelEntry, Profile, PurgeReport, Scaling, WeightsDeleted
 from llmgw.proto.catalog import (
     RestartModel,
@@ -25,6 +24,7 @@ from llmgw.proto.catalog import (
     StartModel,
     StopModel,
 )
+from llmgw.proto.errors import BadRequest, BusError, Conflict
 
 __all__ = [
     "apply_change",

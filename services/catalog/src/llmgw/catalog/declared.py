@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.bus import BadRequest
 from llmgw.catalog.core import check_catalog, check_model
 from llmgw.proto import Model, ModelEntry, StrictError, convert_strict
+from llmgw.proto.errors import BadRequest
 
 __all__ = ["declared_changes", "load_declared"]
 
