@@ -20,7 +20,8 @@ from llmgw.bus import Context, call, connect
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, Model, ModelChange, ModelPut, Profile, Scaling, catalog, scheduler
+from llmgw.proto import Empty, Model, ModelPut, Profile, Scaling, catalog, scheduler
+from llmgw.proto.catalog import SetReplicas
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 SOURCE = "test/tiny/m.gguf"
@@ -42,11 +43,15 @@ class Cluster:
     async def kill(self, app):
         for t in getattr(app, "tasks", []):
             t.cancel()
-        for r in [*getattr(app, "replicas", {}).values(), *getattr(app, "workers", {}).values()]:
-            if getattr(r, "task", None):
-                r.task.cancel()
-            if getattr(r, "proc", None) and r.proc.returncode is None:
-                os.killpg(r.proc.pid, signal.SIGKILL)
+        for run in getattr(getattr(app, "replicas", None), "runs", {}).values():
+            if run.task:
+                run.task.cancel()
+        supervisor = getattr(app, "supervisor", None)  # an agent's engines and workers die with it
+        for child in list(supervisor.children.values()) if supervisor else []:
+            if child.watch:
+                child.watch.cancel()
+            if child.proc.returncode is None:
+                os.killpg(child.proc.pid, signal.SIGKILL)
         entry = next(e for e in self.running if e[0] is app)
         self.running.remove(entry)
         await entry[2].close()
@@ -112,7 +117,7 @@ async def test_a_killed_agents_replicas_are_replaced_on_another_node(cluster, nc
     await cluster.kill(a)
     moved = await until(lambda: _ready(nc, node="b"))
     assert len(moved) == 1 and moved[0].id != first[0].id
-    assert b.replicas[moved[0].id].state.state == "ready"
+    assert b.replicas.runs[moved[0].id].report.state == "ready"
 
 
 async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(cluster, nc, tmp_path):
@@ -133,7 +138,7 @@ async def test_a_standby_takes_over_from_a_dead_leader_and_adopts_what_runs(clus
     assert time.monotonic() - took < 10  # within a few seconds of the leader's death
     await asyncio.sleep(2)  # a few passes of the new leader
     assert [r.id for r in await replicas(nc)] == [running.id]  # adopted: nothing started twice
-    assert list(a.replicas) == [running.id]
+    assert list(a.replicas.runs) == [running.id]
     entry = await call(
         nc,
         catalog.MODEL_PUT,
@@ -169,12 +174,12 @@ async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_wh
             headers={"authorization": f"Bearer {first.api_key}"},
         )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
-    serving = agents[worker.node].workers[first.id]
+    serving = agents[worker.node].supervisor.children[f"{first.id}.worker"]
     assert any("Accepted client connection" in line for line in serving.tail)  # the engine drives it
     os.killpg(serving.proc.pid, signal.SIGKILL)
     [second] = await until(lambda: _ready_other_than(nc, first.id), timeout=90)
     assert {second.node, second.workers[0].node} == {"a", "b"}
-    assert first.id not in agents[first.node].replicas and first.id not in agents[worker.node].workers
+    assert first.id not in agents[first.node].replicas.runs and first.id not in agents[worker.node].workers.ids()
 
 
 async def _ready_other_than(nc, rid):
@@ -201,9 +206,11 @@ async def test_a_stopped_replica_drains_before_its_engine_stops(cluster, nc, tmp
     stopped = msgspec.structs.replace(model, scaling=Scaling(min=0, max=0))
     await call(nc, catalog.MODEL_PUT, ModelPut(model=stopped))
     [draining] = await until(lambda: _in_state(nc, "draining"))
-    assert draining.id == running.id and a.replicas[running.id].state.state == "ready"  # still serving its requests
+    assert (
+        draining.id == running.id and a.replicas.runs[running.id].report.state == "ready"
+    )  # still serving its requests
     await until(lambda: _none_left(nc), timeout=15)
-    assert running.id not in a.replicas
+    assert running.id not in a.replicas.runs
 
 
 async def _in_state(nc, state):
@@ -226,7 +233,7 @@ async def test_a_change_of_split_never_runs_fewer_ready_replicas(cluster, nc, tm
         ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=3, max=3), profiles=[one, two])),
     )
     await until(lambda: _ready(nc, count=3), timeout=120)
-    await call(nc, catalog.MODEL_CHANGE, ModelChange(name="m", action="replicas", counts={"one": 1, "two": 2}))
+    await call(nc, catalog.MODEL_CHANGE, SetReplicas(name="m", counts={"one": 1, "two": 2}))
     fewest = 3
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
