@@ -6,7 +6,7 @@ import time
 
 import msgspec
 import pytest
-from fakes import FakeAgent, fake_mirror, put_model
+from fake_agents import FakeAgent, fake_mirror, put_model
 
 from llmgw.bus import call
 from llmgw.proto import Empty, Model, Profile, ReplicaReport, Scaling, agent, scheduler
@@ -80,13 +80,14 @@ async def test_a_start_that_an_agent_never_answers_holds_up_no_start_on_another_
 
 
 async def test_a_catalog_change_is_acted_on_without_waiting_for_the_next_tick(serve, nc, fakes):
-    await fakes("b")
+    b = await fakes("b")
     sched = await serve(Scheduler(config(tick_s=30.0)), config(tick_s=30.0))
     await until(lambda: _true(sched.leader and "b" in sched.nodes), timeout=10)
     put = time.monotonic()
     await put_model(nc, on("b", "m"))
-    await until(lambda: ready_on(nc, "b", "m"), timeout=10)
+    [placed] = await until(lambda: ready_on(nc, "b", "m"), timeout=10)
     assert time.monotonic() - put < 3
+    assert placed.api_key and b.specs[placed.id].api_key == placed.api_key  # sent in the spec, kept in the bucket
 
 
 async def _asked(fake, subject):

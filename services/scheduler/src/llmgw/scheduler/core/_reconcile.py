@@ -22,6 +22,7 @@ from llmgw.scheduler.core._rollout import counts_of, surplus, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
 from llmgw.scheduler.placement import (
     LIVE,
+    Need,
     NodeState,
     Placement,
     Search,
@@ -223,7 +224,7 @@ def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
     return ""
 
 
-def _preempt(need, model: Model, run: _Pass) -> tuple[Placement, list[ReplicaState]] | None:
+def _preempt(need: Need, model: Model, run: _Pass) -> tuple[Placement, list[ReplicaState]] | None:
     """Replicas of a lower class whose room would let `need` fit, and where: the lowest class
     first, the newest of it first; None when none would (or the model is of the lowest class).
 

@@ -20,6 +20,7 @@ from llmgw.proto import (
     Model,
     NodeInfo,
     ReplicaReport,
+    ReplicaSpec,
     ReplicaStart,
     ReplicaStop,
     agent,
@@ -38,6 +39,8 @@ class FakeAgent:
         self.nc, self.node, self.silent, self.every_s = nc, node, silent, every_s
         self.labels = labels or {"pool": node}
         self.replicas: dict[str, ReplicaReport] = {r.id: r for r in strays}
+        self.specs: dict[str, ReplicaSpec] = {}
+        """What the scheduler sent to start, by replica id."""
         self.asked: list[str] = []
         """Subjects it was asked on, in order (answered or not)."""
         self.subs, self.task = [], None
@@ -75,6 +78,7 @@ class FakeAgent:
         if self.silent:
             return
         spec = msgspec.json.decode(msg.data, type=ReplicaStart).replica
+        self.specs[spec.id] = spec
         report = ReplicaReport(
             id=spec.id,
             model=spec.model,
