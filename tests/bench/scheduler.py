@@ -17,7 +17,7 @@ import time
 import msgspec
 
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, Scaling
-from llmgw.scheduler.core import NodeView, reconcile
+from llmgw.scheduler.core import Actual, Desired, NodeView, Policy, reconcile
 
 GB = 10**9
 NOW = 1_000_000.0
@@ -64,10 +64,11 @@ def catalog(n: int, rng: random.Random) -> tuple[dict[str, Model], dict[str, int
     return models, weights
 
 
-def timed(*args, **kwargs):
-    """reconcile(*args, **kwargs) and the CPU seconds it took (the machine is shared: wall time is noisy)."""
+def timed(models, nodes, running, weights, ids, policy=Policy()):
+    """One reconcile pass and the CPU seconds it took (the machine is shared: wall time is noisy)."""
+    desired, actual = Desired(models=models), Actual(nodes=nodes, replicas=running, weights=weights)
     t = time.process_time()
-    out = reconcile(*args, **kwargs)
+    out = reconcile(desired, actual, NOW, policy, ids=ids)
     return time.process_time() - t, out
 
 
@@ -78,12 +79,12 @@ def main() -> None:
     for size in (1000, 5000):
         nodes = fleet(size, random.Random(size))
         ids = (f"r{i}" for i in itertools.count())
-        place_s, plan = timed(models, nodes, [], weights, NOW, ids)
+        place_s, plan = timed(models, nodes, [], weights, ids)
         running = [msgspec.structs.replace(s.replica, state="ready") for s in plan.starts]
-        steady_s, steady = timed(models, nodes, running, weights, NOW, ids)
+        steady_s, steady = timed(models, nodes, running, weights, ids)
         assert not steady.starts and not steady.stops, "the steady pass should have nothing to do"
         tenth = dict(itertools.islice(models.items(), 100))
-        every_s, _ = timed(tenth, nodes, [], weights, NOW, ids, score_nodes=0)
+        every_s, _ = timed(tenth, nodes, [], weights, ids, Policy(score_nodes=0))
         rows.append((size, place_s, len(plan.starts), steady_s, every_s * 10))
     print("1,000 models (60% card profile + CPU fallback), one replica each; one core, one run")
     print(f"{'nodes':>6}{'place 1,000 s':>15}{'placed':>8}{'steady pass s':>15}{'score all s':>13}{'ratio':>7}")

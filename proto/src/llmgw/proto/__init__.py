@@ -14,7 +14,6 @@ from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
 from llmgw.proto._strict import StrictError, convert_strict
-from llmgw.proto._subjects import Subjects
 from llmgw.proto._types import Empty, ReplicaStatus
 from llmgw.proto.agent import Heartbeat, ReplicaStart, ReplicaStop, WeightsCollect, WorkerStart
 from llmgw.proto.catalog import (
@@ -124,7 +123,6 @@ __all__ = [
     "StartModel",
     "StopModel",
     "StrictError",
-    "Subjects",
     "UsageQuery",
     "UsageRecord",
     "UsageReport",

@@ -3,16 +3,15 @@
 from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
+from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
 from llmgw.bus._nats import (
     NatsServer,
     call,
     call_all,
     connect,
-    gather,
     kv_bucket,
     kv_keys,
     kv_scan,
-    request,
     start_nats_server,
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
@@ -30,6 +29,7 @@ __all__ = [
     "HttpServer",
     "Internal",
     "KvTable",
+    "LlamaCpp",
     "NatsServer",
     "NotFound",
     "ServiceApp",
@@ -39,15 +39,14 @@ __all__ = [
     "delete_under",
     "die_with_parent",
     "entry_point",
+    "find_llamacpp",
     "free_port",
-    "gather",
     "get_logger",
     "kv_bucket",
     "kv_keys",
     "kv_scan",
     "load_config",
     "meminfo_mb",
-    "request",
     "run",
     "setup_logging",
     "setup_tracing",

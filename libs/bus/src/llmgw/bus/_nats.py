@@ -28,11 +28,9 @@ __all__ = [
     "call",
     "call_all",
     "connect",
-    "gather",
     "kv_bucket",
     "kv_keys",
     "kv_scan",
-    "request",
     "start_nats_server",
 ]
 
@@ -63,7 +61,7 @@ async def connect(url: str, name: str, patient: bool = True) -> Client:
         raise Internal(f"cannot reach NATS at {url}: is llmgw running (`./dev up`), and is that its URL?") from None
 
 
-async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
+async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
     """Send `message`, decode the reply as `reply`; a service error raises the matching BusError."""
     with _tracer.start_as_current_span(f"request {subject}", kind=trace.SpanKind.CLIENT):
         try:
@@ -84,7 +82,7 @@ async def request(nc: Client, subject: str, message: msgspec.Struct, reply: type
 async def call(nc: Client, endpoint: Endpoint[Req, Rep], message: Req, node: str = "", timeout: float = 10.0) -> Rep:
     """Ask `endpoint` (of `node`, for per-node endpoints) and get its reply, typed as the endpoint
     says; a service error raises the matching BusError."""
-    return await request(nc, endpoint.subject(node), message, endpoint.reply, timeout)
+    return await _request(nc, endpoint.subject(node), message, endpoint.reply, timeout)
 
 
 async def call_all(
@@ -92,10 +90,10 @@ async def call_all(
 ) -> list[Rep | BusError]:
     """Ask every instance serving `endpoint` (every agent, say) and collect what answered within
     `window_s`; an error reply is in the list as a BusError."""
-    return await gather(nc, endpoint.subject(), message, endpoint.reply, window_s)
+    return await _gather(nc, endpoint.subject(), message, endpoint.reply, window_s)
 
 
-async def gather(
+async def _gather(
     nc: Client, subject: str, message: msgspec.Struct, reply: type[T], window_s: float = 1.0
 ) -> list[T | BusError]:
     """Send `message` to every service instance on `subject`; what answered within `window_s`.

@@ -81,19 +81,6 @@ class Context:
             name=endpoint.micro_name, subject=endpoint.name, handler=serve, queue_group=queue
         )
 
-    async def endpoint(
-        self, name: str, subject: str, request_type: type, handler: Handler, queue: str | None = None
-    ) -> None:
-        """Serve `subject`: decode the request as `request_type`, reply with what `handler` returns.
-
-        A malformed or invalid message gets a 400 naming the field; a BusError its
-        own code; anything else a 500. The service carries on in every case. Instances in one
-        `queue` share the requests; give each its own (the node's name) for requests that every
-        instance answers (see `gather`).
-        """
-        serve = self._handler(subject, request_type, handler)
-        await self.service.add_endpoint(name=name, subject=subject, handler=serve, queue_group=queue)
-
     def _handler(self, subject: str, request_type: type, handler: Handler) -> Callable[[Request], Awaitable[None]]:
         """`handler` as nats.micro calls it: the request decoded, the reply or the error sent back.
 

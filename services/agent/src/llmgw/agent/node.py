@@ -17,8 +17,7 @@ import msgspec
 
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
-from llmgw.agent.llamacpp import LlamaCpp
-from llmgw.bus import BusError, Context, call, meminfo_mb
+from llmgw.bus import BusError, Context, LlamaCpp, call, meminfo_mb
 from llmgw.membw import Bandwidth, load_calibration, measure
 from llmgw.proto import CpuCalibration, GpuInfo, Heartbeat, NodeInfo, ReplicaReport, agent, scheduler
 

@@ -12,13 +12,12 @@ import httpx
 from llmgw.agent import core
 from llmgw.agent.cache import WeightsCache
 from llmgw.agent.config import AgentConfig
-from llmgw.agent.llamacpp import find_llamacpp
 from llmgw.agent.node import NodeFacts, Work
 from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.workers import Workers
-from llmgw.bus import ConfigError, Context, load_config, run
+from llmgw.bus import ConfigError, Context, entry_point, find_llamacpp
 from llmgw.proto import WeightsCollect, WeightsDelete, WeightsDeleted, agent
 
 __all__ = ["Agent", "AgentConfig", "main"]
@@ -109,10 +108,8 @@ class Agent:
             await asyncio.to_thread(self.weights.delete, folder)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the agent for this node."""
-    config = load_config(AgentConfig, argv)
-    return run(Agent(config), config)
+main = entry_point(Agent, AgentConfig)
+"""Run the agent until SIGTERM or SIGINT (`llmgw service agent`, systemd, Nix)."""
 
 
 if __name__ == "__main__":

@@ -15,9 +15,8 @@ from llmgw.bus import (
     KvTable,
     call,
     call_all,
+    entry_point,
     kv_bucket,
-    load_config,
-    run,
 )
 from llmgw.catalog.core import (
     apply_change,
@@ -177,10 +176,8 @@ class Catalog:
             await self.store.delete(entry)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the catalog service."""
-    config = load_config(CatalogConfig, argv)
-    return run(Catalog(config), config)
+main = entry_point(Catalog, CatalogConfig)
+"""Run the catalog until SIGTERM or SIGINT (`llmgw service catalog`, systemd, Nix)."""
 
 
 if __name__ == "__main__":

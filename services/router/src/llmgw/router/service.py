@@ -16,7 +16,7 @@ import sys
 
 import aiohttp
 
-from llmgw.bus import Context, HttpServer, kv_bucket, load_config, run
+from llmgw.bus import Context, HttpServer, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
 from llmgw.router.accounts import Accounts
 from llmgw.router.admin import admin_api
@@ -96,10 +96,8 @@ class Router:
         return self.http is not None and all(p is not None and p.synced for p in parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the router."""
-    config = load_config(RouterConfig, argv)
-    return run(Router(config), config)
+main = entry_point(Router, RouterConfig)
+"""Run the router until SIGTERM or SIGINT (`llmgw service router`, systemd, Nix)."""
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import TypeVar
 
 import msgspec
-from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from llmgw.bus import kv_keys
+from llmgw.bus import kv_scan
 from llmgw.proto import ModelStatus, ReplicaState
 
 __all__ = ["Book"]
@@ -19,13 +18,7 @@ T = TypeVar("T")
 
 async def _read(kv: KeyValue, kind: type[T]) -> dict[str, T]:
     """A bucket as it is, key by key; what does not decode is left out."""
-    out = {}
-    for key in await kv_keys(kv):
-        try:
-            out[key] = msgspec.json.decode((await kv.get(key)).value, type=kind)
-        except (KeyNotFoundError, KeyDeletedError, msgspec.DecodeError):
-            continue
-    return out
+    return {key: value for key, (value, _) in (await kv_scan(kv, kind)).items()}
 
 
 class Book:

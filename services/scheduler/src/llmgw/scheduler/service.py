@@ -15,7 +15,7 @@ import time
 
 import msgspec
 
-from llmgw.bus import BusConfig, BusError, Context, KvTable, call, kv_bucket, load_config, run
+from llmgw.bus import BusConfig, BusError, Context, KvTable, call, entry_point, kv_bucket
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -244,10 +244,8 @@ class Scheduler:
         await asyncio.gather(*(stat(s) for s in sorted({m.source for m in models.values()} - set(self.weights))))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the scheduler."""
-    config = load_config(SchedulerConfig, argv)
-    return run(Scheduler(config), config)
+main = entry_point(Scheduler, SchedulerConfig)
+"""Run the scheduler until SIGTERM or SIGINT (`llmgw service scheduler`, systemd, Nix)."""
 
 
 if __name__ == "__main__":

