@@ -10,7 +10,7 @@ a breaking change is v2, with new subjects.
 
 from llmgw.proto import agent, catalog, errors, mirror, router, scheduler
 from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
-from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event
+from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
 from llmgw.proto._strict import StrictError, convert_strict
@@ -143,4 +143,5 @@ __all__ = [
     "scheduler",
     "schema_json",
     "subjects_markdown",
+    "type_name",
 ]

@@ -8,15 +8,26 @@ its request and its reply are written once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, get_args
 
-__all__ = ["PREFIX", "VERSION", "Endpoint", "Event"]
+import msgspec
+
+__all__ = ["PREFIX", "VERSION", "Endpoint", "Event", "type_name"]
 
 VERSION = "v1"
 PREFIX = f"llmgw.{VERSION}"
 
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
+
+
+def type_name(tp: object) -> str:
+    """What a message type is called: its class name, or the title a union was given
+    (`Annotated[A | B, msgspec.Meta(title=...)]`)."""
+    if isinstance(tp, type):
+        return tp.__name__
+    titles = [m.title for m in getattr(tp, "__metadata__", ()) if isinstance(m, msgspec.Meta) and m.title]
+    return titles[0] if titles else " | ".join(type_name(a) for a in get_args(tp)) or repr(tp)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import msgspec
 
 from llmgw.proto import agent, catalog, mirror, node, replica, router, scheduler
 from llmgw.proto._buckets import BUCKET_TABLE, USAGE_STREAM
+from llmgw.proto._endpoint import type_name
 from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
@@ -50,12 +51,12 @@ def subjects_markdown() -> str:
             who = (
                 "the agent of `<node>`" if e.per_node else ("every agent (gathered)" if e.every_instance else e.service)
             )
-            out.append(f"| `{subject}` | `{e.request.__name__}` → `{e.reply.__name__}` | {who} | {e.doc} |")
+            out.append(f"| `{subject}` | `{type_name(e.request)}` → `{type_name(e.reply)}` | {who} | {e.doc} |")
     out += ["", "| event | payload | from | what it says |", "|---|---|---|---|"]
     for module in _MODULES:
         for ev in getattr(module, "EVENTS", ()):
             subject = ev.subject(*(f"<{i}>" for i in ev.ids))
-            payload = f"`{ev.message.__name__}`" if ev.message else "empty"
+            payload = f"`{type_name(ev.message)}`" if ev.message else "empty"
             out.append(f"| `{subject}` | {payload} | {ev.publisher} | {ev.doc} |")
     out += ["", f"The stream `{USAGE_STREAM}` keeps `llmgw.v1.evt.usage.>`.", ""]
     out += ["| KV bucket | key → value | writer |", "|---|---|---|"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
@@ -301,21 +301,21 @@ class SetAliases(ChangeSpec, kw_only=True, tag_field="action", tag="alias"):
     """Names to drop."""
 
 
-ModelChange = Union[  # noqa: UP007 -- typing.Union has a __name__ (docs, 400 replies print it); X | Y has not
-    StopModel,
-    StartModel,
-    RestartModel,
-    ScaleModel,
-    SetReplicas,
-    SetContext,
-    SetGpus,
-    SetClass,
-    SetOwner,
-    SetAliases,
+ModelChange = Annotated[
+    StopModel
+    | StartModel
+    | RestartModel
+    | ScaleModel
+    | SetReplicas
+    | SetContext
+    | SetGpus
+    | SetClass
+    | SetOwner
+    | SetAliases,
+    Meta(title="ModelChange"),
 ]
 """An operator's change to one model, by name, recorded with who made it: one of the kinds above,
-told apart by `action`."""
-ModelChange.__name__ = "ModelChange"  # what docs/subjects.md and a 400's message call it
+told apart by `action`. Its title is the name docs/subjects.md and a 400's message give it."""
 
 
 class ModelList(Struct, kw_only=True):

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
-from llmgw.proto import Endpoint
+from llmgw.proto import Endpoint, type_name
 from llmgw.proto.errors import BusError
 
 __all__ = ["Context", "ServiceApp", "entry_point", "run"]
@@ -104,7 +104,7 @@ class Context:
                     await req.respond(msgspec.json.encode(reply))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     code = "400"
-                    await req.respond_error(code, f"{request_type.__name__} on {req.subject}: {exc}")
+                    await req.respond_error(code, f"{type_name(request_type)} on {req.subject}: {exc}")
                 except BusError as exc:
                     code = exc.code
                     await req.respond_error(code, exc.message)
