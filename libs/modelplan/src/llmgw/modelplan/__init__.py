@@ -6,9 +6,11 @@
   where `llmgw plan calibrate` ran), on cards from their bandwidth.
 - options: every way each file runs on a fleet, ranked best first.
 - cards: which cards a profile may run on and which a replica takes (placement and agent alike).
+- engine args: the flags and environment a profile may give its engine (catalog and agent alike).
 """
 
 from llmgw.modelplan._cards import FOREIGN_LIMIT_MB, card_fits, choose_cards, usable_cards
+from llmgw.modelplan._engine_args import ENGINE_ENV, ENGINE_FLAGS, check_engine_args
 from llmgw.modelplan._fit import Measured, fit_cpu, worst_error
 from llmgw.modelplan._memory import (
     KV_CACHE_TYPES,
@@ -43,6 +45,8 @@ from llmgw.modelplan._speed import (
 __all__ = [
     "CARDS",
     "DEFAULT_CPU",
+    "ENGINE_ENV",
+    "ENGINE_FLAGS",
     "FOREIGN_LIMIT_MB",
     "KV_CACHE_TYPES",
     "SLOW_TPS",
@@ -59,6 +63,7 @@ __all__ = [
     "card_class",
     "card_fits",
     "card_of",
+    "check_engine_args",
     "choose_cards",
     "compute_buffer_bytes",
     "cpu_read_gbs",
