@@ -91,6 +91,23 @@ def test_a_pure_module_never_imports_io(name):
     assert not wrong, f"{name} is a pure core but imports {wrong}: move the I/O to its service shell"
 
 
+CLOCKS = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("time", "sleep"), ("datetime", "now")}
+"""What a pure module never calls: time is passed in."""
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if any(_within(n, p) for p in PURE)))
+def test_a_pure_module_never_reads_the_clock(name):
+    read = sorted(
+        f"{node.func.value.id}.{node.func.attr} (line {node.lineno})"
+        for node in ast.walk(ast.parse(MODULES[name].read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr) in CLOCKS
+    )
+    assert not read, f"{name} is a pure core but reads the clock: {read}; take `now` as an argument"
+
+
 def test_libs_and_proto_never_import_a_service():
     wrong = {
         name: sorted(i for i in _imports(path) if any(_within(i, f"llmgw.{s}") for s in SERVICES))

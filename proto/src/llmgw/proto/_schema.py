@@ -42,6 +42,11 @@ def subjects_markdown() -> str:
         "Payloads are JSON of the `llmgw.proto` Structs; errors come back as",
         "`Nats-Service-Error` / `Nats-Service-Error-Code` headers (400, 404, 409, 500).",
         "",
+        "Inside v1 messages only gain fields with defaults, with one recorded exception: what an agent",
+        "says of a replica (its start and stop replies, `evt.replica`, a heartbeat's `replicas`) became",
+        "`ReplicaReport`, the identity and status fields of the `ReplicaState` it was; older readers",
+        "still decode it, and the engine's key is no longer in it.",
+        "",
         "| subject | request → reply | served by | what it does |",
         "|---|---|---|---|",
     ]

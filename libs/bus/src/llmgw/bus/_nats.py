@@ -19,7 +19,7 @@ from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundErro
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
-from llmgw.bus._observe import inject
+from llmgw.bus._observe import get_logger, inject
 from llmgw.proto import Endpoint
 from llmgw.proto.errors import BusError, Internal, from_code
 
@@ -140,14 +140,17 @@ async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: fl
 
 async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:
     """Every entry of a bucket as `type_`, with its revision (for compare-and-set): what a new
-    leader adopts or a list answers. Entries deleted meanwhile or that do not decode are left out."""
+    leader adopts or a list answers. Entries deleted meanwhile are left out, and so are those that
+    do not decode, each with a warning naming the bucket and key."""
     out: dict[str, tuple[T, int]] = {}
     for key in await kv_keys(kv):
         try:
             entry = await kv.get(key)
             out[key] = (msgspec.json.decode(entry.value, type=type_), entry.revision)
-        except (KeyNotFoundError, KeyDeletedError, msgspec.DecodeError, msgspec.ValidationError):
-            continue
+        except (KeyNotFoundError, KeyDeletedError):
+            continue  # deleted between the listing and the read
+        except msgspec.DecodeError as exc:
+            get_logger("bus").warning("entry left out: it does not decode", bucket=kv._name, key=key, error=str(exc))
     return out
 
 

@@ -120,7 +120,7 @@ class _LocalBytes:
     def __init__(self, path: Path) -> None:
         self.where = str(path)
         try:
-            self.file = open(path, "rb")  # noqa: SIM115 - closed by read_header
+            self.file = open(path, "rb")  # closed by read_header
         except OSError as exc:
             raise GGUFError(f"{path}: {exc.strerror}") from None
 

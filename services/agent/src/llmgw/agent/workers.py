@@ -14,7 +14,7 @@ from llmgw.agent.core import worker_launch
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Child, ChildSpec, StartFailed, Supervisor
-from llmgw.bus import BadRequest, Context, Internal
+from llmgw.bus import BadRequest, Conflict, Context, Internal
 from llmgw.proto import Empty, ReplicaStop, Worker, WorkerStart
 
 __all__ = ["Workers"]
@@ -58,7 +58,14 @@ class Workers:
                     "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server)"
                 )
             self.starts[rid] = asyncio.create_task(self._start(req, mine))
-        return msgspec.structs.replace(mine, endpoint=await asyncio.shield(self.starts[rid]))
+        starting = self.starts[rid]
+        try:
+            endpoint = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            if starting.cancelled():  # a stop came while it started
+                raise Conflict(f"the worker of replica {rid} on {node} was stopped while it started") from None
+            raise
+        return msgspec.structs.replace(mine, endpoint=endpoint)
 
     async def _start(self, req: WorkerStart, mine: Worker) -> str:
         rid, name, address = req.replica.id, f"{req.replica.id}.worker", self.facts.config.address
@@ -89,8 +96,12 @@ class Workers:
 
     async def stop(self, req: ReplicaStop) -> Empty:
         """Stop this node's worker of a replica, if one runs."""
-        if req.id in self.starts:
+        starting = self.starts.get(req.id)
+        if starting is not None:
             self._ctx.log.info("stopping worker", replica=req.id, reason=req.reason)
+            if not starting.done():  # still starting: cancelled, the supervisor ends what it began
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
             await self.supervisor.stop(f"{req.id}.worker")
             self._drop(req.id)
         return Empty()
