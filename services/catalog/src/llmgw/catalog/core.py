@@ -7,10 +7,12 @@ its count and the scaling is their sum (min and max alike). Stopping keeps the s
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import assert_never
 
 import msgspec
 
+from llmgw.modelplan import check_engine_args
 from llmgw.proto import FilePlace, Model, ModelChange, ModelEntry, Profile, PurgeReport, Scaling, WeightsDeleted
 from llmgw.proto.catalog import (
     RestartModel,
@@ -61,8 +63,10 @@ def _describe(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in counts.items())
 
 
-def check_model(model: Model) -> None:
-    """Raise BadRequest saying what is wrong with `model` beyond its schema."""
+def check_model(model: Model, allowed: Collection[str] = ()) -> None:
+    """Raise BadRequest saying what is wrong with `model` beyond its schema; its engines' args and
+    env keep to `llmgw.modelplan.check_engine_args`, with the flags and variables `allowed` besides
+    (the catalog's `engine_args_allowed`: what chosen nodes opted into)."""
     names = [p.name for p in model.profiles]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -73,7 +77,7 @@ def check_model(model: Model) -> None:
                 f"model '{model.name}': {what} min {scaling.min} is above max {scaling.max}; raise max or lower min"
             )
     for p in model.profiles:
-        _check_profile(model, p)
+        _check_profile(model, p, allowed)
     if model.name in model.aliases:
         raise BadRequest(f"model '{model.name}': an alias cannot be the model's own name")
     if model.name in model.fallbacks:
@@ -81,9 +85,13 @@ def check_model(model: Model) -> None:
     _check_counts(model)
 
 
-def _check_profile(model: Model, p: Profile) -> None:
-    """Raise BadRequest where profile `p` cannot serve `model` as it says."""
+def _check_profile(model: Model, p: Profile, allowed: Collection[str]) -> None:
+    """Raise BadRequest where profile `p` cannot serve `model` as it says, or gives its engine
+    what it may not (`allowed` besides the allow-list)."""
     where = f"model '{model.name}' profile '{p.name}'"
+    refused = check_engine_args(p.engine, p.args, p.env, allowed)
+    if refused:
+        raise BadRequest(f"{where}: {'; '.join(refused)}")
     if p.engine == "llamacpp" and not model.source.endswith(".gguf"):
         raise BadRequest(f"{where}: llama.cpp serves GGUF files; source '{model.source}' is not a .gguf")
     if p.gpus and p.gpus % p.tensor_parallel:
@@ -316,8 +324,8 @@ def tally_purge(
     return report
 
 
-def apply_change(model: Model, change: ModelChange) -> Model:
-    """The model after `change`, checked."""
+def apply_change(model: Model, change: ModelChange, allowed: Collection[str] = ()) -> Model:
+    """The model after `change`, checked (`allowed`: as `check_model` takes it)."""
     match change:
         case StopModel():
             changed = stop(model)
@@ -341,7 +349,7 @@ def apply_change(model: Model, change: ModelChange) -> Model:
             changed = set_aliases(model, add, remove)
         case _:
             assert_never(change)
-    check_model(changed)
+    check_model(changed, allowed)
     return changed
 
 

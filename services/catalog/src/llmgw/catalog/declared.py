@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import msgspec
 
 from llmgw.catalog.core import check_catalog, check_model
@@ -11,8 +13,9 @@ from llmgw.proto.errors import BadRequest
 __all__ = ["declared_changes", "load_declared"]
 
 
-def load_declared(text: bytes, source: str) -> list[Model]:
-    """The models of a YAML file `{models: [...]}`, each checked alone and against the others."""
+def load_declared(text: bytes, source: str, allowed: Collection[str] = ()) -> list[Model]:
+    """The models of a YAML file `{models: [...]}`, each checked alone (`allowed`: as
+    `check_model` takes it) and against the others."""
     try:
         raw = msgspec.yaml.decode(text)
     except msgspec.DecodeError as exc:
@@ -28,7 +31,7 @@ def load_declared(text: bytes, source: str) -> list[Model]:
             raise BadRequest(str(exc)) from None
         if model.name in models:
             raise BadRequest(f"{where}: model '{model.name}' is declared twice; keep one")
-        check_model(model)
+        check_model(model, allowed)
         models[model.name] = model
     for model in models.values():
         check_catalog(model, {n: m for n, m in models.items() if n != model.name})

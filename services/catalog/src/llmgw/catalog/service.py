@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from llmgw.bus import (
     BadRequest,
     BusConfig,
@@ -62,6 +64,11 @@ class CatalogConfig(BusConfig, kw_only=True):
     """How long a purge waits for the model's replicas to stop before it deletes files."""
     purge_gather_s: float = 1.5
     """How long a purge waits for every agent to say what it deleted."""
+    engine_args_allowed: list[str] = msgspec.field(default_factory=list)
+    """Engine flags and environment variables let into profiles besides llmgw.modelplan's
+    allow-list: those some nodes opted into (their agents' `engine_args_allowed`). Only those
+    agents start such a profile, so it names them in its node_selector; the catalog does not
+    check that (it cannot know each node's opt-in)."""
 
 
 class Catalog:
@@ -111,7 +118,7 @@ class Catalog:
 
     async def put(self, req: ModelPut) -> ModelEntry:
         """Create or replace a model, checked alone and against the rest of the catalog."""
-        check_model(req.model)
+        check_model(req.model, self.config.engine_args_allowed)
         current = await self.store.maybe(req.model.name)
         if current:
             check_editable(current)
@@ -123,7 +130,7 @@ class Catalog:
         """Apply an operator's change (the core says what it makes of the model)."""
         entry = await self.store.entry(req.name)
         check_editable(entry, req.revision)
-        changed = apply_change(entry.model, req)
+        changed = apply_change(entry.model, req, self.config.engine_args_allowed)
         if isinstance(req, SetAliases):
             check_catalog(changed, await self.store.others(req.name))
         action = type(req).__struct_config__.tag
@@ -169,7 +176,9 @@ class Catalog:
             text = path.read_bytes()
         except OSError as exc:
             raise BadRequest(f"declared models file {path}: {exc.strerror}") from None
-        writes, gone = declared_changes(load_declared(text, str(path)), await self.store.all(), str(path))
+        writes, gone = declared_changes(
+            load_declared(text, str(path), self.config.engine_args_allowed), await self.store.all(), str(path)
+        )
         for model, revision in writes:
             await self.store.write(model, revision, f"declared in {path}", "declare", str(path))
         for entry in gone:
