@@ -37,7 +37,7 @@ from llmgw.proto import (
 from llmgw.proto import agent as agent_api
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "services" / "agent" / "tests"))
-from fake_nvml import FakeCard, FakeNvml  # noqa: E402
+from fake_nvml import FakeCard, FakeNvml
 
 STANDIN = Path(__file__).parent / "standins" / "vllm_standin.py"
 SOURCE = "test/tiny/m.gguf"
@@ -164,6 +164,48 @@ async def test_the_engines_key_never_leaves_the_node_in_a_report_an_event_a_log_
     assert key not in (tmp_path / "a" / "agent" / "logs" / "x1.log").read_text()
     out, err = capfd.readouterr()
     assert "starting engine" in out + err and key not in out + err
+
+
+async def test_a_direct_start_carrying_a_log_file_or_ld_preload_is_refused_and_starts_nothing(node, nc, tmp_path):
+    agent, _ = node
+    model, written = Model(name="m", source=SOURCE, context=512), tmp_path / "written-by-the-engine.log"
+    with pytest.raises(BusError, match="replica f1: argument '--log-file' is refused: it names a file"):
+        await start(nc, "f1", model, Profile(slots=1, args=["--log-file", str(written)]))
+    with pytest.raises(BusError, match="replica f2: environment variable 'LD_PRELOAD' is refused"):
+        await start(nc, "f2", model, Profile(slots=1, env={"LD_PRELOAD": str(tmp_path / "evil.so")}))
+    await asyncio.sleep(0.5)
+    assert agent.replicas.runs == {} and agent.supervisor.children == {} and not written.exists()
+
+
+async def test_an_allowed_flag_reaches_the_engine_and_a_nodes_opt_in_counts_on_that_node_only(
+    node, serve, nc, tmp_path, monkeypatch
+):
+    agent, _ = node  # node 'a' opted into nothing
+    monkeypatch.setenv("VLLM_STANDIN_RECORD", str(tmp_path / "started.json"))
+    model = Model(name="m", source=SOURCE, context=512)
+    tuned = Profile(name="gpu", engine="vllm", gpus=1, args=["--enforce-eager"])
+    lora = Profile(name="gpu", engine="vllm", gpus=1, args=["--enforce-eager", "--enable-lora"])
+    await start(nc, "t1", model, tuned)
+    assert (await until(agent, "t1", "ready", "failed")).state == "ready"
+    assert json.loads((tmp_path / "started.json").read_text())["argv"][-1] == "--enforce-eager"
+    with pytest.raises(BusError, match="replica t2: argument '--enable-lora' is refused"):
+        await start(nc, "t2", model, lora)
+    config = AgentConfig(
+        node="b",
+        data_dir=str(tmp_path / "b"),
+        heartbeat_s=60,
+        vllm=str(tmp_path / "vllm"),
+        membw_delay_max_s=3600,
+        ports="21200-21299",
+        engine_args_allowed=["--enable-lora"],
+    )
+    b = Agent(config)
+    b.facts.nvml = FakeNvml([FakeCard()])
+    await serve(b, config)
+    spec = ReplicaSpec(id="t3", model="m", profile="gpu", node="b", api_key="k")
+    await call(nc, agent_api.REPLICA_START, ReplicaStart(replica=spec, model=model, profile=lora), node="b")
+    assert (await until(b, "t3", "ready", "failed")).state == "ready"
+    assert json.loads((tmp_path / "started.json").read_text())["argv"][-2:] == ["--enforce-eager", "--enable-lora"]
 
 
 @pytest.fixture

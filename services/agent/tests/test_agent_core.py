@@ -69,10 +69,10 @@ def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
 
 
 def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
-    how = launch(setup(profile=Profile(name="gpu", gpus=2, env={"X": "1"}), cards=[card(0), card(3)]))
+    how = launch(setup(profile=Profile(name="gpu", gpus=2, env={"OMP_PROC_BIND": "close"}), cards=[card(0), card(3)]))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
-    assert how.env == {"X": "1", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
+    assert how.env == {"OMP_PROC_BIND": "close", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
 
 
 def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():

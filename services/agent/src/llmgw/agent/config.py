@@ -38,3 +38,8 @@ class AgentConfig(BusConfig, kw_only=True):
     starting together must not measure each other)."""
     membw_every_s: float = 3600.0
     """Then measured again this often; the best figure seen is kept (a busy node reads less)."""
+    engine_args_allowed: list[str] = msgspec.field(default_factory=list)
+    """Engine flags and environment variables this node lets profiles give its engines besides
+    llmgw.modelplan's allow-list (ENGINE_FLAGS, ENGINE_ENV), e.g. ["--lora"]; never what the agent
+    sets itself. Only this node honours it: the catalog's own `engine_args_allowed` lets such a
+    model in, and the model's profile names nodes like this one in its node_selector. TOML only."""

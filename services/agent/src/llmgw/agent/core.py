@@ -1,17 +1,18 @@
 """The agent's rules, without I/O: the cards and port a replica gets, the command lines of its
-engine and workers, which cached weights may go, and what never leaves the node (the engine's key)."""
+engine and workers (a profile's args and env kept to llmgw.modelplan's allow-list and this node's
+opt-in), which cached weights may go, and what never leaves the node (the engine's key)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 
-from llmgw.modelplan import choose_cards, cpu_threads
+from llmgw.modelplan import check_engine_args, choose_cards, cpu_threads
 from llmgw.proto import FilePlace, GpuInfo, Model, Profile, WeightsDeleted
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "EngineSetup",
     "Launch",
     "cards_for",
+    "check_profile",
     "collect",
     "delete",
     "launch",
@@ -64,6 +66,8 @@ class EngineSetup:
     """Across nodes: the workers' host:port."""
     layers: int = 0
     """Across nodes on the CPU: the model's layer count (this node keeps its share)."""
+    allowed: frozenset[str] = frozenset()
+    """Engine flags and variables this node opted into besides the allow-list (`engine_args_allowed`)."""
 
 
 def parse_ports(text: str) -> range:
@@ -100,6 +104,14 @@ def cards_for(profile: Profile, chosen: list[str], here: list[GpuInfo], taken: s
     return cards
 
 
+def check_profile(profile: Profile, allowed: Collection[str] = ()) -> None:
+    """Raise a ValueError saying what of the profile's args and env this node refuses to give its
+    engine (`llmgw.modelplan.check_engine_args`, with the flags and variables `allowed` besides)."""
+    refused = check_engine_args(profile.engine, profile.args, profile.env, allowed)
+    if refused:
+        raise ValueError("; ".join(refused))
+
+
 def _cards_env(profile: Profile, cards: list[GpuInfo]) -> dict[str, str]:
     env = dict(profile.env)
     if cards:
@@ -116,8 +128,9 @@ def launch(setup: EngineSetup) -> Launch:
     its share of the `layers` and the rest go to the workers. vLLM: tensor parallel over its
     cards, a memory pool, the context as the longest sequence, and (with a KV events port)
     events over ZMQ with a fixed PYTHONHASHSEED and portable block hashes, so the router can
-    match prefixes.
+    match prefixes. A profile's args (after the agent's own) and env keep to `check_profile`.
     """
+    check_profile(setup.profile, setup.allowed)
     env = _cards_env(setup.profile, setup.cards)
     argv = _vllm(setup, env) if setup.profile.engine == "vllm" else _llama_server(setup)
     return Launch(argv=[*argv, *setup.profile.args], env=env)
@@ -153,10 +166,20 @@ def _llama_server(s: EngineSetup) -> list[str]:
     return argv
 
 
-def worker_launch(binary: str, host: str, port: int, profile: Profile, node_cpus: int, cards: list[GpuInfo]) -> Launch:
+def worker_launch(  # noqa: PLR0913 (the worker's program, where it listens, and for whom: each its own)
+    binary: str,
+    host: str,
+    port: int,
+    profile: Profile,
+    node_cpus: int,
+    cards: list[GpuInfo],
+    allowed: Collection[str] = (),
+) -> Launch:
     """llama.cpp's RPC worker for this node's part of a replica across nodes: it serves its cards
     (or its CPU with the profile's threads) to the engine on the replica's node, which sends it
-    its layers. It has no authentication: `host` must be on a private network."""
+    its layers. It has no authentication: `host` must be on a private network. It gets the
+    profile's env, kept to `check_profile` (`allowed`: this node's opt-in)."""
+    check_profile(profile, allowed)
     argv = [binary, "--host", host, "--port", str(port), "--threads", str(cpu_threads(profile.cpu_cores, node_cpus))]
     return Launch(argv=argv, env=_cards_env(profile, cards))
 

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import EngineSetup, launch, redact
+from llmgw.agent.core import EngineSetup, check_profile, launch, redact
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Child, ChildSpec, StartFailed, Supervisor
@@ -76,6 +76,10 @@ class Replicas:
             raise BadRequest(f"replica {rid} is for node '{req.replica.node}', this is '{self.facts.node}'")
         if req.profile.engine not in self.facts.engines.versions():
             raise BadRequest(f"replica {rid}: engine '{req.profile.engine}' is not installed on {self.facts.node}")
+        try:  # replica.start may come from anyone on the bus: the profile's args and env are checked here
+            check_profile(req.profile, self.config.engine_args_allowed)
+        except ValueError as exc:
+            raise BadRequest(f"replica {rid}: {exc}") from None
         run = Run(req.replica, req.model.source)
         self.runs[rid] = run
         run.task = asyncio.create_task(self._run(run, req))
@@ -157,6 +161,7 @@ class Replicas:
             kv_events_port=self.room.take_port(rid, besides=port) if vllm and req.profile.kv_events else 0,
             rpc=rpc,
             layers=self._layers(weights) if rpc else 0,
+            allowed=frozenset(self.config.engine_args_allowed),
         )
 
     @staticmethod
