@@ -1,45 +1,131 @@
 # One llmgw service as a systemd unit: `services.llmgw.<name>.enable = true;`
+#
+# Each service runs as its own system user, llmgw-<name>, keeps its files in its own state
+# directory, /var/lib/llmgw-<name> (0700), and reaches NATS with its own credentials: the nkey
+# seed file named by `credentialsFile` stays root's (0600, outside the Nix store); systemd hands
+# a copy to this unit alone (LoadCredential=) and the service reads it from its credentials
+# directory (`--creds %d/nats.nk`). Static users rather than DynamicUser: the agent's and the
+# mirror's weights (hundreds of GB) keep one owner across restarts.
 name: flake:
-{ config, lib, pkgs, ... }:
+{ config, lib, pkgs, utils, ... }:
 let
   cfg = config.services.llmgw.${name};
+  unit = "llmgw-${name}";
+  home = "/var/lib/${unit}";
   toml = pkgs.formats.toml { };
+  # The agent runs llama.cpp from `llamaCpp`; nixpkgs names its RPC worker llama-rpc-server.
+  defaults = lib.optionalAttrs (name == "agent") {
+    llama_server = "${cfg.llamaCpp}/bin/llama-server";
+    rpc_server = "${cfg.llamaCpp}/bin/llama-rpc-server";
+  };
+  command = [ (lib.getExe' cfg.package "llmgw") "service" name "--nats-url" cfg.natsUrl "--config" cfg.configFile ]
+    ++ lib.optionals (cfg.tlsCaFile != null) [ "--tls-ca" cfg.tlsCaFile ];
 in
 {
+  key = "llmgw/deploy/nixos/service.nix#${name}"; # imported by all.nix and alone: declared once
   options.services.llmgw.${name} = {
     enable = lib.mkEnableOption "the llmgw ${name} service";
     package = lib.mkOption {
       type = lib.types.package;
-      default = flake.packages.${pkgs.system}.llmgw;
-      description = "The llmgw package.";
+      default = flake.packages.${pkgs.stdenv.hostPlatform.system}.llmgw;
+      defaultText = lib.literalExpression "llmgw.packages.\${pkgs.stdenv.hostPlatform.system}.llmgw";
+      description = "The llmgw package (its bin/llmgw runs the service).";
     };
     natsUrl = lib.mkOption {
       type = lib.types.str;
       default = "nats://127.0.0.1:4222";
-      description = "NATS servers, comma-separated (a JetStream cluster in production).";
+      description = "NATS servers, comma-separated (a JetStream cluster in production; tls:// with TLS).";
+    };
+    credentialsFile = lib.mkOption {
+      # A string, not a path: a path would be copied into the world-readable Nix store.
+      type = lib.types.nullOr (lib.types.strMatching "/.+");
+      default = null;
+      example = "/etc/llmgw/creds/${name}.nk";
+      description = ''
+        This service's NATS credentials, an nkey seed file (an absolute path outside the Nix
+        store, root's, 0600), passed to it as `--creds` through systemd's LoadCredential=.
+        Null: connect without (a NATS server with authorization refuses that).
+      '';
+    };
+    tlsCaFile = lib.mkOption {
+      type = lib.types.nullOr (lib.types.strMatching "/.+");
+      default = null;
+      example = "/etc/llmgw/tls/ca.pem";
+      description = "The CA the NATS servers' certificates are checked against (`--tls-ca`). Null: plain TCP.";
     };
     settings = lib.mkOption {
       type = toml.type;
       default = { };
-      description = "Fields of the service's config Struct, written to its TOML config file.";
+      description = ''
+        Fields of the service's config Struct, written to its TOML config file. It lands in the
+        Nix store, readable by all: secrets go in credentials, never here.
+      '';
+    };
+    extraFlags = lib.mkOption {
+      type = lib.types.listOf lib.types.str;
+      default = [ ];
+      example = [ "--log-level" "debug" ];
+      description = "More `--field value` flags after the command line (flags win over settings).";
+    };
+    configFile = lib.mkOption {
+      type = lib.types.path;
+      internal = true;
+      readOnly = true;
+      default = toml.generate "${unit}.toml" (defaults // cfg.settings);
+      defaultText = "the TOML file written from settings";
+      description = "The config file the unit runs with.";
+    };
+  } // lib.optionalAttrs (name == "agent") {
+    llamaCpp = lib.mkOption {
+      type = lib.types.package;
+      default = pkgs.llama-cpp.override { rpcSupport = true; };
+      defaultText = lib.literalExpression "pkgs.llama-cpp.override { rpcSupport = true; }";
+      description = ''
+        llama.cpp with its RPC worker, from this system's nixpkgs (so `nixpkgs.config.cudaSupport`
+        gives it CUDA); sets the agent's llama_server and rpc_server unless settings do.
+      '';
     };
   };
 
   config = lib.mkIf cfg.enable {
-    systemd.services."llmgw-${name}" = {
+    users.users.${unit} = {
+      isSystemUser = true;
+      group = unit;
+      inherit home;
+      description = "llmgw ${name}";
+      extraGroups = lib.optionals (name == "agent") [ "video" "render" ]; # GPUs' device nodes
+    };
+    users.groups.${unit} = { };
+
+    systemd.services.${unit} = {
       description = "llmgw ${name}";
       wantedBy = [ "multi-user.target" ];
       after = [ "network-online.target" ];
       wants = [ "network-online.target" ];
-      environment.LLMGW_HOME = "/var/lib/llmgw";
+      environment.LLMGW_HOME = home;
       serviceConfig = {
-        ExecStart = "${cfg.package}/bin/llmgw service ${name} --nats-url ${cfg.natsUrl} --config ${toml.generate "llmgw-${name}.toml" cfg.settings}";
-        DynamicUser = true;
-        StateDirectory = "llmgw";
+        # %d is the unit's credentials directory: left unescaped, systemd expands it.
+        ExecStart = lib.concatStringsSep " " (
+          [ (utils.escapeSystemdExecArgs command) ]
+          ++ lib.optional (cfg.credentialsFile != null) "--creds %d/nats.nk"
+          ++ lib.optional (cfg.extraFlags != [ ]) (utils.escapeSystemdExecArgs cfg.extraFlags)
+        );
+        User = unit;
+        Group = unit;
+        StateDirectory = unit;
+        StateDirectoryMode = "0700";
+        WorkingDirectory = home;
         Restart = "always";
         RestartSec = 2;
+        RestartPreventExitStatus = 2; # wrong config or credentials: said once, not every 2 s
         KillMode = "control-group"; # engines the agent started stop with it
         TimeoutStopSec = 30;
+        NoNewPrivileges = true;
+        ProtectSystem = "strict";
+        ProtectHome = true;
+        PrivateTmp = true;
+      } // lib.optionalAttrs (cfg.credentialsFile != null) {
+        LoadCredential = [ "nats.nk:${cfg.credentialsFile}" ];
       };
     };
   };

