@@ -52,6 +52,8 @@ class Up:
         self.base_url = re.search(r"OpenAI base URL: (\S+)", printed).group(1)
         self.key = re.search(r"API key:\s+(\S+)", printed).group(1)
         self.nats_url = re.search(r"NATS:\s+(\S+)", printed).group(1)
+        self.ctl_creds = str(home / "creds" / "ctl.nk")
+        """The operator's credentials, as `llmgw up` wrote them."""
         self.client = openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0)
 
     def wait_ready(self, model: str = DEMO, timeout: float = 120) -> None:
@@ -67,7 +69,7 @@ class Up:
 
     def nats(self, coro_fn):
         async def go():
-            nc = await connect(self.nats_url, "test")
+            nc = await connect(self.nats_url, "test", creds=self.ctl_creds)
             try:
                 return await coro_fn(nc)
             finally:
@@ -188,7 +190,7 @@ def test_every_service_serves_its_admin_endpoints(up, home):
 
 
 def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     models = subprocess.run([*ctl, "model", "list", "--json"], capture_output=True, text=True, check=True)
     assert [e["model"]["name"] for e in json.loads(models.stdout)["models"]] == [DEMO]
     replicas = subprocess.run([*ctl, "replica", "list", "--json"], capture_output=True, text=True, check=True)
@@ -207,7 +209,7 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
 
 
 def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     typo = tmp_path / "typo.yaml"
     typo.write_text("name: extra\nsource: test/absent/e.gguf\ncontxt: 2048\n")
     refused = subprocess.run([*ctl, "model", "add", str(typo)], capture_output=True, text=True)
@@ -251,7 +253,7 @@ def _demo_replicas(up):
 
 
 def test_stop_stops_the_replica_and_start_brings_it_back(up):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "model"]
     stopped = subprocess.run([*ctl, "stop", DEMO], capture_output=True, text=True, check=True)
     assert "Stopped demo-random-tiny" in stopped.stderr
     deadline = time.monotonic() + 30
@@ -264,7 +266,7 @@ def test_stop_stops_the_replica_and_start_brings_it_back(up):
 
 def test_a_restart_starts_the_replica_again_beside_the_old_one_and_every_request_is_answered(up):
     before = [r.id for r in _demo_replicas(up) if r.state == "ready"]
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "model"]
     said = subprocess.run([*ctl, "restart", DEMO], capture_output=True, text=True, check=True)
     assert "start again one at a time" in said.stderr and "ready before the old one stops" in said.stderr
     answered, seen_both = 0, False
@@ -283,7 +285,7 @@ def test_a_restart_starts_the_replica_again_beside_the_old_one_and_every_request
 
 
 def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(up, home):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model"]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "model"]
     demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
     source = str(demo_file.relative_to(home / "mirror"))
     own = home / "mirror" / "test" / "purge" / "own.gguf"
@@ -305,7 +307,7 @@ def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(
 
 
 def test_weights_collect_deletes_cached_files_no_model_uses(up, home):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     write_random_llama(home / "mirror" / "test" / "collect" / "c.gguf", TinyLlama(seed=3))
 
     async def put(nc):
@@ -340,7 +342,18 @@ def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_ban
         time.sleep(0.5)
     node = up.nats(nodes)[0]
     assert node.membw_all_gbs > 0 and 0 < node.membw_one_gbs <= node.membw_all_gbs
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "model", "plan"]
+    ctl = [
+        sys.executable,
+        "-m",
+        "llmgw.ctl",
+        "ctl",
+        "--nats-url",
+        up.nats_url,
+        "--creds",
+        up.ctl_creds,
+        "model",
+        "plan",
+    ]
     source = str(next((home / "mirror").rglob("random-weights-f32.gguf")).relative_to(home / "mirror"))
     out = subprocess.run([*ctl, source], capture_output=True, text=True, check=True).stdout
     assert f"{node.node}: {node.cpus} CPUs" in out and f"memory {node.membw_all_gbs:g} GB/s all cores" in out
@@ -387,6 +400,7 @@ def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):
 
 def test_a_service_with_a_bad_flag_or_declared_file_says_why_without_a_traceback(up, tmp_path):
     svc = [sys.executable, "-m", "llmgw.ctl", "service", "catalog", "--nats-url", up.nats_url]
+    svc += ["--creds", str(up.home / "creds" / "catalog.nk")]
     flag = subprocess.run([*svc, "--histroy", "3"], capture_output=True, text=True, timeout=30)
     assert flag.returncode == 2 and "unknown flag --histroy" in flag.stderr and "Traceback" not in flag.stderr
     bad = tmp_path / "models.yaml"
@@ -431,7 +445,7 @@ def test_a_model_with_no_ready_replica_is_a_503_with_retry_after(up):
             time.sleep(0.1)
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
         assert r.json()["error"]["code"] == "no_ready_replica"
-        ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "models"]
+        ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "models"]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             row = next(
@@ -503,7 +517,7 @@ def test_removing_a_model_stops_its_replica(up):
 
 
 def test_ctl_makes_a_limited_key_lists_and_revokes_it_and_sums_usage(up):
-    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url]
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     made = subprocess.run(
         [*ctl, "key", "create", "ci", "--project", "builds", "--rpm", "1", "--models", DEMO],
         capture_output=True,

@@ -105,6 +105,12 @@ ENDPOINTS = (REPLICA_START, REPLICA_STOP, WORKER_START, WORKER_STOP, WEIGHTS_DEL
 """The endpoints every agent serves (the first four under its node's name)."""
 
 HEARTBEAT = Event("node.heartbeat", Heartbeat, "A node's facts and its replicas' reports.", ("node",), "agent")
-REPLICA_CHANGED = Event("replica", ReplicaReport, "A replica's state changed on its node.", ("id",), "agent")
+REPLICA_CHANGED = Event(
+    "replica",
+    ReplicaReport,
+    "A replica's state changed on its node (only that node's agent may say so).",
+    ("node", "id"),
+    "agent",
+)
 EVENTS = (HEARTBEAT, REPLICA_CHANGED)
 """What agents publish."""

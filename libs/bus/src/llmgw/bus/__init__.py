@@ -1,5 +1,18 @@
 """What every llmgw service stands on: NATS, typed requests, errors, logs, traces, admin HTTP."""
 
+from llmgw.bus._access import (
+    ROLES,
+    CredentialsError,
+    Identity,
+    Permissions,
+    TlsFiles,
+    inbox_prefix,
+    new_identity,
+    permissions,
+    read_identity,
+    server_config,
+    write_identity,
+)
 from llmgw.bus._config import BusConfig, ConfigError, load_config
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
@@ -20,19 +33,24 @@ from llmgw.bus._service import Context, ServiceApp, entry_point, run
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
 
 __all__ = [
+    "ROLES",
     "BadRequest",
     "BusConfig",
     "BusError",
     "ConfigError",
     "Conflict",
     "Context",
+    "CredentialsError",
     "HttpServer",
+    "Identity",
     "Internal",
     "KvTable",
     "LlamaCpp",
     "NatsServer",
     "NotFound",
+    "Permissions",
     "ServiceApp",
+    "TlsFiles",
     "call",
     "call_all",
     "connect",
@@ -42,13 +60,19 @@ __all__ = [
     "find_llamacpp",
     "free_port",
     "get_logger",
+    "inbox_prefix",
     "kv_bucket",
     "kv_keys",
     "kv_scan",
     "load_config",
     "meminfo_mb",
+    "new_identity",
+    "permissions",
+    "read_identity",
     "run",
+    "server_config",
     "setup_logging",
     "setup_tracing",
     "start_nats_server",
+    "write_identity",
 ]

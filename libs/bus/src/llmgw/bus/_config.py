@@ -25,6 +25,11 @@ class BusConfig(msgspec.Struct, kw_only=True):
 
     nats_url: str = "nats://127.0.0.1:4222"
     """NATS server(s), comma-separated."""
+    creds: str = ""
+    """This process's NATS credentials (an nkey seed file; `llmgw up` writes one per service under
+    <data>/creds/); empty: connect without (a server with authorization refuses it)."""
+    tls_ca: str = ""
+    """CA file the NATS server's certificate is checked against; empty: plain TCP."""
     node: str = ""
     """This machine's name in llmgw (default: the hostname)."""
     data_dir: str = ""

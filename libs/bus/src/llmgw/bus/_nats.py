@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -13,12 +15,14 @@ from typing import TypeVar
 import msgspec
 import nats
 from nats.aio.client import Client
-from nats.errors import NoRespondersError, NoServersError, TimeoutError
+from nats.errors import AuthorizationError, NoRespondersError, NoServersError, TimeoutError
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
+from llmgw.bus._access import CredentialsError, inbox_prefix, read_identity
 from llmgw.bus._observe import get_logger, inject
 from llmgw.proto import Endpoint
 from llmgw.proto.errors import BusError, Internal, from_code
@@ -40,25 +44,64 @@ Rep = TypeVar("Rep")
 _tracer = trace.get_tracer("llmgw.bus")
 
 
-async def _quiet(_exc: Exception) -> None:
-    """A command line says once that NATS is not there, not a traceback per try."""
+def _is_refusal(exc: BaseException) -> bool:
+    """Whether the server refused who we are (credentials, TLS), not just went away."""
+    return isinstance(exc, AuthorizationError | ssl.SSLError) or "Authorization Violation" in str(exc)
 
 
-async def connect(url: str, name: str, patient: bool = True) -> Client:
+async def connect(url: str, name: str, patient: bool = True, creds: str = "", tls_ca: str = "") -> Client:
     """Connect, and keep reconnecting forever when the server goes away (a service). Not
-    `patient` (a command line): a server that is not there is an error at once."""
-    try:
-        return await nats.connect(
+    `patient` (a command line): a server that is not there is an error at once.
+
+    `creds` is an nkey credentials file (`llmgw up` writes one per service under <data>/creds/):
+    the client signs in with it and gets its replies under its own inbox prefix. `tls_ca` is
+    the CA file the server's certificate is checked against (TLS on). Credentials the server
+    refuses, or files that cannot be read, raise a CredentialsError naming the file at once,
+    patient or not: retrying cannot mend them.
+    """
+    options: dict = {}
+    if creds:
+        identity = read_identity(creds)
+        options |= {"nkeys_seed_str": identity.seed, "inbox_prefix": inbox_prefix(identity.public)}
+    if tls_ca:
+        try:
+            options["tls"] = ssl.create_default_context(cafile=tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            hint = "give the CA file that signed the server's certificate"
+            raise CredentialsError(f"TLS CA {tls_ca}: {exc}; {hint}") from None
+    who = f"the credentials in {creds}" if creds else "a client without credentials (give --creds FILE)"
+    refused: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    async def on_error(exc: Exception) -> None:
+        if _is_refusal(exc) and not refused.done():
+            refused.set_result(exc)  # at the first connect: said below; later: a reconnect refused, logged
+        if patient and (_is_refusal(exc) or "Permissions Violation" in str(exc)):
+            get_logger("bus").warning("NATS refused", error=str(exc))
+
+    connecting = asyncio.ensure_future(
+        nats.connect(
             servers=url.split(","),
             name=name,
             max_reconnect_attempts=-1 if patient else 1,  # nats-py reads 0 as "forever"
             reconnect_time_wait=0.5,
             allow_reconnect=patient,
             connect_timeout=5,
-            **({} if patient else {"error_cb": _quiet}),
+            error_cb=on_error,
+            **options,
         )
+    )
+    await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():  # refused, and a patient client would try forever
+        connecting.cancel()
+        raise CredentialsError(f"NATS at {url} refused {who}: {refused.result()}")
+    try:
+        return connecting.result()
     except NoServersError:
         raise Internal(f"cannot reach NATS at {url}: is llmgw running (`./dev up`), and is that its URL?") from None
+    except (NatsError, ssl.SSLError) as exc:
+        if not _is_refusal(exc):
+            raise
+        raise CredentialsError(f"NATS at {url} refused {who}: {exc}") from None
 
 
 async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
@@ -193,15 +236,26 @@ _LISTEN = re.compile(rb"Listening for client connections on [^\s]+:(\d+)")
 
 
 def start_nats_server(
-    store_dir: Path, port: int = -1, host: str = "127.0.0.1", timeout: float = 20.0, **popen
+    store_dir: Path,
+    port: int = -1,
+    host: str = "127.0.0.1",
+    timeout: float = 20.0,
+    config: Path | None = None,
+    **popen,
 ) -> NatsServer:
-    """Start nats-server with JetStream storing in `store_dir`; port -1 picks a free one."""
+    """Start nats-server with JetStream storing in `store_dir`; port -1 picks a free one.
+    `config` is a configuration file (JetStream's store, authorization, TLS: `server_config`
+    writes one); then `store_dir` only holds the log, and `host` and `port` win over its own."""
     store_dir.mkdir(parents=True, exist_ok=True)
     log_path = store_dir / "nats-server.log"
     log = open(log_path, "ab")
     start = log.tell()
     proc = subprocess.Popen(
-        [nats_server_binary(), "-js", "-sd", str(store_dir), "-a", host, "-p", str(port), "-l", str(log_path)],
+        [
+            nats_server_binary(),
+            *(["-c", str(config)] if config else ["-js", "-sd", str(store_dir)]),
+            *("-a", host, "-p", str(port), "-l", str(log_path)),
+        ],
         stdout=log,
         stderr=log,
         **popen,

@@ -17,6 +17,7 @@ from nats.micro.request import Request
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
@@ -170,7 +171,9 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    nc = await connect(config.nats_url, f"llmgw-{app.name}-{config.node_name()}")
+    nc = await connect(
+        config.nats_url, f"llmgw-{app.name}-{config.node_name()}", creds=config.creds, tls_ca=config.tls_ca
+    )
     service = await nats.micro.add_service(
         nc, name=f"llmgw-{app.name}", version=app.version, description=app.description
     )
@@ -198,6 +201,9 @@ def run(app: ServiceApp, config: BusConfig) -> int:
         # uvloop: the event loop in C (libuv); every service is I/O bound, the router most.
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(_main(app, config))
+    except CredentialsError as exc:  # wrong, missing or refused credentials: which file, and what to do
+        get_logger(app.name).error("cannot start", error=exc.message)
+        return 2
     except BusError as exc:  # a bad setting or file found at start: say it, no traceback
         get_logger(app.name).error("cannot start", error=exc.message)
         return 1

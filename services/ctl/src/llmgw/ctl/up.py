@@ -14,7 +14,21 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.bus import BusError, NatsServer, NotFound, call, connect, die_with_parent, free_port, start_nats_server
+from llmgw.bus import (
+    BusConfig,
+    BusError,
+    NatsServer,
+    NotFound,
+    call,
+    connect,
+    die_with_parent,
+    free_port,
+    new_identity,
+    read_identity,
+    server_config,
+    start_nats_server,
+    write_identity,
+)
 from llmgw.gguf import write_random_llama
 from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
 
@@ -38,16 +52,38 @@ class UpOptions(msgspec.Struct, kw_only=True):
         return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw").resolve()
 
 
-def _spawn(name: str, home: Path, nats_url: str, extra: list[str]) -> subprocess.Popen:
+def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
+    """Every identity's credentials under <home>/creds (one per service, this node's agent and the
+    operator: written on first start, reused after) and the NATS configuration that lets in only
+    them, each with its role's permissions (<home>/nats/server.conf)."""
+    wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + [("agent", node)]
+    identities, creds = [], {}
+    for role, of in wanted:
+        path = home / "creds" / (f"agent-{of}.nk" if of else f"{role}.nk")
+        if path.exists():
+            identity = read_identity(path, role, of)
+        else:
+            identity = new_identity(role, of)
+            write_identity(path, identity)
+        identities.append(identity)
+        creds[identity.user] = path
+    conf = home / "nats" / "server.conf"
+    conf.write_text(server_config(identities, home / "nats"))
+    conf.chmod(0o600)
+    return conf, creds
+
+
+def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
     log = open(home / "logs" / f"{name}.log", "ab")
-    cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home), *extra]
+    cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
+    cmd += ["--creds", str(creds), *extra]
     # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
     return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
 
-async def _setup(nats_url: str, home: Path, demo: bool) -> str:
-    """Put the demo model in the catalog if absent; make the local API key once."""
-    nc = await connect(nats_url, "llmgw-up")
+async def _setup(nats_url: str, home: Path, demo: bool, creds: Path) -> str:
+    """Put the demo model in the catalog if absent; make the local API key once (as the operator)."""
+    nc = await connect(nats_url, "llmgw-up", creds=str(creds))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -107,7 +143,7 @@ def _stop(procs: dict[str, subprocess.Popen], nats: NatsServer | None) -> None:
 def up(opts: UpOptions) -> int:
     """Run llmgw until SIGINT or SIGTERM; stop everything started, engines included."""
     home = opts.home()
-    for d in ("logs", "nats", "mirror", "up"):
+    for d in ("logs", "nats", "mirror", "up", "creds"):
         (home / d).mkdir(parents=True, exist_ok=True)
     lock = open(home / "up" / "lock", "w")
     try:
@@ -129,7 +165,11 @@ def up(opts: UpOptions) -> int:
         if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
             write_random_llama(home / "mirror" / DEMO_SOURCE)
             print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
-        nats = start_nats_server(home / "nats", port=opts.nats_port, start_new_session=True, preexec_fn=die_with_parent)
+        node = BusConfig().node_name()
+        conf, creds = _access(home, node)
+        nats = start_nats_server(
+            home / "nats", port=opts.nats_port, config=conf, start_new_session=True, preexec_fn=die_with_parent
+        )
         http_port = opts.http_port or free_port()
         # One agent on this host: nothing to keep its bandwidth measurement apart from.
         extra = {
@@ -138,8 +178,9 @@ def up(opts: UpOptions) -> int:
             "scheduler": ["--drain-s", "2"],
         }
         for name in SERVICES:
-            procs[name] = _spawn(name, home, nats.url, extra.get(name, []))
-        key = asyncio.run(_setup(nats.url, home, opts.demo))
+            who = f"agent-{node}" if name == "agent" else name
+            procs[name] = _spawn(name, home, nats.url, creds[who], extra.get(name, []))
+        key = asyncio.run(_setup(nats.url, home, opts.demo, creds["ctl"]))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", procs)
         state = home / "up" / "up.json"
@@ -151,6 +192,7 @@ def up(opts: UpOptions) -> int:
         print(f"  OpenAI base URL: {base}", flush=True)
         print(f"  API key:         {key}", flush=True)
         print(f"  NATS:            {nats.url}", flush=True)
+        print(f"  operator creds:  {creds['ctl']} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
         model = DEMO_MODEL if opts.demo else "<model>"
         print(
             f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "

@@ -1,0 +1,261 @@
+"""Who may do what on NATS: an identity (an nkey) for each service, each node's agent and the
+operator, the subjects and buckets each role needs, and the nats-server configuration that
+enforces them.
+
+Why nkeys: the server keeps only public keys (its configuration holds no secret), each process
+proves who it is by signing the server's nonce with its own seed (a file readable by it alone),
+and the roles are few and fixed. Decentralised JWT auth (operators, accounts, a resolver) pays
+where tenants add users at run time; llmgw's users are its own services, written once by
+`llmgw up` or by the operator's deployment, so a static configuration is the smaller thing to
+trust. Each identity's replies come to inboxes under its own prefix (`_INBOX.<public key>`),
+so no role can read another's answers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import msgspec
+import nkeys
+
+from llmgw.proto import BUCKETS, PREFIX, USAGE_STREAM, agent, catalog, mirror, router, scheduler
+from llmgw.proto.errors import BusError
+
+__all__ = [
+    "ROLES",
+    "CredentialsError",
+    "Identity",
+    "Permissions",
+    "TlsFiles",
+    "inbox_prefix",
+    "new_identity",
+    "permissions",
+    "read_identity",
+    "server_config",
+    "write_identity",
+]
+
+ROLES = ("catalog", "scheduler", "mirror", "router", "agent", "ctl")
+"""The roles that connect to NATS; `agent` is one identity per node, `ctl` is the operator."""
+
+
+class CredentialsError(BusError):
+    """Credentials that cannot be used: a missing or unreadable file, a seed that is not one."""
+
+    code = "400"
+
+
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    """Who connects: a role (and the node, for an agent) and its nkey."""
+
+    role: str
+    node: str = ""
+    seed: str
+    """The nkey seed (SU...): the secret; kept in a file readable by its process alone."""
+    public: str
+    """The public key (U...): what the server's configuration names."""
+
+    @property
+    def user(self) -> str:
+        """A readable name for logs and files: the role, or `agent-<node>`."""
+        return f"agent-{self.node}" if self.role == "agent" else self.role
+
+
+class Permissions(msgspec.Struct, frozen=True, kw_only=True):
+    """What one identity may publish and subscribe to (anything else the server refuses)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+class TlsFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """The server's certificate and key, and the CA its clients are checked against."""
+
+    cert: str
+    key: str
+    ca: str
+    verify: bool = False
+    """Ask every client for a certificate signed by `ca` (mutual TLS)."""
+
+
+def new_identity(role: str, node: str = "") -> Identity:
+    """A fresh nkey for `role` (and `node`, for an agent)."""
+    if role not in ROLES:
+        raise CredentialsError(f"no role '{role}'; the roles are {', '.join(ROLES)}")
+    if (role == "agent") != bool(node):
+        raise CredentialsError("an agent's identity names its node, and only an agent's does")
+    seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+    return Identity(role=role, node=node, seed=seed, public=nkeys.from_seed(seed.encode()).public_key.decode())
+
+
+def write_identity(path: Path, identity: Identity) -> None:
+    """Write the identity's credentials file (its seed, readable by its owner alone: 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(identity.seed + "\n")
+    os.chmod(path, 0o600)
+
+
+def read_identity(path: Path | str, role: str = "", node: str = "") -> Identity:
+    """The identity in a credentials file; a CredentialsError says which file and what is wrong."""
+    path = Path(path)
+    try:
+        seed = path.read_text().strip()
+    except OSError as exc:
+        raise CredentialsError(
+            f"credentials {path}: {exc.strerror}; `llmgw up` writes them under <data>/creds/"
+        ) from None
+    if not seed.startswith("SU"):
+        raise CredentialsError(f"credentials {path}: not an nkey user seed (it should start with 'SU')")
+    try:
+        public = nkeys.from_seed(seed.encode()).public_key.decode()
+    except Exception:
+        raise CredentialsError(f"credentials {path}: the seed does not decode (damaged or cut short)") from None
+    return Identity(role=role, node=node, seed=seed, public=public)
+
+
+def inbox_prefix(public: str) -> str:
+    """Where replies to this identity's requests arrive: only it may subscribe there."""
+    return f"_INBOX.{public}"
+
+
+def _kv(bucket: str, write: bool) -> list[str]:
+    """Reading (and with `write`, writing) one KV bucket through JetStream."""
+    stream = f"KV_{bucket}"
+    subjects = [
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DELETE.{stream}.>",
+        f"$JS.API.CONSUMER.INFO.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+    return [*subjects, f"$KV.{bucket}.>"] if write else subjects
+
+
+def _calls(*endpoints) -> list[str]:
+    """Asking these endpoints (of any node, for per-node ones)."""
+    return [e.subject("*") if e.per_node else e.subject() for e in endpoints]
+
+
+def _usage_stream() -> list[str]:
+    """The router's usage stream: publishing to it, and reading it back to sum."""
+    return [
+        router.USAGE.all,
+        f"$JS.API.STREAM.CREATE.{USAGE_STREAM}",
+        f"$JS.API.STREAM.UPDATE.{USAGE_STREAM}",
+        f"$JS.API.STREAM.INFO.{USAGE_STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{USAGE_STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{USAGE_STREAM}.>",
+        f"$JS.API.CONSUMER.DELETE.{USAGE_STREAM}.>",
+        f"$JS.API.CONSUMER.INFO.{USAGE_STREAM}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{USAGE_STREAM}.>",
+        f"$JS.ACK.{USAGE_STREAM}.>",
+    ]
+
+
+def _role_publish(role: str, node: str) -> list[str]:
+    """What `role` publishes besides replies: its events, the requests it makes, its buckets."""
+    b = BUCKETS
+    if role == "catalog":
+        return [
+            catalog.MODEL_CHANGED.all,
+            *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE),
+            *_kv(b["catalog"], write=True),
+            *_kv(b["replicas"], write=False),
+        ]
+    if role == "scheduler":
+        return [
+            *_calls(agent.REPLICA_START, agent.REPLICA_STOP, agent.WORKER_START, agent.WORKER_STOP, mirror.FILE_STAT),
+            *(s for name in ("replicas", "leader", "status") for s in _kv(b[name], write=True)),
+            *(s for name in ("catalog", "demand") for s in _kv(b[name], write=False)),
+        ]
+    if role == "router":
+        return [
+            *_calls(*catalog.ENDPOINTS),
+            *_usage_stream(),
+            *(s for name in ("keys", "projects", "limits", "demand") for s in _kv(b[name], write=True)),
+            *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
+        ]
+    if role == "agent":
+        return [
+            agent.HEARTBEAT.subject(node),
+            f"{PREFIX}.evt.replica.{node}.>",
+            *_calls(scheduler.NODE_REGISTER, mirror.FILE_STAT),
+        ]
+    if role == "ctl":
+        endpoints = (
+            *catalog.ENDPOINTS,
+            *scheduler.ENDPOINTS,
+            *router.ENDPOINTS,
+            mirror.FILE_LIST,
+            mirror.FILE_STAT,
+            agent.WEIGHTS_COLLECT,
+        )
+        return ["$SRV.>", *_calls(*endpoints)]  # and nats.micro's discovery: `nats micro ls`
+    return []  # the mirror only answers
+
+
+def _role_subscribe(role: str, node: str) -> list[str]:
+    """What `role` listens to besides its own inboxes: the endpoints it serves, events it follows."""
+    if role == "agent":
+        return [f"{PREFIX}.agent.{node}.>", agent.WEIGHTS_DELETE.subject(), agent.WEIGHTS_COLLECT.subject()]
+    if role == "scheduler":
+        return [f"{PREFIX}.scheduler.>", agent.HEARTBEAT.all, f"{PREFIX}.evt.replica.>"]
+    if role in ("catalog", "mirror", "router"):
+        return [f"{PREFIX}.{role}.>"]
+    return []  # ctl only asks
+
+
+def permissions(identity: Identity) -> Permissions:
+    """What `identity` may do: its role's subjects and buckets, nats.micro's discovery, and its own
+    inboxes; it may answer whoever asks it (the server allows one reply per request)."""
+    role, node = identity.role, identity.node
+    publish = ["$JS.API.INFO", *_role_publish(role, node)]
+    subscribe = [f"{inbox_prefix(identity.public)}.>", *_role_subscribe(role, node)]
+    if role != "ctl":
+        subscribe.append("$SRV.>")  # nats.micro's PING, INFO and STATS
+    return Permissions(publish=tuple(dict.fromkeys(publish)), subscribe=tuple(dict.fromkeys(subscribe)))
+
+
+def _quoted(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{s}"' for s in items) + "]"
+
+
+def server_config(
+    identities: list[Identity], store_dir: Path, host: str = "127.0.0.1", port: int = 4222, tls: TlsFiles | None = None
+) -> str:
+    """The nats-server configuration: JetStream in `store_dir`, and only these identities let in,
+    each with its role's permissions (TLS to clients when `tls` is given)."""
+    users = []
+    for identity in identities:
+        allowed = permissions(identity)
+        users.append(
+            f'    {{ nkey: "{identity.public}"  # {identity.user}\n'
+            f"      permissions: {{\n"
+            f"        publish: {{ allow: {_quoted(allowed.publish)} }}\n"
+            f"        subscribe: {{ allow: {_quoted(allowed.subscribe)} }}\n"
+            f"        allow_responses: true\n"
+            f"      }} }}"
+        )
+    lines = [
+        "# Written by llmgw: every client signs in with its own nkey and may do only what its role needs.",
+        f'listen: "{host}:{port}"',
+        f'jetstream {{ store_dir: "{store_dir}" }}',
+        "authorization {",
+        "  users = [",
+        *users,
+        "  ]",
+        "}",
+    ]
+    if tls is not None:
+        verify = "true" if tls.verify else "false"
+        files = f'cert_file: "{tls.cert}", key_file: "{tls.key}", ca_file: "{tls.ca}"'
+        lines.append(f"tls {{ {files}, verify: {verify}, timeout: 5 }}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,216 @@
+"""NATS lets in only who belongs: a real nats-server with the configuration llmgw writes, each
+role signed in with its own nkey, and the attacks a hostile tester made refused by the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+
+import msgspec
+import nats.micro
+import pytest
+
+from llmgw.bus import (
+    BusConfig,
+    BusError,
+    Context,
+    CredentialsError,
+    call,
+    connect,
+    kv_bucket,
+    new_identity,
+    server_config,
+    start_nats_server,
+    write_identity,
+)
+from llmgw.proto import (
+    BUCKETS,
+    CatalogRecord,
+    Empty,
+    Heartbeat,
+    KeyCreate,
+    KeyCreated,
+    Model,
+    ModelList,
+    NodeInfo,
+    ReplicaReport,
+    ReplicaSpec,
+    ReplicaStart,
+    ReplicaState,
+    agent,
+    catalog,
+    router,
+)
+
+NODES = ("a", "b")
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A nats-server that lets in only llmgw's identities, and each identity's credentials file."""
+    identities = [new_identity(r) for r in ("catalog", "scheduler", "mirror", "router", "ctl")]
+    identities += [new_identity("agent", n) for n in NODES]
+    creds = {}
+    for identity in identities:
+        creds[identity.user] = tmp_path / "creds" / f"{identity.user}.nk"
+        write_identity(creds[identity.user], identity)
+    conf = tmp_path / "nats.conf"
+    conf.write_text(server_config(identities, tmp_path / "js"))
+    server = start_nats_server(tmp_path / "nats", config=conf)
+    yield server.url, creds
+    server.stop()
+
+
+async def _as(url, creds, user):
+    return await connect(url, f"test-{user}", creds=str(creds[user]))
+
+
+async def _refused(attempt, timeout=2.0):
+    """The server drops what a role may not publish: a request gets no answer, a write no ack."""
+    with pytest.raises((BusError, nats.errors.Error, asyncio.TimeoutError, TimeoutError)):
+        await asyncio.wait_for(attempt, timeout)
+
+
+def test_credentials_files_are_readable_by_their_owner_alone(secured):
+    _, creds = secured
+    assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in creds.values())
+
+
+async def test_a_client_without_credentials_is_refused_saying_what_to_give(secured):
+    url, _ = secured
+    with pytest.raises(CredentialsError, match=r"refused a client without credentials \(give --creds FILE\)"):
+        await connect(url, "anonymous", patient=False)
+
+
+async def test_unknown_damaged_or_missing_credentials_are_refused_naming_the_file(secured, tmp_path):
+    url, _ = secured
+    stranger = tmp_path / "stranger.nk"
+    write_identity(stranger, new_identity("router"))
+    with pytest.raises(CredentialsError, match=f"refused the credentials in {stranger}"):
+        await connect(url, "stranger", patient=False, creds=str(stranger))
+    damaged = tmp_path / "damaged.nk"
+    damaged.write_text("SUAAAA\n")
+    with pytest.raises(CredentialsError, match=f"credentials {damaged}: the seed does not decode"):
+        await connect(url, "damaged", patient=False, creds=str(damaged))
+    with pytest.raises(CredentialsError, match=f"credentials {tmp_path / 'none.nk'}: No such file"):
+        await connect(url, "missing", patient=False, creds=str(tmp_path / "none.nk"))
+
+
+async def test_an_agent_cannot_write_the_catalog_or_replicas_nor_read_the_keys(secured):
+    url, creds = secured
+    owner = await _as(url, creds, "catalog")
+    intruder = await _as(url, creds, "agent-a")
+    try:
+        catalog_kv = await kv_bucket(owner.jetstream(), BUCKETS["catalog"])
+        forged = CatalogRecord(model=Model(name="m", source="o/r/m.gguf"))
+        await _refused(intruder.jetstream().key_value(BUCKETS["catalog"]))
+        await _refused(_put(intruder, BUCKETS["catalog"], "m", forged))
+        await _refused(
+            _put(intruder, BUCKETS["replicas"], "r1", ReplicaState(id="r1", model="m", profile="p", node="a"))
+        )
+        await _refused(intruder.jetstream().key_value(BUCKETS["keys"]))
+        assert not await _any(catalog_kv), "the forged model reached the catalog"
+    finally:
+        await intruder.close()
+        await owner.close()
+
+
+async def _put(nc, bucket, key, value):
+    await nc.jetstream().publish(f"$KV.{bucket}.{key}", msgspec.json.encode(value), timeout=1.0)
+
+
+async def _any(kv) -> bool:
+    try:
+        return bool(await kv.keys())
+    except Exception:
+        return False
+
+
+async def test_an_agent_can_speak_only_for_its_own_node(secured):
+    url, creds = secured
+    scheduler = await _as(url, creds, "scheduler")
+    a = await _as(url, creds, "agent-a")
+    try:
+        beats = await scheduler.subscribe(agent.HEARTBEAT.all)
+        events = await scheduler.subscribe(agent.REPLICA_CHANGED.all)
+        info = NodeInfo(node="b", hostname="h", cpus=1, memory_total_mb=1, memory_available_mb=1)
+        report = ReplicaReport(id="r1", model="m", profile="p", node="b", state="ready", url="http://evil:1")
+        await a.publish(agent.HEARTBEAT.subject("b"), msgspec.json.encode(Heartbeat(info=info)))
+        await a.publish(agent.REPLICA_CHANGED.subject("b", "r1"), msgspec.json.encode(report))
+        await a.publish(agent.HEARTBEAT.subject("a"), msgspec.json.encode(Heartbeat(info=info)))
+        await a.flush()
+        got = await beats.next_msg(timeout=2)
+        assert got.subject == agent.HEARTBEAT.subject("a")
+        with pytest.raises(nats.errors.TimeoutError):
+            await beats.next_msg(timeout=0.5)
+        with pytest.raises(nats.errors.TimeoutError):
+            await events.next_msg(timeout=0.5)
+    finally:
+        await a.close()
+        await scheduler.close()
+
+
+async def _serve(nc, endpoint, handler, node=""):
+    """An endpoint served on `nc`, as the service that owns it serves it."""
+    service = await nats.micro.add_service(nc, name=f"llmgw-{endpoint.service}", version="0.0.1")
+
+    class _App:
+        name, version, description = endpoint.service, "0", "test"
+
+    ctx = Context(_App(), BusConfig(node=node or "n"), nc, service)
+    await ctx.serve(endpoint, handler, node=node)
+    await nc.flush()  # the server knows of the endpoint before another connection asks it
+    return service
+
+
+async def test_only_the_scheduler_can_start_an_engine_and_only_the_operator_can_mint_a_key(secured):
+    url, creds = secured
+    node_a = await _as(url, creds, "agent-a")
+    routing = await _as(url, creds, "router")
+    ops = await _as(url, creds, "ctl")
+    scheduling = await _as(url, creds, "scheduler")
+    started = []
+
+    async def start(req: ReplicaStart) -> ReplicaReport:
+        started.append(req.replica.id)
+        return ReplicaReport(id=req.replica.id, model="m", profile="p", node="a", state="starting")
+
+    async def mint(req: KeyCreate) -> KeyCreated:
+        return KeyCreated(name=req.name, key="sk-new")
+
+    try:
+        await _serve(node_a, agent.REPLICA_START, start, node="a")
+        await _serve(routing, router.KEY_CREATE, mint)
+        model = Model(name="m", source="o/r/m.gguf")
+        ask = ReplicaStart(replica=_spec(), model=model, profile=model.profiles[0])
+        await _refused(call(routing, agent.REPLICA_START, ask, node="a", timeout=1))
+        await _refused(call(node_a, router.KEY_CREATE, KeyCreate(name="x", admin=True), timeout=1))
+        assert started == []
+        assert (await call(scheduling, agent.REPLICA_START, ask, node="a")).state == "starting"
+        assert (await call(ops, router.KEY_CREATE, KeyCreate(name="ops"))).key == "sk-new"
+    finally:
+        for nc in (node_a, routing, ops, scheduling):
+            await nc.close()
+
+
+def _spec():
+    return ReplicaSpec(id="r1", model="m", profile="p", node="a")
+
+
+async def test_the_operator_can_ask_the_catalog_but_an_agent_cannot(secured):
+    url, creds = secured
+    owner = await _as(url, creds, "catalog")
+    ops = await _as(url, creds, "ctl")
+    intruder = await _as(url, creds, "agent-b")
+
+    async def listing(_: Empty) -> ModelList:
+        return ModelList(models=[])
+
+    try:
+        await _serve(owner, catalog.MODEL_LIST, listing)
+        assert await call(ops, catalog.MODEL_LIST, Empty()) == ModelList(models=[])
+        await _refused(call(intruder, catalog.MODEL_LIST, Empty(), timeout=1))
+    finally:
+        for nc in (owner, ops, intruder):
+            await nc.close()
