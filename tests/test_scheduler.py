@@ -16,11 +16,11 @@ import nats.micro
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import Context, call, connect
+from llmgw.bus import Context, call, connect, kv_bucket
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, Model, ModelPut, Profile, Scaling, catalog, scheduler
+from llmgw.proto import BUCKETS, Empty, Model, ModelPut, Profile, ReplicaState, Scaling, catalog, scheduler
 from llmgw.proto.catalog import SetReplicas
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
@@ -171,7 +171,7 @@ async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_wh
         answer = await http.post(
             f"{first.url}/v1/completions",
             json={"prompt": "hello", "max_tokens": 4, "ignore_eos": True},
-            headers={"authorization": f"Bearer {first.api_key}"},
+            headers={"authorization": f"Bearer {await _engine_key(nc, first.id)}"},
         )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
     serving = agents[worker.node].supervisor.children[f"{first.id}.worker"]
@@ -180,6 +180,12 @@ async def test_a_replica_across_two_nodes_of_one_rack_answers_and_is_replaced_wh
     [second] = await until(lambda: _ready_other_than(nc, first.id), timeout=90)
     assert {second.node, second.workers[0].node} == {"a", "b"}
     assert first.id not in agents[first.node].replicas.runs and first.id not in agents[worker.node].workers.ids()
+
+
+async def _engine_key(nc, rid):
+    """A replica's engine key, as the router reads it: from the replicas bucket (never listed)."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["replicas"])
+    return msgspec.json.decode((await kv.get(rid)).value, type=ReplicaState).api_key
 
 
 async def _ready_other_than(nc, rid):

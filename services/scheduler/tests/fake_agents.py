@@ -2,7 +2,7 @@
 purpose, never answer), a mirror that confirms every file, a catalog written straight into its bucket.
 
 They speak the agent contract: ReplicaStart carries a ReplicaSpec; start and stop are answered
-with a ReplicaReport, which also goes out on `evt.replica.<id>` and in every heartbeat.
+with a ReplicaReport, which also goes out on `evt.replica.<node>.<id>` and in every heartbeat.
 """
 
 import asyncio
@@ -90,7 +90,7 @@ class FakeAgent:
         )
         self.replicas[spec.id] = report
         await msg.respond(msgspec.json.encode(report))
-        await self.nc.publish(agent.REPLICA_CHANGED.subject(spec.id), msgspec.json.encode(report))
+        await self.nc.publish(agent.REPLICA_CHANGED.subject(spec.node, spec.id), msgspec.json.encode(report))
 
     async def _stop(self, msg):
         self.asked.append(msg.subject)
@@ -109,11 +109,13 @@ class FakeAgent:
         await msg.respond(msgspec.json.encode(report))
 
 
-async def fake_mirror(nc):
-    """Every file is there, a GiB big."""
+async def fake_mirror(nc, slow=()):
+    """Every file is there, a GiB big; asked about a source in `slow`, it never answers."""
 
     async def stat(msg):
         source = msgspec.json.decode(msg.data, type=FileRef).source
+        if source in slow:
+            return
         await msg.respond(msgspec.json.encode(FileInfo(source=source, size=GB, sha256="0" * 64, url="")))
 
     return await nc.subscribe(mirror.FILE_STAT.subject(), cb=stat)

@@ -91,3 +91,17 @@ async def test_the_inbox_keeps_only_the_latest_heartbeat_of_a_node_in_its_place(
     assert first.workers == ["w"] and second == report()
     inbox.put_latest("a", beat("a"))
     assert (await inbox.get()).workers == []
+
+
+def test_a_report_never_brings_a_replica_being_stopped_back():
+    draining = recorded(state="draining")
+    assert accept(draining, report()) is None  # the router must not route to it again
+    assert accept(draining, report(state="starting", url="http://a:1")) is None
+    plan = observe(beat(replicas=[report(url="http://a:1")]), {"r1": draining}, set(), NOW)  # adopted, no pass yet
+    assert plan.records == [] and plan.asks == []
+
+
+def test_a_record_is_exactly_a_spec_and_a_report():
+    assert set(ReplicaState.__struct_fields__) == set(ReplicaSpec.__struct_fields__) | set(
+        ReplicaReport.__struct_fields__
+    )

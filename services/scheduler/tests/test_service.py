@@ -8,8 +8,8 @@ import msgspec
 import pytest
 from fake_agents import FakeAgent, fake_mirror, put_model
 
-from llmgw.bus import call
-from llmgw.proto import Empty, Model, Profile, ReplicaReport, Scaling, agent, scheduler
+from llmgw.bus import call, kv_bucket
+from llmgw.proto import BUCKETS, Empty, Model, Profile, ReplicaReport, ReplicaState, Scaling, agent, scheduler
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 
@@ -46,7 +46,7 @@ async def fakes(nc):
         started.append(await FakeAgent(nc, *args, **kwargs).start())
         return started[-1]
 
-    mirror = await fake_mirror(nc)
+    mirror = await fake_mirror(nc, slow={"o/r/slow.gguf"})
     yield add
     for fake in started:
         await fake.stop()
@@ -87,7 +87,38 @@ async def test_a_catalog_change_is_acted_on_without_waiting_for_the_next_tick(se
     await put_model(nc, on("b", "m"))
     [placed] = await until(lambda: ready_on(nc, "b", "m"), timeout=10)
     assert time.monotonic() - put < 3
+    placed = await recorded(nc, placed.id)
     assert placed.api_key and b.specs[placed.id].api_key == placed.api_key  # sent in the spec, kept in the bucket
+
+
+async def test_the_replica_list_never_carries_an_engines_key(serve, nc, fakes):
+    await fakes("b")
+    leader = await serve(Scheduler(config()), config())
+    await put_model(nc, on("b", "m"))
+    [listed] = await until(lambda: ready_on(nc, "b", "m"), timeout=10)
+    assert listed.api_key == "" and (await recorded(nc, listed.id)).api_key  # the router reads it from the bucket
+    standby = await serve(Scheduler(config()), config())
+    assert leader.leader and not standby.leader
+    assert [r.api_key for r in (await standby.list_replicas(Empty())).replicas] == [""]
+
+
+async def test_a_mirror_slow_to_confirm_one_file_holds_up_no_other_models_placement(serve, nc, fakes):
+    await fakes("b")
+    sched = await serve(Scheduler(config()), config())
+    await until(lambda: _true(sched.leader and "b" in sched.nodes), timeout=10)
+    await put_model(nc, on("b", "slow"))  # the mirror never answers about its file
+    await asyncio.sleep(0.5)
+    put = time.monotonic()
+    await put_model(nc, on("b", "quick"))
+    await until(lambda: ready_on(nc, "b", "quick"), timeout=10)
+    assert time.monotonic() - put < 3
+    assert not await ready_on(nc, "b", "slow")
+
+
+async def recorded(nc, rid):
+    """A replica's record as the replicas bucket holds it (what the router reads)."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["replicas"])
+    return msgspec.json.decode((await kv.get(rid)).value, type=ReplicaState)
 
 
 async def _asked(fake, subject):

@@ -40,8 +40,14 @@ class Agents:
     def _spawn(self, work: Coroutine) -> asyncio.Task:
         task = asyncio.create_task(work)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        """An ask ended: forget it; one that failed is logged (nothing else would say so)."""
+        self.tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.log.error("asking an agent failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
 
     def stop(self, ask: AgentStop) -> None:
         """Ask an agent to stop an engine or a worker, unless that is being asked already."""
@@ -56,27 +62,30 @@ class Agents:
         await self._ask(endpoint, ReplicaStop(id=ask.id, reason=ask.reason), ask.node)
 
     async def _ask(self, endpoint, message, node: str) -> object | None:
-        """An agent's answer, or None when it could not be had (logged)."""
+        """An agent's answer, or None when it could not be had, for whatever reason (logged)."""
         try:
             return await call(self.nc, endpoint, message, node=node)
-        except BusError as exc:
-            self.log.warning("agent did not answer", subject=endpoint.subject(node), error=exc.message)
+        except Exception as exc:
+            self.log.warning("agent did not answer", subject=endpoint.subject(node), error=_why(exc))
             return None
 
-    def retire(self, stop: Stop, grace_s: float) -> asyncio.Task:
-        """After `grace_s` (in-flight requests finish), stop a replica's engine, then its workers."""
-        return self._spawn(self._retire(stop, grace_s))
+    def retire(self, stop: Stop) -> asyncio.Task:
+        """After the stop's grace (in-flight requests finish), stop a replica's engine, then its
+        workers; its record goes however that went."""
+        return self._spawn(self._retire(stop))
 
-    async def _retire(self, stop: Stop, grace_s: float) -> None:
+    async def _retire(self, stop: Stop) -> None:
         r = stop.replica
-        if grace_s:
-            await asyncio.sleep(grace_s)
-        asked = ReplicaStop(id=r.id, reason=stop.reason)
-        if stop.reachable:
-            await self._ask(agent.REPLICA_STOP, asked, r.node)
-        for w in r.workers:  # after the engine that drives them
-            await self._ask(agent.WORKER_STOP, asked, w.node)
-        self.inbox.put(Stopped(replica=r, reason=stop.reason))
+        try:
+            if stop.grace_s:
+                await asyncio.sleep(stop.grace_s)
+            asked = ReplicaStop(id=r.id, reason=stop.reason)
+            if stop.reachable:
+                await self._ask(agent.REPLICA_STOP, asked, r.node)
+            for w in r.workers:  # after the engine that drives them
+                await self._ask(agent.WORKER_STOP, asked, w.node)
+        finally:  # never left draining; an engine its agent did not stop is stopped at its next heartbeat
+            self.inbox.put(Stopped(replica=r, reason=stop.reason))
 
     def start(self, r: ReplicaState, model: Model, profile: Profile, after: list[asyncio.Task]) -> asyncio.Task:
         """Start a replica's workers (across nodes), then its engine, told where they listen;
@@ -88,8 +97,8 @@ class Agents:
             await asyncio.wait(after)
         spec = spec_of(r)
         try:
-            if spec.workers:
-                asked = WorkerStart(replica=spec, model=model, profile=profile)
+            if spec.workers:  # a worker never uses the engine's key: it is not sent there
+                asked = WorkerStart(replica=msgspec.structs.replace(spec, api_key=""), model=model, profile=profile)
                 workers = [
                     await call(self.nc, agent.WORKER_START, asked, node=w.node, timeout=profile.startup_timeout_s)
                     for w in spec.workers
@@ -99,14 +108,19 @@ class Agents:
             report = await call(
                 self.nc, agent.REPLICA_START, ReplicaStart(replica=spec, model=model, profile=profile), node=spec.node
             )
-        except BusError as exc:
+        except Exception as exc:  # refused, unanswered, or the ask itself broke: never left pending
             report = ReplicaReport(
                 id=r.id,
                 model=r.model,
                 profile=r.profile,
                 node=r.node,
                 state="failed",
-                error=f"agent refused: {exc.message}",
+                error=f"agent refused: {exc.message}" if isinstance(exc, BusError) else f"not started: {_why(exc)}",
                 updated=time.time(),
             )
         self.inbox.put(report)
+
+
+def _why(exc: Exception) -> str:
+    """What went wrong asking: an agent's (or the bus's) message, else the exception itself."""
+    return exc.message if isinstance(exc, BusError) else f"{type(exc).__name__}: {exc}"

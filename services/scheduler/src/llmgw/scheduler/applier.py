@@ -29,13 +29,11 @@ def _fresh_ids() -> Iterator[str]:
 class Applier:
     """Leads once it adopted what the replicas bucket holds; applies items while it leads."""
 
-    def __init__(self, book: Book, agents: Agents, nodes: dict[str, NodeView], policy: Policy, drain_s: float, log):
+    def __init__(self, book: Book, agents: Agents, nodes: dict[str, NodeView], policy: Policy, log):
         self.book, self.agents, self.log = book, agents, log
         self.nodes = nodes
         """The inventory (the NATS callbacks keep it): read, never written, here."""
         self.policy = policy
-        self.drain_s = drain_s
-        """A ready replica being stopped gets this long for its in-flight requests."""
         self.leading = False
         self.known_since = time.time()
         """When this scheduler began listening for nodes (again when it took the lead)."""
@@ -82,6 +80,7 @@ class Applier:
         actual = Actual(
             nodes=dict(self.nodes),
             replicas=list(self.book.replicas.values()),
+            stopping=list(self.book.draining.values()),
             weights=item.weights,
             known_since=self.known_since,
         )
@@ -97,7 +96,8 @@ class Applier:
         await self.book.publish(statuses, held)
 
     async def carry_out(self, plan: Plan) -> None:
-        """Write what the plan records and forgets; ask the agents for its stops and starts."""
+        """Write what the plan records and forgets; ask the agents for its stops and starts, each
+        stop after its grace and each start once the stops it waits for are done (as the plan says)."""
         for gone in plan.forgets:
             await self.book.forget(gone)
             self.log.warning("replica lost: its agent no longer runs it", replica=gone.id, node=gone.node)
@@ -106,31 +106,15 @@ class Applier:
             await self.book.record(state)
             self.log.info("replica state", replica=state.id, model=state.model, state=state.state, error=state.error)
         for ask in plan.asks:
-            self.log.warning(
-                "asking an agent to stop", node=ask.node, replica=ask.id, worker=ask.worker, why=ask.reason
-            )
             self.agents.stop(ask)
-        stopping = await self._stops(plan)
+        stopping = {}
+        for stop in plan.stops:  # recorded draining (the router sends it nothing new), then asked
+            await self.book.drain(stop.replica, time.time())
+            stopping[stop.replica.id] = self.agents.retire(stop)
         for start in plan.starts:
             r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
             await self.book.record(r)
             self.log.info(
                 "replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb, workers=spans(r)[1:]
             )
-            after = [task for node in spans(r) for task in stopping.get(node, [])]
-            self.agents.start(r, start.model, start.profile, after)
-
-    async def _stops(self, plan: Plan) -> dict[str, list[asyncio.Task]]:
-        """Record each stop as draining and ask for it; a ready replica drains first (in-flight
-        requests finish), the rest stop at once. The stops at once, by node: a start there waits
-        for them (they free the room it was placed in)."""
-        at_once: dict[str, list[asyncio.Task]] = {}
-        for stop in plan.stops:
-            r = stop.replica
-            await self.book.drain(r, time.time())
-            grace = stop.drain and stop.reachable and r.state == "ready" and self.drain_s > 0
-            task = self.agents.retire(stop, self.drain_s if grace else 0)
-            if not grace:
-                for node in spans(r):
-                    at_once.setdefault(node, []).append(task)
-        return at_once
+            self.agents.start(r, start.model, start.profile, [stopping[rid] for rid in start.after])

@@ -43,32 +43,32 @@ from llmgw.scheduler.lease import Lease
 __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
 
+_POLICY = Policy()
+"""The reconcile knobs' defaults (each in one place: `Policy`)."""
+
+
 class SchedulerConfig(BusConfig, kw_only=True):
-    """Scheduler settings."""
+    """Scheduler settings; those of a reconcile pass are `Policy`'s (documented there)."""
 
     tick_s: float = 1.0
     """Seconds between reconcile passes (a change of the catalog or of demand does not wait)."""
-    stale_s: float = 10.0
-    """A node with no heartbeat for this long (suspect) gets no new replicas."""
     lease_s: float = 6.0
     """One scheduler leads: it renews a lease this long every third of it; a standby takes over
     when the lease lapses (the leader died) and adopts everything running."""
-    drain_s: float = 5.0
-    """A ready replica being stopped gets this long for its in-flight requests (the router sends
-    it nothing new meanwhile) before its engine is stopped."""
-    lost_s: float = 30.0
-    """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
-    reserve_mb: int = 512
-    """Host memory left free on every node."""
-    score_nodes: int = 100
-    """At most this many nodes that fit are scored for each replica (the scan of a big fleet
-    stops there, starting where the last one stopped); 0 scores every node."""
+    stale_s: float = _POLICY.stale_s
+    """`Policy.stale_s`: a node silent this long gets no new replicas."""
+    lost_s: float = _POLICY.lost_s
+    """`Policy.lost_s`: a node silent this long is lost, its replicas replaced elsewhere."""
+    drain_s: float = _POLICY.drain_s
+    """`Policy.drain_s`: a ready replica being stopped gets this long for in-flight requests."""
+    reserve_mb: int = _POLICY.reserve_mb
+    """`Policy.reserve_mb`: host memory left free on every node."""
+    score_nodes: int = _POLICY.score_nodes
+    """`Policy.score_nodes`: at most this many nodes that fit are scored for each replica."""
 
     def policy(self) -> Policy:
-        """The knobs a reconcile pass takes."""
-        return Policy(
-            stale_s=self.stale_s, lost_s=self.lost_s, reserve_mb=self.reserve_mb, score_nodes=self.score_nodes
-        )
+        """The knobs a reconcile pass takes: this config's values of `Policy`'s fields."""
+        return Policy(**{f: getattr(self, f) for f in Policy.__struct_fields__ if f in self.__struct_fields__})
 
 
 class Scheduler:
@@ -86,6 +86,10 @@ class Scheduler:
         self.weights: dict[str, int] = {}
         """Source -> size, for the files the mirror confirmed."""
         self.unconfirmed: dict[str, str] = {}
+        """Source -> what the mirror said last when it did not confirm it."""
+        self._stating: set[str] = set()
+        """Sources the mirror is being asked about now."""
+        self._stats: set[asyncio.Task] = set()
         self.instance = secrets.token_hex(4)
         self.catalog: KvTable[CatalogRecord] | None = None
         self.demand: KvTable[Demand] | None = None
@@ -104,8 +108,8 @@ class Scheduler:
 
     @property
     def tasks(self) -> list[asyncio.Task]:
-        """Its background tasks, the asks to agents in flight among them."""
-        return [*self._tasks, *(self.agents.tasks if self.agents else ())]
+        """Its background tasks, the asks to agents and the mirror in flight among them."""
+        return [*self._tasks, *self._stats, *(self.agents.tasks if self.agents else ())]
 
     async def start(self, ctx: Context) -> None:
         """Open the buckets, serve the endpoints, listen to agents, start leading or standing by."""
@@ -116,7 +120,7 @@ class Scheduler:
         self.catalog = await KvTable.open(js, BUCKETS["catalog"], CatalogRecord, history=5)
         self.demand = await KvTable.open(js, BUCKETS["demand"], Demand)
         self.agents = Agents(ctx.nc, self.inbox, log)
-        self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), self.config.drain_s, log)
+        self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log)
         await ctx.serve(scheduler_api.NODE_REGISTER, self.register)
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
         await ctx.serve(scheduler_api.NODE_LIST, self.list_nodes)
@@ -131,7 +135,7 @@ class Scheduler:
 
     async def stop(self) -> None:
         """Stop every task, hand the lease over at once, stop watching the buckets."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self._stats]:
             task.cancel()
         if self.agents:
             self.agents.cancel()  # a drain cut short is finished by the next leader
@@ -152,9 +156,11 @@ class Scheduler:
         return Empty()
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
-        """Every replica recorded (a standby: as the bucket holds them)."""
+        """Every replica recorded (a standby: as the bucket holds them), never with its engine's
+        key: only the router needs that, and it reads the bucket."""
         replicas = self.book.listing() if self.leader else list((await self.book.stored()).values())
-        return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
+        shown = [msgspec.structs.replace(r, api_key="") for r in replicas]
+        return ReplicaList(replicas=sorted(shown, key=lambda r: (r.model, r.id)))
 
     async def model_status(self, _: Empty) -> ModelStatusList:
         """Every model's status (a standby answers from what the leader keeps)."""
@@ -211,9 +217,11 @@ class Scheduler:
                 continue
             try:
                 models = {name: record.model for name, record in self.catalog.items.items()}
-                await self._learn_weights(models)
+                self._learn_weights(models)
                 demand = {name: d.last_asked for name, d in self.demand.items.items()}
-                self.inbox.put_latest("pass", Pass(desired=Desired(models=models, demand=demand), weights=self.weights))
+                self.inbox.put_latest(
+                    "pass", Pass(desired=Desired(models=models, demand=demand), weights=dict(self.weights))
+                )
             except Exception:
                 self.ctx.log.exception("reconcile pass not queued")
 
@@ -229,19 +237,28 @@ class Scheduler:
         for e in events:  # the pass reads the tables after this: it sees every change so far
             e.clear()
 
-    async def _learn_weights(self, models: dict[str, Model]) -> None:
-        """The size of each model's file, from the mirror, once it holds it."""
+    def _learn_weights(self, models: dict[str, Model]) -> None:
+        """Ask the mirror, in the background, the size of each model's file not known yet (one
+        ask per file at a time); a pass uses what is known, and the next one what it learnt."""
+        for source in sorted({m.source for m in models.values()} - set(self.weights) - self._stating):
+            self._stating.add(source)
+            task = asyncio.create_task(self._stat(source))
+            self._stats.add(task)
+            task.add_done_callback(self._stats.discard)
 
-        async def stat(source: str) -> None:
-            try:
-                self.weights[source] = (await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source))).size
-                self.unconfirmed.pop(source, None)
-            except BusError as exc:
-                if self.unconfirmed.get(source) != exc.message:
-                    self.ctx.log.warning("the mirror does not confirm a file", source=source, error=exc.message)
-                self.unconfirmed[source] = exc.message
-
-        await asyncio.gather(*(stat(s) for s in sorted({m.source for m in models.values()} - set(self.weights))))
+    async def _stat(self, source: str) -> None:
+        """The size of one file, once the mirror holds it; what it learnt wakes a pass."""
+        try:
+            self.weights[source] = (await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source))).size
+            self.unconfirmed.pop(source, None)
+            self.applier.wake.set()
+        except Exception as exc:  # unconfirmed, unanswered, or NATS away: asked again next tick
+            why = exc.message if isinstance(exc, BusError) else f"{type(exc).__name__}: {exc}"
+            if self.unconfirmed.get(source) != why:
+                self.ctx.log.warning("the mirror does not confirm a file", source=source, error=why)
+            self.unconfirmed[source] = why
+        finally:
+            self._stating.discard(source)
 
 
 main = entry_point(Scheduler, SchedulerConfig)

@@ -34,6 +34,10 @@ class Actual(msgspec.Struct, kw_only=True):
 
     nodes: dict[str, NodeView] = msgspec.field(default_factory=dict)
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
+    """Recorded replicas, not being stopped: what a pass counts, keeps, stops and replaces."""
+    stopping: list[ReplicaState] = msgspec.field(default_factory=list)
+    """Replicas being stopped (draining, or asked to stop at once): their cards and cores are
+    still theirs until their agents stopped them, so no pass gives that room out before."""
     weights: dict[str, int] = msgspec.field(default_factory=dict)
     """Source -> its size in bytes, for the files the mirror confirmed it holds."""
     known_since: float = 0.0
@@ -41,16 +45,21 @@ class Actual(msgspec.Struct, kw_only=True):
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True):
-    """The knobs of a reconcile pass (the scheduler's config carries them)."""
+    """The knobs of a reconcile pass, each default in this one place (the scheduler's config
+    takes its defaults from here and builds the policy from itself)."""
 
     stale_s: float = 10.0
-    """A node silent this long (suspect) gets no new replicas."""
+    """A node with no heartbeat for this long (suspect) gets no new replicas."""
     lost_s: float = 30.0
-    """A node silent this long is lost: its replicas are given up and replaced elsewhere."""
+    """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
+    drain_s: float = 5.0
+    """A ready replica being stopped gets this long for its in-flight requests (the router sends
+    it nothing new meanwhile) before its engine is stopped."""
     reserve_mb: int = 512
     """Host memory left free on every node."""
     score_nodes: int = 100
-    """At most this many nodes that fit are scored for each replica (0: every one)."""
+    """At most this many nodes that fit are scored for each replica (the scan of a big fleet
+    stops there, starting where the last one stopped); 0 scores every node."""
     scoring: Weights = Weights()
     """How much each placement scorer counts."""
 
@@ -61,6 +70,9 @@ class Start(msgspec.Struct, kw_only=True):
     replica: ReplicaState
     model: Model
     profile: Profile
+    after: list[str] = msgspec.field(default_factory=list)
+    """The replicas stopped in this plan on its nodes: it starts once they stopped (they free
+    the room it may have been placed in)."""
 
 
 class Stop(msgspec.Struct, kw_only=True):
@@ -73,6 +85,9 @@ class Stop(msgspec.Struct, kw_only=True):
     drain: bool = True
     """Give in-flight requests the drain grace first (a ready replica); False where its room
     is needed at once (an in-place replacement)."""
+    grace_s: float = 0.0
+    """How long its in-flight requests get before its engine is stopped: the policy's drain for
+    a reachable ready replica that drains, else none."""
 
 
 class AgentStop(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +127,3 @@ class Plan(msgspec.Struct, kw_only=True):
         self.unplaced.update(part.unplaced)
         self.backoff_until.update(part.backoff_until)
         self.held.update(part.held)
-
-    def empty(self) -> bool:
-        """Nothing to do (reasons aside)."""
-        return not (self.starts or self.stops or self.records or self.forgets or self.asks)

@@ -18,7 +18,7 @@ import msgspec
 
 from llmgw.proto import Model, Profile, ReplicaState, fingerprint
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
-from llmgw.scheduler.core._rollout import counts_of, surplus, wanted_profiles
+from llmgw.scheduler.core._rollout import surplus, wanted_counts, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
 from llmgw.scheduler.placement import (
     LIVE,
@@ -27,6 +27,7 @@ from llmgw.scheduler.placement import (
     Placement,
     Search,
     claim,
+    hold,
     need_of,
     node_states,
     place,
@@ -79,7 +80,9 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     (lost) its replicas are given up and replaced elsewhere. A node never heard of counts as
     lost once the inventory has been listening (`actual.known_since`) for `lost_s`. An
     on-demand model runs while asked for within its idle timeout. New replicas take their ids
-    from `ids`.
+    from `ids`. Replicas being stopped (`actual.stopping`) hold their room until they stopped;
+    a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
+    this plan on its nodes.
     """
     plan = Plan(stops=_lost(actual, now, policy.lost_s))
     gone = {s.replica.id for s in plan.stops}
@@ -94,13 +97,44 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     # One view of every node's free room for the whole pass, kept as replicas stop and start.
     nodes = {n: (v.info, v.last_seen, v.weights) for n, v in actual.nodes.items()}
     states = node_states(nodes, replicas, policy.reserve_mb)
+    for r in actual.stopping:
+        hold(states, r)
     for stop in plan.stops:
         if stop.replica.state in LIVE:
             release(states, stop.replica)
     run = _Pass(desired.models, desired.demand, actual.weights, now, policy, ids, states)
     for name, model in sorted(desired.models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
         plan.absorb(_for_model(model, by_model.get(name, []), run))
+    _order(plan, policy.drain_s)
     return plan
+
+
+def _order(plan: Plan, drain_s: float) -> None:
+    """When each stop and start of the plan happens. A reachable ready replica that drains gets
+    `drain_s` for its in-flight requests; any other stops at once. A start waits for the stops
+    of the plan that free room it may take: those at once on its nodes, and those draining
+    whose cards it takes (an agent refuses cards still held)."""
+    stopped: dict[str, list[tuple[Stop, set[str]]]] = {}
+    for stop in plan.stops:
+        r = stop.replica
+        if stop.drain and stop.reachable and r.state == "ready":
+            stop.grace_s = drain_s
+        for node in spans(r):
+            stopped.setdefault(node, []).append((stop, _cards(r)))
+    for start in plan.starts:
+        cards = _cards(start.replica)
+        waits = (
+            stop.replica.id
+            for node in spans(start.replica)
+            for stop, held in stopped.get(node, [])
+            if not stop.grace_s or held & cards
+        )
+        start.after = list(dict.fromkeys(waits))
+
+
+def _cards(r: ReplicaState) -> set[str]:
+    """Every card a replica holds, on each of its nodes."""
+    return {*r.gpus, *(g for w in r.workers for g in w.gpus)}
 
 
 def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
@@ -130,7 +164,7 @@ def _for_model(model: Model, mine: list[ReplicaState], run: _Pass) -> Plan:
 def _rollout(model: Model, mine: list[ReplicaState], run: _Pass) -> tuple[Plan, _Wants]:
     """What to stop of a model's replicas (their room freed for this pass) and what to start."""
     want = wanted(model.scaling, run.now, run.demand.get(model.name))
-    counts = counts_of(model)
+    counts = wanted_counts(model)
     current = {p.name: fingerprint(model, p) for p in model.profiles}
     live = [r for r in mine if r.state in LIVE]
     stale = sorted((r for r in live if current.get(r.profile) != r.fingerprint), key=lambda r: r.updated)

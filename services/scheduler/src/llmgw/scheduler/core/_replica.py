@@ -7,8 +7,8 @@ from llmgw.proto import ReplicaReport, ReplicaSpec, ReplicaState
 
 __all__ = ["accept", "merge", "spec_of"]
 
-_SPEC = tuple(f for f in ReplicaSpec.__struct_fields__)
-_REPORT = ("state", "url", "kv_events", "error", "log_tail", "updated")
+_SPEC = ReplicaSpec.__struct_fields__
+_REPORT = tuple(f for f in ReplicaReport.__struct_fields__ if f not in _SPEC)
 """What a report says that a spec does not (its identity is the spec's)."""
 
 
@@ -29,8 +29,9 @@ def spec_of(state: ReplicaState) -> ReplicaSpec:
 def accept(known: ReplicaState | None, report: ReplicaReport) -> ReplicaState | None:
     """The record after an agent's report, or None where the report changes nothing: a replica
     not recorded (not ours, or gone), a stop (the reconcile pass decides what follows), one
-    already failed (replaced, never revived), or nothing new said."""
-    if known is None or report.state == "stopped" or known.state == "failed":
+    already failed (replaced, never revived), one being stopped (a stored draining record a new
+    leader adopted: its stop is finished, never forgotten), or nothing new said."""
+    if known is None or report.state == "stopped" or known.state in ("failed", "draining"):
         return None
     if (known.state, known.url, known.error) == (report.state, report.url, report.error):
         return None

@@ -6,12 +6,12 @@ from __future__ import annotations
 from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core._plan import Stop
 
-__all__ = ["counts_of", "surplus", "wanted_profiles"]
+__all__ = ["surplus", "wanted_counts", "wanted_profiles"]
 
 
-def counts_of(model: Model) -> dict[str, int] | None:
-    """Profile name -> its replicas, where a running model's profiles are counted; else None
-    (the scaling decides how many, each on the best profile that fits)."""
+def wanted_counts(model: Model) -> dict[str, int] | None:
+    """Profile name -> how many replicas it wants, where a running model's profiles are
+    counted; else None (the scaling decides how many, each on the best profile that fits)."""
     if model.stopped is not None or all(p.replicas is None for p in model.profiles):
         return None
     return {p.name: p.replicas or 0 for p in model.profiles}

@@ -4,7 +4,9 @@ scorers rank those that can (each normalised to 0-100, then weighted). Pure: no 
 A replica's need is its profile's: host memory and cores on the CPU, or a number of free cards
 of a class with enough memory each. Capacity is what is free now: memory the node reports as
 available less what replicas still starting here have claimed, and cards no replica holds and
-no foreign process fills (the card rules are `llmgw.modelplan`'s, the agent's too).
+no foreign process fills (the card rules, and which cards a replica takes, are
+`llmgw.modelplan`'s, the agent's too). A replica being stopped holds its cards and cores until
+it stopped.
 
 A profile across several nodes needs that many nodes that each fit its share (the weights split
 between them), within one rack (row, site) where it says so: the nodes scored best together.
@@ -19,6 +21,7 @@ from llmgw.scheduler.placement._room import (
     NodeState,
     Placement,
     claim,
+    hold,
     need_of,
     node_states,
     release,
@@ -39,6 +42,7 @@ __all__ = [
     "Search",
     "Weights",
     "claim",
+    "hold",
     "need_of",
     "node_states",
     "place",

@@ -2,58 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-from llmgw.modelplan import card_fits, usable_cards
+from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState
 
-__all__ = ["FILTERS", "Filter", "best_class", "cards_for", "fitting_cards"]
+__all__ = ["FILTERS", "Filter", "cards_for", "chosen_cards"]
 
 Filter = Callable[[Need, NodeState, float, float], str | None]
 """(need, node, now, stale_s) -> why not, or None."""
 
 
-def fitting_cards(need: Need, n: NodeState) -> list[GpuInfo]:
-    """The node's free cards a replica of the need may take (`llmgw.modelplan.usable_cards`:
-    its class or card needs, with the memory each must have). The filter and the scorers ask in
-    turn, so the answer is kept on the node for the need last asked about."""
-    if n.fitting is not None and n.fitting[0] is need:
-        return n.fitting[1]
-    out = usable_cards(need.profile, n.free_cards, need.card_mb) if n.free_cards else []
-    n.fitting = (need, out)
-    return out
-
-
-def best_class(cards: list[GpuInfo], count: int) -> list[GpuInfo] | None:
-    """`count` cards of one class, those linked to most of the others first; None if no class has enough."""
-    by_class: dict[str, list[GpuInfo]] = {}
-    for g in cards:
-        by_class.setdefault(g.cls, []).append(g)
-    for group in by_class.values():
-        if len(group) >= count:
-            if count == 1 or not any(g.nvlink_peers for g in group):
-                return group[:count]
-            uuids = {c.uuid for c in group}
-            return sorted(group, key=lambda g: -len(uuids.intersection(g.nvlink_peers)))[:count]
-    return None
+def chosen_cards(need: Need, n: NodeState) -> list[GpuInfo] | None:
+    """The free cards a replica of the need takes on this node, by the agent's rule
+    (`llmgw.modelplan.choose_cards`: of its class and needs, all of one class, the most
+    NVLinked first), or None where too few are free. The filter, the scorers and the placement
+    ask in turn, so the answer is kept on the node for needs alike in `Need.card_choice`."""
+    try:
+        return n.chosen[need.card_choice]
+    except KeyError:
+        pass
+    chosen = None
+    if len(n.free_cards) >= need.cards:  # fewer free cards than it needs: no choice to make
+        with contextlib.suppress(ValueError):  # too few of one class that fit: the filter says why
+            chosen = choose_cards(need.profile, n.free_cards, card_mb=need.card_mb)
+    n.chosen[need.card_choice] = chosen
+    return chosen
 
 
 def cards_for(need: Need, n: NodeState) -> list[str]:
     """The UUIDs of the cards a replica of the need takes on this node (none on the CPU)."""
-    return [g.uuid for g in best_class(fitting_cards(need, n), need.cards) or []] if need.cards else []
-
-
-def _enough(cards: list[GpuInfo], count: int) -> bool:
-    """Some class has `count` of these cards."""
-    if len(cards) < count:
-        return False
-    seen: dict[str, int] = {}
-    for g in cards:
-        seen[g.cls] = seen.get(g.cls, 0) + 1
-        if seen[g.cls] >= count:
-            return True
-    return False
+    return [g.uuid for g in chosen_cards(need, n) or []] if need.cards else []
 
 
 def _ready(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
@@ -77,17 +58,14 @@ def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
 
 
 def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
-    if not need.cards:
+    if not need.cards or chosen_cards(need, n) is not None:
         return None
-    fit = fitting_cards(need, n)
-    if not _enough(fit, need.cards):
-        wanted = need.profile.gpu_class or "any class"
-        unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
-        return (
-            f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} "
-            f"(of {len(n.info.gpus)})" + (f"; its cards: {unfit}" if unfit else "")
-        )
-    return None
+    fit = usable_cards(need.profile, n.free_cards, need.card_mb) if n.free_cards else []
+    wanted = need.profile.gpu_class or "any class"
+    unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
+    return f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} (of {len(n.info.gpus)})" + (
+        f"; its cards: {unfit}" if unfit else ""
+    )
 
 
 def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:

@@ -15,6 +15,7 @@ __all__ = [
     "NodeState",
     "Placement",
     "claim",
+    "hold",
     "need_of",
     "node_states",
     "release",
@@ -40,6 +41,10 @@ class Need(msgspec.Struct, frozen=True, kw_only=True):
     """Memory each card must have free."""
     read_bytes: int
     """What a token reads: for the speed scorer."""
+    card_choice: tuple = ()
+    """All that decides which of a node's free cards it takes: what `llmgw.modelplan`'s card
+    rules read (the profile's count, class, card memory and compute, and the memory each card
+    must have free). Needs alike in it take alike cards: a node keeps its choice for each."""
 
 
 class NodeState(msgspec.Struct, kw_only=True):
@@ -51,9 +56,13 @@ class NodeState(msgspec.Struct, kw_only=True):
     free_mb: int = 0
     free_cards: list[GpuInfo] = msgspec.field(default_factory=list)
     cores_held: int = 0
-    """Cores the live replicas here reserve."""
-    fitting: tuple[Need, list[GpuInfo]] | None = None
-    """The free cards that fit the need last asked about: the filter and the scorers ask in turn."""
+    """Cores the live replicas here reserve, and those being stopped."""
+    stopping_cards: set[str] = msgspec.field(default_factory=set)
+    """Cards replicas being stopped still hold: none is given back by another's release."""
+    chosen: dict[tuple, list[GpuInfo] | None] = msgspec.field(default_factory=dict)
+    """`Need.card_choice` -> the cards such a replica takes here (None: too few free): the
+    filter, the scorers and the placement ask in turn, pass after pass. A new dict (never one
+    changed in place: a trial copy shares it) whenever the free cards change."""
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
     """Live replicas placed here, or with a worker here (every model)."""
 
@@ -84,6 +93,7 @@ def need_of(profile: Profile, weights_bytes: int) -> Need:
             cards=profile.gpus,
             card_mb=per_card,
             read_bytes=share,
+            card_choice=(profile.gpus, profile.gpu_class, profile.min_card_mb, profile.min_compute, per_card),
         )
     memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(share * 1.1 / 2**20) + 256
     return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share)
@@ -134,7 +144,23 @@ def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
             n.free_mb -= piece.memory_mb
         if piece.gpus:
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
-            n.fitting = None
+            n.chosen = {}
+
+
+def hold(nodes: dict[str, NodeState], r: ReplicaState) -> None:
+    """Keep what a replica being stopped still holds on each of its nodes, its cores and cards,
+    until its agents stopped it. Its memory is out of what the node reports available while
+    its engine runs; it is no replica of the node's to score against or to preempt."""
+    for name in spans(r):
+        n = nodes.get(name)
+        if n is None:
+            continue
+        piece = _piece(r, name)
+        n.cores_held += piece.cores
+        if piece.gpus:
+            n.stopping_cards.update(piece.gpus)
+            n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
+            n.chosen = {}
 
 
 def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -150,6 +176,6 @@ def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
         n.free_mb += piece.memory_mb
         n.cores_held -= piece.cores
         if piece.gpus:
-            back = {g.uuid for g in n.free_cards} | set(piece.gpus)
+            back = {g.uuid for g in n.free_cards} | (set(piece.gpus) - n.stopping_cards)
             n.free_cards = [g for g in n.info.gpus if g.uuid in back]
-            n.fitting = None
+            n.chosen = {}

@@ -11,7 +11,7 @@ import msgspec
 
 from llmgw.modelplan import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
 from llmgw.proto import Model, ReplicaState
-from llmgw.scheduler.placement._filters import best_class, fitting_cards
+from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
 
 __all__ = ["SCORERS", "Scorer", "Weights", "scores"]
@@ -37,7 +37,7 @@ def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str
     """Tokens a second of one reply this way on this node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
-        cards = best_class(fitting_cards(need, n), need.cards) or []
+        cards = chosen_cards(need, n) or []
         return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
     threads = cpu_threads(need.profile.cpu_cores, n.info.cpus)
     return cpu_tokens_per_second(
