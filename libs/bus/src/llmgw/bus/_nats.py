@@ -44,6 +44,14 @@ Rep = TypeVar("Rep")
 _tracer = trace.get_tracer("llmgw.bus")
 
 
+def _refusal(url: str, who: str, exc: BaseException) -> CredentialsError:
+    """What to tell a person whose connection the server (or TLS) refused."""
+    if isinstance(exc, ssl.SSLError) or "SSL" in str(exc):
+        hint = "give the CA that signed its certificate (--tls-ca), and check the certificate's dates and names"
+        return CredentialsError(f"TLS with NATS at {url} failed: {exc}; {hint}")
+    return CredentialsError(f"NATS at {url} refused {who}: {exc}")
+
+
 def _is_refusal(exc: BaseException) -> bool:
     """Whether the server refused who we are (credentials, TLS), not just went away."""
     return isinstance(exc, AuthorizationError | ssl.SSLError) or "Authorization Violation" in str(exc)
@@ -93,7 +101,7 @@ async def connect(url: str, name: str, patient: bool = True, creds: str = "", tl
     await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
     if not connecting.done():  # refused, and a patient client would try forever
         connecting.cancel()
-        raise CredentialsError(f"NATS at {url} refused {who}: {refused.result()}")
+        raise _refusal(url, who, refused.result())
     try:
         return connecting.result()
     except NoServersError:
@@ -101,7 +109,7 @@ async def connect(url: str, name: str, patient: bool = True, creds: str = "", tl
     except (NatsError, ssl.SSLError) as exc:
         if not _is_refusal(exc):
             raise
-        raise CredentialsError(f"NATS at {url} refused {who}: {exc}") from None
+        raise _refusal(url, who, exc) from None
 
 
 async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
