@@ -54,3 +54,12 @@ def test_keep_within_must_be_a_label_name():
         msgspec.json.decode(
             b'{"name": "m", "source": "o/r/f.gguf", "profiles": [{"keep_within": "Rack 1"}]}', type=Model
         )
+
+
+def test_an_event_subject_says_which_node_it_speaks_for():
+    from llmgw.proto import agent
+
+    assert agent.REPLICA_CHANGED.parse(agent.REPLICA_CHANGED.subject("a", "r1")) == ("a", "r1")
+    assert agent.HEARTBEAT.parse(agent.HEARTBEAT.subject("b")) == ("b",)
+    assert agent.HEARTBEAT.parse("llmgw.v1.evt.node.heartbeat.b.extra") is None
+    assert agent.HEARTBEAT.parse("llmgw.v1.evt.replica.a.r1") is None

@@ -127,3 +127,23 @@ async def _asked(fake, subject):
 
 async def _true(value):
     return value
+
+
+async def test_a_heartbeat_or_report_that_speaks_for_another_node_than_its_subject_is_ignored(serve, nc):
+    from llmgw.proto import Heartbeat, NodeInfo
+
+    sched = await serve(Scheduler(config()), config())
+    await until(lambda: _leading(sched), timeout=10)
+    info = NodeInfo(node="victim", hostname="h", cpus=4, memory_total_mb=4096, memory_available_mb=4096)
+    await nc.publish(agent.HEARTBEAT.subject("intruder"), msgspec.json.encode(Heartbeat(info=info)))
+    honest = msgspec.structs.replace(info, node="intruder")
+    await nc.publish(agent.HEARTBEAT.subject("intruder"), msgspec.json.encode(Heartbeat(info=honest)))
+
+    async def listed():
+        return [n.node for n in (await call(nc, scheduler.NODE_LIST, Empty())).nodes] or None
+
+    assert await until(listed, timeout=5) == ["intruder"]
+
+
+async def _leading(sched):
+    return sched.leader

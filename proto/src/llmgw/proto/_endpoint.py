@@ -85,6 +85,14 @@ class Event(Generic[Req]):
             raise ValueError(f"evt.{self.what} takes {', '.join(self.ids)}")
         return ".".join((f"{PREFIX}.evt.{self.what}", *ids))
 
+    def parse(self, subject: str) -> tuple[str, ...] | None:
+        """The ids a subject of this event names (None: not one of this event's subjects)."""
+        head = f"{PREFIX}.evt.{self.what}."
+        if not subject.startswith(head):
+            return None
+        ids = tuple(subject[len(head) :].split("."))
+        return ids if len(ids) == len(self.ids) and all(ids) else None
+
     @property
     def all(self) -> str:
         """The wildcard subject every instance of this event matches."""

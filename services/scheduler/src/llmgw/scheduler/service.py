@@ -186,6 +186,8 @@ class Scheduler:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.ctx.log.warning("bad heartbeat ignored", subject=msg.subject, error=str(exc))
             return
+        if not self._speaks_for(msg.subject, agent.HEARTBEAT, beat.info.node, *(r.node for r in beat.replicas)):
+            return
         if beat.info.node not in self.nodes:  # a scheduler restarted (or a standby) learns nodes from heartbeats too
             self.ctx.log.info("node known from its heartbeat", node=beat.info.node)
         self._heard(beat.info, beat.weights)
@@ -198,8 +200,17 @@ class Scheduler:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.ctx.log.warning("bad replica event ignored", subject=msg.subject, error=str(exc))
             return
-        if self.leader:
+        if self.leader and self._speaks_for(msg.subject, agent.REPLICA_CHANGED, report.node):
             self.inbox.put(report)
+
+    def _speaks_for(self, subject: str, event, *nodes: str) -> bool:
+        """Whether what came on `subject` speaks only for the node the subject names (the server
+        lets an agent publish only on its own node's subjects; its message must say the same)."""
+        ids = event.parse(subject)
+        if ids is None or any(n != ids[0] for n in nodes):
+            self.ctx.log.warning("message for another node ignored", subject=subject, claims=sorted(set(nodes)))
+            return False
+        return True
 
     async def _taken(self) -> None:
         """The lease is ours: lead with what the replicas bucket holds."""
