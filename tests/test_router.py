@@ -6,6 +6,7 @@ catalog and scheduler do, and starts the engines itself with the agent's own com
 """
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -348,6 +349,36 @@ async def test_an_on_demand_model_at_zero_is_woken_and_the_request_waits(world):
     assert answer.usage.completion_tokens == 2
 
 
+async def test_a_prompt_found_too_long_once_its_model_woke_gives_its_admission_back(world):
+    sleepy = Model(name="sleepy", source="o/r/m.gguf", context=2048, scaling=Scaling(min=0, max=1, idle_timeout_s=60))
+    await world.model(sleepy)
+    if time.time() % 60 > 30:  # all of it within one UTC minute, the limit's window
+        await asyncio.sleep(61 - time.time() % 60)
+    limited = await world.client(name="ci", limits=Limits(requests_per_minute=1))
+    long = [{"role": "user", "content": "hello " * 300}]  # 2 slots share 2048 tokens: 1024 a request
+    asked = asyncio.create_task(limited.chat.completions.create(model="sleepy", messages=long))
+    demand = await kv_bucket(world.nc.jetstream(), BUCKETS["demand"])
+    deadline = time.monotonic() + 10
+    while True:  # no replica to measure it by when it came: it was admitted, and the model woken
+        try:
+            await demand.get("sleepy")
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the router never asked for the model"
+            await asyncio.sleep(0.1)
+    await world.replica(sleepy, Profile())
+    with pytest.raises(openai.BadRequestError) as refused:
+        await asyncio.wait_for(asked, 30)
+    assert refused.value.code == "context_length_exceeded"
+    registry = world.router.ctx.metrics
+    labels = {"model": "sleepy", "pool": ""}
+    assert registry.get_sample_value("llmgw_router_requests_total", {**labels, "code": "400"}) == 1
+    assert registry.get_sample_value("llmgw_router_latency_seconds_count", labels) is None  # not admitted
+    await asyncio.sleep(0.5)  # the limits are told off the hot path
+    answer = await limited.chat.completions.create(model="sleepy", messages=HELLO, max_tokens=1)
+    assert answer.usage.completion_tokens == 1  # the refused request spent none of the key's minute
+
+
 async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world, serve):
     from prometheus_client import generate_latest
 
@@ -468,3 +499,153 @@ async def test_vllm_kv_events_are_the_truth_of_what_each_replica_holds(world, vl
     assert "holds 512 tokens in all" in refused.value.message
     async with httpx.AsyncClient() as http:
         assert [(await http.get(f"{url}/standin/stats")).json()["served"] for url in (a_url, b_url)] == served
+
+
+async def test_an_admission_given_back_frees_its_request_of_the_minute_and_its_place_in_flight(nc):
+    from llmgw.router.quota import Quota
+
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    scope = [("key.k", "key 'k'", Limits(requests_per_minute=1, concurrent=1))]
+    assert (await quota.admit(scope, 1000.0)).ok
+    await quota.give_back(scope, 1000.0, 1001.0)
+    assert (await quota.admit(scope, 1002.0)).ok  # neither the minute's one request nor the one slot is spent
+    await quota.finish(scope, 0, 1003.0)
+    assert (await quota.admit(scope, 1061.0)).ok  # a new minute
+    await quota.give_back(scope, 1002.0, 1062.0)  # admitted in the minute before: this one's count stays
+    refused = await quota.admit(scope, 1063.0)
+    assert not refused.ok and "concurrent" not in refused.limit and "requests_per_minute 1 reached" in refused.limit
+
+
+async def test_a_request_its_project_refuses_spends_nothing_of_its_keys_limits(nc):
+    from llmgw.router.quota import Quota
+
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    project = ("project.p", "project 'p'", Limits(requests_per_minute=1))
+    key = ("key.a", "key 'a'", Limits(requests_per_minute=1, concurrent=1))
+    assert (await quota.admit([("key.b", "key 'b'", Limits(requests_per_minute=5)), project], 1000.0)).ok
+    refused = await quota.admit([key, project], 1001.0)
+    assert not refused.ok and refused.limit.startswith("project 'p'")
+    assert (await quota.admit([key], 1002.0)).ok  # the key's one request of the minute, and its one slot, unspent
+
+
+# -- engines that hang or break (stand-ins on a raw socket) ------------------------------------
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+GARBAGE = b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"
+
+
+@contextlib.asynccontextmanager
+async def broken_engine(answer: bytes = b""):
+    """An engine that reads each request, writes `answer` (nothing, a stream's headers, a broken
+    answer) and then says nothing more: its url, and an event set once a request arrived."""
+    arrived, handlers = asyncio.Event(), set()
+
+    async def serve(reader, writer):
+        handlers.add(asyncio.current_task())
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            arrived.set()
+            writer.write(answer)
+            await writer.drain()
+            await asyncio.sleep(3600)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", arrived
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+
+
+class Asked:
+    """What the gateway reads of an HTTP request."""
+
+    def __init__(self, key: str, body: dict):
+        self.raw = json.dumps(body).encode()
+        self.headers = {"authorization": f"Bearer {key}", "content-length": str(len(self.raw))}
+        self.scope = {}
+
+    async def body(self) -> bytes:
+        return self.raw
+
+
+async def in_flight(world, key_id: str) -> int:
+    """The key's requests in flight, as the limit counters hold them."""
+    entry = await world.router.accounts.quota.kv.get(f"key.{key_id}")
+    return sum(n for n, _ in msgspec.json.decode(entry.value).get("c", {}).values())
+
+
+async def until_freed(world, rid: str, key_id: str):
+    deadline = time.monotonic() + 5
+    while await in_flight(world, key_id) or world.router.proxy.balancer.outstanding.get(rid):
+        assert time.monotonic() < deadline, (
+            f"still in flight: {world.router.proxy.balancer.outstanding} on the replica, "
+            f"{await in_flight(world, key_id)} for the key"
+        )
+        await asyncio.sleep(0.05)
+
+
+async def test_a_request_cancelled_while_the_engine_thinks_gives_its_slots_back(world):
+    await world.model(MODEL)
+    created = await world.router.accounts.create_key(KeyCreate(name="c", limits=Limits(concurrent=1)))
+    async with broken_engine() as (url, arrived):
+        rid = await world.replica(MODEL, CPU, url=url)
+        body = {"model": "m", "messages": HELLO, "max_tokens": 2}
+        asked = asyncio.create_task(world.router.gateway.handle(Asked(created.key, body), "/v1/chat/completions"))
+        await asyncio.wait_for(arrived.wait(), 5)
+        assert world.router.proxy.balancer.outstanding[rid] == 1 and await in_flight(world, created.id) == 1
+        asked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asked
+        await until_freed(world, rid, created.id)
+    assert not world.router.proxy.balancer.failures.get(rid)  # the client left: no word on the replica
+
+
+async def test_a_stream_never_read_gives_its_slots_back(world):
+    await world.model(MODEL)
+    created = await world.router.accounts.create_key(KeyCreate(name="c", limits=Limits(concurrent=1)))
+    async with broken_engine(STREAM_HEAD) as (url, _):
+        rid = await world.replica(MODEL, CPU, url=url)
+        body = {"model": "m", "messages": HELLO, "max_tokens": 2, "stream": True}
+        stream = await world.router.gateway.handle(Asked(created.key, body), "/v1/chat/completions")
+        assert world.router.proxy.balancer.outstanding[rid] == 1 and await in_flight(world, created.id) == 1
+
+        async def silent():  # the client says nothing
+            await asyncio.sleep(3600)
+
+        async def broken(message):  # its socket failed as the answer's headers went out
+            raise ConnectionResetError("the client went away")
+
+        with pytest.raises(ConnectionResetError):  # Litestar never reads the stream
+            await stream.to_asgi_response(None, None)({"type": "http"}, silent, broken)
+        await until_freed(world, rid, created.id)
+    requests = world.router.ctx.metrics.get_sample_value(
+        "llmgw_router_requests_total", {"model": "m", "pool": "priority 0", "code": "499"}
+    )
+    assert requests == 1
+
+
+async def test_a_failed_try_is_logged_without_the_engines_key(world):
+    from structlog.testing import capture_logs
+
+    await world.model(MODEL)
+    async with broken_engine(GARBAGE) as (url, _):
+        await world.replica(MODEL, CPU, url=url)
+        client = await world.client()
+        with capture_logs() as logs, pytest.raises(openai.APIStatusError) as failed:
+            long = [{"role": "user", "content": "hello " * 300}]  # tokenized first: that fails too
+            await client.chat.completions.create(model="m", messages=long, max_tokens=2)
+    assert failed.value.status_code == 503
+    tries = [
+        e
+        for e in logs
+        if e["event"] in ("replica refused, trying another", "prompt not tokenized: the engine will check its length")
+    ]
+    assert len(tries) == 2 and all("ClientResponseError" in e["error"] for e in tries)
+    assert not [e for e in logs if "replica-key" in repr(e)]

@@ -84,8 +84,8 @@ def test_a_key_limited_to_some_models_may_use_only_the_names_it_lists():
 def test_a_stream_always_asks_the_engine_for_usage_and_the_client_gets_it_only_if_it_asked():
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     prepared = prepare(CHAT, body, "m", MODEL, KeyRecord(name="k", created=0), 4)
-    assert prepared.checked.body["stream_options"] == {"include_usage": True}
-    assert not prepared.checked.include_usage and "stream_options" not in body  # the client's body is left as sent
+    assert prepared.body["stream_options"] == {"include_usage": True}
+    assert not prepared.include_usage and "stream_options" not in body  # the client's body is left as sent
 
 
 def test_embeddings_have_no_prompt_blocks_and_need_no_tokens():

@@ -6,8 +6,8 @@ import asyncio
 import msgspec
 
 from llmgw.router.core import Usage, answer_of, relay_line
-from llmgw.router.errors import ContextTooLong
-from llmgw.router.outcome import Outcome, Served, Ticket, status_of
+from llmgw.router.errors import ContextTooLong, NoReadyReplica
+from llmgw.router.outcome import Outcome, Served, Ticket, ended_by, status_of
 
 
 def test_a_whole_answer_is_named_as_asked_and_its_usage_read_before_the_timings_go():
@@ -61,3 +61,19 @@ def test_a_request_ends_with_its_errors_status_499_when_cancelled_else_500():
     assert status_of(ContextTooLong("too long")) == 400
     assert status_of(asyncio.CancelledError()) == 499
     assert status_of(RuntimeError("bug")) == 500
+
+
+def test_a_request_refused_for_its_context_once_its_model_woke_ends_as_never_admitted():
+    tried = Served(status=503)
+    too_long = ended_by(tried, ContextTooLong("The prompt is 1500 tokens ..."))
+    assert (too_long.status, too_long.admitted) == (400, False)  # what admitting it counted is given back
+    assert ended_by(tried, NoReadyReplica("none ready")) == Served(status=503)  # admitted: it was tried
+    gone = ended_by(Served(status=503, model="m", replica="m-1"), asyncio.CancelledError())
+    assert (gone.status, gone.replica, gone.admitted) == (499, "m-1", True)
+
+
+def test_a_streams_time_to_its_first_token_counts_from_when_the_request_arrived():
+    ticket = Ticket(request_id="r", key_id="k", project="p", model="m", started=10.0)
+    streamed = Outcome(ticket=ticket, served=Served(status=200, first_token=10.25), latency_s=1.0)
+    assert streamed.ttft_s == 0.25 and streamed.usage_record(now=11.0).ttft_s == 0.25
+    assert Outcome(ticket=ticket, served=Served(status=200), latency_s=1.0).ttft_s is None

@@ -32,6 +32,7 @@ from llmgw.router.core import key_hash, sum_usage
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
+from llmgw.router.tasks import spawn
 
 __all__ = ["Accounts"]
 
@@ -59,8 +60,8 @@ class Accounts:
             StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all], max_age=usage_days * 86400.0)
         )
         accounts = cls(js, keys, projects, quota)
-        accounts._spawn(accounts._publish_usage())
-        accounts._spawn(quota.keep_alive(20.0))
+        spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
+        spawn(accounts.tasks, quota.keep_alive(20.0), accounts.log, "keeping this router's requests in flight counted")
         return accounts
 
     async def serve(self, ctx: Context) -> None:
@@ -83,11 +84,6 @@ class Accounts:
         self.keys.stop()
         self.projects.stop()
 
-    def _spawn(self, work) -> None:
-        task = asyncio.create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
     # -- a request's key and limits --------------------------------------------------------------
     def authorize(self, header: str, admin: bool = False) -> tuple[str, KeyRecord]:
         """The key an `Authorization` header names (its id, its record); 401 or 403 saying why not."""
@@ -109,13 +105,21 @@ class Accounts:
         """An admitted request ended having used `tokens`: its limits are told off the hot path
         (the answer does not wait for the counters), its usage goes to the stream."""
         if scopes:
-            self._spawn(self.quota.finish(scopes, tokens, now))
+            what = "telling the limit counters a request ended"  # lost, its concurrency slot would leak
+            spawn(self.tasks, self.quota.finish(scopes, tokens, now), self.log, what)
         if usage is None:
             return
         try:
             self.usage.put_nowait(usage)
         except asyncio.QueueFull:
             self.log.warning("usage queue full: a request's usage is not recorded", request=usage.request_id)
+
+    def give_back(self, scopes: list[Scope], admitted: float, now: float) -> None:
+        """A request admitted at `admitted` was refused after all, for itself (its prompt, measured
+        once its model woke, does not fit): its admission is given back, off the hot path."""
+        if scopes:
+            what = "giving a refused request's admission back to the limit counters"
+            spawn(self.tasks, self.quota.give_back(scopes, admitted, now), self.log, what)
 
     async def _publish_usage(self) -> None:
         """Each finished request's usage to the stream."""

@@ -11,8 +11,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.response import Response
 
 from llmgw.bus import get_logger
-from llmgw.router.accounts import Accounts
-from llmgw.router.directory import Directory
+from llmgw.router.config import RouterConfig
 from llmgw.router.errors import ApiError, Internal, InvalidBody, http_error
 from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
@@ -23,27 +22,15 @@ _REJECTED = (400, 413, 429)
 """Statuses counted as refusals before any engine (by their code)."""
 
 
-def http_app(  # noqa: PLR0913 -- one collaborator each, wired by the service
-    gateway: Gateway,
-    accounts: Accounts,
-    directory: Directory,
-    metrics: Metrics,
-    admin: Router,
-    max_body_bytes: int,
-    version: str,
-) -> Litestar:
-    """The router's HTTP app."""
+def http_app(gateway: Gateway, admin: Router, metrics: Metrics, config: RouterConfig, version: str) -> Litestar:
+    """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin API `admin`;
+    refusals counted in `metrics`; bodies up to `config.max_body_bytes`; `version` in its schema."""
     log = get_logger("router")
 
     @get("/v1/models")
     async def list_models(request: Request) -> dict:
         """The models (and aliases) this key may use."""
-        _, key = accounts.authorize(request.headers.get("authorization", ""))
-        names = sorted(n for n in directory.names() if not key.models or n in key.models)
-        return {
-            "object": "list",
-            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names],
-        }
+        return gateway.models(request.headers.get("authorization", ""))
 
     @post("/v1/chat/completions", status_code=200)
     async def chat(request: Request) -> Response:
@@ -91,6 +78,6 @@ def http_app(  # noqa: PLR0913 -- one collaborator each, wired by the service
             Exception: on_bug,
         },
         before_send=[add_request_id],
-        request_max_body_size=max_body_bytes,
+        request_max_body_size=config.max_body_bytes,
         openapi_config=OpenAPIConfig(title="llmgw", version=version, path="/schema"),
     )

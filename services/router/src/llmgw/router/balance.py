@@ -190,13 +190,14 @@ class Balancer:
             self.recent[rid] *= self.decay
         self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
 
-    def finished(self, replica_id: str, ok: bool, now: float) -> None:
-        """A request to this replica ended (ok: it answered; not ok: it refused or failed)."""
+    def finished(self, replica_id: str, ok: bool | None, now: float) -> None:
+        """A request to this replica ended (ok: it answered; False: it refused or failed; None:
+        no word on the replica, as when the client went away)."""
         self.outstanding[replica_id] = max(0, self.outstanding.get(replica_id, 0) - 1)
         if ok:
             self.failures.pop(replica_id, None)
-            return
-        self.failed(replica_id, now)
+        elif ok is False:
+            self.failed(replica_id, now)
 
     def failed(self, replica_id: str, now: float) -> None:
         """A failure that was not a request in flight (a refused connection)."""

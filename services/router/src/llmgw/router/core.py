@@ -9,10 +9,11 @@ import hashlib
 import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow
+from llmgw.router.balance import prompt_blocks
 from llmgw.router.errors import ContextTooLong, InvalidBody, InvalidRequest, MaxTokensTooLarge, MissingField
 
 __all__ = [
-    "Checked",
+    "Prepared",
     "Usage",
     "answer_of",
     "check_context",
@@ -35,16 +36,28 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-class Checked(msgspec.Struct, kw_only=True):
-    """A request that passed the checks: what the router needs of it."""
+class Prepared(msgspec.Struct, kw_only=True):
+    """A request that passed every check before admission: what forwarding it needs."""
 
+    path: str
+    """The OpenAI route ('/v1/chat/completions')."""
+    model: Model
+    """The model it asked for (by name or alias)."""
     body: dict
+    """Its body as the engine gets it: a stream always asks for the usage chunk."""
     streaming: bool
     include_usage: bool
     """The client asked for the usage chunk (the engine is always asked)."""
     prompt: str
     """The prompt's text, for prefix affinity (messages joined with their roles)."""
     max_tokens: int | None
+    blocks: list[bytes]
+    """The prompt's hashed blocks, for prefix affinity (none for embeddings)."""
+    measured: bool = False
+    """Whether its model had ready replicas when it was prepared: its prompt was measured (and
+    checked against the context) before admission; else it is once the model woke."""
+    tokens: list[int] | None = None
+    """The prompt's tokens from that measure, where they were needed."""
 
 
 _KINDS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}
@@ -73,7 +86,7 @@ def _text(value, param: str) -> str:
     raise InvalidRequest(f"'{param}' must be a string or a list, not {type(value).__name__}.", param)
 
 
-def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Checked:
+def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Prepared:
     """The checks every request passes before an engine sees it: its shape and types, and
     numbers the model cannot honour (a longer answer than its longest, more than its context)."""
     if not isinstance(body, dict):
@@ -87,12 +100,18 @@ def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Chec
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise InvalidRequest("'stream_options' must be an object.", "stream_options")
-    return Checked(
+    streaming = bool(body.get("stream"))
+    if streaming:  # the engine is always asked for the usage chunk; the client gets it if it asked
+        body = {**body, "stream_options": {**(options or {}), "include_usage": True}}
+    return Prepared(
+        path=path,
+        model=model,
         body=body,
-        streaming=bool(body.get("stream")),
+        streaming=streaming,
         include_usage=bool((options or {}).get("include_usage")),
         prompt=prompt,
         max_tokens=max_tokens,
+        blocks=prompt_blocks(prompt) if path != "/v1/embeddings" else [],
     )
 
 
@@ -181,13 +200,13 @@ TOKENS_PER_BYTE = 3
 space marker (3 bytes of UTF-8) as 3 tokens; every other tokenizer gives fewer."""
 
 
-def may_exceed(checked: Checked, limit: int) -> bool:
+def may_exceed(prepared: Prepared, limit: int) -> bool:
     """Whether the prompt and the answer it asks for might not fit in `limit` tokens: False only
     when even the most tokens its text could become, with a chat template's markers (a few
     tokens a message and its tools) added, fit. Only then is the prompt worth tokenizing."""
-    body = checked.body
+    body = prepared.body
     markers = 64 + 32 * len(body.get("messages") or ()) + len(msgspec.json.encode(body.get("tools") or []))
-    return len(checked.prompt.encode()) * TOKENS_PER_BYTE + markers + (checked.max_tokens or 1) > limit
+    return len(prepared.prompt.encode()) * TOKENS_PER_BYTE + markers + (prepared.max_tokens or 1) > limit
 
 
 def check_context(prompt_tokens: int, max_tokens: int | None, context: int, model: str, path: str) -> None:

@@ -12,6 +12,7 @@ from nats.js.kv import KeyValue
 from llmgw.bus import get_logger
 from llmgw.proto import Demand, Model
 from llmgw.router.directory import Directory
+from llmgw.router.tasks import spawn
 
 __all__ = ["DemandSignal"]
 
@@ -35,9 +36,9 @@ class DemandSignal:
         if force or now - self.told.get(model.name, 0.0) >= self.every_s:
             self.told[model.name] = now
             record = msgspec.json.encode(Demand(model=model.name, last_asked=now))
-            task = asyncio.create_task(self.kv.put(model.name, record))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            spawn(
+                self.tasks, self.kv.put(model.name, record), self.log, f"telling the scheduler '{model.name}' is wanted"
+            )
 
     async def wake(self, model: Model) -> bool:
         """Wait (bounded) for an on-demand model at zero to get a ready replica."""

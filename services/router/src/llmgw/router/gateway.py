@@ -8,27 +8,31 @@ from __future__ import annotations
 import time
 import uuid
 
+import msgspec
 from litestar import Request
 from litestar.response import Response
 
+from llmgw.proto import KeyRecord, Model
 from llmgw.router.accounts import Accounts
 from llmgw.router.config import RouterConfig
+from llmgw.router.core import Prepared
 from llmgw.router.directory import Directory
 from llmgw.router.errors import ApiError
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.outcome import Outcome, Served, Ticket
 from llmgw.router.prepare import check_size, prepare, refusal, resolve
-from llmgw.router.proxy import Job, Proxy
+from llmgw.router.proxy import Proxy
 from llmgw.router.quota import Scope
 
 __all__ = ["Gateway"]
 
 
 class Gateway:
-    """Answers the OpenAI routes that go to an engine (chat, completions, embeddings)."""
+    """Answers the OpenAI routes: the models a key may use, and those that go to an engine
+    (chat, completions, embeddings)."""
 
-    def __init__(  # noqa: PLR0913 -- one collaborator each, wired by the service
+    def __init__(
         self,
         accounts: Accounts,
         directory: Directory,
@@ -40,6 +44,16 @@ class Gateway:
         self.accounts, self.directory, self.oracle = accounts, directory, oracle
         self.proxy, self.metrics, self.config = proxy, metrics, config
 
+    def models(self, authorization: str) -> dict:
+        """The models (and aliases) the key in this `Authorization` header may use, as OpenAI
+        lists them."""
+        _, key = self.accounts.authorize(authorization)
+        names = sorted(n for n in self.directory.names() if not key.models or n in key.models)
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names],
+        }
+
     async def handle(self, request: Request, path: str) -> Response:
         """One request: refused saying why (an `ApiError`), or the replica's answer."""
         started = time.perf_counter()
@@ -50,23 +64,35 @@ class Gateway:
         request.scope.setdefault("state", {})["request_id"] = rid
         ticket = Ticket(request_id=rid, key_id=key_id, project=key.project, model=model.name, started=started)
         try:
-            prepared = prepare(path, body, asked, model, key, self.config.max_n)
-            _, ready = self.directory.ready(model)
-            tokens = await self.oracle.measure(prepared, model, ready.values(), primary=True)
+            prepared = await self._prepare(path, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
-            verdict = await self.accounts.admit(scopes, time.time())
+            admitted = time.time()
+            verdict = await self.accounts.admit(scopes, admitted)
             if not verdict.ok:
                 raise refusal(verdict)
         except ApiError as exc:  # refused before admission: counted as what it got, against no limit
-            self._end(ticket, Served(status=exc.status, admitted=False), [])
+            self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0)
             raise
-        job = Job(prepared=prepared, started=started, headers=verdict.headers, measured=bool(ready), tokens=tokens)
-        return await self.proxy.forward(job, lambda served: self._end(ticket, served, scopes))
+        answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted))
+        answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
+        return answer
 
-    def _end(self, ticket: Ticket, served: Served, scopes: list[Scope]) -> None:
-        """A request whose model was known ended: its limits, metrics and usage are told."""
+    async def _prepare(self, path: str, body: dict, asked: str, model: Model, key: KeyRecord) -> Prepared:
+        """The request checked and, where its model has ready replicas, its prompt measured (a 400
+        where it does not fit the context); else it is measured once the model woke."""
+        prepared = prepare(path, body, asked, model, key, self.config.max_n)
+        _, ready = self.directory.ready(model)
+        tokens = await self.oracle.measure(prepared, model, ready.values(), primary=True)
+        return msgspec.structs.replace(prepared, measured=bool(ready), tokens=tokens)
+
+    def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float) -> None:
+        """A request whose model was known ended: its limits, metrics and usage are told. One
+        refused for itself after its admission (at `admitted`) gives that admission back."""
         now = time.time()
         outcome = Outcome(ticket=ticket, served=served, latency_s=time.perf_counter() - ticket.started)
         self.metrics.ended(outcome)
+        if not served.admitted:
+            self.accounts.give_back(scopes, admitted, now)
+            return
         usage = outcome.usage_record(now) if served.replica else None
         self.accounts.ended(scopes, served.usage.total, now, usage)

@@ -51,8 +51,8 @@ class Metrics:
         if not served.admitted:
             return
         self._latency.labels(name, served.pool).observe(outcome.latency_s)
-        if served.ttft_s is not None:
-            self._ttft.labels(name, served.pool).observe(served.ttft_s)
+        if outcome.ttft_s is not None:
+            self._ttft.labels(name, served.pool).observe(outcome.ttft_s)
         usage = served.usage
         for kind, n in (("prompt", usage.prompt), ("cached", usage.cached or 0), ("completion", usage.completion)):
             if n:

@@ -14,10 +14,11 @@ import zmq.asyncio
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.router.core import check_context, engine_headers, tokenize_request
+from llmgw.router.core import Prepared, check_context, engine_headers, tokenize_request
 from llmgw.router.directory import Directory
+from llmgw.router.errors import described
 from llmgw.router.kvevents import CacheView, decode_batch, token_blocks
-from llmgw.router.prepare import Prepared, measure_plan
+from llmgw.router.prepare import measure_plan
 
 __all__ = ["PrefixOracle"]
 
@@ -109,7 +110,7 @@ class PrefixOracle:
             return None
         tokens = await self.tokens(prepared, model, plan.replica, plan.profile)
         if tokens is not None and plan.check:
-            check_context(len(tokens), prepared.checked.max_tokens, plan.limit, model.name, prepared.path)
+            check_context(len(tokens), prepared.max_tokens, plan.limit, model.name, prepared.path)
         return tokens
 
     async def tokens(
@@ -117,7 +118,7 @@ class PrefixOracle:
     ) -> list[int] | None:
         """The prompt as the engine will see it, tokenized by `replica` (vLLM's /tokenize;
         llama-server's /apply-template, then /tokenize); None where it cannot be had now."""
-        asked = tokenize_request(prepared.path, prepared.checked.body, model.name)
+        asked = tokenize_request(prepared.path, prepared.body, model.name)
         if asked is None or isinstance(asked, list):
             return asked
         try:
@@ -131,7 +132,7 @@ class PrefixOracle:
             return (await self._post(replica, "/tokenize", tokenize))["tokens"]
         except _FAILED as exc:
             self.log.warning(
-                "prompt not tokenized: the engine will check its length", replica=replica.id, error=repr(exc)
+                "prompt not tokenized: the engine will check its length", replica=replica.id, error=described(exc)
             )
             return None
 

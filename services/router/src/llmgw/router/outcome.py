@@ -9,8 +9,9 @@ import msgspec
 
 from llmgw.proto import UsageRecord
 from llmgw.router.core import Usage
+from llmgw.router.errors import InvalidRequest
 
-__all__ = ["Outcome", "Served", "Ticket", "status_of"]
+__all__ = ["Outcome", "Served", "Ticket", "ended_by", "status_of"]
 
 
 class Ticket(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,10 +36,11 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     pool: str = ""
     """The replica's pool ("priority 10")."""
     usage: Usage = Usage()
-    ttft_s: float | None = None
-    """Time to the first token, for streams."""
+    first_token: float | None = None
+    """`time.perf_counter()` when a stream's first token arrived."""
     admitted: bool = True
-    """False: refused before admission (nothing counted against its limits)."""
+    """False: refused before admission, or for itself after it (nothing counted against its
+    limits: what admitting it counted is given back)."""
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +54,12 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     def model(self) -> str:
         """The model it is counted under: the one that answered."""
         return self.served.model or self.ticket.model
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to the first token, for streams."""
+        first = self.served.first_token
+        return None if first is None else first - self.ticket.started
 
     def usage_record(self, now: float) -> UsageRecord:
         """What the usage stream keeps of it."""
@@ -68,7 +76,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
             cached_tokens=usage.cached or 0,
             completion_tokens=usage.completion,
             latency_s=self.latency_s,
-            ttft_s=self.served.ttft_s,
+            ttft_s=self.ttft_s,
         )
 
 
@@ -79,3 +87,10 @@ def status_of(exc: BaseException) -> int:
     if isinstance(status, int):
         return status
     return 500 if isinstance(exc, Exception) else 499
+
+
+def ended_by(tried: Served, exc: BaseException) -> Served:
+    """How a forwarded request ended when `exc` ended it (`tried`: the last replica tried): with
+    the status `status_of` says. One refused for itself (a 400: its prompt, measured only once its
+    model woke, does not fit) counts as never admitted, as it would have been before the wake."""
+    return msgspec.structs.replace(tried, status=status_of(exc), admitted=not isinstance(exc, InvalidRequest))

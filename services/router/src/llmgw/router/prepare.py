@@ -13,8 +13,7 @@ from typing import NamedTuple
 import msgspec
 
 from llmgw.proto import KeyRecord, Model, Profile, ReplicaState
-from llmgw.router.balance import prompt_blocks
-from llmgw.router.core import Checked, check_request, context_of, key_hash, may_exceed
+from llmgw.router.core import Prepared, check_request, context_of, key_hash, may_exceed
 from llmgw.router.errors import (
     ApiError,
     BodyTooLarge,
@@ -31,7 +30,7 @@ from llmgw.router.errors import (
 )
 from llmgw.router.limits import Verdict
 
-__all__ = ["Measure", "Prepared", "authorize", "check_size", "measure_plan", "prepare", "refusal", "resolve"]
+__all__ = ["Measure", "authorize", "check_size", "measure_plan", "prepare", "refusal", "resolve"]
 
 
 def authorize(header: str, keys: Mapping[str, KeyRecord], now: float, admin: bool = False) -> tuple[str, KeyRecord]:
@@ -73,29 +72,11 @@ def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, st
     return body, asked, model
 
 
-class Prepared(msgspec.Struct, kw_only=True):
-    """A request that passed every check before admission: what forwarding it needs."""
-
-    path: str
-    """The OpenAI route ('/v1/chat/completions')."""
-    model: Model
-    """The model it asked for (by name or alias)."""
-    checked: Checked
-    """Its body as the engine gets it (streams always ask for usage), and what the checks read."""
-    blocks: list[bytes]
-    """The prompt's hashed blocks, for prefix affinity (none for embeddings)."""
-
-
 def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max_n: int) -> Prepared:
     """Whether the key may use the model, and the request's own checks (`core.check_request`)."""
     if key.models and asked not in key.models and model.name not in key.models:
         raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
-    checked = check_request(path, body, model, max_n)
-    if checked.streaming:  # the engine is always asked for the usage chunk; the client gets it if it asked
-        options = {**(body.get("stream_options") or {}), "include_usage": True}
-        checked = msgspec.structs.replace(checked, body={**body, "stream_options": options})
-    blocks = prompt_blocks(checked.prompt) if path != "/v1/embeddings" else []
-    return Prepared(path=path, model=model, checked=checked, blocks=blocks)
+    return check_request(path, body, model, max_n)
 
 
 class Measure(NamedTuple):
@@ -121,7 +102,7 @@ def measure_plan(
         return None
     limit = max(context_of(model, p) for _, p in ready)
     kv = any(r.kv_events for r, _ in ready)
-    if not kv and not (primary and may_exceed(prepared.checked, limit)):
+    if not kv and not (primary and may_exceed(prepared, limit)):
         return None
     replica, profile = next(((r, p) for r, p in ready if r.kv_events), ready[0])
     return Measure(replica, profile, limit, primary)

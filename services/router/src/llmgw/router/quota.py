@@ -115,7 +115,7 @@ class Quota:
 
             await self._change(sid, count)
             if not verdict.ok:
-                await self.finish(admitted, 0, now)
+                await self.give_back(admitted, now, now)
                 return verdict
             if limits.concurrent:
                 self.busy.add(sid)
@@ -146,6 +146,26 @@ class Quota:
                 return new
 
             await self._change(sid, end)
+
+    async def give_back(self, scopes: list[Scope], admitted: float, now: float) -> None:
+        """A request admitted at `admitted` against these scopes was refused after all: the
+        request it counted in that minute is taken off again (where that minute is still the
+        scope's current one) and its place in flight freed."""
+        minute = windows(admitted)["minute"][0]
+        for sid, _, limits in scopes:
+            if limits == Limits():
+                continue
+
+            def back(value: dict, limits=limits) -> dict:
+                new = dict(value)
+                counted = value.get("m")
+                if counted and counted[0] == minute:
+                    new["m"] = [minute, max(0, counted[1] - 1), *counted[2:]]
+                if limits.concurrent:
+                    new["c"] = self._in_flight(value, now, -1)
+                return new
+
+            await self._change(sid, back)
 
     async def keep_alive(self, every_s: float) -> None:
         """Refresh this router's in-flight counts so long requests keep counting."""

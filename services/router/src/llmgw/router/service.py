@@ -4,7 +4,8 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 - `directory.Directory`: models, aliases and ready replicas (catalog and replicas buckets)
 - `accounts.Accounts`: keys, projects, limits, usage, and their NATS endpoints
 - `oracle.PrefixOracle`: vLLM's KV events over ZMQ, and prompts tokenized by engines
-- `proxy.Proxy`: forwarding, retries, fallbacks, streams (the choosing: `balance.Balancer`)
+- `proxy.Proxy`: forwarding, retries, fallbacks (each try and its stream: `relay.py`; the
+  choosing: `balance.Balancer`)
 - `gateway.Gateway`: a request prepared and checked, admitted, forwarded, ended
 - `app.http_app`: the Litestar app (with `admin.admin_api`), `metrics.Metrics`
 """
@@ -53,6 +54,7 @@ class Router:
         self.oracle: PrefixOracle | None = None
         self.demand: DemandSignal | None = None
         self.proxy: Proxy | None = None
+        self.gateway: Gateway | None = None
 
     async def start(self, ctx: Context) -> None:
         """Watch what it routes by, serve its endpoints, then open the OpenAI endpoint."""
@@ -73,9 +75,9 @@ class Router:
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
         self.demand = DemandSignal(demand, self.directory, config.demand_every_s, config.wake_timeout_s)
         self.proxy = Proxy(self.directory, self.oracle, self.demand, balancer, metrics, self.client)
-        gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
+        self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         admin = admin_api(self.accounts, ctx.nc)
-        app = http_app(gateway, self.accounts, self.directory, metrics, admin, config.max_body_bytes, self.version)
+        app = http_app(gateway, admin, metrics, config, self.version)
         self.http = HttpServer(app, config.http_host, config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")

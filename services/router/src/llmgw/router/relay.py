@@ -1,0 +1,129 @@
+"""One try of a request on one replica (`Try`), counted from when it is sent until it ends,
+exactly once whatever ends it; and the engine's stream relayed to the client (`Relay`), which
+ends its try when the stream ends or, whatever happened to it, when its response is done."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+from litestar.response import Stream
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from llmgw.router.balance import Balancer
+from llmgw.router.core import Prepared, Usage, relay_line
+from llmgw.router.errors import UpstreamFailed
+from llmgw.router.metrics import Metrics
+from llmgw.router.outcome import Served
+
+__all__ = ["FAILED", "Finish", "Relay", "Try"]
+
+FAILED = (aiohttp.ClientError, TimeoutError)
+"""How a try on an engine fails (a refused connection, a broken answer, no answer in time)."""
+
+Finish = Callable[[Served], None]
+"""Told once how a forwarded request went (a stream: when it ended)."""
+
+
+class Try:
+    """One try of a request on one replica. It counts in the balancer and the in-flight gauge
+    from when it is sent until it ends, once, whatever ends it: an answer, a failure, the client
+    leaving (its task cancelled), a stream never read. Where the replica answered, the request
+    ends with it: `finish` hears how it went."""
+
+    def __init__(self, balancer: Balancer, metrics: Metrics, prepared: Prepared, tried: Served, finish: Finish) -> None:
+        self.balancer, self.metrics, self.prepared, self.tried, self.finish = balancer, metrics, prepared, tried, finish
+        self.ended = False
+        balancer.started(tried.replica)
+        metrics.in_flight(tried.model, tried.replica, +1)
+
+    def end(self, ok: bool | None, served: Served | None = None) -> None:
+        """It ended (ok: the replica answered; False: it refused or failed; None: no word on the
+        replica, as when the client went away); `served`: how the request ended with it, where it
+        did. Only the first call counts."""
+        if self.ended:
+            return
+        self.ended = True
+        self.balancer.finished(self.tried.replica, ok, time.time())
+        self.metrics.in_flight(self.tried.model, self.tried.replica, -1)
+        if served is None:
+            return
+        if served.status == 200 and self.prepared.blocks:  # where it answered well it now holds the prompt's blocks
+            self.balancer.served(served.replica, self.prepared.blocks, served.usage.prompt, served.usage.cached)
+        self.finish(served)
+
+
+class Relay(Stream):
+    """The engine's SSE stream passed on, rewritten; one write per read from the engine (the
+    events that arrived together leave together). Its try ends when the stream ends (read to its
+    end, failed, or closed as the client went away) or, where it never got that far (never read),
+    when its response is done, however that went."""
+
+    def __init__(self, one: Try, resp: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
+        self.one, self.resp = one, resp
+        self.chunks = self._chunks()
+        super().__init__(self.chunks, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIApp:
+        """Litestar's streaming response, closing this stream when it is done."""
+        return _Closing(super().to_asgi_response(*args, **kwargs), self.close)
+
+    async def close(self) -> None:
+        """The stream closed where it had not ended: its generator's own end where it started
+        (its usage so far), else as the client's going away."""
+        await self.chunks.aclose()
+        self._end(499, Usage(), None)
+
+    async def _chunks(self) -> AsyncGenerator[bytes, None]:
+        name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
+        usage, first, status = Usage(), None, 499  # until it ends well: the client went away
+        try:
+            pending = b""
+            async for piece in self.resp.content.iter_any():
+                *lines, pending = (pending + piece).split(b"\n")
+                out = []
+                for line in lines:
+                    event, usage, chunk = relay_line(line, name, include, usage)
+                    if chunk and first is None:
+                        first = time.perf_counter()
+                    if event:
+                        out.append(event)
+                if out:
+                    yield b"".join(out)
+            if pending.strip():
+                event, usage, _ = relay_line(pending, name, include, usage)
+                yield event or b""
+            status = 200
+        except FAILED as exc:
+            status = 502
+            err = UpstreamFailed(f"The replica failed mid-answer: {exc}")
+            yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
+        finally:  # also when the client went away: its slot and its concurrency count are freed now
+            self._end(status, usage, first)
+
+    def _end(self, status: int, usage: Usage, first: float | None) -> None:
+        if self.one.ended:
+            return
+        if status == 200:
+            self.resp.release()  # the connection goes back to the pool
+        else:
+            self.resp.close()
+        served = msgspec.structs.replace(self.one.tried, status=status, usage=usage, first_token=first)
+        self.one.end(ok={200: True, 502: False}.get(status), served=served)
+
+
+class _Closing:
+    """An ASGI response that runs `close` when it is done, however it went (sent, left by the
+    client, failed on its first write)."""
+
+    def __init__(self, response: ASGIApp, close: Callable[[], Awaitable[None]]) -> None:
+        self.response, self.close = response, close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            await self.close()
