@@ -146,7 +146,10 @@ async def test_the_openai_sdk_streams_through_the_router_with_usage_only_when_as
     ]
     assert chunks[-1].usage.completion_tokens == 8 and all(c.model == "m" for c in chunks)
     plain = [
-        c async for c in await client.chat.completions.create(model="m", messages=HELLO, max_tokens=4, stream=True)
+        # 16 tokens: the random model's byte tokens can leave a UTF-8 character unfinished, which
+        # llama-server holds back; over 4 tokens all of them were, now and then (1 in 60 runs).
+        c
+        async for c in await client.chat.completions.create(model="m", messages=HELLO, max_tokens=16, stream=True)
     ]
     assert all(c.usage is None for c in plain) and len(plain) >= 2
     answer = await client.chat.completions.with_raw_response.create(model="tiny", messages=HELLO, max_tokens=4)
