@@ -29,6 +29,7 @@ __all__ = [
     "Identity",
     "Permissions",
     "TlsFiles",
+    "authorization_config",
     "inbox_prefix",
     "new_identity",
     "permissions",
@@ -228,11 +229,9 @@ def _quoted(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f'"{s}"' for s in items) + "]"
 
 
-def server_config(
-    identities: list[Identity], store_dir: Path, host: str = "127.0.0.1", port: int = 4222, tls: TlsFiles | None = None
-) -> str:
-    """The nats-server configuration: JetStream in `store_dir`, and only these identities let in,
-    each with its role's permissions (TLS to clients when `tls` is given)."""
+def authorization_config(identities: list[Identity]) -> str:
+    """The nats-server `authorization` block that lets in only these identities, each with its
+    role's permissions: part of `server_config`, and the file a cluster's servers `include`."""
     users = []
     for identity in identities:
         allowed = permissions(identity)
@@ -244,15 +243,19 @@ def server_config(
             f"        allow_responses: true\n"
             f"      }} }}"
         )
+    return "\n".join(["authorization {", "  users = [", *users, "  ]", "}"]) + "\n"
+
+
+def server_config(
+    identities: list[Identity], store_dir: Path, host: str = "127.0.0.1", port: int = 4222, tls: TlsFiles | None = None
+) -> str:
+    """The nats-server configuration: JetStream in `store_dir`, and only these identities let in,
+    each with its role's permissions (TLS to clients when `tls` is given)."""
     lines = [
         "# Written by llmgw: every client signs in with its own nkey and may do only what its role needs.",
         f'listen: "{host}:{port}"',
         f'jetstream {{ store_dir: "{store_dir}" }}',
-        "authorization {",
-        "  users = [",
-        *users,
-        "  ]",
-        "}",
+        authorization_config(identities).rstrip("\n"),
     ]
     if tls is not None:
         verify = "true" if tls.verify else "false"

@@ -1,4 +1,4 @@
-"""The `llmgw` command: `up`, `service NAME`, `plan`, and `ctl` for operators (see `tree`)."""
+"""The `llmgw` command: `up`, `service NAME`, `plan`, `access`, and `ctl` for operators (see `tree`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import entry_points
 
 from llmgw.bus import ConfigError
+from llmgw.ctl.access import add_access_parser
 from llmgw.ctl.access_commands import KEY, PROJECT, USAGE
 from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
 from llmgw.ctl.model_commands import MODEL, MODELS
@@ -104,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     _up_parser(sub)
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
     _plan_parser(sub)
+    add_access_parser(sub)
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )

@@ -1,0 +1,145 @@
+"""`llmgw access`: a cluster's NATS identities, written by the operator without NATS running.
+
+`llmgw access write DIR --node NAME ...` keeps one nkey seed per service, per agent node and for
+the operator in DIR/creds (0600; those already there are kept, so a second run changes no one's
+key, and the nodes written before stay in), and writes DIR/nats/authorization.conf, the block every
+cluster server `include`s: public keys and permissions, no secret. `llmgw access table` prints who
+may do what (docs/security.md shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from llmgw.bus import CredentialsError, Identity, new_identity, permissions, read_identity, write_identity
+from llmgw.bus._access import authorization_config
+from llmgw.ctl.access_table import HEADER, role_row
+
+__all__ = ["access_table", "add_access_parser", "ensure_identities", "write_access"]
+
+SERVICE_ROLES = ("catalog", "scheduler", "mirror", "router")
+_NODE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+
+NEXT_STEPS = """\
+next:
+  every NATS server: {conf} beside its cluster.conf (/etc/nats/), then `nats-server --signal reload`
+  each service's machine: its seed as /etc/llmgw/creds/<role>.nk (root's, 0600)
+  each agent node: {creds}/agent-<node>.nk as /etc/llmgw/creds/agent.nk on that node
+  the operator: `llmgw ctl --creds {creds}/ctl.nk` (or LLMGW_CREDS); see docs/security.md"""
+
+
+def _file(folder: Path, role: str, node: str = "") -> Path:
+    """Where an identity's seed is kept: <role>.nk, or agent-<node>.nk (the name `llmgw up` uses)."""
+    return folder / (f"agent-{node}.nk" if node else f"{role}.nk")
+
+
+def ensure_identities(folder: Path, wanted: list[tuple[str, str]]) -> list[tuple[Identity, Path, bool]]:
+    """Each (role, node) wanted: read from its seed file in `folder`, or made and written (0600) when
+    there is none; with its file and whether it is new. A kept file is made 0600 again."""
+    out = []
+    for role, node in wanted:
+        path = _file(folder, role, node)
+        new = not path.exists()
+        if new:
+            identity = new_identity(role, node)
+            write_identity(path, identity)
+        else:
+            identity = read_identity(path, role, node)
+            path.chmod(0o600)
+        out.append((identity, path, new))
+    return out
+
+
+def _nodes(creds: Path, given: list[str]) -> list[str]:
+    """The nodes written before (their agent-<node>.nk files), then those given that are new."""
+    wrong = [n for n in given if not _NODE.fullmatch(n)]
+    if wrong:
+        raise ValueError(
+            f"node name {wrong[0]!r} cannot be a NATS subject token: use letters, digits, '-' and '_' "
+            "(at most 63), the agent's `node` setting (by default its short hostname)"
+        )
+    before = sorted(p.stem.removeprefix("agent-") for p in creds.glob("agent-*.nk"))
+    nodes = list(dict.fromkeys([*(n for n in before if _NODE.fullmatch(n)), *given]))
+    if not nodes:
+        raise ValueError("no agent node yet: name the cluster's nodes with --node NAME (one for each agent)")
+    return nodes
+
+
+def write_access(folder: Path, nodes: list[str]) -> tuple[list[tuple[Identity, Path, bool]], Path]:
+    """Every identity of a cluster with these agent `nodes` (and those written before) in
+    `folder`/creds, and `folder`/nats/authorization.conf letting in only them."""
+    creds = folder / "creds"
+    wanted = [(role, "") for role in (*SERVICE_ROLES, "ctl")] + [("agent", n) for n in _nodes(creds, nodes)]
+    written = ensure_identities(creds, wanted)
+    conf = folder / "nats" / "authorization.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    part = conf.with_suffix(".part")  # a server reloading meanwhile reads the old file or the new one
+    part.write_text(
+        "# Written by `llmgw access write`: who may sign in to NATS and what each may do. Public keys\n"
+        "# only; include it from every server's configuration (deploy/nats/cluster.conf).\n"
+        + authorization_config([identity for identity, _, _ in written])
+    )
+    part.chmod(0o644)
+    part.replace(conf)
+    return written, conf
+
+
+def access_table() -> str:
+    """Who may do what on NATS, one Markdown row per role, from the permissions the server enforces."""
+    rows = [HEADER]
+    for role in (*SERVICE_ROLES, "agent", "ctl"):
+        node = "<node>" if role == "agent" else ""
+        allowed = permissions(Identity(role=role, node=node, seed="", public=""))
+        label = {"agent": "agent (each node its own)", "ctl": "ctl (the operator)"}.get(role, role)
+        rows.append(role_row(label, allowed.publish, allowed.subscribe))
+    return "\n".join(rows) + "\n"
+
+
+def _write(args: argparse.Namespace) -> int:
+    try:
+        written, conf = write_access(Path(args.dir), args.node or [])
+    except (ValueError, OSError) as exc:
+        print(f"llmgw access write: {exc}", file=sys.stderr)
+        return 2
+    except CredentialsError as exc:
+        print(f"llmgw access write: {exc.message}; move the file away to make a new identity", file=sys.stderr)
+        return 2
+    for identity, path, new in written:
+        print(f"{'new ' if new else 'kept'}  {path}  ({identity.user})")
+    print(f"wrote {conf}: these {len(written)} identities may sign in, each with its role's permissions")
+    print(NEXT_STEPS.format(conf=conf, creds=Path(args.dir) / "creds"))
+    return 0
+
+
+def _table(_: argparse.Namespace) -> int:
+    print(access_table(), end="")
+    return 0
+
+
+def add_access_parser(sub: argparse._SubParsersAction) -> None:
+    """`llmgw access write DIR --node NAME ...` and `llmgw access table`."""
+    access = sub.add_parser(
+        "access",
+        help="write a cluster's NATS credentials and authorization (NATS need not run)",
+        description="A cluster's NATS identities and who may do what (docs/security.md).",
+    )
+    verbs = access.add_subparsers(dest="verb", required=True)
+    write = verbs.add_parser(
+        "write",
+        help="every identity's seed in DIR/creds (0600, kept if there) and DIR/nats/authorization.conf",
+        epilog="example: llmgw access write /root/llmgw-access --node gpu-1 --node gpu-2 "
+        "(later, to add a node: llmgw access write /root/llmgw-access --node gpu-3)",
+    )
+    write.add_argument("dir", metavar="DIR", help="where the credentials and the authorization block are kept")
+    write.add_argument(
+        "--node",
+        action="append",
+        metavar="NAME",
+        help="an agent's node (its `node` setting, by default its short hostname); repeat it; "
+        "nodes written before stay in (remove DIR/creds/agent-NAME.nk to drop one)",
+    )
+    write.set_defaults(run=_write)
+    verbs.add_parser("table", help="who may do what on NATS, as a Markdown table").set_defaults(run=_table)
