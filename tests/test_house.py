@@ -21,6 +21,7 @@ PURE = (
     "llmgw.agent.core",
     "llmgw.catalog.core",
     "llmgw.catalog.declared",
+    "llmgw.ctl.access_table",
     "llmgw.ctl.changes",
     "llmgw.ctl.sentences",
     "llmgw.ctl.tables",

@@ -193,7 +193,7 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "ctl":
         endpoints = (
             *catalog.ENDPOINTS,
-            *scheduler.ENDPOINTS,
+            *(e for e in scheduler.ENDPOINTS if e is not scheduler.NODE_REGISTER),  # nodes register themselves
             *router.ENDPOINTS,
             mirror.FILE_LIST,
             mirror.FILE_STAT,

@@ -14,8 +14,15 @@ import re
 import sys
 from pathlib import Path
 
-from llmgw.bus import CredentialsError, Identity, new_identity, permissions, read_identity, write_identity
-from llmgw.bus._access import authorization_config
+from llmgw.bus import (
+    CredentialsError,
+    Identity,
+    authorization_config,
+    new_identity,
+    permissions,
+    read_identity,
+    write_identity,
+)
 from llmgw.ctl.access_table import HEADER, role_row
 
 __all__ = ["access_table", "add_access_parser", "ensure_identities", "write_access"]

@@ -23,12 +23,10 @@ from llmgw.bus import (
     connect,
     die_with_parent,
     free_port,
-    new_identity,
-    read_identity,
     server_config,
     start_nats_server,
-    write_identity,
 )
+from llmgw.ctl.access import ensure_identities
 from llmgw.gguf import write_random_llama
 from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
 
@@ -57,16 +55,9 @@ def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
     operator: written on first start, reused after) and the NATS configuration that lets in only
     them, each with its role's permissions (<home>/nats/server.conf)."""
     wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + [("agent", node)]
-    identities, creds = [], {}
-    for role, of in wanted:
-        path = home / "creds" / (f"agent-{of}.nk" if of else f"{role}.nk")
-        if path.exists():
-            identity = read_identity(path, role, of)
-        else:
-            identity = new_identity(role, of)
-            write_identity(path, identity)
-        identities.append(identity)
-        creds[identity.user] = path
+    written = ensure_identities(home / "creds", wanted)
+    identities = [identity for identity, _, _ in written]
+    creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
     conf.write_text(server_config(identities, home / "nats"))
     conf.chmod(0o600)
