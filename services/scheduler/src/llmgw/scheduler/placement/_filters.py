@@ -20,10 +20,10 @@ def chosen_cards(need: Need, n: NodeState) -> list[GpuInfo] | None:
     (`llmgw.modelplan.choose_cards`: of its class and needs, all of one class, the most
     NVLinked first), or None where too few are free. The filter, the scorers and the placement
     ask in turn, so the answer is kept on the node for needs alike in `Need.card_choice`."""
-    try:
+    if n.chosen is None:
+        n.chosen = {}
+    elif need.card_choice in n.chosen:
         return n.chosen[need.card_choice]
-    except KeyError:
-        pass
     chosen = None
     if len(n.free_cards) >= need.cards:  # fewer free cards than it needs: no choice to make
         with contextlib.suppress(ValueError):  # too few of one class that fit: the filter says why

@@ -57,12 +57,12 @@ class NodeState(msgspec.Struct, kw_only=True):
     free_cards: list[GpuInfo] = msgspec.field(default_factory=list)
     cores_held: int = 0
     """Cores the live replicas here reserve, and those being stopped."""
-    stopping_cards: set[str] = msgspec.field(default_factory=set)
+    stopping_cards: frozenset[str] = frozenset()
     """Cards replicas being stopped still hold: none is given back by another's release."""
-    chosen: dict[tuple, list[GpuInfo] | None] = msgspec.field(default_factory=dict)
+    chosen: dict[tuple, list[GpuInfo] | None] | None = None
     """`Need.card_choice` -> the cards such a replica takes here (None: too few free): the
-    filter, the scorers and the placement ask in turn, pass after pass. A new dict (never one
-    changed in place: a trial copy shares it) whenever the free cards change."""
+    filter, the scorers and the placement ask in turn, placement after placement. Dropped
+    (never changed in place: a trial copy shares it) whenever the free cards change."""
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
     """Live replicas placed here, or with a worker here (every model)."""
 
@@ -144,7 +144,7 @@ def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
             n.free_mb -= piece.memory_mb
         if piece.gpus:
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
-            n.chosen = {}
+            n.chosen = None
 
 
 def hold(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -158,9 +158,9 @@ def hold(nodes: dict[str, NodeState], r: ReplicaState) -> None:
         piece = _piece(r, name)
         n.cores_held += piece.cores
         if piece.gpus:
-            n.stopping_cards.update(piece.gpus)
+            n.stopping_cards = n.stopping_cards.union(piece.gpus)
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
-            n.chosen = {}
+            n.chosen = None
 
 
 def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -178,4 +178,4 @@ def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
         if piece.gpus:
             back = {g.uuid for g in n.free_cards} | (set(piece.gpus) - n.stopping_cards)
             n.free_cards = [g for g in n.info.gpus if g.uuid in back]
-            n.chosen = {}
+            n.chosen = None
