@@ -18,7 +18,8 @@ from llmgw.proto import (
     agent,
 )
 from llmgw.scheduler.agents import Agents
-from llmgw.scheduler.core import Stop
+from llmgw.scheduler.applier import Applier
+from llmgw.scheduler.core import AgentStop, Plan, Policy, Stop
 from llmgw.scheduler.inbox import Inbox, Stopped, WorkersUp
 
 MODEL = Model(name="m", source="o/r/m.gguf")
@@ -127,3 +128,17 @@ async def test_only_the_engines_node_is_sent_its_key():
     assert msgspec.json.decode(to_worker, type=WorkerStart).replica.api_key == ""
     assert b"engine-key" not in to_worker
     assert msgspec.json.decode(to_engine, type=ReplicaStart).replica.api_key == "engine-key"
+
+
+async def test_a_stop_ask_is_logged_once_however_often_it_is_asked_while_in_flight():
+    def answer(subject, data):
+        return msgspec.json.encode(ReplicaReport(id="ghost", model="m", profile="cpu", node="a", state="stopped"))
+
+    log = Log()
+    agents = Agents(FakeNats(answer), Inbox(), log)
+    applier = Applier(None, agents, {}, Policy(), log)  # asks alone touch no record
+    ask = AgentStop(node="a", id="ghost", reason="replaced while its node was lost")
+    await applier.carry_out(Plan(asks=[ask]))
+    await applier.carry_out(Plan(asks=[ask]))  # the next heartbeat, while the first is in flight
+    await drained(agents, Inbox())
+    assert [event for _, event, _ in log.lines] == ["asking an agent to stop"]
