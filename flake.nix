@@ -44,7 +44,7 @@
           buildSystem = [ "uv-build" ];
           requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" "pyyaml" ];
         };
-        llmgw-scheduler = { dir = "services/scheduler"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" ]; };
+        llmgw-scheduler = { dir = "services/scheduler"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" ]; };
         llmgw-mirror = { dir = "services/mirror"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" ]; };
         llmgw-router = {
           dir = "services/router";

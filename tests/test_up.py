@@ -19,9 +19,21 @@ import openai
 import psutil
 import pytest
 
-from llmgw.bus import call, connect
+from llmgw.bus import call, connect, kv_scan
 from llmgw.gguf import TinyLlama, write_random_llama
-from llmgw.proto import Empty, KeyCreate, Model, ModelPut, ModelRef, Scaling, catalog, router, scheduler
+from llmgw.proto import (
+    BUCKETS,
+    Empty,
+    KeyCreate,
+    Model,
+    ModelPut,
+    ModelRef,
+    ReplicaState,
+    Scaling,
+    catalog,
+    router,
+    scheduler,
+)
 
 DEMO = "demo-random-tiny"
 SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
@@ -190,6 +202,20 @@ def test_every_service_serves_its_admin_endpoints(up, home):
         assert "llmgw_requests" in httpx.get(f"{base}/metrics").text
 
 
+def _engine_keys(up):
+    """Every engine key, read where only the scheduler writes them and the router reads them."""
+
+    async def read():
+        nc = await connect(up.nats_url, "test-router", creds=str(up.home / "creds" / "router.nk"))
+        try:
+            kv = await nc.jetstream().key_value(BUCKETS["replicas"])
+            return [r.api_key for r, _ in (await kv_scan(kv, ReplicaState)).values() if r.api_key]
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
 def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     models = subprocess.run([*ctl, "model", "list", "--json"], capture_output=True, text=True, check=True)
@@ -199,7 +225,8 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     table = subprocess.run([*ctl, "replica", "list"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert table[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
     assert [line.split()[2:5] for line in table[1:]] == [[DEMO, "cpu", "ready"]]
-    engine_keys = [r.api_key for r in _all_replicas(up) if r.api_key]
+    engine_keys = _engine_keys(up)
+    assert engine_keys, "the replicas bucket holds the engines' keys (the router reads them there)"
     assert "api_key" not in replicas.stdout and not any(k in replicas.stdout + "\n".join(table) for k in engine_keys)
     missing = subprocess.run([*ctl, "model", "get", "nope"], capture_output=True, text=True)
     assert missing.returncode == 1 and "'nope' is not in the catalog" in missing.stderr
