@@ -310,3 +310,31 @@ async def test_an_expired_server_certificate_is_refused_saying_so(tmp_path):
             await connect(server.url, "late", patient=True, creds=creds, tls_ca=tls.ca)
     finally:
         server.stop()
+
+
+async def test_only_the_catalog_may_delete_a_mirrors_file_and_an_agent_may_not_purge_or_collect(secured):
+    from llmgw.proto import ModelPurge, WeightsCollect, WeightsDelete, WeightsDeleted, mirror
+
+    url, creds = secured
+    mirroring = await _as(url, creds, "mirror")
+    owner = await _as(url, creds, "catalog")
+    intruder = await _as(url, creds, "agent-a")
+    routing = await _as(url, creds, "router")
+    deleted = []
+
+    async def delete(req: WeightsDelete) -> WeightsDeleted:
+        deleted.extend(req.sources)
+        return WeightsDeleted(where="mirror", deleted=req.sources)
+
+    try:
+        await _serve(mirroring, mirror.FILE_DELETE, delete)
+        ask = WeightsDelete(sources=["o/r/m.gguf"])
+        await _refused(call(intruder, mirror.FILE_DELETE, ask, timeout=1))
+        await _refused(call(routing, mirror.FILE_DELETE, ask, timeout=1))
+        await _refused(call(intruder, catalog.MODEL_PURGE, ModelPurge(name="m"), timeout=1))
+        await _refused(call(routing, agent.WEIGHTS_COLLECT, WeightsCollect(keep=[]), timeout=1))
+        assert deleted == []
+        assert (await _answered(lambda: call(owner, mirror.FILE_DELETE, ask))).deleted == ["o/r/m.gguf"]
+    finally:
+        for nc in (mirroring, owner, intruder, routing):
+            await nc.close()
