@@ -188,6 +188,17 @@ def test_srv_info_and_stats_describe_each_service(up):
     assert all(answers["STATS", name]["version"] == "0.1.0" for name in SERVICES)
 
 
+def test_each_services_admin_port_is_on_the_loopback_and_said_in_its_nats_micro_info(up):
+    async def ask(nc):
+        return {n: msgspec.json.decode((await nc.request(f"$SRV.INFO.{n}", b"", timeout=5)).data) for n in SERVICES}
+
+    for name, info in up.nats(ask).items():
+        admin = info["metadata"]["admin"]
+        assert admin.startswith("http://127.0.0.1:"), (name, admin)
+        assert httpx.get(f"{admin}/healthz").text == "ok\n"
+        assert httpx.get(f"{admin}/info").json()["service"] == name.removeprefix("llmgw-")
+
+
 def test_every_service_serves_its_admin_endpoints(up, home):
     for name in ("catalog", "scheduler", "mirror", "router", "agent"):
         started = [

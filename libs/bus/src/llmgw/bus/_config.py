@@ -35,8 +35,11 @@ class BusConfig(msgspec.Struct, kw_only=True):
     data_dir: str = ""
     """Where the service keeps its files (default: $LLMGW_HOME or ~/.local/share/llmgw)."""
     admin_host: str = "127.0.0.1"
+    """Where the admin HTTP port listens: the loopback unless set (its /metrics and /info say
+    more than a stranger should read)."""
     admin_port: int = 0
-    """Admin HTTP port (/healthz, /readyz, /metrics, /info); 0 picks a free one."""
+    """Admin HTTP port (/healthz, /readyz, /metrics, /info); set a fixed one for Prometheus; 0 picks
+    a free one. Either way nats.micro's INFO of the service says where it is (metadata `admin`)."""
     log_level: str = "info"
 
     def home(self) -> Path:

@@ -118,8 +118,9 @@ class Context:
         return serve
 
 
-async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
-    """A small HTTP/1.1 server for /healthz, /readyz, /metrics and /info."""
+async def _admin_server(context: Callable[[], Context | None], host: str, port: int) -> asyncio.Server:
+    """A small HTTP/1.1 server for /healthz, /readyz, /metrics and /info (`context()` is the
+    started service's, None while it starts: then only /healthz answers ok)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -128,7 +129,8 @@ async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
                 pass
             parts = line.decode("latin-1").split()
             path = parts[1] if len(parts) > 1 else "/"
-            status, ctype, body = _admin_answer(ctx, path)
+            ctx = context()
+            status, ctype, body = _admin_answer(ctx, path) if ctx else _starting(path)
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -141,6 +143,13 @@ async def _admin_server(ctx: Context, host: str, port: int) -> asyncio.Server:
             writer.close()
 
     return await asyncio.start_server(handle, host, port)
+
+
+def _starting(path: str) -> tuple[str, str, bytes]:
+    """The admin answers before the service has started."""
+    if path == "/healthz":
+        return "200 OK", "text/plain", b"ok\n"
+    return "503 Service Unavailable", "text/plain", b"starting\n"
 
 
 def _admin_answer(ctx: Context, path: str) -> tuple[str, str, bytes]:
@@ -174,12 +183,17 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     nc = await connect(
         config.nats_url, f"llmgw-{app.name}-{config.node_name()}", creds=config.creds, tls_ca=config.tls_ca
     )
+    started: list[Context] = []
+    admin = await _admin_server(lambda: started[0] if started else None, config.admin_host, config.admin_port)
+    port = admin.sockets[0].getsockname()[1]
+    # Where Prometheus scrapes it: in nats.micro's INFO (`nats micro info llmgw-<name>`) and /info.
+    metadata = {"admin": f"http://{config.admin_host}:{port}", "node": config.node_name()}
     service = await nats.micro.add_service(
-        nc, name=f"llmgw-{app.name}", version=app.version, description=app.description
+        nc, name=f"llmgw-{app.name}", version=app.version, description=app.description, metadata=metadata
     )
     ctx = Context(app, config, nc, service)
-    admin = await _admin_server(ctx, config.admin_host, config.admin_port)
-    ctx.admin_port = admin.sockets[0].getsockname()[1]
+    ctx.admin_port = port
+    started.append(ctx)
     await app.start(ctx)
     log.info("started", version=app.version, admin_port=ctx.admin_port, nats=config.nats_url)
     await stop.wait()
