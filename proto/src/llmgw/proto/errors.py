@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "BusError", "Conflict", "Internal", "NotFound", "from_code"]
+__all__ = ["BadRequest", "BusError", "Conflict", "Internal", "NotFound", "described", "from_code"]
 
 
 class BusError(Exception):
@@ -46,3 +46,10 @@ _BY_CODE = {cls.code: cls for cls in (BadRequest, NotFound, Conflict, Internal)}
 def from_code(code: str, message: str) -> BusError:
     """The error for a reply's code (unknown codes are Internal)."""
     return _BY_CODE.get(code, Internal)(message)
+
+
+def described(exc: BaseException) -> str:
+    """An exception as a log line tells it: its type and its message. Never its repr: aiohttp's
+    carries the request it failed on, headers and all, the engine's key among them."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -31,6 +31,7 @@ from llmgw.bus._nats import (
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
 from llmgw.bus._service import Context, ServiceApp, entry_point, run
+from llmgw.bus._tasks import spawn
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "server_config",
     "setup_logging",
     "setup_tracing",
+    "spawn",
     "start_nats_server",
     "write_identity",
 ]

@@ -12,7 +12,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 
-from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket
+from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn
 from llmgw.proto import (
     BUCKETS,
     USAGE_STREAM,
@@ -32,7 +32,6 @@ from llmgw.router.core import key_hash, sum_usage
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
-from llmgw.router.tasks import spawn
 
 __all__ = ["Accounts"]
 

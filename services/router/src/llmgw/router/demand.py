@@ -9,10 +9,9 @@ import time
 import msgspec
 from nats.js.kv import KeyValue
 
-from llmgw.bus import get_logger
+from llmgw.bus import get_logger, spawn
 from llmgw.proto import Demand, Model
 from llmgw.router.directory import Directory
-from llmgw.router.tasks import spawn
 
 __all__ = ["DemandSignal"]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from llmgw.proto.errors import described
+
 __all__ = [
     "ApiError",
     "BadKeyId",
@@ -274,10 +276,3 @@ class HttpError(ApiError):
 def http_error(status: int, message: str) -> ApiError:
     """Litestar's own HTTP error in OpenAI's body."""
     return BodyTooLarge(message) if status == 413 else HttpError(status, message)
-
-
-def described(exc: BaseException) -> str:
-    """An exception as a log line tells it: its type and its message. Never its repr: aiohttp's
-    carries the request it failed on, headers and all, the engine's key among them."""
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

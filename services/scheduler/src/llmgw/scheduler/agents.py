@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 import msgspec
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, call
+from llmgw.bus import BusError, call, spawn
 from llmgw.proto import Model, Profile, ReplicaReport, ReplicaStart, ReplicaState, ReplicaStop, WorkerStart, agent
 from llmgw.scheduler.core import AgentStop, Stop, spec_of
 from llmgw.scheduler.inbox import Inbox, Stopped, WorkersUp
@@ -38,16 +38,8 @@ class Agents:
             task.cancel()
 
     def _spawn(self, work: Coroutine) -> asyncio.Task:
-        task = asyncio.create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task) -> None:
-        """An ask ended: forget it; one that failed is logged (nothing else would say so)."""
-        self.tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.log.error("asking an agent failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        """An ask in its own task; one that failed is logged (nothing else would say so)."""
+        return spawn(self.tasks, work, self.log, "asking an agent", event="asking an agent failed")
 
     def stop(self, ask: AgentStop) -> None:
         """Ask an agent to stop an engine or a worker, unless that is being asked already."""
