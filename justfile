@@ -43,3 +43,7 @@ bench:
 proto-schema:
     python -m llmgw.proto > proto/schema/llmgw.v1.json
     python -m llmgw.proto subjects > docs/subjects.md
+
+# The whole fault suite (kills, outages, floods), long: its fast cases also run in `./dev test`
+chaos *args:
+    python -m pytest -m chaos "$@"
