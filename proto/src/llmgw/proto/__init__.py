@@ -12,6 +12,7 @@ from llmgw.proto import agent, catalog, errors, mirror, router, scheduler
 from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
+from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
 from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._types import Empty, ReplicaStatus
@@ -65,6 +66,7 @@ SERVICES = (catalog, scheduler, mirror, router, agent)
 
 __all__ = [
     "BUCKETS",
+    "JSON_MAX_DEPTH",
     "PREFIX",
     "SERVICES",
     "USAGE_STREAM",
@@ -83,6 +85,7 @@ __all__ = [
     "Filesystem",
     "GpuInfo",
     "Heartbeat",
+    "JsonTooDeep",
     "KeyCreate",
     "KeyCreated",
     "KeyList",
@@ -135,7 +138,9 @@ __all__ = [
     "agent",
     "all_messages",
     "catalog",
+    "check_depth",
     "convert_strict",
+    "decode_json",
     "errors",
     "fingerprint",
     "mirror",

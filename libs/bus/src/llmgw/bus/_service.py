@@ -21,7 +21,7 @@ from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._nats import connect
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
-from llmgw.proto import Endpoint, type_name
+from llmgw.proto import Endpoint, decode_json, type_name
 from llmgw.proto.errors import BusError
 
 __all__ = ["Context", "ServiceApp", "entry_point", "run"]
@@ -66,6 +66,8 @@ class Context:
         self.started = time.time()
         self.admin_port = 0
         self._groups: dict[str, nats.micro.service.Group] = {}
+        self._unanswerable: set[str] = set()
+        """Subjects a request without a reply subject came on (each logged once)."""
 
     async def serve(
         self, endpoint: Endpoint[Req, Rep], handler: Callable[[Req], Awaitable[Rep]], node: str = ""
@@ -85,11 +87,23 @@ class Context:
     def _handler(self, subject: str, request_type: type, handler: Handler) -> Callable[[Request], Awaitable[None]]:
         """`handler` as nats.micro calls it: the request decoded, the reply or the error sent back.
 
-        A malformed or invalid message gets a 400 naming the field; a BusError its own code;
-        anything else a 500. The service carries on in every case.
+        A malformed or invalid message (JSON nested too deep among them) gets a 400 naming the
+        field; a BusError its own code; anything else a 500. A request without a reply subject is
+        not run (nobody could learn its answer): a warning the first time on each subject. The
+        service carries on in every case.
         """
 
         async def serve(req: Request) -> None:
+            if not req._msg.reply:  # nats.micro's Request keeps its message private; only the reply is read
+                self._requests.labels(subject, "no_reply").inc()
+                if subject not in self._unanswerable:
+                    self._unanswerable.add(subject)
+                    self.log.warning(
+                        "request without a reply subject refused",
+                        subject=req.subject,
+                        hint="send it as a request (nats req), not a publish; later ones are counted, not logged",
+                    )
+                return
             with (
                 self._tracer.start_as_current_span(
                     subject if "*" not in subject else req.subject,
@@ -100,7 +114,7 @@ class Context:
             ):
                 code = "200"
                 try:
-                    msg = msgspec.json.decode(req.data or b"{}", type=request_type)
+                    msg = decode_json(req.data or b"{}", type=request_type)
                     reply = await handler(msg)
                     await req.respond(msgspec.json.encode(reply))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -233,7 +247,13 @@ def entry_point(app_type: Callable[[C], ServiceApp], config_type: type[C]) -> Ca
 
     def main(argv: list[str] | None = None) -> int:
         config = load_config(config_type, argv)
-        return run(app_type(config), config)
+        try:
+            app = app_type(config)  # reads the files it needs (an engine secret) before connecting
+        except CredentialsError as exc:
+            setup_logging(getattr(app_type, "name", "llmgw"), config.node_name(), config.log_level)
+            get_logger(getattr(app_type, "name", "llmgw")).error("cannot start", error=exc.message)
+            return 2
+        return run(app, config)
 
     main.__doc__ = f"Run {getattr(app_type, 'name', app_type.__name__)} until SIGTERM or SIGINT."
     return main
