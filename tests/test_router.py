@@ -666,3 +666,59 @@ async def test_a_failed_try_is_logged_without_the_engines_key(world):
     ]
     assert len(tries) == 2 and all("ClientResponseError" in e["error"] for e in tries)
     assert not [e for e in logs if "replica-key" in repr(e)]
+
+
+async def test_bad_input_over_http_gets_a_clear_4xx_in_openais_body_and_the_router_carries_on(world):
+    from llmgw.proto import JSON_MAX_DEPTH
+
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    user = await world.client(name="user")
+    admin = await world.client(name="ops", admin=True)
+    base = world.router.http.url
+    deep = b"[" * 100_000 + b"]" * 100_000
+    json_type = {"content-type": "application/json"}
+    as_user = {"authorization": f"Bearer {user.api_key}", **json_type}
+    as_admin = {"authorization": f"Bearer {admin.api_key}", **json_type}
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        asked = {
+            "chat": await http.post(
+                "/v1/chat/completions", content=b'{"model": "m", "messages": ' + deep + b"}", headers=as_user
+            ),
+            "barely": await http.post(
+                "/v1/completions",
+                content=b'{"model": "m", "prompt": "x", "x": '
+                + b"[" * (JSON_MAX_DEPTH + 1)
+                + b"]" * (JSON_MAX_DEPTH + 1)
+                + b"}",
+                headers=as_user,
+            ),
+            "key": await http.post("/api/v1/keys", content=b'{"name": "k", "models": ' + deep + b"}", headers=as_admin),
+            "project": await http.put(
+                "/api/v1/projects/p", content=b'{"name": "p", "x": ' + deep + b"}", headers=as_admin
+            ),
+            "change": await http.post(
+                "/api/v1/models/m/change", content=b'{"action": ' + deep + b"}", headers=as_admin
+            ),
+        }
+        for what, answer in asked.items():
+            assert answer.status_code == 400, (what, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "json_too_deep" and f"deeper than {JSON_MAX_DEPTH} levels" in error["message"], what
+        text = {"content-type": "text/plain"}
+        body = json.dumps({"model": "m", "messages": HELLO, "max_tokens": 2})
+        for path, who in (("/v1/chat/completions", as_user), ("/api/v1/keys", as_admin)):
+            typed = await http.post(path, content=body, headers={**who, **text})
+            assert typed.status_code == 415, (path, typed.text)
+            assert "send 'Content-Type: application/json'" in typed.json()["error"]["message"]
+        for since in ("1e300", "-1", "nan", "inf", "1e20"):
+            usage = await http.get("/api/v1/usage", params={"since": since}, headers=as_admin)
+            assert usage.status_code == 400 and "since" in usage.json()["error"]["message"], (since, usage.text)
+        many = await http.post(
+            "/v1/completions", json={"model": "m", "prompt": ["hi"] * 100, "max_tokens": 1}, headers=as_user
+        )
+        assert many.status_code == 400 and many.json()["error"]["param"] == "prompt"
+        assert f"at most {world.router.config.max_prompts} prompts" in many.json()["error"]["message"]
+        assert (await http.get("/api/v1/usage", params={"since": "0"}, headers=as_admin)).status_code == 200
+    fine = await user.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+    assert fine.choices and world.router.proxy.balancer.failures.get("m-cpu-1", 0) == 0

@@ -4,7 +4,7 @@ which replica tokenizes it, and the 429 a limit gives."""
 import msgspec
 import pytest
 
-from llmgw.proto import KeyRecord, Model, Profile, ReplicaState
+from llmgw.proto import JSON_MAX_DEPTH, KeyRecord, Model, Profile, ReplicaState
 from llmgw.router.core import key_hash
 from llmgw.router.errors import (
     BodyTooLarge,
@@ -12,15 +12,26 @@ from llmgw.router.errors import (
     ExpiredKey,
     InvalidJson,
     InvalidKey,
+    InvalidRequest,
     MissingKey,
     MissingModel,
     ModelNotAllowed,
     ModelNotFound,
     NotAdmin,
     RateLimited,
+    UnsupportedMediaType,
 )
 from llmgw.router.limits import Verdict
-from llmgw.router.prepare import authorize, check_size, measure_plan, prepare, refusal, resolve
+from llmgw.router.prepare import (
+    authorize,
+    check_body,
+    check_prompts,
+    check_size,
+    measure_plan,
+    prepare,
+    refusal,
+    resolve,
+)
 
 NOW = 1_764_720_030.0
 KEYS = {
@@ -124,3 +135,38 @@ def test_a_limit_reached_is_a_429_that_says_when_it_resets_and_a_spent_budget_sa
     assert isinstance(budget, BudgetSpent) and budget.type == "insufficient_quota"
     assert budget.headers == {"retry-after": "1", "x-should-retry": "false"}
     assert msgspec.json.decode(msgspec.json.encode(budget.body()))["error"]["code"] == "budget_exhausted"
+
+
+def test_json_nested_too_deep_is_a_400_saying_how_deep_is_allowed_not_a_recursion_error():
+    models = {"m": MODEL}.get
+    for depth in (JSON_MAX_DEPTH + 1, 100_000):
+        deep = b'{"model": "m", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+        with pytest.raises(InvalidJson, match=f"nested deeper than {JSON_MAX_DEPTH} levels") as refused:
+            resolve(deep, models)
+        assert refused.value.status == 400 and refused.value.code == "json_too_deep"
+        with pytest.raises(InvalidJson, match="nested deeper"):
+            check_body("application/json", deep)
+
+
+@pytest.mark.parametrize(
+    "content_type", [None, "", "application/json", "Application/JSON; charset=utf-8", "application/merge-patch+json"]
+)
+def test_a_body_sent_as_json_or_without_a_type_is_read_as_json(content_type):
+    check_body(content_type, b'{"a": 1}')
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_body_sent_as_anything_but_json_is_a_415_that_says_to_send_json(content_type):
+    with pytest.raises(UnsupportedMediaType, match="send 'Content-Type: application/json'") as refused:
+        check_body(content_type, b'{"a": 1}')
+    assert refused.value.status == 415 and content_type in refused.value.message
+    check_body(content_type, b"")  # no body: nothing to read as anything
+
+
+def test_completions_take_at_most_the_bound_of_prompts_and_the_400_says_it():
+    key = KeyRecord(name="k", created=0)
+    for prompt in ("one", ["a", "b"], [1, 2, 3] * 100):
+        check_prompts(prepare("/v1/completions", {"model": "m", "prompt": prompt}, "m", MODEL, key, 4), 2)
+    with pytest.raises(InvalidRequest, match="at most 2 prompts; this one has 3") as refused:
+        check_prompts(prepare("/v1/completions", {"model": "m", "prompt": ["a", "b", "c"]}, "m", MODEL, key, 4), 2)
+    assert refused.value.param == "prompt" and refused.value.status == 400

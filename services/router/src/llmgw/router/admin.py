@@ -41,15 +41,21 @@ from llmgw.router.errors import (
     BadKeyId,
     BadName,
     BadQuery,
+    BadRevision,
     InvalidChange,
     KeyNotFound,
     NameMismatch,
     catalog_error,
 )
+from llmgw.router.prepare import check_body
 
 __all__ = ["admin_api"]
 
 _log = get_logger("router")
+
+_LATEST = 253_402_300_799.0
+"""The last second of the year 9999: the latest `since` a usage query may name."""
+_MOST_REVISION = 2**63 - 1
 
 
 def admin_api(accounts: Accounts, nc: Client) -> Router:
@@ -76,11 +82,19 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
             usage,
         ],
         guards=[admin_only],
+        before_request=_readable_body,
         dependencies={
             "accounts": Provide(lambda: accounts, sync_to_thread=False),
             "nc": Provide(lambda: nc, sync_to_thread=False),
         },
     )
+
+
+async def _readable_body(request: Request) -> None:
+    """Runs after the key is checked, before Litestar reads the body into the route's message:
+    sent as JSON (415 else) and nested no deeper than the router reads (400)."""
+    if request.method in ("POST", "PUT", "PATCH"):
+        check_body(request.headers.get("content-type"), await request.body())
 
 
 async def _ask(nc: Client, request: Request, endpoint: Endpoint, message: msgspec.Struct, timeout: float = 10.0):
@@ -109,6 +123,8 @@ async def put_model(request: Request, nc: Client, name: str, data: Model, revisi
     """Create or replace a model; `?revision=` makes it compare-and-set (0: must not exist)."""
     if data.name != name:
         raise NameMismatch(f"the body names model '{data.name}' but the path '{name}'")
+    if revision is not None and not 0 <= revision <= _MOST_REVISION:
+        raise BadRevision(f"'revision' is {revision}; it must be from 0 (must not exist yet) to {_MOST_REVISION}")
     return await _ask(
         nc, request, catalog.MODEL_PUT, ModelPut(model=data, revision=revision, by=request.state.key.name)
     )
@@ -173,6 +189,8 @@ async def put_project(accounts: Accounts, name: str, data: Project) -> Project:
 @get("/usage")
 async def usage(accounts: Accounts, since: float = 0.0, group_by: str = "model") -> UsageReport:
     """Requests and tokens since a Unix time, summed by model, project, key or replica."""
+    if not 0 <= since <= _LATEST:  # NaN too
+        raise BadQuery(f"usage query: 'since' is {since}; it must be a Unix time in seconds, from 0 to {_LATEST:.0f}")
     try:
         query = msgspec.convert({"since": since, "group_by": group_by}, UsageQuery)
     except msgspec.ValidationError as exc:

@@ -19,6 +19,8 @@ class RouterConfig(BusConfig, kw_only=True):
     """Larger request bodies get 413 before they are read whole."""
     max_n: int = 4
     """Most choices (`n`) one request may ask for."""
+    max_prompts: int = 16
+    """Most prompts one `/v1/completions` request may hold (a list of strings)."""
     wake_timeout_s: float = 180.0
     """How long a request for an on-demand model at zero waits for it to wake."""
     demand_every_s: float = 5.0

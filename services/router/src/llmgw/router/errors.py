@@ -16,6 +16,7 @@ __all__ = [
     "BadKeyId",
     "BadName",
     "BadQuery",
+    "BadRevision",
     "BodyTooLarge",
     "BudgetSpent",
     "CatalogConflict",
@@ -40,10 +41,12 @@ __all__ = [
     "ModelNotAllowed",
     "ModelNotFound",
     "NameMismatch",
+    "NestedTooDeep",
     "NoReadyReplica",
     "NotAdmin",
     "RateLimited",
     "Unauthorized",
+    "UnsupportedMediaType",
     "UpstreamFailed",
     "catalog_error",
     "described",
@@ -96,6 +99,12 @@ class InvalidJson(InvalidRequest):
     code = "invalid_json"
 
 
+class NestedTooDeep(InvalidJson):
+    """JSON nested deeper than the router reads."""
+
+    code = "json_too_deep"
+
+
 class MissingModel(InvalidRequest):
     """The body names no model."""
 
@@ -136,6 +145,12 @@ class BadQuery(InvalidRequest):
     """A usage query with a wrong value."""
 
     code = "bad_query"
+
+
+class BadRevision(InvalidRequest):
+    """A revision no model can have."""
+
+    code = "bad_revision"
 
 
 class BadName(InvalidRequest):
@@ -202,6 +217,12 @@ class BodyTooLarge(ApiError):
     """A body beyond the router's limit."""
 
     status, type, code = 413, "invalid_request_error", "body_too_large"
+
+
+class UnsupportedMediaType(ApiError):
+    """A body sent as something other than JSON."""
+
+    status, type, code = 415, "invalid_request_error", "unsupported_media_type"
 
 
 class RateLimited(ApiError):

@@ -21,7 +21,7 @@ from llmgw.router.errors import ApiError
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.outcome import Outcome, Served, Ticket
-from llmgw.router.prepare import check_size, prepare, refusal, resolve
+from llmgw.router.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
 from llmgw.router.proxy import Proxy
 from llmgw.router.quota import Scope
 
@@ -59,7 +59,9 @@ class Gateway:
         started = time.perf_counter()
         key_id, key = self.accounts.authorize(request.headers.get("authorization", ""))
         check_size(request.headers.get("content-length"), self.config.max_body_bytes)
-        body, asked, model = resolve(await request.body(), self.directory.model)
+        raw = await request.body()
+        check_body(request.headers.get("content-type"), raw)
+        body, asked, model = resolve(raw, self.directory.model)
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
         request.scope.setdefault("state", {})["request_id"] = rid
         ticket = Ticket(request_id=rid, key_id=key_id, project=key.project, model=model.name, started=started)
@@ -81,6 +83,7 @@ class Gateway:
         """The request checked and, where its model has ready replicas, its prompt measured (a 400
         where it does not fit the context); else it is measured once the model woke."""
         prepared = prepare(path, body, asked, model, key, self.config.max_n)
+        check_prompts(prepared, self.config.max_prompts)
         _, ready = self.directory.ready(model)
         tokens = await self.oracle.measure(prepared, model, ready.values(), primary=True)
         return msgspec.structs.replace(prepared, measured=bool(ready), tokens=tokens)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from llmgw.proto import KeyRecord, Model, Profile, ReplicaState
+from llmgw.proto import JSON_MAX_DEPTH, JsonTooDeep, KeyRecord, Model, Profile, ReplicaState, check_depth, decode_json
 from llmgw.router.core import Prepared, check_request, context_of, key_hash, may_exceed
 from llmgw.router.errors import (
     ApiError,
@@ -21,16 +21,29 @@ from llmgw.router.errors import (
     ExpiredKey,
     InvalidJson,
     InvalidKey,
+    InvalidRequest,
     MissingKey,
     MissingModel,
     ModelNotAllowed,
     ModelNotFound,
+    NestedTooDeep,
     NotAdmin,
     RateLimited,
+    UnsupportedMediaType,
 )
 from llmgw.router.limits import Verdict
 
-__all__ = ["Measure", "authorize", "check_size", "measure_plan", "prepare", "refusal", "resolve"]
+__all__ = [
+    "Measure",
+    "authorize",
+    "check_body",
+    "check_prompts",
+    "check_size",
+    "measure_plan",
+    "prepare",
+    "refusal",
+    "resolve",
+]
 
 
 def authorize(header: str, keys: Mapping[str, KeyRecord], now: float, admin: bool = False) -> tuple[str, KeyRecord]:
@@ -57,10 +70,36 @@ def check_size(content_length: str | None, most: int) -> None:
         raise BodyTooLarge(f"The request body is {int(content_length)} bytes; the most this router takes is {most}.")
 
 
+def _nested_too_deep() -> NestedTooDeep:
+    return NestedTooDeep(
+        f"The request body is JSON nested deeper than {JSON_MAX_DEPTH} levels (arrays and objects one "
+        "inside another); the router reads no deeper."
+    )
+
+
+def check_body(content_type: str | None, raw: bytes) -> None:
+    """A body the router can read: sent as JSON (or with no type: read as JSON; 415 for any
+    other), and nested no deeper than `JSON_MAX_DEPTH` (400). An empty body passes."""
+    if not raw:
+        return
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media and media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise UnsupportedMediaType(
+            f"The body is sent as '{media}', and this API reads JSON only: "
+            "send 'Content-Type: application/json' with a JSON body."
+        )
+    try:
+        check_depth(raw)
+    except JsonTooDeep:
+        raise _nested_too_deep() from None
+
+
 def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, str, Model]:
     """The body's JSON, the name it asks for and the model that name is (`models` looks it up)."""
     try:
-        body = msgspec.json.decode(raw)
+        body = decode_json(raw)
+    except JsonTooDeep:
+        raise _nested_too_deep() from None
     except msgspec.DecodeError as exc:
         raise InvalidJson(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
@@ -77,6 +116,17 @@ def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max
     if key.models and asked not in key.models and model.name not in key.models:
         raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
     return check_request(path, body, model, max_n)
+
+
+def check_prompts(prepared: Prepared, most: int) -> None:
+    """A completion asks for at most `most` prompts at once (a list of strings is one prompt
+    each; a list of token ids is one prompt): 400 saying the bound."""
+    prompt = prepared.body.get("prompt") if prepared.path == "/v1/completions" else None
+    if isinstance(prompt, list) and not all(isinstance(p, int) for p in prompt) and len(prompt) > most:
+        raise InvalidRequest(
+            f"'prompt' may hold at most {most} prompts; this one has {len(prompt)}: send the rest in more requests.",
+            "prompt",
+        )
 
 
 class Measure(NamedTuple):
