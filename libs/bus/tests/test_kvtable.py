@@ -58,3 +58,42 @@ async def test_a_scan_reads_every_entry_with_its_revision_and_leaves_out_what_do
     await kv.put("gone", msgspec.json.encode(KeyRecord(name="gone", created=1.0)))
     await kv.delete("gone")
     assert await kv_scan(kv, KeyRecord) == {"a": (KeyRecord(name="a", created=1.0), first)}
+
+
+async def test_a_value_nested_too_deep_or_not_json_is_logged_and_skipped_and_the_watch_carries_on(nc):
+    from structlog.testing import capture_logs
+
+    table = await KvTable.open(nc.jetstream(), "test_poison", KeyRecord)
+    try:
+        await _until(lambda: table.synced)
+        with capture_logs() as logs:
+            await table.kv.put("a", msgspec.json.encode(KeyRecord(name="a", created=1.0)))
+            await table.kv.put("deep", b'{"name": "d", "created": 1, "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+            await table.kv.put("junk", b"\xff not json")
+            await table.kv.put("b", msgspec.json.encode(KeyRecord(name="b", created=2.0)))
+            await _until(lambda: "b" in table.items)
+        assert set(table.items) == {"a", "b"}
+        skipped = {e["key"]: e["error"] for e in logs if e["event"] == "undecodable KV value skipped"}
+        assert set(skipped) == {"deep", "junk"} and "nested too deep" in skipped["deep"]
+    finally:
+        table.stop()
+
+
+async def test_a_watch_that_ends_is_started_again_and_the_table_is_stale_until_it_caught_up(nc):
+    from structlog.testing import capture_logs
+
+    table = await KvTable.open(nc.jetstream(), "test_restart", KeyRecord)
+    try:
+        await _until(lambda: table.synced)
+        await table.kv.put("a", msgspec.json.encode(KeyRecord(name="a", created=1.0)))
+        await _until(lambda: "a" in table.items)
+        with capture_logs() as logs:
+            await table._watcher.stop()  # its consumer gone: the watch ends
+            await _until(lambda: table.stale)
+            await table.kv.delete("a")  # while no watch runs
+            await table.kv.put("b", msgspec.json.encode(KeyRecord(name="b", created=2.0)))
+            await _until(lambda: not table.stale)
+        assert set(table.items) == {"b"} and table.restarts == 1
+        assert [e["bucket"] for e in logs if e["event"] == "KV watch ended; watching again"] == ["test_restart"]
+    finally:
+        table.stop()

@@ -12,17 +12,24 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus._nats import kv_bucket
 from llmgw.bus._observe import get_logger
+from llmgw.proto.errors import described
 
 __all__ = ["KvTable"]
 
 T = TypeVar("T")
 D = TypeVar("D")
 
+RESTART_S = (0.5, 1.0, 2.0, 5.0)
+"""Waits before a watch that ended is started again (the last one repeats)."""
+
 
 class KvTable(Generic[T]):
     """`items` follows the bucket (puts, deletes, purges); `synced` once the initial values are in.
 
-    A value that does not decode as `kind` is logged and left out; the watch carries on.
+    A value that cannot be read as `kind` (not JSON, the wrong shape, nested too deep) is logged,
+    and its key left out; the watch carries on. A watch that ends (its consumer lost, a failure)
+    is started again: `items` keeps the last values it knew meanwhile, `synced` is False (the
+    table is stale) until the new watch's initial values are in, and then they replace it whole.
     """
 
     def __init__(self, kv: KeyValue, bucket: str, kind: type[T]) -> None:
@@ -33,15 +40,25 @@ class KvTable(Generic[T]):
         """Counts changes: a reader caching something derived from `items` compares it."""
         self.changed = asyncio.Event()
         """Set on every change after the initial values; whoever waits on it clears it."""
+        self.restarts = 0
+        """Watches started again after one ended."""
         self._task: asyncio.Task | None = None
+        self._watcher: KeyValue.KeyWatcher | None = None
         self._derived: dict[Callable, tuple[int, object]] = {}
+        self._log = get_logger("llmgw.bus.kv")
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, kind: type[T], history: int = 1) -> KvTable[T]:
         """Open (or create) `bucket` and start watching it in the background."""
         table = cls(await kv_bucket(js, bucket, history), bucket, kind)
-        table._task = asyncio.create_task(table._watch())
+        table._task = asyncio.create_task(table._follow())
         return table
+
+    @property
+    def stale(self) -> bool:
+        """Whether `items` may be behind the bucket (its initial values, or a restarted watch's,
+        not yet in)."""
+        return not self.synced
 
     def derived(self, build: Callable[[dict[str, T]], D]) -> D:
         """`build(items)`, worked out again only when the bucket changed since the last call
@@ -57,18 +74,47 @@ class KvTable(Generic[T]):
         if self._task:
             self._task.cancel()
 
+    async def _follow(self) -> None:
+        """Watch, and watch again whenever a watch ends, for as long as the table is open."""
+        failures = 0
+        while True:
+            try:
+                await self._watch()
+                why = "the watch ended"
+            except Exception as exc:  # whatever ended it, the table must not stop following
+                why = described(exc)
+            self.synced = False
+            wait = RESTART_S[min(failures, len(RESTART_S) - 1)]
+            failures += 1
+            self._log.warning("KV watch ended; watching again", bucket=self.bucket, why=why, after_s=wait)
+            await asyncio.sleep(wait)
+            self.restarts += 1
+
     async def _watch(self) -> None:
-        log = get_logger("llmgw.bus.kv")
-        async for entry in await self.kv.watchall():
+        fresh: dict[str, T] | None = {}
+        """The values a (re)started watch delivers before its end-of-initial-values marker."""
+        self._watcher = await self.kv.watchall()
+        async for entry in self._watcher:
             if entry is None:
+                if fresh is not None:
+                    self.items, fresh = fresh, None
+                    if self.restarts:
+                        self.changed.set()  # readers see the values the new watch brought
                 self.synced = True
-            elif entry.operation in ("DEL", "PURGE") or not entry.value:
-                self.items.pop(entry.key, None)
             else:
-                try:
-                    self.items[entry.key] = msgspec.json.decode(entry.value, type=self.kind)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    log.warning("undecodable KV value left out", bucket=self.bucket, key=entry.key, error=str(exc))
+                self._apply(self.items if fresh is None else fresh, entry)
             self.version += 1
             if entry is not None and self.synced:
                 self.changed.set()
+
+    def _apply(self, items: dict[str, T], entry: KeyValue.Entry) -> None:
+        """One entry of the bucket into `items`: kept where it reads as `kind`, else left out."""
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            items.pop(entry.key, None)
+            return
+        try:
+            items[entry.key] = msgspec.json.decode(entry.value, type=self.kind)
+        except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
+            items.pop(entry.key, None)
+            error = "JSON nested too deep to read" if isinstance(exc, RecursionError) else str(exc)[:200]
+            self._log.warning("undecodable KV value skipped", bucket=self.bucket, key=entry.key, error=error)
