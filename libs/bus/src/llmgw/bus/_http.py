@@ -43,8 +43,10 @@ class HttpServer:
                 self.task.result()
             await asyncio.sleep(0.02)
 
-    async def stop(self) -> None:
-        """Finish open requests and stop."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop listening at once, finish open requests (those still open after `grace_s`, when
+        given, are cancelled), and stop."""
+        self.server.config.timeout_graceful_shutdown = grace_s
         self.server.should_exit = True
         if self.task:
             await self.task

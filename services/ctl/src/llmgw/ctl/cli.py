@@ -38,7 +38,13 @@ def _up(args: argparse.Namespace) -> int:
     from llmgw.ctl.up import UpOptions, up
 
     return up(
-        UpOptions(data_dir=args.data_dir, nats_port=args.nats_port, http_port=args.http_port, demo=not args.no_demo)
+        UpOptions(
+            data_dir=args.data_dir,
+            nats_port=args.nats_port,
+            http_port=args.http_port,
+            demo=not args.no_demo,
+            drain_s=args.drain_s,
+        )
     )
 
 
@@ -80,6 +86,9 @@ def _up_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--nats-port", type=int, default=4222, help="NATS client port (-1: a free one)")
     up.add_argument("--http-port", type=int, default=8080, help="the OpenAI endpoint's port (0: a free one)")
     up.add_argument("--no-demo", action="store_true", help="do not write and serve the demo model")
+    up.add_argument(
+        "--drain-s", type=float, default=10.0, help="at a stop, how long requests in flight may take to finish"
+    )
     up.set_defaults(run=_up)
 
 

@@ -1,4 +1,8 @@
-"""`llmgw up`: NATS with JetStream, every service as its own process, an agent, a demo model."""
+"""`llmgw up`: NATS with JetStream, every service as its own process, an agent, a demo model.
+
+What it starts, it keeps: a process that dies is started again after a backoff (`keeper`), said
+in one line. A stop drains: the router first (it stops taking requests and lets those in flight
+finish for `drain_s`), then the agent (its engines) and the other services, NATS last."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,10 +32,11 @@ from llmgw.bus import (
     start_nats_server,
 )
 from llmgw.ctl.access import ensure_identities
+from llmgw.ctl.keeper import Backoff, Keeper, how_it_ended
 from llmgw.gguf import write_random_llama
 from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
 
-__all__ = ["DEMO_MODEL", "DEMO_SOURCE", "UpOptions", "up"]
+__all__ = ["DEMO_MODEL", "DEMO_SOURCE", "Kept", "UpOptions", "up"]
 
 SERVICES = ("catalog", "mirror", "scheduler", "router", "agent")
 DEMO_SOURCE = "llmgw-demo/random-tiny-llama/random-weights-f32.gguf"
@@ -44,6 +50,10 @@ class UpOptions(msgspec.Struct, kw_only=True):
     nats_port: int = 4222
     http_port: int = 8080
     demo: bool = True
+    drain_s: float = 10.0
+    """At a stop, how long the router lets the requests in flight finish before it cuts them."""
+    backoff: Backoff = Backoff()
+    """When a process that died is started again."""
 
     def home(self) -> Path:
         """The data directory."""
@@ -62,6 +72,35 @@ def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
     conf.write_text(server_config(identities, home / "nats"))
     conf.chmod(0o600)
     return conf, creds
+
+
+class Kept:
+    """A process `up` started and starts again when it dies (`start` makes it)."""
+
+    def __init__(
+        self, name: str, start: Callable[[], subprocess.Popen], log: Path, policy: Backoff, running=None
+    ) -> None:
+        self.name, self.start, self.log = name, start, log
+        self.proc: subprocess.Popen = running or start()
+        self.keeper = Keeper(policy, time.monotonic())
+
+    def tend(self, now: float) -> None:
+        """Notice that it died (said in one line), or start it again once its wait is over."""
+        if self.keeper.due(now):
+            self.keeper.started(now)
+            try:
+                self.proc = self.start()
+            except BusError as exc:  # nats-server that did not listen: try again later
+                wait = self.keeper.ended(now)
+                print(f"llmgw up: {self.name} did not start: {exc.message}; trying again in {wait:g} s", flush=True)
+        elif self.keeper.due_at is None and self.proc.poll() is not None:
+            ran = now - self.keeper.started_at
+            wait = self.keeper.ended(now)
+            print(
+                f"llmgw up: {self.name} {how_it_ended(self.proc.returncode)} after {ran:.1f} s; "
+                f"starting it again in {wait:g} s (its log: {self.log})",
+                flush=True,
+            )
 
 
 def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
@@ -102,11 +141,11 @@ async def _setup(nats_url: str, home: Path, demo: bool, creds: Path) -> str:
         await nc.close()
 
 
-def _wait_listening(url: str, procs: dict[str, subprocess.Popen], timeout: float = 60) -> None:
+def _wait_listening(url: str, router: Kept, timeout: float = 60) -> None:
     """Return once the router answers HTTP at `url` (any status)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if procs["router"].poll() is not None:
+        if router.proc.poll() is not None:
             raise RuntimeError("the router exited at start; see its log")
         try:
             httpx.get(url, timeout=1)
@@ -116,23 +155,38 @@ def _wait_listening(url: str, procs: dict[str, subprocess.Popen], timeout: float
     raise RuntimeError(f"the router did not listen on {url} within {timeout}s")
 
 
-def _stop(procs: dict[str, subprocess.Popen], nats: NatsServer | None) -> None:
-    # The agent first (it stops its engines), the router before what it reads from, NATS last.
-    for name in ("agent", "router", "scheduler", "mirror", "catalog"):
-        if name in procs and procs[name].poll() is None:
-            procs[name].terminate()
-    for proc in procs.values():
+def _stop(kept: dict[str, Kept], drain_s: float) -> None:
+    """The router first: it stops taking requests at once and lets those in flight finish for up to
+    `drain_s`. Then the agent (it stops its engines) and the services the router read from; NATS last."""
+    for names, timeout in (
+        (("router",), drain_s + 10),
+        (("agent", "scheduler", "mirror", "catalog"), 30),
+        (("nats-server",), 10),
+    ):
+        _terminate([kept[name].proc for name in names if name in kept], timeout)
+
+
+def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM each (its own process group), then SIGKILL the group of any still running at `timeout`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
         try:
-            proc.wait(30)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    if nats:
-        nats.stop()
+
+
+def _nats(home: Path, port: int, conf: Path) -> NatsServer:
+    return start_nats_server(home / "nats", port=port, config=conf, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def up(opts: UpOptions) -> int:
-    """Run llmgw until SIGINT or SIGTERM; stop everything started, engines included."""
+    """Run llmgw until SIGINT or SIGTERM, starting again what dies; then stop everything started,
+    engines included, the router drained first."""
     home = opts.home()
     for d in ("logs", "nats", "mirror", "up", "creds"):
         (home / d).mkdir(parents=True, exist_ok=True)
@@ -150,30 +204,35 @@ def up(opts: UpOptions) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    procs: dict[str, subprocess.Popen] = {}
-    nats = None
+    kept: dict[str, Kept] = {}
     try:
         if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
             write_random_llama(home / "mirror" / DEMO_SOURCE)
             print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
         node = BusConfig().node_name()
         conf, creds = _access(home, node)
-        nats = start_nats_server(
-            home / "nats", port=opts.nats_port, config=conf, start_new_session=True, preexec_fn=die_with_parent
+        nats = _nats(home, opts.nats_port, conf)
+        kept["nats-server"] = Kept(
+            "nats-server",
+            lambda: _nats(home, nats.port, conf).process,  # the same port: every client reconnects to it
+            home / "nats" / "nats-server.log",
+            opts.backoff,
+            running=nats.process,
         )
         http_port = opts.http_port or free_port()
         # One agent on this host: nothing to keep its bandwidth measurement apart from.
         extra = {
-            "router": ["--http-port", str(http_port)],
+            "router": ["--http-port", str(http_port), "--drain-s", str(opts.drain_s)],
             "agent": ["--membw-delay-max-s", "3"],
             "scheduler": ["--drain-s", "2"],
         }
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
-            procs[name] = _spawn(name, home, nats.url, creds[who], extra.get(name, []))
+            args = (name, home, nats.url, creds[who], extra.get(name, []))
+            kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
         key = asyncio.run(_setup(nats.url, home, opts.demo, creds["ctl"]))
         base = f"http://127.0.0.1:{http_port}/v1"
-        _wait_listening(f"{base}/models", procs)
+        _wait_listening(f"{base}/models", kept["router"])
         state = home / "up" / "up.json"
         state.with_suffix(".part").write_bytes(
             msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()})
@@ -192,16 +251,11 @@ def up(opts: UpOptions) -> int:
             flush=True,
         )
         while not stopping:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    print(
-                        f"llmgw up: service {name} exited ({proc.returncode}); see {home / 'logs' / (name + '.log')}",
-                        file=sys.stderr,
-                    )
-                    stopping = True
-            time.sleep(0.2)
+            for process in kept.values():
+                process.tend(time.monotonic())
+            time.sleep(0.1)
         return 0
     finally:
         print("llmgw up: stopping", flush=True)
-        _stop(procs, nats)
+        _stop(kept, opts.drain_s)
         print("llmgw up: stopped", flush=True)

@@ -34,3 +34,6 @@ class RouterConfig(BusConfig, kw_only=True):
     tokenize_timeout_s: float = 5.0
     """How long a replica with KV events has to tokenize a prompt before the router routes
     without it (by its own prefix index)."""
+    drain_s: float = 10.0
+    """At a stop, how long the requests in flight may take to finish before they are cut (new
+    ones are refused from the start of the stop)."""

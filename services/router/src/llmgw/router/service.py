@@ -55,6 +55,8 @@ class Router:
         self.demand: DemandSignal | None = None
         self.proxy: Proxy | None = None
         self.gateway: Gateway | None = None
+        self.draining = False
+        """Stopping: the endpoint takes no new requests and /readyz says not ready."""
 
     async def start(self, ctx: Context) -> None:
         """Watch what it routes by, serve its endpoints, then open the OpenAI endpoint."""
@@ -83,9 +85,11 @@ class Router:
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
     async def stop(self) -> None:
-        """Close the endpoint, then stop following and watching."""
+        """Drain: close the endpoint to new connections at once, let the requests in flight finish
+        for up to `drain_s` (then cut them); then stop following and watching."""
+        self.draining = True
         if self.http:
-            await self.http.stop()
+            await self.http.stop(grace_s=self.config.drain_s)
         for part in (self.oracle, self.demand, self.accounts, self.directory):
             if part:
                 part.stop()
@@ -93,9 +97,9 @@ class Router:
             await self.client.close()
 
     def ready(self) -> bool:
-        """Whether the endpoint is open and every bucket it reads is in."""
+        """Whether the endpoint is open (not draining) and every bucket it reads is in."""
         parts = (self.directory, self.accounts)
-        return self.http is not None and all(p is not None and p.synced for p in parts)
+        return self.http is not None and not self.draining and all(p is not None and p.synced for p in parts)
 
 
 main = entry_point(Router, RouterConfig)

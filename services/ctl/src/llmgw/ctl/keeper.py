@@ -1,0 +1,60 @@
+"""When `llmgw up` starts a process that died again: a backoff decided from the times passed in
+(no clock read here), and how a process ended, in words."""
+
+from __future__ import annotations
+
+import signal
+
+import msgspec
+
+__all__ = ["Backoff", "Keeper", "how_it_ended"]
+
+
+class Backoff(msgspec.Struct, frozen=True, kw_only=True):
+    """How long to wait before starting a dead process again."""
+
+    first_s: float = 0.5
+    """The wait after a death that follows a steady run."""
+    most_s: float = 10.0
+    """The longest wait: deaths in a row double the wait up to this."""
+    steady_s: float = 30.0
+    """A process that ran this long before it died starts from `first_s` again."""
+
+
+class Keeper:
+    """One process's restarts: when it started, when it is due to start again."""
+
+    def __init__(self, policy: Backoff, now: float) -> None:
+        self.policy = policy
+        self.started_at = now
+        self.next_s = policy.first_s
+        self.due_at: float | None = None
+        """When to start it again; None while it runs."""
+
+    def ended(self, now: float) -> float:
+        """It died at `now`: the wait before it starts again (also kept as `due_at`)."""
+        if now - self.started_at >= self.policy.steady_s:
+            self.next_s = self.policy.first_s
+        wait = self.next_s
+        self.next_s = min(self.next_s * 2, self.policy.most_s)
+        self.due_at = now + wait
+        return wait
+
+    def due(self, now: float) -> bool:
+        """Whether it is dead and its wait is over."""
+        return self.due_at is not None and now >= self.due_at
+
+    def started(self, now: float) -> None:
+        """It was started again at `now`."""
+        self.started_at = now
+        self.due_at = None
+
+
+def how_it_ended(returncode: int) -> str:
+    """A Popen return code in words: 'exited with code 1', 'was killed by SIGKILL'."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
