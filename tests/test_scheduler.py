@@ -246,6 +246,41 @@ async def test_a_change_of_split_never_runs_fewer_ready_replicas(cluster, nc, tm
         now = await replicas(nc)
         ready = [r for r in now if r.state == "ready"]
         fewest = min(fewest, len(ready))
+
+
+async def test_a_nats_outage_longer_than_lost_s_replaces_and_drains_nothing(cluster, nc, nats_server, tmp_path):
+    from llmgw.bus import start_nats_server
+
+    config = msgspec.structs.replace(scheduler_config(), stale_s=1.0, lost_s=3.0)
+    leader = await cluster.add(Scheduler(config), config)
+    agents = [await agent(cluster, tmp_path, name, port) for name, port in (("a", 22600), ("b", 22700))]
+    await call(
+        nc,
+        catalog.MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=2, max=2))),
+    )
+    before = await until(lambda: _ready(nc, count=2), timeout=90)
+    pids = {rid: run.child.pid for a in agents for rid, run in a.replicas.runs.items()}
+    nats_server.stop()
+    away = 6.0  # twice lost_s
+    await asyncio.sleep(away)
+    back = start_nats_server(tmp_path / "nats", port=nats_server.port)
+    nats_server.process = back.process  # stopped by the fixture
+    await until(lambda: _true(leader.leader and nc.is_connected), timeout=30)
+    seen, deadline = [], time.monotonic() + 3 * config.lost_s  # long enough for any pass to act on it
+    while time.monotonic() < deadline:
+        try:
+            now = await replicas(nc)
+        except Exception:  # the bus is still coming back
+            await asyncio.sleep(0.2)
+            continue
+        seen.append(sorted((r.id, r.state) for r in now))
+        await asyncio.sleep(0.2)
+    after = {rid: run.child.pid for a in agents for rid, run in a.replicas.runs.items() if run.child}
+    states = sorted({s for snapshot in seen for _, s in snapshot})
+    print(f"NATS away {away:g}s (lost_s {config.lost_s:g}s): {len(seen)} listings after, states seen {states}")
+    assert seen and all(snapshot == sorted((r.id, "ready") for r in before) for snapshot in seen)
+    assert after == pids  # the same engines, none started or stopped
         if sorted(r.node for r in ready) == ["a", "b", "b"] and len(now) == 3:
             break
         await asyncio.sleep(0.1)

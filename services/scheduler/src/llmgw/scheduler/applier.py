@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 
 from llmgw.proto import Heartbeat, ReplicaReport
 from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.book import Book
-from llmgw.scheduler.core import Actual, NodeView, Plan, Policy, accept, model_statuses, observe, reconcile
+from llmgw.scheduler.core import Actual, Hearing, NodeView, Plan, Policy, accept, model_statuses, observe, reconcile
 from llmgw.scheduler.inbox import Adopt, Inbox, Item, Pass, Stopped, WorkersUp
 from llmgw.scheduler.placement import spans
 
@@ -29,14 +29,26 @@ def _fresh_ids() -> Iterator[str]:
 class Applier:
     """Leads once it adopted what the replicas bucket holds; applies items while it leads."""
 
-    def __init__(self, book: Book, agents: Agents, nodes: dict[str, NodeView], policy: Policy, log):
+    def __init__(
+        self,
+        book: Book,
+        agents: Agents,
+        nodes: dict[str, NodeView],
+        policy: Policy,
+        log,
+        hearing: Callable[[float], Hearing] = lambda now: Hearing(),
+    ):
         self.book, self.agents, self.log = book, agents, log
+        self.hearing = hearing
+        """The scheduler's deaf time counted up to a time (nodes are judged without it)."""
         self.nodes = nodes
         """The inventory (the NATS callbacks keep it): read, never written, here."""
         self.policy = policy
         self.leading = False
         self.known_since = time.time()
         """When this scheduler began listening for nodes (again when it took the lead)."""
+        self.known_deaf_s = 0.0
+        """Its deaf time then."""
         self.unplaced: dict[str, str] = {}
         self.wake = asyncio.Event()
         """Set when something happened that a reconcile pass should see now (room freed, a node
@@ -55,7 +67,7 @@ class Applier:
         """Apply one item (while leading; adopting is what makes it lead)."""
         if isinstance(item, Adopt):
             self.book.adopt(item.replicas)
-            self.known_since, self.leading = item.since, True
+            self.known_since, self.known_deaf_s, self.leading = item.since, item.deaf_s, True
             self.log.info("leading", adopted=len(item.replicas))
             self.wake.set()
         elif not self.leading:
@@ -77,14 +89,17 @@ class Applier:
 
     async def reconcile(self, item: Pass) -> None:
         """One reconcile pass over the records as they are now, and the statuses after it."""
+        now = time.time()
         actual = Actual(
             nodes=dict(self.nodes),
             replicas=list(self.book.replicas.values()),
             stopping=list(self.book.draining.values()),
             weights=item.weights,
             known_since=self.known_since,
+            deaf_s=self.hearing(now).deaf_s,
+            known_deaf_s=self.known_deaf_s,
         )
-        plan = reconcile(item.desired, actual, time.time(), self.policy, ids=_fresh_ids())
+        plan = reconcile(item.desired, actual, now, self.policy, ids=_fresh_ids())
         for name, why in plan.unplaced.items():
             if self.unplaced.get(name) != why:
                 self.log.warning("model not placed", model=name, why=why)

@@ -44,6 +44,8 @@ class Adopt(msgspec.Struct, kw_only=True):
 
     replicas: dict[str, ReplicaState]
     since: float
+    deaf_s: float = 0.0
+    """The scheduler's deaf time then (`Hearing.deaf_s`)."""
 
 
 Item = Heartbeat | ReplicaReport | WorkersUp | Stopped | Pass | Adopt

@@ -36,7 +36,7 @@ from llmgw.proto import scheduler as scheduler_api
 from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.applier import Applier
 from llmgw.scheduler.book import Book
-from llmgw.scheduler.core import Desired, NodeView, Policy
+from llmgw.scheduler.core import Desired, Hearing, NodeView, Policy, heard, listen
 from llmgw.scheduler.inbox import Adopt, Inbox, Pass
 from llmgw.scheduler.lease import Lease
 
@@ -82,6 +82,8 @@ class Scheduler:
         self.config = config
         self.nodes: dict[str, NodeView] = {}
         """The inventory: every node as its last heartbeat (or registration) said."""
+        self.hearing = Hearing()
+        """The time this scheduler could not hear its nodes (a node's silence counts without it)."""
         self.inbox = Inbox()
         self.weights: dict[str, int] = {}
         """Source -> size, for the files the mirror confirmed."""
@@ -120,7 +122,7 @@ class Scheduler:
         self.catalog = await KvTable.open(js, BUCKETS["catalog"], CatalogRecord, history=5)
         self.demand = await KvTable.open(js, BUCKETS["demand"], Demand)
         self.agents = Agents(ctx.nc, self.inbox, log)
-        self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log)
+        self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log, self._listen)
         await ctx.serve(scheduler_api.NODE_REGISTER, self.register)
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
         await ctx.serve(scheduler_api.NODE_LIST, self.list_nodes)
@@ -178,7 +180,16 @@ class Scheduler:
         """Note a node in the inventory; a node not known before is room a pass should see now."""
         if info.node not in self.nodes:
             self.applier.wake.set()
-        self.nodes[info.node] = NodeView(info=info, last_seen=time.time(), weights=weights)
+        now = time.time()
+        self.hearing = heard(self.hearing, now, self.config.stale_s)
+        self.nodes[info.node] = NodeView(info=info, last_seen=now, weights=weights, deaf_s=self.hearing.deaf_s)
+
+    def _listen(self, now: float) -> Hearing:
+        """The time this scheduler could not hear its nodes, counted up to `now`: all the time
+        it was away from NATS, and the time every node was silent past `stale_s`."""
+        connected = self.ctx is not None and self.ctx.nc.is_connected
+        self.hearing = listen(self.hearing, now, connected, self.config.stale_s)
+        return self.hearing
 
     async def _on_heartbeat(self, msg) -> None:
         try:
@@ -214,7 +225,8 @@ class Scheduler:
 
     async def _taken(self) -> None:
         """The lease is ours: lead with what the replicas bucket holds."""
-        self.inbox.put(Adopt(replicas=await self.book.stored(), since=time.time()))
+        now = time.time()
+        self.inbox.put(Adopt(replicas=await self.book.stored(), since=now, deaf_s=self._listen(now).deaf_s))
         self.ctx.log.info("lease taken", instance=self.instance)
 
     def _lost(self) -> None:
@@ -222,6 +234,7 @@ class Scheduler:
 
     async def _tick(self) -> None:
         """Queue a reconcile pass every tick, and at once when something a pass should see changed."""
+            self._listen(time.time())  # the time away from NATS is counted as it passes
         while True:
             await self._woken()
             if not (self.leader and self.ready()):

@@ -4,9 +4,12 @@
 - `observe(heartbeat, recorded, draining, now) -> Plan`: what a heartbeat means for the records.
 - `merge(spec, report) -> ReplicaState`: the record the replicas bucket holds; `accept` says
   which reports change it.
+- `listen` / `heard`: the time the scheduler could not judge nodes by (away from NATS, or
+  hearing no node): a node is lost only for its silence outside it (`Hearing`).
 - `status` / `model_statuses`: how each model is doing; `wanted`, `backoff_s`.
 """
 
+from llmgw.scheduler.core._hearing import Hearing, heard, listen
 from llmgw.scheduler.core._observe import lost, lost_workers, observe
 from llmgw.scheduler.core._plan import Actual, AgentStop, Desired, NodeView, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._reconcile import reconcile
@@ -18,6 +21,7 @@ __all__ = [
     "Actual",
     "AgentStop",
     "Desired",
+    "Hearing",
     "NodeView",
     "Plan",
     "Policy",
@@ -25,6 +29,8 @@ __all__ = [
     "Stop",
     "accept",
     "backoff_s",
+    "heard",
+    "listen",
     "lost",
     "lost_workers",
     "merge",

@@ -17,6 +17,9 @@ class NodeView(msgspec.Struct, kw_only=True):
     info: NodeInfo
     last_seen: float
     """Unix time of its last heartbeat or registration."""
+    deaf_s: float = 0.0
+    """The scheduler's deaf time then (`Hearing.deaf_s`): its silence since counts without
+    the time the scheduler could not hear it."""
     weights: list[str] = msgspec.field(default_factory=list)
     """Sources its cache holds (from its last heartbeat)."""
 
@@ -42,6 +45,10 @@ class Actual(msgspec.Struct, kw_only=True):
     """Source -> its size in bytes, for the files the mirror confirmed it holds."""
     known_since: float = 0.0
     """When the inventory began listening: a node never heard of counts as lost `lost_s` after."""
+    deaf_s: float = 0.0
+    """The scheduler's deaf time now (`Hearing.deaf_s`): away from NATS, or hearing no node."""
+    known_deaf_s: float = 0.0
+    """Its deaf time at `known_since`."""
 
 
 class Policy(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,7 +58,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     stale_s: float = 10.0
     """A node with no heartbeat for this long (suspect) gets no new replicas."""
     lost_s: float = 30.0
-    """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere."""
+    """A node with no heartbeat for this long is lost: its replicas are replaced elsewhere. Only
+    the time the scheduler could hear counts (`Hearing`): not while it was away from NATS, nor
+    while every node was silent for more than `stale_s`."""
     drain_s: float = 5.0
     """A ready replica being stopped gets this long for its in-flight requests (the router sends
     it nothing new meanwhile) before its engine is stopped."""

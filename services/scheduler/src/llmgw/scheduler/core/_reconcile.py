@@ -77,10 +77,11 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     """Compare what the catalog asks with what runs; say what to start and stop.
 
     A node silent for `policy.stale_s` (suspect) gets nothing new; silent for `policy.lost_s`
-    (lost) its replicas are given up and replaced elsewhere. A node never heard of counts as
-    lost once the inventory has been listening (`actual.known_since`) for `lost_s`. An
-    on-demand model runs while asked for within its idle timeout. New replicas take their ids
-    from `ids`. Replicas being stopped (`actual.stopping`) hold their room until they stopped;
+    (lost) its replicas are given up and replaced elsewhere; silence counts only while the
+    scheduler could hear (`actual.deaf_s`: not while away from NATS or hearing no node). A node
+    never heard of counts as lost once the inventory has been listening (`actual.known_since`)
+    for `lost_s`. An on-demand model runs while asked for within its idle timeout. New replicas
+    take their ids from `ids`. Replicas being stopped (`actual.stopping`) hold their room until they stopped;
     a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
     this plan on its nodes.
     """
@@ -138,18 +139,18 @@ def _cards(r: ReplicaState) -> set[str]:
 
 
 def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
-    """Live replicas on a lost node (one across nodes is lost with any of them)."""
+    """Live replicas on a lost node (one across nodes is lost with any of them). A node's silence
+    is the time since it was last heard less the time the scheduler was deaf since (`Hearing`)."""
+    silent = {n: now - v.last_seen - (actual.deaf_s - v.deaf_s) for n, v in actual.nodes.items()}
+    unheard = now - actual.known_since - (actual.deaf_s - actual.known_deaf_s)
     stops = []
     for r in actual.replicas:
         if r.state not in LIVE:
             continue
-        silent = {
-            n: now - actual.nodes[n].last_seen if n in actual.nodes else now - actual.known_since for n in spans(r)
-        }
-        worst = max(silent, key=lambda n: silent[n])
-        if silent[worst] > lost_s:
-            why = f"node '{worst}' lost: no heartbeat for {silent[worst]:.0f}s"
-            stops.append(Stop(replica=r, reason=why, reachable=silent[r.node] <= lost_s))
+        worst = max(spans(r), key=lambda n: silent.get(n, unheard))
+        if (longest := silent.get(worst, unheard)) > lost_s:
+            why = f"node '{worst}' lost: no heartbeat for {longest:.0f}s"
+            stops.append(Stop(replica=r, reason=why, reachable=silent.get(r.node, unheard) <= lost_s))
     return stops
 
 
