@@ -126,8 +126,8 @@ def test_plan_prints_each_way_the_best_and_the_kv_cost(tmp_path):
 @pytest.mark.parametrize(
     ("args", "code", "said"),
     [
-        (["{bad}"], 1, "not a GGUF file (it starts with b'not "),
-        (["{missing}"], 1, "No such file or directory"),
+        (["{bad}"], 2, "not a GGUF file (it starts with b'not "),
+        (["{missing}"], 2, "No such file or directory"),
         (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
     ],
 )

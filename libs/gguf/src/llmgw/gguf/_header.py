@@ -19,7 +19,7 @@ import msgspec
 
 import gguf
 
-__all__ = ["GGUFError", "Header", "read_header", "read_model", "split_parts"]
+__all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model", "split_parts"]
 
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -27,6 +27,8 @@ _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 # Sanity bounds: a file past them is not a GGUF model, whatever its first four bytes say.
 _MAX_COUNT = 1 << 24
 _MAX_STRING = 1 << 28
+MAX_ARRAY_DEPTH = 8
+"""Arrays one inside another a header may hold (GGUF allows arrays of arrays; none nests this deep)."""
 _SCALARS = {
     gguf.GGUFValueType.UINT8: "<B",
     gguf.GGUFValueType.INT8: "<b",
@@ -202,24 +204,36 @@ class _Reader:
             raise GGUFError(f"{self.src.where}: {what} claims {n} bytes at byte {self.pos - 8}; not a GGUF header")
         return self.take(n, what).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, what: str):
-        """A value of `vtype`; arrays give their length only (their items are skipped)."""
+    def value(self, vtype: int, what: str, depth: int = 0):
+        """A value of `vtype`; arrays give their length only (their items are skipped). Arrays of
+        arrays are read `MAX_ARRAY_DEPTH` deep at most (`depth`: how deep this one is)."""
         if vtype == gguf.GGUFValueType.STRING:
             return self.string(what)
         if vtype == gguf.GGUFValueType.ARRAY:
-            itype = self.scalar("<I", f"the item type of {what}")
-            n = self.count(f"the length of {what}")
-            if itype in _SCALARS:
-                self.take(n * struct.calcsize(_SCALARS[itype]), what)
-            else:
-                for i in range(n):
-                    self.value(itype, f"item {i} of {what}")
-            return n
+            return self._array(what, depth)
         if vtype not in _SCALARS:
-            raise GGUFError(
-                f"{self.src.where}: {what} has value type {vtype} at byte {self.pos - 4}, which GGUF does not define"
-            )
+            raise self._undefined(what, vtype, self.pos - 4)
         return self.scalar(_SCALARS[vtype], what)
+
+    def _array(self, what: str, depth: int) -> int:
+        if depth >= MAX_ARRAY_DEPTH:
+            raise GGUFError(
+                f"{self.src.where}: {what} holds arrays nested deeper than {MAX_ARRAY_DEPTH} at byte {self.pos}; "
+                "the header is damaged or not a GGUF model llmgw reads"
+            )
+        itype = self.scalar("<I", f"the item type of {what}")
+        n = self.count(f"the length of {what}")
+        if itype in _SCALARS:
+            self.take(n * struct.calcsize(_SCALARS[itype]), what)
+        elif itype in (gguf.GGUFValueType.STRING, gguf.GGUFValueType.ARRAY):
+            for i in range(n):
+                self.value(itype, f"item {i} of {what}", depth + 1)
+        else:
+            raise self._undefined(f"the items of {what}", itype, self.pos - 12)
+        return n
+
+    def _undefined(self, what: str, vtype: int, at: int) -> GGUFError:
+        return GGUFError(f"{self.src.where}: {what} has value type {vtype} at byte {at}, which GGUF does not define")
 
 
 def _tensor_type_name(type_id: int, name: str, where: str) -> tuple[str, int, int]:

@@ -8,6 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
+import httpx
 import msgspec
 
 from llmgw.bus import meminfo_mb
@@ -22,6 +23,7 @@ from llmgw.modelplan import (
     shape_from_gguf,
     speed_note,
 )
+from llmgw.proto.errors import described
 
 __all__ = ["Plan", "describe", "file_facts", "local_node", "make_plan", "plan_text", "run_plan"]
 
@@ -160,14 +162,21 @@ def run_plan(
     bandwidth: tuple[float, float] | None,
     as_json: bool,
 ) -> int:
-    """`llmgw plan FILE_OR_URL` on this machine."""
+    """`llmgw plan FILE_OR_URL` on this machine: 0, or 2 with one line saying why not (a file
+    that is not a GGUF model llmgw reads, a server that does not serve it)."""
     try:
         plan = make_plan([where], [local_node(home, bandwidth)], context, threads)
     except GGUFError as exc:
-        print(f"llmgw plan: {exc}", file=sys.stderr)
-        return 1
+        return _refused(str(exc))
+    except httpx.HTTPError as exc:
+        return _refused(f"{where}: cannot fetch its header ({described(exc)})")
     if as_json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(plan)) + b"\n")
     else:
         print(plan_text(plan))
     return 0
+
+
+def _refused(sentence: str) -> int:
+    print(f"llmgw plan: {' '.join(sentence.split())}", file=sys.stderr)
+    return 2
