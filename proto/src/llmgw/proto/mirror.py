@@ -25,6 +25,9 @@ class FileRef(Struct, kw_only=True):
     """A weights file by its source."""
 
     source: Source
+    digest: bool = True
+    """False: a quick answer, hashing nothing now: its sha256 only where already known, else
+    empty (the catalog's check of a file at put)."""
 
 
 class FileInfo(Struct, kw_only=True):
@@ -35,6 +38,9 @@ class FileInfo(Struct, kw_only=True):
     sha256: str
     url: str
     """Where agents fetch it over HTTP (range requests allowed)."""
+    header_error: str = ""
+    """Why a `.gguf` file's header does not read (not GGUF, cut short, damaged); empty when it
+    reads, and for other files."""
 
 
 class FileList(Struct, kw_only=True):

@@ -13,7 +13,17 @@ from typing import assert_never
 import msgspec
 
 from llmgw.modelplan import check_engine_args
-from llmgw.proto import FilePlace, Model, ModelChange, ModelEntry, Profile, PurgeReport, Scaling, WeightsDeleted
+from llmgw.proto import (
+    FileInfo,
+    FilePlace,
+    Model,
+    ModelChange,
+    ModelEntry,
+    Profile,
+    PurgeReport,
+    Scaling,
+    WeightsDeleted,
+)
 from llmgw.proto.catalog import (
     RestartModel,
     ScaleModel,
@@ -32,6 +42,7 @@ __all__ = [
     "apply_change",
     "check_catalog",
     "check_editable",
+    "check_file",
     "check_model",
     "check_removable",
     "counts_of",
@@ -149,6 +160,15 @@ def check_catalog(model: Model, others: dict[str, Model]) -> None:
     for fallback in model.fallbacks:
         if fallback not in others:
             raise BadRequest(f"model '{model.name}': fallback '{fallback}' is not in the catalog; add it first")
+
+
+def check_file(model: Model, info: FileInfo) -> None:
+    """400 for a model whose file (as the mirror holds it) has a GGUF header that does not read:
+    no engine could load it."""
+    if info.header_error:
+        raise BadRequest(
+            f"model '{model.name}': its file {info.header_error}; put a GGUF model there, or name another source"
+        )
 
 
 def check_editable(entry: ModelEntry, revision: int | None = None) -> None:

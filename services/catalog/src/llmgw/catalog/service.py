@@ -15,6 +15,7 @@ from llmgw.bus import (
     BusError,
     Context,
     KvTable,
+    NotFound,
     call,
     call_all,
     entry_point,
@@ -24,6 +25,7 @@ from llmgw.catalog.core import (
     apply_change,
     check_catalog,
     check_editable,
+    check_file,
     check_model,
     check_removable,
     files_to_purge,
@@ -34,6 +36,8 @@ from llmgw.catalog.store import ModelStore
 from llmgw.proto import (
     BUCKETS,
     Empty,
+    FileRef,
+    Model,
     ModelChange,
     ModelEntry,
     ModelList,
@@ -69,6 +73,9 @@ class CatalogConfig(BusConfig, kw_only=True):
     allow-list: those some nodes opted into (their agents' `engine_args_allowed`). Only those
     agents start such a profile, so it names them in its node_selector; the catalog does not
     check that (it cannot know each node's opt-in)."""
+    file_check_s: float = 3.0
+    """How long a put waits for the mirror to say whether the model's file reads; past it (or
+    with no mirror) the model is accepted unchecked, with a warning."""
 
 
 class Catalog:
@@ -123,8 +130,22 @@ class Catalog:
         if current:
             check_editable(current)
         check_catalog(req.model, await self.store.others(req.model.name))
+        await self._check_file(req.model)
         expected = req.revision if req.revision is not None else (current.revision if current else 0)
         return await self.store.write(req.model, expected, req.by, "put")
+
+    async def _check_file(self, model: Model) -> None:
+        """The mirror reads the model's file header: one that does not read is refused now. A file
+        not on the mirror yet is accepted (it may be put there later; the agent's fetch says so)."""
+        ask = FileRef(source=model.source, digest=False)
+        try:
+            info = await call(self.ctx.nc, mirror.FILE_STAT, ask, timeout=self.config.file_check_s)
+        except NotFound:
+            return
+        except BusError as exc:
+            self.ctx.log.warning("model file not checked", model=model.name, source=model.source, error=exc.message)
+            return
+        check_file(model, info)
 
     async def change(self, req: ModelChange) -> ModelEntry:
         """Apply an operator's change (the core says what it makes of the model)."""

@@ -12,6 +12,7 @@ from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
 from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
+from llmgw.gguf import GGUFError, read_header
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
 from llmgw.proto import mirror as mirror_api
@@ -49,6 +50,8 @@ class Mirror:
         self.root = Path(config.root) if config.root else config.home() / "mirror"
         self.http: HttpServer | None = None
         self.ctx: Context | None = None
+        self._headers: dict[Path, tuple[int, int, str]] = {}
+        """What reading each file's header found, as of its (size, mtime_ns)."""
 
     async def start(self, ctx: Context) -> None:
         """Serve the files over HTTP, then answer for them over NATS."""
@@ -80,12 +83,33 @@ class Mirror:
         return path
 
     async def stat(self, ref: FileRef) -> FileInfo:
-        """One file's size, sha256 and URL; NotFound when the mirror does not hold it."""
+        """One file's size, sha256 (unless `ref.digest` is False and it is not known yet), URL,
+        and what is wrong with its GGUF header; NotFound when the mirror does not hold it."""
         path = self._file(ref.source)
-        digest = await asyncio.to_thread(_digest, path)
+        st = path.stat()
+        digest = await asyncio.to_thread(_digest if ref.digest else _known_digest, path)
         return FileInfo(
-            source=ref.source, size=digest.size, sha256=digest.sha256, url=f"{self.http.url}/files/{ref.source}"
+            source=ref.source,
+            size=st.st_size,
+            sha256=digest.sha256 if digest else "",
+            url=f"{self.http.url}/files/{ref.source}",
+            header_error=await self._header_error(path, ref.source, st.st_size, st.st_mtime_ns),
         )
+
+    async def _header_error(self, path: Path, source: str, size: int, mtime_ns: int) -> str:
+        """Why the GGUF header of `path` does not read (its path said as `source`), or empty."""
+        if not path.name.endswith(".gguf"):
+            return ""
+        known = self._headers.get(path)
+        if known and known[:2] == (size, mtime_ns):
+            return known[2]
+        try:
+            await asyncio.to_thread(read_header, path)
+            error = ""
+        except GGUFError as exc:
+            error = str(exc).replace(str(path), source)
+        self._headers[path] = (size, mtime_ns, error)
+        return error
 
     async def list(self, _: Empty) -> FileList:
         """Every file held, as '<owner>/<repo>/<file>'."""
@@ -150,8 +174,8 @@ def _read(path: Path, first: int, last: int):
             yield block
 
 
-def _digest(path: Path) -> _Digest:
-    """sha256 of a file, kept in a '.<name>.sha256' sidecar until the file changes."""
+def _known_digest(path: Path) -> _Digest | None:
+    """The sha256 its '.<name>.sha256' sidecar keeps, if the file has not changed since."""
     st = path.stat()
     side = path.with_name(f".{path.name}.sha256")
     if side.exists():
@@ -161,6 +185,16 @@ def _digest(path: Path) -> _Digest:
                 return known
         except msgspec.DecodeError:
             pass
+    return None
+
+
+def _digest(path: Path) -> _Digest:
+    """sha256 of a file, kept in a '.<name>.sha256' sidecar until the file changes."""
+    known = _known_digest(path)
+    if known:
+        return known
+    st = path.stat()
+    side = path.with_name(f".{path.name}.sha256")
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(_CHUNK):
