@@ -202,7 +202,7 @@ async def test_an_allowed_flag_reaches_the_engine_and_a_nodes_opt_in_counts_on_t
     b = Agent(config)
     b.facts.nvml = FakeNvml([FakeCard()])
     await serve(b, config)
-    spec = ReplicaSpec(id="t3", model="m", profile="gpu", node="b", api_key="k")
+    spec = ReplicaSpec(id="t3", model="m", profile="gpu", node="b")
     await call(nc, agent_api.REPLICA_START, ReplicaStart(replica=spec, model=model, profile=lora), node="b")
     assert (await until(b, "t3", "ready", "failed")).state == "ready"
     assert json.loads((tmp_path / "started.json").read_text())["argv"][-2:] == ["--enforce-eager", "--enable-lora"]
@@ -265,65 +265,109 @@ async def test_a_full_disk_while_fetching_fails_with_that_reason_and_removes_the
     assert not dest.with_name(f".{dest.name}.part").exists() and not dest.exists()
 
 
-async def test_an_agent_killed_hard_leaves_no_engine_running(serve, nc, nats_server, tmp_path):
-    import subprocess
-
-    import psutil
-
-    write_random_llama(tmp_path / "mirror" / SOURCE)
-    await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
-    cmd = [
+def _agent_command(url, data_dir):
+    return [
         sys.executable,
         "-m",
         "llmgw.ctl",
         "service",
         "agent",
         "--nats-url",
-        nats_server.url,
+        url,
         "--node",
         "a",
         "--data-dir",
-        str(tmp_path / "a"),
+        str(data_dir),
         "--membw-delay-max-s",
         "3600",
+        "--heartbeat-s",
+        "0.3",
         "--ports",
         "21100-21199",
     ]
+
+
+async def _beat_reporting(nc, rid, timeout=60):
+    """The first heartbeat of node 'a' that reports `rid` ready."""
+    from llmgw.proto import Heartbeat
+
+    sub = await nc.subscribe(agent_api.HEARTBEAT.subject("a"))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                beat = msgspec.json.decode((await sub.next_msg(timeout=1)).data, type=Heartbeat)
+            except TimeoutError:
+                continue
+            if any(r.id == rid and r.state == "ready" for r in beat.replicas):
+                return beat
+        raise AssertionError(f"no heartbeat reported {rid} ready")
+    finally:
+        await sub.unsubscribe()
+
+
+def _engines(tmp_path):
+    """The llama-servers running on this test's weights (whoever their parent)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if "llama-server" in (p.info["name"] or "") and str(tmp_path) in " ".join(p.info["cmdline"] or ()):
+            found.append(p)
+    return found
+
+
+async def test_an_agent_killed_hard_and_restarted_adopts_its_engine_no_duplicate_no_orphan(
+    serve, nc, nats_server, tmp_path
+):
+    import subprocess
+
+    import psutil
+
+    write_random_llama(tmp_path / "mirror" / SOURCE)
+    await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
+    cmd = _agent_command(nats_server.url, tmp_path / "a")
+    model, profile = Model(name="m", source=SOURCE, context=512), Profile(slots=1)
+    asked = ReplicaStart(
+        replica=ReplicaSpec(id="h1", model="m", profile=profile.name, node="a"), model=model, profile=profile
+    )
     agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    again = None
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                await start(nc, "h1", Model(name="m", source=SOURCE, context=512), Profile(slots=1))
+                await call(nc, agent_api.REPLICA_START, asked, node="a")
                 break
             except Exception:
                 assert time.monotonic() < deadline, "the agent never answered"
                 await asyncio.sleep(0.3)
-        deadline = time.monotonic() + 60
-        engines = []
-        while not engines and time.monotonic() < deadline:
-            engines = [p for p in psutil.Process(agent.pid).children() if "llama-server" in p.name()]
-            await asyncio.sleep(0.2)
-        assert engines, "no engine started"
+        url = next(r.url for r in (await _beat_reporting(nc, "h1")).replicas if r.id == "h1")
+        [engine] = _engines(tmp_path)
         agent.kill()
         agent.wait()
-        gone, alive = psutil.wait_procs(engines, timeout=10)
-        assert alive == [], "an engine outlived its agent"
-        assert list((tmp_path / "a" / "agent" / "engines").glob("*.json"))  # the note it could not clear
-        again = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 30
-            while list((tmp_path / "a" / "agent" / "engines").glob("*.json")) and time.monotonic() < deadline:
+        async with httpx.AsyncClient() as http:
+            for _ in range(5):  # it serves on while no agent runs
+                assert (await http.get(f"{url}/health", timeout=5)).status_code == 200
                 await asyncio.sleep(0.2)
-            assert (
-                list((tmp_path / "a" / "agent" / "engines").glob("*.json")) == []
-            )  # what it left, looked at and cleared
-        finally:
-            again.terminate()
-            again.wait(30)
+        again = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        beat = await _beat_reporting(nc, "h1")
+        adopted = next(r for r in beat.replicas if r.id == "h1")
+        assert adopted.url == url and [p.pid for p in _engines(tmp_path)] == [engine.pid]  # the same one, no other
+        report = await call(nc, agent_api.REPLICA_START, asked, node="a")  # asked again: never started twice
+        assert report.state == "ready" and [p.pid for p in _engines(tmp_path)] == [engine.pid]
+        print(f"engine {engine.pid} served through its agent's death; the restarted agent adopted it at {url}")
+        again.terminate()  # a clean stop stops its engines: nothing is orphaned
+        again.wait(30)
+        gone, alive = psutil.wait_procs([engine], timeout=20)
+        assert alive == [] and _engines(tmp_path) == []
+        assert list((tmp_path / "a" / "agent" / "engines").glob("*.json")) == []
     finally:
-        if agent.poll() is None:
-            agent.kill()
+        for proc in (agent, again):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        for left in _engines(tmp_path):
+            left.kill()
 
 
 async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_when_it_is_back(

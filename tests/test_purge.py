@@ -79,7 +79,7 @@ async def test_a_purge_keeps_a_file_another_model_uses_and_says_which(fleet, nc)
 async def test_a_node_keeps_a_file_its_running_replica_uses(fleet, nc):
     mirror_root, agents = fleet
     model = Model(name="own", source=OWN, context=256, scaling=Scaling(min=0, max=1))
-    replica = ReplicaSpec(id="r1", model="own", profile="cpu", node="a", api_key="k")
+    replica = ReplicaSpec(id="r1", model="own", profile="cpu", node="a")
     started = await call(
         nc, agent.REPLICA_START, ReplicaStart(replica=replica, model=model, profile=Profile(slots=1)), node="a"
     )

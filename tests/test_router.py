@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from llmgw.agent.core import EngineSetup, launch
-from llmgw.bus import find_llamacpp, free_port, kv_bucket
+from llmgw.bus import find_llamacpp, free_port, kv_bucket, new_fleet_secret, write_secret
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
 from llmgw.router.kvevents import token_blocks
@@ -48,7 +48,7 @@ class Engines:
     def __init__(self, weights):
         self.weights, self.procs = weights, []
 
-    def start(self, model: Model, profile: Profile, key: str = "replica-key") -> str:
+    def start(self, model: Model, profile: Profile, key: str) -> str:
         port = free_port()
         setup = EngineSetup(
             binary=find_llamacpp().server,
@@ -94,7 +94,7 @@ class World:
     ) -> str:
         self.n += 1
         rid = rid or f"{model.name}-{profile.name}-{self.n}"
-        url = url or await asyncio.to_thread(self.engines.start, model, profile)
+        url = url or await asyncio.to_thread(self.engines.start, model, profile, self.key(rid))
         state = ReplicaState(
             id=rid,
             model=model.name,
@@ -102,13 +102,16 @@ class World:
             node="n",
             state="ready",
             url=url,
-            api_key="replica-key",
             kv_events=kv_events,
         )
         kv = await kv_bucket(self.nc.jetstream(), BUCKETS["replicas"])
         await kv.put(rid, msgspec.json.encode(state))
         await self.until(lambda: rid in self.router.directory.replicas.items)
         return rid
+
+    def key(self, rid: str) -> str:
+        """The key the router works out for replica `rid` (on node "n") from its fleet secret."""
+        return self.router.keys.key("n", rid)
 
     async def client(self, **key) -> openai.AsyncOpenAI:
         created = await self.router.accounts.create_key(KeyCreate(name=key.pop("name", "t"), **key))
@@ -124,8 +127,11 @@ class World:
 
 
 @pytest.fixture
-async def world(serve, nc, engines):
-    router = await serve(Router(RouterConfig(http_port=0, wake_timeout_s=20)), RouterConfig())
+async def world(serve, nc, engines, tmp_path):
+    secret = tmp_path / "engine-fleet.secret"
+    write_secret(secret, new_fleet_secret())
+    config = RouterConfig(http_port=0, wake_timeout_s=20, engine_secret=str(secret))
+    router = await serve(Router(config), config)
     await World.until(router.ready)
     return World(router, nc, engines)
 
@@ -318,11 +324,12 @@ async def test_limits_refuse_with_429_saying_which_and_a_spent_budget_says_not_t
         await limited.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
     assert "key 'ci': requests_per_minute 2 reached" in caught.value.message
     assert int(caught.value.response.headers["retry-after"]) <= 60
-    budget = await world.client(name="b", project="small", limits=Limits(tokens_per_day=5))
+    # each request holds the most it may use (its prompt's bound, ~130 tokens here, and max_tokens)
+    budget = await world.client(name="b", project="small", limits=Limits(tokens_per_day=150))
     await budget.chat.completions.create(model="m", messages=HELLO, max_tokens=4)
     await asyncio.sleep(0.5)  # the tokens are counted off the hot path
-    with pytest.raises(openai.RateLimitError) as spent:
-        await budget.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
+    with pytest.raises(openai.RateLimitError) as spent:  # what is left cannot hold 100 more
+        await budget.chat.completions.create(model="m", messages=HELLO, max_tokens=100)
     assert spent.value.response.headers["x-should-retry"] == "false" and "tokens_per_day" in spent.value.message
     only = await world.client(name="only", models=["other"])
     with pytest.raises(openai.PermissionDeniedError, match="may not use model 'm'"):
@@ -401,7 +408,9 @@ async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world
 
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
-    other = await serve(Router(RouterConfig(http_port=0)), RouterConfig())
+    other = await serve(
+        Router(RouterConfig(http_port=0, engine_secret=world.router.config.engine_secret)), RouterConfig()
+    )
     await World.until(other.ready)
     first = await world.client(name="shared", limits=Limits(requests_per_minute=3))
     await World.until(lambda: len(other.accounts.keys.items) == len(world.router.accounts.keys.items))
@@ -653,7 +662,7 @@ async def test_a_failed_try_is_logged_without_the_engines_key(world):
 
     await world.model(MODEL)
     async with broken_engine(GARBAGE) as (url, _):
-        await world.replica(MODEL, CPU, url=url)
+        rid = await world.replica(MODEL, CPU, url=url)
         client = await world.client()
         with capture_logs() as logs, pytest.raises(openai.APIStatusError) as failed:
             long = [{"role": "user", "content": "hello " * 300}]  # tokenized first: that fails too
@@ -665,7 +674,7 @@ async def test_a_failed_try_is_logged_without_the_engines_key(world):
         if e["event"] in ("replica refused, trying another", "prompt not tokenized: the engine will check its length")
     ]
     assert len(tries) == 2 and all("ClientResponseError" in e["error"] for e in tries)
-    assert not [e for e in logs if "replica-key" in repr(e)]
+    assert not [e for e in logs if world.key(rid) in repr(e)]
 
 
 async def test_bad_input_over_http_gets_a_clear_4xx_in_openais_body_and_the_router_carries_on(world):

@@ -19,7 +19,7 @@ import openai
 import psutil
 import pytest
 
-from llmgw.bus import call, connect, kv_scan
+from llmgw.bus import EngineKeys, call, connect, kv_scan
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.proto import (
     BUCKETS,
@@ -214,17 +214,18 @@ def test_every_service_serves_its_admin_endpoints(up, home):
 
 
 def _engine_keys(up):
-    """Every engine key, read where only the scheduler writes them and the router reads them."""
+    """Every engine's key, worked out as the router does: from the fleet secret and each replica."""
 
     async def read():
         nc = await connect(up.nats_url, "test-router", creds=str(up.home / "creds" / "router.nk"))
         try:
             kv = await nc.jetstream().key_value(BUCKETS["replicas"])
-            return [r.api_key for r, _ in (await kv_scan(kv, ReplicaState)).values() if r.api_key]
+            return list((await kv_scan(kv, ReplicaState)).values())
         finally:
             await nc.close()
 
-    return asyncio.run(read())
+    keys = EngineKeys.read(str(up.home / "creds" / "engine-fleet.secret"))
+    return [keys.key(r.node, r.id) for r, _ in asyncio.run(read())]
 
 
 def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
@@ -237,8 +238,11 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     assert table[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
     assert [line.split()[2:5] for line in table[1:]] == [[DEMO, "cpu", "ready"]]
     engine_keys = _engine_keys(up)
-    assert engine_keys, "the replicas bucket holds the engines' keys (the router reads them there)"
-    assert "api_key" not in replicas.stdout and not any(k in replicas.stdout + "\n".join(table) for k in engine_keys)
+    assert engine_keys, "a replica is listed"
+    [url] = [r["url"] for r in json.loads(replicas.stdout)["replicas"] if r["model"] == DEMO]
+    assert httpx.get(f"{url}/v1/models").status_code == 401  # the engine demands its key...
+    assert httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer {engine_keys[0]}"}).status_code == 200
+    assert not any(k in replicas.stdout + "\n".join(table) for k in engine_keys)
     missing = subprocess.run([*ctl, "model", "get", "nope"], capture_output=True, text=True)
     assert missing.returncode == 1 and "'nope' is not in the catalog" in missing.stderr
     bad = subprocess.run([*ctl, "model", "replicas", DEMO, "cpu=lots"], capture_output=True, text=True)

@@ -165,7 +165,7 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
         await (await kv_bucket(js, BUCKETS["catalog"], 5)).put("m", msgspec.json.encode(CatalogRecord(model=model)))
         replicas = await kv_bucket(js, BUCKETS["replicas"])
         for i, url in enumerate([backends] if isinstance(backends, str) else backends):
-            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=url, api_key="k")
+            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=url)
             await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:

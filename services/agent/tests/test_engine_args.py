@@ -10,7 +10,7 @@ import pytest
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.core import EngineSetup, launch, worker_launch
 from llmgw.agent.replicas import Replicas
-from llmgw.bus import BadRequest
+from llmgw.bus import BadRequest, EngineKeys
 from llmgw.proto import Model, Profile, ReplicaSpec, ReplicaStart
 
 MODEL = Model(name="m", source="o/r/m.gguf", context=2048)
@@ -60,11 +60,11 @@ def test_the_nodes_opt_in_lets_its_flag_through_and_nothing_it_sets_itself():
 def replicas(node, allowed=()):
     config = AgentConfig(node=node, engine_args_allowed=list(allowed))
     facts = SimpleNamespace(node=node, config=config, engines=SimpleNamespace(versions=lambda: {"llamacpp": "b1"}))
-    return Replicas(facts, supervisor=None, room=None, weights=None)
+    return Replicas(facts, supervisor=None, room=None, weights=None, keys=EngineKeys(b""))
 
 
 def start(node, profile):
-    replica = ReplicaSpec(id="r1", model="m", profile=profile.name, node=node, api_key="k")
+    replica = ReplicaSpec(id="r1", model="m", profile=profile.name, node=node)
     return ReplicaStart(replica=replica, model=MODEL, profile=profile)
 
 

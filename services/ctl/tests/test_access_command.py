@@ -16,7 +16,7 @@ import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from llmgw.bus import CredentialsError, connect, free_port, read_identity, start_nats_server
+from llmgw.bus import CredentialsError, EngineKeys, connect, free_port, read_identity, start_nats_server
 from llmgw.bus._nats import nats_server_binary
 from llmgw.ctl.access import access_table
 from llmgw.ctl.cli import main
@@ -41,12 +41,24 @@ def _authorization(folder):
 def test_the_access_command_writes_every_identity_readable_by_its_owner_alone(tmp_path):
     assert _write(tmp_path, "gpu-1", "gpu-2") == 0
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "creds").iterdir()}
-    assert modes == dict.fromkeys(SERVICES | {"agent-gpu-1.nk", "agent-gpu-2.nk"}, 0o600)
+    engine = {"engine-fleet.secret", "engine-gpu-1.secret", "engine-gpu-2.secret"}
+    assert modes == dict.fromkeys(SERVICES | {"agent-gpu-1.nk", "agent-gpu-2.nk"} | engine, 0o600)
     conf = _authorization(tmp_path)
     assert "\nauthorization {\n" in conf
     assert all(f'nkey: "{public}"' in conf for public in _publics(tmp_path).values())
-    seeds = [read_identity(path).seed for path in (tmp_path / "creds").iterdir()]
+    seeds = [read_identity(path).seed for path in (tmp_path / "creds").glob("*.nk")]
     assert not [seed for seed in seeds if seed in conf], "the servers' configuration holds public keys, never a seed"
+    router = EngineKeys.read(str(tmp_path / "creds" / "engine-fleet.secret"))
+    gpu_1 = EngineKeys.read(str(tmp_path / "creds" / "engine-gpu-1.secret"), node="gpu-1")
+    assert router.key("gpu-1", "r1") == gpu_1.key("gpu-1", "r1"), "the router works out what the agent gives its engine"
+
+
+def test_a_second_run_keeps_every_engine_secret(tmp_path):
+    _write(tmp_path, "gpu-1")
+    before = {p.name: p.read_text() for p in (tmp_path / "creds").glob("*.secret")}
+    assert _write(tmp_path, "gpu-2") == 0
+    after = {p.name: p.read_text() for p in (tmp_path / "creds").glob("*.secret")}
+    assert {name: after[name] for name in before} == before and set(after) - set(before) == {"engine-gpu-2.secret"}
 
 
 def test_a_second_run_keeps_every_identity_and_adds_the_new_node(tmp_path):

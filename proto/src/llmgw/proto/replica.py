@@ -32,8 +32,6 @@ class ReplicaSpec(Struct, kw_only=True):
     model: Name
     profile: Name
     node: Name
-    api_key: str = ""
-    """Key the engine demands; only the router uses it. Never on an event subject."""
     memory_mb: NonNegative = 0
     """Host memory claimed on the node."""
     cores: NonNegative = 0
@@ -80,8 +78,6 @@ class ReplicaState(Struct, kw_only=True):
     state: ReplicaStatus = "pending"
     url: str = ""
     """Base URL of the engine once it listens (http://host:port)."""
-    api_key: str = ""
-    """Key the engine demands; only the router uses it."""
     memory_mb: NonNegative = 0
     """Host memory claimed on the node."""
     cores: NonNegative = 0

@@ -15,6 +15,7 @@ from llmgw.bus._access import (
     write_identity,
 )
 from llmgw.bus._config import BusConfig, ConfigError, load_config
+from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
 from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
@@ -29,7 +30,7 @@ from llmgw.bus._nats import (
     start_nats_server,
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
-from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb
+from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb, write_private
 from llmgw.bus._service import Context, ServiceApp, entry_point, run
 from llmgw.bus._tasks import spawn
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
@@ -43,6 +44,8 @@ __all__ = [
     "Conflict",
     "Context",
     "CredentialsError",
+    "EngineKeys",
+    "EngineSecretError",
     "HttpServer",
     "Identity",
     "Internal",
@@ -69,7 +72,9 @@ __all__ = [
     "kv_scan",
     "load_config",
     "meminfo_mb",
+    "new_fleet_secret",
     "new_identity",
+    "node_secret",
     "permissions",
     "read_identity",
     "run",
@@ -79,4 +84,6 @@ __all__ = [
     "spawn",
     "start_nats_server",
     "write_identity",
+    "write_private",
+    "write_secret",
 ]

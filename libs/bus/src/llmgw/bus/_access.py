@@ -13,13 +13,13 @@ so no role can read another's answers.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 import msgspec
 import nkeys
 
+from llmgw.bus._proc import write_private
 from llmgw.proto import BUCKETS, PREFIX, USAGE_STREAM, agent, catalog, mirror, router, scheduler
 from llmgw.proto.errors import BusError
 
@@ -93,11 +93,7 @@ def new_identity(role: str, node: str = "") -> Identity:
 
 def write_identity(path: Path, identity: Identity) -> None:
     """Write the identity's credentials file (its seed, readable by its owner alone: 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(identity.seed + "\n")
-    os.chmod(path, 0o600)
+    write_private(path, identity.seed + "\n")
 
 
 def read_identity(path: Path | str, role: str = "", node: str = "") -> Identity:

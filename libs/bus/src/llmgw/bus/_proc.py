@@ -4,11 +4,12 @@ die with their parent, files deleted under a root, the host's memory."""
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
 from pathlib import Path
 
-__all__ = ["delete_under", "die_with_parent", "free_port", "meminfo_mb"]
+__all__ = ["delete_under", "die_with_parent", "free_port", "meminfo_mb", "write_private"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -54,3 +55,13 @@ def meminfo_mb(text: str) -> tuple[int, int]:
         if parts:
             fields[key] = int(parts[0])
     return fields["MemTotal"] // 1024, fields.get("MemAvailable", fields.get("MemFree", 0)) // 1024
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by its owner alone (0600), its folder made if missing: a
+    secret's file (credentials, engine secrets)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(path, 0o600)

@@ -14,6 +14,10 @@ class AgentConfig(BusConfig, kw_only=True):
 
     heartbeat_s: float = 2.0
     """Seconds between heartbeats."""
+    engine_secret: str = ""
+    """File with the secret engines' keys are worked out from (this node's own, `engine-<node>.secret`; `llmgw up` and
+    `llmgw access write` make it); empty: keys anyone who reads a replica's id can work out, for one
+    machine with its engines on the loopback only. See llmgw.bus.EngineKeys."""
     cache_dir: str = ""
     """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
     llama_server: str = ""
@@ -31,6 +35,10 @@ class AgentConfig(BusConfig, kw_only=True):
     """This node's labels for node selectors and failure domains (rack, row, site...); TOML: [labels]."""
     stop_grace_s: float = 10.0
     """Seconds an engine has to exit on SIGTERM before SIGKILL."""
+    leave_engines: bool = False
+    """On a clean stop, leave ready engines serving for the next agent to adopt (an upgrade);
+    else they are stopped. An agent killed hard always leaves them: the next one adopts those
+    it can vouch for (same process, same command line, healthy) and ends the others."""
     ports: str = "20000-29999"
     """Ports engines listen on (and vLLM's KV events beside them); two replicas never share one."""
     membw_delay_max_s: float = 120.0

@@ -13,12 +13,13 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from llmgw.agent import adoption
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import EngineSetup, check_profile, launch, redact
+from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
-from llmgw.agent.supervisor import Child, ChildSpec, StartFailed, Supervisor
-from llmgw.bus import BadRequest, Context, Internal, call
+from llmgw.agent.supervisor import Child, ChildSpec, Left, StartFailed, Supervisor
+from llmgw.bus import BadRequest, Context, EngineKeys, Internal, call
 from llmgw.gguf import GGUFError, read_header
 from llmgw.proto import FileRef, GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent, mirror
 
@@ -26,8 +27,8 @@ __all__ = ["Replicas", "Run"]
 
 
 class Run:
-    """One replica on this node: what the scheduler asked (`spec`, with the engine's key) and
-    what this agent says of it (`report`, without)."""
+    """One replica on this node: what the scheduler asked (`spec`) and what this agent says of it
+    (`report`)."""
 
     def __init__(self, spec: ReplicaSpec, source: str) -> None:
         self.spec = spec
@@ -49,11 +50,17 @@ class Run:
 class Replicas:
     """The replicas of this node, by id (failed ones too, until stopped)."""
 
-    def __init__(self, facts: NodeFacts, supervisor: Supervisor, room: Room, weights: WeightsCache) -> None:
-        self.facts, self.supervisor, self.room, self.weights = facts, supervisor, room, weights
+    def __init__(
+        self, facts: NodeFacts, supervisor: Supervisor, room: Room, weights: WeightsCache, keys: EngineKeys
+    ) -> None:
+        self.facts, self.supervisor, self.room, self.weights, self.keys = facts, supervisor, room, weights, keys
         self.config = facts.config
         self.runs: dict[str, Run] = {}
         self._ctx: Context | None = None
+
+    def _key(self, run: Run) -> str:
+        """The key its engine demands, worked out from this node's secret."""
+        return self.keys.key(run.spec.node, run.spec.id)
 
     def bind(self, ctx: Context) -> None:
         """Publish and ask over `ctx` from now."""
@@ -107,6 +114,66 @@ class Replicas:
         self.runs.pop(run.spec.id, None)
         await self._set(run, state="stopped")
 
+    async def leave_all(self, reason: str) -> None:
+        """Leave every ready engine running for the next agent to adopt; stop the others."""
+        for run in list(self.runs.values()):
+            if run.child is not None and run.report.state == "ready":
+                self.supervisor.leave(run.spec.id)
+            else:
+                await self._stop(run, reason)
+
+    async def adopt(self, left: Left) -> str:
+        """Take over an engine a previous agent left, as it runs, if this agent can vouch for it
+        (its note whole, its command line the one noted, its health check answered); else end
+        it. Says which, and why."""
+        try:
+            engine = adoption.found(left.note)
+        except ValueError as exc:
+            await self.supervisor.end(left)
+            return f"ended: {exc}"
+        run = Run(engine.spec, engine.source)
+        secrets = [self._key(run)]
+        why = adoption.why_not(engine, left.cmdline, secrets) or await self._unhealthy(engine.url)
+        if why:
+            await self.supervisor.end(left)
+            return f"ended: {why}"
+        run.report = msgspec.structs.replace(run.report, state="ready", url=engine.url, kv_events=engine.kv_events)
+        self.room.keep(run.spec.id, engine.port, engine.cards)
+        spec = ChildSpec(
+            name=run.spec.id,
+            launch=Launch(argv=engine.argv, env={}),
+            up=functools.partial(self._healthy, engine.url),
+            timeout_s=0.0,
+            what="engine",
+            on_exit=functools.partial(self._exited, run),
+            secrets=tuple(secrets),
+            survives=True,
+        )
+        run.child = self.supervisor.adopt(spec, left)
+        self.runs[run.spec.id] = run
+        return "adopted"
+
+    async def _unhealthy(self, url: str, tries: int = 3) -> str:
+        """Why an adopted engine is not taken as it is: it does not answer its health check."""
+        for _ in range(tries):
+            if await self._healthy(url):
+                return ""
+            await asyncio.sleep(0.5)
+        return f"it does not answer its health check at {url}"
+
+    def _found(self, run: Run, setup: EngineSetup, how: Launch) -> adoption.Found:
+        """What an engine's note says of it (for the next agent, should this one die)."""
+        port, events = setup.port, setup.kv_events_port
+        return adoption.Found(
+            spec=run.spec,
+            source=run.source,
+            url=f"http://{setup.host}:{port}",
+            kv_events=f"tcp://{setup.host}:{events}" if events else "",
+            port=port,
+            cards=[g.uuid for g in setup.cards],
+            argv=adoption.noted_argv(how, [setup.api_key]),
+        )
+
     async def _run(self, run: Run, req: ReplicaStart) -> None:
         rid = run.spec.id
         log = self._ctx.log.bind(replica=rid, model=req.model.name)
@@ -127,7 +194,8 @@ class Replicas:
                 timeout_s=req.profile.startup_timeout_s,
                 what="engine",
                 on_exit=functools.partial(self._exited, run),
-                note={"replica": rid, "model": run.spec.model},
+                note=adoption.engine_note(self._found(run, setup, how)),
+                survives=True,  # serves on if this agent dies; the next one adopts it
                 secrets=(setup.api_key,),
             )
             run.child = await self.supervisor.start(spec)
@@ -138,7 +206,7 @@ class Replicas:
         except Exception as exc:
             await self.supervisor.stop(rid)  # an engine that serves but could not be said ready
             if run.live:  # not stopped meanwhile
-                log.warning("replica failed", error=redact(str(exc), [run.spec.api_key]))
+                log.warning("replica failed", error=redact(str(exc), [self._key(run)]))
                 await self._fail(run, str(exc), exc.tail if isinstance(exc, StartFailed) else [])
 
     async def _setup(self, run: Run, req: ReplicaStart, cards: list[GpuInfo], weights: Path) -> EngineSetup:
@@ -154,7 +222,7 @@ class Replicas:
             port=port,
             model=req.model,
             profile=req.profile,
-            api_key=run.spec.api_key,
+            api_key=self._key(run),
             node_cpus=os.cpu_count() or 1,
             cards=cards,
             host=self.config.address,
@@ -190,7 +258,7 @@ class Replicas:
 
     async def _fail(self, run: Run, error: str, tail: list[str]) -> None:
         self.room.release(run.spec.id)
-        await self._set(run, state="failed", error=redact(error, [run.spec.api_key]), log_tail=tail)
+        await self._set(run, state="failed", error=redact(error, [self._key(run)]), log_tail=tail)
 
     async def _set(self, run: Run, **changes) -> None:
         run.report = msgspec.structs.replace(run.report, updated=time.time(), **changes)

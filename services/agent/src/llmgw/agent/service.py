@@ -17,7 +17,7 @@ from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.workers import Workers
-from llmgw.bus import ConfigError, Context, entry_point, find_llamacpp
+from llmgw.bus import ConfigError, Context, EngineKeys, entry_point, find_llamacpp
 from llmgw.proto import WeightsCollect, WeightsDelete, WeightsDeleted, agent
 
 __all__ = ["Agent", "AgentConfig", "main"]
@@ -51,19 +51,27 @@ class Agent:
         """Engines and workers; one pid note each under engines/, so a restarted agent finds what it left."""
         self.facts = NodeFacts(config, self.llamacpp, cache, self.supervisor.pids)
         self.room = Room(ports, config.address, self.facts.cards)
-        self.replicas = Replicas(self.facts, self.supervisor, self.room, self.weights)
+        keys = EngineKeys.read(config.engine_secret, node=self.node)  # before connecting: a bad file starts nothing
+        self.replicas = Replicas(self.facts, self.supervisor, self.room, self.weights, keys)
         self.workers = Workers(self.facts, self.supervisor, self.room)
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
 
     async def start(self, ctx: Context) -> None:
-        """End what a previous agent left, serve this node's endpoints, heartbeat."""
+        """Adopt the engines a previous agent left (ending those it cannot vouch for), serve this
+        node's endpoints, heartbeat."""
         self.ctx = ctx
         self.weights.root.mkdir(parents=True, exist_ok=True)
-        for ended in await self.supervisor.prepare():
-            ctx.log.warning("ended an engine a previous agent left running", **ended)
+        left, ended = await self.supervisor.prepare()
+        for gone in ended:
+            ctx.log.warning("ended a worker a previous agent left running", **gone)
+        if self.replicas.keys.insecure:
+            ctx.log.warning("no engine_secret: engines' keys are ones anyone can work out; set it off one machine")
         self.replicas.bind(ctx)
         self.workers.bind(ctx)
+        for engine in left:  # before the first heartbeat, which reports them as they are
+            said = await self.replicas.adopt(engine)
+            ctx.log.warning("an engine a previous agent left", replica=engine.name, pid=engine.pid, what=said)
         await ctx.serve(agent.REPLICA_START, self.replicas.start, node=self.node)
         await ctx.serve(agent.REPLICA_STOP, self.replicas.stop, node=self.node)
         await ctx.serve(agent.WORKER_START, self.workers.start, node=self.node)
@@ -77,10 +85,12 @@ class Agent:
         return self.facts.registered
 
     async def stop(self) -> None:
-        """Stop heartbeating, then every engine and worker here."""
+        """Stop heartbeating, then every engine (unless `leave_engines`: ready ones are left
+        running for the next agent to adopt) and worker here."""
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(self.replicas.stop_all("agent stopping"), self.workers.stop_all())
+        engines = self.replicas.leave_all if self.config.leave_engines else self.replicas.stop_all
+        await asyncio.gather(engines("agent stopping"), self.workers.stop_all())
         await self.http.aclose()
 
     def _work(self) -> Work:

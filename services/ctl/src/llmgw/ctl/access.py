@@ -18,14 +18,24 @@ from llmgw.bus import (
     CredentialsError,
     Identity,
     authorization_config,
+    new_fleet_secret,
     new_identity,
+    node_secret,
     permissions,
     read_identity,
     write_identity,
+    write_secret,
 )
 from llmgw.ctl.access_table import HEADER, role_row
 
-__all__ = ["access_table", "add_access_parser", "ensure_identities", "write_access"]
+__all__ = [
+    "access_table",
+    "add_access_parser",
+    "engine_secret_file",
+    "ensure_engine_secrets",
+    "ensure_identities",
+    "write_access",
+]
 
 SERVICE_ROLES = ("catalog", "scheduler", "mirror", "router")
 _NODE = re.compile(r"[A-Za-z0-9_-]{1,63}")
@@ -34,7 +44,9 @@ NEXT_STEPS = """\
 next:
   every NATS server: {conf} beside its cluster.conf (/etc/nats/), then `nats-server --signal reload`
   each service's machine: its seed as /etc/llmgw/creds/<role>.nk (root's, 0600)
-  each agent node: {creds}/agent-<node>.nk as /etc/llmgw/creds/agent.nk on that node
+  each agent node: {creds}/agent-<node>.nk as /etc/llmgw/creds/agent.nk on that node, and
+    {creds}/engine-<node>.secret as /etc/llmgw/creds/engine.secret (its engine_secret)
+  the router's machine: {creds}/engine-fleet.secret as /etc/llmgw/creds/engine.secret
   the operator: `llmgw ctl --creds {creds}/ctl.nk` (or LLMGW_CREDS); see docs/security.md"""
 
 
@@ -60,6 +72,29 @@ def ensure_identities(folder: Path, wanted: list[tuple[str, str]]) -> list[tuple
     return out
 
 
+def engine_secret_file(folder: Path, node: str = "") -> Path:
+    """Where an engine secret is kept: engine-fleet.secret (the router's), engine-<node>.secret."""
+    return folder / (f"engine-{node}.secret" if node else "engine-fleet.secret")
+
+
+def ensure_engine_secrets(folder: Path, nodes: list[str]) -> list[tuple[Path, bool]]:
+    """The fleet's engine secret (made when there is none) and each node's, worked out from it
+    (written when missing); each file with whether it is new. Kept files are made 0600 again."""
+    fleet = engine_secret_file(folder)
+    out = [(fleet, not fleet.exists())]
+    if out[0][1]:
+        write_secret(fleet, new_fleet_secret())
+    fleet.chmod(0o600)
+    for node in nodes:
+        path = engine_secret_file(folder, node)
+        new = not path.exists()
+        if new:
+            write_secret(path, node_secret(fleet.read_text(), node))
+        path.chmod(0o600)
+        out.append((path, new))
+    return out
+
+
 def _nodes(creds: Path, given: list[str]) -> list[str]:
     """The nodes written before (their agent-<node>.nk files), then those given that are new."""
     wrong = [n for n in given if not _NODE.fullmatch(n)]
@@ -75,12 +110,16 @@ def _nodes(creds: Path, given: list[str]) -> list[str]:
     return nodes
 
 
-def write_access(folder: Path, nodes: list[str]) -> tuple[list[tuple[Identity, Path, bool]], Path]:
+def write_access(
+    folder: Path, nodes: list[str]
+) -> tuple[list[tuple[Identity, Path, bool]], list[tuple[Path, bool]], Path]:
     """Every identity of a cluster with these agent `nodes` (and those written before) in
-    `folder`/creds, and `folder`/nats/authorization.conf letting in only them."""
+    `folder`/creds with the engine secrets (the fleet's, each node's), and
+    `folder`/nats/authorization.conf letting in only those identities."""
     creds = folder / "creds"
     wanted = [(role, "") for role in (*SERVICE_ROLES, "ctl")] + [("agent", n) for n in _nodes(creds, nodes)]
     written = ensure_identities(creds, wanted)
+    secrets = ensure_engine_secrets(creds, [node for role, node in wanted if role == "agent"])
     conf = folder / "nats" / "authorization.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     part = conf.with_suffix(".part")  # a server reloading meanwhile reads the old file or the new one
@@ -91,7 +130,7 @@ def write_access(folder: Path, nodes: list[str]) -> tuple[list[tuple[Identity, P
     )
     part.chmod(0o644)
     part.replace(conf)
-    return written, conf
+    return written, secrets, conf
 
 
 def access_table() -> str:
@@ -107,7 +146,7 @@ def access_table() -> str:
 
 def _write(args: argparse.Namespace) -> int:
     try:
-        written, conf = write_access(Path(args.dir), args.node or [])
+        written, secrets, conf = write_access(Path(args.dir), args.node or [])
     except (ValueError, OSError) as exc:
         print(f"llmgw access write: {exc}", file=sys.stderr)
         return 2
@@ -116,6 +155,9 @@ def _write(args: argparse.Namespace) -> int:
         return 2
     for identity, path, new in written:
         print(f"{'new ' if new else 'kept'}  {path}  ({identity.user})")
+    for path, new in secrets:
+        whose = "the router's" if path.stem.endswith("fleet") else "its node's agent's"
+        print(f"{'new ' if new else 'kept'}  {path}  (engine keys: {whose})")
     print(f"wrote {conf}: these {len(written)} identities may sign in, each with its role's permissions")
     print(NEXT_STEPS.format(conf=conf, creds=Path(args.dir) / "creds"))
     return 0

@@ -31,7 +31,7 @@ from llmgw.bus import (
     server_config,
     start_nats_server,
 )
-from llmgw.ctl.access import ensure_identities
+from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities
 from llmgw.ctl.keeper import Backoff, Keeper, how_it_ended
 from llmgw.gguf import write_random_llama
 from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
@@ -66,6 +66,7 @@ def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
     them, each with its role's permissions (<home>/nats/server.conf)."""
     wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + [("agent", node)]
     written = ensure_identities(home / "creds", wanted)
+    ensure_engine_secrets(home / "creds", [node])  # engine keys are worked out from these
     identities = [identity for identity, _, _ in written]
     creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
@@ -222,8 +223,15 @@ def up(opts: UpOptions) -> int:
         http_port = opts.http_port or free_port()
         # One agent on this host: nothing to keep its bandwidth measurement apart from.
         extra = {
-            "router": ["--http-port", str(http_port), "--drain-s", str(opts.drain_s)],
-            "agent": ["--membw-delay-max-s", "3"],
+            "router": [
+                "--http-port",
+                str(http_port),
+                "--drain-s",
+                str(opts.drain_s),
+                "--engine-secret",
+                str(engine_secret_file(home / "creds")),
+            ],
+            "agent": ["--membw-delay-max-s", "3", "--engine-secret", str(engine_secret_file(home / "creds", node))],
             "scheduler": ["--drain-s", "2"],
         }
         for name in SERVICES:

@@ -13,8 +13,24 @@ class RouterConfig(BusConfig, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     """Port of the OpenAI endpoint; 0 picks a free one."""
+    engine_secret: str = ""
+    """File with the secret engines' keys are worked out from (the fleet's: the router reaches
+    every engine; `llmgw up` and `llmgw access write` make it); empty: keys anyone who reads a
+    replica's id can work out, for one machine with its engines on the loopback only. See
+    llmgw.bus.EngineKeys."""
     upstream_timeout_s: float = 600.0
-    """Longest an engine may take to answer."""
+    """Longest an engine may take to answer (the whole answer)."""
+    first_byte_timeout_s: float = 60.0
+    """Longest an engine may take to start a stream (its prompt read), and then to send each
+    next piece of it: past it the try fails and, where nothing was sent yet, another replica is
+    tried. A whole (not streamed) answer comes in one piece at its end: the health probe, not
+    this, cuts it where its engine stops answering."""
+    health_every_s: float = 1.5
+    """How often each ready replica's engine is asked for /health (and at once after a request
+    on it failed). A probe that fails takes the replica out of rotation; one that answers
+    brings it back: a frozen engine is out within `health_every_s + health_timeout_s`."""
+    health_timeout_s: float = 2.0
+    """How long an engine has to answer its health probe."""
     max_body_bytes: int = 4 * 2**20
     """Larger request bodies get 413 before they are read whole."""
     max_n: int = 4

@@ -7,9 +7,10 @@ from collections.abc import Callable, Collection
 
 from nats.js import JetStreamContext
 
-from llmgw.bus import KvTable
+from llmgw.bus import EngineKeys, KvTable
 from llmgw.proto import BUCKETS, CatalogRecord, Model, Profile, ReplicaState
 from llmgw.router.balance import Candidate
+from llmgw.router.core import engine_headers
 
 __all__ = ["Directory", "Ready", "names_of", "ready_by_model"]
 
@@ -39,21 +40,28 @@ def ready_by_model(replicas: dict[str, ReplicaState]) -> dict[str, dict[str, Rep
 class Directory:
     """Models, aliases and ready replicas, looked up on every request (indexes are worked out
     once per change of their bucket). `on_replicas` hears the ids of every replica in the bucket
-    after each change (the balancer forgets the others)."""
+    after each change (the balancer forgets the others). `keys` work out each engine's key."""
 
     def __init__(
         self,
         catalog: KvTable[CatalogRecord],
         replicas: KvTable[ReplicaState],
         on_replicas: Callable[[Collection[str]], None],
+        keys: EngineKeys,
     ) -> None:
-        self.catalog, self.replicas, self.on_replicas = catalog, replicas, on_replicas
+        self.catalog, self.replicas, self.on_replicas, self.keys = catalog, replicas, on_replicas, keys
 
     @classmethod
-    async def open(cls, js: JetStreamContext, on_replicas: Callable[[Collection[str]], None]) -> Directory:
+    async def open(
+        cls, js: JetStreamContext, on_replicas: Callable[[Collection[str]], None], keys: EngineKeys
+    ) -> Directory:
         """Watch the catalog and replicas buckets."""
         catalog = await KvTable.open(js, BUCKETS["catalog"], CatalogRecord, history=5)
-        return cls(catalog, await KvTable.open(js, BUCKETS["replicas"], ReplicaState), on_replicas)
+        return cls(catalog, await KvTable.open(js, BUCKETS["replicas"], ReplicaState), on_replicas, keys)
+
+    def headers(self, replica: ReplicaState) -> dict[str, str]:
+        """The headers of a request to `replica`'s engine: its key (worked out, never stored)."""
+        return engine_headers(self.keys.key(replica.node, replica.id))
 
     @property
     def synced(self) -> bool:

@@ -14,7 +14,7 @@ import zmq.asyncio
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.router.core import Prepared, check_context, engine_headers, tokenize_request
+from llmgw.router.core import Prepared, check_context, tokenize_request
 from llmgw.router.directory import Directory
 from llmgw.router.errors import described
 from llmgw.router.kvevents import CacheView, decode_batch, token_blocks
@@ -140,7 +140,7 @@ class PrefixOracle:
         async with self.client.post(
             replica.url + path,
             data=msgspec.json.encode(body),
-            headers=engine_headers(replica.api_key),
+            headers=self.directory.headers(replica),
             timeout=self.timeout,
         ) as resp:
             if resp.status != 200:

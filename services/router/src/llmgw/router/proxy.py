@@ -14,11 +14,11 @@ from litestar.response import Response
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
-from llmgw.router.balance import Balancer
-from llmgw.router.core import Prepared, Usage, answer_of, engine_headers
+from llmgw.router.core import Prepared, Usage, answer_of
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory, Ready
 from llmgw.router.errors import NoReadyReplica, described
+from llmgw.router.health import Health, unless_down
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.outcome import Served, ended_by
@@ -32,19 +32,20 @@ RETRIES = 2
 
 class Proxy:
     """Sends requests to replicas and their answers back; keeps, through the balancer, what each
-    replica is doing."""
+    replica is doing (and, through `health`, which are out of rotation)."""
 
     def __init__(
         self,
         directory: Directory,
         oracle: PrefixOracle,
         demand: DemandSignal,
-        balancer: Balancer,
+        health: Health,
         metrics: Metrics,
         client: aiohttp.ClientSession,
     ) -> None:
         self.directory, self.oracle, self.demand = directory, oracle, demand
-        self.balancer, self.metrics, self.client = balancer, metrics, client
+        self.health, self.metrics, self.client = health, metrics, client
+        self.balancer = health.balancer
         self.log = get_logger("router")
 
     async def forward(self, prepared: Prepared, finish: Finish) -> Response:
@@ -87,7 +88,7 @@ class Proxy:
             exclude.add(choice.id)
             self.metrics.picked(model.name, how, retry=attempt > 0)
             tried = Served(status=503, model=model.name, replica=choice.id, pool=f"priority {choice.priority}")
-            answer = await self._send(Try(self.balancer, self.metrics, prepared, tried, finish), ready[choice.id][0])
+            answer = await self._send(Try(self.health, self.metrics, prepared, tried, finish), ready[choice.id][0])
             if answer is not None:
                 return answer, tried
         return None, tried
@@ -116,12 +117,20 @@ class Proxy:
                 one.end(ok=None)  # where it had not ended: no word on the replica
 
     async def _answer(self, one: Try, replica: ReplicaState) -> Response | None:
-        """The try's request sent; its answer whole, or the stream it became."""
+        """The try's request sent; its answer whole, or the stream it became. A stream's engine has
+        `first_byte_timeout_s` to start it; any try stops waiting once its replica is out."""
         prepared, model = one.prepared, one.tried.model
         body = prepared.body if model == prepared.model.name else {**prepared.body, "model": model}
+        timeout = self.health.stream_timeout if prepared.streaming else None
         try:
-            resp = await self.client.post(
-                replica.url + prepared.path, data=msgspec.json.encode(body), headers=engine_headers(replica.api_key)
+            resp = await unless_down(
+                self.client.post(
+                    replica.url + prepared.path,
+                    data=msgspec.json.encode(body),
+                    headers=self.directory.headers(replica),
+                    **({"timeout": timeout} if timeout else {}),
+                ),
+                one.down,
             )
         except FAILED as exc:
             one.end(ok=False)
@@ -140,7 +149,7 @@ class Proxy:
     async def _whole(self, one: Try, resp: aiohttp.ClientResponse, headers: dict[str, str]) -> Response | None:
         """A whole answer read and passed on; None where the replica failed mid-answer."""
         try:
-            raw = await resp.read()
+            raw = await unless_down(resp.read(), one.down)
         except FAILED as exc:
             one.end(ok=False)
             self.log.warning(
@@ -152,5 +161,7 @@ class Proxy:
         usage = Usage()
         if resp.status == 200:
             raw, usage = answer_of(raw, one.prepared.body["model"])
+        # a 4xx: the engine refused the request for its content (no word against it); a 5xx: a
+        # suspicion its health probe decides at once
         one.end(ok=resp.status < 500, served=msgspec.structs.replace(one.tried, status=resp.status, usage=usage))
         return Response(raw, status_code=resp.status, media_type="application/json", headers=headers)

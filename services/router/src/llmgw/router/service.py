@@ -17,7 +17,7 @@ import sys
 
 import aiohttp
 
-from llmgw.bus import Context, HttpServer, entry_point, kv_bucket
+from llmgw.bus import Context, EngineKeys, HttpServer, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
 from llmgw.router.accounts import Accounts
 from llmgw.router.admin import admin_api
@@ -27,6 +27,7 @@ from llmgw.router.config import RouterConfig
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory
 from llmgw.router.gateway import Gateway
+from llmgw.router.health import Health
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.proxy import Proxy
@@ -43,6 +44,8 @@ class Router:
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
+        self.keys = EngineKeys.read(config.engine_secret)
+        """Works out each engine's key (read before connecting: a bad file starts nothing)."""
         self.instance = secrets.token_hex(4)
         """This router's id in the shared limit counters."""
         self.ctx: Context | None = None
@@ -53,6 +56,7 @@ class Router:
         self.accounts: Accounts | None = None
         self.oracle: PrefixOracle | None = None
         self.demand: DemandSignal | None = None
+        self.health: Health | None = None
         self.proxy: Proxy | None = None
         self.gateway: Gateway | None = None
         self.draining = False
@@ -67,16 +71,20 @@ class Router:
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
             auto_decompress=False,
         )
+        if self.keys.insecure:
+            ctx.log.warning("no engine_secret: engines' keys are ones anyone can work out; set it off one machine")
         metrics = Metrics(ctx.metrics)
         balancer = Balancer(index_blocks=config.index_blocks, overload=config.affinity_overload)
-        self.directory = await Directory.open(ctx.js, balancer.keep_only)
-        self.accounts = await Accounts.open(ctx.js, self.instance, config.usage_days)
+        self.directory = await Directory.open(ctx.js, balancer.keep_only, self.keys)
+        self.accounts = await Accounts.open(ctx.js, self.instance, config.usage_days, lambda: ctx.nc.is_connected)
         await self.accounts.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
         self.demand = DemandSignal(demand, self.directory, config.demand_every_s, config.wake_timeout_s)
-        self.proxy = Proxy(self.directory, self.oracle, self.demand, balancer, metrics, self.client)
+        self.health = Health(self.directory, balancer, self.client, config)
+        self.health.start()
+        self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.client)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         admin = admin_api(self.accounts, ctx.nc)
         app = http_app(gateway, admin, metrics, config, self.version)
@@ -90,7 +98,7 @@ class Router:
         self.draining = True
         if self.http:
             await self.http.stop(grace_s=self.config.drain_s)
-        for part in (self.oracle, self.demand, self.accounts, self.directory):
+        for part in (self.health, self.oracle, self.demand, self.accounts, self.directory):
             if part:
                 part.stop()
         if self.client:

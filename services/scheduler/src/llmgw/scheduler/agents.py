@@ -89,8 +89,8 @@ class Agents:
             await asyncio.wait(after)
         spec = spec_of(r)
         try:
-            if spec.workers:  # a worker never uses the engine's key: it is not sent there
-                asked = WorkerStart(replica=msgspec.structs.replace(spec, api_key=""), model=model, profile=profile)
+            if spec.workers:
+                asked = WorkerStart(replica=spec, model=model, profile=profile)
                 workers = [
                     await call(self.nc, agent.WORKER_START, asked, node=w.node, timeout=profile.startup_timeout_s)
                     for w in spec.workers

@@ -127,7 +127,7 @@ class Applier:
             await self.book.drain(stop.replica, time.time())
             stopping[stop.replica.id] = self.agents.retire(stop)
         for start in plan.starts:
-            r = msgspec.structs.replace(start.replica, api_key=secrets.token_urlsafe(24))
+            r = start.replica
             await self.book.record(r)
             self.log.info(
                 "replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb, workers=spans(r)[1:]

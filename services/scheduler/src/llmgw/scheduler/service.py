@@ -158,11 +158,9 @@ class Scheduler:
         return Empty()
 
     async def list_replicas(self, _: Empty) -> ReplicaList:
-        """Every replica recorded (a standby: as the bucket holds them), never with its engine's
-        key: only the router needs that, and it reads the bucket."""
+        """Every replica recorded (a standby: as the bucket holds them)."""
         replicas = self.book.listing() if self.leader else list((await self.book.stored()).values())
-        shown = [msgspec.structs.replace(r, api_key="") for r in replicas]
-        return ReplicaList(replicas=sorted(shown, key=lambda r: (r.model, r.id)))
+        return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
 
     async def model_status(self, _: Empty) -> ModelStatusList:
         """Every model's status (a standby answers from what the leader keeps)."""
@@ -234,9 +232,9 @@ class Scheduler:
 
     async def _tick(self) -> None:
         """Queue a reconcile pass every tick, and at once when something a pass should see changed."""
-            self._listen(time.time())  # the time away from NATS is counted as it passes
         while True:
             await self._woken()
+            self._listen(time.time())  # the time away from NATS is counted as it passes
             if not (self.leader and self.ready()):
                 continue
             try:
