@@ -23,6 +23,7 @@ PURE = (
     "llmgw.catalog.declared",
     "llmgw.ctl.access_table",
     "llmgw.ctl.changes",
+    "llmgw.ctl.keeper",
     "llmgw.ctl.sentences",
     "llmgw.ctl.tables",
     "llmgw.mirror.core",
