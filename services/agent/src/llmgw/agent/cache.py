@@ -4,24 +4,38 @@ Layout: `<cache>/<sha256>/<file name>` (the name kept, so the parts of a split G
 other), with `.sources` beside it listing the mirror sources that are this content. A fetch
 holds a lock per hash (two replicas of one model fetch once), resumes a `.part` left by a break
 with a range request, and keeps the file only if its hash is the mirror's. A failed fetch
-removes what it wrote.
+removes what it wrote. A kept file is checked again (hashed) when it changed on disk since its
+last check (`.<name>.checked` holds its size and mtime then): one that fails is removed, with a
+log line, and fetched again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import shutil
 from pathlib import Path
 
 import httpx
+import msgspec
 
+from llmgw.bus import get_logger
 from llmgw.proto import FileInfo
 
 __all__ = ["FetchError", "WeightsCache"]
 
 _CHUNK = 1 << 20
+_log = get_logger("agent")
+
+
+class _Checked(msgspec.Struct):
+    """A cached file as it was when its hash was last found to be the mirror's."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
 
 
 class FetchError(Exception):
@@ -45,10 +59,23 @@ class WeightsCache:
         """The file, from the cache or fetched (resumed where a break left it) and checked."""
         async with self._locks.setdefault(info.sha256, asyncio.Lock()):
             dest = self.path_for(info)
-            if not (dest.is_file() and dest.stat().st_size == info.size):
+            if not (dest.is_file() and dest.stat().st_size == info.size and await self._verified(info, dest)):
                 await self._download(info, dest)
             self._remember(dest.parent, info.source)
             return dest
+
+    async def _verified(self, info: FileInfo, dest: Path) -> bool:
+        """Whether the cached `dest` is still the mirror's file: as it was at its last check, or
+        hashed again; one that fails is removed (it is fetched again)."""
+        if _checked(dest) == _Checked(*_stat(dest), info.sha256):
+            return True
+        if await asyncio.to_thread(_sha256, dest) == info.sha256:
+            _mark_checked(dest, info.sha256)
+            return True
+        _log.warning("cached file failed verification; removed", source=info.source, path=str(dest), sha256=info.sha256)
+        dest.unlink(missing_ok=True)
+        _marker(dest).unlink(missing_ok=True)
+        return False
 
     async def _download(self, info: FileInfo, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -89,8 +116,12 @@ class WeightsCache:
             ) from None
         if h.hexdigest() != info.sha256:
             part.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # its folder, unless another file is in it
+                dest.parent.rmdir()
+            _log.warning("fetched file failed verification; removed", source=info.source, sha256=h.hexdigest())
             raise FetchError(f"{info.source}: sha256 {h.hexdigest()} is not the mirror's {info.sha256}; not used")
         part.replace(dest)
+        _mark_checked(dest, info.sha256)
 
     def _remember(self, folder: Path, source: str) -> None:
         sources = self._sources(folder)
@@ -113,3 +144,31 @@ class WeightsCache:
     def delete(self, folder: Path) -> None:
         """Delete one cached content."""
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(f".{path.name}.checked")
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _checked(path: Path) -> _Checked | None:
+    try:
+        return msgspec.json.decode(_marker(path).read_bytes(), type=_Checked)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def _mark_checked(path: Path, sha256: str) -> None:
+    _marker(path).write_bytes(msgspec.json.encode(_Checked(*_stat(path), sha256)))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
