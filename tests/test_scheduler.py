@@ -16,7 +16,7 @@ import nats.micro
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import Context, call, connect
+from llmgw.bus import Context, call
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
@@ -30,27 +30,30 @@ SOURCE = "test/tiny/m.gguf"
 class Cluster:
     """Services each on their own NATS connection, so one can be killed alone."""
 
-    def __init__(self, url):
-        self.url, self.running = url, []
+    def __init__(self, nats):
+        self.nats, self.running = nats, []
 
     async def add(self, app, config):
-        nc = await connect(self.url, app.name)
+        nc = await self.nats.connect_as(app, config)
         service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, nc, service))
         self.running.append((app, service, nc))
         return app
 
-    async def kill(self, app):
+    async def kill(self, app, engines=True):
+        """As a crash of its node would (an agent's engines and workers die with it), or of the
+        agent alone (`engines` False: they serve on, for the next agent to adopt)."""
         for t in getattr(app, "tasks", []):
             t.cancel()
         for run in getattr(getattr(app, "replicas", None), "runs", {}).values():
             if run.task:
                 run.task.cancel()
-        supervisor = getattr(app, "supervisor", None)  # an agent's engines and workers die with it
+        supervisor = getattr(app, "supervisor", None)
         for child in list(supervisor.children.values()) if supervisor else []:
-            if child.watch:
-                child.watch.cancel()
-            if child.proc.returncode is None:
+            for task in (child.watch, child.pump):
+                if task:
+                    task.cancel()
+            if engines and child.proc.returncode is None:
                 os.killpg(child.proc.pid, signal.SIGKILL)
         entry = next(e for e in self.running if e[0] is app)
         self.running.remove(entry)
@@ -65,7 +68,7 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(nats_server, tmp_path):
-    c = Cluster(nats_server.url)
+    c = Cluster(nats_server)
     write_random_llama(tmp_path / "mirror" / SOURCE)
     await c.add(Mirror(MirrorConfig(root=str(tmp_path / "mirror"))), MirrorConfig())
     await c.add(Catalog(CatalogConfig()), CatalogConfig())
@@ -281,3 +284,49 @@ async def test_a_nats_outage_longer_than_lost_s_replaces_and_drains_nothing(clus
     print(f"NATS away {away:g}s (lost_s {config.lost_s:g}s): {len(seen)} listings after, states seen {states}")
     assert seen and all(snapshot == sorted((r.id, "ready") for r in before) for snapshot in seen)
     assert after == pids  # the same engines, none started or stopped
+
+
+async def test_an_agent_restarted_after_a_hard_kill_keeps_its_replica_its_engine_serving_on(cluster, nc, tmp_path):
+    config = scheduler_config()
+    await cluster.add(Scheduler(config), config)
+    a = await agent(cluster, tmp_path, "a", 22800)
+    await call(
+        nc,
+        catalog.MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
+    )
+    [running] = await until(lambda: _ready(nc))
+    pid = a.replicas.runs[running.id].child.pid
+    await cluster.kill(a, engines=False)
+    await asyncio.sleep(1.0)
+    again = await agent(cluster, tmp_path, "a", 22800)
+    assert again.replicas.runs[running.id].report.state == "ready" and again.supervisor.pids() == {pid}
+    deadline, seen = time.monotonic() + 2 * config.lost_s, set()
+    while time.monotonic() < deadline:
+        seen.add(tuple(sorted((r.id, r.state) for r in await replicas(nc))))
+        await asyncio.sleep(0.2)
+    print(f"agent killed hard and restarted: listings seen {sorted(seen)}, engine {pid} adopted")
+    assert seen == {((running.id, "ready"),)} and again.supervisor.pids() == {pid}
+
+
+async def test_an_engine_replaced_while_its_agent_was_away_is_stopped_when_the_agent_returns(cluster, nc, tmp_path):
+    import psutil
+
+    config = scheduler_config()
+    await cluster.add(Scheduler(config), config)
+    ports = {"a": 22900, "b": 23000}
+    agents = {name: await agent(cluster, tmp_path, name, port) for name, port in ports.items()}
+    await call(
+        nc,
+        catalog.MODEL_PUT,
+        ModelPut(model=Model(name="m", source=SOURCE, context=512, scaling=Scaling(min=1, max=1))),
+    )
+    [first] = await until(lambda: _ready(nc))
+    engine = psutil.Process(agents[first.node].replicas.runs[first.id].child.pid)
+    await cluster.kill(agents[first.node], engines=False)
+    [moved] = await until(lambda: _ready_other_than(nc, first.id), timeout=60)
+    assert moved.node != first.node and engine.is_running()  # its engine serves on, unknown to all
+    back = await agent(cluster, tmp_path, first.node, ports[first.node])  # adopts it, reports it
+    await until(lambda: _true(not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE), timeout=30)
+    assert first.id not in back.replicas.runs  # stopped: no orphan, no duplicate
+    assert [r.id for r in await replicas(nc)] == [moved.id]

@@ -14,7 +14,6 @@ from llmgw.proto import (
     ReplicaStart,
     ReplicaState,
     Worker,
-    WorkerStart,
     agent,
 )
 from llmgw.scheduler.agents import Agents
@@ -48,7 +47,7 @@ class Log:
 
 
 def replica(workers=()):
-    return ReplicaState(id="r1", model="m", profile="cpu", node="a", api_key="engine-key", workers=list(workers))
+    return ReplicaState(id="r1", model="m", profile="cpu", node="a", workers=list(workers))
 
 
 def raises(exc):
@@ -112,7 +111,7 @@ async def test_a_task_that_fails_is_logged():
     assert "it broke" in log.lines[0][2]["error"]
 
 
-async def test_only_the_engines_node_is_sent_its_key():
+async def test_a_replica_across_nodes_starts_its_workers_first_and_then_its_engine():
     def answer(subject, data):
         if subject == agent.WORKER_START.subject("b"):
             return msgspec.json.encode(Worker(node="b", endpoint="b:50052"))
@@ -124,10 +123,8 @@ async def test_only_the_engines_node_is_sent_its_key():
     agents.start(replica(workers=[Worker(node="b")]), MODEL, PROFILE, [])
     items = await drained(agents, inbox)
     assert [type(i) for i in items] == [WorkersUp, ReplicaReport] and items[1].state == "ready"
-    (_, to_worker), (_, to_engine) = nats.asked
-    assert msgspec.json.decode(to_worker, type=WorkerStart).replica.api_key == ""
-    assert b"engine-key" not in to_worker
-    assert msgspec.json.decode(to_engine, type=ReplicaStart).replica.api_key == "engine-key"
+    (to_worker, _), (to_engine, _) = nats.asked
+    assert (to_worker, to_engine) == (agent.WORKER_START.subject("b"), agent.REPLICA_START.subject("a"))
 
 
 async def test_a_stop_ask_is_logged_once_however_often_it_is_asked_while_in_flight():

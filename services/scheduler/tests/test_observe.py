@@ -12,7 +12,7 @@ NOW = 1_000_000.0
 
 def spec(rid="r1", node="a", **fields):
     return ReplicaSpec(
-        id=rid, model="m", profile="cpu", node=node, api_key="secret", memory_mb=1000, fingerprint="fp", **fields
+        id=rid, model="m", profile="cpu", node=node, memory_mb=1000, fingerprint="fp", **fields
     )
 
 
@@ -31,7 +31,7 @@ def beat(node="a", replicas=(), workers=()):
 
 def test_a_record_is_the_spec_with_the_agents_latest_word():
     state = merge(spec(), report(url="http://a:8000", kv_events="tcp://a:9000"))
-    assert (state.api_key, state.memory_mb, state.fingerprint) == ("secret", 1000, "fp")
+    assert (state.memory_mb, state.fingerprint) == (1000, "fp")
     assert (state.state, state.url, state.kv_events, state.updated) == ("ready", "http://a:8000", "tcp://a:9000", NOW)
     assert merge(spec(), None).state == "pending"
     assert spec_of(state) == spec()
@@ -39,7 +39,7 @@ def test_a_record_is_the_spec_with_the_agents_latest_word():
 
 def test_a_report_changes_only_a_record_still_in_play():
     known = recorded(state="starting")
-    assert accept(known, report()).state == "ready" and accept(known, report()).api_key == "secret"
+    assert accept(known, report()).state == "ready" and accept(known, report()).memory_mb == 1000
     assert accept(None, report()) is None  # not ours, or gone
     assert accept(known, report(state="stopped")) is None  # the reconcile pass decides what follows
     assert accept(recorded(state="failed"), report()) is None  # replaced, never revived
@@ -48,7 +48,7 @@ def test_a_report_changes_only_a_record_still_in_play():
 
 def test_a_heartbeat_updates_the_records_of_the_replicas_it_reports():
     plan = observe(beat(replicas=[report(url="http://a:1")]), {"r1": recorded(state="starting")}, set(), NOW)
-    assert [(r.id, r.state, r.url, r.api_key) for r in plan.records] == [("r1", "ready", "http://a:1", "secret")]
+    assert [(r.id, r.state, r.url, r.memory_mb) for r in plan.records] == [("r1", "ready", "http://a:1", 1000)]
     assert plan.asks == [] and plan.forgets == []
 
 
@@ -77,9 +77,8 @@ def test_a_replica_whose_worker_is_gone_fails_and_its_engine_is_stopped():
     assert plan.asks == [AgentStop(node="a", id="r1", reason=why)]
 
 
-def test_an_events_subject_never_carries_the_engines_key():
-    assert "api_key" not in ReplicaReport.__struct_fields__
-    assert "api_key" in ReplicaState.__struct_fields__  # the router reads it from the bucket
+def test_no_replica_message_carries_an_engines_key():  # worked out from secrets: llmgw.bus.EngineKeys
+    assert not [m for m in (ReplicaReport, ReplicaSpec, ReplicaState) if "api_key" in m.__struct_fields__]
 
 
 async def test_the_inbox_keeps_only_the_latest_heartbeat_of_a_node_in_its_place():

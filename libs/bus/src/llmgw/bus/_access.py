@@ -225,10 +225,12 @@ def _quoted(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f'"{s}"' for s in items) + "]"
 
 
-def authorization_config(identities: list[Identity]) -> str:
+def authorization_config(identities: list[Identity], unrestricted: tuple[str, ...] = ()) -> str:
     """The nats-server `authorization` block that lets in only these identities, each with its
-    role's permissions: part of `server_config`, and the file a cluster's servers `include`."""
-    users = []
+    role's permissions: part of `server_config`, and the file a cluster's servers `include`.
+    `unrestricted` public keys may do anything (a break-glass identity kept offline; a test
+    harness that plays the attacker)."""
+    users = [f'    {{ nkey: "{public}" }}  # unrestricted' for public in unrestricted]
     for identity in identities:
         allowed = permissions(identity)
         users.append(
@@ -243,15 +245,21 @@ def authorization_config(identities: list[Identity]) -> str:
 
 
 def server_config(
-    identities: list[Identity], store_dir: Path, host: str = "127.0.0.1", port: int = 4222, tls: TlsFiles | None = None
+    identities: list[Identity],
+    store_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 4222,
+    tls: TlsFiles | None = None,
+    unrestricted: tuple[str, ...] = (),
 ) -> str:
     """The nats-server configuration: JetStream in `store_dir`, and only these identities let in,
-    each with its role's permissions (TLS to clients when `tls` is given)."""
+    each with its role's permissions (TLS to clients when `tls` is given; `unrestricted` as in
+    `authorization_config`)."""
     lines = [
         "# Written by llmgw: every client signs in with its own nkey and may do only what its role needs.",
         f'listen: "{host}:{port}"',
         f'jetstream {{ store_dir: "{store_dir}" }}',
-        authorization_config(identities).rstrip("\n"),
+        authorization_config(identities, unrestricted).rstrip("\n"),
     ]
     if tls is not None:
         verify = "true" if tls.verify else "false"
