@@ -13,7 +13,7 @@ from llmgw.router.demand import DemandSignal
 class Unreachable:
     """Limit counters and a demand bucket whose NATS never answers."""
 
-    async def finish(self, scopes, tokens, now):
+    async def finish(self, scopes, tokens, now, reserve=0):
         raise TimeoutError("nats: timeout")
 
     async def put(self, key, value):
@@ -28,7 +28,7 @@ async def ended(tasks: set[asyncio.Task]) -> None:
 async def test_a_request_whose_end_the_limit_counters_did_not_hear_is_logged():
     accounts = Accounts(js=None, keys=None, projects=None, quota=Unreachable())
     with capture_logs() as logs:
-        accounts.ended([("key.k", "key 'k'", Limits(concurrent=1))], 5, 0.0, None)
+        accounts.ended([("key.k", "key 'k'", Limits(concurrent=1))], 0, 5, 0.0, None)
         await ended(accounts.tasks)
     [failed] = [e for e in logs if e["log_level"] == "error"]
     assert "limit counters" in failed["what"] and failed["error"] == "TimeoutError: nats: timeout"

@@ -29,7 +29,7 @@ def test_a_cpu_replica_never_takes_a_request_a_free_card_could():
         choice, _ = b.pick([CPU1, CPU2, CARD], [], 0.0)
         assert choice.id == "card"
         b.started("card")
-        b.finished("card", True, 0.0)
+        b.finished("card", True)
 
 
 def test_when_every_pool_is_saturated_the_highest_queues_it():
@@ -91,14 +91,25 @@ def test_blocks_chain_so_a_shared_block_means_a_shared_prefix():
     assert a[1] != b[1] and len(a) == 2 and prompt_blocks("short") == []
 
 
-def test_a_replica_failing_three_times_is_ejected_for_a_while():
-    b = Balancer(seed=8, eject_after=3, eject_s=10)
-    for _ in range(3):
-        b.failed("cpu1", 100.0)
-    assert b.pick([CPU1], [], 105.0) == (None, "none")
+def test_failed_requests_alone_never_eject_a_replica():
+    b = Balancer(seed=8)
+    for _ in range(10):  # refused, 5xx: suspicions its probe decides
+        b.started("cpu1")
+        b.finished("cpu1", False)
+    assert b.failures["cpu1"] == 10 and b.pick([CPU1], [], 100.0)[0].id == "cpu1"
+
+
+def test_a_replica_whose_probe_failed_is_ejected_doubling_while_it_fails_until_a_probe_answers():
+    b = Balancer(seed=8, eject_s=10)
+    assert b.eject("cpu1", 100.0) == 110.0
+    assert b.pick([CPU1], [], 105.0) == (None, "none") and b.out("cpu1", 105.0)
     assert b.pick([CPU1], [], 111.0)[0].id == "cpu1"
-    b.finished("cpu1", True, 111.0)
-    assert b.failures.get("cpu1") is None
+    assert b.eject("cpu1", 111.0) == 131.0  # failing again: twice as long
+    for _ in range(6):
+        b.eject("cpu1", 200.0)
+    assert b.ejected["cpu1"] == 300.0  # at most ten times eject_s
+    b.healthy("cpu1")
+    assert b.pick([CPU1], [], 201.0)[0].id == "cpu1" and not b.failures.get("cpu1") and not b.strikes
 
 
 @given(st.lists(st.tuples(st.sampled_from(["card", "cpu1", "cpu2"]), st.booleans()), max_size=60))
@@ -108,7 +119,7 @@ def test_outstanding_never_goes_negative_and_excluded_replicas_are_never_picked(
         if start:
             b.started(rid)
         else:
-            b.finished(rid, True, 0.0)
+            b.finished(rid, True)
         assert b.outstanding.get(rid, 0) >= 0
         choice, _ = b.pick([CARD, CPU1, CPU2], [], 0.0, exclude={"card"})
         assert choice.id != "card"
@@ -123,7 +134,7 @@ def test_a_popular_prefix_spills_over_once_its_replica_took_more_than_its_share(
     for _ in range(30):  # one at a time: never overloaded by requests in flight
         choice, _ = b.pick(pool, blocks, 0.0)
         b.started(choice.id)
-        b.finished(choice.id, True, 0.0)
+        b.finished(choice.id, True)
         picks.append(choice.id)
     assert picks[:2] == ["r0"] * 2  # affinity first
     assert 8 <= picks.count("r0") <= 20 and len(set(picks)) == 3  # then shared, not piled onto one

@@ -46,7 +46,8 @@ class ServiceApp(Protocol):
         """Finish what is in flight and release what it holds."""
 
     def ready(self) -> bool:
-        """Whether it can do its work now (served on /readyz)."""
+        """Whether it can do its work now (served on /readyz; where not, an app may say why in
+        a `why_not_ready() -> str` of its own, which /readyz's body then names)."""
 
 
 class Context:
@@ -171,7 +172,10 @@ def _admin_answer(ctx: Context, path: str) -> tuple[str, str, bytes]:
         return "200 OK", "text/plain", b"ok\n"
     if path == "/readyz":
         ok = ctx.nc.is_connected and ctx.app.ready()
-        return ("200 OK" if ok else "503 Service Unavailable"), "text/plain", b"ready\n" if ok else b"not ready\n"
+        if ok:
+            return "200 OK", "text/plain", b"ready\n"
+        why = "NATS is away" if not ctx.nc.is_connected else getattr(ctx.app, "why_not_ready", lambda: "")()
+        return "503 Service Unavailable", "text/plain", f"not ready{': ' + why if why else ''}\n".encode()
     if path == "/metrics":
         return "200 OK", "text/plain; version=0.0.4", generate_latest(ctx.metrics)
     if path == "/info":

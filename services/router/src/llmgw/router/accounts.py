@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 
 import msgspec
 from nats.js import JetStreamContext
@@ -49,12 +50,15 @@ class Accounts:
         self.log = get_logger("router")
 
     @classmethod
-    async def open(cls, js: JetStreamContext, router: str, usage_days: int) -> Accounts:
+    async def open(
+        cls, js: JetStreamContext, router: str, usage_days: int, online: Callable[[], bool] = lambda: True
+    ) -> Accounts:
         """Watch the keys and projects buckets, open the limit counters (`router`: this instance's
-        id in them) and make sure the usage stream exists; start publishing usage."""
+        id in them; `online`: whether NATS is there now, else they count locally) and make sure
+        the usage stream exists; start publishing usage."""
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
-        quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router)
+        quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
         await js.add_stream(
             StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all], max_age=usage_days * 86400.0)
         )
@@ -70,11 +74,6 @@ class Accounts:
         await ctx.serve(router_api.KEY_REVOKE, self.revoke_key)
         await ctx.serve(router_api.PROJECT_PUT, self.put_project)
         await ctx.serve(router_api.USAGE_SUM, self.sum_usage)
-
-    @property
-    def synced(self) -> bool:
-        """Whether every key and project is known."""
-        return self.keys.synced and self.projects.synced
 
     def stop(self) -> None:
         """Stop watching and publishing."""
@@ -96,16 +95,18 @@ class Accounts:
             (f"project.{project.name}", f"project '{project.name}'", project.limits),
         ]
 
-    async def admit(self, scopes: list[Scope], now: float) -> Verdict:
-        """Count a request against its scopes' limits, or say which refuses it (nothing counted)."""
-        return await self.quota.admit(scopes, now)
+    async def admit(self, scopes: list[Scope], now: float, reserve: int) -> Verdict:
+        """Count a request, which may use up to `reserve` tokens (held until it ends), against its
+        scopes' limits, or say which refuses it (nothing counted)."""
+        return await self.quota.admit(scopes, now, reserve)
 
-    def ended(self, scopes: list[Scope], tokens: int, now: float, usage: UsageRecord | None) -> None:
-        """An admitted request ended having used `tokens`: its limits are told off the hot path
-        (the answer does not wait for the counters), its usage goes to the stream."""
+    def ended(self, scopes: list[Scope], reserve: int, tokens: int, now: float, usage: UsageRecord | None) -> None:
+        """An admitted request that held `reserve` tokens ended having used `tokens`: its limits
+        are told off the hot path (the answer does not wait for the counters), its usage goes to
+        the stream."""
         if scopes:
-            what = "telling the limit counters a request ended"  # lost, its concurrency slot would leak
-            spawn(self.tasks, self.quota.finish(scopes, tokens, now), self.log, what)
+            what = "telling the limit counters a request ended"  # lost, it is sent with the next change
+            spawn(self.tasks, self.quota.finish(scopes, tokens, now, reserve), self.log, what)
         if usage is None:
             return
         try:
@@ -113,12 +114,13 @@ class Accounts:
         except asyncio.QueueFull:
             self.log.warning("usage queue full: a request's usage is not recorded", request=usage.request_id)
 
-    def give_back(self, scopes: list[Scope], admitted: float, now: float) -> None:
-        """A request admitted at `admitted` was refused after all, for itself (its prompt, measured
-        once its model woke, does not fit): its admission is given back, off the hot path."""
+    def give_back(self, scopes: list[Scope], admitted: float, reserve: int, now: float) -> None:
+        """A request admitted at `admitted`, holding `reserve` tokens, was refused after all, for
+        itself (its prompt, measured once its model woke, does not fit): its admission is given
+        back, off the hot path."""
         if scopes:
             what = "giving a refused request's admission back to the limit counters"
-            spawn(self.tasks, self.quota.give_back(scopes, admitted, now), self.log, what)
+            spawn(self.tasks, self.quota.give_back(scopes, admitted, now, reserve), self.log, what)
 
     async def _publish_usage(self) -> None:
         """Each finished request's usage to the stream."""

@@ -1,5 +1,6 @@
 """Choosing a replica, pure: pools by priority, least outstanding with two random choices,
-prefix affinity from an index of hashed prompt blocks, and ejection of failing replicas.
+prefix affinity from an index of hashed prompt blocks, and ejection of replicas whose engine's
+health probe failed.
 
 No I/O and no clock: the shell passes `now` and tells the balancer when a request starts,
 ends, and what the engine said it had cached.
@@ -87,30 +88,35 @@ class Balancer:
       pool's mean, or a share of recent requests (decayed, by weight) beyond `overload` times
       the mean share, so a popular prefix cannot pile onto one replica; otherwise the
       less loaded (outstanding / weight) of two drawn by weight.
-    - A replica failing `eject_after` times in a row gets nothing for `eject_s` (doubling
-      while it keeps failing, up to ten times that).
+    - Only a replica's own health takes it out: a request that failed on it (refused, a 5xx,
+      no answer in time) is a suspicion (`failures`), which the shell confirms by probing its
+      engine's /health; a failed probe `eject`s it: it gets nothing for `eject_s`, doubling
+      while its probes keep failing (up to ten times that), until a probe answers (`healthy`).
+      A client leaving or a request the engine refuses for its content is no word on it.
     """
 
-    def __init__(  # noqa: PLR0913 -- its tunables, each by keyword with a default
+    def __init__(
         self,
         *,
         index_blocks: int = 65536,
         min_blocks: int = 1,
         overload: float = 1.25,
-        eject_after: int = 3,
         eject_s: float = 10.0,
         decay: float = 0.98,
         seed: int | None = None,
     ) -> None:
         self.index_blocks, self.min_blocks, self.overload = index_blocks, min_blocks, overload
-        self.eject_after, self.eject_s = eject_after, eject_s
+        self.eject_s = eject_s
         self.outstanding: dict[str, int] = {}
         self.recent: dict[str, float] = {}
         """Requests started per replica, each older one counting `decay` times less."""
         self.decay = decay
         self.failures: dict[str, int] = {}
+        """Replica -> requests that failed on it since it last answered (suspicions, not verdicts)."""
         self.ejected: dict[str, float] = {}
         """Replica -> until when it gets nothing."""
+        self.strikes: dict[str, int] = {}
+        """Replica -> probes failed in a row (its ejection doubles with each)."""
         self.indexes: dict[str, _Index] = {}
         self.rng = random.Random(seed)
 
@@ -190,20 +196,30 @@ class Balancer:
             self.recent[rid] *= self.decay
         self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
 
-    def finished(self, replica_id: str, ok: bool | None, now: float) -> None:
-        """A request to this replica ended (ok: it answered; False: it refused or failed; None:
-        no word on the replica, as when the client went away)."""
+    def finished(self, replica_id: str, ok: bool | None) -> None:
+        """A request to this replica ended (ok: it answered; False: it refused or failed, a
+        suspicion its probe decides; None: no word on the replica, as when the client went away)."""
         self.outstanding[replica_id] = max(0, self.outstanding.get(replica_id, 0) - 1)
         if ok:
             self.failures.pop(replica_id, None)
         elif ok is False:
-            self.failed(replica_id, now)
+            self.failures[replica_id] = self.failures.get(replica_id, 0) + 1
 
-    def failed(self, replica_id: str, now: float) -> None:
-        """A failure that was not a request in flight (a refused connection)."""
-        n = self.failures[replica_id] = self.failures.get(replica_id, 0) + 1
-        if n >= self.eject_after:
-            self.ejected[replica_id] = now + min(self.eject_s * 2 ** (n - self.eject_after), self.eject_s * 10)
+    def eject(self, replica_id: str, now: float) -> float:
+        """Its engine's health probe failed: it gets nothing for `eject_s`, doubled for each
+        probe failed in a row before (at most ten times). Until when, returned."""
+        n = self.strikes[replica_id] = self.strikes.get(replica_id, 0) + 1
+        until = self.ejected[replica_id] = now + min(self.eject_s * 2 ** (n - 1), self.eject_s * 10)
+        return until
+
+    def healthy(self, replica_id: str) -> None:
+        """Its engine's health probe answered: back in rotation, its suspicions dropped."""
+        for table in (self.failures, self.strikes, self.ejected):
+            table.pop(replica_id, None)
+
+    def out(self, replica_id: str, now: float) -> bool:
+        """Whether it is ejected now."""
+        return self.ejected.get(replica_id, 0.0) > now
 
     def served(self, replica_id: str, blocks: list[bytes], prompt_tokens: int, cached_tokens: int | None) -> None:
         """The replica answered a prompt of these blocks: it now holds them.
@@ -234,5 +250,5 @@ class Balancer:
 
     def forget_replica(self, replica_id: str) -> None:
         """A replica gone: drop what was kept of it."""
-        for table in (self.outstanding, self.recent, self.failures, self.ejected, self.indexes):
+        for table in (self.outstanding, self.recent, self.failures, self.strikes, self.ejected, self.indexes):
             table.pop(replica_id, None)

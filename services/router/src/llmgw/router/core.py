@@ -19,11 +19,14 @@ __all__ = [
     "check_context",
     "check_request",
     "context_of",
+    "cut_usage",
     "engine_headers",
     "fold_usage",
     "key_hash",
     "may_exceed",
+    "prompt_bound",
     "relay_line",
+    "reservation",
     "rewrite_chunk",
     "sum_usage",
     "tokenize_request",
@@ -200,13 +203,34 @@ TOKENS_PER_BYTE = 3
 space marker (3 bytes of UTF-8) as 3 tokens; every other tokenizer gives fewer."""
 
 
-def may_exceed(prepared: Prepared, limit: int) -> bool:
-    """Whether the prompt and the answer it asks for might not fit in `limit` tokens: False only
-    when even the most tokens its text could become, with a chat template's markers (a few
-    tokens a message and its tools) added, fit. Only then is the prompt worth tokenizing."""
+def prompt_bound(prepared: Prepared) -> int:
+    """The most tokens the prompt could become: its text at the most tokens a byte, with a chat
+    template's markers (a few tokens a message and its tools) added."""
     body = prepared.body
     markers = 64 + 32 * len(body.get("messages") or ()) + len(msgspec.json.encode(body.get("tools") or []))
-    return len(prepared.prompt.encode()) * TOKENS_PER_BYTE + markers + (prepared.max_tokens or 1) > limit
+    return len(prepared.prompt.encode()) * TOKENS_PER_BYTE + markers
+
+
+def may_exceed(prepared: Prepared, limit: int) -> bool:
+    """Whether the prompt and the answer it asks for might not fit in `limit` tokens: False only
+    when even the most tokens its text could become (`prompt_bound`) fit. Only then is the
+    prompt worth tokenizing."""
+    return prompt_bound(prepared) + (prepared.max_tokens or 1) > limit
+
+
+def reservation(prepared: Prepared) -> int:
+    """The most tokens a request may use, held against its key's token limits while it runs: its
+    prompt (as measured, else its bound) and, for each prompt and choice, the answer it asked for
+    or else the model's longest; a prompt and its answer within the model's context."""
+    model, body = prepared.model, prepared.body
+    prompt = len(prepared.tokens) if prepared.tokens is not None else prompt_bound(prepared)
+    if prepared.path == "/v1/embeddings":
+        return prompt
+    answer = prepared.max_tokens or min(model.max_output or model.context, model.context)
+    asked = body.get("prompt")
+    prompts = len(asked) if isinstance(asked, list) and asked and all(isinstance(p, str) for p in asked) else 1
+    choices = body.get("n") or 1
+    return min(prompt + answer * prompts, model.context * prompts) + answer * prompts * (choices - 1)
 
 
 def check_context(prompt_tokens: int, max_tokens: int | None, context: int, model: str, path: str) -> None:
@@ -245,6 +269,14 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     def total(self) -> int:
         """Prompt and completion tokens: what limits count."""
         return self.prompt + self.completion
+
+
+def cut_usage(prepared: Prepared, relayed: int) -> Usage:
+    """What a stream cut before its engine said its usage (the client left, the engine failed)
+    is billed: its prompt (as measured, else a quarter of its bytes: English runs about four
+    to a token) and a token for each chunk relayed (llama-server sends one a token)."""
+    prompt = len(prepared.tokens) if prepared.tokens is not None else -(-len(prepared.prompt.encode()) // 4)
+    return Usage(prompt=prompt, completion=relayed)
 
 
 def fold_usage(seen: Usage, chunk: dict) -> Usage:

@@ -63,11 +63,6 @@ class Directory:
         """The headers of a request to `replica`'s engine: its key (worked out, never stored)."""
         return engine_headers(self.keys.key(replica.node, replica.id))
 
-    @property
-    def synced(self) -> bool:
-        """Whether both buckets' initial values are in."""
-        return self.catalog.synced and self.replicas.synced
-
     def stop(self) -> None:
         """Stop watching."""
         self.catalog.stop()

@@ -15,7 +15,7 @@ from litestar.response import Response
 from llmgw.proto import KeyRecord, Model
 from llmgw.router.accounts import Accounts
 from llmgw.router.config import RouterConfig
-from llmgw.router.core import Prepared
+from llmgw.router.core import Prepared, reservation
 from llmgw.router.directory import Directory
 from llmgw.router.errors import ApiError
 from llmgw.router.metrics import Metrics
@@ -68,14 +68,14 @@ class Gateway:
         try:
             prepared = await self._prepare(path, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
-            admitted = time.time()
-            verdict = await self.accounts.admit(scopes, admitted)
+            admitted, reserve = time.time(), reservation(prepared)
+            verdict = await self.accounts.admit(scopes, admitted, reserve)
             if not verdict.ok:
                 raise refusal(verdict)
         except ApiError as exc:  # refused before admission: counted as what it got, against no limit
-            self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0)
+            self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0, 0)
             raise
-        answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted))
+        answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
         return answer
 
@@ -88,14 +88,15 @@ class Gateway:
         tokens = await self.oracle.measure(prepared, model, ready.values(), primary=True)
         return msgspec.structs.replace(prepared, measured=bool(ready), tokens=tokens)
 
-    def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float) -> None:
-        """A request whose model was known ended: its limits, metrics and usage are told. One
-        refused for itself after its admission (at `admitted`) gives that admission back."""
+    def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float, reserve: int) -> None:
+        """A request whose model was known ended: its limits (the `reserve` tokens it held let go),
+        metrics and usage are told. One refused for itself after its admission (at `admitted`)
+        gives that admission back."""
         now = time.time()
         outcome = Outcome(ticket=ticket, served=served, latency_s=time.perf_counter() - ticket.started)
         self.metrics.ended(outcome)
         if not served.admitted:
-            self.accounts.give_back(scopes, admitted, now)
+            self.accounts.give_back(scopes, admitted, reserve, now)
             return
         usage = outcome.usage_record(now) if served.replica else None
-        self.accounts.ended(scopes, served.usage.total, now, usage)
+        self.accounts.ended(scopes, reserve, served.usage.total, now, usage)

@@ -22,6 +22,8 @@ class Counts(msgspec.Struct, kw_only=True):
     month_tokens: int = 0
     concurrent: int = 0
     """Requests in flight, this one not counted."""
+    reserved: int = 0
+    """Tokens held by the requests in flight (the most each may use), not yet settled."""
 
 
 class Verdict(msgspec.Struct, kw_only=True):
@@ -49,9 +51,12 @@ def windows(now: float) -> dict[str, tuple[str, float]]:
     }
 
 
-def judge(scope: str, limits: Limits, counts: Counts, now: float) -> Verdict:
-    """Whether one more request fits `limits` given `counts` (`scope` names it: "key 'ci'").
-    The headers are OpenAI's `x-ratelimit-*` for the minute's requests and tokens."""
+def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int = 0) -> Verdict:
+    """Whether one more request, which may use up to `reserve` tokens, fits `limits` given
+    `counts` (`scope` names it: "key 'ci'"): a token limit takes it only where what was used, what
+    the requests in flight hold and what it may use all fit (at least one token must), so requests
+    at once never pass it together. The headers are OpenAI's `x-ratelimit-*` for the minute's
+    requests and tokens."""
     w = windows(now)
     headers = {}
     if limits.requests_per_minute:
@@ -60,22 +65,36 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float) -> Verdict:
         headers["x-ratelimit-reset-requests"] = f"{w['minute'][1]:.0f}s"
     if limits.tokens_per_minute:
         headers["x-ratelimit-limit-tokens"] = str(limits.tokens_per_minute)
-        headers["x-ratelimit-remaining-tokens"] = str(max(0, limits.tokens_per_minute - counts.minute_tokens))
+        remaining = limits.tokens_per_minute - counts.minute_tokens - counts.reserved
+        headers["x-ratelimit-remaining-tokens"] = str(max(0, remaining))
         headers["x-ratelimit-reset-tokens"] = f"{w['minute'][1]:.0f}s"
-    checks = [
-        ("requests_per_minute", limits.requests_per_minute, counts.minute_requests, w["minute"][1], True),
-        ("tokens_per_minute", limits.tokens_per_minute, counts.minute_tokens, w["minute"][1], True),
-        ("concurrent", limits.concurrent, counts.concurrent, 1.0, True),
-        ("tokens_per_day", limits.tokens_per_day, counts.day_tokens, w["day"][1], False),
-        ("tokens_per_month", limits.tokens_per_month, counts.month_tokens, w["month"][1], False),
+    minute, day, month = w["minute"][1], w["day"][1], w["month"][1]
+    checks = [  # (limit, its count, whether it counts tokens, when it resets)
+        ("requests_per_minute", limits.requests_per_minute, counts.minute_requests, False, minute),
+        ("tokens_per_minute", limits.tokens_per_minute, counts.minute_tokens, True, minute),
+        ("concurrent", limits.concurrent, counts.concurrent, False, 1.0),
+        ("tokens_per_day", limits.tokens_per_day, counts.day_tokens, True, day),
+        ("tokens_per_month", limits.tokens_per_month, counts.month_tokens, True, month),
     ]
-    for name, limit, used, reset, retry in checks:
-        if limit is not None and used >= limit:
+    for name, limit, used, tokens, reset in checks:
+        held, asked = (counts.reserved, max(reserve, 1)) if tokens else (0, 1)
+        if limit is not None and used + held + asked > limit:
+            budget = name in ("tokens_per_day", "tokens_per_month")
             return Verdict(
                 ok=False,
-                limit=f"{scope}: {name} {limit} reached ({used} used)",
+                limit=f"{scope}: {name} {limit} reached ({_how_much(used, held, reserve if tokens else 0)})",
                 reset_s=reset,
-                retry=retry,
+                retry=not budget or (held > 0 and used + asked <= limit),  # a spent budget: not before it resets
                 headers=headers,
             )
     return Verdict(ok=True, headers=headers)
+
+
+def _how_much(used: int, held: int, reserve: int) -> str:
+    """What a refusal says was spent: used, held by requests in flight, and what this one may use."""
+    said = f"{used} used"
+    if held:
+        said += f", {held} held by requests in flight"
+    if reserve:
+        said += f"; this request may use up to {reserve}"
+    return said

@@ -5,9 +5,17 @@ never looser than one router alone would keep it.
 One entry per scope (bucket `llmgw_limits`, values expire after 32 days), so admitting a
 request is one read and one compare-and-set, and ending it one more:
   <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
-            "mo": [UTC month, tokens], "c": {router: [in flight, unix time]}}
-A window whose id is not the current one counts as empty. A router not heard of for
-`stale_s` no longer counts in flight: a crashed router leaks nothing.
+            "mo": [UTC month, tokens], "c": {router: [in flight, unix time]},
+            "h": {router: tokens held by its requests in flight}}
+A window whose id is not the current one counts as empty. Tokens are held at admission (the
+most the request may use) and settled when it ends (what it used): requests at once never pass
+a token limit together. Each router's in-flight entry is written from its own count (never
+changed by a delta), and one not heard of for `stale_s` no longer counts: a crashed router, or
+an end that could not be told, leaks nothing for long.
+
+While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
+the last counts it read and its own, counting locally, and writes what it counted once NATS is
+back: limits hold for what this router serves; what other routers served meanwhile is unseen.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import time
 from collections.abc import Callable
 
 import msgspec
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -28,157 +37,209 @@ __all__ = ["Quota", "Scope"]
 Scope = tuple[str, str, Limits]
 """(KV key such as "key.ab12...", how a person names it such as "key 'ci'", its limits)."""
 
+_WINDOWS = (("m", "minute", 3), ("d", "day", 2), ("mo", "month", 2))
+"""Each window: its field, its name in `windows`, the length of its list."""
 
-def _window(value: dict, name: str, current: str, size: int) -> list:
-    """The counts of window `name` if they are of the current one, else fresh zeros."""
-    got = value.get(name)
-    return list(got) if got and got[0] == current else [current] + [0] * (size - 1)
+
+class _Op(msgspec.Struct, frozen=True, kw_only=True):
+    """A change of one scope's counts, made `at` a time: requests and tokens counted in the
+    windows of `when` (where they are still the current ones; None: `at`), this router's
+    in-flight count and held tokens changed by `n` and `held`."""
+
+    at: float
+    when: float | None = None
+    requests: int = 0
+    tokens: int = 0
+    n: int = 0
+    held: int = 0
+
+    @property
+    def counted_at(self) -> float:
+        """The time whose windows its requests and tokens count in."""
+        return self.at if self.when is None else self.when
+
+
+class _Mine(msgspec.Struct):
+    """What this router holds in one scope, and what it counted there that KV has not heard."""
+
+    n: int = 0
+    held: int = 0
+    unsent: list[_Op] = msgspec.field(default_factory=list)
+
+
+def _counts_tokens(limits: Limits) -> bool:
+    """Whether these limits count tokens (requests in flight hold what they may use)."""
+    return bool(limits.tokens_per_minute or limits.tokens_per_day or limits.tokens_per_month)
+
+
+def _holds(limits: Limits) -> bool:
+    """Whether requests in flight are counted for these limits (a concurrency or a token limit)."""
+    return bool(limits.concurrent) or _counts_tokens(limits)
+
+
+def _counted(value: dict, ops: list[_Op], now: float) -> dict:
+    """The windows of `value` as they stand `now` (an old window empty), with `ops` counted in."""
+    current = windows(now)
+    out = dict(value)
+    for field, name, size in _WINDOWS:
+        got = value.get(field)
+        window = list(got) if got and got[0] == current[name][0] else [current[name][0]] + [0] * (size - 1)
+        for op in ops:
+            if windows(op.counted_at)[name][0] == window[0]:
+                if field == "m":
+                    window[1] = max(0, window[1] + op.requests)
+                window[-1] += op.tokens
+        out[field] = window
+    return out
 
 
 class Quota:
     """Admits requests against the limits of their key and project, and counts what they used."""
 
-    def __init__(self, kv: KeyValue, router: str, stale_s: float = 60.0) -> None:
-        self.kv, self.router, self.stale_s = kv, router, stale_s
-        self.busy: set[str] = set()
-        """Scopes with requests in flight here (refreshed in KV by `keep_alive`)."""
+    def __init__(
+        self, kv: KeyValue, router: str, stale_s: float = 60.0, online: Callable[[], bool] = lambda: True
+    ) -> None:
+        self.kv, self.router, self.stale_s, self.online = kv, router, stale_s, online
+        self.op_timeout_s = 2.0
+        """How long a change of the counters may take before it is counted locally."""
+        self.mine: dict[str, _Mine] = {}
+        """Scope -> what this router holds there (the truth its KV entry is written from)."""
+        self.dirty: set[str] = set()
+        """Scopes whose KV entry lacks what this router counted (sent by `keep_alive`)."""
+        self.known: dict[str, dict] = {}
+        """Scope -> its counters as last read (what admits while NATS is away)."""
         self.locks: dict[str, asyncio.Lock] = {}
         """One change of a scope at a time from this router: compare-and-set then only races
         other routers, not this one's own requests."""
 
-    async def _change(self, key: str, change: Callable[[dict], dict | None]) -> None:
-        """Read, change, write back only if nobody wrote in between; else again. `change`
-        returning None writes nothing."""
-        async with self.locks.setdefault(key, asyncio.Lock()):
-            await self._change_now(key, change)
+    # -- one change of one scope ----------------------------------------------------------------
+    def _counts(self, sid: str, value: dict, now: float) -> Counts:
+        """What the scope has used, with what this router holds and counted unsent."""
+        mine = self.mine.get(sid) or _Mine()
+        counted = _counted(value, mine.unsent, now)
+        others = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
+        held = value.get("h", {})
+        return Counts(
+            minute_requests=counted["m"][1],
+            minute_tokens=counted["m"][2],
+            day_tokens=counted["d"][1],
+            month_tokens=counted["mo"][1],
+            concurrent=mine.n + sum(v[0] for v in others.values()),
+            reserved=mine.held + sum(held.get(r, 0) for r in others),
+        )
 
-    async def _change_now(self, key: str, change: Callable[[dict], dict | None]) -> None:
+    def _written(self, sid: str, value: dict, op: _Op, now: float) -> dict:
+        """`value` with this router's unsent counts and `op` in, its in-flight entry its own."""
+        mine = self.mine.get(sid) or _Mine()
+        new = _counted(value, [*mine.unsent, op], now)
+        n, held = max(0, mine.n + op.n), max(0, mine.held + op.held)
+        kept = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
+        new["c"] = {**kept, self.router: [n, now]} if n else kept
+        holding = {r: h for r, h in value.get("h", {}).items() if r in kept}
+        new["h"] = {**holding, self.router: held} if held else holding
+        return new
+
+    def _done(self, sid: str, op: _Op, sent: bool) -> None:
+        """`op` is counted here; `sent`: KV has it (and all that was unsent before it)."""
+        mine = self.mine.setdefault(sid, _Mine())
+        mine.n, mine.held = max(0, mine.n + op.n), max(0, mine.held + op.held)
+        if sent:
+            mine.unsent.clear()
+            self.dirty.discard(sid)
+        else:
+            self.dirty.add(sid)
+            if op.requests or op.tokens:
+                mine.unsent.append(op)
+        if not (mine.n or mine.held or mine.unsent):
+            del self.mine[sid]
+
+    async def _change(self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None) -> Verdict:
+        """Count `op` in scope `sid`, if `check` (given the counts as they are) allows it: in KV
+        by compare-and-set, else (NATS away, no answer in time) here, sent later."""
+        async with self.locks.setdefault(sid, asyncio.Lock()):
+            verdict = Verdict(ok=True)
+            if self.online():
+                try:
+                    async with asyncio.timeout(self.op_timeout_s):
+                        verdict = await self._cas(sid, op, check)
+                    if verdict.ok:
+                        self._done(sid, op, sent=True)
+                    return verdict
+                except (TimeoutError, NatsError):
+                    pass  # counted here below, from the counts last read
+            if check is not None:
+                verdict = check(self._counts(sid, self.known.get(sid, {}), op.at))
+            if verdict.ok:
+                self._done(sid, op, sent=False)
+            return verdict
+
+    async def _cas(self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None) -> Verdict:
+        """Read, check, write back only if nobody wrote in between; else again."""
         while True:
             try:
-                entry = await self.kv.get(key)
+                entry = await self.kv.get(sid)
                 value, revision = (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
             except KeyNotFoundError:
                 value, revision = {}, None
-            new = change(value)
-            if new is None:
-                return
+            self.known[sid] = value
+            if check is not None and not (verdict := check(self._counts(sid, value, op.at))).ok:
+                return verdict
+            new = msgspec.json.encode(self._written(sid, value, op, op.at))
             try:
                 if revision is None:
-                    await self.kv.create(key, msgspec.json.encode(new))
+                    await self.kv.create(sid, new)
                 else:
-                    await self.kv.update(key, msgspec.json.encode(new), last=revision)
-                return
+                    await self.kv.update(sid, new, last=revision)
+                return Verdict(ok=True) if check is None else verdict
             except KeyWrongLastSequenceError:
                 continue
 
-    def _in_flight(self, value: dict, now: float, delta: int) -> dict:
-        """The in-flight counts with this router's changed by `delta`, stale routers dropped."""
-        mine = max(0, value.get("c", {}).get(self.router, [0, 0])[0] + delta)
-        kept = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
-        return {**kept, self.router: [mine, now]} if mine else kept
-
-    async def admit(self, scopes: list[Scope], now: float) -> Verdict:
-        """Count this request against every scope with limits, or say which limit refuses it
-        (nothing is counted then). The headers are those of every scope, the last winning."""
+    # -- a request's way --------------------------------------------------------------------------
+    async def admit(self, scopes: list[Scope], now: float, reserve: int = 0) -> Verdict:
+        """Count this request, which may use up to `reserve` tokens, against every scope with
+        limits (its tokens held until it ends), or say which limit refuses it (nothing is counted
+        then). The headers are those of every scope, the last winning."""
         headers: dict[str, str] = {}
         admitted: list[Scope] = []
-        w = windows(now)
         for scope in scopes:
             sid, name, limits = scope
             if limits == Limits():
                 continue
-            verdict = Verdict(ok=True)
-
-            def count(value: dict, limits=limits, name=name) -> dict | None:
-                nonlocal verdict
-                minute, day = _window(value, "m", w["minute"][0], 3), _window(value, "d", w["day"][0], 2)
-                month = _window(value, "mo", w["month"][0], 2)
-                counts = Counts(
-                    minute_requests=minute[1],
-                    minute_tokens=minute[2],
-                    day_tokens=day[1],
-                    month_tokens=month[1],
-                    concurrent=sum(
-                        n
-                        for r, (n, seen) in value.get("c", {}).items()
-                        if r == self.router or now - seen < self.stale_s
-                    ),
-                )
-                verdict = judge(name, limits, counts, now)
-                if not verdict.ok:
-                    return None
-                minute[1] += 1
-                new = {**value, "m": minute, "d": day, "mo": month}
-                if limits.concurrent:
-                    new["c"] = self._in_flight(value, now, +1)
-                return new
-
-            await self._change(sid, count)
+            op = _Op(at=now, requests=1, n=int(_holds(limits)), held=reserve if _counts_tokens(limits) else 0)
+            verdict = await self._change(
+                sid, op, lambda counts, name=name, limits=limits: judge(name, limits, counts, now, reserve)
+            )
             if not verdict.ok:
-                await self.give_back(admitted, now, now)
+                await self.give_back(admitted, now, now, reserve)
                 return verdict
-            if limits.concurrent:
-                self.busy.add(sid)
             admitted.append(scope)
             headers.update(verdict.headers)
         return Verdict(ok=True, headers=headers)
 
-    async def finish(self, scopes: list[Scope], tokens: int, now: float) -> None:
-        """A request admitted against these scopes ended having used `tokens`: one fewer in
-        flight, its tokens added to the minute, the day and the month."""
-        w = windows(now)
+    async def finish(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> None:
+        """A request admitted against these scopes, holding `reserve` tokens, ended having used
+        `tokens`: one fewer in flight, its hold let go, its tokens added to the minute, the day
+        and the month."""
         for sid, _, limits in scopes:
-            counts_tokens = tokens > 0 and (
-                limits.tokens_per_minute or limits.tokens_per_day or limits.tokens_per_month
-            )
-            if not (limits.concurrent or counts_tokens):
-                continue
+            if _holds(limits):
+                held = reserve if _counts_tokens(limits) else 0
+                await self._change(sid, _Op(at=now, tokens=tokens, n=-1, held=-held))
 
-            def end(value: dict, limits=limits, counts_tokens=counts_tokens) -> dict:
-                new = dict(value)
-                if counts_tokens:
-                    for name, size in (("m", 3), ("d", 2), ("mo", 2)):
-                        window = _window(value, name, w[{"m": "minute", "d": "day", "mo": "month"}[name]][0], size)
-                        window[-1] += tokens
-                        new[name] = window
-                if limits.concurrent:
-                    new["c"] = self._in_flight(value, now, -1)
-                return new
-
-            await self._change(sid, end)
-
-    async def give_back(self, scopes: list[Scope], admitted: float, now: float) -> None:
+    async def give_back(self, scopes: list[Scope], admitted: float, now: float, reserve: int = 0) -> None:
         """A request admitted at `admitted` against these scopes was refused after all: the
         request it counted in that minute is taken off again (where that minute is still the
-        scope's current one) and its place in flight freed."""
-        minute = windows(admitted)["minute"][0]
+        scope's current one) and its place in flight and its hold freed."""
         for sid, _, limits in scopes:
             if limits == Limits():
                 continue
-
-            def back(value: dict, limits=limits) -> dict:
-                new = dict(value)
-                counted = value.get("m")
-                if counted and counted[0] == minute:
-                    new["m"] = [minute, max(0, counted[1] - 1), *counted[2:]]
-                if limits.concurrent:
-                    new["c"] = self._in_flight(value, now, -1)
-                return new
-
-            await self._change(sid, back)
+            held = reserve if _counts_tokens(limits) else 0
+            await self._change(sid, _Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
 
     async def keep_alive(self, every_s: float) -> None:
-        """Refresh this router's in-flight counts so long requests keep counting."""
+        """Refresh this router's in-flight counts so long requests keep counting, and send what
+        was counted here while NATS was away."""
         while True:
             await asyncio.sleep(every_s)
-            for sid in list(self.busy):
-                held: list[int] = []
-
-                def touch(value: dict, held=held) -> dict | None:
-                    n = value.get("c", {}).get(self.router, [0, 0])[0]
-                    held.append(n)
-                    return {**value, "c": self._in_flight(value, time.time(), 0)} if n else None
-
-                await self._change(sid, touch)
-                if not held or not held[-1]:
-                    self.busy.discard(sid)
+            for sid in {*self.mine, *self.dirty}:
+                if self.online():
+                    await self._change(sid, _Op(at=time.time()))

@@ -4,6 +4,7 @@ ends its try when the stream ends or, whatever happened to it, when its response
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -13,16 +14,17 @@ import msgspec
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from llmgw.router.balance import Balancer
-from llmgw.router.core import Prepared, Usage, relay_line
+from llmgw.router.core import Prepared, Usage, cut_usage, relay_line
 from llmgw.router.errors import UpstreamFailed
+from llmgw.router.health import Health, ReplicaDown
 from llmgw.router.metrics import Metrics
 from llmgw.router.outcome import Served
 
 __all__ = ["FAILED", "Finish", "Relay", "Try"]
 
-FAILED = (aiohttp.ClientError, TimeoutError)
-"""How a try on an engine fails (a refused connection, a broken answer, no answer in time)."""
+FAILED = (aiohttp.ClientError, TimeoutError, ReplicaDown)
+"""How a try on an engine fails (a refused connection, a broken answer, no answer in time, its
+engine found not answering its health probe meanwhile)."""
 
 Finish = Callable[[Served], None]
 """Told once how a forwarded request went (a stream: when it ended)."""
@@ -34,20 +36,25 @@ class Try:
     leaving (its task cancelled), a stream never read. Where the replica answered, the request
     ends with it: `finish` hears how it went."""
 
-    def __init__(self, balancer: Balancer, metrics: Metrics, prepared: Prepared, tried: Served, finish: Finish) -> None:
-        self.balancer, self.metrics, self.prepared, self.tried, self.finish = balancer, metrics, prepared, tried, finish
+    def __init__(self, health: Health, metrics: Metrics, prepared: Prepared, tried: Served, finish: Finish) -> None:
+        self.health, self.metrics, self.prepared, self.tried, self.finish = health, metrics, prepared, tried, finish
+        self.balancer = health.balancer
         self.ended = False
-        balancer.started(tried.replica)
+        self.down = health.down(tried.replica)
+        """Set if its replica is taken out of rotation while it waits on it."""
+        self.balancer.started(tried.replica)
         metrics.in_flight(tried.model, tried.replica, +1)
 
     def end(self, ok: bool | None, served: Served | None = None) -> None:
-        """It ended (ok: the replica answered; False: it refused or failed; None: no word on the
-        replica, as when the client went away); `served`: how the request ended with it, where it
-        did. Only the first call counts."""
+        """It ended (ok: the replica answered; False: it refused or failed, and its engine is
+        probed at once; None: no word on the replica, as when the client went away); `served`:
+        how the request ended with it, where it did. Only the first call counts."""
         if self.ended:
             return
         self.ended = True
-        self.balancer.finished(self.tried.replica, ok, time.time())
+        self.balancer.finished(self.tried.replica, ok)
+        if ok is False:
+            self.health.suspect(self.tried.replica)
         self.metrics.in_flight(self.tried.model, self.tried.replica, -1)
         if served is None:
             return
@@ -75,11 +82,18 @@ class Relay(Stream):
         """The stream closed where it had not ended: its generator's own end where it started
         (its usage so far), else as the client's going away."""
         await self.chunks.aclose()
-        self._end(499, Usage(), None)
+        self._end(499, Usage(), None, 0)
+
+    async def _cut_when_down(self) -> None:
+        """Its replica taken out of rotation (a frozen engine): the stream fails now, not when
+        the engine's next piece is overdue."""
+        await self.one.down.wait()
+        self.resp.content.set_exception(ReplicaDown("its engine stopped answering its health probe"))
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
-        usage, first, status = Usage(), None, 499  # until it ends well: the client went away
+        usage, first, status, relayed = Usage(), None, 499, 0  # until it ends well: the client went away
+        watch = asyncio.ensure_future(self._cut_when_down())
         try:
             pending = b""
             async for piece in self.resp.content.iter_any():
@@ -89,6 +103,7 @@ class Relay(Stream):
                     event, usage, chunk = relay_line(line, name, include, usage)
                     if chunk and first is None:
                         first = time.perf_counter()
+                    relayed += chunk
                     if event:
                         out.append(event)
                 if out:
@@ -102,15 +117,20 @@ class Relay(Stream):
             err = UpstreamFailed(f"The replica failed mid-answer: {exc}")
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
         finally:  # also when the client went away: its slot and its concurrency count are freed now
-            self._end(status, usage, first)
+            watch.cancel()
+            self._end(status, usage, first, relayed)
 
-    def _end(self, status: int, usage: Usage, first: float | None) -> None:
+    def _end(self, status: int, usage: Usage, first: float | None, relayed: int) -> None:
+        """The stream ended with `status`; billed what its engine said it used or, where it never
+        said (cut before its usage chunk), what was relayed (`cut_usage`)."""
         if self.one.ended:
             return
         if status == 200:
             self.resp.release()  # the connection goes back to the pool
         else:
             self.resp.close()
+        if not usage.total:
+            usage = cut_usage(self.one.prepared, relayed)
         served = msgspec.structs.replace(self.one.tried, status=status, usage=usage, first_token=first)
         self.one.end(ok={200: True, 502: False}.get(status), served=served)
 

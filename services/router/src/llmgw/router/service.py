@@ -5,7 +5,7 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 - `accounts.Accounts`: keys, projects, limits, usage, and their NATS endpoints
 - `oracle.PrefixOracle`: vLLM's KV events over ZMQ, and prompts tokenized by engines
 - `proxy.Proxy`: forwarding, retries, fallbacks (each try and its stream: `relay.py`; the
-  choosing: `balance.Balancer`)
+  choosing: `balance.Balancer`; which engines answer their health probe: `health.Health`)
 - `gateway.Gateway`: a request prepared and checked, admitted, forwarded, ended
 - `app.http_app`: the Litestar app (with `admin.admin_api`), `metrics.Metrics`
 """
@@ -105,9 +105,19 @@ class Router:
             await self.client.close()
 
     def ready(self) -> bool:
-        """Whether the endpoint is open (not draining) and every bucket it reads is in."""
-        parts = (self.directory, self.accounts)
-        return self.http is not None and not self.draining and all(p is not None and p.synced for p in parts)
+        """Whether the endpoint is open (not draining) and every bucket it reads is in and followed."""
+        return not self.why_not_ready()
+
+    def why_not_ready(self) -> str:
+        """Why it is not ready ("" where it is): not started, draining, or a table it routes by
+        stale (its initial values not in yet, or its watch restarting: /readyz names it)."""
+        if self.http is None or self.directory is None or self.accounts is None:
+            return "starting"
+        if self.draining:
+            return "draining"
+        tables = (self.directory.catalog, self.directory.replicas, self.accounts.keys, self.accounts.projects)
+        stale = [t.bucket for t in tables if t.stale]
+        return f"stale: {', '.join(stale)} (its watch is catching up)" if stale else ""
 
 
 main = entry_point(Router, RouterConfig)

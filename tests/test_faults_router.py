@@ -1,0 +1,274 @@
+"""Faults the router must keep small, on real llama-servers and a real nats-server: clients that
+leave early or send what the engine refuses eject no replica; a frozen engine is taken out within
+seconds; budgets cannot be overspent; an outage of NATS locks no key; a poisoned bucket value is
+skipped. Each case prints its figures (`pytest -s`)."""
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import openai
+import pytest
+
+from llmgw.bus import kv_bucket
+from llmgw.proto import BUCKETS, KeyCreate, Limits
+
+sys.path.insert(0, str(Path(__file__).parent))
+import test_router as base  # found on the path set just above
+
+CPU, HELLO, MODEL, World = base.CPU, base.HELLO, base.MODEL, base.World
+engines, world = base.engines, base.world
+"""The router's own fixtures (tests/test_router.py): real llama-servers, the router on real NATS."""
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def ejected(world: World) -> dict[str, float]:
+    """Replicas the balancer keeps out now, and until when."""
+    now = time.time()
+    return {r: until for r, until in world.router.proxy.balancer.ejected.items() if until > now}
+
+
+async def closed_early(world: World, key: str, n: int, together: int = 4) -> int:
+    """`n` streams each closed by the client after its first event; how many got that far."""
+    got = 0
+    body = {"model": "m", "messages": HELLO, "max_tokens": 64, "stream": True, "ignore_eos": True}
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def one():
+            nonlocal got
+            async with http.stream(
+                "POST",
+                f"{world.router.http.url}/v1/chat/completions",
+                json=body,
+                headers={"authorization": f"Bearer {key}"},
+            ) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        got += 1
+                        break
+
+        for start in range(0, n, together):
+            await asyncio.gather(*(one() for _ in range(min(together, n - start))))
+    return got
+
+
+async def test_a_hundred_streams_closed_early_eject_no_replica(world):
+    await world.model(MODEL)
+    replicas = [await world.replica(MODEL, CPU), await world.replica(MODEL, CPU)]
+    client = await world.client()
+    started = time.monotonic()
+    got = await closed_early(world, client.api_key, 100)
+    took = time.monotonic() - started
+    await asyncio.sleep(0.5)  # the last ones' ends are told
+    balancer = world.router.proxy.balancer
+    print(
+        f"\n100 early-closed streams ({got} got a first event) in {took:.1f}s: ejected {ejected(world)}, "
+        f"failures {balancer.failures}"
+    )
+    assert got == 100 and not ejected(world) and not any(balancer.failures.get(r) for r in replicas)
+    answer = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+    assert answer.usage.completion_tokens == 2
+
+
+MALFORMED_TOOLS = ("nope", [{"type": "function"}], [{"x": 1}], [{"type": "function", "function": {"name": 5}}])
+"""`tools` fields llama-server refuses (with a 500: "Failed to parse tools")."""
+
+
+async def test_fifty_requests_the_engine_refuses_for_their_content_eject_no_replica(world):
+    await world.model(MODEL)
+    replicas = [await world.replica(MODEL, CPU), await world.replica(MODEL, CPU)]
+    client = await world.client()
+    statuses: dict[int, int] = {}
+    for i in range(50):
+        tools = MALFORMED_TOOLS[i % len(MALFORMED_TOOLS)]
+        try:
+            await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, extra_body={"tools": tools})
+            status = 200
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+        statuses[status] = statuses.get(status, 0) + 1
+    await asyncio.sleep(0.5)  # probes a 5xx asked for have answered
+    print(f"\n50 malformed requests: statuses {statuses}, ejected {ejected(world)}")
+    assert not ejected(world) and 200 not in statuses and 503 not in statuses
+    for _ in range(4):  # both replicas still answer
+        answer = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+        assert answer.usage.completion_tokens == 2
+    assert set(replicas) <= set(world.router.directory.replicas.items)
+
+
+async def test_a_frozen_engine_is_out_of_rotation_within_five_seconds_and_requests_go_on_elsewhere(world):
+    await world.model(MODEL)
+    frozen = await world.replica(MODEL, CPU)
+    engine = world.engines.procs[-1]
+    other = await world.replica(MODEL, CPU)
+    client = await world.client()
+    answered: dict[str, int] = {}
+    failed: list[str] = []
+    stop = asyncio.Event()
+
+    async def steady():
+        while not stop.is_set():
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=HELLO, max_tokens=4, timeout=30
+                )
+                rid = raw.headers["x-llmgw-replica"]
+                answered[rid] = answered.get(rid, 0) + 1
+            except openai.OpenAIError as exc:
+                failed.append(type(exc).__name__)
+
+    clients = [asyncio.create_task(steady()) for _ in range(2)]
+    try:
+        await World.until(lambda: answered.get(frozen) and answered.get(other), timeout=30)
+        os.kill(engine.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        await World.until(lambda: frozen in ejected(world), timeout=15)
+        out_after = time.monotonic() - frozen_at
+        before = dict(answered)  # an answer already on its way when it froze may still arrive before this
+        await asyncio.sleep(3)
+        during = {r: answered.get(r, 0) - before.get(r, 0) for r in (frozen, other)}
+    finally:
+        os.kill(engine.pid, signal.SIGCONT)
+        stop.set()
+        await asyncio.gather(*clients)
+    print(
+        f"\nfrozen engine out of rotation after {out_after:.1f}s; answered in the 3 s after {during}; failed {failed}"
+    )
+    assert out_after < 5 and during[frozen] == 0 and during[other] > 0 and not failed
+
+
+async def until_value(check, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not (value := await check()):
+        assert time.monotonic() < deadline, "never happened"
+        await asyncio.sleep(0.1)
+    return value
+
+
+async def test_sixty_four_requests_at_once_never_spend_more_than_the_budget(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    await world.replica(MODEL, CPU)
+    budget = 600
+    client = await world.client(name="budget", limits=Limits(tokens_per_day=budget))
+
+    async def one():
+        try:
+            answer = await client.chat.completions.create(
+                model="m", messages=HELLO, max_tokens=16, extra_body={"ignore_eos": True}
+            )
+            return answer.usage.total_tokens
+        except openai.RateLimitError:
+            return None
+
+    used = await asyncio.gather(*(one() for _ in range(64)))
+    spent = sum(u for u in used if u is not None)
+    admitted = sum(u is not None for u in used)
+    print(f"\n64 requests at once against a {budget}-token budget: {admitted} answered, {spent} tokens spent")
+    assert 0 < admitted < 64 and spent <= budget
+
+
+async def test_a_stream_closed_early_is_billed_what_it_got(world):
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    created = await world.router.accounts.create_key(KeyCreate(name="billed", limits=Limits(tokens_per_day=100_000)))
+    got = await closed_early(world, created.key, 4, together=1)
+    quota = world.router.accounts.quota
+
+    async def billed():
+        entry = await quota.kv.get(f"key.{created.id}")
+        day = msgspec.json.decode(entry.value).get("d")
+        return day and day[1]
+
+    await asyncio.sleep(1.0)
+    tokens = await until_value(billed)
+    print(f"\n4 streams closed after their first event: billed {tokens} tokens")
+    assert got == 4 and tokens >= 4 * 2  # at least a prompt token and the token each got
+
+
+async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_after(world, nats_server, tmp_path):
+    from llmgw.bus import start_nats_server
+
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    limited = await world.client(name="two", limits=Limits(concurrent=2, requests_per_minute=1000))
+
+    async def ask():
+        started = time.monotonic()
+        try:
+            await limited.chat.completions.create(model="m", messages=HELLO, max_tokens=2, timeout=30)
+            return 200, time.monotonic() - started
+        except openai.APIStatusError as exc:
+            return exc.status_code, time.monotonic() - started
+
+    assert (await ask())[0] == 200
+    long = {"messages": HELLO, "max_tokens": 200, "extra_body": {"ignore_eos": True}, "timeout": 60}
+    held = [asyncio.create_task(limited.chat.completions.create(model="m", **long)) for _ in range(2)]
+    await World.until(lambda: sum(world.router.proxy.balancer.outstanding.values()) == 2)
+    nats_server.stop()  # the two in flight end while NATS is away: their ends cannot be told
+    away = time.monotonic()
+    ended_away = [a.usage.completion_tokens for a in await asyncio.gather(*held)]
+    during = []
+    while time.monotonic() - away < 12:  # a 12 s outage, two requests at a time
+        during += await asyncio.gather(ask(), ask())
+    back = start_nats_server(tmp_path / "nats", port=nats_server.port)
+    nats_server.process = back.process  # stopped by the fixture
+    await World.until(lambda: world.router.ctx.nc.is_connected, timeout=30)
+    after = [await ask() for _ in range(6)]
+    codes = {}
+    for code, _ in during:
+        codes[code] = codes.get(code, 0) + 1
+    slowest = max(s for _, s in during)
+    print(
+        f"\nNATS away 12s: 2 requests in flight ended while away ({ended_away} tokens); {len(during)} requests"
+        f" {codes}, slowest {slowest:.1f}s; after it came back: {[c for c, _ in after]}"
+    )
+    assert set(codes) == {200} and slowest < 5 and ended_away == [200, 200]
+    assert [c for c, _ in after] == [200] * 6
+
+
+async def test_a_poisoned_replica_record_is_logged_and_skipped_and_routing_carries_on(world):
+    from structlog.testing import capture_logs
+
+    await world.model(MODEL)
+    first = await world.replica(MODEL, CPU)
+    client = await world.client()
+    kv = await kv_bucket(world.nc.jetstream(), BUCKETS["replicas"])
+    with capture_logs() as logs:
+        deep = b'{"id": "deep", "model": "m", "profile": "cpu", "node": "n", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        await kv.put("deep", deep)  # an unknown field nested deep: msgspec's RecursionError
+        await kv.put("junk", b"\xff not json")
+        second = await world.replica(MODEL, CPU)  # written after the poison: the watch must still run
+    answered = set()
+    for _ in range(6):
+        raw = await client.chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=2)
+        answered.add(raw.headers["x-llmgw-replica"])
+    skipped = [e for e in logs if e.get("key") in ("deep", "junk")]
+    logged = [(e["key"], e["event"], e["error"]) for e in skipped]
+    print(f"\npoisoned replicas bucket: answered by {sorted(answered)}; logged {logged}")
+    assert answered <= {first, second} and second in world.router.directory.replicas.items
+    assert {e["key"] for e in skipped} == {"deep", "junk"}
+    assert world.router.ready()
+
+
+async def test_readyz_names_a_table_whose_watch_ended_until_it_is_followed_again(world):
+    from llmgw.bus._service import _admin_answer
+
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    client = await world.client()
+    replicas = world.router.directory.replicas
+    await replicas._watcher.stop()  # its consumer gone: the watch ends
+    await World.until(lambda: replicas.stale, timeout=5)
+    status, _, body = _admin_answer(world.router.ctx, "/readyz")
+    answer = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)  # routed as last known
+    await World.until(lambda: not replicas.stale, timeout=10)
+    print(f"\na replicas watch ended: /readyz {status} {body!r}; watched again after {replicas.restarts} restart(s)")
+    assert status.startswith("503") and b"llmgw_replicas" in body and answer.usage.completion_tokens == 2
+    assert _admin_answer(world.router.ctx, "/readyz")[0] == "200 OK"
