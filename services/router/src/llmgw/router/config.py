@@ -8,7 +8,17 @@ __all__ = ["RouterConfig"]
 
 
 class RouterConfig(BusConfig, kw_only=True):
-    """Router settings."""
+    """Router settings.
+
+    While NATS is away (or the limit counters do not answer within 2 s), the router keeps
+    serving: keys, projects, models and replicas from the tables it last followed, and keys
+    with limits are admitted by the last counts it read plus its own, counted here (requests,
+    tokens held and used, requests in flight) and written to the shared counters once NATS is
+    back. Limits then hold for what this router serves; what other routers served meanwhile is
+    not seen until then. No request waits on NATS for its limits, none gets a 500 for it, and
+    no key is left locked: each router's in-flight entry is written from its own count, and
+    one not refreshed for 60 s no longer counts.
+    """
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080
