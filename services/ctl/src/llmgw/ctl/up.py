@@ -79,10 +79,15 @@ class Kept:
     """A process `up` started and starts again when it dies (`start` makes it)."""
 
     def __init__(
-        self, name: str, start: Callable[[], subprocess.Popen], log: Path, policy: Backoff, running=None
+        self,
+        name: str,
+        start: Callable[[], subprocess.Popen],
+        log: Path,
+        policy: Backoff,
+        running: subprocess.Popen | None = None,
     ) -> None:
         self.name, self.start, self.log = name, start, log
-        self.proc: subprocess.Popen = running or start()
+        self.proc = running or start()
         self.keeper = Keeper(policy, time.monotonic())
 
     def tend(self, now: float) -> None:
@@ -105,11 +110,11 @@ class Kept:
 
 
 def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
-    log = open(home / "logs" / f"{name}.log", "ab")
     cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
     cmd += ["--creds", str(creds), *extra]
-    # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
-    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
+    with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
+        # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
+        return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
 
 async def _setup(nats_url: str, home: Path, demo: bool, creds: Path) -> str:
