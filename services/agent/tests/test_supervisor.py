@@ -11,13 +11,13 @@ import psutil
 import pytest
 
 from llmgw.agent.core import Launch
-from llmgw.agent.supervisor import ChildSpec, StartFailed, Supervisor, end_leftovers
+from llmgw.agent.supervisor import ChildSpec, StartFailed, Supervisor, find_left
 
 
 @pytest.fixture
 async def supervisor(tmp_path):
     sup = Supervisor(tmp_path / "logs", tmp_path / "notes", grace_s=0.5)
-    assert await sup.prepare() == []
+    assert await sup.prepare() == ([], [])
     yield sup
     for name in list(sup.children):
         await sup.stop(name)
@@ -101,17 +101,49 @@ async def test_a_child_not_up_in_time_is_ended_leaving_nothing_behind(supervisor
     assert not [p for p in psutil.Process().children() if p.name() == "sleep"]
 
 
-def test_a_restarted_agent_ends_the_engines_a_previous_one_left_but_not_a_stranger(tmp_path):
-    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (tmp_path / "r1.json").write_text(
-        json.dumps({"replica": "r1", "model": "m", "pid": left.pid, "started": time.time()})
+def test_a_restarted_agent_ends_the_workers_a_previous_one_left_hands_over_its_engines_and_spares_a_stranger(tmp_path):
+    worker = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "w1.worker.json").write_text(
+        json.dumps({"replica": "w1", "model": "m", "pid": worker.pid, "started": time.time()})
+    )
+    engine = subprocess.Popen(["sleep", "301"], start_new_session=True)
+    (tmp_path / "e1.json").write_text(
+        json.dumps({"replica": "e1", "pid": engine.pid, "started": time.time(), "survives": True})
     )
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)  # the pid was reused since the note
     (tmp_path / "r2.json").write_text(json.dumps({"replica": "r2", "pid": stranger.pid, "started": 1.0}))
+    (tmp_path / "dead.json").write_text(json.dumps({"replica": "r3", "pid": 2**22 + 1, "started": time.time()}))
     try:
-        assert end_leftovers(tmp_path) == [{"replica": "r1", "model": "m", "pid": left.pid}]
-        assert left.wait(5) == -signal.SIGKILL and stranger.poll() is None
-        assert list(tmp_path.iterdir()) == []
+        left, ended = find_left(tmp_path)
+        assert ended == [{"replica": "w1", "model": "m", "pid": worker.pid}]
+        assert [(e.name, e.pid, e.cmdline) for e in left] == [("e1", engine.pid, ["sleep", "301"])]
+        assert worker.wait(5) == -signal.SIGKILL and stranger.poll() is None and engine.poll() is None
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["e1.json"]  # the engine's, for whoever adopts it
     finally:
-        stranger.kill()
-        stranger.wait()
+        for proc in (stranger, engine):
+            proc.kill()
+            proc.wait()
+
+
+async def test_an_engine_left_behind_is_adopted_watched_and_stopped_like_its_own(supervisor, tmp_path):
+    engine = subprocess.Popen(["sh", "-c", "exec sleep 300"], start_new_session=True)
+    (tmp_path / "notes" / "c1.json").write_text(
+        json.dumps({"replica": "r1", "pid": engine.pid, "started": time.time(), "survives": True})
+    )
+    (tmp_path / "notes" / "c1.out").write_text("printed before\n")
+    exits = []
+    [left], [] = await supervisor.prepare()
+    adopted = supervisor.adopt(child(tmp_path, "", exits=exits), left)
+    assert supervisor.pids() == {engine.pid} and adopted.pid == engine.pid
+    await supervisor.stop("c1")
+    assert engine.wait(5) == -signal.SIGTERM and exits == [] and list((tmp_path / "notes").iterdir()) == []
+    engine = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "notes" / "c1.json").write_text(
+        json.dumps({"replica": "r1", "pid": engine.pid, "started": time.time(), "survives": True})
+    )
+    [left], [] = await supervisor.prepare()
+    supervisor.adopt(child(tmp_path, "", exits=exits), left)
+    engine.kill()
+    engine.wait()  # reaped here (its parent); an adopted engine's status is not known to the agent
+    await until(lambda: exits)
+    assert exits == [(-1, [])] and supervisor.children == {}

@@ -88,3 +88,18 @@ def test_a_replica_on_a_node_never_heard_of_is_not_lost_while_the_scheduler_hear
     h = listen(h, NOW, connected=True, window_s=POLICY.stale_s)  # 60 s, no heartbeat from anyone
     assert _pass([], h, known).stops == []
     assert [s.replica.id for s in _pass([], msgspec.structs.replace(h, deaf_s=0.0), known).stops] == ["x", "y"]
+
+
+def test_an_agent_back_with_its_engines_adopted_reports_them_ready_and_the_records_stay_as_they_are():
+    from llmgw.proto import Heartbeat, NodeInfo, ReplicaReport
+    from llmgw.scheduler.core import observe
+
+    recorded = {"x": msgspec.structs.replace(_ready("x", "a"), url="http://a:20000")}
+    report = ReplicaReport(id="x", model="m", profile="cpu", node="a", state="ready", url="http://a:20000")
+    beat = Heartbeat(
+        info=NodeInfo(node="a", hostname="a", cpus=1, memory_total_mb=1, memory_available_mb=1), replicas=[report]
+    )
+    plan = observe(beat, recorded, {}, NOW)
+    assert (plan.records, plan.forgets, plan.asks) == ([], [], [])
+    replaced = observe(beat, {}, {}, NOW)  # given up while its agent was away: its engine is stopped
+    assert [(a.id, a.reason) for a in replaced.asks] == [("x", "replaced while its node was lost")]

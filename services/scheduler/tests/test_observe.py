@@ -11,9 +11,7 @@ NOW = 1_000_000.0
 
 
 def spec(rid="r1", node="a", **fields):
-    return ReplicaSpec(
-        id=rid, model="m", profile="cpu", node=node, memory_mb=1000, fingerprint="fp", **fields
-    )
+    return ReplicaSpec(id=rid, model="m", profile="cpu", node=node, memory_mb=1000, fingerprint="fp", **fields)
 
 
 def report(rid="r1", node="a", state="ready", **fields):

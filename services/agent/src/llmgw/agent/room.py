@@ -47,6 +47,10 @@ class Room:
         self.port.setdefault(holder, port)
         return port
 
+    def keep(self, holder: str, port: int, cards: list[str]) -> None:
+        """`holder` holds this port and these cards (an engine adopted as it runs)."""
+        self.port[holder], self.cards[holder] = port, list(cards)
+
     def release(self, holder: str) -> None:
         """`holder` holds nothing any more."""
         self.cards.pop(holder, None)
