@@ -184,12 +184,13 @@ class Quota:
             self.known[sid] = value
             if check is not None and not (verdict := check(self._counts(sid, value, op.at))).ok:
                 return verdict
-            new = msgspec.json.encode(self._written(sid, value, op, op.at))
+            written = self._written(sid, value, op, op.at)
             try:
                 if revision is None:
-                    await self.kv.create(sid, new)
+                    await self.kv.create(sid, msgspec.json.encode(written))
                 else:
-                    await self.kv.update(sid, new, last=revision)
+                    await self.kv.update(sid, msgspec.json.encode(written), last=revision)
+                self.known[sid] = written
                 return Verdict(ok=True) if check is None else verdict
             except KeyWrongLastSequenceError:
                 continue
@@ -236,10 +237,14 @@ class Quota:
             await self._change(sid, _Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
 
     async def keep_alive(self, every_s: float) -> None:
-        """Refresh this router's in-flight counts so long requests keep counting, and send what
-        was counted here while NATS was away."""
+        """Every `every_s`: `refresh`."""
         while True:
             await asyncio.sleep(every_s)
-            for sid in {*self.mine, *self.dirty}:
-                if self.online():
-                    await self._change(sid, _Op(at=time.time()))
+            await self.refresh(time.time())
+
+    async def refresh(self, now: float) -> None:
+        """Write this router's in-flight entries again, so long requests keep counting, and what
+        was counted here while NATS was away (where it is there now)."""
+        for sid in {*self.mine, *self.dirty}:
+            if self.online():
+                await self._change(sid, _Op(at=now))

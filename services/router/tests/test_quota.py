@@ -1,0 +1,92 @@
+"""Budgets that cannot be overspent: what a request may use is held at admission and settled on
+what it used (pure: `judge`, `reservation`, `cut_usage`), on real JetStream KV shared by two
+routers, and counted locally while NATS is away."""
+
+import asyncio
+
+import msgspec
+
+from llmgw.bus import kv_bucket
+from llmgw.proto import BUCKETS, Limits, Model
+from llmgw.router.core import check_request, cut_usage, reservation
+from llmgw.router.limits import Counts, judge
+from llmgw.router.quota import Quota
+
+NOW = 1764720030.0
+MODEL = Model(name="m", source="o/r/m.gguf", context=4096, max_output=512)
+CHAT = "/v1/chat/completions"
+
+
+def test_a_token_limit_takes_a_request_only_where_what_it_may_use_fits_with_what_others_hold():
+    limits = Limits(tokens_per_day=1000)
+    assert judge("key 'k'", limits, Counts(day_tokens=600, reserved=300), NOW, reserve=100).ok
+    held = judge("key 'k'", limits, Counts(day_tokens=600, reserved=300), NOW, reserve=101)
+    assert not held.ok and held.retry  # what the requests in flight hold may come back
+    assert held.limit == (
+        "key 'k': tokens_per_day 1000 reached "
+        "(600 used, 300 held by requests in flight; this request may use up to 101)"
+    )
+    spent = judge("key 'k'", limits, Counts(day_tokens=950), NOW, reserve=100)
+    assert not spent.ok and not spent.retry  # nothing in flight: only the reset helps
+    assert not judge("key 'k'", limits, Counts(day_tokens=1000), NOW).ok  # at least one token must fit
+
+
+def test_a_request_holds_its_prompt_bound_and_its_longest_answer_within_the_context():
+    asked = check_request(CHAT, {"model": "m", "messages": [{"role": "user", "content": "hello"}]}, MODEL)
+    assert reservation(asked) == 11 * 3 + 64 + 32 + 2 + 512  # "user: hello" at 3 a byte, markers, max_output
+    short = check_request(CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, MODEL)
+    assert reservation(msgspec.structs.replace(short, tokens=[1] * 20)) == 28  # measured: its tokens
+    two = check_request(CHAT, {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}, MODEL)
+    assert reservation(msgspec.structs.replace(two, tokens=[1] * 20)) == 20 + 512 * 2
+    huge = check_request(CHAT, {"model": "m", "messages": [{"role": "user", "content": "x" * 5000}]}, MODEL)
+    assert reservation(huge) == MODEL.context  # a prompt and its answer never pass the context
+
+
+def test_a_stream_cut_before_its_usage_is_billed_its_prompt_and_each_chunk_relayed():
+    asked = check_request(CHAT, {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}, MODEL)
+    assert cut_usage(asked, 5).total == 5 + 5  # "user: hello there": 17 bytes, a quarter of them rounded up
+    assert cut_usage(msgspec.structs.replace(asked, tokens=[1] * 9), 0).total == 9
+
+
+async def test_two_routers_admitting_64_requests_at_once_never_pass_a_budget(nc):
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    routers = [Quota(kv, "router-a"), Quota(kv, "router-b")]
+    scope = [("key.k", "key 'k'", Limits(tokens_per_day=1000))]
+
+    async def one(i):
+        quota = routers[i % 2]
+        if not (await quota.admit(scope, NOW, reserve=100)).ok:
+            return 0
+        await asyncio.sleep(0.05)  # in flight
+        await quota.finish(scope, 100, NOW + 1, reserve=100)  # it used all it held
+        return 100
+
+    spent = sum(await asyncio.gather(*(one(i) for i in range(64))))
+    value = msgspec.json.decode((await kv.get("key.k")).value)
+    print(f"\n64 requests at once over two routers, 100 tokens each, budget 1000: {spent} spent")
+    assert 0 < spent <= 1000 and value["d"][1] == spent and not value.get("h") and not value.get("c")
+
+
+async def test_an_end_the_counters_never_heard_does_not_lock_a_key_and_what_was_counted_away_is_sent_later(nc):
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    online = [True]
+    quota = Quota(kv, "router-a", online=lambda: online[0])
+    scope = [("key.k", "key 'k'", Limits(concurrent=2, requests_per_minute=5, tokens_per_day=10_000))]
+    for _ in range(2):
+        assert (await quota.admit(scope, NOW, reserve=50)).ok
+    online[0] = False  # NATS away: both end unheard, and more come
+    for _ in range(2):
+        await quota.finish(scope, 30, NOW + 1, reserve=50)
+    assert (await quota.admit(scope, NOW + 2, reserve=50)).ok  # from the counts last read, and its own
+    await quota.finish(scope, 30, NOW + 3, reserve=50)
+    admitted = [(await quota.admit(scope, NOW + 4, reserve=50)).ok for _ in range(3)]
+    assert admitted == [True, True, False]  # 5 a minute: 2 counted in KV, then 3 here
+    for _ in range(2):
+        await quota.finish(scope, 0, NOW + 5, reserve=50)
+    assert not (await kv.get("key.k")).value.count(b'"m":["202512030000",5')  # nothing written while away
+    online[0] = True
+    await quota.refresh(NOW + 6)  # what keep_alive does: what was counted here is written
+    value = msgspec.json.decode((await kv.get("key.k")).value)
+    assert value["m"][1] == 5 and value["d"][1] == 90 and not value.get("c") and not value.get("h")
+    assert not (await quota.admit(scope, NOW + 7, reserve=50)).ok  # the minute's 5 requests
+    assert not quota.mine and not quota.dirty
