@@ -374,6 +374,37 @@ async def test_an_agent_killed_hard_and_restarted_adopts_its_engine_no_duplicate
             left.kill()
 
 
+async def test_a_restarted_agent_ends_the_engines_it_cannot_vouch_for_and_forgets_dead_ones(node, nc, tmp_path):
+    import psutil
+
+    agent, _ = node
+    model = Model(name="m", source=SOURCE, context=512)
+    for rid in ("u1", "u2", "u3"):
+        await start(nc, rid, model, Profile(slots=1))
+    pids = {
+        rid: (await until(agent, rid, "ready")) and agent.replicas.runs[rid].child.pid for rid in ("u1", "u2", "u3")
+    }
+    await agent.replicas.leave_all("killed")  # as a hard kill leaves them: serving, noted
+    notes = tmp_path / "a" / "agent" / "engines"
+    tampered = json.loads((notes / "u1.json").read_text())
+    tampered["engine"]["argv"][-1] = "another-model"  # u1: not the command line noted
+    (notes / "u1.json").write_text(json.dumps(tampered))
+    os.kill(pids["u2"], signal.SIGSTOP)  # u2: frozen, no health check answered
+    os.killpg(pids["u3"], signal.SIGKILL)  # u3: died while no agent ran
+    again = Agent(msgspec.structs.replace(agent.config, stop_grace_s=1.0))
+    left, ended = await again.supervisor.prepare()
+    assert sorted(e.name for e in left) == ["u1", "u2"] and ended == []
+    said = {e.name: await again.replicas.adopt(e) for e in left}
+    url = agent.replicas.runs["u2"].report.url
+    assert said == {
+        "u1": "ended: its command line is not the one noted",
+        "u2": f"ended: it does not answer its health check at {url}",
+    }
+    await asyncio.sleep(0.5)
+    alive = [rid for rid, pid in pids.items() if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert alive == [] and again.replicas.runs == {} and list(notes.glob("*.json")) == []
+
+
 async def test_engines_carry_on_while_nats_is_away_and_the_agent_reports_them_when_it_is_back(
     node, nc, nats_server, tmp_path
 ):
