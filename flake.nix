@@ -45,7 +45,7 @@
           requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" "pyyaml" ];
         };
         llmgw-scheduler = { dir = "services/scheduler"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" ]; };
-        llmgw-mirror = { dir = "services/mirror"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" ]; };
+        llmgw-mirror = { dir = "services/mirror"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" ]; };
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];

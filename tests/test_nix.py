@@ -244,7 +244,15 @@ def test_a_service_gets_its_credentials_from_systemd_and_passes_them_as_creds():
 @needs_nix
 def test_a_service_without_credentials_connects_without_them():
     sc = _unit("router", enable=True)["config"]["systemd"]["services"]["llmgw-router"]["serviceConfig"]
-    assert "LoadCredential" not in sc and "--creds" not in sc["ExecStart"]
+    assert not sc.get("LoadCredential") and "--creds" not in sc["ExecStart"]
+
+
+@needs_nix
+def test_the_router_gets_its_engine_secret_from_systemd_and_passes_it_on():
+    got = _unit("router", enable=True, engineSecretFile="/etc/llmgw/creds/engine.secret")
+    sc = got["config"]["systemd"]["services"]["llmgw-router"]["serviceConfig"]
+    assert sc["LoadCredential"] == ["engine.secret:/etc/llmgw/creds/engine.secret"]
+    assert " --engine-secret %d/engine.secret" in sc["ExecStart"]
 
 
 @needs_nix
@@ -290,9 +298,11 @@ def test_all_nix_runs_every_service_after_nats_with_credentials_from_one_directo
     """)
     assert sorted(name for names in got["imported"] for name in names) == SERVICES
     for name in SERVICES:
+        engine = {"engineSecretFile": "/etc/llmgw/creds/engine.secret"} if name in ("router", "agent") else {}
         assert got["config"]["services"]["llmgw"][name] == {
             "enable": True,
             "credentialsFile": f"/etc/llmgw/creds/{name}.nk",
+            **engine,
         }
         unit = got["config"]["systemd"]["services"][f"llmgw-{name}"]
         assert unit["after"] == unit["wants"] == ["nats.service"]

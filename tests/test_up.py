@@ -23,6 +23,7 @@ from llmgw.bus import EngineKeys, call, connect, kv_scan
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.proto import (
     BUCKETS,
+    PREFIX,
     Empty,
     KeyCreate,
     Model,
@@ -226,6 +227,27 @@ def _engine_keys(up):
 
     keys = EngineKeys.read(str(up.home / "creds" / "engine-fleet.secret"))
     return [keys.key(r.node, r.id) for r, _ in asyncio.run(read())]
+
+
+def test_the_operator_watching_every_event_sees_no_engine_key_and_no_api_key(up):
+    async def watch(nc):
+        seen = []
+
+        async def keep(msg):
+            seen.append((msg.subject, msg.data))
+
+        await nc.subscribe(f"{PREFIX}.evt.>", cb=keep)  # what `nats sub 'llmgw.v1.evt.>'` prints
+        created = await call(nc, router.KEY_CREATE, KeyCreate(name="watched"))
+        client = openai.OpenAI(base_url=up.base_url, api_key=created.key, max_retries=0)
+        await asyncio.to_thread(client.completions.create, model=DEMO, prompt="hi", max_tokens=2)
+        await asyncio.sleep(3)  # a heartbeat or more (every 2 s)
+        return seen, created.key
+
+    seen, token = up.nats(watch)
+    subjects = [subject for subject, _ in seen]
+    assert any(".evt.node.heartbeat." in s for s in subjects) and any(".evt.usage." in s for s in subjects), subjects
+    secrets = [token, up.key, *_engine_keys(up)]
+    assert not [(subject, s) for subject, data in seen for s in secrets if s.encode() in data]
 
 
 def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):

@@ -4,7 +4,8 @@
 # `services.llmgw.credentialsDirectory = "/etc/llmgw/creds";` each reaches NATS with the nkey
 # seed file in that directory named after its role: catalog.nk, scheduler.nk, mirror.nk,
 # router.nk, and agent.nk, this node's agent identity (the one `llmgw up` names agent-<node>.nk);
-# root's, 0600, never in the Nix store. One service's file can still be set apart:
+# root's, 0600, never in the Nix store; the router and the agent also read engine.secret there
+# (`llmgw access write` makes engine-fleet.secret for the router, engine-<node>.secret per node). One service's file can still be set apart:
 # services.llmgw.<name>.credentialsFile.
 flake:
 { config, lib, ... }:
@@ -28,6 +29,9 @@ in
     services.llmgw = lib.genAttrs services (name: {
       enable = lib.mkDefault true;
       credentialsFile = lib.mkIf (dir != null) (lib.mkDefault "${dir}/${name}.nk");
+    } // lib.optionalAttrs (name == "router" || name == "agent") {
+      # engine-fleet.secret (router) or this node's engine-<node>.secret (agent), as engine.secret
+      engineSecretFile = lib.mkIf (dir != null) (lib.mkDefault "${dir}/engine.secret");
     });
     systemd.services = lib.mkIf config.services.nats.enable (
       lib.genAttrs (map (name: "llmgw-${name}") services) (_: {

@@ -47,6 +47,16 @@ in
         Null: connect without (a NATS server with authorization refuses that).
       '';
     };
+    engineSecretFile = lib.mkOption {
+      type = lib.types.nullOr (lib.types.strMatching "/.+");
+      default = null;
+      example = "/etc/llmgw/creds/engine.secret";
+      description = ''
+        The router's and the agent's engine secret (engine-fleet.secret for the router, this node's
+        engine-<node>.secret for the agent, from `llmgw access write`): engines' keys are worked out
+        from it. Passed as `--engine-secret` through LoadCredential=, like the NATS credentials.
+      '';
+    };
     tlsCaFile = lib.mkOption {
       type = lib.types.nullOr (lib.types.strMatching "/.+");
       default = null;
@@ -108,6 +118,7 @@ in
         ExecStart = lib.concatStringsSep " " (
           [ (utils.escapeSystemdExecArgs command) ]
           ++ lib.optional (cfg.credentialsFile != null) "--creds %d/nats.nk"
+          ++ lib.optional (cfg.engineSecretFile != null) "--engine-secret %d/engine.secret"
           ++ lib.optional (cfg.extraFlags != [ ]) (utils.escapeSystemdExecArgs cfg.extraFlags)
         );
         User = unit;
@@ -124,8 +135,9 @@ in
         ProtectSystem = "strict";
         ProtectHome = true;
         PrivateTmp = true;
-      } // lib.optionalAttrs (cfg.credentialsFile != null) {
-        LoadCredential = [ "nats.nk:${cfg.credentialsFile}" ];
+        LoadCredential =
+          lib.optional (cfg.credentialsFile != null) "nats.nk:${cfg.credentialsFile}"
+          ++ lib.optional (cfg.engineSecretFile != null) "engine.secret:${cfg.engineSecretFile}";
       };
     };
   };

@@ -207,7 +207,9 @@ def _role_subscribe(role: str, node: str) -> list[str]:
         return [f"{PREFIX}.scheduler.>", agent.HEARTBEAT.all, f"{PREFIX}.evt.replica.>"]
     if role in ("catalog", "mirror", "router"):
         return [f"{PREFIX}.{role}.>"]
-    return []  # ctl only asks
+    # The operator watches every event (`nats sub 'llmgw.v1.evt.>'`) but no service's requests:
+    # it could answer them, speaking for the service.
+    return [f"{PREFIX}.evt.>"]
 
 
 def permissions(identity: Identity) -> Permissions:
