@@ -76,6 +76,31 @@ async def test_a_hundred_streams_closed_early_eject_no_replica(world):
     assert answer.usage.completion_tokens == 2
 
 
+class Steady:
+    """Clients asking one after another until stopped: answers by replica, failures by kind."""
+
+    def __init__(self, client: openai.AsyncOpenAI, n: int):
+        self.answered: dict[str, int] = {}
+        self.failed: list[str] = []
+        self.stop = asyncio.Event()
+        self.tasks = [asyncio.create_task(self._one(client)) for _ in range(n)]
+
+    async def _one(self, client):
+        while not self.stop.is_set():
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=HELLO, max_tokens=4, timeout=30
+                )
+                rid = raw.headers["x-llmgw-replica"]
+                self.answered[rid] = self.answered.get(rid, 0) + 1
+            except openai.OpenAIError as exc:
+                self.failed.append(type(exc).__name__)
+
+    async def end(self):
+        self.stop.set()
+        await asyncio.gather(*self.tasks)
+
+
 MALFORMED_TOOLS = ("nope", [{"type": "function"}], [{"x": 1}], [{"type": "function", "function": {"name": 5}}])
 """`tools` fields llama-server refuses (with a 500: "Failed to parse tools")."""
 
@@ -107,40 +132,27 @@ async def test_a_frozen_engine_is_out_of_rotation_within_five_seconds_and_reques
     frozen = await world.replica(MODEL, CPU)
     engine = world.engines.procs[-1]
     other = await world.replica(MODEL, CPU)
-    client = await world.client()
-    answered: dict[str, int] = {}
-    failed: list[str] = []
-    stop = asyncio.Event()
-
-    async def steady():
-        while not stop.is_set():
-            try:
-                raw = await client.chat.completions.with_raw_response.create(
-                    model="m", messages=HELLO, max_tokens=4, timeout=30
-                )
-                rid = raw.headers["x-llmgw-replica"]
-                answered[rid] = answered.get(rid, 0) + 1
-            except openai.OpenAIError as exc:
-                failed.append(type(exc).__name__)
-
-    clients = [asyncio.create_task(steady()) for _ in range(2)]
+    steady = Steady(await world.client(), 2)
     try:
-        await World.until(lambda: answered.get(frozen) and answered.get(other), timeout=30)
+        await World.until(lambda: steady.answered.get(frozen) and steady.answered.get(other), timeout=30)
         os.kill(engine.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
         await World.until(lambda: frozen in ejected(world), timeout=15)
         out_after = time.monotonic() - frozen_at
-        before = dict(answered)  # an answer already on its way when it froze may still arrive before this
+        before = dict(steady.answered)  # an answer on its way when it froze may still arrive before this
         await asyncio.sleep(3)
-        during = {r: answered.get(r, 0) - before.get(r, 0) for r in (frozen, other)}
+        during = {r: steady.answered.get(r, 0) - before.get(r, 0) for r in (frozen, other)}
     finally:
         os.kill(engine.pid, signal.SIGCONT)
-        stop.set()
-        await asyncio.gather(*clients)
+    thawed = time.monotonic()
+    await World.until(lambda: frozen not in ejected(world), timeout=15)
+    back_after = time.monotonic() - thawed
+    await steady.end()
     print(
-        f"\nfrozen engine out of rotation after {out_after:.1f}s; answered in the 3 s after {during}; failed {failed}"
+        f"\nfrozen engine out of rotation after {out_after:.1f}s; answered in the 3 s after {during}; "
+        f"back {back_after:.1f}s after SIGCONT; failed {steady.failed}"
     )
-    assert out_after < 5 and during[frozen] == 0 and during[other] > 0 and not failed
+    assert out_after < 5 and during[frozen] == 0 and during[other] > 0 and not steady.failed
 
 
 async def until_value(check, timeout=10.0):
@@ -192,12 +204,15 @@ async def test_a_stream_closed_early_is_billed_what_it_got(world):
     assert got == 4 and tokens >= 4 * 2  # at least a prompt token and the token each got
 
 
-async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_after(world, nats_server, tmp_path):
+@pytest.mark.parametrize("away_s", [6, pytest.param(60, marks=pytest.mark.chaos)])
+async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_after(
+    world, nats_server, tmp_path, away_s
+):
     from llmgw.bus import start_nats_server
 
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
-    limited = await world.client(name="two", limits=Limits(concurrent=2, requests_per_minute=1000))
+    limited = await world.client(name="two", limits=Limits(concurrent=2, requests_per_minute=100_000))
 
     async def ask():
         started = time.monotonic()
@@ -215,7 +230,7 @@ async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_aft
     away = time.monotonic()
     ended_away = [a.usage.completion_tokens for a in await asyncio.gather(*held)]
     during = []
-    while time.monotonic() - away < 12:  # a 12 s outage, two requests at a time
+    while time.monotonic() - away < away_s:  # two requests at a time
         during += await asyncio.gather(ask(), ask())
     back = start_nats_server(tmp_path / "nats", port=nats_server.port)
     nats_server.process = back.process  # stopped by the fixture
@@ -226,7 +241,7 @@ async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_aft
         codes[code] = codes.get(code, 0) + 1
     slowest = max(s for _, s in during)
     print(
-        f"\nNATS away 12s: 2 requests in flight ended while away ({ended_away} tokens); {len(during)} requests"
+        f"\nNATS away {away_s}s: 2 requests in flight ended while away ({ended_away} tokens); {len(during)} requests"
         f" {codes}, slowest {slowest:.1f}s; after it came back: {[c for c, _ in after]}"
     )
     assert set(codes) == {200} and slowest < 5 and ended_away == [200, 200]
@@ -272,3 +287,44 @@ async def test_readyz_names_a_table_whose_watch_ended_until_it_is_followed_again
     print(f"\na replicas watch ended: /readyz {status} {body!r}; watched again after {replicas.restarts} restart(s)")
     assert status.startswith("503") and b"llmgw_replicas" in body and answer.usage.completion_tokens == 2
     assert _admin_answer(world.router.ctx, "/readyz")[0] == "200 OK"
+
+
+@pytest.mark.chaos
+async def test_under_steady_clients_early_closed_streams_and_malformed_requests_eject_no_replica(world):
+    await world.model(MODEL)
+    replicas = [await world.replica(MODEL, CPU), await world.replica(MODEL, CPU)]
+    ordinary = await world.client(name="ordinary")
+    steady = Steady(await world.client(name="steady"), 4)
+    statuses: dict[int, int] = {}
+
+    async def malformed():
+        for i in range(50):
+            try:
+                tools = MALFORMED_TOOLS[i % len(MALFORMED_TOOLS)]
+                await ordinary.chat.completions.create(
+                    model="m", messages=HELLO, max_tokens=2, extra_body={"tools": tools}
+                )
+                status = 200
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+            statuses[status] = statuses.get(status, 0) + 1
+
+    try:
+        out: set[str] = set()
+
+        async def watch():
+            while True:
+                out.update(ejected(world))
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        got, _ = await asyncio.gather(closed_early(world, ordinary.api_key, 100), malformed())
+        await asyncio.sleep(1.0)
+        watcher.cancel()
+    finally:
+        await steady.end()
+    print(
+        f"\nunder 4 steady clients ({sum(steady.answered.values())} answered, {len(steady.failed)} failed): "
+        f"100 early-closed streams ({got} got a first event), 50 malformed {statuses}; ever ejected {sorted(out)}"
+    )
+    assert not out and not steady.failed and set(steady.answered) == set(replicas)
