@@ -2,7 +2,8 @@
 connection), real llama-servers, and two schedulers of which one leads.
 
 "Killed" here is what a crash leaves: the service's tasks end and its NATS connection drops,
-with nothing released; an agent's engines die with it.
+with nothing released; an agent's engines die with it (its node crashed), or serve on (the
+agent alone was killed: the next one adopts them).
 """
 
 import asyncio

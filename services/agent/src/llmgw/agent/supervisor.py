@@ -8,6 +8,12 @@ and a restarted agent is handed it (`Left`) to adopt or end; any other (a worker
 agent (PR_SET_PDEATHSIG), and what a hard-killed agent left of those is ended at the next start.
 What differs between children is passed in (`ChildSpec`): the command, the check that it
 serves, and what to do when it exits.
+
+An engine whose agent never comes back serves on, unknown to the scheduler once it replaced
+it: starting the agent again adopts it and the scheduler has it stopped (it was replaced), or
+an operator ends it by its note (`kill -TERM -<pid>`, the pid in <data_dir>/agent/engines/
+<replica>.json). Under systemd the agent's unit needs KillMode=process for engines to outlive
+an agent that crashed or was restarted.
 """
 
 from __future__ import annotations
