@@ -330,6 +330,14 @@ def test_the_plain_systemd_unit_gives_each_instance_its_user_state_and_credentia
     assert unit["RestartPreventExitStatus"] == ["2"]
 
 
+def test_an_agent_that_crashes_leaves_its_engines_to_the_agent_that_adopts_them():
+    assert _unit_file(ROOT / "deploy/systemd/llmgw@.service")["KillMode"] == ["control-group"]
+    assert _unit_file(ROOT / "deploy/systemd/llmgw@agent.service.d/engines.conf")["KillMode"] == ["process"]
+    for name, mode in (("agent", "process"), ("router", "control-group")):
+        sc = _unit(name, enable=True)["config"]["systemd"]["services"][f"llmgw-{name}"]["serviceConfig"]
+        assert sc["KillMode"] == mode
+
+
 # llama.cpp as nixpkgs installs it
 
 

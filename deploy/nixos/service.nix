@@ -129,7 +129,9 @@ in
         Restart = "always";
         RestartSec = 2;
         RestartPreventExitStatus = 2; # wrong config or credentials: said once, not every 2 s
-        KillMode = "control-group"; # engines the agent started stop with it
+        # A stopping agent stops its engines itself; one that crashes leaves them serving, and the
+        # restarted agent adopts them (systemd must not kill them with it). Others: everything.
+        KillMode = if name == "agent" then "process" else "control-group";
         TimeoutStopSec = 30;
         NoNewPrivileges = true;
         ProtectSystem = "strict";
