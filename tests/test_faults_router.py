@@ -4,6 +4,7 @@ seconds; budgets cannot be overspent; an outage of NATS locks no key; a poisoned
 skipped. Each case prints its figures (`pytest -s`)."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -328,3 +329,58 @@ async def test_under_steady_clients_early_closed_streams_and_malformed_requests_
         f"100 early-closed streams ({got} got a first event), 50 malformed {statuses}; ever ejected {sorted(out)}"
     )
     assert not out and not steady.failed and set(steady.answered) == set(replicas)
+
+
+@contextlib.asynccontextmanager
+async def stalling_engine():
+    """An engine whose /health answers at once and which never starts any other answer: its url."""
+
+    async def serve(reader, writer):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET /health "):
+                writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n{"status":"ok"}')
+                await writer.drain()
+            else:
+                await asyncio.sleep(3600)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_a_stream_its_engine_never_starts_is_tried_elsewhere_after_the_first_byte_timeout(
+    serve, nc, engines, tmp_path
+):
+    from llmgw.bus import new_fleet_secret, write_secret
+    from llmgw.router.service import Router, RouterConfig
+
+    write_secret(tmp_path / "fleet.secret", new_fleet_secret())
+    config = RouterConfig(http_port=0, engine_secret=str(tmp_path / "fleet.secret"), first_byte_timeout_s=1.0)
+    router = await serve(Router(config), config)
+    await World.until(router.ready)
+    world = World(router, nc, engines)
+    await world.model(MODEL)
+    async with stalling_engine() as url:
+        stalled = await world.replica(MODEL, CPU, url=url)
+        good = await world.replica(MODEL, CPU)
+        client = await world.client()
+        took, served = [], set()
+        for _ in range(4):
+            started = time.monotonic()
+            stream = await client.chat.completions.with_raw_response.create(
+                model="m", messages=HELLO, max_tokens=2, stream=True
+            )
+            served.add(stream.headers["x-llmgw-replica"])
+            _ = [c async for c in stream.parse()]
+            took.append(round(time.monotonic() - started, 1))
+        retried = router.ctx.metrics.get_sample_value("llmgw_router_retries_total", {"model": "m"})
+    print(f"\nstreams with a stalling replica: served by {served}, took {took}s, {retried:.0f} retried elsewhere")
+    assert served == {good} and retried >= 1 and max(took) < 5
+    assert stalled not in ejected(world)  # slow to answer is not dead: its /health answers
