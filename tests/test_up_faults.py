@@ -8,7 +8,9 @@ seconds until the killed process was back). The catalog case and the drained sto
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -186,6 +188,29 @@ def _within(timeout: float, done) -> float | None:
             return time.monotonic() - start
         time.sleep(0.1)
     return None
+
+
+def test_a_service_that_dies_at_start_is_said_and_started_again_and_a_stop_still_stops(tmp_path):
+    env = {**os.environ, "LLMGW_MAX_BODY_BYTES": "lots"}  # the router alone reads it: a bad setting, exit 2
+    cmd = [sys.executable, "-m", "llmgw.ctl", "up", "--data-dir", str(tmp_path), "--nats-port", "-1"]
+    proc = subprocess.Popen(
+        [*cmd, "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum("router exited with code 2 after" in line for line in lines) < 2:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+    started = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    proc.send_signal(signal.SIGTERM)
+    lines += proc.communicate(timeout=60)[0].splitlines(keepends=True)
+    printed = "".join(lines)
+    assert printed.count("router exited with code 2 after") >= 2 and "starting it again in" in printed, printed
+    assert proc.returncode == 0 and "llmgw up: stopped" in printed and "Traceback" not in printed, printed
+    left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [p.cmdline() for p in left]
 
 
 @pytest.fixture(scope="module")

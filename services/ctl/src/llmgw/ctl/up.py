@@ -111,14 +111,20 @@ class Kept:
 
 def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
+    cmd += ["--admin-port", "0"]  # several `llmgw up` may run on one machine: each says where in nats.micro
     cmd += ["--creds", str(creds), *extra]
     with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
         # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
         return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
 
-async def _setup(nats_url: str, home: Path, demo: bool, creds: Path) -> str:
-    """Put the demo model in the catalog if absent; make the local API key once (as the operator)."""
+class _Stopped(Exception):
+    """A signal came while `up` was starting."""
+
+
+async def _setup(nats_url: str, home: Path, demo: bool, creds: Path, tend: Callable[[], None]) -> str:
+    """Put the demo model in the catalog if absent; make the local API key once (as the operator).
+    `tend` keeps the processes between tries."""
     nc = await connect(nats_url, "llmgw-up", creds=str(creds))
     try:
         deadline = time.monotonic() + 60
@@ -142,23 +148,23 @@ async def _setup(nats_url: str, home: Path, demo: bool, creds: Path) -> str:
             except BusError:
                 if time.monotonic() > deadline:
                     raise
+                tend()
                 await asyncio.sleep(0.3)
     finally:
         await nc.close()
 
 
-def _wait_listening(url: str, router: Kept, timeout: float = 60) -> None:
-    """Return once the router answers HTTP at `url` (any status)."""
+def _wait_listening(url: str, tend: Callable[[], None], timeout: float = 60) -> None:
+    """Return once the router answers HTTP at `url` (any status); `tend` keeps the processes meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if router.proc.poll() is not None:
-            raise RuntimeError("the router exited at start; see its log")
         try:
             httpx.get(url, timeout=1)
             return
         except httpx.TransportError:
+            tend()
             time.sleep(0.1)
-    raise RuntimeError(f"the router did not listen on {url} within {timeout}s")
+    raise TimeoutError(f"the router did not listen on {url} within {timeout:g} s")
 
 
 def _stop(kept: dict[str, Kept], drain_s: float) -> None:
@@ -186,6 +192,26 @@ def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
             proc.wait()
 
 
+def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, model: str) -> None:
+    """Write <home>/up/up.json (where it is) and print how to use it."""
+    state = home / "up" / "up.json"
+    state.with_suffix(".part").write_bytes(
+        msgspec.json.encode({"base_url": base, "nats_url": nats_url, "pid": os.getpid()})
+    )
+    state.with_suffix(".part").replace(state)
+    print(f"llmgw is up (data in {home})", flush=True)
+    print(f"  OpenAI base URL: {base}", flush=True)
+    print(f"  API key:         {key}", flush=True)
+    print(f"  NATS:            {nats_url}", flush=True)
+    print(f"  operator creds:  {operator} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
+    print(
+        f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
+        "-H 'Content-Type: application/json' "
+        f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
+        flush=True,
+    )
+
+
 def _nats(home: Path, port: int, conf: Path) -> NatsServer:
     return start_nats_server(home / "nats", port=port, config=conf, start_new_session=True, preexec_fn=die_with_parent)
 
@@ -211,6 +237,13 @@ def up(opts: UpOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     kept: dict[str, Kept] = {}
+
+    def tend() -> None:
+        if stopping:
+            raise _Stopped
+        for process in kept.values():
+            process.tend(time.monotonic())
+
     try:
         if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
             write_random_llama(home / "mirror" / DEMO_SOURCE)
@@ -243,31 +276,18 @@ def up(opts: UpOptions) -> int:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], extra.get(name, []))
             kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
-        key = asyncio.run(_setup(nats.url, home, opts.demo, creds["ctl"]))
+        key = asyncio.run(_setup(nats.url, home, opts.demo, creds["ctl"], tend))
         base = f"http://127.0.0.1:{http_port}/v1"
-        _wait_listening(f"{base}/models", kept["router"])
-        state = home / "up" / "up.json"
-        state.with_suffix(".part").write_bytes(
-            msgspec.json.encode({"base_url": base, "nats_url": nats.url, "pid": os.getpid()})
-        )
-        state.with_suffix(".part").replace(state)
-        print(f"llmgw is up (data in {home})", flush=True)
-        print(f"  OpenAI base URL: {base}", flush=True)
-        print(f"  API key:         {key}", flush=True)
-        print(f"  NATS:            {nats.url}", flush=True)
-        print(f"  operator creds:  {creds['ctl']} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
-        model = DEMO_MODEL if opts.demo else "<model>"
-        print(
-            f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
-            "-H 'Content-Type: application/json' "
-            f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
-            flush=True,
-        )
-        while not stopping:
-            for process in kept.values():
-                process.tend(time.monotonic())
+        _wait_listening(f"{base}/models", tend)
+        _say_up(home, base, key, nats.url, creds["ctl"], DEMO_MODEL if opts.demo else "<model>")
+        while True:
+            tend()
             time.sleep(0.1)
+    except _Stopped:
         return 0
+    except (BusError, TimeoutError) as exc:
+        print(f"llmgw up: it did not start: {exc}; the services' logs are in {home / 'logs'}", file=sys.stderr)
+        return 1
     finally:
         print("llmgw up: stopping", flush=True)
         _stop(kept, opts.drain_s)
