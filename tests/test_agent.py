@@ -278,6 +278,8 @@ def _agent_command(nats, data_dir):
         nats.url,
         "--creds",
         nats.creds("agent", "a"),
+        "--admin-port",
+        "0",
         "--node",
         "a",
         "--data-dir",

@@ -14,7 +14,7 @@ from llmgw.bus._access import (
     server_config,
     write_identity,
 )
-from llmgw.bus._config import BusConfig, ConfigError, load_config
+from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
@@ -36,6 +36,7 @@ from llmgw.bus._tasks import spawn
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
 
 __all__ = [
+    "ADMIN_PORTS",
     "ROLES",
     "BadRequest",
     "BusConfig",

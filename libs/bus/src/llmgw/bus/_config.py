@@ -11,7 +11,10 @@ from typing import TypeVar
 
 import msgspec
 
-__all__ = ["BusConfig", "ConfigError", "load_config"]
+__all__ = ["ADMIN_PORTS", "BusConfig", "ConfigError", "load_config"]
+
+ADMIN_PORTS = {"catalog": 9461, "scheduler": 9462, "mirror": 9463, "router": 9464, "agent": 9465}
+"""Each service's admin HTTP port unless set: fixed, so Prometheus can be pointed at them."""
 
 C = TypeVar("C", bound="BusConfig")
 
@@ -38,8 +41,10 @@ class BusConfig(msgspec.Struct, kw_only=True):
     """Where the admin HTTP port listens: the loopback unless set (its /metrics and /info say
     more than a stranger should read)."""
     admin_port: int = 0
-    """Admin HTTP port (/healthz, /readyz, /metrics, /info); set a fixed one for Prometheus; 0 picks
-    a free one. Either way nats.micro's INFO of the service says where it is (metadata `admin`)."""
+    """Admin HTTP port (/healthz, /readyz, /metrics, /info): each service's config has a fixed one
+    (ADMIN_PORTS) for Prometheus to be pointed at; 0 picks a free one (`llmgw up` does, as several
+    may run on one machine). Either way nats.micro's INFO of the service says where it is
+    (metadata `admin`)."""
     log_level: str = "info"
 
     def home(self) -> Path:

@@ -198,11 +198,17 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    started: list[Context] = []
+    try:  # before NATS: a port taken starts nothing
+        admin = await _admin_server(lambda: started[0] if started else None, config.admin_host, config.admin_port)
+    except OSError as exc:
+        raise BusError(
+            f"admin HTTP on {config.admin_host}:{config.admin_port}: {exc.strerror}; "
+            "set admin_port to a free port (0 picks one; `nats micro info` then says which)"
+        ) from None
     nc = await connect(
         config.nats_url, f"llmgw-{app.name}-{config.node_name()}", creds=config.creds, tls_ca=config.tls_ca
     )
-    started: list[Context] = []
-    admin = await _admin_server(lambda: started[0] if started else None, config.admin_host, config.admin_port)
     port = admin.sockets[0].getsockname()[1]
     # Where Prometheus scrapes it: in nats.micro's INFO (`nats micro info llmgw-<name>`) and /info.
     metadata = {"admin": f"http://{config.admin_host}:{port}", "node": config.node_name()}

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.bus import BusConfig
+from llmgw.bus import ADMIN_PORTS, BusConfig
 
 __all__ = ["AgentConfig"]
 
 
 class AgentConfig(BusConfig, kw_only=True):
     """Agent settings."""
+
+    admin_port: int = ADMIN_PORTS["agent"]
 
     heartbeat_s: float = 2.0
     """Seconds between heartbeats."""

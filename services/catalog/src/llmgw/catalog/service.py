@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from llmgw.bus import (
+    ADMIN_PORTS,
     BadRequest,
     BusConfig,
     BusError,
@@ -59,6 +60,8 @@ __all__ = ["Catalog", "CatalogConfig", "main"]
 
 class CatalogConfig(BusConfig, kw_only=True):
     """Catalog settings."""
+
+    admin_port: int = ADMIN_PORTS["catalog"]
 
     history: int = 5
     """Revisions the KV bucket keeps per model."""

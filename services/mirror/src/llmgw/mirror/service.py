@@ -11,7 +11,7 @@ import msgspec
 from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
-from llmgw.bus import BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
+from llmgw.bus import ADMIN_PORTS, BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
 from llmgw.gguf import GGUFError, read_header
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
@@ -24,6 +24,8 @@ _CHUNK = 1 << 20
 
 class MirrorConfig(BusConfig, kw_only=True):
     """Mirror settings."""
+
+    admin_port: int = ADMIN_PORTS["mirror"]
 
     root: str = ""
     """Directory of files, laid out '<owner>/<repo>/<file>' (default: <data_dir>/mirror)."""

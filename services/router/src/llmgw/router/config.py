@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.bus import BusConfig
+from llmgw.bus import ADMIN_PORTS, BusConfig
 
 __all__ = ["RouterConfig"]
 
@@ -19,6 +19,8 @@ class RouterConfig(BusConfig, kw_only=True):
     no key is left locked: each router's in-flight entry is written from its own count, and
     one not refreshed for 60 s no longer counts.
     """
+
+    admin_port: int = ADMIN_PORTS["router"]
 
     http_host: str = "127.0.0.1"
     http_port: int = 8080

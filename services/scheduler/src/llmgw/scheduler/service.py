@@ -15,7 +15,7 @@ import time
 
 import msgspec
 
-from llmgw.bus import BusConfig, BusError, Context, KvTable, call, entry_point, kv_bucket
+from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, call, entry_point, kv_bucket
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -49,6 +49,8 @@ _POLICY = Policy()
 
 class SchedulerConfig(BusConfig, kw_only=True):
     """Scheduler settings; those of a reconcile pass are `Policy`'s (documented there)."""
+
+    admin_port: int = ADMIN_PORTS["scheduler"]
 
     tick_s: float = 1.0
     """Seconds between reconcile passes (a change of the catalog or of demand does not wait)."""
