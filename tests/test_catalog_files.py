@@ -1,24 +1,40 @@
 """The catalog reads a model's file header, through the mirror, before it accepts the model:
 a file that is not GGUF is refused at put, not after four engine starts."""
 
+import nats.micro
 import pytest
 
-from llmgw.bus import BadRequest, call
+from llmgw.bus import BadRequest, Context, call
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Model, ModelPut, ModelRef, catalog
 
+ROLE_MISSING = pytest.mark.xfail(
+    reason="the catalog's NATS role may not call mirror.file.stat yet (llmgw.bus._access, the lead's part of issue 14)"
+)
 
-@pytest.fixture
-async def client(serve, nc, tmp_path):
+
+@pytest.fixture(params=[pytest.param("own role", marks=ROLE_MISSING), "unrestricted"])
+async def client(request, serve, nc, tmp_path):
+    """A mirror holding a GGUF file and a web page saved as one, and a catalog: on a connection
+    with its own role's permissions, or on the tests' unrestricted one (the check's logic alone)."""
     root = tmp_path / "mirror"
     (root / "o/r").mkdir(parents=True)
     write_random_llama(root / "o/r/good.gguf")
     (root / "o/r/page.gguf").write_bytes(b"<!doctype html><title>404</title>" * 100)
-    await serve(Mirror(MirrorConfig(root=str(root))), MirrorConfig())
-    await serve(Catalog(CatalogConfig()), CatalogConfig())
-    return nc
+    mirror = await serve(Mirror(MirrorConfig(root=str(root))), MirrorConfig())
+    await mirror.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
+    if request.param == "own role":
+        await (await serve(Catalog(CatalogConfig()), CatalogConfig())).ctx.nc.flush()
+        yield nc
+        return
+    app = Catalog(CatalogConfig())
+    service = await nats.micro.add_service(nc, name="llmgw-catalog", version=app.version)
+    await app.start(Context(app, CatalogConfig(), nc, service))
+    yield nc
+    await app.stop()
+    await service.stop()
 
 
 async def test_a_model_whose_file_is_not_gguf_is_refused_at_put_and_not_stored(client):

@@ -112,7 +112,9 @@ def fuzz(url: str, key: str, examples: int) -> list[str]:
 
 
 async def _fuzzed(world, serve, examples: int) -> list[str]:
-    await serve(Catalog(CatalogConfig()), CatalogConfig())
+    config = CatalogConfig(file_check_s=1.0)  # no mirror here: a put's file check waits no longer
+    catalog = await serve(Catalog(config), config)
+    await catalog.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
     admin = await world.router.accounts.create_key(base.KeyCreate(name="fuzz", admin=True))

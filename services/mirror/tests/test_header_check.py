@@ -19,7 +19,8 @@ async def root(serve, tmp_path):
     (root / "o/r/cut.gguf").write_bytes(cut[: len(cut) // 2])
     (root / "o/r/notes.txt").write_bytes(b"plain text")
     config = MirrorConfig(root=str(root))
-    await serve(Mirror(config), config)
+    mirror = await serve(Mirror(config), config)
+    await mirror.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
     return root
 
 
