@@ -16,11 +16,21 @@ import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from llmgw.bus import CredentialsError, EngineKeys, connect, free_port, read_identity, start_nats_server
+from llmgw.bus import (
+    CredentialsError,
+    EngineKeys,
+    connect,
+    free_port,
+    kv_bucket,
+    kv_keys,
+    read_identity,
+    set_storage_replicas,
+    start_nats_server,
+)
 from llmgw.bus._nats import nats_server_binary
 from llmgw.ctl.access import access_table
 from llmgw.ctl.cli import main
-from llmgw.proto import PREFIX
+from llmgw.proto import BUCKETS, PREFIX
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVICES = {"catalog.nk", "scheduler.nk", "mirror.nk", "router.nk", "ctl.nk"}
@@ -209,3 +219,47 @@ async def test_three_servers_from_the_cluster_example_route_to_each_other_over_t
 def test_the_table_in_docs_security_is_the_one_the_permissions_give():
     doc = (ROOT / "docs" / "security.md").read_text()
     assert access_table() in doc, "docs/security.md's table is stale: paste `llmgw access table` over it"
+
+
+async def test_a_bucket_kept_in_three_copies_loses_nothing_when_a_cluster_server_dies(tmp_path):
+    _write(tmp_path, "gpu-1")
+    _certificate(tmp_path / "tls")
+    ports = {m: (free_port(), free_port(), free_port()) for m in (1, 2, 3)}
+    servers = {
+        m: start_nats_server(tmp_path / f"log-{m}", port=ports[m][0], config=_example_here(tmp_path, m, ports))
+        for m in ports
+    }
+    creds, ca = tmp_path / "creds", str(tmp_path / "tls" / "ca.pem")
+    set_storage_replicas(3)  # what each service's storage_replicas = 3 sets in the cluster
+    try:
+        writer = await connect(f"tls://localhost:{ports[1][0]}", "catalog", creds=str(creds / "catalog.nk"), tls_ca=ca)
+        for _ in range(100):  # JetStream elects its meta leader once the routes are up
+            try:
+                kv = await kv_bucket(writer.jetstream(), BUCKETS["catalog"], history=5)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        else:
+            pytest.fail("JetStream never came up on the three servers")
+        assert (await kv.status()).stream_info.config.num_replicas == 3
+        for i in range(20):
+            await kv.put(f"m{i}", b'{"model": {"name": "m%d"}}' % i)
+        await writer.close()
+        servers[1].process.kill()  # kill -9 of the server the writer used
+        servers[1].process.wait()
+        reader = await connect(f"tls://localhost:{ports[2][0]}", "router", creds=str(creds / "router.nk"), tls_ca=ca)
+        for _ in range(100):  # a new leader for the bucket's stream, if nats-1 led it
+            try:
+                kept = await kv_keys(await reader.jetstream().key_value(BUCKETS["catalog"]))
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        else:
+            pytest.fail("the bucket never answered on the two servers left")
+        print(f"\n3 copies, 1 server of 3 killed: {len(kept)} of 20 records read back from another")
+        assert sorted(kept) == sorted(f"m{i}" for i in range(20))
+        await reader.close()
+    finally:
+        set_storage_replicas(1)
+        for server in servers.values():
+            server.stop()

@@ -27,7 +27,9 @@ from llmgw.bus._nats import (
     kv_bucket,
     kv_keys,
     kv_scan,
+    set_storage_replicas,
     start_nats_server,
+    storage_replicas,
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb, write_private
@@ -80,10 +82,12 @@ __all__ = [
     "read_identity",
     "run",
     "server_config",
+    "set_storage_replicas",
     "setup_logging",
     "setup_tracing",
     "spawn",
     "start_nats_server",
+    "storage_replicas",
     "write_identity",
     "write_private",
     "write_secret",

@@ -45,6 +45,9 @@ class BusConfig(msgspec.Struct, kw_only=True):
     (ADMIN_PORTS) for Prometheus to be pointed at; 0 picks a free one (`llmgw up` does, as several
     may run on one machine). Either way nats.micro's INFO of the service says where it is
     (metadata `admin`)."""
+    storage_replicas: int = 1
+    """Copies JetStream keeps of each bucket and stream this service creates: 3 on a 3-server
+    cluster (deploy/), so losing one server loses no catalog, key or usage record."""
     log_level: str = "info"
 
     def home(self) -> Path:

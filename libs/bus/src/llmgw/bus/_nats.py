@@ -35,7 +35,9 @@ __all__ = [
     "kv_bucket",
     "kv_keys",
     "kv_scan",
+    "set_storage_replicas",
     "start_nats_server",
+    "storage_replicas",
 ]
 
 T = TypeVar("T")
@@ -179,14 +181,41 @@ async def _gather(
     return answers
 
 
+_storage = {"replicas": 1}
+
+
+def set_storage_replicas(replicas: int) -> None:
+    """How many JetStream servers keep each bucket and stream this process creates (its
+    `storage_replicas` setting: 3 on a 3-server cluster, so one server lost loses nothing)."""
+    if not 1 <= replicas <= 5:
+        raise BusError(f"storage_replicas {replicas}: JetStream keeps 1 to 5 copies (3 on a 3-server cluster)")
+    _storage["replicas"] = replicas
+
+
+def storage_replicas() -> int:
+    """The copies each bucket and stream this process creates is kept in (`set_storage_replicas`)."""
+    return _storage["replicas"]
+
+
 async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: float | None = None) -> KeyValue:
-    """Open a KV bucket (file storage), creating it on first use; `ttl` makes its values expire."""
+    """Open a KV bucket (file storage, `storage_replicas` copies), creating it on first use; `ttl`
+    makes its values expire. One created before with fewer copies is said once, not changed."""
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except BucketNotFoundError:
+        replicas = storage_replicas()
         if ttl is None:
-            return await js.create_key_value(bucket=bucket, history=history)
-        return await js.create_key_value(bucket=bucket, history=history, ttl=ttl)
+            return await js.create_key_value(bucket=bucket, history=history, replicas=replicas)
+        return await js.create_key_value(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
+    held = (await kv.status()).stream_info.config.num_replicas or 1
+    if held < storage_replicas():
+        get_logger("bus").warning(
+            "bucket kept in fewer copies than storage_replicas: `nats stream edit KV_<bucket> --replicas N`",
+            bucket=bucket,
+            copies=held,
+            storage_replicas=storage_replicas(),
+        )
+    return kv
 
 
 async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:

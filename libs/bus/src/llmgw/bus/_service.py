@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
-from llmgw.bus._nats import connect
+from llmgw.bus._nats import connect, set_storage_replicas
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.proto import Endpoint, decode_json, type_name
 from llmgw.proto.errors import BusError
@@ -198,6 +198,7 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    set_storage_replicas(config.storage_replicas)
     started: list[Context] = []
     try:  # before NATS: a port taken starts nothing
         admin = await _admin_server(lambda: started[0] if started else None, config.admin_host, config.admin_port)

@@ -13,7 +13,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 
-from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn
+from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn, storage_replicas
 from llmgw.proto import (
     BUCKETS,
     USAGE_STREAM,
@@ -60,7 +60,12 @@ class Accounts:
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
         await js.add_stream(
-            StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all], max_age=usage_days * 86400.0)
+            StreamConfig(
+                name=USAGE_STREAM,
+                subjects=[router_api.USAGE.all],
+                max_age=usage_days * 86400.0,
+                num_replicas=storage_replicas(),
+            )
         )
         accounts = cls(js, keys, projects, quota)
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
