@@ -6,7 +6,9 @@ The backend is a stub OpenAI server (this file, `--stub`): it streams 16 fixed c
 usage chunk at once, so what is measured is the gateways, not an engine. Each gateway runs as
 one process pinned to core 1 (`taskset`); the stub and the load (many concurrent streaming
 clients, httpx) share core 0. A second llmgw row uses a key with limits
-(requests, tokens a minute, in flight, a daily budget: counted in KV on every request).
+(requests, tokens a minute, in flight, a daily budget: counted in KV on every request), a third
+the same with NATS as a cluster runs it (each service its nkey and permissions, TLS): what
+authorization and encryption cost the one path that crosses NATS per request.
 LiteLLM (`litellm[proxy]`) is installed on first use into its own environment under
 ~/.cache/llmgw/litellm. Run with `just bench`.
 """
@@ -130,16 +132,59 @@ def pinned(argv: list[str], core: int, **kw) -> subprocess.Popen:
 
 
 # -- llmgw's router ------------------------------------------------------------------------------
-def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[subprocess.Popen, str, str, object]:
+def secured_nats(tmp: Path) -> tuple[object, str, dict[str, str]]:
+    """A nats-server as a cluster runs it: nkeys with each role's permissions and TLS (a CA and a
+    certificate made with openssl, as docs/security.md does). Its tls:// URL, and the flags that
+    sign in as the router and as the bench (the operator, unrestricted to write the buckets)."""
+    from llmgw.bus import TlsFiles, new_identity, server_config, write_identity
+
+    tls = tmp / "tls"
+    tls.mkdir(parents=True)
+    ssl = ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    subprocess.run(
+        [*ssl, "-x509", "-days", "2", "-subj", "/CN=bench CA", "-keyout", tls / "ca-key.pem", "-out", tls / "ca.pem"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run([*ssl, "-subj", "/CN=nats", "-keyout", tls / "key.pem", "-out", tls / "req.csr"], check=True)
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", tls / "req.csr", "-CA", tls / "ca.pem", "-CAkey", tls / "ca-key.pem"]
+        + ["-CAcreateserial", "-days", "2", "-out", tls / "cert.pem", "-extfile", "/dev/stdin"],
+        input=b"subjectAltName=IP:127.0.0.1\n",
+        check=True,
+        capture_output=True,
+    )
+    router, bench = new_identity("router"), new_identity("ctl")
+    write_identity(tmp / "router.nk", router)
+    write_identity(tmp / "bench.nk", bench)
+    port = free_port()
+    files = TlsFiles(cert=str(tls / "cert.pem"), key=str(tls / "key.pem"), ca=str(tls / "ca.pem"))
+    conf = tmp / "server.conf"
+    conf.write_text(server_config([router], tmp / "js", port=port, tls=files, unrestricted=(bench.public,)))
+    nats = start_nats_server(tmp / "nats", port=port, config=conf)
+    url = f"tls://127.0.0.1:{port}"
+    flags = {"router": str(tmp / "router.nk"), "bench": str(tmp / "bench.nk"), "ca": files.ca}
+    return nats, url, flags
+
+
+def start_router(
+    tmp: Path, backends: str | list[str], limits=None, secure: bool = False
+) -> tuple[subprocess.Popen, str, str, object]:
     """llmgw's router as its own process on its own NATS, with one replica of model "m" on each
-    backend; the key it returns has `limits` (a `Limits`; None: none)."""
+    backend; the key it returns has `limits` (a `Limits`; None: none). `secure`: NATS with nkeys
+    and TLS, as in a cluster."""
     import msgspec
 
     from llmgw.bus import call, connect, kv_bucket
     from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Model, Profile, ReplicaState
     from llmgw.proto import router as router_api
 
-    nats = start_nats_server(tmp / "nats")
+    if secure:
+        nats, url, creds = secured_nats(tmp)
+        signin = ["--creds", creds["router"], "--tls-ca", creds["ca"]]
+    else:
+        nats = start_nats_server(tmp / "nats")
+        url, creds, signin = nats.url, {"bench": "", "ca": ""}, []
     port = free_port()
     proc = pinned(
         [
@@ -147,9 +192,12 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
             "-m",
             "llmgw.router.service",
             "--nats-url",
-            nats.url,
+            url,
+            *signin,
             "--http-port",
             str(port),
+            "--admin-port",
+            "0",
             "--log-level",
             "warning",
             "--data-dir",
@@ -159,13 +207,13 @@ def start_router(tmp: Path, backends: str | list[str], limits=None) -> tuple[sub
     )
 
     async def setup() -> str:
-        nc = await connect(nats.url, "bench")
+        nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
         js = nc.jetstream()
         model = Model(name="m", source="o/r/m.gguf", context=8192, profiles=[Profile(name="cpu", slots=2)])
         await (await kv_bucket(js, BUCKETS["catalog"], 5)).put("m", msgspec.json.encode(CatalogRecord(model=model)))
         replicas = await kv_bucket(js, BUCKETS["replicas"])
-        for i, url in enumerate([backends] if isinstance(backends, str) else backends):
-            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=url)
+        for i, backend_url in enumerate([backends] if isinstance(backends, str) else backends):
+            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=backend_url)
             await replicas.put(replica.id, msgspec.json.encode(replica))
         for _ in range(100):
             try:
@@ -246,6 +294,11 @@ def main() -> None:
         router, url, key, nats = start_router(tmp / "limited", backend, limited)
         procs.append(router)
         rows["llmgw, key limits"] = measure(url, key)
+        router.terminate()
+        nats.stop()
+        router, url, key, nats = start_router(tmp / "secured", backend, limited, secure=True)
+        procs.append(router)
+        rows["  + nkeys and TLS"] = measure(url, key)
         router.terminate()
         nats.stop()
         started = start_litellm(tmp, backend)

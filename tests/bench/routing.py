@@ -26,14 +26,14 @@ from pathlib import Path
 import httpx
 from gateway import start_router, wait_http
 
-from llmgw.bus import find_llamacpp, free_port
+from llmgw.bus import EngineKeys, find_llamacpp, free_port
 
 REPLICAS, DOCUMENTS, REQUESTS, CONCURRENCY = 3, 16, 144, 4
 
 
 def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
     procs, urls = [], []
-    for _ in range(n):
+    for i in range(n):
         port = free_port()
         procs.append(
             subprocess.Popen(
@@ -52,7 +52,7 @@ def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
                     "--port",
                     str(port),
                     "--api-key",
-                    "k",
+                    engine_key(i),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -64,6 +64,11 @@ def engines(weights: Path, n: int) -> tuple[list[subprocess.Popen], list[str]]:
         while httpx.get(f"{url}/health").status_code != 200:
             time.sleep(0.2)
     return procs, urls
+
+
+def engine_key(i: int) -> str:
+    """The key of replica r<i>, as the bench's router (no engine secret) works it out."""
+    return EngineKeys(b"").key("n", f"r{i}")
 
 
 def workload() -> list[tuple[int, list[dict]]]:
@@ -130,8 +135,8 @@ def main() -> None:
                 else:
 
                     def pick(i, d, urls=urls, mode=mode):
-                        chosen = urls[i % REPLICAS] if mode == "round-robin" else urls[d % REPLICAS]
-                        return f"{chosen}/v1/chat/completions", "k"
+                        chosen = i % REPLICAS if mode == "round-robin" else d % REPLICAS
+                        return f"{urls[chosen]}/v1/chat/completions", engine_key(chosen)
 
                     rows[mode] = asyncio.run(run(requests, pick))
             finally:
