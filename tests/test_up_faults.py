@@ -2,8 +2,8 @@
 noticed, said and mended by `up` itself; a stop under load lets the streams in flight finish.
 
 Real processes as in tests/test_up.py. Each case prints its figures (requests sent, failed and how,
-seconds until the killed process was back). The catalog case and the drained stop run in
-`./dev test`; the other kills are `chaos` (`just chaos`).
+seconds until the killed process was back, engines and orphans after). A service that dies at start,
+the catalog case and the drained stop run in `./dev test`; the other kills are `chaos` (`just chaos`).
 """
 
 import asyncio
@@ -15,10 +15,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
 import pytest
+
+from llmgw.bus import call
+from llmgw.proto import Empty, scheduler
+from llmgw.proto.errors import BusError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_up import DEMO, Up  # the running `llmgw up` the other tests use
@@ -136,13 +141,31 @@ def _engines(up: Up) -> list[psutil.Process]:
     return out
 
 
-def _one_engine_under_up(up: Up, timeout: float = 60) -> tuple[int, int]:
-    """(engines, orphans) once there is exactly one engine and it is `up`'s, or at `timeout`."""
+def _replica_ports(up: Up) -> set[int]:
+    """The ports of the engines the scheduler's replicas name."""
+
+    async def ask(nc):
+        return (await call(nc, scheduler.REPLICA_LIST, Empty())).replicas
+
+    return {urlsplit(r.url).port for r in up.nats(ask) if r.url}
+
+
+def _port(engine: psutil.Process) -> int | None:
+    cmd = engine.cmdline()
+    return int(cmd[cmd.index("--port") + 1]) if "--port" in cmd else None
+
+
+def _one_engine_and_no_orphan(up: Up, timeout: float = 60) -> tuple[int, int]:
+    """(engines, orphans) once there is exactly one engine and a replica names it, or at `timeout`.
+    An orphan: an engine no replica names (an agent that adopts its engines is their parent no more)."""
     deadline = time.monotonic() + timeout
     while True:
         engines = _engines(up)
-        mine = {p.pid for p in psutil.Process(up.proc.pid).children(recursive=True)}
-        orphans = [p for p in engines if p.pid not in mine]
+        try:
+            named = _replica_ports(up)
+            orphans = [p for p in engines if _port(p) not in named]
+        except (BusError, psutil.Error):  # NATS or the scheduler still coming back; an engine gone
+            orphans = engines
         if (len(engines) == 1 and not orphans) or time.monotonic() > deadline:
             return len(engines), len(orphans)
         time.sleep(0.3)
@@ -175,7 +198,7 @@ def _kill_and_watch(up: Up, name: str) -> dict:
             back_s = None if served is None else time.monotonic() - killed_at
         time.sleep(2)
     figures = {"case": f"kill -9 {name}", **load.figures(), "back_s": None if back_s is None else round(back_s, 1)}
-    figures["engines"], figures["orphans"] = _one_engine_under_up(up)
+    figures["engines"], figures["orphans"] = _one_engine_and_no_orphan(up)
     print(figures)
     return figures
 
