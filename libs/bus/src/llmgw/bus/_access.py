@@ -163,7 +163,7 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "catalog":
         return [
             catalog.MODEL_CHANGED.all,
-            *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE),
+            *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT),  # stat: a model's file reads
             *_kv(b["catalog"], write=True),
             *_kv(b["replicas"], write=False),
         ]
