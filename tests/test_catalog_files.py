@@ -10,12 +10,8 @@ from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Model, ModelPut, ModelRef, catalog
 
-ROLE_MISSING = pytest.mark.xfail(
-    reason="the catalog's NATS role may not call mirror.file.stat yet (llmgw.bus._access, the lead's part of issue 14)"
-)
 
-
-@pytest.fixture(params=[pytest.param("own role", marks=ROLE_MISSING), "unrestricted"])
+@pytest.fixture(params=["own role", "unrestricted"])
 async def client(request, serve, nc, tmp_path):
     """A mirror holding a GGUF file and a web page saved as one, and a catalog: on a connection
     with its own role's permissions, or on the tests' unrestricted one (the check's logic alone)."""
