@@ -38,6 +38,7 @@ class Cluster:
         nc = await self.nats.connect_as(app, config)
         service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, nc, service))
+        await nc.flush()
         self.running.append((app, service, nc))
         return app
 

@@ -24,7 +24,7 @@ from opentelemetry import trace
 
 from llmgw.bus._access import CredentialsError, inbox_prefix, read_identity
 from llmgw.bus._observe import get_logger, inject
-from llmgw.proto import Endpoint
+from llmgw.proto import Endpoint, decode_json
 from llmgw.proto.errors import BusError, Internal, from_code
 
 __all__ = [
@@ -127,7 +127,7 @@ async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: typ
     if "Nats-Service-Error-Code" in headers:
         raise from_code(headers["Nats-Service-Error-Code"], headers.get("Nats-Service-Error", ""))
     try:
-        return msgspec.json.decode(msg.data, type=reply)
+        return decode_json(msg.data, type=reply)
     except msgspec.DecodeError as exc:
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
 
@@ -173,7 +173,7 @@ async def _gather(
                 answers.append(from_code(headers["Nats-Service-Error-Code"], headers.get("Nats-Service-Error", "")))
                 continue
             try:
-                answers.append(msgspec.json.decode(msg.data, type=reply))
+                answers.append(decode_json(msg.data, type=reply))
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 answers.append(Internal(f"reply on {subject} is not a {reply.__name__}: {exc}"))
     finally:
@@ -226,7 +226,7 @@ async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:
     for key in await kv_keys(kv):
         try:
             entry = await kv.get(key)
-            out[key] = (msgspec.json.decode(entry.value, type=type_), entry.revision)
+            out[key] = (decode_json(entry.value, type=type_), entry.revision)
         except (KeyNotFoundError, KeyDeletedError):
             continue  # deleted between the listing and the read
         except msgspec.DecodeError as exc:
