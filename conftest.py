@@ -10,20 +10,26 @@ import pytest
 
 from llmgw.bus import CredentialsError, connect, new_identity, server_config, start_nats_server, write_identity
 
+KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
+
 
 class AuthorizedNats:
     """A nats-server that lets in only llmgw's identities, each with its role's permissions (as
     `llmgw up` configures it), and the tests' own harness identity, which may do anything: it
     plays the operator and, where a test forges what an attacker would, the attacker.
 
-    An agent's identity is made the first time its node is asked for; the server then reloads
-    its configuration (SIGHUP), as an operator adding a node does."""
+    The agents of the nodes the tests mostly use are let in from the start; another node's
+    identity is made the first time it is asked for, and the server reloads its configuration
+    (SIGHUP), as an operator adding a node does. (A reload while a client waits for a reply was
+    seen to lose that reply: the nodes known up front keep reloads out of the way.)"""
 
     def __init__(self, folder):
         self.folder = folder
         self.identities = {}
         for role in ("catalog", "scheduler", "mirror", "router", "ctl"):
             self._add(role, "")
+        for node in KNOWN_NODES:
+            self._add("agent", node)
         self.harness = new_identity("ctl")
         write_identity(folder / "creds" / "harness.nk", self.harness)
         self.conf = folder / "server.conf"

@@ -731,3 +731,15 @@ async def test_bad_input_over_http_gets_a_clear_4xx_in_openais_body_and_the_rout
         assert (await http.get("/api/v1/usage", params={"since": "0"}, headers=as_admin)).status_code == 200
     fine = await user.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
     assert fine.choices and world.router.proxy.balancer.failures.get("m-cpu-1", 0) == 0
+
+
+async def test_embeddings_of_a_chat_model_are_a_400_saying_so_and_cost_the_replica_nothing(world):
+    await world.model(MODEL)
+    rid = await world.replica(MODEL, CPU)
+    client = await world.client()
+    for _ in range(4):  # more than it takes to suspect a replica, were a 501 the engine's fault
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.embeddings.create(model="m", input="hello")
+    assert refused.value.code == "unsupported_endpoint" and "does not serve /v1/embeddings" in refused.value.message
+    answer = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, extra_body=EVERY_TOKEN)
+    assert answer.usage.completion_tokens == 2 and rid in world.router.directory.replicas.items

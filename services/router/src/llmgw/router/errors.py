@@ -44,6 +44,7 @@ __all__ = [
     "NestedTooDeep",
     "NoReadyReplica",
     "NotAdmin",
+    "NotServed",
     "RateLimited",
     "Unauthorized",
     "UnsupportedMediaType",
@@ -79,6 +80,12 @@ class InvalidRequest(ApiError):
     """A value the request may not have."""
 
     status, type, code = 400, "invalid_request_error", "invalid_value"
+
+
+class NotServed(InvalidRequest):
+    """The model's engine does not serve this endpoint (it answered 501)."""
+
+    code = "unsupported_endpoint"
 
 
 class MissingField(InvalidRequest):

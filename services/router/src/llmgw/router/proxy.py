@@ -17,7 +17,7 @@ from llmgw.proto import Model, ReplicaState
 from llmgw.router.core import Prepared, Usage, answer_of
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory, Ready
-from llmgw.router.errors import NoReadyReplica, described
+from llmgw.router.errors import NoReadyReplica, NotServed, described
 from llmgw.router.health import Health, unless_down
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
@@ -161,6 +161,11 @@ class Proxy:
         usage = Usage()
         if resp.status == 200:
             raw, usage = answer_of(raw, one.prepared.body["model"])
+        elif resp.status == 501:  # the engine does not serve this endpoint: the request's fault, not the engine's
+            model, path = one.prepared.body["model"], one.prepared.path
+            refused = NotServed(f"model '{model}' does not serve {path} (its engine has no such endpoint)")
+            one.end(ok=True, served=msgspec.structs.replace(one.tried, status=400))
+            return Response(msgspec.json.encode(refused.body()), status_code=400, media_type="application/json")
         # a 4xx: the engine refused the request for its content (no word against it); a 5xx: a
         # suspicion its health probe decides at once
         one.end(ok=resp.status < 500, served=msgspec.structs.replace(one.tried, status=resp.status, usage=usage))
