@@ -283,6 +283,50 @@ def test_an_agent_killed_under_load_is_started_again_adopts_its_engine_and_at_mo
     _assert_small(up, _kill_and_watch(up, "agent"), "agent")
 
 
+@pytest.mark.chaos
+def test_an_engine_killed_under_load_is_replaced_and_at_most_one_percent_fails(up):
+    [engine] = _engines(up)
+
+    def replaced() -> bool:
+        return any(e.pid != engine.pid for e in _engines(up)) and load.served_since(killed_at + 0.5)
+
+    with Load(up) as load:
+        time.sleep(2)
+        killed_at = time.monotonic()
+        engine.send_signal(signal.SIGKILL)
+        back_s = _within(RECOVER_S, replaced)
+        time.sleep(2)
+    figures = {"case": "kill -9 engine", **load.figures(), "back_s": None if back_s is None else round(back_s, 1)}
+    figures["engines"], figures["orphans"] = _one_engine_and_no_orphan(up)
+    print(figures)
+    assert back_s is not None and figures["sent"] - figures.get("ok", 0) <= figures["sent"] / 100, figures
+    assert (figures["engines"], figures["orphans"]) == (1, 0), figures
+
+
+@pytest.mark.chaos
+def test_nats_away_120_s_replaces_no_replica_and_locks_no_key(up):
+    """nats-server frozen (SIGSTOP: its connections stay open and silent, as in a partition) for
+    longer than the scheduler takes to count a node lost, under steady clients."""
+    nats = _child(up, "nats-server")
+    before = {r.id: r.url for r in up.nats(lambda nc: call(nc, scheduler.REPLICA_LIST, Empty())).replicas}
+    [engine] = _engines(up)
+    with Load(up) as load:
+        time.sleep(2)
+        nats.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(120)
+        finally:
+            nats.send_signal(signal.SIGCONT)
+        away = load.figures()
+        time.sleep(15)  # the scheduler hears the nodes again; any replacement would start now
+        after = load.figures()
+    now = {r.id: r.url for r in up.nats(lambda nc: call(nc, scheduler.REPLICA_LIST, Empty())).replicas}
+    figures = {"case": "NATS away 120 s", "while away": away, "in all": after, "engine kept": engine.is_running()}
+    print(figures)
+    assert now == before and engine.is_running() and _engines(up) == [engine], figures
+    assert load.served_since(time.monotonic() - 10), "requests answered once NATS was back (no key locked)"
+
+
 def test_a_stop_under_load_lets_a_stream_in_flight_finish_then_stops_everything(up):
     started = psutil.Process(up.proc.pid).children(recursive=True)
     body = {"model": DEMO, "prompt": "Once", "max_tokens": STREAM_TOKENS, "stream": True, "ignore_eos": True}

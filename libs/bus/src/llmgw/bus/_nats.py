@@ -114,11 +114,31 @@ async def connect(url: str, name: str, patient: bool = True, creds: str = "", tl
         raise _refusal(url, who, exc) from None
 
 
+NO_RESPONDERS_S = 1.0
+"""How long a request is sent again while nobody answers: a service that just subscribed may not
+be heard yet (interest reaches a cluster's other servers a moment later; seen on one busy server
+too), and one restarting is back within it. Then it is an error."""
+
+
+async def _send(nc: Client, subject: str, data: bytes, timeout: float):
+    """The reply to `data` on `subject`, sent again while nobody answers, NO_RESPONDERS_S at most."""
+    deadline = time.monotonic() + min(NO_RESPONDERS_S, timeout)
+    pause = 0.05
+    while True:
+        try:
+            return await nc.request(subject, data, timeout=timeout, headers=inject())
+        except NoRespondersError:
+            if time.monotonic() + pause > deadline:
+                raise
+            await asyncio.sleep(pause)
+            pause *= 2
+
+
 async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
     """Send `message`, decode the reply as `reply`; a service error raises the matching BusError."""
     with _tracer.start_as_current_span(f"request {subject}", kind=trace.SpanKind.CLIENT):
         try:
-            msg = await nc.request(subject, msgspec.json.encode(message), timeout=timeout, headers=inject())
+            msg = await _send(nc, subject, msgspec.json.encode(message), timeout)
         except NoRespondersError:
             raise Internal(f"nobody answers on {subject}: is that service running?") from None
         except TimeoutError:
