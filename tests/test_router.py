@@ -743,3 +743,33 @@ async def test_embeddings_of_a_chat_model_are_a_400_saying_so_and_cost_the_repli
     assert refused.value.code == "unsupported_endpoint" and "does not serve /v1/embeddings" in refused.value.message
     answer = await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, extra_body=EVERY_TOKEN)
     assert answer.usage.completion_tokens == 2 and rid in world.router.directory.replicas.items
+
+
+async def test_a_request_waits_for_a_replica_being_replaced_instead_of_a_503_at_once(world):
+    await world.model(MODEL)
+    placed = ReplicaState(id="coming", model="m", profile=CPU.name, node="n", state="starting")
+    kv = await kv_bucket(world.nc.jetstream(), BUCKETS["replicas"])
+    await kv.put(placed.id, msgspec.json.encode(placed))  # its engine died; the scheduler placed another
+    await World.until(lambda: "coming" in world.router.directory.replicas.items)
+    client = await world.client()
+    asked = asyncio.create_task(
+        client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, extra_body=EVERY_TOKEN)
+    )
+    await asyncio.sleep(1.0)
+    assert not asked.done(), "answered (a 503) before any replica was ready"
+    await world.replica(MODEL, CPU, rid="coming")  # the replacement is ready
+    answer = await asyncio.wait_for(asked, 30)
+    assert answer.usage.completion_tokens == 2
+
+
+async def test_a_router_starts_beside_a_usage_stream_made_otherwise_and_says_so(serve, nc, tmp_path):
+    from nats.js.api import StreamConfig
+    from structlog.testing import capture_logs
+
+    from llmgw.proto import USAGE_STREAM
+    from llmgw.proto import router as router_api
+
+    await nc.jetstream().add_stream(StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all], max_age=3600.0))
+    with capture_logs() as logs:  # e.g. made by a router with other usage_days, or before storage_replicas was 3
+        router = await serve(Router(RouterConfig(http_port=0, usage_days=30)), RouterConfig())
+    assert router.ready() and any(e["event"] == "usage stream kept as it is" for e in logs)

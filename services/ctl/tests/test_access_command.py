@@ -263,3 +263,12 @@ async def test_a_bucket_kept_in_three_copies_loses_nothing_when_a_cluster_server
         set_storage_replicas(1)
         for server in servers.values():
             server.stop()
+
+
+def test_a_fleet_secret_made_anew_rewrites_the_node_secrets_so_router_and_agents_agree(tmp_path):
+    _write(tmp_path, "gpu-1")
+    (tmp_path / "creds" / "engine-fleet.secret").unlink()  # lost, and made anew by the next run
+    assert _write(tmp_path, "gpu-1") == 0
+    router = EngineKeys.read(str(tmp_path / "creds" / "engine-fleet.secret"))
+    gpu_1 = EngineKeys.read(str(tmp_path / "creds" / "engine-gpu-1.secret"), node="gpu-1")
+    assert router.key("gpu-1", "r1") == gpu_1.key("gpu-1", "r1")

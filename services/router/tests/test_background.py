@@ -36,7 +36,7 @@ async def test_a_request_whose_end_the_limit_counters_did_not_hear_is_logged():
 
 
 async def test_a_demand_the_scheduler_did_not_hear_is_logged():
-    demand = DemandSignal(Unreachable(), directory=None, every_s=5.0, wake_timeout_s=1.0)
+    demand = DemandSignal(Unreachable(), directory=None, every_s=5.0, wake_timeout_s=1.0, replace_wait_s=1.0)
     sleepy = Model(name="sleepy", source="o/r/m.gguf", scaling=Scaling(min=0, max=1, idle_timeout_s=60))
     with capture_logs() as logs:
         demand.tell(sleepy, 100.0)

@@ -90,3 +90,10 @@ async def test_an_end_the_counters_never_heard_does_not_lock_a_key_and_what_was_
     assert value["m"][1] == 5 and value["d"][1] == 90 and not value.get("c") and not value.get("h")
     assert not (await quota.admit(scope, NOW + 7, reserve=50)).ok  # the minute's 5 requests
     assert not quota.mine and not quota.dirty
+
+
+def test_a_hold_larger_than_a_limit_passes_when_nothing_else_is_used_or_held():
+    limits = Limits(tokens_per_minute=1000)
+    quiet = judge("key 'k'", limits, Counts(), 0.0, reserve=8192)  # no max_tokens: the model's longest answer
+    busy = judge("key 'k'", limits, Counts(minute_tokens=10), 0.0, reserve=8192)
+    assert quiet.ok and not busy.ok and busy.retry

@@ -19,7 +19,7 @@ from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Child, ChildSpec, Left, StartFailed, Supervisor
-from llmgw.bus import BadRequest, Context, EngineKeys, Internal, call
+from llmgw.bus import BadRequest, Context, EngineKeys, EngineSecretError, Internal, call
 from llmgw.gguf import GGUFError, read_header
 from llmgw.proto import FileRef, GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent, mirror
 
@@ -132,7 +132,11 @@ class Replicas:
             await self.supervisor.end(left)
             return f"ended: {exc}"
         run = Run(engine.spec, engine.source)
-        secrets = [self._key(run)]
+        try:
+            secrets = [self._key(run)]
+        except EngineSecretError as exc:  # noted for another node (this one was renamed): not ours to run
+            await self.supervisor.end(left)
+            return f"ended: {exc.message}"
         why = adoption.why_not(engine, left.cmdline, secrets) or await self._unhealthy(engine.url)
         if why:
             await self.supervisor.end(left)

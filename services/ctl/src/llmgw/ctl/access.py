@@ -79,7 +79,8 @@ def engine_secret_file(folder: Path, node: str = "") -> Path:
 
 def ensure_engine_secrets(folder: Path, nodes: list[str]) -> list[tuple[Path, bool]]:
     """The fleet's engine secret (made when there is none) and each node's, worked out from it
-    (written when missing); each file with whether it is new. Kept files are made 0600 again."""
+    (written when missing, or when it is not the one the fleet secret gives: a fleet secret made
+    anew); each file with whether it is new. Kept files are made 0600 again."""
     fleet = engine_secret_file(folder)
     out = [(fleet, not fleet.exists())]
     if out[0][1]:
@@ -87,9 +88,10 @@ def ensure_engine_secrets(folder: Path, nodes: list[str]) -> list[tuple[Path, bo
     fleet.chmod(0o600)
     for node in nodes:
         path = engine_secret_file(folder, node)
-        new = not path.exists()
+        line = node_secret(fleet.read_text(), node)
+        new = not path.exists() or path.read_text().strip() != line  # none, or one of another fleet secret
         if new:
-            write_secret(path, node_secret(fleet.read_text(), node))
+            write_secret(path, line)
         path.chmod(0o600)
         out.append((path, new))
     return out

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.errors import BadRequestError
 
 from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn, storage_replicas
 from llmgw.proto import (
@@ -59,14 +60,16 @@ class Accounts:
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
-        await js.add_stream(
-            StreamConfig(
-                name=USAGE_STREAM,
-                subjects=[router_api.USAGE.all],
-                max_age=usage_days * 86400.0,
-                num_replicas=storage_replicas(),
-            )
+        usage = StreamConfig(
+            name=USAGE_STREAM,
+            subjects=[router_api.USAGE.all],
+            max_age=usage_days * 86400.0,
+            num_replicas=storage_replicas(),
         )
+        try:
+            await js.add_stream(usage)
+        except BadRequestError as exc:  # there already, made otherwise (fewer copies, other max_age)
+            get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
         accounts = cls(js, keys, projects, quota)
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
         spawn(accounts.tasks, quota.keep_alive(20.0), accounts.log, "keeping this router's requests in flight counted")

@@ -49,6 +49,9 @@ class RouterConfig(BusConfig, kw_only=True):
     """Most choices (`n`) one request may ask for."""
     max_prompts: int = 16
     """Most prompts one `/v1/completions` request may hold (a list of strings)."""
+    replace_wait_s: float = 30.0
+    """Longest a request waits for a replica being started or replaced when its model has none
+    ready (its engine died, its node was lost), instead of a 503 at once."""
     wake_timeout_s: float = 180.0
     """How long a request for an on-demand model at zero waits for it to wake."""
     demand_every_s: float = 5.0

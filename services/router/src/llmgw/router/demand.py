@@ -20,9 +20,11 @@ class DemandSignal:
     """Writes when each on-demand model was last asked for: at most every `every_s` while it
     runs, at once when it sleeps."""
 
-    def __init__(self, kv: KeyValue, directory: Directory, every_s: float, wake_timeout_s: float) -> None:
+    def __init__(
+        self, kv: KeyValue, directory: Directory, every_s: float, wake_timeout_s: float, replace_wait_s: float
+    ) -> None:
         self.kv, self.directory = kv, directory
-        self.every_s, self.wake_timeout_s = every_s, wake_timeout_s
+        self.every_s, self.wake_timeout_s, self.replace_wait_s = every_s, wake_timeout_s, replace_wait_s
         self.told: dict[str, float] = {}
         """Model -> when the router last wrote its demand."""
         self.tasks: set[asyncio.Task] = set()
@@ -39,11 +41,20 @@ class DemandSignal:
                 self.tasks, self.kv.put(model.name, record), self.log, f"telling the scheduler '{model.name}' is wanted"
             )
 
-    async def wake(self, model: Model) -> bool:
-        """Wait (bounded) for an on-demand model at zero to get a ready replica."""
-        self.tell(model, time.time(), force=True)
-        self.log.info("waking an on-demand model", model=model.name)
-        deadline = time.monotonic() + self.wake_timeout_s
+    async def ready_soon(self, model: Model) -> bool:
+        """For a model with no ready replica: whether one became ready within the wait that fits
+        (an on-demand model woken: `wake_timeout_s`; a replica being started or replaced, after an
+        engine died or a node was lost: `replace_wait_s`); False at once when none is coming."""
+        if model.scaling.idle_timeout_s is not None:
+            self.tell(model, time.time(), force=True)
+            self.log.info("waking an on-demand model", model=model.name)
+            return await self._until_ready(model, self.wake_timeout_s)
+        if self.directory.coming(model):
+            return await self._until_ready(model, self.replace_wait_s)
+        return False
+
+    async def _until_ready(self, model: Model, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             if self.directory.ready(model)[0]:

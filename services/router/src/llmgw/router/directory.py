@@ -97,6 +97,12 @@ class Directory:
         self.on_replicas(replicas.keys())
         return ready_by_model(replicas)
 
+    def coming(self, model: Model) -> bool:
+        """Whether a replica of `model` is on its way: placed, fetching or starting, or failed
+        (the scheduler replaces it)."""
+        on_the_way = ("pending", "fetching", "starting", "failed")
+        return any(r.model == model.name and r.state in on_the_way for r in self.replicas.items.values())
+
     def kv_publishers(self) -> dict[str, str]:
         """Ready replicas that publish KV events: id -> their ZMQ endpoint."""
         return {r.id: r.kv_events for r in self.replicas.items.values() if r.state == "ready" and r.kv_events}

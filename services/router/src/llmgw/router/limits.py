@@ -55,7 +55,9 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int =
     """Whether one more request, which may use up to `reserve` tokens, fits `limits` given
     `counts` (`scope` names it: "key 'ci'"): a token limit takes it only where what was used, what
     the requests in flight hold and what it may use all fit (at least one token must), so requests
-    at once never pass it together. The headers are OpenAI's `x-ratelimit-*` for the minute's
+    at once never pass it together. A hold larger than a limit itself counts as the whole limit
+    (a request without max_tokens may hold a model's longest answer: it waits for a quiet window
+    rather than never passing). The headers are OpenAI's `x-ratelimit-*` for the minute's
     requests and tokens."""
     w = windows(now)
     headers = {}
@@ -77,7 +79,7 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int =
         ("tokens_per_month", limits.tokens_per_month, counts.month_tokens, True, month),
     ]
     for name, limit, used, tokens, reset in checks:
-        held, asked = (counts.reserved, max(reserve, 1)) if tokens else (0, 1)
+        held, asked = (counts.reserved, max(min(reserve, limit or reserve), 1)) if tokens else (0, 1)
         if limit is not None and used + held + asked > limit:
             budget = name in ("tokens_per_day", "tokens_per_month")
             return Verdict(

@@ -77,7 +77,7 @@ class Proxy:
         """One model's replicas, best first; the answer, or None and the last replica tried."""
         self.demand.tell(model, time.time())
         candidates, ready = self.directory.ready(model)
-        if not candidates and primary and model.scaling.idle_timeout_s is not None and await self.demand.wake(model):
+        if not candidates and primary and await self.demand.ready_soon(model):
             candidates, ready = self.directory.ready(model)
         held = await self._held(prepared, model, ready, primary)
         exclude: set[str] = set()

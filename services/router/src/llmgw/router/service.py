@@ -81,7 +81,9 @@ class Router:
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
-        self.demand = DemandSignal(demand, self.directory, config.demand_every_s, config.wake_timeout_s)
+        self.demand = DemandSignal(
+            demand, self.directory, config.demand_every_s, config.wake_timeout_s, config.replace_wait_s
+        )
         self.health = Health(self.directory, balancer, self.client, config)
         self.health.start()
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.client)
