@@ -135,6 +135,7 @@ async def test_an_agent_can_speak_only_for_its_own_node(secured):
     try:
         beats = await scheduler.subscribe(agent.HEARTBEAT.all)
         events = await scheduler.subscribe(agent.REPLICA_CHANGED.all)
+        await scheduler.flush()  # its interest is on the server before the agent speaks
         info = NodeInfo(node="b", hostname="h", cpus=1, memory_total_mb=1, memory_available_mb=1)
         report = ReplicaReport(id="r1", model="m", profile="p", node="b", state="ready", url="http://evil:1")
         await a.publish(agent.HEARTBEAT.subject("b"), msgspec.json.encode(Heartbeat(info=info)))

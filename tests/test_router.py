@@ -8,6 +8,7 @@ catalog and scheduler do, and starts the engines itself with the agent's own com
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,8 +60,9 @@ class Engines:
             api_key=key,
             node_cpus=2,
         )
-        argv = launch(setup).argv
-        self.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        how = launch(setup)  # its key in its environment, as the agent starts it
+        env = {**os.environ, **how.env}
+        self.procs.append(subprocess.Popen(how.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url)
         return url
@@ -773,3 +775,16 @@ async def test_a_router_starts_beside_a_usage_stream_made_otherwise_and_says_so(
     with capture_logs() as logs:  # e.g. made by a router with other usage_days, or before storage_replicas was 3
         router = await serve(Router(RouterConfig(http_port=0, usage_days=30)), RouterConfig())
     assert router.ready() and any(e["event"] == "usage stream kept as it is" for e in logs)
+
+
+async def test_an_engine_refusing_the_routers_key_is_a_502_and_an_error_naming_the_secrets(world):
+    from structlog.testing import capture_logs
+
+    await world.model(MODEL)
+    url = await asyncio.to_thread(world.engines.start, MODEL, CPU, "a-key-of-another-fleet")
+    await world.replica(MODEL, CPU, url=url)
+    client = await world.client()
+    with capture_logs() as logs, pytest.raises(openai.APIStatusError) as failed:
+        await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+    assert failed.value.status_code == 502  # before: the engine's 401 passed on, as if the client's key were wrong
+    assert any("engine_secret differ" in e["event"] for e in logs)

@@ -45,7 +45,8 @@ if record:
             },
             f,
         )
-print(f"non-default args: {sys.argv[1:]}", flush=True)
+# vLLM prints the arguments it was given; this one prints its key too, so a test sees it hidden
+print(f"non-default args: {sys.argv[1:]} api_key={os.environ.get('VLLM_API_KEY')!r}", flush=True)
 port = int(arg("--port"))
 exit_after = os.environ.get("VLLM_STANDIN_EXIT")
 max_model_len = int(arg("--max-model-len", "4096"))

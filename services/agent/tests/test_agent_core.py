@@ -64,7 +64,8 @@ def test_a_cpu_replica_is_explicit_about_context_slots_layers_and_threads():
     how = launch(setup(profile=Profile(slots=3, args=["--flash-attn", "on"]), key="KEY", cpus=4))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-c"] == "2048" and pairs["-np"] == "3" and pairs["-ngl"] == "0"
-    assert pairs["--port"] == "9000" and pairs["--api-key"] == "KEY" and pairs["--threads"] == "2"
+    assert pairs["--port"] == "9000" and pairs["--threads"] == "2"
+    assert how.env["LLAMA_API_KEY"] == "KEY" and "KEY" not in how.argv  # a command line is anyone's to read
     assert how.argv[-2:] == ["--flash-attn", "on"] and "CUDA_VISIBLE_DEVICES" not in how.env
 
 
@@ -72,7 +73,7 @@ def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
     how = launch(setup(profile=Profile(name="gpu", gpus=2, env={"OMP_PROC_BIND": "close"}), cards=[card(0), card(3)]))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
     assert pairs["-ngl"] == "999" and pairs["--tensor-split"] == "81559,81559" and pairs["--split-mode"] == "layer"
-    assert how.env == {"OMP_PROC_BIND": "close", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3"}
+    assert how.env == {"OMP_PROC_BIND": "close", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3", "LLAMA_API_KEY": "K"}
 
 
 def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():
@@ -111,6 +112,7 @@ def test_vllm_gets_tensor_parallel_a_pool_the_context_and_portable_kv_events():
     assert pairs["--prefix-caching-hash-algo"] == "sha256_cbor"
     assert json.loads(pairs["--kv-events-config"])["endpoint"] == "tcp://127.0.0.1:9001"
     assert how.env["PYTHONHASHSEED"] == "0" and how.env["CUDA_VISIBLE_DEVICES"] == "GPU-0,GPU-1,GPU-2,GPU-3"
+    assert how.env["VLLM_API_KEY"] == "K" and "K" not in how.argv
 
 
 def test_cards_are_free_ones_of_the_class_and_linked_ones_first():

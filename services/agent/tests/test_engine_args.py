@@ -31,7 +31,10 @@ def setup(profile, allowed=()):
 
 def test_an_allowed_flag_and_variable_reach_the_engine_after_the_agents_own():
     how = launch(setup(Profile(args=["-ctk", "q8_0", "--temp=0.6"], env={"OMP_PROC_BIND": "close"})))
-    assert how.argv[-3:] == ["-ctk", "q8_0", "--temp=0.6"] and how.env == {"OMP_PROC_BIND": "close"}
+    assert how.argv[-3:] == ["-ctk", "q8_0", "--temp=0.6"] and how.env == {
+        "OMP_PROC_BIND": "close",
+        "LLAMA_API_KEY": "K",
+    }
 
 
 def test_no_launch_is_planned_with_a_refused_argument_or_variable():

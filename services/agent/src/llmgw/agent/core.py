@@ -132,13 +132,17 @@ def launch(setup: EngineSetup) -> Launch:
     """
     check_profile(setup.profile, setup.allowed)
     env = _cards_env(setup.profile, setup.cards)
-    argv = _vllm(setup, env) if setup.profile.engine == "vllm" else _llama_server(setup)
+    vllm = setup.profile.engine == "vllm"
+    argv = _vllm(setup, env) if vllm else _llama_server(setup)
+    # The key goes in the environment, never the command line: /proc/<pid>/environ is its owner's
+    # alone, while anyone on the node reads a command line (ps).
+    env["VLLM_API_KEY" if vllm else "LLAMA_API_KEY"] = setup.api_key
     return Launch(argv=[*argv, *setup.profile.args], env=env)
 
 
 def _vllm(s: EngineSetup, env: dict[str, str]) -> list[str]:
     served = s.weights if s.weights.suffix == ".gguf" else s.weights.parent
-    argv = [s.binary, "serve", str(served), "--host", s.host, "--port", str(s.port), "--api-key", s.api_key]
+    argv = [s.binary, "serve", str(served), "--host", s.host, "--port", str(s.port)]
     argv += ["--served-model-name", s.model.name, "--tensor-parallel-size", str(s.profile.tensor_parallel)]
     argv += ["--pipeline-parallel-size", str(max(len(s.cards) // s.profile.tensor_parallel, 1))]
     argv += ["--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(s.model.context)]
@@ -158,7 +162,7 @@ def _llama_server(s: EngineSetup) -> list[str]:
     argv = [s.binary, "--model", str(s.weights), "--host", s.host, "--port", str(s.port)]
     argv += ["-c", str(s.model.context), "-np", str(s.profile.slots), "-ngl", offload]
     argv += ["--threads", str(cpu_threads(s.profile.cpu_cores, s.node_cpus))]
-    argv += ["--api-key", s.api_key, "--alias", s.model.name]
+    argv += ["--alias", s.model.name]
     if s.rpc:
         argv += ["--rpc", ",".join(s.rpc)]
     elif len(s.cards) > 1:

@@ -17,7 +17,7 @@ from llmgw.proto import Model, ReplicaState
 from llmgw.router.core import Prepared, Usage, answer_of
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory, Ready
-from llmgw.router.errors import NoReadyReplica, NotServed, described
+from llmgw.router.errors import NoReadyReplica, NotServed, UpstreamFailed, described
 from llmgw.router.health import Health, unless_down
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
@@ -161,6 +161,17 @@ class Proxy:
         usage = Usage()
         if resp.status == 200:
             raw, usage = answer_of(raw, one.prepared.body["model"])
+        elif resp.status in (401, 403):  # the engine refused the router's key: the secrets differ
+            self.log.error(
+                "an engine refused the router's key: the router's and its agent's engine_secret differ",
+                replica=one.tried.replica,
+                status=resp.status,
+            )
+            one.end(ok=False, served=msgspec.structs.replace(one.tried, status=502))
+            failed = UpstreamFailed(
+                "the model's engine refused the router (a setting of this deployment); try again later"
+            )
+            return Response(msgspec.json.encode(failed.body()), status_code=502, media_type="application/json")
         elif resp.status == 501:  # the engine does not serve this endpoint: the request's fault, not the engine's
             model, path = one.prepared.body["model"], one.prepared.path
             refused = NotServed(f"model '{model}' does not serve {path} (its engine has no such endpoint)")
