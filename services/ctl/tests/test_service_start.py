@@ -51,3 +51,10 @@ def test_a_wrong_engine_secret_is_one_line_and_exit_2_before_nats_is_tried(tmp_p
     assert done.returncode == 2
     out = done.stdout + done.stderr
     assert "not an engine secret" in out and "Traceback" not in out
+
+
+def test_an_agent_whose_engines_listen_off_the_loopback_needs_its_engine_secret(tmp_path):
+    done = _service("agent", "--address", "10.0.3.12", "--data-dir", str(tmp_path), "--nats-url", "nats://127.0.0.1:1")
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "keys anyone can work out" in out and "engine-<node>.secret" in out, out
+    assert "Traceback" not in out

@@ -4,6 +4,7 @@ its replicas and workers, the weights cache) to its endpoints, and decides nothi
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import sys
 from pathlib import Path
 
@@ -17,10 +18,18 @@ from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.workers import Workers
-from llmgw.bus import ConfigError, Context, EngineKeys, entry_point, find_llamacpp
+from llmgw.bus import ConfigError, Context, EngineKeys, EngineSecretError, entry_point, find_llamacpp
 from llmgw.proto import WeightsCollect, WeightsDelete, WeightsDeleted, agent
 
 __all__ = ["Agent", "AgentConfig", "main"]
+
+
+def _loopback(address: str) -> bool:
+    """Whether `address` (an IP or a name) is this machine's loopback only."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 class Agent:
@@ -52,6 +61,11 @@ class Agent:
         self.facts = NodeFacts(config, self.llamacpp, cache, self.supervisor.pids)
         self.room = Room(ports, config.address, self.facts.cards)
         keys = EngineKeys.read(config.engine_secret, node=self.node)  # before connecting: a bad file starts nothing
+        if keys.insecure and not _loopback(config.address):
+            raise EngineSecretError(
+                f"engines would listen on {config.address} with keys anyone can work out: give this agent "
+                "its node's engine secret (engine_secret; `llmgw access write` makes engine-<node>.secret)"
+            )
         self.replicas = Replicas(self.facts, self.supervisor, self.room, self.weights, keys)
         self.workers = Workers(self.facts, self.supervisor, self.room)
         self.ctx: Context | None = None
