@@ -42,7 +42,20 @@ from llmgw.proto.catalog import (
     StartModel,
     StopModel,
 )
-from llmgw.proto.mirror import FileInfo, FileList, FilePlace, FileRef, WeightsDelete, WeightsDeleted
+from llmgw.proto.mirror import (
+    FileInfo,
+    FileList,
+    FilePlace,
+    FileRef,
+    MirroredFile,
+    MirroredRepo,
+    RepoAdd,
+    RepoList,
+    RepoRef,
+    SkippedFile,
+    WeightsDelete,
+    WeightsDeleted,
+)
 from llmgw.proto.node import CpuCalibration, Filesystem, GpuInfo, NodeInfo
 from llmgw.proto.replica import ReplicaReport, ReplicaSpec, ReplicaState, Worker
 from llmgw.proto.router import (
@@ -92,6 +105,8 @@ __all__ = [
     "KeyRecord",
     "KeyRef",
     "Limits",
+    "MirroredFile",
+    "MirroredRepo",
     "Model",
     "ModelChange",
     "ModelEntry",
@@ -113,6 +128,9 @@ __all__ = [
     "ReplicaState",
     "ReplicaStatus",
     "ReplicaStop",
+    "RepoAdd",
+    "RepoList",
+    "RepoRef",
     "RestartModel",
     "ScaleModel",
     "Scaling",
@@ -123,6 +141,7 @@ __all__ = [
     "SetGpus",
     "SetOwner",
     "SetReplicas",
+    "SkippedFile",
     "StartModel",
     "StopModel",
     "StrictError",

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-__all__ = ["Empty", "Name", "NonNegative", "Positive", "ReplicaStatus", "Source"]
+__all__ = ["Empty", "Name", "NonNegative", "Positive", "ReplicaStatus", "RepoId", "Source"]
 
 Name = Annotated[
     str,
@@ -21,8 +21,19 @@ Name = Annotated[
 Source = Annotated[
     str,
     Meta(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$",
-        description="'<owner>/<repo>/<file>' as the mirror holds it",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[0-9a-f]{40})?(/[A-Za-z0-9][A-Za-z0-9._-]*)+$",
+        description="'<owner>/<repo>@<commit>/<file>' as fetched from Hugging Face, or '<owner>/<repo>/<file>' "
+        "as placed on the mirror by hand",
+    ),
+]
+"""A weights file the mirror holds: pinned to the 40-hex commit it was fetched at, or placed by hand."""
+
+
+RepoId = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$",
+        description="a Hugging Face repo, '<owner>/<name>'",
     ),
 ]
 

@@ -1,24 +1,49 @@
-"""The mirror's contract: the weights files it holds, deleting them, and its endpoints."""
+"""The mirror's contract: repos fetched from Hugging Face (pinned, verified), the weights files it
+holds, deleting them, its endpoints and its fetch events."""
 
 from __future__ import annotations
 
-from msgspec import Struct, field
+from typing import Annotated, Literal
 
-from llmgw.proto._endpoint import Endpoint
-from llmgw.proto._types import Empty, NonNegative, Source
+from msgspec import Meta, Struct, field
+
+from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._types import Empty, NonNegative, RepoId, Source
 
 __all__ = [
     "ENDPOINTS",
+    "EVENTS",
+    "FETCH_CHANGED",
     "FILE_DELETE",
     "FILE_LIST",
     "FILE_STAT",
+    "FILE_WHERE",
+    "REPO_ADD",
+    "REPO_LIST",
+    "REPO_REMOVE",
+    "REPO_SHOW",
+    "REPO_UPDATE",
+    "Commit",
+    "FetchState",
     "FileInfo",
     "FileList",
     "FilePlace",
     "FileRef",
+    "MirroredFile",
+    "MirroredRepo",
+    "RepoAdd",
+    "RepoList",
+    "RepoRef",
+    "SkippedFile",
     "WeightsDelete",
     "WeightsDeleted",
 ]
+
+Commit = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}$", description="a git commit, 40 hex digits")]
+
+FetchState = Literal["queued", "fetching", "verifying", "ready", "failed"]
+"""A fetch's life: waiting its turn, bytes coming, hashes being checked, every file verified and
+served, or stopped with the reason (nothing of a failed file is served)."""
 
 
 class FileRef(Struct, kw_only=True):
@@ -41,6 +66,14 @@ class FileInfo(Struct, kw_only=True):
     header_error: str = ""
     """Why a `.gguf` file's header does not read (not GGUF, cut short, damaged); empty when it
     reads, and for other files."""
+    verified: bool = False
+    """Its bytes were checked against the hash published for them (by Hugging Face at the commit
+    in its source, by the primary mirror, or given when it was imported). False for a file
+    placed on the mirror by hand."""
+    mirror: str = ""
+    """Which mirror answered (its node name)."""
+    site: str = ""
+    """The site that mirror is at (agents prefer a mirror at their own site)."""
 
 
 class FileList(Struct, kw_only=True):
@@ -74,8 +107,113 @@ class WeightsDeleted(Struct, kw_only=True):
     kept: list[FilePlace] = field(default_factory=list)
 
 
+class RepoAdd(Struct, kw_only=True):
+    """Fetch a repo from Hugging Face, pinned to the commit its revision names now."""
+
+    repo: RepoId
+    revision: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")] = "main"
+    """A branch, a tag or a commit; what it names now is what is kept."""
+    include: list[Annotated[str, Meta(min_length=1, max_length=200)]] = field(default_factory=list)
+    """Glob patterns of the files wanted (`*Q4_K_M.gguf`); empty: every GGUF and safetensors
+    file with the configs and tokenizer files beside them."""
+    by: str = ""
+    """Who asked (recorded)."""
+
+
+class RepoRef(Struct, kw_only=True):
+    """A mirrored repo, at one commit or at every commit held."""
+
+    repo: RepoId
+    commit: Annotated[str, Meta(pattern=r"^([0-9a-f]{40})?$")] = ""
+    """Empty: every commit of it the mirror holds (for update: the newest)."""
+
+
+class MirroredFile(Struct, kw_only=True):
+    """One file of a mirrored repo, as published and as fetched."""
+
+    path: str
+    """Its path in the repo."""
+    size: NonNegative
+    sha256: str = ""
+    """Published by the Hub for a large (LFS) file; for a small one, found once it verified."""
+    blob_id: str = ""
+    """The git blob sha1 the Hub published (what a small file is checked against)."""
+    done: NonNegative = 0
+    """Bytes fetched so far."""
+    state: Literal["pending", "fetching", "verifying", "ready", "failed"] = "pending"
+    error: str = ""
+
+
+class SkippedFile(Struct, kw_only=True):
+    """A file of the repo the mirror left out, and why."""
+
+    path: str
+    why: str
+
+
+class MirroredRepo(Struct, kw_only=True):
+    """A repo at one commit on the mirror: what was asked, what is fetched, how far it is."""
+
+    repo: str
+    commit: Annotated[str, Meta(pattern=r"^([0-9a-f]{40})?$")]
+    """The 40-hex commit its files were fetched at; empty for files imported from the mirror's
+    own disk with a known sha256 (the demo model), whose sources carry no commit."""
+    revision: str
+    """The revision asked for (a branch `ctl mirror update` follows, a tag, or the commit)."""
+    origin: str
+    """Where the bytes come from: the Hub's URL, the primary mirror's, or `file:` for an import."""
+    state: FetchState
+    files: list[MirroredFile] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    include: list[str] = field(default_factory=list)
+    size: NonNegative = 0
+    """Bytes of every file chosen."""
+    done: NonNegative = 0
+    """Bytes fetched so far."""
+    rate: float = 0.0
+    """Bytes a second over the last few seconds."""
+    eta_s: float | None = None
+    """Seconds left at that rate (None: unknown)."""
+    error: str = ""
+    """Why it failed (state 'failed')."""
+    added_by: str = ""
+    added_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class RepoList(Struct, kw_only=True):
+    """Mirrored repos, each at one commit."""
+
+    repos: list[MirroredRepo] = field(default_factory=list)
+
+
+REPO_ADD = Endpoint(
+    "mirror", "repo.add", RepoAdd, MirroredRepo, "Fetch a repo from Hugging Face, pinned to its revision's commit."
+)
+REPO_LIST = Endpoint("mirror", "repo.list", Empty, RepoList, "Every repo fetched or being fetched, at each commit.")
+REPO_SHOW = Endpoint("mirror", "repo.show", RepoRef, RepoList, "One repo, at one commit or at every commit held.")
+REPO_REMOVE = Endpoint(
+    "mirror", "repo.remove", RepoRef, RepoList, "Delete a repo's files (one commit or all) that no model uses."
+)
+REPO_UPDATE = Endpoint(
+    "mirror", "repo.update", RepoRef, MirroredRepo, "Fetch the newest commit of a repo's branch beside the old."
+)
+FILE_WHERE = Endpoint(
+    "mirror",
+    "file.where",
+    FileRef,
+    FileInfo,
+    "Every mirror holding a verified copy of a file answers (agents take the nearest).",
+    every_instance=True,
+)
 FILE_STAT = Endpoint("mirror", "file.stat", FileRef, FileInfo, "One file's size, hash and HTTP URL.")
 FILE_LIST = Endpoint("mirror", "file.list", Empty, FileList, "Every file the mirror holds.")
 FILE_DELETE = Endpoint("mirror", "file.delete", WeightsDelete, WeightsDeleted, "Delete files from the mirror.")
-ENDPOINTS = (FILE_STAT, FILE_LIST, FILE_DELETE)
+ENDPOINTS = (REPO_ADD, REPO_LIST, REPO_SHOW, REPO_REMOVE, REPO_UPDATE, FILE_STAT, FILE_WHERE, FILE_LIST, FILE_DELETE)
 """The mirror's endpoints."""
+
+FETCH_CHANGED = Event(
+    "mirror.fetch", MirroredRepo, "A fetch moved on (state, bytes, rate, time left).", ("commit",), "mirror"
+)
+EVENTS = (FETCH_CHANGED,)
+"""What the mirror publishes."""

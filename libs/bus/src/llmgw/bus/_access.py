@@ -141,6 +141,18 @@ def _calls(*endpoints) -> list[str]:
     return [e.subject("*") if e.per_node else e.subject() for e in endpoints]
 
 
+_MIRROR_ADMIN = (
+    mirror.REPO_ADD,
+    mirror.REPO_LIST,
+    mirror.REPO_SHOW,
+    mirror.REPO_REMOVE,
+    mirror.REPO_UPDATE,
+    mirror.FILE_LIST,
+    mirror.FILE_STAT,
+)
+"""What an operator asks the mirror (`llmgw ctl mirror`, the admin API)."""
+
+
 def _usage_stream() -> list[str]:
     """The router's usage stream: publishing to it, and reading it back to sum."""
     return [
@@ -175,7 +187,7 @@ def _role_publish(role: str, node: str) -> list[str]:
         ]
     if role == "router":
         return [
-            *_calls(*catalog.ENDPOINTS),
+            *_calls(*catalog.ENDPOINTS, *_MIRROR_ADMIN),  # its admin API: the catalog's and the mirror's
             *_usage_stream(),
             *(s for name in ("keys", "projects", "limits", "demand") for s in _kv(b[name], write=True)),
             *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
@@ -184,19 +196,21 @@ def _role_publish(role: str, node: str) -> list[str]:
         return [
             agent.HEARTBEAT.subject(node),
             f"{PREFIX}.evt.replica.{node}.>",
-            *_calls(scheduler.NODE_REGISTER, mirror.FILE_STAT),
+            *_calls(scheduler.NODE_REGISTER, mirror.FILE_STAT, mirror.FILE_WHERE),
         ]
     if role == "ctl":
         endpoints = (
             *catalog.ENDPOINTS,
             *(e for e in scheduler.ENDPOINTS if e is not scheduler.NODE_REGISTER),  # nodes register themselves
             *router.ENDPOINTS,
-            mirror.FILE_LIST,
-            mirror.FILE_STAT,
+            *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
         )
         return ["$SRV.>", *_calls(*endpoints)]  # and nats.micro's discovery: `nats micro ls`
-    return []  # the mirror only answers
+    if role == "mirror":
+        # its fetches' progress; the catalog's models (a repo a model uses is not removed)
+        return [mirror.FETCH_CHANGED.all, *_calls(catalog.MODEL_LIST)]
+    return []
 
 
 def _role_subscribe(role: str, node: str) -> list[str]:

@@ -14,8 +14,8 @@ class RangeNotSatisfiable(ValueError):
 def source_path(source: str) -> PurePosixPath:
     """The relative path of `source` under the mirror's root; refuses anything that climbs out."""
     path = PurePosixPath(source)
-    if path.is_absolute() or any(part in ("", ".", "..") for part in path.parts) or len(path.parts) < 3:
-        raise ValueError(f"source '{source}' must be '<owner>/<repo>/<file>' with no '.' or '..' parts")
+    if path.is_absolute() or any(part.startswith(".") or not part for part in path.parts) or len(path.parts) < 3:
+        raise ValueError(f"source '{source}' must be '<owner>/<repo>/<file>' with no part starting with '.'")
     return path
 
 

@@ -1,9 +1,10 @@
-"""The mirror service: answers for the files it holds (over NATS) and serves them over HTTP."""
+"""The mirror service: fetches repos from Hugging Face (pinned, verified), answers for the files
+it holds over NATS, and serves them over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -14,12 +15,15 @@ from litestar.response import Response, Stream
 from llmgw.bus import ADMIN_PORTS, BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
 from llmgw.gguf import GGUFError, read_header
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
+from llmgw.mirror.digests import CHUNK, Digest, digest, known_digest
+from llmgw.mirror.fetches import Fetches
+from llmgw.mirror.hub import Hub
+from llmgw.mirror.imports import Import, LocalFiles, import_entry
+from llmgw.mirror.repos import RepoDesk
 from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
 from llmgw.proto import mirror as mirror_api
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
-
-_CHUNK = 1 << 20
 
 
 class MirrorConfig(BusConfig, kw_only=True):
@@ -32,12 +36,30 @@ class MirrorConfig(BusConfig, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 0
     """Port agents fetch files from; 0 picks a free one."""
+    site: str = ""
+    """Where this mirror is (agents at the same site take it first)."""
+    hub_endpoint: str = ""
+    """The Hugging Face Hub (or one that speaks its API); default: HF_ENDPOINT, else huggingface.co."""
+    token_file: str = ""
+    """A file holding the Hub token (default: the HF_TOKEN environment variable). Never logged."""
+    parallel_files: int = 4
+    """Files fetched at once."""
+    keep_free_bytes: int = 1_000_000_000
+    """A fetch that would leave less free space than this on the mirror's disk is refused."""
+    imports: list[Import] = msgspec.field(default_factory=list)
+    """Files on this machine to take in (checked against their sha256) and serve."""
+    catalog_check_s: float = 5.0
+    """How long removing a repo waits for the catalog to say which models use it."""
 
+    def hub_url(self) -> str:
+        """The Hub this mirror fetches from."""
+        return (self.hub_endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
-class _Digest(msgspec.Struct):
-    size: int
-    mtime_ns: int
-    sha256: str
+    def hub_token(self) -> str:
+        """The Hub token: from token_file, else HF_TOKEN, else none."""
+        if self.token_file:
+            return Path(self.token_file).read_text().strip()
+        return os.environ.get("HF_TOKEN", "").strip()
 
 
 class Mirror:
@@ -54,22 +76,39 @@ class Mirror:
         self.ctx: Context | None = None
         self._headers: dict[Path, tuple[int, int, str]] = {}
         """What reading each file's header found, as of its (size, mtime_ns)."""
+        self.hub = Hub(config.hub_url(), config.hub_token())
+        self.fetches = Fetches(self.root, self._published, config.parallel_files)
+        self.fetches.origins = {self.hub.endpoint: self.hub, "file:": LocalFiles()}
+        self.desk = RepoDesk(self)
 
     async def start(self, ctx: Context) -> None:
-        """Serve the files over HTTP, then answer for them over NATS."""
+        """Serve the files over HTTP, take up the fetches a stop cut short, then answer over NATS."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.http = HttpServer(self._app(), self.config.http_host, self.config.http_port)
         await self.http.start()
         self.ctx = ctx
+        await asyncio.to_thread(self.fetches.load)
+        for item in self.config.imports:
+            await self.fetches.queue(await asyncio.to_thread(import_entry, item))
+        self.fetches.start()
+        for endpoint, handler in self.desk.handlers().items():
+            await ctx.serve(endpoint, handler)
         await ctx.serve(mirror_api.FILE_STAT, self.stat)
+        await ctx.serve(mirror_api.FILE_WHERE, self.where)
         await ctx.serve(mirror_api.FILE_LIST, self.list)
         await ctx.serve(mirror_api.FILE_DELETE, self.delete)
-        ctx.log.info("serving files", root=str(self.root), url=self.http.url)
+        ctx.log.info("serving files", root=str(self.root), url=self.http.url, hub=self.hub.endpoint)
 
     async def stop(self) -> None:
-        """Stop serving files."""
+        """Stop fetching (partial files are kept, to resume) and serving files."""
+        await self.fetches.stop()
         if self.http:
             await self.http.stop()
+
+    async def _published(self, repo) -> None:
+        if self.ctx is not None:
+            fetch_id = repo.commit or "local"
+            await self.ctx.nc.publish(mirror_api.FETCH_CHANGED.subject(fetch_id), msgspec.json.encode(repo))
 
     def ready(self) -> bool:
         """Ready once files are served."""
@@ -80,8 +119,10 @@ class Mirror:
             path = self.root / source_path(source)
         except ValueError as exc:
             raise NotFound(str(exc)) from None
-        if not path.is_file():
-            raise NotFound(f"the mirror holds no file '{source}' under {self.root}")
+        if not path.is_file() or self.root.resolve() not in path.resolve().parents:
+            raise NotFound(f"the mirror holds no file '{source}' under {self.root}{self.desk.held_hint(source)}")
+        if "@" in source.split("/")[1] and self.fetches.file(source) is None:
+            raise NotFound(f"the mirror holds '{source}' but has not verified it; fetch it with `llmgw ctl mirror add`")
         return path
 
     async def stat(self, ref: FileRef) -> FileInfo:
@@ -89,14 +130,24 @@ class Mirror:
         and what is wrong with its GGUF header; NotFound when the mirror does not hold it."""
         path = self._file(ref.source)
         st = path.stat()
-        digest = await asyncio.to_thread(_digest if ref.digest else _known_digest, path)
+        found: Digest | None = await asyncio.to_thread(digest if ref.digest else known_digest, path)
         return FileInfo(
             source=ref.source,
             size=st.st_size,
-            sha256=digest.sha256 if digest else "",
+            sha256=found.sha256 if found else "",
             url=f"{self.http.url}/files/{ref.source}",
             header_error=await self._header_error(path, ref.source, st.st_size, st.st_mtime_ns),
+            verified=self.fetches.file(ref.source) is not None,
+            mirror=self.config.node_name(),
+            site=self.config.site,
         )
+
+    async def where(self, ref: FileRef) -> FileInfo:
+        """This mirror's verified copy of a file (every mirror answers; NotFound where it has none)."""
+        info = await self.stat(ref)
+        if not info.verified:
+            raise NotFound(f"mirror {info.mirror} holds no verified copy of {ref.source}")
+        return info
 
     async def _header_error(self, path: Path, source: str, size: int, mtime_ns: int) -> str:
         """Why the GGUF header of `path` does not read (its path said as `source`), or empty."""
@@ -118,9 +169,17 @@ class Mirror:
         sources = sorted(
             str(p.relative_to(self.root))
             for p in self.root.rglob("*")
-            if p.is_file() and not p.name.startswith(".") and len(p.relative_to(self.root).parts) >= 3
+            if p.is_file()
+            and len(p.relative_to(self.root).parts) >= 3
+            and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
         )
-        return FileList(files=[await self.stat(FileRef(source=s)) for s in sources])
+        files = []
+        for source in sources:
+            try:
+                files.append(await self.stat(FileRef(source=source)))
+            except NotFound:  # a file in a pinned folder that no fetch verified: not offered
+                continue
+        return FileList(files=files)
 
     async def delete(self, req: WeightsDelete) -> WeightsDeleted:
         """Delete files (and their digests); those it does not hold are left out of the answer."""
@@ -169,43 +228,11 @@ def _read(path: Path, first: int, last: int):
         f.seek(first)
         left = last - first + 1
         while left > 0:
-            block = f.read(min(_CHUNK, left))
+            block = f.read(min(CHUNK, left))
             if not block:
                 return
             left -= len(block)
             yield block
-
-
-def _known_digest(path: Path) -> _Digest | None:
-    """The sha256 its '.<name>.sha256' sidecar keeps, if the file has not changed since."""
-    st = path.stat()
-    side = path.with_name(f".{path.name}.sha256")
-    if side.exists():
-        try:
-            known = msgspec.json.decode(side.read_bytes(), type=_Digest)
-            if (known.size, known.mtime_ns) == (st.st_size, st.st_mtime_ns):
-                return known
-        except msgspec.DecodeError:
-            pass
-    return None
-
-
-def _digest(path: Path) -> _Digest:
-    """sha256 of a file, kept in a '.<name>.sha256' sidecar until the file changes."""
-    known = _known_digest(path)
-    if known:
-        return known
-    st = path.stat()
-    side = path.with_name(f".{path.name}.sha256")
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            h.update(block)
-    digest = _Digest(st.st_size, st.st_mtime_ns, h.hexdigest())
-    tmp = side.with_suffix(".part")
-    tmp.write_bytes(msgspec.json.encode(digest))
-    tmp.replace(side)
-    return digest
 
 
 main = entry_point(Mirror, MirrorConfig)

@@ -1,0 +1,294 @@
+"""The mirror's fetches: each repo at a commit, its files fetched a bounded number at a time into
+a staging folder, each verified against the hash published for it, and only then put where it is
+served. A manifest per repo on the mirror's disk says how far each got, so a restarted mirror
+takes up where it stopped (the origin resumes a partial file, it does not start it again).
+
+Layout under the mirror's root:
+  `<owner>/<name>@<commit>/<path>`   verified files, served (imports: `<owner>/<name>/<path>`)
+  `.repos/<owner>/<name>@<commit>.json`  the manifest (a MirroredRepo)
+  `.incoming/<owner>/<name>@<commit>/`   files being fetched; never served
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from llmgw.bus import get_logger
+from llmgw.gguf import GGUFError, read_header
+from llmgw.mirror.checks import pickle_inside, safetensors_error, safetensors_header_size
+from llmgw.mirror.digests import hashes, remember_digest
+from llmgw.mirror.hub import Stopped
+from llmgw.mirror.plan import Rate
+from llmgw.proto import MirroredFile, MirroredRepo
+
+__all__ = ["Fetches", "Origin", "VerifyError", "key_of"]
+
+_log = get_logger("mirror")
+
+
+class VerifyError(Exception):
+    """A fetched file that is not what was published; it has been removed."""
+
+
+class Origin(Protocol):
+    """Where a repo's bytes come from (the Hub, a primary mirror, the mirror's own disk)."""
+
+    def download(
+        self,
+        repo: MirroredRepo,
+        file: MirroredFile,
+        staging: Path,
+        progress: Callable[[int], None],
+        stop: threading.Event,
+    ) -> Path:
+        """Fetch `file` into `staging` (resuming what is there), telling `progress` its bytes so
+        far; raise Stopped once `stop` is set. Blocks (run in a thread)."""
+        ...
+
+
+def key_of(repo: str, commit: str) -> str:
+    """A repo at a commit as the mirror names it, and the folder its files are served from."""
+    return f"{repo}@{commit}" if commit else repo
+
+
+class Fetches:
+    """Every repo the mirror holds or is fetching, by key ('<owner>/<name>@<commit>')."""
+
+    def __init__(
+        self,
+        root: Path,
+        publish: Callable[[MirroredRepo], Awaitable[None]],
+        parallel_files: int = 4,
+        tick_s: float = 0.5,
+    ) -> None:
+        self.root = root
+        self.repos: dict[str, MirroredRepo] = {}
+        self.origins: dict[str, Origin] = {}
+        """Origins by the head of `MirroredRepo.origin` they serve ('file:', a URL)."""
+        self._publish, self._tick_s = publish, tick_s
+        self._slots = asyncio.Semaphore(parallel_files)
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._stop = threading.Event()
+        self._cancelled: set[str] = set()
+        self._rates: dict[str, Rate] = {}
+        self._worker: asyncio.Task | None = None
+
+    def load(self) -> None:
+        """Read the manifests; a fetch a stop cut short is queued again (it resumes)."""
+        for path in sorted((self.root / ".repos").rglob("*.json")):
+            try:
+                repo = msgspec.json.decode(path.read_bytes(), type=MirroredRepo)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                _log.warning("manifest unreadable; its repo is not listed", path=str(path), error=str(exc))
+                continue
+            key = key_of(repo.repo, repo.commit)
+            self.repos[key] = repo
+            if repo.state not in ("ready", "failed"):
+                for f in repo.files:
+                    f.state = "pending" if f.state != "ready" else "ready"
+                repo.state = "queued"
+                self._queue.put_nowait(key)
+
+    def start(self) -> None:
+        """Start fetching what is queued."""
+        self._worker = asyncio.create_task(self._work(), name="mirror-fetches")
+
+    async def stop(self) -> None:
+        """Stop every download where it is (partial files are kept to resume)."""
+        self._stop.set()
+        if self._worker:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        self._stop = threading.Event()
+
+    async def queue(self, repo: MirroredRepo) -> MirroredRepo:
+        """Record a new fetch and queue it (one already held at that commit is returned as it is,
+        unless it failed: then it is tried again)."""
+        key = key_of(repo.repo, repo.commit)
+        held = self.repos.get(key)
+        if held and held.state != "failed":
+            return held
+        repo.state, repo.added_at, repo.updated_at = "queued", time.time(), time.time()
+        self.repos[key] = repo
+        await self._changed(repo)
+        self._queue.put_nowait(key)
+        return repo
+
+    def file(self, source: str) -> MirroredFile | None:
+        """The verified file a source names, if the mirror fetched or imported it."""
+        for key, repo in self.repos.items():
+            if source.startswith(key + "/"):
+                path = source[len(key) + 1 :]
+                return next((f for f in repo.files if f.path == path and f.state == "ready"), None)
+        return None
+
+    async def remove(self, key: str) -> MirroredRepo:
+        """Forget a repo and delete its files (a fetch of it in flight is stopped first)."""
+        repo = self.repos.pop(key)
+        self._cancelled.add(key)
+        await asyncio.to_thread(self._delete, key)
+        return repo
+
+    def _delete(self, key: str) -> None:
+        for folder in (self.root / key, self.root / ".incoming" / key):
+            shutil.rmtree(folder, ignore_errors=True)
+        (self.root / ".repos" / f"{key}.json").unlink(missing_ok=True)
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            repo = self.repos.get(key)
+            if repo is None or key in self._cancelled:
+                self._cancelled.discard(key)
+                continue
+            try:
+                await self._fetch(key, repo)
+            except Stopped:
+                return
+            except Exception as exc:  # one repo's failure is its own; the next one is fetched
+                _log.exception("fetch failed", repo=key)
+                await self._set(repo, state="failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def _fetch(self, key: str, repo: MirroredRepo) -> None:
+        origin = next((o for head, o in self.origins.items() if repo.origin.startswith(head)), None)
+        if origin is None:
+            await self._set(
+                repo, state="failed", error=f"no origin for {repo.origin} (is the mirror configured for it?)"
+            )
+            return
+        await self._set(repo, state="fetching", error="")
+        ticker = asyncio.create_task(self._tick(repo))
+        try:
+            todo = [f for f in repo.files if f.state != "ready"]
+            results = await asyncio.gather(*(self._one(key, repo, f, origin) for f in todo), return_exceptions=True)
+        finally:
+            ticker.cancel()
+        if any(isinstance(r, Stopped) for r in results):
+            raise Stopped()
+        if key in self._cancelled:
+            return
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self._set(repo, state="failed", error="; ".join(str(e) for e in errors[:3]))
+        else:
+            await self._set(repo, state="ready", done=repo.size, rate=0.0, eta_s=0.0)
+            _log.info("repo ready", repo=key, files=len(repo.files), bytes=repo.size)
+
+    async def _one(self, key: str, repo: MirroredRepo, f: MirroredFile, origin: Origin) -> None:
+        async with self._slots:
+            if key in self._cancelled:
+                return
+            staging = self.root / ".incoming" / key
+            staging.mkdir(parents=True, exist_ok=True)
+            f.state, f.error = "fetching", ""
+
+            def progress(n: int) -> None:
+                f.done = n
+
+            try:
+                got = await asyncio.to_thread(origin.download, repo, f, staging, progress, self._stop)
+                f.state = "verifying"
+                await self._changed(repo)
+                await asyncio.to_thread(self._verify_and_place, key, repo, f, got)
+            except Exception as exc:
+                if not isinstance(exc, Stopped):
+                    f.state, f.error = "failed", str(exc)
+                raise
+            f.state, f.done = "ready", f.size
+            await self._changed(repo)
+
+    def _verify_and_place(self, key: str, repo: MirroredRepo, f: MirroredFile, got: Path) -> None:
+        """Check `got` against what was published for `f`, then move it where it is served; a file
+        that fails is removed (a later try fetches it again) and VerifyError says why."""
+        staging = (self.root / ".incoming" / key).resolve()
+        where = f"{key}/{f.path}"
+        if got.is_symlink() or staging not in got.resolve().parents:
+            got.unlink(missing_ok=True)
+            raise VerifyError(f"{where}: the origin gave a link or a path outside the repo; refused")
+        size = got.stat().st_size
+        problem = f"is {size} bytes, not the {f.size} published" if size != f.size else ""
+        if not problem:
+            sha256, blob = hashes(got)
+            if f.sha256 and sha256 != f.sha256:
+                problem = f"has sha256 {sha256}, not the {f.sha256} published for it"
+            elif not f.sha256 and f.blob_id and blob != f.blob_id:
+                problem = f"has git blob sha1 {blob}, not the {f.blob_id} published for it"
+            elif not f.sha256 and not f.blob_id:
+                problem = "has no published hash to check it against"
+            problem = problem or _content_problem(got, size)
+        if problem:
+            _forget(got, staging)
+            raise VerifyError(f"{where} {problem}; the file was removed")
+        final = self.root / key / f.path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(got, final)
+        f.sha256 = sha256
+        remember_digest(final, sha256)
+
+    async def _tick(self, repo: MirroredRepo) -> None:
+        rate = self._rates.setdefault(key_of(repo.repo, repo.commit), Rate())
+        while True:
+            await asyncio.sleep(self._tick_s)
+            done = sum(f.done for f in repo.files)
+            rate.add(time.monotonic(), done)
+            repo.done, repo.rate = done, rate.per_s()
+            repo.eta_s = rate.eta_s(max(repo.size - done, 0))
+            await self._publish(repo)
+
+    async def _set(self, repo: MirroredRepo, **changes) -> None:
+        for name, value in changes.items():
+            setattr(repo, name, value)
+        await self._changed(repo)
+
+    async def _changed(self, repo: MirroredRepo) -> None:
+        """Keep the manifest (written whole, then renamed) and say what changed."""
+        repo.updated_at = time.time()
+        repo.done = sum(f.done if f.state != "ready" else f.size for f in repo.files)
+        path = self.root / ".repos" / f"{key_of(repo.repo, repo.commit)}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_bytes(msgspec.json.encode(repo))
+        tmp.replace(path)
+        await self._publish(repo)
+
+
+def _content_problem(path: Path, size: int) -> str:
+    """What is wrong with a file's content for what its name says it is, or empty."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+        pickled = pickle_inside(head)
+        if pickled:
+            return f"is {pickled}: loading one runs code, so the mirror never serves it"
+        if path.name.endswith(".safetensors"):
+            length = safetensors_header_size(head[:8])
+            fh.seek(8)
+            header = fh.read(length) if 0 < length < size else b""
+            error = safetensors_error(head[:8], header, size)
+            if error:
+                return error
+    if path.name.endswith(".gguf"):
+        try:
+            read_header(path)
+        except GGUFError as exc:
+            return f"is not a GGUF file llmgw reads ({str(exc).replace(str(path), path.name)})"
+    return ""
+
+
+def _forget(got: Path, staging: Path) -> None:
+    """Remove a fetched file and what the origin keeps to resume it, so a later try starts clean."""
+    got.unlink(missing_ok=True)
+    rel = got.resolve().relative_to(staging) if staging in got.resolve().parents else Path(got.name)
+    cache = staging / ".cache" / "huggingface" / "download"
+    for side in cache.glob(f"{rel}*") if cache.is_dir() else ():
+        side.unlink(missing_ok=True)

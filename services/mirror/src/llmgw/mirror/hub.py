@@ -1,0 +1,131 @@
+"""Hugging Face through its own client (`huggingface_hub`): a revision resolved to its commit with
+what the Hub published of each file, and one file downloaded (resumably) into a staging folder.
+
+The client checks a download's size only, never its hash: the mirror verifies every file itself
+(`llmgw.mirror.fetches`). Calls block; the mirror runs them in threads. The token is passed to
+the client and never logged or published.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import huggingface_hub
+from huggingface_hub import errors as hf_errors
+
+from llmgw.mirror.plan import Published
+from llmgw.proto.errors import BadRequest, BusError, Internal, NotFound
+
+__all__ = ["Hub", "Stopped"]
+
+
+class Stopped(Exception):
+    """A download stopped because the mirror is stopping (its partial file is kept, to resume)."""
+
+
+class Hub:
+    """One Hub endpoint (huggingface.co, or any that speaks its API) and the token for it."""
+
+    def __init__(self, endpoint: str, token: str = "") -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self._token = token
+        self._api = huggingface_hub.HfApi(endpoint=self.endpoint, token=token or False)
+
+    def resolve(self, repo: str, revision: str) -> tuple[str, list[Published]]:
+        """The 40-hex commit `revision` names now, and every file published at it; a BusError
+        saying what is wrong (no such repo, revision, gated, not a Hub)."""
+        try:
+            info = self._api.model_info(repo, revision=revision, files_metadata=True)
+        except Exception as exc:  # the client's errors, translated at this boundary
+            raise self._explain(exc, repo, revision) from None
+        if not info.sha or len(info.sha) != 40:
+            raise BadRequest(f"{self.endpoint} named no commit for {repo}@{revision}: is it a Hugging Face Hub?")
+        files = [
+            Published(
+                path=s.rfilename,
+                size=s.size or 0,
+                blob_id=s.blob_id or "",
+                sha256=(s.lfs.sha256 if s.lfs else "") or "",
+            )
+            for s in info.siblings or []
+        ]
+        return info.sha, files
+
+    def download(
+        self, repo: str, commit: str, path: str, staging: Path, progress: Callable[[int], None], stop: threading.Event
+    ) -> Path:
+        """Download one file of `repo` at `commit` into `staging` (resuming a partial one left
+        there), telling `progress` the bytes it has; raises Stopped once `stop` is set."""
+        try:
+            got = huggingface_hub.hf_hub_download(
+                repo,
+                path,
+                revision=commit,
+                local_dir=staging,
+                endpoint=self.endpoint,
+                token=self._token or False,
+                tqdm_class=_bar(progress, stop),
+            )
+        except Stopped:
+            raise
+        except Exception as exc:
+            raise self._explain(exc, repo, commit, path) from None
+        return Path(got)
+
+    def _explain(self, exc: Exception, repo: str, revision: str, path: str = "") -> BusError:
+        """The client's error as one a person can act on (the token never appears)."""
+        where = f"{repo}@{revision}"
+        if isinstance(exc, hf_errors.GatedRepoError):
+            return BadRequest(
+                f"{repo} is gated: accept its licence at {self.endpoint}/{repo} with your account, then give the "
+                "mirror that account's token (HF_TOKEN, or token_file in its config)"
+            )
+        if isinstance(exc, hf_errors.RepositoryNotFoundError):
+            hint = "check the name" if self._token else "check the name; a private repo needs a token (HF_TOKEN)"
+            return NotFound(f"{self.endpoint} has no repo {repo} ({hint})")
+        if isinstance(exc, hf_errors.RevisionNotFoundError):
+            return NotFound(f"{repo} has no revision '{revision}' (a branch, tag or commit): check it on the Hub")
+        if isinstance(exc, hf_errors.EntryNotFoundError):
+            return NotFound(f"{where} has no file {path}")
+        if isinstance(exc, hf_errors.HfHubHTTPError | ValueError | KeyError | TypeError):
+            return BadRequest(
+                f"{self.endpoint} did not answer as a Hugging Face Hub does ({type(exc).__name__}: "
+                f"{_short(exc)}): check hub_endpoint or HF_ENDPOINT"
+            )
+        if isinstance(exc, OSError):
+            return Internal(f"fetching {where}/{path} from {self.endpoint} failed: {_short(exc)}")
+        return Internal(f"fetching {where} from {self.endpoint} failed: {type(exc).__name__}: {_short(exc)}")
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def _bar(progress: Callable[[int], None], stop: threading.Event) -> type:
+    """A progress 'bar' for the client that draws nothing: it tells `progress` the bytes a file
+    has (resumed ones included) and stops the download once `stop` is set."""
+
+    class Bar:
+        def __init__(self, *_, initial: int = 0, **__) -> None:
+            self.n = initial or 0
+            progress(self.n)
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *_) -> None:
+            return None
+
+        def update(self, n: int = 1) -> None:
+            if stop.is_set():
+                raise Stopped()
+            self.n += n or 0
+            progress(self.n)
+
+        def close(self) -> None:
+            return None
+
+    return Bar
