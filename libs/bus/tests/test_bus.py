@@ -194,6 +194,23 @@ async def test_gather_hears_every_instance_in_its_own_queue_and_errors_as_errors
         await service.stop()
 
 
+async def test_gather_stops_at_the_first_reply_until_accepts(nc):
+    services = []
+    for node in ("a", "b"):
+        service = await nats.micro.add_service(nc, name="llmgw-echo", version="1.2.3")
+        ctx = Context(_App(), BusConfig(node=node), nc, service)
+
+        async def answer(ref: ModelRef, node=node) -> ModelRef:
+            return ModelRef(name=f"{ref.name}-{node}")
+
+        await ctx.serve(EACH, answer)
+        services.append(service)
+    answers = await call_all(nc, EACH, ModelRef(name="x"), window_s=30.0, until=lambda a: True)
+    assert len(answers) == 1 and answers[0].name in ("x-a", "x-b")  # not the window's 30 s and both
+    for service in services:
+        await service.stop()
+
+
 def test_delete_under_removes_the_file_its_sidecars_and_empty_folders_but_never_climbs_out(tmp_path):
     root = tmp_path / "root"
     (root / "o" / "r").mkdir(parents=True)

@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -159,17 +160,28 @@ async def call(nc: Client, endpoint: Endpoint[Req, Rep], message: Req, node: str
 
 
 async def call_all(
-    nc: Client, endpoint: Endpoint[Req, Rep], message: Req, window_s: float = 1.0
+    nc: Client,
+    endpoint: Endpoint[Req, Rep],
+    message: Req,
+    window_s: float = 1.0,
+    until: Callable[[Rep], bool] | None = None,
 ) -> list[Rep | BusError]:
     """Ask every instance serving `endpoint` (every agent, say) and collect what answered within
-    `window_s`; an error reply is in the list as a BusError."""
-    return await _gather(nc, endpoint.subject(), message, endpoint.reply, window_s)
+    `window_s` (or up to the first reply `until` accepts); an error reply is in the list as a
+    BusError."""
+    return await _gather(nc, endpoint.subject(), message, endpoint.reply, window_s, until)
 
 
 async def _gather(
-    nc: Client, subject: str, message: msgspec.Struct, reply: type[T], window_s: float = 1.0
+    nc: Client,
+    subject: str,
+    message: msgspec.Struct,
+    reply: type[T],
+    window_s: float = 1.0,
+    until: Callable[[T], bool] | None = None,
 ) -> list[T | BusError]:
-    """Send `message` to every service instance on `subject`; what answered within `window_s`.
+    """Send `message` to every service instance on `subject`; what answered within `window_s`,
+    or up to and with the first reply `until` accepts.
 
     For requests that each instance answers for itself (every agent, say). A reply that is an
     error, or does not decode as `reply`, is in the list as a BusError.
@@ -196,6 +208,8 @@ async def _gather(
                 answers.append(decode_json(msg.data, type=reply))
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 answers.append(Internal(f"reply on {subject} is not a {reply.__name__}: {exc}"))
+            if until is not None and not isinstance(answers[-1], BusError) and until(answers[-1]):
+                break
     finally:
         await sub.unsubscribe()
     return answers

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from llmgw.bus import BusError, call
 from llmgw.mirror.fetches import key_of
+from llmgw.mirror.peer import refuse_on_secondary
 from llmgw.mirror.plan import Refused, check_room, choose
 from llmgw.proto import Empty, MirroredRepo, RepoAdd, RepoList, RepoRef
 from llmgw.proto import catalog as catalog_api
@@ -28,17 +29,23 @@ class RepoDesk:
         self.mirror = mirror
 
     def handlers(self) -> dict:
-        """Each repo endpoint and what answers it."""
-        return {
+        """Each repo endpoint and what answers it; a secondary mirror leaves adding, updating and
+        removing to its primary (a request goes to one of the mirrors on the bus)."""
+        handlers = {
             mirror_api.REPO_ADD: self.add,
             mirror_api.REPO_LIST: self.list,
             mirror_api.REPO_SHOW: self.show,
             mirror_api.REPO_REMOVE: self.remove,
             mirror_api.REPO_UPDATE: self.update,
         }
+        if self.mirror.config.primary:
+            for endpoint in (mirror_api.REPO_ADD, mirror_api.REPO_UPDATE, mirror_api.REPO_REMOVE):
+                del handlers[endpoint]
+        return handlers
 
     async def add(self, req: RepoAdd) -> MirroredRepo:
         """Resolve the revision to its commit, choose the files, check the disk, queue the fetch."""
+        refuse_on_secondary(self.mirror, f"add {req.repo}")
         hub, fetches = self.mirror.hub, self.mirror.fetches
         commit, published = await asyncio.to_thread(hub.resolve, req.repo, req.revision)
         held = fetches.repos.get(key_of(req.repo, commit))
@@ -96,6 +103,7 @@ class RepoDesk:
 
     async def remove(self, ref: RepoRef) -> RepoList:
         """Delete a repo's files (one commit, or every one) unless a model in the catalog uses them."""
+        refuse_on_secondary(self.mirror, f"remove {ref.repo}")
         repos = self._matching(ref)
         try:
             models = await call(
@@ -121,6 +129,7 @@ class RepoDesk:
     async def update(self, ref: RepoRef) -> MirroredRepo:
         """Fetch the commit the repo's branch names now beside the one held (the catalog keeps
         pointing at the old one until an operator moves it); the newest held when unchanged."""
+        refuse_on_secondary(self.mirror, f"update {ref.repo}")
         newest = self._matching(RepoRef(repo=ref.repo))[0]
         if newest.origin != self.mirror.hub.endpoint:
             raise BadRequest(

@@ -19,6 +19,7 @@ from llmgw.mirror.digests import CHUNK, Digest, digest, known_digest
 from llmgw.mirror.fetches import Fetches
 from llmgw.mirror.hub import Hub
 from llmgw.mirror.imports import Import, LocalFiles, import_entry
+from llmgw.mirror.peer import Peer
 from llmgw.mirror.repos import RepoDesk
 from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
 from llmgw.proto import mirror as mirror_api
@@ -50,6 +51,11 @@ class MirrorConfig(BusConfig, kw_only=True):
     """Files on this machine to take in (checked against their sha256) and serve."""
     catalog_check_s: float = 5.0
     """How long removing a repo waits for the catalog to say which models use it."""
+    primary: str = ""
+    """The primary mirror's HTTP URL (where it serves files): this mirror then copies, and
+    verifies again, every repo it holds ready (`llmgw.mirror.peer`); repos are added there."""
+    sync_s: float = 30.0
+    """How often a secondary mirror asks its primary what it holds."""
 
     def hub_url(self) -> str:
         """The Hub this mirror fetches from."""
@@ -80,6 +86,7 @@ class Mirror:
         self.fetches = Fetches(self.root, self._published, config.parallel_files)
         self.fetches.origins = {self.hub.endpoint: self.hub, "file:": LocalFiles()}
         self.desk = RepoDesk(self)
+        self.peer = Peer(self)
 
     async def start(self, ctx: Context) -> None:
         """Serve the files over HTTP, take up the fetches a stop cut short, then answer over NATS."""
@@ -91,6 +98,7 @@ class Mirror:
         for item in self.config.imports:
             await self.fetches.queue(await asyncio.to_thread(import_entry, item))
         self.fetches.start()
+        self.peer.start()
         for endpoint, handler in self.desk.handlers().items():
             await ctx.serve(endpoint, handler)
         await ctx.serve(mirror_api.FILE_STAT, self.stat)
@@ -101,6 +109,7 @@ class Mirror:
 
     async def stop(self) -> None:
         """Stop fetching (partial files are kept, to resume) and serving files."""
+        await self.peer.stop()
         await self.fetches.stop()
         if self.http:
             await self.http.stop()
@@ -220,7 +229,7 @@ class Mirror:
                 headers=headers,
             )
 
-        return Litestar([serve_file])
+        return Litestar([serve_file, mirror.peer.route()])
 
 
 def _read(path: Path, first: int, last: int):

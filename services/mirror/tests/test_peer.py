@@ -1,0 +1,113 @@
+"""A second mirror kept in step with a primary: every verified repo copied over HTTP and verified
+again, a copy that does not verify never served, a repo gone from the primary gone from it, and
+repos changed on the primary only."""
+
+import asyncio
+import hashlib
+
+import httpx
+import msgspec
+import pytest
+
+from llmgw.bus import BadRequest, BusError, NotFound, call, call_all
+from llmgw.gguf import write_random_llama
+from llmgw.mirror.imports import Import
+from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.proto import FileRef, RepoAdd, RepoList
+from llmgw.proto import mirror as mirror_api
+
+SOURCE = "test/tiny/m.gguf"
+KEY = "test/tiny"
+
+
+async def _until(check, what, timeout_s=20.0):
+    """Wait (bounded) until `check()` is true."""
+    for _ in range(int(timeout_s / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+@pytest.fixture
+async def primary(serve, tmp_path):
+    """A primary mirror that took in one file (checked against its sha256)."""
+    weights = write_random_llama(tmp_path / "given" / "m.gguf")
+    sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+    config = MirrorConfig(
+        node="m1",
+        site="north",
+        root=str(tmp_path / "primary"),
+        hub_endpoint="http://127.0.0.1:9",
+        imports=[Import(path=str(weights), source=SOURCE, sha256=sha256)],
+    )
+    mirror = await serve(Mirror(config), config)
+    await _until(lambda: mirror.fetches.file(SOURCE) is not None, "the primary verified its import")
+    return mirror
+
+
+def _secondary_config(primary, tmp_path):
+    return MirrorConfig(node="m2", site="south", root=str(tmp_path / "secondary"), primary=primary.http.url, sync_s=0.1)
+
+
+async def test_a_secondary_copies_every_verified_file_of_its_primary_and_serves_it_verified(
+    primary, serve, tmp_path, nc
+):
+    secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
+    await _until(lambda: secondary.fetches.file(SOURCE) is not None, "the secondary verified its copy")
+    copy = secondary.fetches.repos[KEY]
+    assert copy.origin == primary.http.url and copy.state == "ready" and copy.added_by == "primary"
+    answers = await call_all(nc, mirror_api.FILE_WHERE, FileRef(source=SOURCE), window_s=1.0)
+    assert sorted((a.mirror, a.site, a.verified) for a in answers) == [("m1", "north", True), ("m2", "south", True)]
+    theirs = next(a for a in answers if a.mirror == "m2")
+    async with httpx.AsyncClient() as http:
+        served = (await http.get(theirs.url)).content
+    assert theirs.url.startswith(secondary.http.url) and hashlib.sha256(served).hexdigest() == theirs.sha256
+    assert served == (primary.root / SOURCE).read_bytes()
+
+
+async def test_a_file_that_changed_on_the_primary_after_it_verified_is_refused_by_the_secondary(
+    primary, serve, tmp_path
+):
+    on_disk = primary.root / SOURCE
+    good = on_disk.read_bytes()
+    with open(on_disk, "r+b") as f:  # the same size, other bytes: a disk that rotted
+        f.seek(len(good) // 2)
+        f.write(b"\x55" * 64)
+    secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
+    await _until(lambda: KEY in secondary.fetches.repos and secondary.fetches.repos[KEY].state == "failed", "refused")
+    failed = secondary.fetches.repos[KEY]
+    assert "sha256" in failed.error and primary.fetches.repos[KEY].files[0].sha256 in failed.error
+    assert not (secondary.root / SOURCE).exists() and secondary.fetches.file(SOURCE) is None
+    with pytest.raises(NotFound):
+        await secondary.where(FileRef(source=SOURCE))
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(f"{secondary.http.url}/files/{SOURCE}")).status_code == 404
+    on_disk.write_bytes(good)  # the primary's file mended: the copy is tried again, and verifies
+    await _until(lambda: secondary.fetches.file(SOURCE) is not None, "the secondary copied the mended file")
+    assert (secondary.root / SOURCE).read_bytes() == good
+
+
+async def test_a_repo_removed_on_the_primary_goes_from_the_secondary(primary, serve, tmp_path):
+    secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
+    await _until(lambda: secondary.fetches.file(SOURCE) is not None, "the secondary verified its copy")
+    await primary.fetches.remove(KEY)
+    await _until(lambda: KEY not in secondary.fetches.repos, "the secondary removed its copy")
+    assert not (secondary.root / SOURCE).exists()
+
+
+async def test_a_secondary_refuses_to_add_repos_and_leaves_them_to_its_primary(primary, serve, tmp_path, nc):
+    secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
+    with pytest.raises(BadRequest, match=f"copies the primary mirror at {primary.http.url}: add org/other there"):
+        await secondary.desk.add(RepoAdd(repo="org/other"))
+    for _ in range(6):  # over the bus every request reaches the primary (its Hub is away here), never the secondary
+        with pytest.raises(BusError) as refused:
+            await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/other"), timeout=30)
+        assert "copies the primary" not in refused.value.message
+
+
+async def test_the_primary_lists_its_ready_repos_over_http_for_secondaries(primary):
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{primary.http.url}/repos")
+    [repo] = msgspec.json.decode(r.content, type=RepoList).repos
+    assert (repo.repo, repo.state, repo.files[0].sha256) == (KEY, "ready", primary.fetches.repos[KEY].files[0].sha256)
