@@ -15,6 +15,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.hubstandin import HubStandIn
+from llmgw.mirror.service import Mirror, MirrorConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_router as base  # found on the path set just above
@@ -111,8 +113,10 @@ def fuzz(url: str, key: str, examples: int) -> list[str]:
     return failures
 
 
-async def _fuzzed(world, serve, examples: int) -> list[str]:
-    config = CatalogConfig(file_check_s=1.0)  # no mirror here: a put's file check waits no longer
+async def _fuzzed(world, serve, examples: int, root: Path, hub: HubStandIn) -> list[str]:
+    mirror = MirrorConfig(root=str(root), hub_endpoint=hub.url)  # a Hub holding no repo: adds are 404s
+    await serve(Mirror(mirror), mirror)
+    config = CatalogConfig(file_check_s=1.0)  # a put's file check waits no longer
     catalog = await serve(Catalog(config), config)
     await catalog.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
     await world.model(MODEL)
@@ -121,10 +125,16 @@ async def _fuzzed(world, serve, examples: int) -> list[str]:
     return await asyncio.to_thread(fuzz, world.router.http.url, admin.key, examples)
 
 
-async def test_schemathesis_finds_no_5xx_in_a_short_run_over_the_admin_and_openai_apis(world, serve):
-    assert await _fuzzed(world, serve, examples=10) == []
+@pytest.fixture
+def hub():
+    with HubStandIn() as stand_in:
+        yield stand_in
+
+
+async def test_schemathesis_finds_no_5xx_in_a_short_run_over_the_admin_and_openai_apis(world, serve, tmp_path, hub):
+    assert await _fuzzed(world, serve, 10, tmp_path / "mirror", hub) == []
 
 
 @pytest.mark.chaos
-async def test_schemathesis_finds_no_5xx_in_a_long_run_over_the_admin_and_openai_apis(world, serve):
-    assert await _fuzzed(world, serve, examples=150) == []
+async def test_schemathesis_finds_no_5xx_in_a_long_run_over_the_admin_and_openai_apis(world, serve, tmp_path, hub):
+    assert await _fuzzed(world, serve, 150, tmp_path / "mirror", hub) == []

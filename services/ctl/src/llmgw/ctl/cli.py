@@ -11,6 +11,7 @@ from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
 from llmgw.ctl.access_commands import KEY, PROJECT, USAGE
 from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
+from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.tree import add_nouns, run_ctl
 
@@ -118,7 +119,7 @@ def parser() -> argparse.ArgumentParser:
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )
-    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REPLICA, WEIGHTS])
+    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REPLICA, WEIGHTS, MIRROR])
     return top
 
 

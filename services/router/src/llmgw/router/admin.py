@@ -1,5 +1,5 @@
-"""The admin API under /api/v1/, for admin keys only: the catalog's operations over HTTP, and
-the router's own keys, projects and usage.
+"""The admin API under /api/v1/, for admin keys only: the catalog's operations over HTTP, the
+mirror's repos (`mirror_admin`), and the router's own keys, projects and usage.
 
 Each catalog route is a thin translation to the catalog's endpoint; its errors keep their
 meaning (400, 404, 409) and come back in the OpenAI error body.
@@ -47,6 +47,7 @@ from llmgw.router.errors import (
     NameMismatch,
     catalog_error,
 )
+from llmgw.router.mirror_admin import MIRROR_ROUTES
 from llmgw.router.prepare import check_body
 
 __all__ = ["admin_api"]
@@ -80,6 +81,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
             revoke_key,
             put_project,
             usage,
+            *MIRROR_ROUTES,
         ],
         guards=[admin_only],
         before_request=_readable_body,
