@@ -33,6 +33,11 @@ class AgentConfig(BusConfig, kw_only=True):
     authentication). Not a wildcard: others connect to it."""
     vllm: str = "vllm"
     """vLLM's command (its OpenAI server is `vllm serve`); absent from PATH: not installed here."""
+    site: str = ""
+    """Where this node is: weights come first from a mirror at the same site (its `site`), then
+    from the mirror that answers first."""
+    mirror_window_s: float = 0.3
+    """How long the node waits for mirrors to say they hold a file (not once one at its site did)."""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     """This node's labels for node selectors and failure domains (rack, row, site...); TOML: [labels]."""
     stop_grace_s: float = 10.0

@@ -16,12 +16,13 @@ import msgspec
 from llmgw.agent import adoption
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact
+from llmgw.agent.mirrors import fetch_nearest
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Child, ChildSpec, Left, StartFailed, Supervisor
-from llmgw.bus import BadRequest, Context, EngineKeys, EngineSecretError, Internal, call
+from llmgw.bus import BadRequest, Context, EngineKeys, EngineSecretError, Internal
 from llmgw.gguf import GGUFError, read_header
-from llmgw.proto import FileRef, GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent, mirror
+from llmgw.proto import GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent
 
 __all__ = ["Replicas", "Run"]
 
@@ -244,10 +245,12 @@ class Replicas:
             raise Internal(f"cannot read the layer count of {path.name}: {exc}") from None
 
     async def _fetch(self, source: str) -> Path:
-        """The model file in this node's cache: fetched once from the mirror, checked against its hash."""
-        info = await call(self._ctx.nc, mirror.FILE_STAT, FileRef(source=source))
+        """The model file in this node's cache: fetched once from the nearest mirror with a
+        verified copy (`llmgw.agent.mirrors`), checked against its hash."""
         try:
-            return await self.weights.fetch(info)
+            return await fetch_nearest(
+                self._ctx.nc, self.weights, source, self.config.site, self.config.mirror_window_s
+            )
         except FetchError as exc:
             raise Internal(str(exc)) from None
 
