@@ -18,7 +18,7 @@ from llmgw.gguf import write_random_llama
 from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.imports import Import
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, Model, ModelPut, ModelRef, RepoList, RepoRef, catalog, mirror
+from llmgw.proto import Empty, MirroredRepo, Model, ModelPut, ModelRef, RepoList, RepoRef, catalog, mirror
 
 DEMO = "demo/tiny/tiny.gguf"
 
@@ -128,6 +128,9 @@ async def test_detach_says_what_was_queued_and_returns(held, nats_server, tiny, 
     assert await ctl(nats_server, "mirror", "add", "org/tiny", "--detach") == 0
     out, err = said(capsys)
     assert out == "" and err.startswith(f"Queued org/tiny@{commit} (main): queued, 1 file, 436.7 kB;"), err
+    assert await ctl(nats_server, "mirror", "add", "org/tiny", "--detach", "--json") == 0
+    queued = msgspec.json.decode(said(capsys)[0], type=MirroredRepo)
+    assert (queued.repo, queued.commit, queued.added_by) == ("org/tiny", commit, "ctl")
 
 
 async def test_a_failed_fetch_exits_1_with_its_error(held, nats_server, tiny, capsys):
