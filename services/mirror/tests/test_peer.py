@@ -4,14 +4,16 @@ repos changed on the primary only."""
 
 import asyncio
 import hashlib
+import threading
 
 import httpx
 import msgspec
 import pytest
 
-from llmgw.bus import BadRequest, BusError, NotFound, call, call_all
+from llmgw.bus import BadRequest, BusError, NotFound, call, call_all, load_config
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.imports import Import
+from llmgw.mirror.peer import PeerOrigin
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import FileRef, RepoAdd, RepoList
 from llmgw.proto import mirror as mirror_api
@@ -111,3 +113,20 @@ async def test_the_primary_lists_its_ready_repos_over_http_for_secondaries(prima
         r = await http.get(f"{primary.http.url}/repos")
     [repo] = msgspec.json.decode(r.content, type=RepoList).repos
     assert (repo.repo, repo.state, repo.files[0].sha256) == (KEY, "ready", primary.fetches.repos[KEY].files[0].sha256)
+
+
+async def test_a_partial_copy_is_resumed_with_a_range_request_not_started_again(primary, tmp_path):
+    repo = primary.fetches.repos[KEY]
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "m.gguf.incomplete").write_bytes(b"\xaa" * 1000)  # what a break left (marked, to be seen)
+    got = await asyncio.to_thread(
+        PeerOrigin(primary.http.url).download, repo, repo.files[0], staging, lambda n: None, threading.Event()
+    )
+    whole = (primary.root / SOURCE).read_bytes()
+    assert got == staging / "m.gguf" and got.read_bytes() == b"\xaa" * 1000 + whole[1000:]
+
+
+def test_primary_and_sync_s_are_flags():
+    config = load_config(MirrorConfig, ["--primary", "http://10.0.0.1:8090", "--sync-s", "5"], env={})
+    assert (config.primary, config.sync_s) == ("http://10.0.0.1:8090", 5.0)

@@ -151,8 +151,13 @@ class Peer:
         while True:
             try:
                 await self.sync()
-            except Exception:  # the primary away or answering nonsense: try again next round
-                _log.exception("keeping in step with the primary mirror failed", primary=self.url)
+            except Exception as exc:  # the primary away or answering nonsense: try again next round
+                _log.warning(
+                    "keeping in step with the primary mirror failed; tried again",
+                    primary=self.url,
+                    error=f"{type(exc).__name__}: {exc}",
+                    in_s=self.mirror.config.sync_s,
+                )
             await asyncio.sleep(self.mirror.config.sync_s)
 
     async def sync(self) -> None:
