@@ -228,7 +228,7 @@ class Fetches:
                 problem = "has no published hash to check it against"
             problem = problem or _content_problem(got, size)
         if problem:
-            _forget(got, staging)
+            got.unlink(missing_ok=True)  # a later try fetches it from the start
             raise VerifyError(f"{where} {problem}; the file was removed")
         final = self.root / key / f.path
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +254,9 @@ class Fetches:
     async def _changed(self, repo: MirroredRepo) -> None:
         """Keep the manifest (written whole, then renamed) and say what changed."""
         repo.updated_at = time.time()
+        busy = {f.state for f in repo.files}
+        if repo.state in ("fetching", "verifying"):  # the last downloads done, their hashes being checked
+            repo.state = "verifying" if "verifying" in busy and not busy & {"pending", "fetching"} else "fetching"
         repo.done = sum(f.done if f.state != "ready" else f.size for f in repo.files)
         path = self.root / ".repos" / f"{key_of(repo.repo, repo.commit)}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -283,12 +286,3 @@ def _content_problem(path: Path, size: int) -> str:
         except GGUFError as exc:
             return f"is not a GGUF file llmgw reads ({str(exc).replace(str(path), path.name)})"
     return ""
-
-
-def _forget(got: Path, staging: Path) -> None:
-    """Remove a fetched file and what the origin keeps to resume it, so a later try starts clean."""
-    got.unlink(missing_ok=True)
-    rel = got.resolve().relative_to(staging) if staging in got.resolve().parents else Path(got.name)
-    cache = staging / ".cache" / "huggingface" / "download"
-    for side in cache.glob(f"{rel}*") if cache.is_dir() else ():
-        side.unlink(missing_ok=True)

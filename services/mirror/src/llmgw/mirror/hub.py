@@ -2,8 +2,11 @@
 what the Hub published of each file, and one file downloaded (resumably) into a staging folder.
 
 The client checks a download's size only, never its hash: the mirror verifies every file itself
-(`llmgw.mirror.fetches`). Calls block; the mirror runs them in threads. The token is passed to
-the client and never logged or published.
+(`llmgw.mirror.fetches`). `hf_hub_download` resumes a cut connection within one call, but a
+partial file left by a stopped process has a name of its own that the next call ignores: so the
+mirror keeps its own `<file>.incomplete` and has the client's `http_get` continue it with a Range
+request. Calls block; the mirror runs them in threads. The token goes to the Hub only (never to a
+CDN on another origin), and is never logged or published.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import huggingface_hub
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import build_hf_headers
 
 from llmgw.mirror.plan import Published
+from llmgw.proto import MirroredFile, MirroredRepo
 from llmgw.proto.errors import BadRequest, BusError, Internal, NotFound
 
 __all__ = ["Hub", "Stopped"]
@@ -53,26 +60,53 @@ class Hub:
         ]
         return info.sha, files
 
-    def download(
-        self, repo: str, commit: str, path: str, staging: Path, progress: Callable[[int], None], stop: threading.Event
-    ) -> Path:
-        """Download one file of `repo` at `commit` into `staging` (resuming a partial one left
-        there), telling `progress` the bytes it has; raises Stopped once `stop` is set."""
+    def check_access(self, repo: str, commit: str, path: str) -> None:
+        """Raise where the mirror may read the repo's metadata but not its files (a gated repo
+        whose licence the token's account has not accepted, or no token)."""
+        url = huggingface_hub.hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
         try:
-            got = huggingface_hub.hf_hub_download(
-                repo,
-                path,
-                revision=commit,
-                local_dir=staging,
-                endpoint=self.endpoint,
-                token=self._token or False,
-                tqdm_class=_bar(progress, stop),
-            )
+            huggingface_hub.get_hf_file_metadata(url, token=self._token or False, endpoint=self.endpoint)
+        except Exception as exc:
+            raise self._explain(exc, repo, commit, path) from None
+
+    def download(
+        self,
+        entry: MirroredRepo,
+        file: MirroredFile,
+        staging: Path,
+        progress: Callable[[int], None],
+        stop: threading.Event,
+    ) -> Path:
+        """Download one file of a repo at its commit into `staging` (resuming a partial one left
+        there), telling `progress` the bytes it has; raises Stopped once `stop` is set."""
+        repo, commit, path = entry.repo, entry.commit, file.path
+        url = huggingface_hub.hf_hub_url(repo, path, revision=commit, endpoint=self.endpoint)
+        dest = staging / path
+        part = dest.with_name(dest.name + ".incomplete")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            meta = huggingface_hub.get_hf_file_metadata(url, token=self._token or False, endpoint=self.endpoint)
+            done = part.stat().st_size if part.exists() else 0
+            if meta.size is not None and done > meta.size:  # not this file's start: begin again
+                part.unlink()
+                done = 0
+            same_origin = urlsplit(meta.location)[:2] == urlsplit(self.endpoint)[:2]
+            headers = build_hf_headers(token=(self._token or False) if same_origin else False)
+            with open(part, "ab") as out:
+                http_get(
+                    meta.location,
+                    out,
+                    resume_size=done,
+                    headers=headers,
+                    expected_size=meta.size,
+                    tqdm_class=_bar(progress, stop),
+                )
         except Stopped:
             raise
         except Exception as exc:
             raise self._explain(exc, repo, commit, path) from None
-        return Path(got)
+        part.replace(dest)
+        return dest
 
     def _explain(self, exc: Exception, repo: str, revision: str, path: str = "") -> BusError:
         """The client's error as one a person can act on (the token never appears)."""
@@ -87,14 +121,16 @@ class Hub:
             return NotFound(f"{self.endpoint} has no repo {repo} ({hint})")
         if isinstance(exc, hf_errors.RevisionNotFoundError):
             return NotFound(f"{repo} has no revision '{revision}' (a branch, tag or commit): check it on the Hub")
-        if isinstance(exc, hf_errors.EntryNotFoundError):
+        if isinstance(exc, hf_errors.EntryNotFoundError) and path:
             return NotFound(f"{where} has no file {path}")
         if isinstance(exc, hf_errors.HfHubHTTPError | ValueError | KeyError | TypeError):
             return BadRequest(
                 f"{self.endpoint} did not answer as a Hugging Face Hub does ({type(exc).__name__}: "
                 f"{_short(exc)}): check hub_endpoint or HF_ENDPOINT"
             )
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) or "ConnectError" in type(exc).__name__:
+            if not path:
+                return Internal(f"cannot reach {self.endpoint} ({_short(exc)}): check hub_endpoint or HF_ENDPOINT")
             return Internal(f"fetching {where}/{path} from {self.endpoint} failed: {_short(exc)}")
         return Internal(f"fetching {where} from {self.endpoint} failed: {type(exc).__name__}: {_short(exc)}")
 

@@ -29,19 +29,14 @@ class RepoDesk:
         self.mirror = mirror
 
     def handlers(self) -> dict:
-        """Each repo endpoint and what answers it; a secondary mirror leaves adding, updating and
-        removing to its primary (a request goes to one of the mirrors on the bus)."""
-        handlers = {
+        """Each repo endpoint and what answers it."""
+        return {
             mirror_api.REPO_ADD: self.add,
             mirror_api.REPO_LIST: self.list,
             mirror_api.REPO_SHOW: self.show,
             mirror_api.REPO_REMOVE: self.remove,
             mirror_api.REPO_UPDATE: self.update,
         }
-        if self.mirror.config.primary:
-            for endpoint in (mirror_api.REPO_ADD, mirror_api.REPO_UPDATE, mirror_api.REPO_REMOVE):
-                del handlers[endpoint]
-        return handlers
 
     async def add(self, req: RepoAdd) -> MirroredRepo:
         """Resolve the revision to its commit, choose the files, check the disk, queue the fetch."""
@@ -59,6 +54,7 @@ class RepoDesk:
             check_room(str(root), sum(f.size for f in chosen), free, self.mirror.config.keep_free_bytes)
         except Refused as exc:
             raise BadRequest(str(exc)) from None
+        await asyncio.to_thread(hub.check_access, req.repo, commit, chosen[0].path)
         repo = MirroredRepo(
             repo=req.repo,
             commit=commit,

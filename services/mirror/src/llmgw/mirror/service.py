@@ -99,12 +99,17 @@ class Mirror:
             await self.fetches.queue(await asyncio.to_thread(import_entry, item))
         self.fetches.start()
         self.peer.start()
-        for endpoint, handler in self.desk.handlers().items():
+        endpoints = {
+            **self.desk.handlers(),
+            mirror_api.FILE_STAT: self.stat,
+            mirror_api.FILE_LIST: self.list,
+            mirror_api.FILE_DELETE: self.delete,
+        }
+        if self.config.primary:  # a copy: the primary answers for the fleet (a request goes to one mirror)
+            endpoints = {}
+        endpoints[mirror_api.FILE_WHERE] = self.where  # every mirror says what it holds: agents take the nearest
+        for endpoint, handler in endpoints.items():
             await ctx.serve(endpoint, handler)
-        await ctx.serve(mirror_api.FILE_STAT, self.stat)
-        await ctx.serve(mirror_api.FILE_WHERE, self.where)
-        await ctx.serve(mirror_api.FILE_LIST, self.list)
-        await ctx.serve(mirror_api.FILE_DELETE, self.delete)
         ctx.log.info("serving files", root=str(self.root), url=self.http.url, hub=self.hub.endpoint)
 
     async def stop(self) -> None:
