@@ -47,6 +47,7 @@ __all__ = [
     "check_removable",
     "counts_of",
     "files_to_purge",
+    "is_pinned",
     "restart",
     "scale",
     "set_aliases",
@@ -162,9 +163,19 @@ def check_catalog(model: Model, others: dict[str, Model]) -> None:
             raise BadRequest(f"model '{model.name}': fallback '{fallback}' is not in the catalog; add it first")
 
 
+def is_pinned(source: str) -> bool:
+    """Whether `source` names a file fetched at a commit ('OWNER/REPO@COMMIT/FILE')."""
+    return "@" in source.split("/")[1]
+
+
 def check_file(model: Model, info: FileInfo) -> None:
     """400 for a model whose file (as the mirror holds it) has a GGUF header that does not read:
-    no engine could load it."""
+    no engine could load it; and for a pinned source the mirror holds but has not verified."""
+    if is_pinned(model.source) and not info.verified:
+        raise BadRequest(
+            f"model '{model.name}': the mirror has not verified {model.source}; "
+            "`llmgw ctl mirror show` says how its fetch is doing"
+        )
     if info.header_error:
         raise BadRequest(
             f"model '{model.name}': its file {info.header_error}; put a GGUF model there, or name another source"

@@ -30,6 +30,7 @@ from llmgw.catalog.core import (
     check_model,
     check_removable,
     files_to_purge,
+    is_pinned,
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
@@ -138,14 +139,24 @@ class Catalog:
         return await self.store.write(req.model, expected, req.by, "put")
 
     async def _check_file(self, model: Model) -> None:
-        """The mirror reads the model's file header: one that does not read is refused now. A file
+        """The mirror reads the model's file header: one that does not read is refused now. A source
+        pinned to a commit ('OWNER/REPO@COMMIT/FILE') must be on the mirror and verified, else it is
+        refused with what the mirror holds of that repo. A file placed by hand ('OWNER/REPO/FILE')
         not on the mirror yet is accepted (it may be put there later; the agent's fetch says so)."""
         ask = FileRef(source=model.source, digest=False)
+        pinned = is_pinned(model.source)
         try:
             info = await call(self.ctx.nc, mirror.FILE_STAT, ask, timeout=self.config.file_check_s)
-        except NotFound:
+        except NotFound as exc:
+            if pinned:
+                raise BadRequest(f"model '{model.name}': {exc.message}") from None
             return
         except BusError as exc:
+            if pinned:
+                raise BadRequest(
+                    f"model '{model.name}': the mirror did not answer ({exc.message}); a pinned source is "
+                    "checked before it is accepted: start the mirror and try again"
+                ) from None
             self.ctx.log.warning("model file not checked", model=model.name, source=model.source, error=exc.message)
             return
         check_file(model, info)
