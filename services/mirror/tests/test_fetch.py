@@ -260,3 +260,29 @@ async def test_an_endpoint_that_is_not_a_hub_is_named_as_such_and_one_not_there_
     gone = MirrorConfig(root=str(tmp_path / "n"), hub_endpoint="http://127.0.0.1:9", keep_free_bytes=0)
     with pytest.raises(Internal, match=r"cannot reach http://127.0.0.1:9"):
         await asyncio.to_thread(Mirror(gone).hub.resolve, "org/m", "main")
+
+
+async def test_the_token_fetches_a_gated_repo_and_is_never_logged_published_or_kept(
+    serve, hub, gguf, tmp_path, nc, capfd
+):
+    token = "hf_do_not_leak_0123456789"
+    commit = hub.add_repo("org/gated", {"m.gguf": gguf}, gated=True, token=token)
+    (tmp_path / "hf.token").write_text(token + "\n")
+    root = tmp_path / "mirror"
+    config = MirrorConfig(
+        root=str(root), hub_endpoint=hub.url, keep_free_bytes=0, token_file=str(tmp_path / "hf.token")
+    )
+    await serve(Mirror(config), config)
+    seen = []
+
+    async def note(msg):
+        seen.append(msg.data)
+
+    sub = await nc.subscribe("llmgw.v1.evt.>", cb=note)
+    await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/gated"))
+    assert (await settled(nc, "org/gated", commit)).state == "ready"
+    await sub.unsubscribe()
+    out, err = capfd.readouterr()
+    kept = b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file() and p.suffix in (".json", ".sha256", ""))
+    assert seen and not any(token.encode() in d for d in seen)
+    assert token not in out + err and token.encode() not in kept
