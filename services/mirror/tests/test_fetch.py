@@ -17,7 +17,7 @@ from llmgw.bus import BadRequest, Context, Internal, NotFound, call
 from llmgw.gguf import write_random_llama
 from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef
+from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef, WeightsDelete
 from llmgw.proto import mirror as mirror_api
 
 
@@ -286,3 +286,17 @@ async def test_the_token_fetches_a_gated_repo_and_is_never_logged_published_or_k
     kept = b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file() and p.suffix in (".json", ".sha256", ""))
     assert seen and not any(token.encode() in d for d in seen)
     assert token not in out + err and token.encode() not in kept
+
+
+async def test_a_deleted_fetched_file_leaves_its_repos_listing_and_an_emptied_repo_goes(start_mirror, hub, gguf, nc):
+    commit = hub.add_repo("org/two", {"a.gguf": gguf, "b.gguf": gguf})
+    mirror = await start_mirror()
+    await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/two"))
+    assert (await settled(nc, "org/two", commit)).state == "ready"
+    ask = WeightsDelete(sources=[f"org/two@{commit}/a.gguf"])
+    assert (await call(nc, mirror_api.FILE_DELETE, ask)).deleted == ask.sources
+    left = (await call(nc, mirror_api.REPO_SHOW, RepoRef(repo="org/two"))).repos[0]
+    assert [f.path for f in left.files] == ["b.gguf"] and left.size == gguf.stat().st_size
+    await call(nc, mirror_api.FILE_DELETE, WeightsDelete(sources=[f"org/two@{commit}/b.gguf"]))
+    assert (await call(nc, mirror_api.REPO_LIST, Empty())).repos == []
+    assert not (mirror.root / ".repos" / "org" / f"two@{commit}.json").exists()

@@ -133,6 +133,18 @@ class Fetches:
                 return next((f for f in repo.files if f.path == path and f.state == "ready"), None)
         return None
 
+    async def forget_file(self, source: str) -> None:
+        """A served file was deleted (a purged model's): its repo no longer lists it, and a repo
+        left with no file is forgotten."""
+        for key, repo in list(self.repos.items()):
+            if source.startswith(key + "/"):
+                repo.files = [f for f in repo.files if f.path != source[len(key) + 1 :]]
+                repo.size = sum(f.size for f in repo.files)
+                if repo.files:
+                    await self._changed(repo)
+                else:
+                    await self.remove(key)
+
     async def remove(self, key: str) -> MirroredRepo:
         """Forget a repo and delete its files (a fetch of it in flight is stopped first)."""
         repo = self.repos.pop(key)

@@ -202,6 +202,7 @@ class Mirror:
             if await asyncio.to_thread(delete_under, self.root, str(source_path(source))):
                 deleted.append(source)
                 self.ctx.log.info("file deleted", source=source)
+            await self.fetches.forget_file(source)
         return WeightsDeleted(where="mirror", deleted=deleted)
 
     def _app(self) -> Litestar:
