@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_up import DEMO, Up  # the running `llmgw up` the other tests use
 
 CLIENTS = 4
-STREAM_TOKENS = 1000
-"""A stream long enough to be in flight while `up` stops (the demo model writes noise fast)."""
+STREAM_TOKENS = 200
+"""A stream long enough to be in flight while `up` stops, short enough to end within its drain_s
+(10 s): the demo model, SmolLM2-135M, writes about 100 tokens a second on 2 cores."""
 RECOVER_S = 120
 """The longest a case waits for what was killed to be back (generous: not a speed)."""
 
