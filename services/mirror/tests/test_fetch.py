@@ -300,3 +300,29 @@ async def test_a_deleted_fetched_file_leaves_its_repos_listing_and_an_emptied_re
     await call(nc, mirror_api.FILE_DELETE, WeightsDelete(sources=[f"org/two@{commit}/b.gguf"]))
     assert (await call(nc, mirror_api.REPO_LIST, Empty())).repos == []
     assert not (mirror.root / ".repos" / "org" / f"two@{commit}.json").exists()
+
+
+async def test_a_verified_file_changed_on_disk_afterwards_is_no_longer_offered(start_mirror, hub, gguf, nc):
+    commit = hub.add_repo("org/m", {"m.gguf": gguf})
+    mirror = await start_mirror()
+    await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/m"))
+    assert (await settled(nc, "org/m", commit)).state == "ready"
+    served = mirror.root / f"org/m@{commit}/m.gguf"
+    served.write_bytes(served.read_bytes()[:-4] + b"evil")
+    with pytest.raises(NotFound, match="changed on the mirror's disk since it was verified"):
+        await call(nc, mirror_api.FILE_STAT, FileRef(source=f"org/m@{commit}/m.gguf"))
+
+
+async def test_a_removed_repo_can_be_added_again_and_another_include_adds_its_files(start_mirror, hub, gguf, nc):
+    commit = hub.add_repo("org/q", {"a-Q4.gguf": gguf, "a-Q8.gguf": gguf})
+    mirror = await start_mirror()
+    await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/q", include=["*Q4*"]))
+    assert [f.path for f in (await settled(nc, "org/q", commit)).files] == ["a-Q4.gguf"]
+    more = await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/q", include=["*Q8*"]))
+    assert [f.path for f in more.files] == ["a-Q4.gguf", "a-Q8.gguf"]
+    done = await settled(nc, "org/q", commit)
+    assert done.state == "ready" and all(f.state == "ready" for f in done.files)
+    await mirror.fetches.remove(f"org/q@{commit}")  # as REPO_REMOVE does once the catalog says none uses it
+    assert not (mirror.root / f"org/q@{commit}").exists()
+    await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/q", include=["*Q4*"]))
+    assert (await settled(nc, "org/q", commit)).state == "ready"

@@ -56,11 +56,14 @@ def digest(path: Path) -> Digest:
     return known_digest(path) or remember_digest(path, hashes(path)[0])
 
 
-def hashes(path: Path) -> tuple[str, str]:
-    """(sha256, git blob sha1) of a file, in one read."""
-    sha256, sha1 = hashlib.sha256(), hashlib.sha1(blob_header(path.stat().st_size))
+def hashes(path: Path, blob: bool = True) -> tuple[str, str]:
+    """(sha256, git blob sha1) of a file, in one read; the sha1 only with `blob` (else empty:
+    it is checked only for small files, which have no published sha256)."""
+    sha256 = hashlib.sha256()
+    sha1 = hashlib.sha1(blob_header(path.stat().st_size)) if blob else None
     with open(path, "rb") as f:
         while block := f.read(CHUNK):
             sha256.update(block)
-            sha1.update(block)
-    return sha256.hexdigest(), sha1.hexdigest()
+            if sha1:
+                sha1.update(block)
+    return sha256.hexdigest(), sha1.hexdigest() if sha1 else ""

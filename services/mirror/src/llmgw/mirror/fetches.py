@@ -78,9 +78,10 @@ class Fetches:
         self._publish, self._tick_s = publish, tick_s
         self._slots = asyncio.Semaphore(parallel_files)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._stop = threading.Event()
-        self._cancelled: set[str] = set()
-        self._rates: dict[str, Rate] = {}
+        self._stops: dict[str, threading.Event] = {}
+        """Each fetch in flight's stop: set by remove (that repo) and by stop (every one)."""
+        self._running: dict[str, asyncio.Task] = {}
+        self._stopping = False
         self._worker: asyncio.Task | None = None
 
     def load(self) -> None:
@@ -105,21 +106,43 @@ class Fetches:
 
     async def stop(self) -> None:
         """Stop every download where it is (partial files are kept to resume)."""
-        self._stop.set()
-        if self._worker:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-        self._stop = threading.Event()
+        self._stopping = True
+        for stop in self._stops.values():
+            stop.set()
+        for task in (*self._running.values(), self._worker):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._stopping = False
+
+    def pending_bytes(self) -> int:
+        """Bytes the fetches not done yet still have to write."""
+        return sum(max(r.size - r.done, 0) for r in self.repos.values() if r.state not in ("ready", "failed"))
 
     async def queue(self, repo: MirroredRepo) -> MirroredRepo:
-        """Record a new fetch and queue it (one already held at that commit is returned as it is,
-        unless it failed: then it is tried again)."""
+        """Record a fetch and queue it. One held at that commit gains the files it lacks (another
+        `--include`) and is fetched again if it has any; a failed one is tried again, keeping
+        the files it had verified."""
         key = key_of(repo.repo, repo.commit)
         held = self.repos.get(key)
         if held and held.state != "failed":
-            return held
-        repo.state, repo.added_at, repo.updated_at = "queued", time.time(), time.time()
+            known = {f.path for f in held.files}
+            more = [f for f in repo.files if f.path not in known]
+            if not more:
+                return held
+            held.files = sorted([*held.files, *more], key=lambda f: f.path)
+            held.include = sorted({*held.include, *repo.include})
+            held.size += sum(f.size for f in more)
+            if held.state != "ready":  # queued or in flight: the fetch takes them up when it ends
+                await self._changed(held)
+                return held
+            repo = held
+        elif held:
+            kept = {f.path: f for f in held.files if f.state == "ready" and (self.root / key / f.path).is_file()}
+            repo.files = [kept.get(f.path, f) for f in repo.files]
+        repo.state, repo.updated_at, repo.error = "queued", time.time(), ""
+        repo.added_at = repo.added_at or time.time()
         self.repos[key] = repo
         await self._changed(repo)
         self._queue.put_nowait(key)
@@ -148,7 +171,11 @@ class Fetches:
     async def remove(self, key: str) -> MirroredRepo:
         """Forget a repo and delete its files (a fetch of it in flight is stopped first)."""
         repo = self.repos.pop(key)
-        self._cancelled.add(key)
+        if key in self._stops:
+            self._stops[key].set()
+        if key in self._running:  # its downloads end at their next piece; nothing is written after
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._running[key])
         await asyncio.to_thread(self._delete, key)
         return repo
 
@@ -158,22 +185,29 @@ class Fetches:
         (self.root / ".repos" / f"{key}.json").unlink(missing_ok=True)
 
     async def _work(self) -> None:
+        """Fetch the queued repos one after another (a key whose repo was removed, or is no
+        longer queued, is passed over)."""
         while True:
             key = await self._queue.get()
             repo = self.repos.get(key)
-            if repo is None or key in self._cancelled:
-                self._cancelled.discard(key)
+            if repo is None or repo.state != "queued":
                 continue
+            self._stops[key] = threading.Event()
+            self._running[key] = asyncio.create_task(self._fetch(key, repo))
             try:
-                await self._fetch(key, repo)
+                await asyncio.shield(self._running[key])
             except Stopped:
-                return
+                if self._stopping:
+                    return
             except Exception as exc:  # one repo's failure is its own; the next one is fetched
                 _log.exception("fetch failed", repo=key)
                 await self._set(repo, state="failed", error=f"{type(exc).__name__}: {exc}")
+            finally:
+                self._running.pop(key, None)
+                self._stops.pop(key, None)
 
     async def _fetch(self, key: str, repo: MirroredRepo) -> None:
-        origin = next((o for head, o in self.origins.items() if repo.origin.startswith(head)), None)
+        origin = next((o for head, o in self.origins.items() if _from(repo.origin, head)), None)
         if origin is None:
             await self._set(
                 repo, state="failed", error=f"no origin for {repo.origin} (is the mirror configured for it?)"
@@ -186,21 +220,24 @@ class Fetches:
             results = await asyncio.gather(*(self._one(key, repo, f, origin) for f in todo), return_exceptions=True)
         finally:
             ticker.cancel()
-        if any(isinstance(r, Stopped) for r in results):
+        if any(isinstance(r, Stopped) for r in results) or self.repos.get(key) is not repo:
             raise Stopped()
-        if key in self._cancelled:
-            return
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self._set(repo, state="failed", error="; ".join(str(e) for e in errors[:3]))
+        elif any(f.state != "ready" for f in repo.files):  # files added while it ran
+            await self._set(repo, state="queued")
+            self._queue.put_nowait(key)
         else:
             await self._set(repo, state="ready", done=repo.size, rate=0.0, eta_s=0.0)
             _log.info("repo ready", repo=key, files=len(repo.files), bytes=repo.size)
 
     async def _one(self, key: str, repo: MirroredRepo, f: MirroredFile, origin: Origin) -> None:
+        """Fetch one file, verify it, put it where it is served."""
         async with self._slots:
-            if key in self._cancelled:
-                return
+            stop = self._stops[key]
+            if stop.is_set():
+                raise Stopped()
             staging = self.root / ".incoming" / key
             staging.mkdir(parents=True, exist_ok=True)
             f.state, f.error = "fetching", ""
@@ -209,7 +246,11 @@ class Fetches:
                 f.done = n
 
             try:
-                got = await asyncio.to_thread(origin.download, repo, f, staging, progress, self._stop)
+                got = staging / f.path  # whole already: a stop came while it was being verified
+                if not (got.is_file() and got.stat().st_size == f.size):
+                    got = await asyncio.to_thread(origin.download, repo, f, staging, progress, stop)
+                if stop.is_set():
+                    raise Stopped()
                 f.state = "verifying"
                 await self._changed(repo)
                 await asyncio.to_thread(self._verify_and_place, key, repo, f, got)
@@ -231,7 +272,7 @@ class Fetches:
         size = got.stat().st_size
         problem = f"is {size} bytes, not the {f.size} published" if size != f.size else ""
         if not problem:
-            sha256, blob = hashes(got)
+            sha256, blob = hashes(got, blob=not f.sha256)
             if f.sha256 and sha256 != f.sha256:
                 problem = f"has sha256 {sha256}, not the {f.sha256} published for it"
             elif not f.sha256 and f.blob_id and blob != f.blob_id:
@@ -249,7 +290,8 @@ class Fetches:
         remember_digest(final, sha256)
 
     async def _tick(self, repo: MirroredRepo) -> None:
-        rate = self._rates.setdefault(key_of(repo.repo, repo.commit), Rate())
+        """Say how far the fetch is, with its rate and time left, every tick."""
+        rate = Rate()
         while True:
             await asyncio.sleep(self._tick_s)
             done = sum(f.done for f in repo.files)
@@ -264,7 +306,10 @@ class Fetches:
         await self._changed(repo)
 
     async def _changed(self, repo: MirroredRepo) -> None:
-        """Keep the manifest (written whole, then renamed) and say what changed."""
+        """Keep the manifest (written whole, then renamed) and say what changed; nothing for a
+        repo removed meanwhile."""
+        if self.repos.get(key_of(repo.repo, repo.commit)) is not repo:
+            return
         repo.updated_at = time.time()
         busy = {f.state for f in repo.files}
         if repo.state in ("fetching", "verifying"):  # the last downloads done, their hashes being checked
@@ -276,6 +321,11 @@ class Fetches:
         tmp.write_bytes(msgspec.json.encode(repo))
         tmp.replace(path)
         await self._publish(repo)
+
+
+def _from(origin: str, head: str) -> bool:
+    """Whether `origin` is `head` or lies under it ('file:' takes any path; a URL only itself)."""
+    return origin == head or origin.startswith(head if head.endswith(("/", ":")) else head + "/")
 
 
 def _content_problem(path: Path, size: int) -> str:

@@ -11,6 +11,7 @@ CDN on another origin), and is never logged or published.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ from llmgw.proto import MirroredFile, MirroredRepo
 from llmgw.proto.errors import BadRequest, BusError, Internal, NotFound
 
 __all__ = ["Hub", "Stopped"]
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class Stopped(Exception):
@@ -47,7 +50,7 @@ class Hub:
             info = self._api.model_info(repo, revision=revision, files_metadata=True)
         except Exception as exc:  # the client's errors, translated at this boundary
             raise self._explain(exc, repo, revision) from None
-        if not info.sha or len(info.sha) != 40:
+        if not isinstance(info.sha, str) or not _COMMIT.fullmatch(info.sha):
             raise BadRequest(f"{self.endpoint} named no commit for {repo}@{revision}: is it a Hugging Face Hub?")
         files = [
             Published(
@@ -117,12 +120,24 @@ class Hub:
                 "mirror that account's token (HF_TOKEN, or token_file in its config)"
             )
         if isinstance(exc, hf_errors.RepositoryNotFoundError):
-            hint = "check the name" if self._token else "check the name; a private repo needs a token (HF_TOKEN)"
+            hint = (
+                "check the name, and that the token's account may read it"
+                if self._token
+                else "check the name; a private repo needs a token (HF_TOKEN)"
+            )
             return NotFound(f"{self.endpoint} has no repo {repo} ({hint})")
         if isinstance(exc, hf_errors.RevisionNotFoundError):
             return NotFound(f"{repo} has no revision '{revision}' (a branch, tag or commit): check it on the Hub")
         if isinstance(exc, hf_errors.EntryNotFoundError) and path:
             return NotFound(f"{where} has no file {path}")
+        status = getattr(getattr(exc, "response", None), "status_code", 0)
+        if status in (401, 403):
+            return BadRequest(
+                f"{self.endpoint} refused {where} ({status}): the token is missing, wrong, or its account may not "
+                "read this repo; set HF_TOKEN or token_file"
+            )
+        if status == 429 or status >= 500:
+            return Internal(f"{self.endpoint} is not answering {where} now ({status}); try again later")
         if isinstance(exc, hf_errors.HfHubHTTPError | ValueError | KeyError | TypeError):
             return BadRequest(
                 f"{self.endpoint} did not answer as a Hugging Face Hub does ({type(exc).__name__}: "

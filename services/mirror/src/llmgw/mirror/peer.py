@@ -28,26 +28,16 @@ from llmgw.mirror.fetches import key_of
 from llmgw.mirror.hub import Stopped
 from llmgw.mirror.plan import Refused, check_room, safe_path
 from llmgw.proto import MirroredFile, MirroredRepo, RepoList
-from llmgw.proto.errors import BadRequest, Internal
+from llmgw.proto.errors import Internal
 
 if TYPE_CHECKING:
     from llmgw.mirror.service import Mirror
 
-__all__ = ["Peer", "PeerOrigin", "refuse_on_secondary"]
+__all__ = ["Peer", "PeerOrigin"]
 
 _log = get_logger("mirror")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _BACKOFF_MAX_S = 3600.0
-
-
-def refuse_on_secondary(mirror: Mirror, what: str) -> None:
-    """Raise BadRequest on a mirror that copies a primary: its repos are changed there."""
-    primary = mirror.config.primary
-    if primary:
-        raise BadRequest(
-            f"this mirror ({mirror.config.node_name()}) copies the primary mirror at {primary}: {what} there "
-            f"(`llmgw ctl mirror` against it); this one follows within {mirror.config.sync_s:g}s"
-        )
 
 
 class PeerOrigin:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from llmgw.bus import BusError, call
 from llmgw.mirror.fetches import key_of
-from llmgw.mirror.peer import refuse_on_secondary
 from llmgw.mirror.plan import Refused, check_room, choose
 from llmgw.proto import Empty, MirroredRepo, RepoAdd, RepoList, RepoRef
 from llmgw.proto import catalog as catalog_api
@@ -40,18 +39,19 @@ class RepoDesk:
 
     async def add(self, req: RepoAdd) -> MirroredRepo:
         """Resolve the revision to its commit, choose the files, check the disk, queue the fetch."""
-        refuse_on_secondary(self.mirror, f"add {req.repo}")
         hub, fetches = self.mirror.hub, self.mirror.fetches
         commit, published = await asyncio.to_thread(hub.resolve, req.repo, req.revision)
         held = fetches.repos.get(key_of(req.repo, commit))
-        if held and held.state != "failed":
-            return held
         try:
             chosen, skipped = choose(req.repo, commit, published, req.include)
+            have = {f.path for f in held.files if f.state == "ready"} if held else set()
+            if held and held.state != "failed" and {f.path for f in chosen} <= {f.path for f in held.files}:
+                return held
             root = self.mirror.root
             root.mkdir(parents=True, exist_ok=True)
             free = (await asyncio.to_thread(shutil.disk_usage, root)).free
-            check_room(str(root), sum(f.size for f in chosen), free, self.mirror.config.keep_free_bytes)
+            needed = sum(f.size for f in chosen if f.path not in have) + fetches.pending_bytes()
+            check_room(str(root), needed, free, self.mirror.config.keep_free_bytes)
         except Refused as exc:
             raise BadRequest(str(exc)) from None
         await asyncio.to_thread(hub.check_access, req.repo, commit, chosen[0].path)
@@ -99,7 +99,6 @@ class RepoDesk:
 
     async def remove(self, ref: RepoRef) -> RepoList:
         """Delete a repo's files (one commit, or every one) unless a model in the catalog uses them."""
-        refuse_on_secondary(self.mirror, f"remove {ref.repo}")
         repos = self._matching(ref)
         try:
             models = await call(
@@ -125,7 +124,6 @@ class RepoDesk:
     async def update(self, ref: RepoRef) -> MirroredRepo:
         """Fetch the commit the repo's branch names now beside the one held (the catalog keeps
         pointing at the old one until an operator moves it); the newest held when unchanged."""
-        refuse_on_secondary(self.mirror, f"update {ref.repo}")
         newest = self._matching(RepoRef(repo=ref.repo))[0]
         if newest.origin != self.mirror.hub.endpoint:
             raise BadRequest(

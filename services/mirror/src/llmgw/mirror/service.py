@@ -145,13 +145,19 @@ class Mirror:
         path = self._file(ref.source)
         st = path.stat()
         found: Digest | None = await asyncio.to_thread(digest if ref.digest else known_digest, path)
+        verified = self.fetches.file(ref.source)
+        if verified and found and found.sha256 != verified.sha256:
+            raise NotFound(
+                f"{ref.source} changed on the mirror's disk since it was verified (sha256 {found.sha256}, verified "
+                f"{verified.sha256}); remove it and fetch it again"
+            )
         return FileInfo(
             source=ref.source,
             size=st.st_size,
-            sha256=found.sha256 if found else "",
+            sha256=verified.sha256 if verified else found.sha256 if found else "",
             url=f"{self.http.url}/files/{ref.source}",
             header_error=await self._header_error(path, ref.source, st.st_size, st.st_mtime_ns),
-            verified=self.fetches.file(ref.source) is not None,
+            verified=verified is not None,
             mirror=self.config.node_name(),
             site=self.config.site,
         )
