@@ -128,3 +128,22 @@ async def test_a_partial_copy_is_resumed_with_a_range_request_not_started_again(
 def test_primary_and_sync_s_are_flags():
     config = load_config(MirrorConfig, ["--primary", "http://10.0.0.1:8090", "--sync-s", "5"], env={})
     assert (config.primary, config.sync_s) == ("http://10.0.0.1:8090", 5.0)
+
+
+async def test_a_file_purged_on_the_primary_goes_from_the_secondarys_copy(serve, tmp_path, nc):
+    from llmgw.hubstandin import HubStandIn
+    from llmgw.proto import WeightsDelete
+
+    gguf = write_random_llama(tmp_path / "m.gguf")
+    with HubStandIn() as hub:
+        commit = hub.add_repo("org/two", {"a.gguf": gguf, "b.gguf": gguf})
+        config = MirrorConfig(node="m1", root=str(tmp_path / "primary"), hub_endpoint=hub.url, keep_free_bytes=0)
+        primary = await serve(Mirror(config), config)
+        await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/two"))
+        key = f"org/two@{commit}"
+        await _until(lambda: primary.fetches.repos[key].state == "ready", "the primary fetched the repo")
+    secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
+    await _until(lambda: secondary.fetches.file(f"{key}/a.gguf") is not None, "the secondary copied it")
+    await call(nc, mirror_api.FILE_DELETE, WeightsDelete(sources=[f"{key}/a.gguf"]))
+    await _until(lambda: secondary.fetches.file(f"{key}/a.gguf") is None, "the secondary dropped the purged file")
+    assert not (secondary.root / key / "a.gguf").exists() and secondary.fetches.file(f"{key}/b.gguf")

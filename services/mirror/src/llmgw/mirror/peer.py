@@ -22,7 +22,7 @@ import httpx
 import msgspec
 from litestar import Response, get
 
-from llmgw.bus import get_logger
+from llmgw.bus import delete_under, get_logger
 from llmgw.mirror.digests import CHUNK
 from llmgw.mirror.fetches import key_of
 from llmgw.mirror.hub import Stopped
@@ -170,6 +170,10 @@ class Peer:
         held = self.mirror.fetches.repos.get(key)
         if held is not None and held.state != "failed":
             self._failures.pop(key, None)
+            kept = {f.path for f in theirs.files}
+            for gone in [f.path for f in held.files if f.path not in kept]:  # purged on the primary
+                await self.mirror.fetches.forget_file(f"{key}/{gone}")
+                await asyncio.to_thread(delete_under, self.mirror.root, f"{key}/{gone}")
             return
         if held is not None:  # failed: tried again after a wait that doubles each time
             count, after = self._failures.get(key, (0, 0.0))
