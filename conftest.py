@@ -130,3 +130,12 @@ async def serve(nats_server, nc):
         await app.stop()
         await service.stop()
         await conn.close()
+
+
+@pytest.fixture
+def hub():
+    """A local stand-in for the Hugging Face Hub (llmgw.hubstandin; not the Hub), on free ports."""
+    from llmgw.hubstandin import HubStandIn
+
+    with HubStandIn() as stand_in:
+        yield stand_in

@@ -12,7 +12,6 @@ import pytest
 from llmgw.bus import call, new_fleet_secret, write_secret
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
-from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.imports import Import
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, KeyCreate, Model, ModelPut, ModelRef, catalog, mirror
@@ -24,12 +23,6 @@ DEMO = "demo/tiny/tiny.gguf"
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return write_random_llama(tmp_path_factory.mktemp("w") / "tiny.gguf")
-
-
-@pytest.fixture
-def hub():
-    with HubStandIn() as stand_in:
-        yield stand_in
 
 
 class Admin:

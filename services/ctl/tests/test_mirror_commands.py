@@ -15,7 +15,6 @@ from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.ctl.cli import parser
 from llmgw.ctl.tree import run_ctl
 from llmgw.gguf import write_random_llama
-from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.imports import Import
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, MirroredRepo, Model, ModelPut, ModelRef, RepoList, RepoRef, catalog, mirror
@@ -26,12 +25,6 @@ DEMO = "demo/tiny/tiny.gguf"
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return write_random_llama(tmp_path_factory.mktemp("w") / "tiny.gguf")
-
-
-@pytest.fixture
-def hub():
-    with HubStandIn() as stand_in:
-        yield stand_in
 
 
 @pytest.fixture

@@ -15,16 +15,9 @@ import pytest
 
 from llmgw.bus import BadRequest, Context, Internal, NotFound, call
 from llmgw.gguf import write_random_llama
-from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef, WeightsDelete
 from llmgw.proto import mirror as mirror_api
-
-
-@pytest.fixture
-def hub():
-    with HubStandIn() as hub:
-        yield hub
 
 
 @pytest.fixture
