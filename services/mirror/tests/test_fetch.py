@@ -319,3 +319,14 @@ async def test_a_removed_repo_can_be_added_again_and_another_include_adds_its_fi
     assert not (mirror.root / f"org/q@{commit}").exists()
     await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/q", include=["*Q4*"]))
     assert (await settled(nc, "org/q", commit)).state == "ready"
+
+
+async def test_a_repo_publishing_a_name_that_climbs_out_never_gets_it_fetched(start_mirror, hub, gguf, nc):
+    commit = hub.add_repo("org/evil", {"../../evil.gguf": gguf, "ok.gguf": gguf})
+    mirror = await start_mirror()
+    with pytest.raises(BadRequest, match=r"\.\./\.\./evil\.gguf cannot be fetched: it climbs out of the repo"):
+        await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/evil", include=["*evil*"]))
+    added = await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/evil"))
+    assert [f.path for f in added.files] == ["ok.gguf"] and "climbs out" in added.skipped[0].why
+    assert (await settled(nc, "org/evil", commit)).state == "ready"
+    assert not list(mirror.root.parent.glob("**/evil.gguf"))
