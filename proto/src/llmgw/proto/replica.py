@@ -44,6 +44,9 @@ class ReplicaSpec(Struct, kw_only=True):
     """Failed starts of this model before this replica."""
     fingerprint: str = ""
     """The profile's fingerprint it was started with; another one now means it is stale."""
+    estimate_mb: NonNegative = 0
+    """Memory the scheduler reckoned one replica takes, MiB, all its cards together on cards
+    (weights, KV cache for the context and slots, compute buffers, margin); 0: not reckoned."""
 
 
 class ReplicaReport(Struct, kw_only=True):
@@ -63,6 +66,10 @@ class ReplicaReport(Struct, kw_only=True):
     """Why it failed."""
     log_tail: list[str] = field(default_factory=list)
     """Last lines the engine printed, when it failed."""
+    measured_mb: NonNegative = 0
+    """Memory its engine uses now, MiB, as measured by its agent: the engine process's resident
+    set (RSS) on the host plus what NVML says the process holds on its cards; 0: not measured
+    (no engine running yet)."""
     updated: float = 0.0
     """Unix time of this report."""
 
@@ -92,9 +99,13 @@ class ReplicaState(Struct, kw_only=True):
     """Failed starts of this model before this replica."""
     fingerprint: str = ""
     """The profile's fingerprint it was started with; another one now means it is stale."""
+    estimate_mb: NonNegative = 0
+    """Memory the scheduler reckoned it takes, MiB (`ReplicaSpec.estimate_mb`)."""
     error: str = ""
     """Why it failed."""
     log_tail: list[str] = field(default_factory=list)
     """Last lines the engine printed, when it failed."""
+    measured_mb: NonNegative = 0
+    """Memory its engine uses now, MiB, as its agent measured it (`ReplicaReport.measured_mb`)."""
     updated: float = 0.0
     """Unix time of this state."""
