@@ -20,6 +20,8 @@ __all__ = [
     "MODEL_PURGE",
     "MODEL_PUT",
     "MODEL_REMOVE",
+    "SERVE",
+    "SERVE_PLAN",
     "CatalogRecord",
     "ChangeSpec",
     "Model",
@@ -35,6 +37,10 @@ __all__ = [
     "ScaleModel",
     "Scaling",
     "ScheduleWindow",
+    "ServeModel",
+    "ServePlan",
+    "ServePlanAsk",
+    "ServeWay",
     "SetAliases",
     "SetClass",
     "SetContext",
@@ -176,6 +182,9 @@ class ModelEntry(Struct, kw_only=True):
     """Who made the last change."""
     declared_in: str = ""
     """The YAML file that declares it, if any (then change it there)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the catalog warned of as it took this change (a slow way, a context past the
+    model's training); empty on reads."""
 
 
 class ModelPut(Struct, kw_only=True):
@@ -324,6 +333,91 @@ class ModelList(Struct, kw_only=True):
     models: list[ModelEntry]
 
 
+class ServePlanAsk(Struct, kw_only=True):
+    """Every way a mirrored file can run on the fleet as it is now."""
+
+    source: Source
+    """The file as the mirror holds it ('OWNER/REPO@COMMIT/FILE')."""
+    context: NonNegative = 0
+    """Context in tokens, shared by the slots; 0: the model's trained context, at most 8192
+    (4096 when the file does not say)."""
+    cores: NonNegative = 0
+    """Threads a CPU replica gets; 0: half a node's cores."""
+    slots: Positive = 2
+    """Requests one replica serves at once (llama-server -np)."""
+
+
+class ServeWay(Struct, kw_only=True):
+    """One way to run the file: where, the memory it needs, where it fits, how fast it answers."""
+
+    kind: Literal["cpu", "gpu", "multi-gpu", "across-nodes"]
+    cards: NonNegative = 0
+    """Cards one replica takes (0 on the CPU)."""
+    card_class: str = ""
+    """Their class ("h100-80g"); empty on the CPU."""
+    threads: NonNegative = 0
+    """CPU threads (on the CPU)."""
+    memory_mb: NonNegative = 0
+    """Memory one replica needs: host RAM on the CPU, per card on cards."""
+    weights_mb: NonNegative = 0
+    kv_mb: NonNegative = 0
+    """The KV cache for the context and slots."""
+    buffers_mb: NonNegative = 0
+    """Compute buffers and a margin."""
+    node: str = ""
+    """The node its speed was reckoned on (the fastest where it fits now, if any)."""
+    nodes_fit: list[str] = field(default_factory=list)
+    """Nodes where it fits now."""
+    more_replicas: NonNegative = 0
+    """Replicas of it that fit now, over those nodes."""
+    tokens_per_s: float = 0.0
+    """About how many tokens a second one reply gets; 0: unknown (no measured memory rate)."""
+    mark: Literal["", "slow", "very slow"] = ""
+    """Slow: under 15 tokens a second; very slow: under 5."""
+    reply_500_s: float = 0.0
+    """Seconds a reply of 500 tokens takes at that speed (0: unknown)."""
+    calibrated: bool = False
+    """The speed comes from the node's own calibration (`llmgw plan calibrate`), not the defaults."""
+
+
+class ServePlan(Struct, kw_only=True):
+    """The ways a file can run on the fleet, best first."""
+
+    source: str
+    context: NonNegative
+    """The context the ways were sized for."""
+    trained_context: NonNegative = 0
+    """What the model was trained for (0: the file does not say)."""
+    slots: Positive = 2
+    ways: list[ServeWay] = field(default_factory=list)
+    """Best first: fits now, then fastest, then fewest cards."""
+    warnings: list[str] = field(default_factory=list)
+
+
+class ServeModel(Struct, kw_only=True):
+    """Put a mirrored file into service the way asked (or the plan's best): a model in the catalog."""
+
+    source: Source
+    name: Annotated[str, Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,62})?$")] = ""
+    """The model's name; empty: from the file's name."""
+    cpu: bool = False
+    """A profile on the CPU (below the cards' when `gpus` is given too)."""
+    gpus: NonNegative = 0
+    """A profile on this many cards a replica."""
+    cores: NonNegative = 0
+    """Threads of the CPU profile; 0: half a node's."""
+    context: NonNegative = 0
+    """As the plan takes it."""
+    slots: Positive = 2
+    replicas: dict[str, NonNegative] | str = field(default_factory=dict)
+    """Replicas per profile ('gpu', 'cpu'), as a map or as 'gpu=7,cpu=4'; empty: one replica,
+    on the best profile that fits."""
+    cpu_anyway: bool = False
+    """The CPU is chosen on purpose: taken even when very slow, or while cards that fit are free."""
+    by: str = ""
+    """Who is serving it (recorded)."""
+
+
 MODEL_PUT = Endpoint(
     "catalog", "model.put", ModelPut, ModelEntry, "Create or replace a model (compare-and-set on `revision`)."
 )
@@ -336,7 +430,17 @@ MODEL_CHANGE = Endpoint(
 MODEL_PURGE = Endpoint(
     "catalog", "model.purge", ModelPurge, PurgeReport, "Remove a model and delete the files no other model uses."
 )
-ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE)
+SERVE_PLAN = Endpoint(
+    "catalog", "serve.plan", ServePlanAsk, ServePlan, "Every way a mirrored file can run on the fleet now, best first."
+)
+SERVE = Endpoint(
+    "catalog",
+    "serve.model",
+    ServeModel,
+    ModelEntry,
+    "Put a mirrored file into service: the way chosen becomes its profiles.",
+)
+ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE)
 """The catalog's endpoints."""
 
 MODEL_CHANGED = Event(
