@@ -1,0 +1,297 @@
+"""Serving a mirrored file, without I/O: every way it runs on the fleet's nodes (the serve plan),
+the rule that makes the CPU a choice made on purpose, and the model a chosen way becomes.
+
+The rule: a way on the CPU that would answer under 5 tokens a second is refused unless the
+request says `cpu_anyway`, cards free or not; the CPU alone while cards that fit are free is
+refused without it too, naming them; a slow way (under 15) is taken with a warning.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from llmgw.modelplan import (
+    SLOW_TPS,
+    VERY_SLOW_TPS,
+    FileFacts,
+    NodeFacts,
+    Option,
+    llamacpp_memory,
+    options,
+)
+from llmgw.proto import Model, Profile, Scaling
+from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
+from llmgw.proto.errors import BadRequest
+
+__all__ = [
+    "MOST_DEFAULT_CONTEXT",
+    "check_serve",
+    "choose_ways",
+    "default_name",
+    "largest_context",
+    "parse_replicas",
+    "reply_words",
+    "serve_plan",
+    "served_model",
+]
+
+MOST_DEFAULT_CONTEXT = 8192
+"""The context a plan sizes for when none is asked: the model's trained context, at most this."""
+_UNKNOWN_CONTEXT = 4096
+"""And when the file does not say what it was trained for."""
+_WAYS_OUT = "serve it on a card (--gpus 1; gpus in the API), or say the CPU is on purpose (--cpu-anyway; cpu_anyway)"
+
+
+def reply_words(seconds: float) -> str:
+    """How long a reply takes, as a person says it: 'about 40 seconds', 'about 3 minutes'."""
+    if seconds < 90:
+        return f"about {max(round(seconds), 1)} seconds"
+    return f"about {round(seconds / 60)} minutes"
+
+
+def _mark(tps: float) -> str:
+    if 0 < tps < VERY_SLOW_TPS:
+        return "very slow"
+    if 0 < tps < SLOW_TPS:
+        return "slow"
+    return ""
+
+
+def _mib(n: int) -> int:
+    return -(-n // 2**20)
+
+
+def _kind(o: Option) -> str:
+    if o.device == "cpu":
+        return "cpu"
+    return "gpu" if o.cards == 1 else "multi-gpu"
+
+
+def _room(o: Option, node: NodeFacts) -> int:
+    """Replicas of way `o` that fit on `node` now."""
+    if o.device == "cpu":
+        return node.memory_available_mb // max(o.need_mb, 1)
+    free = sum(g.free for g in node.cards if g.cls == o.device)
+    return free // max(o.cards, 1)
+
+
+def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, NodeFacts]]) -> ServeWay:
+    """One way from what each node made of it: reckoned on the fastest node where it fits now
+    (else the fastest), fitting now on those with room."""
+    best, node = max(seen, key=lambda s: (s[0].free_now, s[0].tokens_per_second))
+    fit = [(o, n) for o, n in seen if o.free_now]
+    memory = llamacpp_memory(facts.shape, context, slots, cards=best.cards)
+    tps = best.tokens_per_second
+    return ServeWay(
+        kind=_kind(best),
+        cards=best.cards,
+        card_class="" if best.device == "cpu" else best.device,
+        threads=best.threads,
+        memory_mb=memory.mib,
+        weights_mb=_mib(memory.weights),
+        kv_mb=_mib(memory.kv),
+        buffers_mb=_mib(memory.compute + memory.margin),
+        node=node.name,
+        nodes_fit=sorted(n.name for _, n in fit),
+        more_replicas=sum(_room(o, n) for o, n in fit),
+        tokens_per_s=tps,
+        mark=_mark(tps),
+        reply_500_s=round(500 / tps, 1) if tps > 0 else 0.0,
+        calibrated=best.device == "cpu" and node.calibration is not None,
+    )
+
+
+def largest_context(facts: FileFacts, nodes: list[NodeFacts], slots: int) -> int:
+    """The longest context (a multiple of 256) one replica on the CPU of the largest node holds; 0: none."""
+    most = max((n.memory_total_mb for n in nodes), default=0)
+    low, high = 0, 1 << 21
+    while high - low > 256:
+        mid = (low + high) // 2 // 256 * 256
+        if llamacpp_memory(facts.shape, max(mid, 256), slots).mib <= most:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _context(ask: ServePlanAsk, trained: int) -> int:
+    return ask.context or min(trained or _UNKNOWN_CONTEXT, MOST_DEFAULT_CONTEXT)
+
+
+def _check_ask(ask: ServePlanAsk, nodes: list[NodeFacts]) -> None:
+    if not nodes:
+        raise BadRequest(
+            "no node has registered with the scheduler: start an agent (`llmgw service agent`), then ask again"
+        )
+    most = max(n.cpus for n in nodes)
+    if ask.cores > most:
+        raise BadRequest(
+            f"cores {ask.cores} is above every node's: the most any node has is {most}; "
+            f"write --cores {most} or fewer (0: half a node's)"
+        )
+
+
+def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[NodeFacts]) -> ServePlan:
+    """Every way file `facts` (trained for `trained` tokens, 0: unknown) runs on `nodes`, best first:
+    fits now, then fastest, then fewest cards. Raises BadRequest for cores no node has, and for a
+    context past the training that no node's memory holds."""
+    _check_ask(ask, nodes)
+    context = _context(ask, trained)
+    seen: dict[tuple[str, int], list[tuple[Option, NodeFacts]]] = {}
+    for node in nodes:
+        for o in options([facts], [node], context, ask.slots, ask.cores or None):
+            if o.engine == "llamacpp":
+                seen.setdefault((o.device, o.cards), []).append((o, node))
+    ways = [_way(facts, context, ask.slots, s) for s in seen.values()]
+    ways.sort(key=lambda w: (not w.nodes_fit, -w.tokens_per_s, w.cards))
+    warnings = []
+    if trained and context > trained:
+        if not ways:
+            raise BadRequest(
+                f"context {context} is above the {trained} tokens the model was trained for, and no node has the "
+                f"memory for it; write --context {min(trained, largest_context(facts, nodes, ask.slots))} or less"
+            )
+        warnings.append(
+            f"context {context} is above the {trained} tokens the model was trained for: answers past "
+            f"{trained} tokens may be poor; --context {trained} keeps to its training"
+        )
+    if not ways:
+        fits = largest_context(facts, nodes, ask.slots)
+        hint = f"write --context {fits} or less" if fits else "no node holds even its weights; add a larger node"
+        warnings.append(f"no node has the memory for it at context {context}: {hint}")
+    return ServePlan(
+        source=ask.source, context=context, trained_context=trained, slots=ask.slots, ways=ways, warnings=warnings
+    )
+
+
+def _free_cards(plan: ServePlan) -> str:
+    """The free cards that fit, as '<class> on <nodes>'; empty when none."""
+    named: dict[str, set[str]] = {}
+    for w in plan.ways:
+        if w.cards and w.nodes_fit:
+            named.setdefault(w.card_class, set()).update(w.nodes_fit)
+    return "; ".join(f"{cls} on {', '.join(sorted(nodes))}" for cls, nodes in sorted(named.items()))
+
+
+def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = True) -> list[str]:
+    """The warnings serving by `way` is taken with; BadRequest where it is a choice to make on
+    purpose and `cpu_anyway` does not say so: a CPU way under 5 tokens a second (cards free or
+    not), or the CPU `alone` (no card profile beside it) while cards that fit are free."""
+    tps = way.tokens_per_s
+    mark, minutes = _mark(tps), reply_words(500 / tps if tps > 0 else 0)
+    on_cpu = way.kind in ("cpu", "across-nodes") and not way.cards
+    if on_cpu and mark == "very slow" and not cpu_anyway:
+        raise BadRequest(
+            f"{plan.source} would answer at about {tps:.1f} tokens a second on the CPU, at best on {way.node}: "
+            f"a reply of 500 tokens in {minutes}. To serve it, {_WAYS_OUT}"
+        )
+    free = _free_cards(plan) if on_cpu and alone else ""
+    if free and not cpu_anyway:
+        card = next(w for w in plan.ways if w.cards and w.nodes_fit)
+        raise BadRequest(
+            f"{plan.source} on the CPU while cards that fit it are free ({free}): on one it answers at about "
+            f"{card.tokens_per_s:.0f} tokens a second, against {tps:.1f} on the CPU. To serve it, {_WAYS_OUT}"
+        )
+    warnings = []
+    if free:
+        warnings.append(f"on the CPU on purpose while cards that fit it are free ({free})")
+    where = f"on the CPU of {way.node}" if on_cpu else f"on {way.cards}x {way.card_class} of {way.node}"
+    if mark == "very slow":
+        warnings.append(
+            f"Very slow: about {tps:.1f} tokens a second {where}: a reply of 500 tokens takes {minutes}"
+            + (" (the CPU chosen on purpose)" if on_cpu else "")
+        )
+    elif mark == "slow":
+        warnings.append(f"Slow: about {tps:.0f} tokens a second {where}: a reply of 500 tokens takes {minutes}")
+    elif tps <= 0:
+        warnings.append(f"speed unknown {where}: its agent has not measured the memory's rate yet")
+    return warnings
+
+
+def choose_ways(plan: ServePlan, ask: ServeModel, fleet_cards: int) -> tuple[ServeWay | None, ServeWay | None]:
+    """The card way and the CPU way `ask` chooses of `plan` (the best way when it names neither) on
+    a fleet of `fleet_cards` cards; BadRequest where it has no such way, saying what to write instead."""
+    card_ways = [w for w in plan.ways if w.cards]
+    cpu_way = next((w for w in plan.ways if w.kind == "cpu"), None)
+    if not ask.cpu and not ask.gpus:
+        if not plan.ways:
+            raise BadRequest(f"{plan.source}: no way to run it on this fleet; {' '.join(plan.warnings)}")
+        best = plan.ways[0]
+        return (best, None) if best.cards else (None, best)
+    card = None
+    if ask.gpus:
+        if not fleet_cards:
+            raise BadRequest(f"--gpus {ask.gpus}: no node of this fleet has a card; serve it on the CPU (--cpu)")
+        if not card_ways:
+            raise BadRequest(
+                f"--gpus {ask.gpus}: no card of this fleet holds it at context {plan.context}; "
+                "serve it on the CPU (--cpu), or with a shorter --context"
+            )
+        card = next((w for w in card_ways if w.cards == ask.gpus), None)
+        if card is None:
+            counts = ", ".join(str(c) for c in sorted({w.cards for w in card_ways}))
+            raise BadRequest(f"--gpus {ask.gpus}: no node has that many cards that hold it; write --gpus {counts}")
+    if ask.cpu and cpu_way is None:
+        raise BadRequest(
+            f"--cpu: no node has the memory for it at context {plan.context}; {' '.join(plan.warnings) or 'use cards'}"
+        )
+    return card, cpu_way if ask.cpu else None
+
+
+_PAIR = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_-]*)\s*=\s*([0-9]+)\s*$")
+
+
+def parse_replicas(replicas: dict[str, int] | str) -> dict[str, int]:
+    """Replicas per profile from a map or 'gpu=7,cpu=4'; BadRequest for what does not read."""
+    if isinstance(replicas, dict):
+        return dict(replicas)
+    counts: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in replicas.split(","))):
+        m = _PAIR.match(part)
+        if not m:
+            raise BadRequest(f"replicas '{replicas}': '{part}' is not PROFILE=COUNT; write it as gpu=7,cpu=4")
+        counts[m[1]] = int(m[2])
+    return counts
+
+
+def default_name(source: str) -> str:
+    """A model name from its file: 'org/repo@c/SmolLM2-135M.Q4_1.gguf' -> 'smollm2-135m-q4_1'."""
+    stem = source.rsplit("/", 1)[-1].removesuffix(".gguf").lower()
+    name = re.sub(r"[^a-z0-9_-]+", "-", stem).strip("-_")[:63]
+    return name or "model"
+
+
+def _profiles(ask: ServeModel, card: ServeWay | None, cpu: ServeWay | None) -> list[Profile]:
+    profiles = []
+    if card:
+        profiles.append(
+            Profile(name="gpu", gpus=card.cards, min_card_mb=card.memory_mb, slots=ask.slots, priority=1 if cpu else 0)
+        )
+    if cpu:
+        profiles.append(Profile(name="cpu", host_memory_mb=cpu.memory_mb, cpu_cores=ask.cores or None, slots=ask.slots))
+    return profiles
+
+
+def served_model(ask: ServeModel, plan: ServePlan, card: ServeWay | None, cpu: ServeWay | None) -> Model:
+    """The catalog entry the chosen ways make: a card profile 'gpu' above a CPU profile 'cpu',
+    replicas per profile when asked (the scaling their sum), else one replica."""
+    name = ask.name or default_name(ask.source)
+    profiles = _profiles(ask, card, cpu)
+    counts = parse_replicas(ask.replicas)
+    scaling = Scaling()
+    if counts:
+        known = [p.name for p in profiles]
+        unknown = sorted(set(counts) - set(known))
+        if unknown:
+            raise BadRequest(
+                f"replicas: no profile {', '.join(unknown)}; this serve makes {', '.join(known)}; "
+                f"write {','.join(f'{k}=1' for k in known)} (--cpu and --gpus N make both)"
+            )
+        total = sum(counts.values())
+        if total == 0:
+            raise BadRequest(f"replicas: every count is zero; write at least one, as {known[0]}=1")
+        profiles = [msgspec.structs.replace(p, replicas=counts.get(p.name, 0)) for p in profiles]
+        scaling = Scaling(min=total, max=total)
+    return Model(name=name, source=ask.source, context=plan.context, profiles=profiles, scaling=scaling)

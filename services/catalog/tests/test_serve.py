@@ -1,0 +1,345 @@
+"""The serve plan and the rule that makes the CPU a choice made on purpose, as table tests with
+the messages asserted; and the model a chosen way becomes."""
+
+import pytest
+
+from llmgw.bus import BadRequest
+from llmgw.catalog.serve import (
+    check_serve,
+    choose_ways,
+    default_name,
+    parse_replicas,
+    reply_words,
+    serve_plan,
+    served_model,
+)
+from llmgw.modelplan import CardGroup, FileFacts, NodeFacts, Shape
+from llmgw.proto import CpuCalibration
+from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
+
+SOURCE = "org/big@" + "a" * 40 + "/big-dense.Q8_0.gguf"
+
+# An 8B-shaped model of 18 GB, trained for 32768 tokens.
+BIG = FileFacts(
+    name="big-dense.Q8_0.gguf",
+    format="gguf",
+    quant="Q8_0",
+    shape=Shape(
+        layers=32,
+        embedding=4096,
+        feed_forward=14336,
+        heads=32,
+        kv_heads=8,
+        key_length=128,
+        value_length=128,
+        vocab=32000,
+        parameters=8_000_000_000,
+        weight_bytes=18_000_000_000,
+        active_bytes=18_000_000_000,
+    ),
+)
+GIB = 1024
+
+
+def node(name, cpus=64, memory_gb=512, all_gbs=300.0, one_gbs=10.0, cards=(), calibration=None):
+    return NodeFacts(
+        name=name,
+        cpus=cpus,
+        memory_total_mb=memory_gb * GIB,
+        memory_available_mb=memory_gb * GIB,
+        membw_all_gbs=all_gbs,
+        membw_one_gbs=one_gbs,
+        cards=list(cards),
+        calibration=calibration,
+    )
+
+
+def l40s(count=2, free=2):
+    return CardGroup(cls="l40s-48g", memory_mb=48 * GIB, count=count, free=free)
+
+
+def cpu_way(tps, node_name="big"):
+    return ServeWay(kind="cpu", threads=4, memory_mb=20_000, node=node_name, nodes_fit=[node_name], tokens_per_s=tps)
+
+
+def card_way(tps=90.0, nodes=("gpu-1",)):
+    return ServeWay(kind="gpu", cards=1, card_class="l40s-48g", node="gpu-1", nodes_fit=list(nodes), tokens_per_s=tps)
+
+
+def plan_of(*ways):
+    return ServePlan(source=SOURCE, context=4096, ways=list(ways))
+
+
+# The rule: (the way, the plan's other ways, cpu_anyway) -> refused with these words, or taken with these warnings.
+VERY_SLOW = (
+    f"{SOURCE} would answer at about 1.8 tokens a second on the CPU, at best on big: a reply of 500 tokens in "
+    "about 5 minutes. To serve it, serve it on a card (--gpus 1; gpus in the API), or say the CPU is on "
+    "purpose (--cpu-anyway; cpu_anyway)"
+)
+FREE_CARDS = (
+    f"{SOURCE} on the CPU while cards that fit it are free (l40s-48g on gpu-1, gpu-2): on one it answers at "
+    "about 90 tokens a second, against 40.0 on the CPU. To serve it, serve it on a card (--gpus 1; gpus in "
+    "the API), or say the CPU is on purpose (--cpu-anyway; cpu_anyway)"
+)
+RULE = [
+    pytest.param(cpu_way(1.8), [], False, VERY_SLOW, None, id="very slow on the CPU, no cards: refused"),
+    pytest.param(cpu_way(1.8), [card_way()], False, VERY_SLOW, None, id="very slow on the CPU, cards free: refused"),
+    pytest.param(
+        cpu_way(1.8), [card_way(nodes=())], False, VERY_SLOW, None, id="very slow on the CPU, cards busy: refused"
+    ),
+    pytest.param(
+        cpu_way(1.8),
+        [],
+        True,
+        None,
+        [
+            "Very slow: about 1.8 tokens a second on the CPU of big: a reply of 500 tokens takes about 5 minutes "
+            "(the CPU chosen on purpose)"
+        ],
+        id="very slow on the CPU with cpu_anyway: taken, warned in minutes",
+    ),
+    pytest.param(
+        cpu_way(40.0),
+        [card_way(nodes=("gpu-1", "gpu-2"))],
+        False,
+        FREE_CARDS,
+        None,
+        id="the CPU while cards that fit are free: refused, naming them",
+    ),
+    pytest.param(
+        cpu_way(40.0),
+        [card_way(nodes=("gpu-1", "gpu-2"))],
+        True,
+        None,
+        ["on the CPU on purpose while cards that fit it are free (l40s-48g on gpu-1, gpu-2)"],
+        id="the CPU while cards are free, with cpu_anyway: taken, warned",
+    ),
+    pytest.param(cpu_way(40.0), [card_way(nodes=())], False, None, [], id="the CPU with every card busy: taken"),
+    pytest.param(
+        cpu_way(10.0),
+        [],
+        False,
+        None,
+        ["Slow: about 10 tokens a second on the CPU of big: a reply of 500 tokens takes about 50 seconds"],
+        id="slow on the CPU: taken, warned in seconds",
+    ),
+    pytest.param(
+        card_way(12.5),
+        [],
+        False,
+        None,
+        ["Slow: about 12 tokens a second on 1x l40s-48g of gpu-1: a reply of 500 tokens takes about 40 seconds"],
+        id="slow on a card: taken, warned in seconds",
+    ),
+    pytest.param(card_way(90.0), [cpu_way(1.0)], False, None, [], id="a fast card: taken, nothing said"),
+    pytest.param(
+        cpu_way(0.0),
+        [],
+        False,
+        None,
+        ["speed unknown on the CPU of big: its agent has not measured the memory's rate yet"],
+        id="an unmeasured node: taken, the speed said unknown",
+    ),
+]
+
+
+@pytest.mark.parametrize(("way", "others", "anyway", "refused", "warned"), RULE)
+def test_the_cpu_is_a_choice_made_on_purpose(way, others, anyway, refused, warned):
+    plan = plan_of(way, *others)
+    if refused:
+        with pytest.raises(BadRequest) as caught:
+            check_serve(way, plan, anyway)
+        assert caught.value.message == refused
+    else:
+        assert check_serve(way, plan, anyway) == warned
+
+
+def test_a_cpu_profile_below_the_cards_is_not_refused_for_the_free_cards_but_still_for_being_very_slow():
+    plan = plan_of(cpu_way(40.0), card_way())
+    assert check_serve(plan.ways[0], plan, cpu_anyway=False, alone=False) == []
+    with pytest.raises(BadRequest, match="1.8 tokens a second on the CPU"):
+        check_serve(cpu_way(1.8), plan, cpu_anyway=False, alone=False)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(40, "about 40 seconds"), (89.4, "about 89 seconds"), (180, "about 3 minutes"), (0.2, "about 1 seconds")],
+)
+def test_a_replys_time_is_said_in_seconds_then_minutes(seconds, words):
+    assert reply_words(seconds) == words
+
+
+def test_the_plan_lists_every_way_best_first_with_its_memory_nodes_room_and_speed():
+    calibration = CpuCalibration(source="llmgw plan calibrate on small")
+    fleet = [
+        node("gpu-1", cpus=32, memory_gb=256, cards=[l40s(count=2, free=2)]),
+        node("small", cpus=8, memory_gb=64, all_gbs=40.0, calibration=calibration),
+    ]
+    plan = serve_plan(ServePlanAsk(source=SOURCE, cores=4), BIG, 32768, fleet)
+    assert plan.context == 8192 and plan.trained_context == 32768 and plan.warnings == []
+    kinds = [(w.kind, w.cards, w.card_class) for w in plan.ways]
+    assert kinds == [("gpu", 1, "l40s-48g"), ("multi-gpu", 2, "l40s-48g"), ("cpu", 0, "")]
+    one, two, cpu = plan.ways
+    assert one.nodes_fit == ["gpu-1"] and one.more_replicas == 2 and two.more_replicas == 1
+    assert one.tokens_per_s > 15 and one.mark == "" and not one.calibrated
+    assert cpu.threads == 4 and cpu.nodes_fit == ["gpu-1", "small"] and cpu.node == "gpu-1"
+    assert cpu.more_replicas == 256 * GIB // cpu.memory_mb + 64 * GIB // cpu.memory_mb
+    assert cpu.mark == "very slow" and cpu.reply_500_s == round(500 / cpu.tokens_per_s, 1)
+    for w in plan.ways:
+        assert w.weights_mb + w.kv_mb + w.buffers_mb - 2 <= w.memory_mb <= w.weights_mb + w.kv_mb + w.buffers_mb
+    assert cpu.kv_mb == 8192 * 32 * 8 * 256 * 2 // 2**20  # f16 keys and values, every layer
+    assert one.kv_mb == cpu.kv_mb and two.kv_mb == cpu.kv_mb // 2  # layers split over two cards
+
+
+def test_the_cpu_speed_follows_the_cores_and_says_when_the_node_was_calibrated():
+    calibrated = node("big", calibration=CpuCalibration(source="measured"))
+    few = serve_plan(ServePlanAsk(source=SOURCE, cores=4), BIG, 0, [calibrated]).ways[0]
+    half = serve_plan(ServePlanAsk(source=SOURCE), BIG, 0, [calibrated]).ways[0]
+    assert few.threads == 4 and half.threads == 32 and half.tokens_per_s > 4 * few.tokens_per_s
+    assert few.calibrated and few.mark == "very slow"
+
+
+def test_a_way_that_fits_no_node_now_is_listed_with_no_nodes_and_after_those_that_fit():
+    busy = node("gpu-1", cards=[l40s(count=1, free=0)])
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 4096, [busy])
+    cpu, card = plan.ways
+    assert (cpu.kind, cpu.nodes_fit, cpu.more_replicas) == ("cpu", ["gpu-1"], 512 * GIB // cpu.memory_mb)
+    assert (card.kind, card.nodes_fit, card.more_replicas, card.node) == ("gpu", [], 0, "gpu-1")
+
+
+@pytest.mark.parametrize(
+    ("ask", "trained", "fleet", "message"),
+    [
+        pytest.param(
+            ServePlanAsk(source=SOURCE, cores=16),
+            0,
+            [node("a", cpus=8), node("b", cpus=12)],
+            "cores 16 is above every node's: the most any node has is 12; write --cores 12 or fewer (0: half a node's)",
+            id="cores above every node's",
+        ),
+        pytest.param(
+            ServePlanAsk(source=SOURCE, context=1_000_000),
+            32768,
+            [node("small", memory_gb=64)],
+            "context 1000000 is above the 32768 tokens the model was trained for, and no node has the memory for "
+            "it; write --context 32768 or less",
+            id="a context past the training that no memory holds",
+        ),
+        pytest.param(
+            ServePlanAsk(source=SOURCE),
+            0,
+            [],
+            "no node has registered with the scheduler: start an agent (`llmgw service agent`), then ask again",
+            id="no node",
+        ),
+    ],
+)
+def test_a_plan_that_cannot_be_made_is_refused_saying_what_to_write(ask, trained, fleet, message):
+    with pytest.raises(BadRequest) as caught:
+        serve_plan(ask, BIG, trained, fleet)
+    assert caught.value.message == message
+
+
+def test_a_context_past_the_training_that_fits_is_warned_and_one_that_fits_nowhere_says_the_longest_that_does():
+    past = serve_plan(ServePlanAsk(source=SOURCE, context=65536), BIG, 32768, [node("big")])
+    assert past.context == 65536 and past.ways
+    assert past.warnings == [
+        "context 65536 is above the 32768 tokens the model was trained for: answers past 32768 tokens may be "
+        "poor; --context 32768 keeps to its training"
+    ]
+    small = serve_plan(ServePlanAsk(source=SOURCE, context=32768), BIG, 32768, [node("small", memory_gb=20)])
+    assert small.ways == [] and small.warnings[0].startswith("no node has the memory for it at context 32768: write")
+
+
+FLEET_WITH_CARDS = [node("gpu-1", cpus=32, memory_gb=256, cards=[l40s(count=2, free=2)])]
+
+
+def test_serve_chooses_the_way_asked_and_the_cpu_profile_goes_below_the_cards():
+    plan = serve_plan(ServePlanAsk(source=SOURCE, cores=8), BIG, 32768, FLEET_WITH_CARDS)
+    ask = ServeModel(source=SOURCE, cpu=True, gpus=2, cores=8, replicas="gpu=7, cpu=4")
+    card, cpu = choose_ways(plan, ask, fleet_cards=2)
+    assert card.cards == 2 and cpu.kind == "cpu"
+    model = served_model(ask, plan, card, cpu)
+    assert model.name == "big-dense-q8_0" and model.context == 8192
+    gpu_p, cpu_p = model.profiles
+    assert (gpu_p.name, gpu_p.gpus, gpu_p.min_card_mb, gpu_p.priority, gpu_p.replicas) == (
+        "gpu",
+        2,
+        card.memory_mb,
+        1,
+        7,
+    )
+    assert (cpu_p.name, cpu_p.gpus, cpu_p.host_memory_mb, cpu_p.cpu_cores, cpu_p.priority, cpu_p.replicas) == (
+        "cpu",
+        0,
+        cpu.memory_mb,
+        8,
+        0,
+        4,
+    )
+    assert (model.scaling.min, model.scaling.max) == (11, 11)
+    best = choose_ways(plan, ServeModel(source=SOURCE), fleet_cards=2)
+    assert best == (plan.ways[0], None) and best[0].cards == 1
+    single = served_model(ServeModel(source=SOURCE, name="mine"), plan, *best)
+    assert single.name == "mine" and [p.name for p in single.profiles] == ["gpu"] and single.scaling.max == 1
+
+
+@pytest.mark.parametrize(
+    ("ask", "fleet_cards", "message"),
+    [
+        pytest.param(
+            ServeModel(source=SOURCE, gpus=1),
+            0,
+            "--gpus 1: no node of this fleet has a card; serve it on the CPU (--cpu)",
+            id="gpus on a fleet without cards",
+        ),
+        pytest.param(
+            ServeModel(source=SOURCE, gpus=4),
+            2,
+            "--gpus 4: no node has that many cards that hold it; write --gpus 1, 2",
+            id="more cards than a node has",
+        ),
+        pytest.param(
+            ServeModel(source=SOURCE, gpus=1, replicas="gpu=1,cpu=2"),
+            2,
+            "replicas: no profile cpu; this serve makes gpu; write gpu=1 (--cpu and --gpus N make both)",
+            id="replicas of a profile it does not make",
+        ),
+        pytest.param(
+            ServeModel(source=SOURCE, cpu=True, replicas={"cpu": 0}),
+            2,
+            "replicas: every count is zero; write at least one, as cpu=1",
+            id="replicas that add up to nothing",
+        ),
+        pytest.param(
+            ServeModel(source=SOURCE, cpu=True, replicas="cpu:4"),
+            2,
+            "replicas 'cpu:4': 'cpu:4' is not PROFILE=COUNT; write it as gpu=7,cpu=4",
+            id="replicas that do not read",
+        ),
+    ],
+)
+def test_serve_refuses_what_the_fleet_cannot_do_saying_what_to_write(ask, fleet_cards, message):
+    fleet = FLEET_WITH_CARDS if fleet_cards else [node("cpu-1")]
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, fleet)
+    with pytest.raises(BadRequest) as caught:
+        served_model(ask, plan, *choose_ways(plan, ask, fleet_cards))
+    assert caught.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("replicas", "counts"), [("gpu=7,cpu=4", {"gpu": 7, "cpu": 4}), ("", {}), ({"cpu": 2}, {"cpu": 2})]
+)
+def test_replicas_read_as_a_map_or_as_gpu_7_cpu_4(replicas, counts):
+    assert parse_replicas(replicas) == counts
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("org/r@" + "0" * 40 + "/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct-q4_1"),
+        ("demo/tiny/tiny.gguf", "tiny"),
+    ],
+)
+def test_a_models_name_comes_from_its_file(source, name):
+    assert default_name(source) == name
