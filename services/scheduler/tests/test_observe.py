@@ -44,6 +44,14 @@ def test_a_report_changes_only_a_record_still_in_play():
     assert accept(recorded(state="ready"), report()) is None  # nothing new
 
 
+def test_a_replicas_measured_memory_is_recorded_beside_its_estimate_when_it_moves_not_as_it_wanders():
+    known = recorded(state="ready", estimate_mb=1200)
+    first = accept(known, report(measured_mb=900))
+    assert (first.estimate_mb, first.measured_mb) == (1200, 900)
+    assert accept(first, report(measured_mb=930)) is None  # an RSS wanders: not written every heartbeat
+    assert accept(first, report(measured_mb=1000)).measured_mb == 1000
+
+
 def test_a_heartbeat_updates_the_records_of_the_replicas_it_reports():
     plan = observe(beat(replicas=[report(url="http://a:1")]), {"r1": recorded(state="starting")}, set(), NOW)
     assert [(r.id, r.state, r.url, r.memory_mb) for r in plan.records] == [("r1", "ready", "http://a:1", 1000)]

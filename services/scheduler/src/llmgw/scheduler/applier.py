@@ -95,6 +95,7 @@ class Applier:
             replicas=list(self.book.replicas.values()),
             stopping=list(self.book.draining.values()),
             weights=item.weights,
+            shapes=item.shapes,
             known_since=self.known_since,
             deaf_s=self.hearing(now).deaf_s,
             known_deaf_s=self.known_deaf_s,

@@ -12,6 +12,7 @@ from collections.abc import Hashable
 
 import msgspec
 
+from llmgw.modelplan import Shape
 from llmgw.proto import Heartbeat, ReplicaReport, ReplicaState, Worker
 from llmgw.scheduler.core import Desired
 
@@ -23,6 +24,7 @@ class Pass(msgspec.Struct, kw_only=True):
 
     desired: Desired
     weights: dict[str, int]
+    shapes: dict[str, Shape] = msgspec.field(default_factory=dict)
 
 
 class WorkersUp(msgspec.Struct, kw_only=True):

@@ -13,9 +13,12 @@ import secrets
 import sys
 import time
 
+import httpx
 import msgspec
 
 from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, call, entry_point, kv_bucket
+from llmgw.gguf import GGUFError, read_model
+from llmgw.modelplan import Shape, shape_from_gguf
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -89,6 +92,8 @@ class Scheduler:
         self.inbox = Inbox()
         self.weights: dict[str, int] = {}
         """Source -> size, for the files the mirror confirmed."""
+        self.shapes: dict[str, Shape] = {}
+        """Source -> its model's shape, read once from the mirror's copy of its GGUF header."""
         self.unconfirmed: dict[str, str] = {}
         """Source -> what the mirror said last when it did not confirm it."""
         self._stating: set[str] = set()
@@ -244,7 +249,12 @@ class Scheduler:
                 self._learn_weights(models)
                 demand = {name: d.last_asked for name, d in self.demand.items.items()}
                 self.inbox.put_latest(
-                    "pass", Pass(desired=Desired(models=models, demand=demand), weights=dict(self.weights))
+                    "pass",
+                    Pass(
+                        desired=Desired(models=models, demand=demand),
+                        weights=dict(self.weights),
+                        shapes=dict(self.shapes),
+                    ),
                 )
             except Exception:
                 self.ctx.log.exception("reconcile pass not queued")
@@ -271,9 +281,19 @@ class Scheduler:
             task.add_done_callback(self._stats.discard)
 
     async def _stat(self, source: str) -> None:
-        """The size of one file, once the mirror holds it; what it learnt wakes a pass."""
+        """The size of one file, once the mirror holds it, and for a GGUF file its model's shape,
+        its header read over HTTP from the mirror (a few ranges, not the file); what it learnt
+        wakes a pass. A file whose header the mirror says does not read is sized by its bytes."""
         try:
-            self.weights[source] = (await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source))).size
+            info = await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source))
+            if source.endswith(".gguf") and not info.header_error:
+                try:
+                    self.shapes[source] = await asyncio.to_thread(_shape_at, info.url)
+                except GGUFError as exc:  # the mirror read it, this copy does not: sized by its bytes
+                    self.ctx.log.warning(
+                        "a file's header does not read: sized by its bytes", source=source, error=str(exc)
+                    )
+            self.weights[source] = info.size
             self.unconfirmed.pop(source, None)
             self.applier.wake.set()
         except Exception as exc:  # unconfirmed, unanswered, or NATS away: asked again next tick
@@ -283,6 +303,12 @@ class Scheduler:
             self.unconfirmed[source] = why
         finally:
             self._stating.discard(source)
+
+
+def _shape_at(url: str) -> Shape:
+    """The shape of the GGUF model at `url`, from its header alone (range requests)."""
+    with httpx.Client(timeout=30, follow_redirects=True) as client:
+        return shape_from_gguf(read_model(url, client))
 
 
 main = entry_point(Scheduler, SchedulerConfig)

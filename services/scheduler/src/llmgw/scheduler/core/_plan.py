@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from llmgw.modelplan import Shape
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState
 from llmgw.scheduler.placement import Weights
 
@@ -43,6 +44,9 @@ class Actual(msgspec.Struct, kw_only=True):
     still theirs until their agents stopped them, so no pass gives that room out before."""
     weights: dict[str, int] = msgspec.field(default_factory=dict)
     """Source -> its size in bytes, for the files the mirror confirmed it holds."""
+    shapes: dict[str, Shape] = msgspec.field(default_factory=dict)
+    """Source -> its model's shape, for the GGUF files whose header was read: a replica's need is
+    then modelplan's estimate for its context, not the file's size."""
     known_since: float = 0.0
     """When the inventory began listening: a node never heard of counts as lost `lost_s` after."""
     deaf_s: float = 0.0

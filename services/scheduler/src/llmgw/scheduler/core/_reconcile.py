@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from llmgw.modelplan import Shape
 from llmgw.proto import Model, Profile, ReplicaState, fingerprint
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._rollout import surplus, wanted_counts, wanted_profiles
@@ -45,6 +46,7 @@ class _Pass:
     models: dict[str, Model]
     demand: dict[str, float]
     weights: dict[str, int]
+    shapes: dict[str, Shape]
     now: float
     policy: Policy
     ids: Iterator[str]
@@ -103,7 +105,7 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     for stop in plan.stops:
         if stop.replica.state in LIVE:
             release(states, stop.replica)
-    run = _Pass(desired.models, desired.demand, actual.weights, now, policy, ids, states)
+    run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states)
     for name, model in sorted(desired.models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
         plan.absorb(_for_model(model, by_model.get(name, []), run))
     _order(plan, policy.drain_s)
@@ -225,7 +227,7 @@ def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
     """Place one replica of `profile` (taking a lower class's room if need be) and add its
     start to the plan; "" if it was placed, else why no node took it."""
     model, policy = wants.model, run.policy
-    need = need_of(profile, run.weights[model.source])
+    need = need_of(profile, run.weights[model.source], run.shapes.get(model.source), model.context)
     how = Search(
         stale_s=policy.stale_s, weights=policy.scoring, peers=wants.kept, limit=policy.score_nodes, start=run.scan
     )
@@ -251,6 +253,7 @@ def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
         workers=where.workers,
         failures=wants.failures,
         fingerprint=wants.fingerprints[profile.name],
+        estimate_mb=need.estimate_mb,
         updated=run.now,
     )
     claim(run.states, replica)

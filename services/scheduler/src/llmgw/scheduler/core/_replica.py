@@ -30,9 +30,23 @@ def accept(known: ReplicaState | None, report: ReplicaReport) -> ReplicaState | 
     """The record after an agent's report, or None where the report changes nothing: a replica
     not recorded (not ours, or gone), a stop (the reconcile pass decides what follows), one
     already failed (replaced, never revived), one being stopped (a stored draining record a new
-    leader adopted: its stop is finished, never forgotten), or nothing new said."""
+    leader adopted: its stop is finished, never forgotten), or nothing new said (its measured memory
+    moving a little is not news)."""
     if known is None or report.state == "stopped" or known.state in ("failed", "draining"):
         return None
-    if (known.state, known.url, known.error) == (report.state, report.url, report.error):
+    same = (known.state, known.url, known.error) == (report.state, report.url, report.error)
+    if same and not _moved(known.measured_mb, report.measured_mb):
         return None
     return merge(spec_of(known), report)
+
+
+MEASURE_STEP_MB = 64
+"""A measured memory moved by less than this (and less than a twentieth) is not written again."""
+
+
+def _moved(was: int, now: int) -> bool:
+    """Whether a replica's measured memory moved enough to record: first measured, or by more
+    than a twentieth and `MEASURE_STEP_MB` (an engine's RSS wanders a little every heartbeat)."""
+    if (was == 0) != (now == 0):
+        return True
+    return abs(now - was) >= max(MEASURE_STEP_MB, was // 20)

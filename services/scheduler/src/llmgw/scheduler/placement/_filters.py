@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
-from llmgw.scheduler.placement._room import Need, NodeState
+from llmgw.scheduler.placement._room import Need, NodeState, longest_context
 
 __all__ = ["FILTERS", "Filter", "cards_for", "chosen_cards"]
 
@@ -63,14 +63,23 @@ def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     fit = usable_cards(need.profile, n.free_cards, need.card_mb) if n.free_cards else []
     wanted = need.profile.gpu_class or "any class"
     unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
-    return f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} (of {len(n.info.gpus)})" + (
-        f"; its cards: {unfit}" if unfit else ""
-    )
+    why = f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} (of {len(n.info.gpus)})"
+    if need.sizing:
+        why += f" ({need.sizing})"
+    largest = max((g.memory_total_mb - g.memory_foreign_mb for g in n.free_cards), default=0)
+    return why + (f"; its cards: {unfit}" if unfit else "") + _shorter(need, largest, "its largest free card")
+
+
+def _shorter(need: Need, have_mb: int, where: str) -> str:
+    """What context would fit `have_mb`, said where the need's context does not."""
+    context = longest_context(need, have_mb) if have_mb > 0 else 0
+    return f"; a context of {context} would fit {where}" if context else ""
 
 
 def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
     if need.memory_mb > n.free_mb:
-        return f"needs {need.memory_mb} MiB, {max(n.free_mb, 0)} MiB free"
+        sizing = f" ({need.sizing})" if need.sizing else ""
+        return f"needs {need.memory_mb} MiB{sizing}, {max(n.free_mb, 0)} MiB free" + _shorter(need, n.free_mb, "here")
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.modelplan import FOREIGN_LIMIT_MB
+from llmgw.modelplan import FOREIGN_LIMIT_MB, KV_CACHE_TYPES, Memory, Shape, llamacpp_memory
 from llmgw.proto import GpuInfo, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
@@ -16,6 +16,8 @@ __all__ = [
     "Placement",
     "claim",
     "hold",
+    "kv_cache_type",
+    "longest_context",
     "need_of",
     "node_states",
     "release",
@@ -45,6 +47,13 @@ class Need(msgspec.Struct, frozen=True, kw_only=True):
     """All that decides which of a node's free cards it takes: what `llmgw.modelplan`'s card
     rules read (the profile's count, class, card memory and compute, and the memory each card
     must have free). Needs alike in it take alike cards: a node keeps its choice for each."""
+    estimate_mb: int = 0
+    """All one replica takes, MiB: host memory on the CPU, every card's together on cards."""
+    sizing: str = ""
+    """What the need is made of (weights, KV for the context, buffers), for a parked model's reason."""
+    shape: Shape | None = None
+    """The model's shape, where its GGUF header was read: what `longest_context` reckons with."""
+    context: int = 0
 
 
 class NodeState(msgspec.Struct, kw_only=True):
@@ -76,27 +85,89 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True):
     workers: list[Worker] = msgspec.field(default_factory=list)
 
 
-def need_of(profile: Profile, weights_bytes: int) -> Need:
+_CACHE_FLAGS = {"-ctk": "k", "--cache-type-k": "k", "-ctv": "v", "--cache-type-v": "v"}
+
+
+def kv_cache_type(profile: Profile) -> str:
+    """The KV cache's element type the profile's engine args give (-ctk/-ctv): the wider of
+    keys' and values', f16 where neither is given or a type is not one modelplan knows."""
+    given = []
+    for i, arg in enumerate(profile.args):
+        flag, eq, value = arg.partition("=")
+        if flag in _CACHE_FLAGS:
+            given.append(value if eq else (profile.args[i + 1] if i + 1 < len(profile.args) else ""))
+    known = [t for t in given if t in KV_CACHE_TYPES]
+    if not known or len(known) < len(given):
+        return "f16"
+    return max(known, key=lambda t: KV_CACHE_TYPES[t])
+
+
+def _estimate(profile: Profile, shape: Shape, context: int) -> Memory:
+    """The modelplan estimate for a llama.cpp replica, on each of its cards (or nodes' shares)."""
+    parts = max(profile.gpus, 1) * profile.nodes
+    return llamacpp_memory(shape, context, profile.slots, cards=parts, cache=kv_cache_type(profile))
+
+
+def _says(m: Memory, context: int, slots: int, per: str) -> str:
+    mib = 2**20
+    return (
+        f"weights {m.weights // mib} MiB + KV {m.kv // mib} MiB for a context of {context} in {slots} slots"
+        f" + buffers {(m.compute + m.margin) // mib} MiB{per}"
+    )
+
+
+def longest_context(need: Need, have_mb: int) -> int:
+    """The longest context (a multiple of 256) whose replica would fit in `have_mb` (on each
+    card, on cards), shorter than the need's; 0 where even 256 would not, or no shape is known."""
+    if need.shape is None or need.profile.host_memory_mb is not None and not need.cards:
+        return 0
+    low, high = 0, need.context // 256
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _estimate(need.profile, need.shape, mid * 256).mib <= have_mb:
+            low = mid
+        else:
+            high = mid - 1
+    return low * 256 if low * 256 < need.context else 0
+
+
+def need_of(profile: Profile, weights_bytes: int, shape: Shape | None = None, context: int = 4096) -> Need:
     """What one replica of `profile` takes on each of its nodes for a file of `weights_bytes`.
 
-    On the CPU: the profile's host memory, else the weights plus 10% and 256 MiB. On cards: the
-    weights split over them plus 10% and a headroom each.
-    Across nodes, each node's share is the weights split evenly between them; the profile's
-    host memory, where it gives one, is each node's.
+    With the model's shape (its GGUF header) and llama.cpp: `llmgw.modelplan`'s estimate, the
+    one `llmgw plan` gives: weights, the KV cache for `context` shared by the profile's slots at
+    its cache type, compute buffers and a margin; on cards, each card's share; across nodes,
+    each node's. The profile's host memory, where it gives one, is a CPU replica's.
+    Without a shape (or on vLLM): on the CPU the profile's host memory, else the weights plus
+    10% and 256 MiB; on cards the weights split over them plus 10% and a headroom each.
     """
+    if shape is not None and profile.engine == "llamacpp":
+        m = _estimate(profile, shape, context)
+        per = " on each card" if profile.gpus else (" on each node" if profile.nodes > 1 else "")
+        sized = {"sizing": _says(m, context, profile.slots, per), "shape": shape, "context": context}
+        read = shape.active_bytes // profile.nodes
+        if profile.gpus:
+            return _on_cards(profile, m.mib, read, **sized)
+        memory = profile.host_memory_mb if profile.host_memory_mb is not None else m.mib
+        return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=read, estimate_mb=memory, **sized)
     share = weights_bytes // profile.nodes
     if profile.gpus:
-        per_card = int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB
-        return Need(
-            profile=profile,
-            memory_mb=profile.host_memory_mb or 0,
-            cards=profile.gpus,
-            card_mb=per_card,
-            read_bytes=share,
-            card_choice=(profile.gpus, profile.gpu_class, profile.min_card_mb, profile.min_compute, per_card),
-        )
+        return _on_cards(profile, int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB, share)
     memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(share * 1.1 / 2**20) + 256
-    return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share)
+    return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share, estimate_mb=memory)
+
+
+def _on_cards(profile: Profile, per_card: int, read: int, **sized) -> Need:
+    return Need(
+        profile=profile,
+        memory_mb=profile.host_memory_mb or 0,
+        cards=profile.gpus,
+        card_mb=per_card,
+        read_bytes=read,
+        card_choice=(profile.gpus, profile.gpu_class, profile.min_card_mb, profile.min_compute, per_card),
+        estimate_mb=per_card * profile.gpus,
+        **sized,
+    )
 
 
 def node_states(
