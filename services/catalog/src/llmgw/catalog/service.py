@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import msgspec
 
 from llmgw.bus import (
@@ -34,7 +35,10 @@ from llmgw.catalog.core import (
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
+from llmgw.catalog.serve import check_serve, choose_ways, serve_plan, served_model
 from llmgw.catalog.store import ModelStore
+from llmgw.gguf import GGUFError, read_model
+from llmgw.modelplan import FileFacts, node_facts, shape_from_gguf
 from llmgw.proto import (
     BUCKETS,
     Empty,
@@ -53,8 +57,9 @@ from llmgw.proto import (
     agent,
     catalog,
     mirror,
+    scheduler,
 )
-from llmgw.proto.catalog import SetAliases
+from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -109,6 +114,8 @@ class Catalog:
         await ctx.serve(catalog.MODEL_REMOVE, self.remove)
         await ctx.serve(catalog.MODEL_CHANGE, self.change)
         await ctx.serve(catalog.MODEL_PURGE, self.purge)
+        await ctx.serve(catalog.SERVE_PLAN, self.serve_plan)
+        await ctx.serve(catalog.SERVE, self.serve)
 
     async def stop(self) -> None:
         """Stop watching the replicas."""
@@ -160,6 +167,65 @@ class Catalog:
             self.ctx.log.warning("model file not checked", model=model.name, source=model.source, error=exc.message)
             return
         check_file(model, info)
+
+    async def serve_plan(self, ask: ServePlanAsk) -> ServePlan:
+        """Every way a mirrored file runs on the fleet's nodes now, best first."""
+        return (await self._plan(ask))[0]
+
+    async def serve(self, req: ServeModel) -> ModelEntry:
+        """Put a mirrored file into service the way asked, under the rule that makes the CPU a
+        choice made on purpose; written as a put of a new model (the catalog untouched on refusal)."""
+        ask = ServePlanAsk(source=req.source, context=req.context, cores=req.cores, slots=req.slots)
+        plan, cards = await self._plan(ask)
+        card, cpu = choose_ways(plan, req, cards)
+        model = served_model(req, plan, card, cpu)
+        warnings = list(plan.warnings)
+        for way in (w for w in (card, cpu) if w):
+            warnings += check_serve(way, plan, req.cpu_anyway, alone=card is None)
+        entry = await self.put(ModelPut(model=model, revision=0, by=req.by))
+        for way in (w for w in (card, cpu) if w):
+            self.ctx.log.info(
+                "model served",
+                model=model.name,
+                way=way.kind,
+                cards=way.cards,
+                node=way.node,
+                tokens_per_s=way.tokens_per_s,
+                memory_mb=way.memory_mb,
+                cpu_anyway=req.cpu_anyway,
+            )
+        return msgspec.structs.replace(entry, warnings=warnings)
+
+    async def _plan(self, ask: ServePlanAsk) -> tuple[ServePlan, int]:
+        """The plan of `ask` from the mirror's file (verified, its GGUF header read over HTTP) and the
+        scheduler's nodes, and how many cards the fleet has."""
+        if not ask.source.endswith(".gguf"):
+            raise BadRequest(f"{ask.source} is not a .gguf file: serve runs GGUF files on llama.cpp")
+        try:
+            info = await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=ask.source, digest=False))
+        except NotFound as exc:
+            raise BadRequest(f"{exc.message}; `llmgw ctl mirror add OWNER/REPO` fetches it") from None
+        except BusError as exc:
+            raise BadRequest(f"the mirror did not answer ({exc.message}): start it and ask again") from None
+        if not info.verified:
+            raise BadRequest(
+                f"the mirror has not verified {ask.source}: only a file checked against its published hash is "
+                "served; `llmgw ctl mirror show` says how its fetch is doing"
+            )
+        if info.header_error:
+            raise BadRequest(f"{ask.source}: its file {info.header_error}; serve a GGUF model")
+        try:
+            header = await asyncio.to_thread(read_model, info.url)
+        except (GGUFError, OSError, httpx.HTTPError) as exc:
+            raise BadRequest(f"{ask.source}: its header did not read from the mirror ({exc}); try again") from None
+        try:
+            listed = await call(self.ctx.nc, scheduler.NODE_LIST, Empty())
+        except BusError as exc:
+            raise BadRequest(f"the scheduler did not answer ({exc.message}): start it and ask again") from None
+        name = ask.source.rsplit("/", 1)[-1]
+        facts = FileFacts(name=name, format="gguf", quant=header.file_type, shape=shape_from_gguf(header))
+        plan = serve_plan(ask, facts, header.context_length, [node_facts(n) for n in listed.nodes])
+        return plan, sum(len(n.gpus) for n in listed.nodes)
 
     async def change(self, req: ModelChange) -> ModelEntry:
         """Apply an operator's change (the core says what it makes of the model)."""

@@ -13,6 +13,7 @@ from llmgw.bus import BusError, call
 from llmgw.ctl.changes import BY, change_of
 from llmgw.ctl.fleet_commands import PLAN
 from llmgw.ctl.sentences import added, purged, removed, said
+from llmgw.ctl.serve_commands import SERVE
 from llmgw.ctl.tables import model_rows, models_table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
 from llmgw.proto import (
@@ -270,6 +271,7 @@ MODEL = Noun(
         ),
         *_CHANGES,
         PLAN,
+        SERVE,
     ),
     default=_LIST,
 )

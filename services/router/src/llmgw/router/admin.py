@@ -49,6 +49,7 @@ from llmgw.router.errors import (
 )
 from llmgw.router.mirror_admin import MIRROR_ROUTES
 from llmgw.router.prepare import check_body
+from llmgw.router.serve_admin import SERVE_ROUTES
 
 __all__ = ["admin_api"]
 
@@ -82,6 +83,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
             put_project,
             usage,
             *MIRROR_ROUTES,
+            *SERVE_ROUTES,
         ],
         guards=[admin_only],
         before_request=_readable_body,
