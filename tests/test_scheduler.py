@@ -19,9 +19,10 @@ import pytest
 from llmgw.agent.service import Agent, AgentConfig
 from llmgw.bus import Context, call
 from llmgw.catalog.service import Catalog, CatalogConfig
-from llmgw.gguf import write_random_llama
+from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, Model, ModelPut, Profile, Scaling, catalog, scheduler
+from llmgw.proto import agent as agent_api
 from llmgw.proto.catalog import SetReplicas
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
@@ -332,3 +333,31 @@ async def test_an_engine_replaced_while_its_agent_was_away_is_stopped_when_the_a
     await until(lambda: _true(first.id not in back.replicas.runs), timeout=30)  # stopped: no duplicate
     assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE  # no orphan (reaped by its parent)
     assert [r.id for r in await replicas(nc)] == [moved.id]
+
+
+async def test_a_file_that_fits_a_node_but_whose_context_does_not_is_parked_with_the_numbers_never_started(
+    cluster, nc, tmp_path
+):
+    long = "test/tiny/long.gguf"  # trained for 2**30 tokens: 256 GiB of f16 KV at that context, the file a few MB
+    write_random_llama(tmp_path / "mirror" / long, TinyLlama(context=2**30))
+    starts = []
+
+    async def noted(msg):
+        starts.append(msg.subject)
+
+    await nc.subscribe(agent_api.REPLICA_START.subject("a"), cb=noted)
+    await cluster.add(Scheduler(scheduler_config()), scheduler_config())
+    await agent(cluster, tmp_path, "a", 22900)
+    model = Model(name="m", source=long, context=2**30, profiles=[Profile(slots=1)], scaling=Scaling(min=1, max=1))
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=model))
+
+    async def parked():
+        statuses = (await call(nc, scheduler.MODEL_STATUS, Empty())).models
+        return next((s for s in statuses if s.model == "m" and s.state == "parked" and "a: memory" in s.reason), None)
+
+    status = await until(parked, timeout=30)
+    assert "a: memory: needs " in status.reason and " MiB free" in status.reason
+    assert "KV 262144 MiB for a context of 1073741824 in 1 slots" in status.reason  # read from the mirror's header
+    assert "a context of " in status.reason.split("MiB free", 1)[1]  # and what would fit this node
+    await asyncio.sleep(1.0)  # a few more passes
+    assert starts == [] and await replicas(nc) == []
