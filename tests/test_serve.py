@@ -1,0 +1,148 @@
+"""Serving a mirrored file across real services over a real nats-server (each with its own
+identity): a mirror holding a tiny GGUF (imported, verified), the catalog, a scheduler with CPU
+nodes registered as agents would, and a router's admin API. The plan lists the CPU way, serve
+writes the model, a very slow way is refused unless asked for on purpose; bad input leaves the
+catalog untouched."""
+
+import asyncio
+import hashlib
+
+import httpx
+import pytest
+
+from llmgw.bus import BadRequest, call, new_fleet_secret, write_secret
+from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.gguf import write_random_llama
+from llmgw.mirror.imports import Import
+from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.proto import Empty, KeyCreate, ModelRef, NodeInfo, catalog, mirror, scheduler
+from llmgw.proto.catalog import ServeModel, ServePlanAsk
+from llmgw.router.service import Router, RouterConfig
+from llmgw.scheduler.service import Scheduler, SchedulerConfig
+
+SOURCE = "demo/tiny/tiny.gguf"
+BY_HAND = "hand/placed/m.gguf"
+
+
+def cpu_node(name: str, gbs: float) -> NodeInfo:
+    """A CPU node whose agent measured its memory at `gbs` GB/s (all cores and one alike)."""
+    return NodeInfo(
+        node=name,
+        hostname=name,
+        cpus=4,
+        memory_total_mb=8192,
+        memory_available_mb=8192,
+        engines={"llamacpp": "test"},
+        membw_all_gbs=gbs,
+        membw_one_gbs=gbs,
+    )
+
+
+class Fleet:
+    def __init__(self, nc, url, admin):
+        self.nc, self.url, self.admin = nc, url, admin
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=f"{self.url}/api/v1", headers=self.admin, timeout=60)
+
+    async def models(self) -> list[str]:
+        return [e.model.name for e in (await call(self.nc, catalog.MODEL_LIST, Empty())).models]
+
+
+@pytest.fixture
+async def fleet(serve, nc, tmp_path):
+    tiny = write_random_llama(tmp_path / "tiny.gguf")
+    write_random_llama(tmp_path / "mirror" / BY_HAND)
+    sha256 = hashlib.sha256(tiny.read_bytes()).hexdigest()
+    config = MirrorConfig(
+        root=str(tmp_path / "mirror"), keep_free_bytes=0, imports=[Import(path=str(tiny), source=SOURCE, sha256=sha256)]
+    )
+    await serve(Mirror(config), config)
+    await serve(Catalog(CatalogConfig(file_check_s=5.0)), CatalogConfig(file_check_s=5.0))
+    await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3))
+    secret = tmp_path / "engine-fleet.secret"
+    write_secret(secret, new_fleet_secret())
+    router_config = RouterConfig(http_port=0, engine_secret=str(secret))
+    router = await serve(Router(router_config), router_config)
+    admin = await router.accounts.create_key(KeyCreate(name="ops", admin=True))
+    for _ in range(200):
+        if router.ready() and [r.state for r in (await call(nc, mirror.REPO_LIST, Empty())).repos] == ["ready"]:
+            return Fleet(nc, router.http.url, {"authorization": f"Bearer {admin.key}"})
+        await asyncio.sleep(0.05)
+    raise AssertionError("the router or the mirror's import never became ready")
+
+
+async def test_the_plan_lists_the_cpu_way_and_serve_writes_the_model(fleet):
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
+    plan = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=2), timeout=30)
+    [way] = plan.ways
+    assert (way.kind, way.threads, way.node, way.nodes_fit, way.mark) == ("cpu", 2, "a", ["a"], "")
+    assert way.tokens_per_s > 15 and way.more_replicas == 8192 // way.memory_mb
+    assert way.memory_mb >= way.weights_mb + way.kv_mb > 0
+    entry = await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, cores=2, by="t"), timeout=30)
+    assert entry.warnings == [] and entry.changed_by == "t"
+    stored = (await call(fleet.nc, catalog.MODEL_GET, ModelRef(name="tiny"))).model
+    [profile] = stored.profiles
+    assert (profile.name, profile.gpus, profile.cpu_cores, profile.host_memory_mb) == ("cpu", 0, 2, way.memory_mb)
+    assert stored.source == SOURCE and stored.context == plan.context
+    async with fleet.http() as http:
+        shown = await http.get("/serve/plan", params={"source": SOURCE, "cores": 2})
+        assert shown.status_code == 200, shown.text
+        assert [w["kind"] for w in shown.json()["ways"]] == ["cpu"]
+        again = await http.post("/serve", json={"source": SOURCE, "cpu": True})
+        assert again.status_code == 409 and "already exists" in again.json()["error"]["message"], again.text
+        named = await http.post("/serve", json={"source": SOURCE, "name": "tiny-2", "replicas": "cpu=2"})
+        assert named.status_code == 201, named.text
+        body = named.json()
+        assert body["changed_by"] == "ops" and (body["model"]["scaling"]["min"], body["model"]["scaling"]["max"]) == (
+            2,
+            2,
+        )
+
+
+async def test_a_very_slow_cpu_way_is_refused_unless_it_is_asked_for_on_purpose(fleet):
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("slow", 0.0005))
+    plan = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE), timeout=30)
+    [way] = plan.ways
+    assert way.mark == "very slow" and way.node == "slow" and way.tokens_per_s < 5
+    with pytest.raises(BadRequest) as refused:
+        await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True), timeout=30)
+    said = refused.value.message
+    assert f"would answer at about {way.tokens_per_s:.1f} tokens a second on the CPU, at best on slow" in said
+    assert "a reply of 500 tokens in about" in said and "--gpus 1" in said and "--cpu-anyway" in said
+    assert await fleet.models() == []
+    async with fleet.http() as http:
+        posted = await http.post("/serve", json={"source": SOURCE})
+        assert posted.status_code == 400 and "tokens a second on the CPU" in posted.json()["error"]["message"]
+        taken = await http.post("/serve", json={"source": SOURCE, "cpu_anyway": True})
+        assert taken.status_code == 201, taken.text
+        assert taken.json()["warnings"][0].startswith("Very slow: about ")
+    assert await fleet.models() == ["tiny"]
+
+
+@pytest.mark.parametrize(
+    ("ask", "said"),
+    [
+        pytest.param(
+            ServeModel(source="demo/tiny/absent.gguf"),
+            "`llmgw ctl mirror add OWNER/REPO` fetches it",
+            id="a source the mirror does not hold",
+        ),
+        pytest.param(
+            ServeModel(source=BY_HAND), "the mirror has not verified hand/placed/m.gguf", id="an unverified source"
+        ),
+        pytest.param(ServeModel(source=SOURCE, cores=64), "cores 64 is above every node's", id="cores no node has"),
+        pytest.param(
+            ServeModel(source=SOURCE, gpus=1), "--gpus 1: no node of this fleet has a card", id="gpus without cards"
+        ),
+        pytest.param(
+            ServeModel(source=SOURCE, cpu=True, replicas="gpu=7,cpu=4"), "replicas: no profile gpu", id="bad replicas"
+        ),
+    ],
+)
+async def test_bad_input_is_refused_saying_what_to_write_and_the_catalog_is_untouched(fleet, ask, said):
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
+    with pytest.raises(BadRequest) as refused:
+        await call(fleet.nc, catalog.SERVE, ask, timeout=30)
+    assert said in refused.value.message
+    assert await fleet.models() == []
