@@ -63,6 +63,7 @@ def test_the_table_shows_counts_what_a_replica_reserves_and_why_replicas_failed(
         "STATUS",
         "CLASS",
         "RESERVES",
+        "MEMORY",
         "PROFILES",
         "ALIASES",
         "FALLBACKS",
@@ -136,10 +137,26 @@ def test_the_replica_table_shows_each_replica_and_the_first_line_of_its_error():
         ]
     )
     rows = replicas_table(replicas).splitlines()
-    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
-    assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "http://n1:9000"]
+    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "URL", "ERROR"]
+    assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "-", "http://n1:9000"]
     assert rows[2].split()[:5] == ["r2", "n2", "m", "gpu", "failed"] and rows[2].endswith("exited 1")
     assert [row.id for row in replica_rows(replicas).replicas] == ["r1", "r2"]
+
+
+def test_the_replica_and_model_tables_show_the_estimate_beside_the_measured_memory():
+    replicas = ReplicaList(
+        replicas=[
+            ReplicaState(id="r1", model="m", profile="cpu", node="n1", state="ready", estimate_mb=812, measured_mb=640),
+            ReplicaState(id="r2", model="m", profile="cpu", node="n2", state="starting", estimate_mb=812),
+        ]
+    )
+    rows = replicas_table(replicas).splitlines()
+    assert rows[1].split()[5] == "812/640MiB" and rows[2].split()[5] == "812/-MiB"
+    assert [(r.estimate_mb, r.measured_mb) for r in replica_rows(replicas).replicas] == [(812, 640), (812, 0)]
+    listed = ModelList(models=[entry(Model(name="m", source="o/r/m.gguf"))])
+    assert "812/640MiB" in models_table(listed, replicas).splitlines()[1]
+    [row] = msgspec.to_builtins(model_rows(listed, replicas))["models"]
+    assert (row["estimate_mb"], row["measured_mb"]) == (812, 640)
 
 
 TWO = Model(

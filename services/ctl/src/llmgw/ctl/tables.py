@@ -27,6 +27,7 @@ __all__ = [
     "ReplicaRows",
     "keys_table",
     "limits_text",
+    "memory_cell",
     "model_rows",
     "models_table",
     "replica_rows",
@@ -54,6 +55,10 @@ class ModelRow(msgspec.Struct, kw_only=True):
     aliases: list[str]
     fallbacks: list[str]
     warning: str
+    estimate_mb: int = 0
+    """Memory the scheduler reckoned a replica takes, MiB (the largest of its replicas'); 0: none."""
+    measured_mb: int = 0
+    """Memory a replica's engine uses now, MiB, as its agent measured it (the largest); 0: none."""
     """Why it is parked, or the last error of a failed replica; empty when all is well."""
     declared_in: str
     """The YAML file that declares it (change it there)."""
@@ -78,6 +83,10 @@ class ReplicaRow(msgspec.Struct, kw_only=True):
     state: str
     url: str
     error: str
+    estimate_mb: int = 0
+    """Memory the scheduler reckoned it takes, MiB; 0: not reckoned."""
+    measured_mb: int = 0
+    """Memory its engine uses now, MiB, as its agent measured it; 0: not measured."""
 
 
 class ReplicaRows(msgspec.Struct):
@@ -108,8 +117,11 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
     """Each model with its replicas ready and wanted, the scheduler's status and why it is parked or failing."""
     ready: dict[str, int] = {}
     failed: dict[str, list[str]] = {}
+    memory: dict[str, tuple[int, int]] = {}
     for r in replicas.replicas:
         ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
+        est, used = memory.get(r.model, (0, 0))
+        memory[r.model] = (max(est, r.estimate_mb), max(used, r.measured_mb if r.state == "ready" else 0))
         if r.state == "failed":
             failed.setdefault(r.model, []).append(r.error)
     known = {s.model: s for s in statuses.models} if statuses else {}
@@ -129,6 +141,8 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
                 aliases=m.aliases,
                 fallbacks=m.fallbacks,
                 warning=st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else ""),
+                estimate_mb=memory.get(m.name, (0, 0))[0],
+                measured_mb=memory.get(m.name, (0, 0))[1],
                 declared_in=e.declared_in,
                 revision=e.revision,
                 model=m,
@@ -138,7 +152,8 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
 
 
 def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> str:
-    """`llmgw ctl models`: name, ready/wanted, status, class, what a replica reserves, profiles (with
+    """`llmgw ctl models`: name, ready/wanted, status, class, what a replica reserves, its memory
+    (estimate/measured), profiles (with
     counts), aliases, fallbacks, and warnings (why it is parked, or replicas that failed and why)."""
     rows = []
     for r in model_rows(listed, replicas, statuses).models:
@@ -150,6 +165,7 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
                 r.status + (" (declared)" if r.declared_in else ""),
                 r.capacity_class,
                 r.reserves,
+                memory_cell(r.estimate_mb, r.measured_mb),
                 ", ".join(f"{n}={c or 0}" if counted else n for n, c in r.profiles.items()),
                 ", ".join(r.aliases) or "-",
                 ", ".join(r.fallbacks) or "-",
@@ -157,7 +173,8 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
             )
         )
     return table(
-        ["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"], rows
+        ["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "MEMORY", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"],
+        rows,
     )
 
 
@@ -165,19 +182,46 @@ def replica_rows(replicas: ReplicaList) -> ReplicaRows:
     """Each replica: where it runs, what it serves, its state and URL, and why it failed."""
     return ReplicaRows(
         replicas=[
-            ReplicaRow(id=r.id, node=r.node, model=r.model, profile=r.profile, state=r.state, url=r.url, error=r.error)
+            ReplicaRow(
+                id=r.id,
+                node=r.node,
+                model=r.model,
+                profile=r.profile,
+                state=r.state,
+                url=r.url,
+                error=r.error,
+                estimate_mb=r.estimate_mb,
+                measured_mb=r.measured_mb,
+            )
             for r in replicas.replicas
         ]
     )
 
 
 def replicas_table(replicas: ReplicaList) -> str:
-    """`llmgw ctl replica list`: one line each (an error's first line)."""
+    """`llmgw ctl replica list`: one line each, its memory as estimate/measured (an error's first line)."""
     rows = [
-        (r.id, r.node, r.model, r.profile, r.state, r.url or "-", r.error.splitlines()[0] if r.error else "")
+        (
+            r.id,
+            r.node,
+            r.model,
+            r.profile,
+            r.state,
+            memory_cell(r.estimate_mb, r.measured_mb),
+            r.url or "-",
+            r.error.splitlines()[0] if r.error else "",
+        )
         for r in replica_rows(replicas).replicas
     ]
-    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"], rows)
+    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "URL", "ERROR"], rows)
+
+
+def memory_cell(estimate_mb: int, measured_mb: int) -> str:
+    """A replica's memory as the scheduler reckoned it and as its agent measured it:
+    "estimate/measured MiB" ("?" where not reckoned, "-" where not measured), "-" for neither."""
+    if not estimate_mb and not measured_mb:
+        return "-"
+    return f"{estimate_mb or '?'}/{measured_mb or '-'}MiB"
 
 
 def limits_text(limits: Limits) -> str:
