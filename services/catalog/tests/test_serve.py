@@ -173,7 +173,7 @@ def test_the_plan_lists_every_way_best_first_with_its_memory_nodes_room_and_spee
     calibration = CpuCalibration(source="llmgw plan calibrate on small")
     fleet = [
         node("gpu-1", cpus=32, memory_gb=256, cards=[l40s(count=2, free=2)]),
-        node("small", cpus=8, memory_gb=64, all_gbs=40.0, calibration=calibration),
+        node("small", cpus=8, memory_gb=64, all_gbs=8.0, one_gbs=2.0, calibration=calibration),
     ]
     plan = serve_plan(ServePlanAsk(source=SOURCE, cores=4), BIG, 32768, fleet)
     assert plan.context == 8192 and plan.trained_context == 32768 and plan.warnings == []
