@@ -17,9 +17,11 @@ import httpx
 import msgspec
 import pytest
 
+from llmgw.agent import usage
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.service import Agent, AgentConfig
 from llmgw.bus import BusError, call, new_fleet_secret, node_secret, write_secret
+from llmgw.ctl.tables import replicas_table
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import (
@@ -27,9 +29,11 @@ from llmgw.proto import (
     FileRef,
     Model,
     Profile,
+    ReplicaList,
     ReplicaReport,
     ReplicaSpec,
     ReplicaStart,
+    ReplicaState,
     ReplicaStop,
     Worker,
     WorkerStart,
@@ -469,3 +473,21 @@ async def test_a_worker_that_dies_at_start_says_so_with_its_last_words(node, nc,
             node="a",
         )
     assert agent.workers.starts == {}
+
+
+async def test_a_running_engine_reports_its_measured_memory_and_on_cards_what_nvml_says_it_holds(node, nc, tmp_path):
+    agent, _ = node
+    model = Model(name="m", source=SOURCE, context=512)
+    await start(nc, "c1", model, Profile(name="cpu", slots=1))
+    assert (await until(agent, "c1", "ready", "failed")).state == "ready"
+    [cpu] = [r for r in agent._work().replicas if r.id == "c1"]  # what the next heartbeat carries
+    rss = sum(p.memory_info().rss for p in usage.process_tree(agent.replicas.runs["c1"].child.pid)) // 2**20
+    assert cpu.measured_mb > 0 and abs(cpu.measured_mb - rss) <= max(16, rss // 10)
+    # On cards (a vLLM stand-in on a FakeNvml card, no GPU here): NVML's per-process memory is added.
+    await start(nc, "g1", model, Profile(name="gpu", engine="vllm", gpus=1), gpus=["GPU-0000"])
+    assert (await until(agent, "g1", "ready", "failed")).state == "ready"
+    agent.facts.nvml.cards[0].processes = [(agent.replicas.runs["g1"].child.pid, 700)]
+    [gpu] = [r for r in agent._work().replicas if r.id == "g1"]
+    assert gpu.measured_mb >= 700 and [r.measured_mb for r in agent._work().replicas if r.id == "c1"][0] < 700
+    ctl_rows = replicas_table(ReplicaList(replicas=[ReplicaState(**msgspec.to_builtins(cpu), estimate_mb=400)]))
+    assert f"400/{cpu.measured_mb}MiB" in ctl_rows.splitlines()[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from llmgw.agent import adoption
+from llmgw.agent import adoption, usage
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact
 from llmgw.agent.mirrors import fetch_nearest
@@ -68,7 +68,11 @@ class Replicas:
         self._ctx = ctx
 
     def reports(self) -> list[ReplicaReport]:
-        """What each replica here is now."""
+        """What each replica here is now, with the memory each running engine uses measured now."""
+        engines = [r for r in self.runs.values() if r.child is not None and r.live]
+        on_cards = usage.card_mb_by_pid(self.facts.nvml) if any(r.spec.gpus for r in engines) else {}
+        for r in engines:
+            r.report = msgspec.structs.replace(r.report, measured_mb=usage.engine_memory_mb(r.child.pid, on_cards))
         return [r.report for r in self.runs.values()]
 
     def running(self) -> dict[str, str]:
