@@ -44,9 +44,13 @@
         llmgw-catalog = {
           dir = "services/catalog";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" "pyyaml" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" "pyyaml" ];
         };
-        llmgw-scheduler = { dir = "services/scheduler"; buildSystem = [ "uv-build" ]; requires = [ "llmgw-proto" "llmgw-bus" "llmgw-modelplan" ]; };
+        llmgw-scheduler = {
+          dir = "services/scheduler";
+          buildSystem = [ "uv-build" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" ];
+        };
         llmgw-mirror = {
           dir = "services/mirror";
           buildSystem = [ "uv-build" ];
