@@ -139,14 +139,13 @@ def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_pa
     assert done.returncode == code and said in done.stderr and "Traceback" not in done.stderr
 
 
-def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it(tmp_path):
+def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it_only_when_kept(tmp_path):
     done = subprocess.run(
         [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1"], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr
     assert "MEASURED" in done.stdout and "worst error: defaults" in done.stdout
-    kept = json.loads((tmp_path / "calibration.json").read_text())
-    assert kept["source"].startswith("llama-bench on ") and 0 < kept["core_share"] <= 1.5
+    assert "on models left out of the fit" in done.stdout and "Q4_1-" in done.stdout and "F16-" in done.stdout
     model = write_random_llama(tmp_path / "m.gguf", TinyLlama())
     out = subprocess.run(
         [*PLAN, str(model), "--node-bandwidth", "40,10", "--data-dir", str(tmp_path)],
@@ -154,4 +153,10 @@ def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it(tmp_pat
         text=True,
         check=True,
     ).stdout
+    if "not kept:" in done.stdout:
+        assert not (tmp_path / "calibration.json").exists() and "default CPU constants" in out
+        return
+    kept = json.loads((tmp_path / "calibration.json").read_text())
+    assert kept["source"].startswith("llama-bench on ") and 0 < kept["core_share"] <= 1.5
+    assert kept["holdout_error"] > 0 and "Q4_1" in kept["compute_ns_per_byte"]
     assert f"; {kept['source']}" in out

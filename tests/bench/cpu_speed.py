@@ -1,7 +1,7 @@
 """CPU speed: what llama-bench measures here against what llmgw.modelplan predicts.
 
-Generates Q8_0 models larger than the last-level cache (dense at 4, 6 and 8 times it, and one
-of experts), runs llama-bench at 1 and 2 threads, and prints measured against predicted with
+Generates models larger than the last-level cache (`llmgw plan calibrate`'s: two of each of
+F16, Q8_0, Q4_0 and Q4_1), runs llama-bench at 1 and 2 threads, and prints measured against predicted with
 the defaults (fitted on another fleet) and with this node's calibration. The calibrated column
 is leave-one-model-out: each model is predicted by constants fitted to the others, so it shows
 what calibration does for a model it has not seen. Run with `just bench`.
@@ -26,7 +26,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         models = bench_models(Path(tmp), last_level_cache_bytes())
-        points = measure_models(models, [1, 2], bw)
+        points, _ = measure_models(models, [1, 2], bw, rounds=1)
     print(
         f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; "
         f"last-level cache {(last_level_cache_bytes() or 0) / 2**20:.0f} MiB"
@@ -36,8 +36,10 @@ def main() -> None:
     for p in points:
         others = [q for q in points if q.name != p.name]
         k = fit_cpu(others, "others")
-        d = cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, DEFAULT_CPU)
-        c = cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k)
+        d, c = (
+            cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, x, p.type_bytes, p.layers)
+            for x in (DEFAULT_CPU, k)
+        )
         ed, ec = (d - p.tokens_per_second) / p.tokens_per_second, (c - p.tokens_per_second) / p.tokens_per_second
         worst_default, worst_calibrated = max(worst_default, abs(ed)), max(worst_calibrated, abs(ec))
         rows.append(

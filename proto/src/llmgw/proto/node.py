@@ -25,11 +25,21 @@ class CpuCalibration(Struct, kw_only=True):
     token_fixed_s: float = 0.005
     """A token's cost that does not grow with the model, seconds."""
     f16_gflops_per_core: float = 12.0
-    """Matrix work one thread does on F16/BF16 weights, GFLOP/s: their speed is capped by it."""
+    """Not read any more: `compute_ns_per_byte["F16"]` took its place (kept: the schema only grows)."""
     source: str = "defaults fitted on another fleet"
     """Where the figures come from."""
     worst_error: float = 0.0
     """The fit's largest relative error over what it measured (0 for the defaults)."""
+    compute_ns_per_byte: dict[str, float] = field(default_factory=dict)
+    """One thread's arithmetic per byte of weights a token reads, nanoseconds, by tensor type
+    ("Q4_1": dequantising costs more than reading); "" is the cost of types not listed. Empty:
+    no such cost (a calibration from before it was modelled)."""
+    layer_sync_s: float = 0.0
+    """Seconds a token spends, per layer, with threads waiting for each other (more than one
+    thread only): what makes a deep small model scale worse across threads than a shallow one."""
+    holdout_error: float = 0.0
+    """The fit's largest relative error on models it was not fitted to (each model left out of the
+    fit in turn and estimated from the others); 0 where not measured."""
 
 
 class GpuInfo(Struct, kw_only=True):

@@ -39,7 +39,7 @@ class TinyLlama(msgspec.Struct, frozen=True, kw_only=True):
     experts_used: int = 0
     """Experts each token uses."""
     tensor_type: str = "F32"
-    """F32, F16 or Q8_0 for the matrices (norms stay F32)."""
+    """F32, F16, Q8_0, Q4_0 or Q4_1 for the matrices (norms stay F32)."""
     split_tensors: int = 0
     """Write parts of at most this many tensors (`-00001-of-0000N.gguf`); 0 is one file."""
 
@@ -96,6 +96,8 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
             "F32": gguf.LlamaFileType.ALL_F32,
             "F16": gguf.LlamaFileType.MOSTLY_F16,
             "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+            "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+            "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
         }[shape.tensor_type]
     )
     writer.add_tokenizer_model("llama")

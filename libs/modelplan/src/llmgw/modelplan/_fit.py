@@ -1,13 +1,17 @@
-"""A node's own CPU constants, fitted to what llama-bench measured on it."""
+"""A node's own CPU constants, fitted to what llama-bench measured on it, and kept only when they
+estimate models left out of the fit better than the defaults do."""
 
 from __future__ import annotations
 
 import msgspec
 
-from llmgw.modelplan._speed import DEFAULT_CPU, cpu_tokens_per_second
+from llmgw.modelplan._speed import DEFAULT_CPU, cpu_compute_seconds, cpu_read_gbs, cpu_tokens_per_second
 from llmgw.proto import CpuCalibration
 
-__all__ = ["Measured", "fit_cpu", "worst_error"]
+__all__ = ["Fitted", "Measured", "fit_cpu", "holdout_error", "judge_fit", "worst_error"]
+
+_MINOR_SHARE = 0.05
+"""A type holding under this share of every model's bytes (norms in F32) keeps its given cost."""
 
 
 class Measured(msgspec.Struct, frozen=True, kw_only=True):
@@ -19,50 +23,146 @@ class Measured(msgspec.Struct, frozen=True, kw_only=True):
     all_gbs: float
     core_gbs: float
     name: str = ""
+    type_bytes: dict[str, int] = msgspec.field(default_factory=dict)
+    """What a token reads, by tensor type; empty: all of an unmeasured type."""
+    layers: int = 0
+
+
+class Fitted(msgspec.Struct, frozen=True, kw_only=True):
+    """A fit and the verdict on it."""
+
+    fit: CpuCalibration
+    """The constants fitted to every point, with their worst and held-out errors."""
+    kept: bool
+    """Whether they beat the defaults on models they were not fitted to."""
+    defaults_error: float
+    """The defaults' worst relative error over the same points."""
+
+
+def _estimate(k: CpuCalibration, p: Measured) -> float:
+    return cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k, p.type_bytes or None, p.layers)
 
 
 def worst_error(k: CpuCalibration, points: list[Measured]) -> float:
     """The largest relative error of `k`'s estimate over `points`."""
-    return max(
-        (
-            abs(cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
-            / p.tokens_per_second
-            for p in points
-        ),
-        default=0.0,
-    )
+    return max((abs(_estimate(k, p) - p.tokens_per_second) / p.tokens_per_second for p in points), default=0.0)
 
 
 def _rms_error(k: CpuCalibration, points: list[Measured]) -> float:
-    return sum(
-        (
-            (cpu_tokens_per_second(p.read_bytes, p.all_gbs, p.core_gbs, p.threads, k) - p.tokens_per_second)
-            / p.tokens_per_second
-        )
-        ** 2
-        for p in points
-    ) / len(points)
+    return sum(((_estimate(k, p) - p.tokens_per_second) / p.tokens_per_second) ** 2 for p in points) / len(points)
 
 
-def fit_cpu(points: list[Measured], source: str) -> CpuCalibration:
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Least squares by the normal equations (a few unknowns), a whisker of ridge for safety."""
+    n = len(a[0])
+    m = [[sum(r[i] * r[j] for r in a) for j in range(n)] for i in range(n)]
+    v = [sum(r[i] * y for r, y in zip(a, b, strict=True)) for i in range(n)]
+    for i in range(n):
+        m[i][i] += 1e-9 * (m[i][i] or 1.0)
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot], v[col], v[pivot] = m[pivot], m[col], v[pivot], v[col]
+        for r in range(n):
+            if r != col and m[col][col]:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+                v[r] -= f * v[col]
+    return [v[i] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
+
+
+def _nonnegative(a: list[list[float]], b: list[float]) -> list[float]:
+    """Least squares with no negative unknown: the most negative is pinned at 0 until none is."""
+    free = list(range(len(a[0])))
+    x = [0.0] * len(a[0])
+    while free:
+        sol = _solve([[r[i] for i in free] for r in a], b)
+        worst = min(range(len(free)), key=lambda i: sol[i])
+        if sol[worst] >= 0:
+            for i, value in zip(free, sol, strict=True):
+                x[i] = value
+            return x
+        free.pop(worst)
+    return x
+
+
+def _fit_costs(points: list[Measured], k: CpuCalibration, types: list[str]) -> CpuCalibration:
+    """The costs of `types` and the fixed cost that fit `points` best with `k`'s memory constants,
+    in relative terms (each token's time divided by its measured time)."""
+    rows, ys = [], []
+    for p in points:
+        measured_s = 1 / p.tokens_per_second
+        read_s = p.read_bytes / (cpu_read_gbs(p.all_gbs, p.core_gbs, p.threads, k) * 1e9)
+        rest = {t: n for t, n in (p.type_bytes or {"": p.read_bytes}).items() if t not in types}
+        known_s = read_s + cpu_compute_seconds(rest, p.threads, k)
+        per = 1e-9 / max(p.threads, 1)
+        by_type = p.type_bytes or {"": p.read_bytes}
+        sync = p.layers if p.threads > 1 else 0
+        rows.append([*(by_type.get(t, 0) * per / measured_s for t in types), sync / measured_s, 1 / measured_s])
+        ys.append(1 - known_s / measured_s)
+    *costs, layer_sync, fixed = _nonnegative(rows, ys)
+    return msgspec.structs.replace(
+        k,
+        compute_ns_per_byte={**k.compute_ns_per_byte, **{t: round(c, 5) for t, c in zip(types, costs, strict=True)}},
+        layer_sync_s=round(layer_sync, 7),
+        token_fixed_s=round(min(fixed, 0.05), 6),
+    )
+
+
+def _fitted_types(points: list[Measured]) -> list[str]:
+    types: set[str] = set()
+    for p in points:
+        for t, n in (p.type_bytes or {"": p.read_bytes}).items():
+            if n >= _MINOR_SHARE * p.read_bytes:
+                types.add(t)
+    return sorted(types)
+
+
+def fit_cpu(
+    points: list[Measured], source: str, base: CpuCalibration = DEFAULT_CPU, memory: bool = True
+) -> CpuCalibration:
     """The constants that make the estimate closest to `points` (least mean squared relative error;
     one noisy figure moves it less than fitting the worst would).
 
-    A search over the thread exponent and the fixed cost per token, with the core share solved
-    in between: few parameters, few points, no solver needed. The machine's cap stays.
+    The arithmetic per byte of each type the points hold, the threads' wait a layer and the fixed
+    cost a token are solved for (never negative); with `memory`, over a search of the threads' share of one core's rate
+    and their exponent too. Types the points do not hold keep `base`'s costs; the machine's cap
+    stays.
     """
     if not points:
         raise ValueError("nothing measured to fit")
-    best, best_err = DEFAULT_CPU, _rms_error(DEFAULT_CPU, points)
-    for exp_i in range(30, 101, 2):
-        thread_exp = exp_i / 100
-        for fixed_i in range(0, 31):
-            fixed = fixed_i / 2000  # 0 to 15 ms
-            for share_i in range(30, 151, 2):
-                k = msgspec.structs.replace(
-                    DEFAULT_CPU, core_share=share_i / 100, thread_exp=thread_exp, token_fixed_s=fixed
-                )
-                err = _rms_error(k, points)
-                if err < best_err:
-                    best, best_err = k, err
+    types = _fitted_types(points)
+    grid = (
+        [(s / 100, e / 100) for s in range(50, 151, 5) for e in range(50, 101, 5)]
+        if memory
+        else [(base.core_share, base.thread_exp)]
+    )
+    best, best_err = base, _rms_error(base, points)
+    for share, exp in grid:
+        k = _fit_costs(points, msgspec.structs.replace(base, core_share=share, thread_exp=exp), types)
+        err = _rms_error(k, points)
+        if err < best_err:
+            best, best_err = k, err
     return msgspec.structs.replace(best, source=source, worst_error=round(worst_error(best, points), 4))
+
+
+def holdout_error(points: list[Measured], base: CpuCalibration = DEFAULT_CPU, memory: bool = True) -> float:
+    """The largest relative error on a model left out of the fit: each model (by name) is estimated
+    by the constants fitted to the others; 0 with fewer than two models."""
+    names = sorted({p.name for p in points})
+    if len(names) < 2:
+        return 0.0
+    worst = 0.0
+    for name in names:
+        fitted = fit_cpu([p for p in points if p.name != name], "", base, memory)
+        worst = max(worst, worst_error(fitted, [p for p in points if p.name == name]))
+    return worst
+
+
+def judge_fit(points: list[Measured], source: str, base: CpuCalibration = DEFAULT_CPU, memory: bool = True) -> Fitted:
+    """Fit `points` and say whether to keep the fit: only when its error on models it was not
+    fitted to is below the defaults' error on the same models."""
+    fit = fit_cpu(points, source, base, memory)
+    held_out = holdout_error(points, base, memory)
+    fit = msgspec.structs.replace(fit, holdout_error=round(held_out, 4))
+    defaults = worst_error(base, points)
+    return Fitted(fit=fit, kept=len({p.name for p in points}) >= 2 and held_out < defaults, defaults_error=defaults)

@@ -13,6 +13,7 @@ __all__ = [
     "KV_CACHE_TYPES",
     "Memory",
     "Shape",
+    "active_type_bytes",
     "compute_buffer_bytes",
     "kv_bytes_per_token",
     "llamacpp_memory",
@@ -55,15 +56,14 @@ class Shape(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of every weight."""
     active_bytes: int = 0
     """Bytes one token reads (the experts' share for a model of experts)."""
-    f16: bool = False
-    """Weights in F16/BF16 (or F32): CPU speed is capped by arithmetic too."""
+    type_bytes: dict[str, int] = msgspec.field(default_factory=dict)
+    """Bytes of every weight by tensor type ("Q4_1": ...): each type's arithmetic costs its own."""
     experts: int = 0
     experts_used: int = 0
 
 
 def shape_from_gguf(h: Header) -> Shape:
     """The shape of a GGUF model."""
-    unquantised = sum(v for k, v in h.type_bytes.items() if k in ("F16", "BF16", "F32"))
     return Shape(
         layers=h.block_count,
         embedding=h.embedding_length,
@@ -76,13 +76,14 @@ def shape_from_gguf(h: Header) -> Shape:
         parameters=h.parameters,
         weight_bytes=h.tensor_bytes,
         active_bytes=h.active_bytes,
-        f16=unquantised > h.tensor_bytes / 2,
+        type_bytes=dict(h.type_bytes),
         experts=h.expert_count,
         experts_used=h.expert_used_count,
     )
 
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_DTYPE_TYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
 def shape_from_config(config: dict, weight_bytes: int) -> Shape:
@@ -114,10 +115,18 @@ def shape_from_config(config: dict, weight_bytes: int) -> Shape:
         parameters=weight_bytes // _DTYPE_BYTES.get(dtype, 2),
         weight_bytes=weight_bytes,
         active_bytes=active,
-        f16=dtype in _DTYPE_BYTES,
+        type_bytes={_DTYPE_TYPE[dtype]: weight_bytes} if dtype in _DTYPE_TYPE else {},
         experts=experts,
         experts_used=used,
     )
+
+
+def active_type_bytes(shape: Shape) -> dict[str, int]:
+    """What one token reads by tensor type: each type's bytes at the share of the weights a token
+    reads (a model of experts reads its experts' share of each)."""
+    if not shape.weight_bytes:
+        return {}
+    return {t: n * shape.active_bytes // shape.weight_bytes for t, n in shape.type_bytes.items()}
 
 
 def kv_bytes_per_token(shape: Shape, cache: str = "f16") -> float:

@@ -6,7 +6,14 @@ from typing import Literal
 
 import msgspec
 
-from llmgw.modelplan._memory import Shape, kv_bytes_per_token, llamacpp_memory, splits_kv_heads, vllm_memory
+from llmgw.modelplan._memory import (
+    Shape,
+    active_type_bytes,
+    kv_bytes_per_token,
+    llamacpp_memory,
+    splits_kv_heads,
+    vllm_memory,
+)
 from llmgw.modelplan._speed import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
 from llmgw.proto import CpuCalibration, NodeInfo
 
@@ -117,9 +124,14 @@ def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: i
     if need > node.memory_total_mb:
         return None
     t = cpu_threads(threads, node.cpus)
-    f16 = f.shape.parameters * f.shape.active_bytes // max(f.shape.weight_bytes, 1) if f.shape.f16 else 0
     tps = cpu_tokens_per_second(
-        f.shape.active_bytes, node.membw_all_gbs, node.membw_one_gbs, t, node.calibration or DEFAULT_CPU, f16
+        f.shape.active_bytes,
+        node.membw_all_gbs,
+        node.membw_one_gbs,
+        t,
+        node.calibration or DEFAULT_CPU,
+        active_type_bytes(f.shape),
+        f.shape.layers,
     )
     return ("llamacpp", "cpu", 0, False), t, need, node.memory_available_mb, need <= node.memory_available_mb, tps
 

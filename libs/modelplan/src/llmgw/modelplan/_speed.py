@@ -1,14 +1,18 @@
-"""Tokens a second of one reply: on CPUs from how fast memory reads, on cards from their bandwidth.
+"""Tokens a second of one reply: on CPUs from how fast memory reads and how much arithmetic the
+weights' types take, on cards from their bandwidth.
 
-Writing a token reads every weight it uses once, so memory decides the speed. On a CPU the
-rate is what a replica's threads read: each about one core's measured rate, a little less
-per added thread, never more than the whole machine's. On a card it is the card's bandwidth
-at an efficiency, with tensor parallelism adding cards' bandwidth sublinearly.
+Writing a token reads every weight it uses once, so memory decides much of the speed. On a CPU
+the rate is what a replica's threads read: each about one core's measured rate, a little less
+per added thread, never more than the whole machine's. A quantised weight must be unpacked
+before it is multiplied, and on a CPU that arithmetic costs as much as the reading (Q4_1: more):
+each tensor type has its own cost per byte, which the threads share. On a card it is the card's
+bandwidth at an efficiency, with tensor parallelism adding cards' bandwidth sublinearly.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import msgspec
 
@@ -23,6 +27,7 @@ __all__ = [
     "GpuConstants",
     "card_class",
     "card_of",
+    "cpu_compute_seconds",
     "cpu_read_gbs",
     "cpu_threads",
     "cpu_tokens_per_second",
@@ -30,9 +35,20 @@ __all__ = [
     "speed_note",
 ]
 
-DEFAULT_CPU = CpuCalibration()
-"""The CPU constants fitted on another fleet: 0.95 of one core's rate times threads^0.9, up to the
-machine's; 0.68 of the machine's where one core's rate is unknown; 5 ms a token besides."""
+DEFAULT_CPU = CpuCalibration(
+    token_fixed_s=0.00062,
+    layer_sync_s=0.0000826,
+    compute_ns_per_byte={"F32": 0.0, "F16": 0.00269, "Q8_0": 0.01975, "Q4_0": 0.05434, "Q4_1": 0.09852, "": 0.00387},
+    worst_error=0.0786,
+    source="defaults: llama-bench on another fleet (Q4_K_M, 8 and 4 vCPUs) and on a 2-core AMD EPYC VM "
+    "(generated F32, F16, Q8_0, Q4_0, Q4_1 models; 2026-12-03)",
+)
+"""The CPU constants where a node has none of its own. Memory: 0.95 of one core's rate times
+threads^0.9, up to the machine's (0.68 of the machine's where one core's rate is unknown),
+fitted on another fleet. The arithmetic per byte of F32, F16, Q8_0, Q4_0 and Q4_1, the fixed
+cost a token and the threads' wait a layer: fitted to both machines' figures at once (worst
+error 8%; SmolLM2 Q4_1, left out, within 5%). Types measured on neither machine take the ""
+cost, which the other fleet's Q4_K_M figures set: close to none, that fleet was memory-bound."""
 
 SLOW_TPS = 15.0
 """Under this a reply is a wait somebody notices."""
@@ -127,26 +143,34 @@ def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCal
     return min(k.core_share * core_gbs * threads**k.thread_exp, all_gbs)
 
 
-def cpu_tokens_per_second(
+def cpu_compute_seconds(type_bytes: Mapping[str, int], threads: int, k: CpuCalibration = DEFAULT_CPU) -> float:
+    """Seconds a token's arithmetic takes: each type's bytes at its cost, shared by the threads."""
+    costs = k.compute_ns_per_byte
+    other = costs.get("", 0.0)
+    return sum(n * costs.get(t, other) for t, n in type_bytes.items()) * 1e-9 / max(threads, 1)
+
+
+def cpu_tokens_per_second(  # noqa: PLR0913 - the machine's two rates, threads, constants, the model's bytes, types, depth
     read_bytes: int,
     all_gbs: float,
     core_gbs: float | None,
     threads: int,
     k: CpuCalibration = DEFAULT_CPU,
-    f16_params: int = 0,
+    type_bytes: Mapping[str, int] | None = None,
+    layers: int = 0,
 ) -> float:
     """Tokens a second of one reply on a CPU; 0 when unknown.
 
-    `read_bytes` is what a token reads (a model of experts: its active share). `f16_params` are
-    the parameters a token multiplies in F16/BF16, whose speed the threads' arithmetic caps too.
+    `read_bytes` is what a token reads (a model of experts: its active share); `type_bytes` the
+    same by tensor type ("Q4_1": ...), whose arithmetic costs differ; without it every byte
+    costs what an unmeasured type does. `layers`: the threads wait for each other once a layer.
     """
     rate = cpu_read_gbs(all_gbs, core_gbs, threads, k)
     if read_bytes <= 0 or rate <= 0:
         return 0.0
-    tps = 1 / (read_bytes / (rate * 1e9) + k.token_fixed_s)
-    if f16_params > 0:
-        tps = min(tps, k.f16_gflops_per_core * 1e9 * max(threads, 1) / (2 * f16_params))
-    return tps
+    compute = cpu_compute_seconds(type_bytes or {"": read_bytes}, threads, k)
+    sync = layers * k.layer_sync_s if threads > 1 else 0.0
+    return 1 / (read_bytes / (rate * 1e9) + compute + sync + k.token_fixed_s)
 
 
 class GpuConstants(msgspec.Struct, frozen=True, kw_only=True):

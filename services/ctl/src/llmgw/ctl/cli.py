@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
@@ -54,18 +55,16 @@ def _plan(args: argparse.Namespace) -> int:
     from llmgw.bus import BusConfig
     from llmgw.ctl.calibrate import calibrate, report
     from llmgw.ctl.plan import run_plan
-    from llmgw.modelplan import DEFAULT_CPU
 
     home = BusConfig(data_dir=args.data_dir or "").home()
     if args.target == "calibrate":
         threads = [args.threads] if args.threads else None
         try:
-            fitted, points = calibrate(home, threads)
+            done = calibrate(home, threads, served=[Path(m) for m in args.model or []])
         except RuntimeError as exc:
             print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
             return 1
-        print(report(points, DEFAULT_CPU, fitted))
-        print(f"kept in {home / 'calibration.json'}; the agent reports it and estimates use it")
+        print(report(done))
         return 0
     bandwidth = None
     if args.node_bandwidth:
@@ -105,6 +104,11 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
         "--data-dir", help="where calibration.json is kept (default: $LLMGW_HOME or ~/.local/share/llmgw)"
     )
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
+    plan.add_argument(
+        "--model",
+        action="append",
+        help="calibrate: a GGUF file served here, measured beside the generated ones (repeatable)",
+    )
     plan.set_defaults(run=_plan)
 
 

