@@ -8,6 +8,7 @@ credentials (the root conftest's `serve`); ctl runs in this process too, as the 
 """
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -57,7 +58,7 @@ async def fleet(serve, hub, tmp_path):
         engine_secret=str(tmp_path / "engine-n.secret"),
         data_dir=str(tmp_path / "n"),
         heartbeat_s=0.5,
-        membw_delay_max_s=3600,
+        membw_delay_max_s=0.5,  # the serve plan reckons speed from the bandwidth it measures
         ports="23000-23099",
     )
     await serve(Agent(agent_config), agent_config)
@@ -112,3 +113,40 @@ async def test_a_model_added_from_the_hub_through_the_mirror_answers_paris_throu
     assert reply.model == "smollm2" and "Paris" in reply.choices[0].message.content, reply
     [cached] = (tmp_path / "n").rglob(FILE)  # the agent's cache keeps it under its sha256
     assert cached.parent.name == SMOLLM2_SHA256
+
+
+async def test_ctl_model_serve_of_the_mirrored_file_answers_and_shows_its_speed_estimate_and_measured_memory(
+    fleet, hub, smollm2, nats_server, capsys
+):
+    """Issue 16's end to end: the serve plan on this machine, `ctl model serve` writing the model,
+    an answer through the router, and `ctl replica list` with the memory estimate beside the
+    engine's measured memory."""
+    commit = hub.add_repo(REPO, {FILE: smollm2})
+    assert await ctl(nats_server, "mirror", "add", REPO, "--detach") == 0
+    source = f"{REPO}@{commit}/{FILE}"
+    for _ in range(300):
+        capsys.readouterr()
+        listed = await ctl(nats_server, "model", "serve", source, "--plan", "--context", "2048")
+        plan = capsys.readouterr().out
+        if listed == 0 and "unknown" not in plan:
+            break
+        await asyncio.sleep(0.2)  # still verifying, the node not heard yet, or its bandwidth not measured
+    [cpu] = [line for line in plan.splitlines() if line.startswith("CPU")]
+    assert "unknown" not in cpu and float(cpu.split()[-2 if "slow" not in cpu else -3]) > 5, plan
+    assert await ctl(nats_server, "model", "serve", source, "--name", "smol", "--context", "2048") == 0
+    capsys.readouterr()
+    created = await fleet.accounts.create_key(KeyCreate(name="serve"))
+    client = openai.AsyncOpenAI(base_url=f"{fleet.http.url}/v1", api_key=created.key, max_retries=0)
+    reply = await _ask_until_answered(client, "smol")
+    assert "Paris" in reply.choices[0].message.content, reply
+    for _ in range(100):  # the agent measures its engines with each heartbeat
+        capsys.readouterr()
+        assert await ctl(nats_server, "replica", "list", "--json") == 0
+        [replica] = [r for r in json.loads(capsys.readouterr().out)["replicas"] if r["model"] == "smol"]
+        if replica["measured_mb"] > 0:
+            break
+        await asyncio.sleep(0.3)
+    assert replica["estimate_mb"] > replica["measured_mb"] > 0, replica
+    assert await ctl(nats_server, "models") == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("smol ")]
+    assert f"{replica['estimate_mb']}/" in row and "MiB" in row, row
