@@ -34,6 +34,7 @@ fmt:
 bench:
     python tests/bench/membw.py
     python tests/bench/cpu_speed.py
+    python tests/bench/plan_accuracy.py
     python tests/bench/plan_fleet.py
     python tests/bench/scheduler.py
     python tests/bench/gateway.py

@@ -9,6 +9,7 @@ what calibration does for a model it has not seen. Run with `just bench`.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ def main() -> None:
         print("memory bandwidth cannot be measured here: no benchmark")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        models = bench_models(Path(tmp), last_level_cache_bytes())
+        models = bench_models(Path(os.environ.get("LLMGW_BENCH_MODELS", tmp)), last_level_cache_bytes())
         points, _ = measure_models(models, [1, 2], bw, rounds=1)
     print(
         f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; "

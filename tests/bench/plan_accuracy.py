@@ -5,7 +5,8 @@ and one slot, against what llama-server itself reports running it.
 `model buffer size =` log lines (started with explicit -c, -np, -ngl 0).
 (b) Tokens a second of one reply at 1 and 2 threads: the plan's estimate, with the default
 constants and with this node's calibration, against llama-server's `timings.predicted_per_second`
-generating 64 tokens at temperature 0 (best of 3 requests: the least disturbed on a shared machine).
+generating 64 tokens at temperature 0 (best of 3 requests: the least disturbed on a shared machine),
+and beside it llama-bench's tg64 (no HTTP, no sampling: what calibration measures).
 The calibration is `HOME/calibration.json` when given (`--home`), else `llmgw plan calibrate` on
 the generated models only, so SmolLM2 is a model the fit never saw. Run with `just bench`.
 """
@@ -24,7 +25,7 @@ import httpx
 import msgspec
 
 from llmgw.bus import find_llamacpp, free_port
-from llmgw.ctl.calibrate import calibrate
+from llmgw.ctl.calibrate import calibrate, llama_bench
 from llmgw.gguf import read_model
 from llmgw.membw import load_calibration, measure
 from llmgw.modelplan import (
@@ -95,8 +96,15 @@ def _calibration(home: Path | None, models: Path | None) -> tuple[CpuCalibration
     return fit, f"calibrate on generated models only, {said}"
 
 
-def _row(figure: str, plan: float, measured: float, unit: str) -> tuple[str, ...]:
-    return (figure, f"{plan:.2f} {unit}", f"{measured:.2f} {unit}", f"{(plan - measured) / measured:+.1%}")
+def _row(figure: str, plan: float, measured: float, unit: str, bench: float = 0.0) -> tuple[str, ...]:
+    versus_bench = f"{bench:.1f} ({(plan - bench) / bench:+.1%})" if bench else ""
+    return (
+        figure,
+        f"{plan:.2f} {unit}",
+        f"{measured:.2f} {unit}",
+        f"{(plan - measured) / measured:+.1%}",
+        versus_bench,
+    )
 
 
 def main() -> None:
@@ -122,7 +130,8 @@ def main() -> None:
         membw_one_gbs=bw.one_core_gbs,
     )
     calibrated, how = _calibration(args.home, args.models)
-    rows = [("figure", "plan", "measured", "error")]
+    rows = [("figure", "plan", "llama-server", "error", "llama-bench (plan's error)")]
+    bench = llama_bench(model, [1, 2])
     logs = Path(tempfile.mkdtemp(prefix="plan-accuracy-"))
     for threads in (1, 2):
         log, tps = serve_and_time(model, threads, logs)
@@ -131,10 +140,9 @@ def main() -> None:
             weights = float(re.findall(r"model buffer size =\s+([\d.]+) MiB", log)[-1])
             rows.append(_row(f"KV cache, context {CONTEXT}", kv_bytes_per_token(shape) * CONTEXT / 2**20, kv, "MiB"))
             rows.append(_row("weights", llamacpp_memory(shape, CONTEXT, SLOTS).weights / 2**20, weights, "MiB"))
-        rows.append(_row(f"tok/s, {threads} thread(s), defaults", plan_tps(facts, node, threads, DEFAULT_CPU), tps, ""))
-        rows.append(
-            _row(f"tok/s, {threads} thread(s), calibrated", plan_tps(facts, node, threads, calibrated), tps, "")
-        )
+        for name, k in (("defaults", DEFAULT_CPU), ("calibrated", calibrated)):
+            figure = f"tok/s, {threads} thread(s), {name}"
+            rows.append(_row(figure, plan_tps(facts, node, threads, k), tps, "", bench[threads]))
     print(f"{model.name}: {header.file_type}, a token reads {header.active_bytes / 1e6:.1f} MB ({header.type_bytes})")
     print(f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; calibration: {how}")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
