@@ -27,7 +27,7 @@ from llmgw.membw import Bandwidth, last_level_cache_bytes, measure, save_calibra
 from llmgw.modelplan import DEFAULT_CPU, Fitted, Measured, cpu_tokens_per_second, judge_fit, worst_error
 from llmgw.proto import CpuCalibration
 
-__all__ = ["BENCH_TYPES", "bench_models", "calibrate", "llama_bench", "measure_models", "report"]
+__all__ = ["BENCH_TYPES", "Calibrated", "bench_models", "calibrate", "llama_bench", "measure_models", "report"]
 
 BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1")
 """The tensor types generated to measure: what is served on CPUs and what gguf can write."""
