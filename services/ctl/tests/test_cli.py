@@ -64,6 +64,7 @@ def test_the_table_shows_counts_what_a_replica_reserves_and_why_replicas_failed(
         "CLASS",
         "RESERVES",
         "MEMORY",
+        "~TOK/S",
         "PROFILES",
         "ALIASES",
         "FALLBACKS",
@@ -137,8 +138,8 @@ def test_the_replica_table_shows_each_replica_and_the_first_line_of_its_error():
         ]
     )
     rows = replicas_table(replicas).splitlines()
-    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "URL", "ERROR"]
-    assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "-", "http://n1:9000"]
+    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "~TOK/S", "URL", "ERROR"]
+    assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "-", "-", "http://n1:9000"]
     assert rows[2].split()[:5] == ["r2", "n2", "m", "gpu", "failed"] and rows[2].endswith("exited 1")
     assert [row.id for row in replica_rows(replicas).replicas] == ["r1", "r2"]
 
@@ -239,3 +240,13 @@ def test_adding_a_model_says_where_it_is_and_what_the_scheduler_does_next():
         model=Model(name="o", source="o/r/o.gguf", scaling=Scaling(min=0, max=1, idle_timeout_s=60)), revision=1
     )
     assert "none runs until a request asks for it" in added(on_demand)
+
+
+@pytest.mark.parametrize(
+    ("tokens_per_s", "cell"),
+    [(0.0, "-"), (102.4, "102"), (12.3, "12 (slow)"), (3.04, "3.0 (very slow)")],
+)
+def test_the_speed_cell_marks_slow_and_very_slow_ways(tokens_per_s, cell):
+    from llmgw.ctl.tables import speed_cell
+
+    assert speed_cell(tokens_per_s) == cell

@@ -3,7 +3,9 @@ and both merged (state: the replicas bucket, what the router and `ctl` read)."""
 
 from __future__ import annotations
 
-from msgspec import Struct, field
+from typing import Annotated
+
+from msgspec import Meta, Struct, field
 
 from llmgw.proto._types import Name, NonNegative, ReplicaStatus
 
@@ -47,6 +49,9 @@ class ReplicaSpec(Struct, kw_only=True):
     estimate_mb: NonNegative = 0
     """Memory the scheduler reckoned one replica takes, MiB, all its cards together on cards
     (weights, KV cache for the context and slots, compute buffers, margin); 0: not reckoned."""
+    tokens_per_s: Annotated[float, Meta(ge=0)] = 0.0
+    """Tokens a second one reply gets this way on its node, as the scheduler reckoned it when it
+    placed the replica (modelplan, calibrated where the node is); 0: not reckoned."""
 
 
 class ReplicaReport(Struct, kw_only=True):
@@ -101,6 +106,9 @@ class ReplicaState(Struct, kw_only=True):
     """The profile's fingerprint it was started with; another one now means it is stale."""
     estimate_mb: NonNegative = 0
     """Memory the scheduler reckoned it takes, MiB (`ReplicaSpec.estimate_mb`)."""
+    tokens_per_s: Annotated[float, Meta(ge=0)] = 0.0
+    """Tokens a second one reply gets this way on its node, as the scheduler reckoned it when it
+    placed the replica (modelplan, calibrated where the node is); 0: not reckoned."""
     error: str = ""
     """Why it failed."""
     log_tail: list[str] = field(default_factory=list)

@@ -32,6 +32,7 @@ __all__ = [
     "models_table",
     "replica_rows",
     "replicas_table",
+    "speed_cell",
     "table",
     "usage_table",
 ]
@@ -55,11 +56,13 @@ class ModelRow(msgspec.Struct, kw_only=True):
     aliases: list[str]
     fallbacks: list[str]
     warning: str
+    """Why it is parked, or the last error of a failed replica; empty when all is well."""
     estimate_mb: int = 0
     """Memory the scheduler reckoned a replica takes, MiB (the largest of its replicas'); 0: none."""
     measured_mb: int = 0
     """Memory a replica's engine uses now, MiB, as its agent measured it (the largest); 0: none."""
-    """Why it is parked, or the last error of a failed replica; empty when all is well."""
+    tokens_per_s: float = 0.0
+    """Tokens a second one reply gets on its slowest replica, as the scheduler reckoned it; 0: none."""
     declared_in: str
     """The YAML file that declares it (change it there)."""
     revision: int
@@ -87,6 +90,8 @@ class ReplicaRow(msgspec.Struct, kw_only=True):
     """Memory the scheduler reckoned it takes, MiB; 0: not reckoned."""
     measured_mb: int = 0
     """Memory its engine uses now, MiB, as its agent measured it; 0: not measured."""
+    tokens_per_s: float = 0.0
+    """Tokens a second one reply gets, as the scheduler reckoned it at placement; 0: not reckoned."""
 
 
 class ReplicaRows(msgspec.Struct):
@@ -118,10 +123,13 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
     ready: dict[str, int] = {}
     failed: dict[str, list[str]] = {}
     memory: dict[str, tuple[int, int]] = {}
+    speed: dict[str, float] = {}
     for r in replicas.replicas:
         ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
         est, used = memory.get(r.model, (0, 0))
         memory[r.model] = (max(est, r.estimate_mb), max(used, r.measured_mb if r.state == "ready" else 0))
+        if r.tokens_per_s:
+            speed[r.model] = min(speed.get(r.model, r.tokens_per_s), r.tokens_per_s)
         if r.state == "failed":
             failed.setdefault(r.model, []).append(r.error)
     known = {s.model: s for s in statuses.models} if statuses else {}
@@ -143,6 +151,7 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
                 warning=st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else ""),
                 estimate_mb=memory.get(m.name, (0, 0))[0],
                 measured_mb=memory.get(m.name, (0, 0))[1],
+                tokens_per_s=speed.get(m.name, 0.0),
                 declared_in=e.declared_in,
                 revision=e.revision,
                 model=m,
@@ -166,6 +175,7 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
                 r.capacity_class,
                 r.reserves,
                 memory_cell(r.estimate_mb, r.measured_mb),
+                speed_cell(r.tokens_per_s),
                 ", ".join(f"{n}={c or 0}" if counted else n for n, c in r.profiles.items()),
                 ", ".join(r.aliases) or "-",
                 ", ".join(r.fallbacks) or "-",
@@ -173,7 +183,19 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
             )
         )
     return table(
-        ["MODEL", "READY", "STATUS", "CLASS", "RESERVES", "MEMORY", "PROFILES", "ALIASES", "FALLBACKS", "WARNINGS"],
+        [
+            "MODEL",
+            "READY",
+            "STATUS",
+            "CLASS",
+            "RESERVES",
+            "MEMORY",
+            "~TOK/S",
+            "PROFILES",
+            "ALIASES",
+            "FALLBACKS",
+            "WARNINGS",
+        ],
         rows,
     )
 
@@ -192,6 +214,7 @@ def replica_rows(replicas: ReplicaList) -> ReplicaRows:
                 error=r.error,
                 estimate_mb=r.estimate_mb,
                 measured_mb=r.measured_mb,
+                tokens_per_s=r.tokens_per_s,
             )
             for r in replicas.replicas
         ]
@@ -208,12 +231,13 @@ def replicas_table(replicas: ReplicaList) -> str:
             r.profile,
             r.state,
             memory_cell(r.estimate_mb, r.measured_mb),
+            speed_cell(r.tokens_per_s),
             r.url or "-",
             r.error.splitlines()[0] if r.error else "",
         )
         for r in replica_rows(replicas).replicas
     ]
-    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "URL", "ERROR"], rows)
+    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "~TOK/S", "URL", "ERROR"], rows)
 
 
 def memory_cell(estimate_mb: int, measured_mb: int) -> str:
@@ -222,6 +246,14 @@ def memory_cell(estimate_mb: int, measured_mb: int) -> str:
     if not estimate_mb and not measured_mb:
         return "-"
     return f"{estimate_mb or '?'}/{measured_mb or '-'}MiB"
+
+
+def speed_cell(tokens_per_s: float) -> str:
+    """The speed one reply gets, as reckoned at placement, marked slow under 15 and very slow under 5."""
+    if not tokens_per_s:
+        return "-"
+    mark = " (very slow)" if tokens_per_s < 5 else " (slow)" if tokens_per_s < 15 else ""
+    return f"{tokens_per_s:.0f}{mark}" if tokens_per_s >= 10 else f"{tokens_per_s:.1f}{mark}"
 
 
 def limits_text(limits: Limits) -> str:

@@ -34,6 +34,7 @@ from llmgw.scheduler.placement import (
     place,
     release,
     spans,
+    speed_of,
 )
 
 __all__ = ["reconcile"]
@@ -254,6 +255,7 @@ def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
         failures=wants.failures,
         fingerprint=wants.fingerprints[profile.name],
         estimate_mb=need.estimate_mb,
+        tokens_per_s=round(speed_of(need, run.states[where.node]), 1),
         updated=run.now,
     )
     claim(run.states, replica)

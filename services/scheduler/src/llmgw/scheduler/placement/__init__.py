@@ -30,7 +30,7 @@ from llmgw.scheduler.placement._room import (
     release,
     spans,
 )
-from llmgw.scheduler.placement._scorers import SCORERS, Scorer, Weights
+from llmgw.scheduler.placement._scorers import SCORERS, Scorer, Weights, speed_of
 
 __all__ = [
     "FILTERS",
@@ -53,4 +53,5 @@ __all__ = [
     "place",
     "release",
     "spans",
+    "speed_of",
 ]

@@ -14,7 +14,7 @@ from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
 
-__all__ = ["SCORERS", "Scorer", "Weights", "scores"]
+__all__ = ["SCORERS", "Scorer", "Weights", "scores", "speed_of"]
 
 
 class Weights(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +47,11 @@ def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str
         threads,
         n.info.cpu_calibration or DEFAULT_CPU,
     )
+
+
+def speed_of(need: Need, n: NodeState) -> float:
+    """Tokens a second of one reply of `need` on node `n` (what the speed scorer ranks by)."""
+    return _speed(need, n, None, Weights(), {})
 
 
 @functools.lru_cache(maxsize=4096)
