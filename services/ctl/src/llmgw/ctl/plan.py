@@ -99,7 +99,10 @@ def plan_text(plan: Plan) -> str:
     lines = [f"{h.where}: {describe(h)}" for h in plan.files]
     for n in plan.nodes:
         calibrated = (
-            n.calibration.source if n.calibration else "default CPU constants (`llmgw plan calibrate` fits this node's)"
+            f"{n.calibration.source} (worst error {n.calibration.worst_error:.0%} over what it measured, "
+            f"{n.calibration.holdout_error:.0%} on models left out of the fit)"
+            if n.calibration
+            else "default CPU constants (`llmgw plan calibrate` fits this node's)"
         )
         lines.append(
             f"{n.name}: {n.cpus} CPUs, {_gib(n.memory_total_mb)} ({_gib(n.memory_available_mb)} available), "
