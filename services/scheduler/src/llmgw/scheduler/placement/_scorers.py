@@ -9,7 +9,14 @@ from typing import Literal
 
 import msgspec
 
-from llmgw.modelplan import DEFAULT_CPU, card_of, cpu_threads, cpu_tokens_per_second, gpu_tokens_per_second
+from llmgw.modelplan import (
+    DEFAULT_CPU,
+    active_type_bytes,
+    card_of,
+    cpu_threads,
+    cpu_tokens_per_second,
+    gpu_tokens_per_second,
+)
 from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
@@ -40,13 +47,22 @@ def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str
         cards = chosen_cards(need, n) or []
         return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
     threads = cpu_threads(need.profile.cpu_cores, n.info.cpus)
+    shape = need.shape
     return cpu_tokens_per_second(
         need.read_bytes,
         n.info.membw_all_gbs or 0.0,
         n.info.membw_one_gbs,
         threads,
         n.info.cpu_calibration or DEFAULT_CPU,
+        type_bytes=_share(active_type_bytes(shape), need.read_bytes) if shape else None,
+        layers=shape.layers if shape else 0,
     )
+
+
+def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
+    """`type_bytes` scaled to what this replica reads a token (its share, across nodes)."""
+    total = sum(type_bytes.values())
+    return {t: b * read_bytes // total for t, b in type_bytes.items()} if total else {}
 
 
 def speed_of(need: Need, n: NodeState) -> float:
