@@ -292,7 +292,7 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     replicas = subprocess.run([*ctl, "replica", "list", "--json"], capture_output=True, text=True, check=True)
     assert [r["state"] for r in json.loads(replicas.stdout)["replicas"] if r["model"] == DEMO] == ["ready"]
     table = subprocess.run([*ctl, "replica", "list"], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert table[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "URL", "ERROR"]
+    assert table[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "~TOK/S", "URL", "ERROR"]
     assert [line.split()[2:5] for line in table[1:]] == [[DEMO, "cpu", "ready"]]
     engine_keys = _engine_keys(up)
     assert engine_keys, "a replica is listed"
