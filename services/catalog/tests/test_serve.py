@@ -1,6 +1,7 @@
 """The serve plan and the rule that makes the CPU a choice made on purpose, as table tests with
 the messages asserted; and the model a chosen way becomes."""
 
+import msgspec
 import pytest
 
 from llmgw.bus import BadRequest
@@ -343,3 +344,45 @@ def test_replicas_read_as_a_map_or_as_gpu_7_cpu_4(replicas, counts):
 )
 def test_a_models_name_comes_from_its_file(source, name):
     assert default_name(source) == name
+
+
+def card(memory_gb, count=1):
+    return CardGroup(cls=f"card-{memory_gb}g", memory_mb=memory_gb * GIB, count=count, free=count)
+
+
+def test_the_pool_is_fitted_to_the_card_when_the_default_context_does_not_fit_beside_the_weights():
+    from llmgw.catalog.serve import fit_to_cards, plan_for_cards
+
+    nodes = [node("g", cards=[card(20)])]
+    ask = ServePlanAsk(source=SOURCE, slots=4)
+    assert not [w for w in serve_plan(ask, BIG, 32768, nodes).ways if w.cards]  # 8192 tokens do not fit
+    fitted = fit_to_cards(ask, BIG, 32768, nodes, gpus=1)
+    assert 256 <= fitted < 8192 and fitted % 256 == 0
+    plan = plan_for_cards(ask, BIG, 32768, nodes, gpus=1)
+    assert plan.context == fitted and [w.cards for w in plan.ways if w.cards] == [1]
+    assert (
+        f"context fitted to the card: {fitted} tokens in 4 slot(s) (8192 would not fit 1 card(s)" in plan.warnings[-1]
+    )
+    assert not [
+        w for w in serve_plan(msgspec.structs.replace(ask, context=fitted + 256), BIG, 32768, nodes).ways if w.cards
+    ]
+
+
+def test_an_explicit_context_that_does_not_fit_the_card_is_refused_with_the_one_that_would():
+    from llmgw.catalog.serve import fit_to_cards, plan_for_cards
+
+    nodes = [node("g", cards=[card(20)])]
+    ask = ServePlanAsk(source=SOURCE, context=16384, slots=4)
+    fitted = fit_to_cards(ask, BIG, 32768, nodes, gpus=1)
+    with pytest.raises(
+        BadRequest, match=rf"--gpus 1: at context 16384 the KV cache does not fit .* write --context {fitted},"
+    ):
+        plan_for_cards(ask, BIG, 32768, nodes, gpus=1)
+
+
+def test_cards_too_small_for_the_weights_are_left_to_choose_ways_to_refuse():
+    from llmgw.catalog.serve import plan_for_cards
+
+    plan = plan_for_cards(ServePlanAsk(source=SOURCE), BIG, 32768, [node("g", cards=[card(8)])], gpus=1)
+    with pytest.raises(BadRequest, match="no card of this fleet holds it"):
+        choose_ways(plan, ServeModel(source=SOURCE, gpus=1), fleet_cards=1)

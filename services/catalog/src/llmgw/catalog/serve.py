@@ -30,8 +30,10 @@ __all__ = [
     "check_serve",
     "choose_ways",
     "default_name",
+    "fit_to_cards",
     "largest_context",
     "parse_replicas",
+    "plan_for_cards",
     "reply_words",
     "serve_plan",
     "served_model",
@@ -164,6 +166,51 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
     return ServePlan(
         source=ask.source, context=context, trained_context=trained, slots=ask.slots, ways=ways, warnings=warnings
     )
+
+
+def fit_to_cards(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[NodeFacts], gpus: int) -> int:
+    """The longest context (a multiple of 256, at most the plan's) at which `gpus` cards of some
+    node hold one replica: weights, the KV cache of that context in the ask's slots, buffers (the
+    pool fitted to the card); 0 where even 256 tokens do not fit."""
+
+    def holds(context: int) -> bool:
+        try:
+            plan = serve_plan(msgspec.structs.replace(ask, context=context), facts, trained, nodes)
+        except BadRequest:  # past the training, and no memory for it
+            return False
+        return any(w.cards == gpus for w in plan.ways)
+
+    low, high = 0, _context(ask, trained) // 256 * 256 + 256
+    while high - low > 256:
+        mid = (low + high) // 2 // 256 * 256
+        if holds(max(mid, 256)):
+            low = max(mid, 256)
+        else:
+            high = mid
+    return low
+
+
+def plan_for_cards(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[NodeFacts], gpus: int) -> ServePlan:
+    """The serve plan of `ask`, its context fitted to the cards when `gpus` cards hold the weights
+    but not the KV cache of the default context (a warning says so); an explicit `--context`
+    that does not fit is refused with the one that would."""
+    plan = serve_plan(ask, facts, trained, nodes)
+    if not gpus or any(w.cards == gpus for w in plan.ways):
+        return plan
+    fitted = fit_to_cards(ask, facts, trained, nodes, gpus)
+    if not fitted:
+        return plan  # not even the weights: choose_ways says what to do
+    if ask.context:
+        raise BadRequest(
+            f"--gpus {gpus}: at context {plan.context} the KV cache does not fit {gpus} card(s) of any node; "
+            f"at most {fitted} does: write --context {fitted}, or serve it on the CPU (--cpu)"
+        )
+    fitted_plan = serve_plan(msgspec.structs.replace(ask, context=fitted), facts, trained, nodes)
+    fitted_plan.warnings.append(
+        f"context fitted to the card: {fitted} tokens in {ask.slots} slot(s) ({plan.context} would not fit "
+        f"{gpus} card(s) beside the weights); --context {fitted} or less keeps it there"
+    )
+    return fitted_plan
 
 
 def _free_cards(plan: ServePlan) -> str:

@@ -35,7 +35,7 @@ from llmgw.catalog.core import (
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
-from llmgw.catalog.serve import check_serve, choose_ways, serve_plan, served_model
+from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards, served_model
 from llmgw.catalog.store import ModelStore
 from llmgw.gguf import GGUFError, read_model
 from llmgw.modelplan import FileFacts, node_facts, shape_from_gguf
@@ -176,7 +176,7 @@ class Catalog:
         """Put a mirrored file into service the way asked, under the rule that makes the CPU a
         choice made on purpose; written as a put of a new model (the catalog untouched on refusal)."""
         ask = ServePlanAsk(source=req.source, context=req.context, cores=req.cores, slots=req.slots)
-        plan, cards = await self._plan(ask)
+        plan, cards = await self._plan(ask, gpus=req.gpus)
         card, cpu = choose_ways(plan, req, cards)
         model = served_model(req, plan, card, cpu)
         warnings = list(plan.warnings)
@@ -196,9 +196,9 @@ class Catalog:
             )
         return msgspec.structs.replace(entry, warnings=warnings)
 
-    async def _plan(self, ask: ServePlanAsk) -> tuple[ServePlan, int]:
+    async def _plan(self, ask: ServePlanAsk, gpus: int = 0) -> tuple[ServePlan, int]:
         """The plan of `ask` from the mirror's file (verified, its GGUF header read over HTTP) and the
-        scheduler's nodes, and how many cards the fleet has."""
+        scheduler's nodes (with `gpus`: its context fitted to that many cards), and how many cards the fleet has."""
         if not ask.source.endswith(".gguf"):
             raise BadRequest(f"{ask.source} is not a .gguf file: serve runs GGUF files on llama.cpp")
         try:
@@ -224,7 +224,8 @@ class Catalog:
             raise BadRequest(f"the scheduler did not answer ({exc.message}): start it and ask again") from None
         name = ask.source.rsplit("/", 1)[-1]
         facts = FileFacts(name=name, format="gguf", quant=header.file_type, shape=shape_from_gguf(header))
-        plan = serve_plan(ask, facts, header.context_length, [node_facts(n) for n in listed.nodes])
+        nodes = [node_facts(n) for n in listed.nodes]
+        plan = plan_for_cards(ask, facts, header.context_length, nodes, gpus)
         return plan, sum(len(n.gpus) for n in listed.nodes)
 
     async def change(self, req: ModelChange) -> ModelEntry:
