@@ -356,9 +356,11 @@ class ServeWay(Struct, kw_only=True):
     card_class: str = ""
     """Their class ("h100-80g"); empty on the CPU."""
     threads: NonNegative = 0
-    """CPU threads (on the CPU)."""
+    """CPU threads (on the CPU; on each node, across nodes)."""
+    nodes: Positive = 1
+    """Nodes one replica spans (across nodes: its layers split, llama.cpp's RPC workers on all but one)."""
     memory_mb: NonNegative = 0
-    """Memory one replica needs: host RAM on the CPU, per card on cards."""
+    """Memory one replica needs: host RAM on the CPU (on each node, across nodes), per card on cards."""
     weights_mb: NonNegative = 0
     kv_mb: NonNegative = 0
     """The KV cache for the context and slots."""
