@@ -3,6 +3,7 @@ the messages asserted; and the model a chosen way becomes."""
 
 import msgspec
 import pytest
+from serve_fleet import BIG, GIB, SOURCE, l40s, node
 
 from llmgw.bus import BadRequest
 from llmgw.catalog.serve import (
@@ -14,49 +15,9 @@ from llmgw.catalog.serve import (
     serve_plan,
     served_model,
 )
-from llmgw.modelplan import CardGroup, FileFacts, NodeFacts, Shape
+from llmgw.modelplan import CardGroup
 from llmgw.proto import CpuCalibration
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
-
-SOURCE = "org/big@" + "a" * 40 + "/big-dense.Q8_0.gguf"
-
-# An 8B-shaped model of 18 GB, trained for 32768 tokens.
-BIG = FileFacts(
-    name="big-dense.Q8_0.gguf",
-    format="gguf",
-    quant="Q8_0",
-    shape=Shape(
-        layers=32,
-        embedding=4096,
-        feed_forward=14336,
-        heads=32,
-        kv_heads=8,
-        key_length=128,
-        value_length=128,
-        vocab=32000,
-        parameters=8_000_000_000,
-        weight_bytes=18_000_000_000,
-        active_bytes=18_000_000_000,
-    ),
-)
-GIB = 1024
-
-
-def node(name, cpus=64, memory_gb=512, all_gbs=300.0, one_gbs=10.0, cards=(), calibration=None):
-    return NodeFacts(
-        name=name,
-        cpus=cpus,
-        memory_total_mb=memory_gb * GIB,
-        memory_available_mb=memory_gb * GIB,
-        membw_all_gbs=all_gbs,
-        membw_one_gbs=one_gbs,
-        cards=list(cards),
-        calibration=calibration,
-    )
-
-
-def l40s(count=2, free=2):
-    return CardGroup(cls="l40s-48g", memory_mb=48 * GIB, count=count, free=free)
 
 
 def cpu_way(tps, node_name="big"):
@@ -386,3 +347,43 @@ def test_cards_too_small_for_the_weights_are_left_to_choose_ways_to_refuse():
     plan = plan_for_cards(ServePlanAsk(source=SOURCE), BIG, 32768, [node("g", cards=[card(8)])], gpus=1)
     with pytest.raises(BadRequest, match="no card of this fleet holds it"):
         choose_ways(plan, ServeModel(source=SOURCE, gpus=1), fleet_cards=1)
+
+
+TWELVE_GB = [node("a", memory_gb=12), node("b", memory_gb=12), node("c", memory_gb=12)]
+
+
+def test_a_model_no_node_holds_alone_is_offered_across_the_fewest_nodes_that_each_hold_a_share():
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, TWELVE_GB)
+    assert [(w.kind, w.nodes) for w in plan.ways] == [("across-nodes", 2)] and plan.warnings == []
+    way = plan.ways[0]
+    assert way.memory_mb < 12 * GIB and way.weights_mb == -(-9_000_000_000 // 2**20)
+    assert (way.nodes_fit, way.more_replicas, way.cards, way.threads) == (["a", "b", "c"], 1, 0, 32)
+    one_node = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, [node("big")]).ways[0]
+    assert 0 < way.tokens_per_s < one_node.tokens_per_s  # two halves one after the other, and a hop between
+    assert way.mark == "slow" and way.reply_500_s == round(500 / way.tokens_per_s, 1)
+
+
+def test_serving_across_nodes_makes_a_cpu_profile_of_that_many_nodes():
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, TWELVE_GB)
+    for ask in (ServeModel(source=SOURCE), ServeModel(source=SOURCE, cpu=True)):
+        card, cpu = choose_ways(plan, ask, fleet_cards=0)
+        assert card is None and cpu.kind == "across-nodes"
+        assert check_serve(cpu, plan, cpu_anyway=False)[0].startswith("Slow: about 11 tokens a second on the CPUs of 2")
+        (profile,) = served_model(ask, plan, card, cpu).profiles
+        assert (profile.name, profile.nodes, profile.host_memory_mb, profile.gpus) == ("cpu", 2, cpu.memory_mb, 0)
+        assert profile.keep_within == ""
+
+
+def test_no_way_across_nodes_is_offered_where_one_node_holds_the_model():
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, [node("a"), node("b")])
+    assert [w.kind for w in plan.ways] == ["cpu"]
+
+
+def test_a_very_slow_way_across_nodes_is_refused_without_cpu_anyway():
+    slow = [node(n, memory_gb=12, all_gbs=8.0, one_gbs=1.0) for n in "ab"]
+    plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, slow)
+    (way,) = plan.ways
+    assert way.kind == "across-nodes" and way.mark == "very slow"
+    with pytest.raises(BadRequest, match="tokens a second on the CPU"):
+        check_serve(way, plan, cpu_anyway=False)
+    assert "(the CPU chosen on purpose)" in check_serve(way, plan, cpu_anyway=True)[0]

@@ -13,11 +13,15 @@ import re
 import msgspec
 
 from llmgw.modelplan import (
+    DEFAULT_CPU,
     SLOW_TPS,
     VERY_SLOW_TPS,
     FileFacts,
     NodeFacts,
     Option,
+    active_type_bytes,
+    cpu_threads,
+    cpu_tokens_per_second,
     llamacpp_memory,
     options,
 )
@@ -43,6 +47,9 @@ MOST_DEFAULT_CONTEXT = 8192
 """The context a plan sizes for when none is asked: the model's trained context, at most this."""
 _UNKNOWN_CONTEXT = 4096
 """And when the file does not say what it was trained for."""
+_RPC_HOP_S = 0.002
+"""Seconds a token loses at each node past the first of a way across nodes, its activations
+passed on over llama.cpp's RPC: assumed (a round trip on a LAN), not measured here."""
 _WAYS_OUT = "serve it on a card (--gpus 1; gpus in the API), or say the CPU is on purpose (--cpu-anyway; cpu_anyway)"
 
 
@@ -105,6 +112,49 @@ def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, No
     )
 
 
+def _share_seconds(facts: FileFacts, node: NodeFacts, k: int, threads: int) -> float:
+    """Seconds a token takes on `node` for its 1/k share of the layers; 0: unknown."""
+    share = {t: n // k for t, n in active_type_bytes(facts.shape).items()}
+    calibration = node.calibration or DEFAULT_CPU
+    read, layers = facts.shape.active_bytes // k, -(-facts.shape.layers // k)
+    tps = cpu_tokens_per_second(read, node.membw_all_gbs, node.membw_one_gbs, threads, calibration, share, layers)
+    return 1 / tps if tps > 0 else 0.0
+
+
+def _across_nodes(facts: FileFacts, context: int, slots: int, cores: int, nodes: list[NodeFacts]) -> ServeWay | None:
+    """The CPUs of the fewest nodes (2 to 8) that each hold a share (the scheduler's estimate), its layers run
+    one node after another: on the slowest of those that fit now (else that hold a share), a hop between each."""
+    able = [n for n in nodes if "llamacpp" in n.engines] if facts.format == "gguf" else []
+    for k in range(2, 9):
+        memory = llamacpp_memory(facts.shape, context, slots, cards=k)
+        holds = [n for n in able if n.memory_total_mb >= memory.mib]
+        if len(holds) >= k:
+            break
+    else:
+        return None
+    fit = [n for n in holds if n.memory_available_mb >= memory.mib]
+    threads = {n.name: cpu_threads(cores or None, n.cpus) for n in holds}
+    timed = [(_share_seconds(facts, n, k, threads[n.name]), n) for n in (fit if len(fit) >= k else holds)]
+    chosen = sorted(timed, key=lambda s: (s[0] > 0, -s[0]))[:k]  # the unknown, then the slowest
+    tps = 1 / (sum(s for s, _ in chosen) + (k - 1) * _RPC_HOP_S) if all(s > 0 for s, _ in chosen) else 0.0
+    return ServeWay(
+        kind="across-nodes",
+        nodes=k,
+        threads=min(threads[n.name] for _, n in chosen),
+        memory_mb=memory.mib,
+        weights_mb=_mib(memory.weights),
+        kv_mb=_mib(memory.kv),
+        buffers_mb=_mib(memory.compute + memory.margin),
+        node=chosen[0][1].name,
+        nodes_fit=sorted(n.name for n in fit),
+        more_replicas=len(fit) // k,
+        tokens_per_s=round(tps, 2),
+        mark=_mark(tps),
+        reply_500_s=round(500 / tps, 1) if tps > 0 else 0.0,
+        calibrated=all(n.calibration is not None for _, n in chosen),
+    )
+
+
 def largest_context(facts: FileFacts, nodes: list[NodeFacts], slots: int) -> int:
     """The longest context (a multiple of 256) one replica on the CPU of the largest node holds; 0: none."""
     most = max((n.memory_total_mb for n in nodes), default=0)
@@ -147,6 +197,8 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
             if o.engine == "llamacpp":
                 seen.setdefault((o.device, o.cards), []).append((o, node))
     ways = [_way(facts, context, ask.slots, s) for s in seen.values()]
+    across = None if ("cpu", 0) in seen else _across_nodes(facts, context, ask.slots, ask.cores, nodes)
+    ways += [across] if across else []
     ways.sort(key=lambda w: (not w.nodes_fit, -w.tokens_per_s, w.cards))
     warnings = []
     if trained and context > trained:
@@ -245,6 +297,7 @@ def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = 
     if free:
         warnings.append(f"on the CPU on purpose while cards that fit it are free ({free})")
     where = f"on the CPU of {way.node}" if on_cpu else f"on {way.cards}x {way.card_class} of {way.node}"
+    where = f"on the CPUs of {way.nodes} nodes" if way.nodes > 1 else where
     if mark == "very slow":
         warnings.append(
             f"Very slow: about {tps:.1f} tokens a second {where}: a reply of 500 tokens takes {minutes}"
@@ -261,7 +314,7 @@ def choose_ways(plan: ServePlan, ask: ServeModel, fleet_cards: int) -> tuple[Ser
     """The card way and the CPU way `ask` chooses of `plan` (the best way when it names neither) on
     a fleet of `fleet_cards` cards; BadRequest where it has no such way, saying what to write instead."""
     card_ways = [w for w in plan.ways if w.cards]
-    cpu_way = next((w for w in plan.ways if w.kind == "cpu"), None)
+    cpu_way = next((w for w in plan.ways if not w.cards), None)
     if not ask.cpu and not ask.gpus:
         if not plan.ways:
             raise BadRequest(f"{plan.source}: no way to run it on this fleet; {' '.join(plan.warnings)}")
@@ -311,14 +364,10 @@ def default_name(source: str) -> str:
 
 
 def _profiles(ask: ServeModel, card: ServeWay | None, cpu: ServeWay | None) -> list[Profile]:
-    profiles = []
-    if card:
-        profiles.append(
-            Profile(name="gpu", gpus=card.cards, min_card_mb=card.memory_mb, slots=ask.slots, priority=1 if cpu else 0)
-        )
-    if cpu:
-        profiles.append(Profile(name="cpu", host_memory_mb=cpu.memory_mb, cpu_cores=ask.cores or None, slots=ask.slots))
-    return profiles
+    cores, slots, priority = ask.cores or None, ask.slots, 1 if cpu else 0
+    gpu = card and Profile(name="gpu", gpus=card.cards, min_card_mb=card.memory_mb, slots=slots, priority=priority)
+    host = cpu and Profile(name="cpu", host_memory_mb=cpu.memory_mb, cpu_cores=cores, slots=slots, nodes=cpu.nodes)
+    return [p for p in (gpu, host) if p]
 
 
 def served_model(ask: ServeModel, plan: ServePlan, card: ServeWay | None, cpu: ServeWay | None) -> Model:

@@ -29,13 +29,16 @@ def _reply(seconds: float) -> str:
 
 
 def _way(w: ServeWay) -> str:
+    threads = f"{w.threads} thread{'s' if w.threads != 1 else ''}"
+    if w.kind == "across-nodes":
+        return f"CPU across {w.nodes} nodes, {threads} each"
     if not w.cards:
-        return f"CPU, {w.threads} thread{'s' if w.threads != 1 else ''}"
+        return f"CPU, {threads}"
     return f"{w.cards}x {w.card_class}"
 
 
 def _memory(w: ServeWay) -> str:
-    per = "/card" if w.cards else ""
+    per = "/card" if w.cards else ("/node" if w.nodes > 1 else "")
     return f"{w.memory_mb / 1024:.1f} GiB{per} (weights {w.weights_mb}, KV {w.kv_mb}, buffers {w.buffers_mb} MiB)"
 
 
