@@ -384,6 +384,6 @@ def test_a_very_slow_way_across_nodes_is_refused_without_cpu_anyway():
     plan = serve_plan(ServePlanAsk(source=SOURCE), BIG, 32768, slow)
     (way,) = plan.ways
     assert way.kind == "across-nodes" and way.mark == "very slow"
-    with pytest.raises(BadRequest, match="tokens a second on the CPU"):
+    with pytest.raises(BadRequest, match="tokens a second on the CPU, across 2 nodes: a reply of 500 tokens"):
         check_serve(way, plan, cpu_anyway=False)
     assert "(the CPU chosen on purpose)" in check_serve(way, plan, cpu_anyway=True)[0]

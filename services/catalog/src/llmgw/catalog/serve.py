@@ -283,7 +283,8 @@ def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = 
     on_cpu = way.kind in ("cpu", "across-nodes") and not way.cards
     if on_cpu and mark == "very slow" and not cpu_anyway:
         raise BadRequest(
-            f"{plan.source} would answer at about {tps:.1f} tokens a second on the CPU, at best on {way.node}: "
+            f"{plan.source} would answer at about {tps:.1f} tokens a second on the CPU, "
+            f"{f'across {way.nodes} nodes' if way.nodes > 1 else f'at best on {way.node}'}: "
             f"a reply of 500 tokens in {minutes}. To serve it, {_WAYS_OUT}"
         )
     free = _free_cards(plan) if on_cpu and alone else ""
