@@ -248,14 +248,17 @@ async def test_a_bucket_kept_in_three_copies_loses_nothing_when_a_cluster_server
         servers[1].process.kill()  # kill -9 of the server the writer used
         servers[1].process.wait()
         reader = await connect(f"tls://localhost:{ports[2][0]}", "router", creds=str(creds / "router.nk"), tls_ca=ca)
+        kept: list[str] = []
         for _ in range(100):  # a new leader for the bucket's stream, if nats-1 led it
             try:
                 kept = await kv_keys(await reader.jetstream().key_value(BUCKETS["catalog"]))
-                break
             except Exception:
-                await asyncio.sleep(0.2)
-        else:
-            pytest.fail("the bucket never answered on the two servers left")
+                kept = []
+            if len(kept) == 20:
+                break
+            # while the stream elects its new leader a listing may come back empty (seen once in
+            # CI): asked again; records really lost would stay missing and fail below
+            await asyncio.sleep(0.2)
         print(f"\n3 copies, 1 server of 3 killed: {len(kept)} of 20 records read back from another")
         assert sorted(kept) == sorted(f"m{i}" for i in range(20))
         await reader.close()
