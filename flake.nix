@@ -59,7 +59,7 @@
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" ];
         };
         llmgw-agent = {
           dir = "services/agent";

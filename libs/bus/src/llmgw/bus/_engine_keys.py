@@ -111,6 +111,11 @@ class EngineKeys:
             return self._secret
         return _mac(self._secret, f"node:{node}")
 
+    def derive(self, purpose: str) -> bytes:
+        """A secret for something else the fleet's routers share (the console's session cookies),
+        worked out from the fleet secret; empty where there is none (then each router picks its own)."""
+        return _mac(self._secret, f"purpose:{purpose}") if self._secret and not self.node else b""
+
     def key(self, node: str, replica: str) -> str:
         """The key the engine of `replica` on `node` demands."""
         digest = _mac(self._node_secret(node), f"replica:{replica}")

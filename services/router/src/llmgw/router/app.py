@@ -22,8 +22,11 @@ _REJECTED = (400, 413, 429)
 """Statuses counted as refusals before any engine (by their code)."""
 
 
-def http_app(gateway: Gateway, admin: Router, metrics: Metrics, config: RouterConfig, version: str) -> Litestar:
-    """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin API `admin`;
+def http_app(
+    gateway: Gateway, admin: Router, console: Router, metrics: Metrics, config: RouterConfig, version: str
+) -> Litestar:
+    """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin API `admin`, the web
+    console `console` (its own error pages);
     refusals counted in `metrics`; bodies up to `config.max_body_bytes`; `version` in its schema."""
     log = get_logger("router")
 
@@ -70,7 +73,7 @@ def http_app(gateway: Gateway, admin: Router, metrics: Metrics, config: RouterCo
             message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
     return Litestar(
-        [list_models, chat, completions, embeddings, admin],
+        [list_models, chat, completions, embeddings, admin, console],
         exception_handlers={
             ApiError: on_api_error,
             ValidationException: on_invalid,

@@ -65,6 +65,9 @@ class RouterConfig(BusConfig, kw_only=True):
     tokenize_timeout_s: float = 5.0
     """How long a replica with KV events has to tokenize a prompt before the router routes
     without it (by its own prefix index)."""
+    console_session_s: int = 8 * 3600
+    """How long a web console session lasts after signing in (/console; sessions are signed with
+    a secret derived from `engine_secret`, so every router of a fleet accepts them)."""
     drain_s: float = 10.0
     """At a stop, how long the requests in flight may take to finish before they are cut (new
     ones are refused from the start of the stop)."""

@@ -23,6 +23,7 @@ from llmgw.router.accounts import Accounts
 from llmgw.router.admin import admin_api
 from llmgw.router.app import http_app
 from llmgw.router.balance import Balancer
+from llmgw.router.console import console_routes
 from llmgw.router.config import RouterConfig
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory
@@ -89,7 +90,8 @@ class Router:
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.client)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         admin = admin_api(self.accounts, ctx.nc)
-        app = http_app(gateway, admin, metrics, config, self.version)
+        console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
+        app = http_app(gateway, admin, console, metrics, config, self.version)
         self.http = HttpServer(app, config.http_host, config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")

@@ -1,0 +1,191 @@
+"""What every console page shares: the `Console` (templates, messages, sessions, the bus), the
+`View` of one request (its language, its signed-in admin, its CSRF token, the note left by the
+last action) and the hook that lets no request past without a live admin session and, for a
+form, the session's CSRF token.
+
+A page asks the same NATS endpoints the admin API does (`View.ask`): the rules live in the
+services, a page only shows what they answer and what they refuse.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from litestar import Request
+from litestar.datastructures import Cookie
+from litestar.enums import MediaType
+from litestar.response import Redirect, Response
+from nats.aio.client import Client
+
+from llmgw.bus import BusError, call, get_logger
+from llmgw.proto import Endpoint, KeyRecord
+from llmgw.router.accounts import Accounts
+from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
+from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions
+
+__all__ = ["PREFIX", "Console", "Refused", "View", "check_request"]
+
+PREFIX = "/console"
+SESSION_COOKIE, LANG_COOKIE, NOTE_COOKIE, PRE_COOKIE = "llmgw_console", "llmgw_lang", "llmgw_note", "llmgw_pre"
+OPEN_PATHS = (f"{PREFIX}/signin", f"{PREFIX}/lang", f"{PREFIX}/static/")
+"""Reached without a session: the sign-in page, the language switch, the styles and script."""
+
+_STATUS = {"400": 400, "404": 404, "409": 409, "429": 429}
+_log = get_logger("router")
+
+
+class Refused(Exception):
+    """A service refused what a page asked (or did not answer): the status the page is drawn
+    with, and the service's own words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Console:
+    """The console's parts, made once per router."""
+
+    def __init__(self, accounts: Accounts, nc: Client, secret: bytes, session_s: int) -> None:
+        self.accounts, self.nc = accounts, nc
+        self.sessions = Sessions(secret, session_s)
+        self.messages = Messages.load()
+        self.templates = Environment(
+            loader=PackageLoader("llmgw.router.console", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    def admin(self, key_id: str, now: float) -> KeyRecord | None:
+        """The admin key with this id, while it exists, is an admin's and has not expired."""
+        for digest, record in self.accounts.keys.items.items():
+            if digest[:16] == key_id:
+                alive = record.expires is None or record.expires >= now
+                return record if record.admin and alive else None
+        return None
+
+
+class View:
+    """One request as a page sees it."""
+
+    def __init__(self, console: Console, request: Request, session: Session | None, key: KeyRecord | None) -> None:
+        self.console, self.request = console, request
+        self.session, self.key = session, key
+        self.lang = choose_language(request.cookies.get(LANG_COOKIE), request.headers.get("accept-language"))
+        raw_note = request.cookies.get(NOTE_COOKIE)
+        self.note = console.sessions.read_note(raw_note) if raw_note else None
+        self._had_note = raw_note is not None
+        self.form: dict[str, str] = {}
+        """The posted form (its CSRF token already checked), one value per field."""
+        self.forms: dict[str, list[str]] = {}
+        """Every value of each posted field (checkboxes and repeated names)."""
+
+    # words and numbers
+
+    def t(self, key: str, **values: Any) -> str:
+        """The message `key` in this request's language."""
+        return self.console.messages.text(self.lang, key, **values)
+
+    def num(self, value: float, digits: int = 0) -> str:
+        """A number as this language writes it (tr: 1.234,5; en: 1,234.5)."""
+        text = f"{value:,.{digits}f}"
+        return text.translate(str.maketrans(",.", ".,")) if self.lang == "tr" else text
+
+    def mib(self, mb: float) -> str:
+        """A size in MiB as MiB or GiB."""
+        return f"{self.num(mb / 1024, 1)} GiB" if mb >= 1024 else f"{self.num(mb)} MiB"
+
+    def bytes(self, n: float) -> str:
+        """A size in bytes, in the largest unit that keeps it above 1."""
+        for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if n >= size:
+                return f"{self.num(n / size, 1)} {unit}"
+        return f"{self.num(n)} B"
+
+    def when(self, unix: float | None) -> str:
+        """A Unix time as UTC, to the minute."""
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix)) if unix else "—"
+
+    # the services
+
+    async def ask(self, endpoint: Endpoint, message: msgspec.Struct, timeout: float = 10.0) -> Any:
+        """What `endpoint` answers; Refused with its words (and the status they mean) if it refuses."""
+        who = self.key.name if self.key else ""
+        _log.info("console call", subject=endpoint.subject(), key=who)
+        try:
+            return await call(self.console.nc, endpoint, message, timeout=timeout)
+        except BusError as exc:
+            raise Refused(_STATUS.get(exc.code, 502), exc.message) from None
+
+    # answers
+
+    def render(self, template: str, status: int = 200, **context: Any) -> Response:
+        """The page `template` drawn with `context`, in this request's language."""
+        html = self.console.templates.get_template(template).render(
+            v=self, t=self.t, prefix=PREFIX, languages=LANGUAGES, **context
+        )
+        cookies = [Cookie(key=NOTE_COOKIE, value="", path=PREFIX, max_age=0)] if self._had_note else []
+        headers = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin"}
+        return Response(html, status_code=status, media_type=MediaType.HTML, cookies=cookies, headers=headers)
+
+    def done(self, path: str, text: str, kind: str = "ok") -> Redirect:
+        """To `path` (under the console) with `text` shown at its top: what an action did."""
+        note = self.console.sessions.note(kind, text)
+        cookie = Cookie(key=NOTE_COOKIE, value=note, path=PREFIX, httponly=True, samesite="strict", max_age=60)
+        return Redirect(path, status_code=303, cookies=[cookie])
+
+    def number(self, field: str, low: int, high: int, default: int | None = None) -> int:
+        """The posted whole number `field`, from `low` to `high`; Refused (400) saying which field
+        and what it takes. An empty field is `default` where there is one."""
+        raw = self.form.get(field, "").strip()
+        if not raw and default is not None:
+            return default
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise Refused(400, self.t("form.err.number", field=self.t(f"field.{field}"), low=low, high=high, got=raw))
+        return int(raw)
+
+
+async def check_request(console: Console, request: Request) -> Response | None:
+    """The hook before every console route: a View on `request.state.view`, or the answer that
+    stops it (to the sign-in page without a live admin session; 403 for a form whose CSRF token
+    is not the session's). Nothing is changed by a request stopped here."""
+    now = time.time()
+    path = request.url.path
+    session = key = None
+    raw = request.cookies.get(SESSION_COOKIE)
+    why = ""
+    if raw:
+        try:
+            session = console.sessions.open(raw, now)
+            key = console.admin(session.key_id, now)
+            why = "" if key else "revoked"
+        except ExpiredSession:
+            why = "expired"
+        except BadSession:
+            why = "bad"
+    else:
+        why = "none"
+    if key is None:
+        session = None
+    view = request.state.view = View(console, request, session, key)
+    if path.startswith(OPEN_PATHS):
+        return None
+    if session is None:
+        if request.method == "GET":
+            return Redirect(f"{PREFIX}/signin?next={quote(path)}&why={why}", status_code=303)
+        return view.render("signin.html", status=401, why=why, next=path, error=view.t(f"signin.why.{why}"))
+    if request.method == "POST":
+        form = await request.form()
+        view.forms = {name: [str(x) for x in form.getall(name)] for name in form}
+        view.form = {name: values[-1] for name, values in view.forms.items()}
+        if not hmac.compare_digest(view.form.get("csrf", ""), session.csrf):
+            _log.warning("console form refused: CSRF token", path=path, key=key.name if key else "")
+            return view.render("error.html", status=403, message=view.t("error.csrf"))
+    return None
