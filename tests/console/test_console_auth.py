@@ -22,7 +22,8 @@ async def test_an_admin_key_signs_in_with_a_strict_httponly_cookie_that_does_not
     browser = stack.browser()
     await browser.get("/console/signin")
     token = re.search(r'name="csrf" value="([^"]*)"', (await browser.get("/console/signin")).text).group(1)
-    raw = await browser.http.post("/console/signin", data={"csrf": token, "key": stack.admin_key}, follow_redirects=False)
+    form = {"csrf": token, "key": stack.admin_key}
+    raw = await browser.http.post("/console/signin", data=form, follow_redirects=False)
     assert raw.status_code == 303 and raw.headers["location"] == "/console/models"
     cookie = next(c for c in raw.headers.get_list("set-cookie") if c.startswith("llmgw_console="))
     assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower() and "Max-Age=" in cookie

@@ -23,8 +23,8 @@ from llmgw.router.accounts import Accounts
 from llmgw.router.admin import admin_api
 from llmgw.router.app import http_app
 from llmgw.router.balance import Balancer
-from llmgw.router.console import console_routes
 from llmgw.router.config import RouterConfig
+from llmgw.router.console import console_routes
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory
 from llmgw.router.gateway import Gateway

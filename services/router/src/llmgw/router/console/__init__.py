@@ -4,13 +4,13 @@ not needed for any form) over the same services the admin API calls. Sign in wit
 - `web`: the Console, one request's View, the session and CSRF hook
 - `session`: signed session cookies, CSRF tokens and notes (pure)
 - `i18n`: the messages in English and Turkish
-- `auth_pages`: sign in and out, the language switch
-- `model_pages`: the models and each one's card
+- `*_pages`: the pages, each module's routes in its `ROUTES` (gathered here by name)
 """
 
 from __future__ import annotations
 
-from importlib import resources
+import pkgutil
+from importlib import import_module, resources
 
 from litestar import Request, Router
 from litestar.di import Provide
@@ -21,8 +21,6 @@ from nats.aio.client import Client
 
 from llmgw.bus import get_logger
 from llmgw.router.accounts import Accounts
-from llmgw.router.console.auth_pages import AUTH_ROUTES
-from llmgw.router.console.model_pages import MODEL_ROUTES
 from llmgw.router.console.web import PREFIX, Console, Refused, View, check_request
 
 __all__ = ["console_routes"]
@@ -54,12 +52,18 @@ def console_routes(accounts: Accounts, nc: Client, secret: bytes, session_s: int
     )
     return Router(
         PREFIX,
-        route_handlers=[*AUTH_ROUTES, *MODEL_ROUTES, static],
+        route_handlers=[*_pages(), static],
         before_request=before,
         dependencies={"view": Provide(_view, sync_to_thread=False)},
         exception_handlers={Refused: on_refused, Exception: on_bug},
         include_in_schema=False,
     )
+
+
+def _pages() -> list:
+    """The routes of every `*_pages` module of the console."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.endswith("_pages"))
+    return [route for name in names for route in import_module(f"{__name__}.{name}").ROUTES]
 
 
 def _view(request: Request) -> View:

@@ -19,7 +19,7 @@ from llmgw.router.console.i18n import LANGUAGES
 from llmgw.router.console.web import LANG_COOKIE, PRE_COOKIE, PREFIX, SESSION_COOKIE, View
 from llmgw.router.errors import ApiError
 
-__all__ = ["AUTH_ROUTES"]
+__all__ = ["ROUTES"]
 
 _KEY_ERRORS = {"missing_api_key": "missing", "invalid_api_key": "invalid", "expired_api_key": "expired_key"}
 
@@ -107,4 +107,4 @@ async def home() -> Redirect:
     return Redirect(f"{PREFIX}/models", status_code=303)
 
 
-AUTH_ROUTES = (signin_form, signin, signout, switch_language, home)
+ROUTES = (signin_form, signin, signout, switch_language, home)

@@ -33,7 +33,7 @@ class Messages:
                 if key in table:
                     raise ValueError(f"console message '{key}' is in two files (again in {item.name})")
                 if set(words) != set(LANGUAGES):
-                    raise ValueError(f"console message '{key}' ({item.name}) has {sorted(words)}, not {list(LANGUAGES)}")
+                    raise ValueError(f"console message '{key}' ({item.name}): {sorted(words)}, not {list(LANGUAGES)}")
                 fields = {lang: _fields(text) for lang, text in words.items()}
                 if len({frozenset(f) for f in fields.values()}) != 1:
                     raise ValueError(f"console message '{key}' ({item.name}) fills in different names: {fields}")

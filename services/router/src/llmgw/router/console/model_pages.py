@@ -8,7 +8,7 @@ from litestar.response import Response
 from llmgw.proto import Empty, catalog, scheduler
 from llmgw.router.console.web import Refused, View
 
-__all__ = ["MODEL_ROUTES"]
+__all__ = ["ROUTES"]
 
 
 async def statuses(view: View) -> dict[str, object] | None:
@@ -27,4 +27,4 @@ async def models_page(view: View) -> Response:
     return view.render("models.html", entries=entries, status=await statuses(view))
 
 
-MODEL_ROUTES = (models_page,)
+ROUTES = (models_page,)
