@@ -92,6 +92,20 @@ async def test_an_end_the_counters_never_heard_does_not_lock_a_key_and_what_was_
     assert not quota.mine and not quota.dirty
 
 
+async def test_reading_a_scopes_counts_changes_nothing_and_an_unknown_scope_reads_as_unused(nc):
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    scope = [("key.k", "key 'k'", Limits(concurrent=3, tokens_per_day=10_000))]
+    assert (await quota.admit(scope, NOW, reserve=50)).ok
+    assert (await quota.admit(scope, NOW, reserve=50)).ok
+    await quota.finish(scope, 30, NOW + 1, reserve=50)
+    revision = (await kv.get("key.k")).revision
+    counts = await quota.read("key.k", NOW + 2)
+    assert (counts.minute_requests, counts.day_tokens, counts.concurrent, counts.reserved) == (2, 30, 1, 50)
+    assert (await kv.get("key.k")).revision == revision
+    assert await Quota(kv, "router-b").read("key.unknown", NOW) == Counts()
+
+
 def test_a_hold_larger_than_a_limit_passes_when_nothing_else_is_used_or_held():
     limits = Limits(tokens_per_minute=1000)
     quiet = judge("key 'k'", limits, Counts(), 0.0, reserve=8192)  # no max_tokens: the model's longest answer

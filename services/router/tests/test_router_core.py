@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from llmgw.proto import Limits, Model, UsageRecord
-from llmgw.router.core import check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.core import bucket_start, check_request, key_hash, rewrite_chunk, sum_usage, usage_of
 from llmgw.router.errors import ApiError, ModelNotFound
 from llmgw.router.limits import Counts, judge, windows
 
@@ -118,6 +118,21 @@ def test_usage_sums_per_group_biggest_first():
         ("b", 1, 1, 50),
         ("a", 2, 0, 8),
     ]
+
+
+def test_usage_sums_per_group_and_time_bucket_oldest_bucket_first():
+    records = [
+        UsageRecord(request_id=str(i), time=t, key="k", project="p", model=m, prompt_tokens=n)
+        for i, (t, m, n) in enumerate([(3599, "a", 1), (3600, "a", 2), (3601, "b", 7), (7199, "a", 4), (10, "b", 1)])
+    ]
+    rows = sum_usage(records, "model", bucket_s=3600)
+    assert [(r.start, r.group, r.requests, r.prompt_tokens) for r in rows] == [
+        (0.0, "a", 1, 1),
+        (0.0, "b", 1, 1),
+        (3600.0, "b", 1, 7),
+        (3600.0, "a", 2, 6),
+    ]
+    assert bucket_start(7199.5, 3600) == 3600.0 and bucket_start(7199.5, 0) == 0.0
 
 
 NOW = 1_764_720_030.0  # 2025-12-03 00:00:30 UTC

@@ -132,12 +132,17 @@ class UsageQuery(Struct, kw_only=True):
 
     since: float = 0.0
     group_by: Literal["model", "project", "key", "replica"] = "model"
+    bucket_s: NonNegative = 0
+    """Sum each group in time buckets this many seconds long (a row per group and bucket, from a
+    multiple of `bucket_s` since 1970); 0: one row per group over the whole span."""
 
 
 class UsageRow(Struct, kw_only=True):
     """The sums of one group."""
 
     group: str
+    start: float = 0.0
+    """Where its time bucket starts (Unix time), with `UsageQuery.bucket_s`; else 0."""
     requests: NonNegative = 0
     errors: NonNegative = 0
     prompt_tokens: NonNegative = 0

@@ -30,6 +30,16 @@ class NodeList(Struct, kw_only=True):
     nodes: list[NodeInfo]
     last_seen: dict[str, float] = field(default_factory=dict)
     """Node -> Unix time of its last heartbeat."""
+    stale_s: float
+    """The scheduler's `stale_s`: a node silent longer is suspect (it gets no new replicas)."""
+    lost_s: float
+    """The scheduler's `lost_s`: a node silent longer is lost (its replicas are replaced)."""
+
+    def state(self, node: str, now: float) -> Literal["ready", "suspect", "lost"]:
+        """How `node` stands `now` by the time since its last heartbeat, against the scheduler's
+        thresholds (the scheduler itself also leaves out the time it could not hear at all)."""
+        silent = now - self.last_seen.get(node, 0.0)
+        return "lost" if silent > self.lost_s else "suspect" if silent > self.stale_s else "ready"
 
 
 class ModelStatus(Struct, kw_only=True):

@@ -97,11 +97,12 @@ class Accounts:
 
     def scopes(self, key_id: str, key: KeyRecord) -> list[Scope]:
         """The limits a request with this key counts against: its own and its project's."""
-        project = self.projects.items.get(key.project) or Project(name=key.project)
-        return [
-            (f"key.{key_id}", f"key '{key.name}'", key.limits),
-            (f"project.{project.name}", f"project '{project.name}'", project.limits),
-        ]
+        return [(f"key.{key_id}", f"key '{key.name}'", key.limits), self.project_scope(key.project)]
+
+    def project_scope(self, name: str) -> Scope:
+        """The limits of project `name`, which all its keys' requests count against together."""
+        project = self.projects.items.get(name) or Project(name=name)
+        return (f"project.{project.name}", f"project '{project.name}'", project.limits)
 
     async def admit(self, scopes: list[Scope], now: float, reserve: int) -> Verdict:
         """Count a request, which may use up to `reserve` tokens (held until it ends), against its
@@ -213,4 +214,5 @@ class Accounts:
                     break
         finally:
             await sub.unsubscribe()
-        return UsageReport(rows=sum_usage([r for r in records if r.time >= query.since], query.group_by))
+        kept = [r for r in records if r.time >= query.since]
+        return UsageReport(rows=sum_usage(kept, query.group_by, query.bucket_s))

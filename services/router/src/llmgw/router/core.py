@@ -16,6 +16,7 @@ __all__ = [
     "Prepared",
     "Usage",
     "answer_of",
+    "bucket_start",
     "check_context",
     "check_request",
     "context_of",
@@ -305,18 +306,25 @@ def rewrite_chunk(chunk: dict, model: str, include_usage: bool) -> bytes | None:
     return msgspec.json.encode(chunk)
 
 
-def sum_usage(records: list[UsageRecord], group_by: str) -> list[UsageRow]:
-    """Usage records summed per value of `group_by` (model, project, key or replica), biggest first."""
-    rows: dict[str, UsageRow] = {}
+def bucket_start(t: float, bucket_s: int) -> float:
+    """Where the time bucket `bucket_s` seconds long that holds `t` starts (buckets start at the
+    multiples of `bucket_s` since 1970); 0 where `bucket_s` is 0 (one bucket: all time)."""
+    return float(int(t // bucket_s) * bucket_s) if bucket_s else 0.0
+
+
+def sum_usage(records: list[UsageRecord], group_by: str, bucket_s: int = 0) -> list[UsageRow]:
+    """Usage records summed per value of `group_by` (model, project, key or replica), biggest
+    first; with `bucket_s`, per group and time bucket (`bucket_start`), oldest bucket first."""
+    rows: dict[tuple[float, str], UsageRow] = {}
     for r in records:
-        group = getattr(r, group_by)
-        row = rows.setdefault(group, UsageRow(group=group))
+        group, start = getattr(r, group_by), bucket_start(r.time, bucket_s)
+        row = rows.setdefault((start, group), UsageRow(group=group, start=start))
         row.requests += 1
         row.errors += r.status >= 400
         row.prompt_tokens += r.prompt_tokens
         row.cached_tokens += r.cached_tokens
         row.completion_tokens += r.completion_tokens
-    return sorted(rows.values(), key=lambda row: (-(row.prompt_tokens + row.completion_tokens), row.group))
+    return sorted(rows.values(), key=lambda row: (row.start, -(row.prompt_tokens + row.completion_tokens), row.group))
 
 
 def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:

@@ -195,6 +195,21 @@ class Quota:
             except KeyWrongLastSequenceError:
                 continue
 
+    async def read(self, sid: str, now: float) -> Counts:
+        """What scope `sid` has used in the windows that hold `now`, as the counters say (changing
+        nothing); from the counts last read where they do not answer in time."""
+        value = self.known.get(sid, {})
+        if self.online():
+            try:
+                async with asyncio.timeout(self.op_timeout_s):
+                    entry = await self.kv.get(sid)
+                value = msgspec.json.decode(entry.value) if entry.value else {}
+            except KeyNotFoundError:
+                value = {}
+            except (TimeoutError, NatsError):
+                pass  # the counts last read
+        return self._counts(sid, value, now)
+
     # -- a request's way --------------------------------------------------------------------------
     async def admit(self, scopes: list[Scope], now: float, reserve: int = 0) -> Verdict:
         """Count this request, which may use up to `reserve` tokens, against every scope with

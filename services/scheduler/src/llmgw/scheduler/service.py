@@ -179,6 +179,8 @@ class Scheduler:
         return NodeList(
             nodes=[v.info for _, v in sorted(self.nodes.items())],
             last_seen={n: v.last_seen for n, v in self.nodes.items()},
+            stale_s=self.config.stale_s,
+            lost_s=self.config.lost_s,
         )
 
     def _heard(self, info: NodeInfo, weights: list[str]) -> None:
