@@ -5,7 +5,7 @@ import pytest
 from llmgw.bus import BadRequest, Conflict, NotFound, call
 from llmgw.catalog.core import check_model
 from llmgw.catalog.service import Catalog, CatalogConfig
-from llmgw.proto import Empty, Model, ModelPut, ModelRef, Profile, Scaling, catalog
+from llmgw.proto import Empty, Model, ModelPurge, ModelPut, ModelRef, Profile, Scaling, catalog
 from llmgw.proto.catalog import SetReplicas, StartModel, StopModel
 
 M = Model(name="tiny", source="o/r/tiny.gguf")
@@ -39,6 +39,20 @@ async def test_two_changes_from_one_revision_one_wins_the_other_gets_409(client)
         await call(client, catalog.MODEL_PUT, ModelPut(model=M, revision=0))
     got = await call(client, catalog.MODEL_GET, ModelRef(name="tiny"))
     assert got.model.context == 8192
+
+
+async def test_a_remove_or_purge_at_a_stale_revision_is_a_409_and_removes_nothing(client):
+    first = await call(client, catalog.MODEL_PUT, ModelPut(model=M))
+    await call(client, catalog.MODEL_CHANGE, StopModel(name="tiny"))
+    with pytest.raises(Conflict, match=f"at revision {first.revision + 1}, not {first.revision}"):
+        await call(client, catalog.MODEL_REMOVE, ModelRef(name="tiny", revision=first.revision))
+    with pytest.raises(Conflict, match=f"not {first.revision}"):
+        await call(client, catalog.MODEL_PURGE, ModelPurge(name="tiny", revision=first.revision))
+    got = await call(client, catalog.MODEL_GET, ModelRef(name="tiny"))
+    assert got.revision == first.revision + 1
+    removed = await call(client, catalog.MODEL_REMOVE, ModelRef(name="tiny", revision=got.revision))
+    assert removed.revision == got.revision
+    assert (await call(client, catalog.MODEL_LIST, Empty())).models == []
 
 
 async def test_removing_an_unknown_model_is_a_404(client):

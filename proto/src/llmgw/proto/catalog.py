@@ -201,6 +201,8 @@ class ModelRef(Struct, kw_only=True):
     """A model by name."""
 
     name: Name
+    revision: int | None = None
+    """On remove: the revision it must be at (compare-and-set, else 409); None: any. Get ignores it."""
 
 
 class ModelPurge(Struct, kw_only=True):
@@ -209,6 +211,8 @@ class ModelPurge(Struct, kw_only=True):
     name: Name
     by: str = ""
     """Who is removing it (recorded in the log)."""
+    revision: int | None = None
+    """The revision it must be at (compare-and-set, else 409 and nothing removed); None: any."""
 
 
 class PurgeReport(Struct, kw_only=True):

@@ -239,16 +239,17 @@ class Catalog:
         return await self.store.write(changed, entry.revision, req.by, action)
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
-        """Remove a model no other falls back to; its replicas stop, its files stay."""
+        """Remove a model no other falls back to (at `ref.revision`, if given); its replicas stop,
+        its files stay."""
         entry = await self.store.entry(ref.name)
-        check_editable(entry)
+        check_editable(entry, ref.revision)
         check_removable(ref.name, await self.store.others(ref.name))
         await self.store.delete(entry)
         return entry
 
     async def purge(self, req: ModelPurge) -> PurgeReport:
         """Remove the model, wait for its replicas to stop, then delete its files where no other model needs them."""
-        entry = await self.remove(ModelRef(name=req.name))
+        entry = await self.remove(ModelRef(name=req.name, revision=req.revision))
         sources, kept = files_to_purge(entry.model, await self.store.others(req.name))
         if not sources:
             return tally_purge(entry, sources, kept, [])
