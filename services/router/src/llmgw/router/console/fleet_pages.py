@@ -1,0 +1,57 @@
+"""The fleet page: every node the scheduler knows, as its agent last reported it (cards, memory
+and its read rate, the CPU calibration, engines, labels), the replicas on it, and whether it is
+ready, suspect or lost by the scheduler's own thresholds (`NodeList.state`)."""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from litestar import get
+from litestar.response import Response
+
+from llmgw.proto import CpuCalibration, Empty, NodeInfo, ReplicaState, scheduler
+from llmgw.router.console.web import Refused, View
+
+__all__ = ["ROUTES", "FleetNode"]
+
+
+class FleetNode(NamedTuple):
+    """One node as the page shows it."""
+
+    info: NodeInfo
+    state: str
+    """ready, suspect or lost (`NodeList.state`)."""
+    silent_s: float
+    """Seconds since its last heartbeat."""
+    calibration: CpuCalibration
+    """Its own CPU calibration, or the defaults (`measured` says which)."""
+    measured: bool
+    replicas: list[ReplicaState]
+    """The replicas on it, or spanning it from another node."""
+
+
+@get("/fleet")
+async def fleet_page(view: View) -> Response:
+    """Every node, its state and the replicas on it; says so where the scheduler does not answer."""
+    try:
+        listed = await view.ask(scheduler.NODE_LIST, Empty(), timeout=3.0)
+        replicas = (await view.ask(scheduler.REPLICA_LIST, Empty(), timeout=3.0)).replicas
+    except Refused as exc:
+        return view.render("fleet.html", active="fleet", nodes=None, why=exc.message)
+    now = time.time()
+    nodes = [
+        FleetNode(
+            info=n,
+            state=listed.state(n.node, now),
+            silent_s=max(0.0, now - listed.last_seen.get(n.node, 0.0)),
+            calibration=n.cpu_calibration or CpuCalibration(),
+            measured=n.cpu_calibration is not None,
+            replicas=[r for r in replicas if r.node == n.node or any(w.node == n.node for w in r.workers)],
+        )
+        for n in listed.nodes
+    ]
+    return view.render("fleet.html", active="fleet", nodes=nodes, stale_s=listed.stale_s, lost_s=listed.lost_s)
+
+
+ROUTES = (fleet_page,)

@@ -1,0 +1,74 @@
+"""The fleet page with JavaScript off, against a real scheduler: every node with its memory rate,
+cards, calibration, engines, labels and replicas, and whether it is ready, suspect or lost by the
+scheduler's own thresholds; what an agent reports is shown as text."""
+
+import time
+from types import SimpleNamespace
+
+import msgspec
+
+from llmgw.bus import call
+from llmgw.proto import CpuCalibration, GpuInfo, scheduler
+from llmgw.router.console import fleet_pages
+
+from .conftest import cpu_node
+
+
+async def _register(stack) -> None:
+    card = GpuInfo(
+        index=0,
+        uuid="GPU-1",
+        name="NVIDIA H100",
+        cls="h100-80g",
+        memory_total_mb=81920,
+        memory_used_mb=20480,
+        memory_foreign_mb=1024,
+    )
+    calibrated = msgspec.structs.replace(
+        cpu_node("cpu-b", 12.5),
+        membw_one_gbs=7.25,
+        cpu_calibration=CpuCalibration(source="llama-bench <on> cpu-b", worst_error=0.08),
+        labels={"zone": "<b>eu</b>"},
+        hostname="<i>host-b</i>",
+        gpus=[card],
+    )
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("cpu-a", 40.0))
+    await call(stack.nc, scheduler.NODE_REGISTER, calibrated)
+
+
+async def test_every_node_with_its_memory_rate_cards_calibration_and_state(stack):
+    await _register(stack)
+    browser = await stack.signed_in()
+    page = await browser.page("/console/fleet")
+    assert page.status_code == 200 and "data-live" in page.text
+    a = page.text[page.text.index('id="node-cpu-a"') : page.text.index('id="node-cpu-b"')]
+    b = page.text[page.text.index('id="node-cpu-b"') :]
+    assert 'data-state="ready"' in a and 'data-state="ready"' in b
+    assert '<dd class="membw-all">40.0 GB/s</dd>' in a and '<dd class="membw-one">40.0 GB/s</dd>' in a
+    assert '<dd class="membw-all">12.5 GB/s</dd>' in b and '<dd class="membw-one">7.2 GB/s</dd>' in b
+    assert "the defaults fitted on another fleet are used" in a and "No card" in a
+    assert "Measured on this node: llama-bench &lt;on&gt; cpu-b; largest error 8.0%" in b
+    assert "h100-80g" in b and "80.0 GiB" in b and "60.0 GiB" in b and "1.0 GiB" in b  # total, free, others'
+    assert "<code>llamacpp</code> test" in a
+    assert "zone=&lt;b&gt;eu&lt;/b&gt;" in b and "&lt;i&gt;host-b&lt;/i&gt;" in b
+    assert "<b>eu</b>" not in page.text and "<i>host-b</i>" not in page.text
+    assert "is suspect (it gets no new replicas); after 30 s it is lost" in page.text  # the scheduler's
+
+
+async def test_a_node_not_heard_from_is_suspect_then_lost(stack, monkeypatch):
+    await _register(stack)
+    browser = await stack.signed_in()
+    for after, state in ((15, "suspect"), (45, "lost")):
+        later = time.time() + after
+        monkeypatch.setattr(fleet_pages, "time", SimpleNamespace(time=lambda later=later: later))
+        page = await browser.page("/console/fleet")
+        assert page.text.count(f'data-state="{state}"') == 2, after
+        assert f'<span class="state state-{state}">{state}</span>' in page.text
+
+
+async def test_the_fleet_in_turkish(stack):
+    await _register(stack)
+    browser = await stack.signed_in()
+    await browser.get("/console/lang?to=tr&next=/console/fleet")
+    page = await browser.page("/console/fleet")
+    assert "Bellek okuma hızı, tek çekirdek" in page.text and "40,0 GB/sn" in page.text and "hazır" in page.text
