@@ -133,6 +133,15 @@ def test_it_prints_the_base_url_a_key_and_a_curl_line_that_asks_a_real_question(
     assert "Paris" in answered.json()["choices"][0]["message"]["content"], answered.text
 
 
+def test_it_prints_where_the_web_console_is_and_its_key_signs_in_there(up):
+    console = re.search(r"web console:\s+(\S+)", "".join(up.lines)).group(1)
+    assert console == up.base_url.removesuffix("/v1") + "/console"
+    with httpx.Client(base_url=console, follow_redirects=True, timeout=30) as browser:
+        token = re.search(r'name="csrf" value="([^"]*)"', browser.get("/signin").text).group(1)
+        models = browser.post("/signin", data={"csrf": token, "key": up.key})
+        assert models.url.path == "/console/models" and f">{DEMO}</a>" in models.text, models.text
+
+
 def test_the_demo_model_came_in_through_the_mirrors_verified_path(up, home):
     info = up.nats(lambda nc: call(nc, mirror.FILE_STAT, FileRef(source=SMOLLM2_SOURCE)))
     assert info.verified and info.sha256 == SMOLLM2_SHA256 and info.size == 98_362_432

@@ -93,3 +93,10 @@ async def test_the_language_is_the_browsers_and_the_switch_keeps_it(stack):
     assert switched.url.path == "/console/signin" and "Yönetici anahtarı" in switched.text
     back = await browser.get("/console/lang?to=en&next=https://evil.example/")
     assert back.url.host == "127.0.0.1"  # never sent to another site
+
+
+async def test_an_address_that_is_no_console_page_says_so_on_a_page(stack):
+    browser = await stack.signed_in()
+    page = await browser.get("/console/no/such/<b>page</b>")
+    assert page.status_code == 404
+    assert "There is no console page at /console/no/such/&lt;b&gt;page&lt;/b&gt;." in page.text

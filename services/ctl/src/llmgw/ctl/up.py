@@ -201,6 +201,7 @@ def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, mode
     print(f"llmgw is up (data in {home})", flush=True)
     print(f"  OpenAI base URL: {base}", flush=True)
     print(f"  API key:         {key}", flush=True)
+    print(f"  web console:     {base.removesuffix('/v1')}/console (sign in with the API key, an admin's)", flush=True)
     print(f"  NATS:            {nats_url}", flush=True)
     print(f"  operator creds:  {operator} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
     # SmolLM2 names Paris given a system message; without one it rambles.

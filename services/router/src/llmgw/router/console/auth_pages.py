@@ -107,4 +107,10 @@ async def home() -> Redirect:
     return Redirect(f"{PREFIX}/models", status_code=303)
 
 
-ROUTES = (signin_form, signin, signout, switch_language, home)
+@get("/{rest:path}")
+async def no_such_page(view: View, rest: str) -> Response:
+    """A console address that is no page: said as such, with the way back."""
+    return view.render("error.html", status=404, message=view.t("error.no_page", path=f"{PREFIX}{rest}"))
+
+
+ROUTES = (signin_form, signin, signout, switch_language, home, no_such_page)
