@@ -9,7 +9,7 @@ import msgspec
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
 from llmgw.router.core import check_request, cut_usage, reservation
-from llmgw.router.limits import Counts, judge
+from llmgw.router.limits import Counts, judge, standing
 from llmgw.router.quota import Quota
 
 NOW = 1764720030.0
@@ -104,6 +104,10 @@ async def test_reading_a_scopes_counts_changes_nothing_and_an_unknown_scope_read
     assert (counts.minute_requests, counts.day_tokens, counts.concurrent, counts.reserved) == (2, 30, 1, 50)
     assert (await kv.get("key.k")).revision == revision
     assert await Quota(kv, "router-b").read("key.unknown", NOW) == Counts()
+    assert standing(Limits(concurrent=3, tokens_per_day=10_000), counts) == [
+        ("concurrent", 3, 1),
+        ("tokens_per_day", 10_000, 30),
+    ]
 
 
 def test_a_hold_larger_than_a_limit_passes_when_nothing_else_is_used_or_held():

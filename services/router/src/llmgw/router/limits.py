@@ -10,7 +10,7 @@ import msgspec
 
 from llmgw.proto import Limits
 
-__all__ = ["Counts", "Verdict", "judge", "windows"]
+__all__ = ["Counts", "Verdict", "judge", "standing", "windows"]
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -51,6 +51,21 @@ def windows(now: float) -> dict[str, tuple[str, float]]:
     }
 
 
+_COUNTED = (  # each limit, the count held against it, whether it counts tokens, its window
+    ("requests_per_minute", "minute_requests", False, "minute"),
+    ("tokens_per_minute", "minute_tokens", True, "minute"),
+    ("concurrent", "concurrent", False, None),
+    ("tokens_per_day", "day_tokens", True, "day"),
+    ("tokens_per_month", "month_tokens", True, "month"),
+)
+
+
+def standing(limits: Limits, counts: Counts) -> list[tuple[str, int, int]]:
+    """Each limit set, in the order `judge` checks them: (its name, the limit, what is used
+    against it now)."""
+    return [(n, getattr(limits, n), getattr(counts, c)) for n, c, _, _ in _COUNTED if getattr(limits, n) is not None]
+
+
 def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int = 0) -> Verdict:
     """Whether one more request, which may use up to `reserve` tokens, fits `limits` given
     `counts` (`scope` names it: "key 'ci'"): a token limit takes it only where what was used, what
@@ -70,15 +85,8 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int =
         remaining = limits.tokens_per_minute - counts.minute_tokens - counts.reserved
         headers["x-ratelimit-remaining-tokens"] = str(max(0, remaining))
         headers["x-ratelimit-reset-tokens"] = f"{w['minute'][1]:.0f}s"
-    minute, day, month = w["minute"][1], w["day"][1], w["month"][1]
-    checks = [  # (limit, its count, whether it counts tokens, when it resets)
-        ("requests_per_minute", limits.requests_per_minute, counts.minute_requests, False, minute),
-        ("tokens_per_minute", limits.tokens_per_minute, counts.minute_tokens, True, minute),
-        ("concurrent", limits.concurrent, counts.concurrent, False, 1.0),
-        ("tokens_per_day", limits.tokens_per_day, counts.day_tokens, True, day),
-        ("tokens_per_month", limits.tokens_per_month, counts.month_tokens, True, month),
-    ]
-    for name, limit, used, tokens, reset in checks:
+    for name, count, tokens, window in _COUNTED:
+        limit, used, reset = getattr(limits, name), getattr(counts, count), w[window][1] if window else 1.0
         held, asked = (counts.reserved, max(min(reserve, limit or reserve), 1)) if tokens else (0, 1)
         if limit is not None and used + held + asked > limit:
             budget = name in ("tokens_per_day", "tokens_per_month")
