@@ -53,7 +53,7 @@ async def test_limits_are_saved_and_shown_with_what_is_used_against_them(stack):
     browser = await stack.signed_in()
     await browser.page("/console/keys")
     form = {"key_name": "metered", "key_project": "team-b", "key_admin": "1", "key_expires_days": "30"}
-    form |= {"limit_requests_per_minute": "5", "limit_tokens_per_day": "1000", "key_models": "tiny, other"}
+    form |= {"limit.requests_per_minute": "5", "limit.tokens_per_day": "1000", "key_models": "tiny, other"}
     made = await browser.post("/console/keys", form)
     assert made.status_code == 201, made.text
     [(kid, record)] = [(i, k) for i, k in (await _keys(stack)).items() if k.name == "metered"]
@@ -66,7 +66,7 @@ async def test_limits_are_saved_and_shown_with_what_is_used_against_them(stack):
     assert "Requests a minute: 1 of 5" in row and "Tokens a day (UTC): 0 of 1,000" in row
     assert "team-b" in row and "admin" in row and "tiny, other" in row
 
-    saved = await browser.post("/console/projects", {"project_name": "team-b", "limit_tokens_per_month": "200000"})
+    saved = await browser.post("/console/projects", {"project_name": "team-b", "limit.tokens_per_month": "200000"})
     assert saved.url.path == "/console/keys" and saved.history[0].status_code == 303
     assert "The limits of project &#39;team-b&#39; are saved" in saved.text
     assert "Tokens a month (UTC): 0 of 200,000" in _row(saved.text, "project-team-b")
@@ -82,21 +82,21 @@ async def test_bad_input_is_refused_on_the_page_with_the_values_kept_and_nothing
         ({"key_name": ""}, "Name: &#39;&#39; is not a name here"),
         ({"key_name": "ok", "key_project": "a.b"}, "Project: &#39;a.b&#39; is not a name here"),
         ({"key_name": "ok", "key_models": "tiny <i>"}, "Models: &#39;&lt;i&gt;&#39; is not a name here"),
-        ({"key_name": "ok", "limit_requests_per_minute": "0"}, "Requests a minute: &#39;0&#39; is not allowed"),
-        ({"key_name": "ok", "limit_concurrent": "two"}, "Requests at once: &#39;two&#39; is not allowed"),
-        ({"key_name": "ok", "limit_tokens_per_day": "-5"}, "Tokens a day (UTC): &#39;-5&#39; is not allowed"),
+        ({"key_name": "ok", "limit.requests_per_minute": "0"}, "Requests a minute: &#39;0&#39; is not allowed"),
+        ({"key_name": "ok", "limit.concurrent": "two"}, "Requests at once: &#39;two&#39; is not allowed"),
+        ({"key_name": "ok", "limit.tokens_per_day": "-5"}, "Tokens a day (UTC): &#39;-5&#39; is not allowed"),
         ({"key_name": "ok", "key_expires_days": "0"}, "Expires after (days): &#39;0&#39; is not allowed"),
     ]
     for form, said in cases:
         page = await browser.post("/console/keys", form)
         assert page.status_code == 400 and said in page.text and "Nothing was changed" in page.text, form
         assert "new-key" not in page.text and "<b>x</b>" not in page.text and "<i>" not in page.text
-    kept = await browser.post("/console/keys", {"key_name": "kept-name", "limit_concurrent": "x", "key_admin": "1"})
+    kept = await browser.post("/console/keys", {"key_name": "kept-name", "limit.concurrent": "x", "key_admin": "1"})
     assert 'value="kept-name"' in kept.text and 'name="key_admin" value="1" checked' in kept.text
     for ref in ("0123456789abcdef", "<script>"):
         page = await browser.post("/console/keys/revoke", {"id": ref})
         assert page.status_code == 404 and "No key has the id" in page.text and "<script>" not in page.text
-    for form in ({"project_name": "bad name"}, {"project_name": "default", "limit_concurrent": "0"}):
+    for form in ({"project_name": "bad name"}, {"project_name": "default", "limit.concurrent": "0"}):
         page = await browser.post("/console/projects", form)
         assert page.status_code == 400 and "Nothing was changed" in page.text, form
     assert await _keys(stack) == before and stack.router.accounts.projects.items == projects

@@ -74,9 +74,9 @@ def _limits(view: View) -> Limits:
     """The posted limits: each a whole number from 1, an empty field no limit."""
     return Limits(
         **{
-            name: view.number(f"limit_{name}", 1, _MOST)
+            name: view.number(f"limit.{name}", 1, _MOST)
             for name in LIMITS
-            if view.form.get(f"limit_{name}", "").strip()
+            if view.form.get(f"limit.{name}", "").strip()
         }
     )
 
