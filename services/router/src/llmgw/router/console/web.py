@@ -141,14 +141,16 @@ class View:
         cookie = Cookie(key=NOTE_COOKIE, value=note, path=PREFIX, httponly=True, samesite="strict", max_age=60)
         return Redirect(path, status_code=303, cookies=[cookie])
 
-    def number(self, field: str, low: int, high: int, default: int | None = None) -> int:
+    def number(self, field: str, low: int, high: int, default: int | None = None, label: str = "") -> int:
         """The posted whole number `field`, from `low` to `high`; Refused (400) saying which field
-        and what it takes. An empty field is `default` where there is one."""
+        (`label`, else the message `field.<field>`) and what it takes. An empty field is `default`
+        where there is one."""
         raw = self.form.get(field, "").strip()
         if not raw and default is not None:
             return default
         if not raw.isdigit() or not low <= int(raw) <= high:
-            raise Refused(400, self.t("form.err.number", field=self.t(f"field.{field}"), low=low, high=high, got=raw))
+            named = label or self.t(f"field.{field}")
+            raise Refused(400, self.t("form.err.number", field=named, low=low, high=high, got=raw))
         return int(raw)
 
 
