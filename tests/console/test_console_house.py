@@ -33,7 +33,7 @@ def test_a_template_shows_no_words_of_its_own(name, text):
     bare = re.sub(r"<(script|style)\b.*?</\1>", " ", bare, flags=re.S | re.I)
     for attribute in _SHOWN_ATTRIBUTES:
         for value in re.findall(rf'{attribute}="([^"]*)"', bare):
-            assert not re.search(r"[^\W\d_]", value), f"{name}: {attribute}=\"{value}\" is not from the messages"
+            assert not re.search(r"[^\W\d_]", value), f'{name}: {attribute}="{value}" is not from the messages'
     words = re.sub(r"<[^>]*>", " ", bare).replace("llmgw", " ")
     letters = re.findall(r"[^\W\d_]{2,}", words)
     assert not letters, f"{name} shows words not taken from the message files: {letters[:8]}"

@@ -189,7 +189,9 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "router":
         return [
             # its admin API and console: the catalog's and the mirror's; the fleet as the scheduler sees it
-            *_calls(*catalog.ENDPOINTS, *_MIRROR_ADMIN, scheduler.NODE_LIST, scheduler.REPLICA_LIST, scheduler.MODEL_STATUS),
+            *_calls(
+                *catalog.ENDPOINTS, *_MIRROR_ADMIN, scheduler.NODE_LIST, scheduler.REPLICA_LIST, scheduler.MODEL_STATUS
+            ),
             *_usage_stream(),
             *(s for name in ("keys", "projects", "limits", "demand") for s in _kv(b[name], write=True)),
             *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
