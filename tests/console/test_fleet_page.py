@@ -2,16 +2,18 @@
 cards, calibration, engines, labels and replicas, and whether it is ready, suspect or lost by the
 scheduler's own thresholds; what an agent reports is shown as text."""
 
+import asyncio
+import re
 import time
 from types import SimpleNamespace
 
 import msgspec
 
 from llmgw.bus import call
-from llmgw.proto import CpuCalibration, GpuInfo, scheduler
+from llmgw.proto import CpuCalibration, Empty, GpuInfo, Model, ModelPut, catalog, scheduler
 from llmgw.router.console import fleet_pages
 
-from .conftest import cpu_node
+from .conftest import SOURCE, cpu_node
 
 
 async def _register(stack) -> None:
@@ -72,3 +74,22 @@ async def test_the_fleet_in_turkish(stack):
     await browser.get("/console/lang?to=tr&next=/console/fleet")
     page = await browser.page("/console/fleet")
     assert "Bellek okuma hızı, tek çekirdek" in page.text and "40,0 GB/sn" in page.text and "hazır" in page.text
+
+
+async def test_the_replicas_placed_on_a_node_are_listed_under_it(stack):
+    await _register(stack)
+    await call(stack.nc, catalog.MODEL_PUT, ModelPut(model=Model(name="tiny", source=SOURCE), by="tester"))
+    browser = await stack.signed_in()
+    for _ in range(100):  # the scheduler places it; no agent answers there, so it is placed, failed, placed again
+        replicas = (await call(stack.nc, scheduler.REPLICA_LIST, Empty())).replicas
+        page = await browser.page("/console/fleet")
+        shown = [r for r in replicas if f"<code>{r.id}</code>" in page.text]
+        if shown:
+            break
+        await asyncio.sleep(0.1)
+    replica = shown[0]
+    node = page.text[page.text.index(f'id="node-{replica.node}"') :]
+    node = node[: node.index("</article>")]
+    assert f"<code>{replica.id}</code>" in node and '<a href="/console/models/tiny">tiny</a>' in node
+    assert re.search(r'<span class="state state-(pending|fetching|starting|failed|stopped|draining)">', node)
+    assert "No replica runs here." in page.text  # the other node
