@@ -146,3 +146,15 @@ async def test_bad_input_is_refused_saying_what_to_write_and_the_catalog_is_unto
         await call(fleet.nc, catalog.SERVE, ask, timeout=30)
     assert said in refused.value.message
     assert await fleet.models() == []
+
+
+async def test_a_plan_asked_again_does_not_read_the_files_header_again(fleet, monkeypatch):
+    import llmgw.catalog.service as catalog_service
+
+    reads = []
+    real = catalog_service.read_model
+    monkeypatch.setattr(catalog_service, "read_model", lambda url: reads.append(url) or real(url))
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
+    first = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=2), timeout=30)
+    again = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=1), timeout=30)
+    assert len(reads) == 1 and first.ways and again.ways[0].threads == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import httpx
@@ -37,11 +38,12 @@ from llmgw.catalog.core import (
 from llmgw.catalog.declared import declared_changes, load_declared
 from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards, served_model
 from llmgw.catalog.store import ModelStore
-from llmgw.gguf import GGUFError, read_model
+from llmgw.gguf import GGUFError, Header, read_model
 from llmgw.modelplan import FileFacts, node_facts, shape_from_gguf
 from llmgw.proto import (
     BUCKETS,
     Empty,
+    FileInfo,
     FileRef,
     Model,
     ModelChange,
@@ -62,6 +64,9 @@ from llmgw.proto import (
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
+
+_HEADERS_KEPT = 64
+"""GGUF headers the catalog keeps for serve plans (a few KB each)."""
 
 
 class CatalogConfig(BusConfig, kw_only=True):
@@ -99,6 +104,9 @@ class Catalog:
         self.store: ModelStore | None = None
         self.replicas: KvTable[ReplicaState] | None = None
         self.ctx: Context | None = None
+        self.headers: OrderedDict[tuple[str, int, str], Header] = OrderedDict()
+        """GGUF headers read for serve plans, by (source, size, sha256), the latest used last: a plan
+        asked again (a console page refreshing) does not read the file again."""
 
     async def start(self, ctx: Context) -> None:
         """Open the bucket, write the declared models, then answer."""
@@ -214,10 +222,7 @@ class Catalog:
             )
         if info.header_error:
             raise BadRequest(f"{ask.source}: its file {info.header_error}; serve a GGUF model")
-        try:
-            header = await asyncio.to_thread(read_model, info.url)
-        except (GGUFError, OSError, httpx.HTTPError) as exc:
-            raise BadRequest(f"{ask.source}: its header did not read from the mirror ({exc}); try again") from None
+        header = await self._header(info)
         try:
             listed = await call(self.ctx.nc, scheduler.NODE_LIST, Empty())
         except BusError as exc:
@@ -227,6 +232,22 @@ class Catalog:
         nodes = [node_facts(n) for n in listed.nodes]
         plan = plan_for_cards(ask, facts, header.context_length, nodes, gpus)
         return plan, sum(len(n.gpus) for n in listed.nodes)
+
+    async def _header(self, info: FileInfo) -> Header:
+        """The GGUF header of a mirrored file, read over the mirror's URL once per file (kept for the
+        last `_HEADERS_KEPT` files)."""
+        key = (info.source, info.size, info.sha256)
+        if key in self.headers:
+            self.headers.move_to_end(key)
+            return self.headers[key]
+        try:
+            header = await asyncio.to_thread(read_model, info.url)
+        except (GGUFError, OSError, httpx.HTTPError) as exc:
+            raise BadRequest(f"{info.source}: its header did not read from the mirror ({exc}); try again") from None
+        self.headers[key] = header
+        while len(self.headers) > _HEADERS_KEPT:
+            self.headers.popitem(last=False)
+        return header
 
     async def change(self, req: ModelChange) -> ModelEntry:
         """Apply an operator's change (the core says what it makes of the model)."""
