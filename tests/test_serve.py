@@ -158,3 +158,17 @@ async def test_a_plan_asked_again_does_not_read_the_files_header_again(fleet, mo
     first = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=2), timeout=30)
     again = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=1), timeout=30)
     assert len(reads) == 1 and first.ways and again.ways[0].threads == 1
+
+
+async def test_the_admin_api_removes_a_model_only_at_the_revision_it_names(fleet):
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
+    entry = await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, by="t"), timeout=30)
+    async with fleet.http() as http:
+        stale = await http.delete("/models/tiny", params={"revision": entry.revision + 5})
+        assert stale.status_code == 409, stale.text
+        assert await fleet.models() == ["tiny"]
+        bad = await http.delete("/models/tiny", params={"revision": -1})
+        assert bad.status_code == 400 and "must be from 0" in bad.text
+        removed = await http.delete("/models/tiny", params={"revision": entry.revision})
+        assert removed.status_code == 200, removed.text
+    assert await fleet.models() == []

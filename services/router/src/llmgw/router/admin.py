@@ -127,8 +127,7 @@ async def put_model(request: Request, nc: Client, name: str, data: Model, revisi
     """Create or replace a model; `?revision=` makes it compare-and-set (0: must not exist)."""
     if data.name != name:
         raise NameMismatch(f"the body names model '{data.name}' but the path '{name}'")
-    if revision is not None and not 0 <= revision <= _MOST_REVISION:
-        raise BadRevision(f"'revision' is {revision}; it must be from 0 (must not exist yet) to {_MOST_REVISION}")
+    _check_revision(revision)
     return await _ask(
         nc, request, catalog.MODEL_PUT, ModelPut(model=data, revision=revision, by=request.state.key.name)
     )
@@ -143,16 +142,20 @@ async def change_model(request: Request, nc: Client, name: str, data: dict[str, 
 
 
 @delete("/models/{name:str}", status_code=200)
-async def remove_model(request: Request, nc: Client, name: str) -> ModelEntry:
-    """Remove a model from the catalog (its files stay)."""
-    return await _ask(nc, request, catalog.MODEL_REMOVE, _ref(name))
+async def remove_model(request: Request, nc: Client, name: str, revision: int | None = None) -> ModelEntry:
+    """Remove a model from the catalog (its files stay); `?revision=` removes it only at that
+    revision (409 else)."""
+    _check_revision(revision)
+    return await _ask(nc, request, catalog.MODEL_REMOVE, msgspec.structs.replace(_ref(name), revision=revision))
 
 
 @post("/models/{name:str}/purge", status_code=200)
-async def purge_model(request: Request, nc: Client, name: str) -> PurgeReport:
+async def purge_model(request: Request, nc: Client, name: str, revision: int | None = None) -> PurgeReport:
     """Remove a model and, once its replicas stopped, delete its files from the mirror and the nodes
-    (keeping any file another model uses); says what it deleted and what it kept."""
-    purge = ModelPurge(name=_ref(name).name, by=request.state.key.name)
+    (keeping any file another model uses); says what it deleted and what it kept. `?revision=`:
+    only at that revision (409 else)."""
+    _check_revision(revision)
+    purge = ModelPurge(name=_ref(name).name, by=request.state.key.name, revision=revision)
     return await _ask(nc, request, catalog.MODEL_PURGE, purge, timeout=150.0)
 
 
@@ -200,6 +203,11 @@ async def usage(accounts: Accounts, since: float = 0.0, group_by: str = "model")
     except msgspec.ValidationError as exc:
         raise BadQuery(f"usage query: {exc}") from None
     return await accounts.sum_usage(query)
+
+
+def _check_revision(revision: int | None) -> None:
+    if revision is not None and not 0 <= revision <= _MOST_REVISION:
+        raise BadRevision(f"'revision' is {revision}; it must be from 0 (must not exist yet) to {_MOST_REVISION}")
 
 
 def _change(name: str, body: dict[str, Any], by: str) -> ModelChange:
