@@ -112,3 +112,13 @@ async def test_what_the_keys_bucket_holds_is_shown_as_text(stack):
     page = await browser.page("/console/keys")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "&lt;b&gt;p&lt;/b&gt;" in page.text
     assert "<script>alert" not in page.text and "<b>p</b>" not in page.text and "<i>m</i>" not in page.text
+
+
+async def test_revoking_the_key_signed_in_with_warns_first_and_ends_the_session(stack):
+    browser = await stack.signed_in()
+    [ops] = [i for i, k in (await _keys(stack)).items() if k.name == "ops"]
+    page = await browser.page("/console/keys")
+    assert "It is the key you signed in with" in _row(page.text, f"key-{ops}")
+    assert "It is the key you signed in with" not in page.text.replace(_row(page.text, f"key-{ops}"), "")
+    out = await browser.post("/console/keys/revoke", {"id": ops})
+    assert out.url.path == "/console/signin" and "was revoked" in out.text and ops not in await _keys(stack)

@@ -4,7 +4,9 @@ one point is drawn, and the y axis goes up to a round number with labelled ticks
 import re
 from xml.etree import ElementTree
 
-from llmgw.router.console.charts import Chart, Series, line_chart, nice_ceiling, ticks
+import pytest
+
+from llmgw.router.console.charts import Chart, Series, line_chart, nice_ceiling, x_ticks, y_ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -39,7 +41,7 @@ def test_one_point_is_drawn_in_the_middle_with_its_ticks():
     assert (point.get("data-x"), point.get("data-y")) == ("120", "7")
     assert float(point.get("cx")) == (64 + 720 - 16) / 2
     words = [t.text for t in tree.iter(f"{SVG}text")]
-    assert words[:5] == ["0 tok", "2.5 tok", "5 tok", "7.5 tok", "10 tok"] and "t120" in words
+    assert words[:5] == ["0 tok", "2 tok", "4 tok", "6 tok", "8 tok"] and "t120" in words
     assert not tree.findall(f"{SVG}polyline")  # one point: no line
 
 
@@ -50,7 +52,11 @@ def test_points_are_placed_by_value_and_lines_join_them():
     assert a0.get("fill") != b0.get("fill") and len(tree.findall(f"{SVG}polyline")) == 1
 
 
-def test_round_ceilings_and_ticks():
+def test_round_ceilings_and_ticks_on_round_numbers_and_on_the_points():
     assert [nice_ceiling(v) for v in (0, 0.3, 1, 7, 12, 200, 201, 4999)] == [1, 0.5, 1, 10, 20, 200, 500, 5000]
-    assert ticks(0, 10, 3) == [0, 5, 10] and ticks(4, 4, 6) == [4]
+    assert y_ticks(1, whole=True) == [0, 1] and y_ticks(3, whole=True) == [0, 1, 2, 3]
+    assert y_ticks(50, whole=True) == [0, 10, 20, 30, 40, 50] and y_ticks(7, whole=True) == [0, 2, 4, 6, 8]
+    assert y_ticks(0.3, whole=False) == pytest.approx([0, 0.1, 0.2, 0.3])
+    assert y_ticks(0, whole=True) == [0, 1]
+    assert x_ticks([5, 1, 3, 3]) == [1, 3, 5] and x_ticks(list(range(13))) == [0, 2, 4, 6, 8, 10, 12]
     assert not re.search(r"nan|inf", str(_chart([Series("z", [(0, 0), (5, 0)])])))

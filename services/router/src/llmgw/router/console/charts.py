@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from markupsafe import Markup
 
-__all__ = ["PALETTE", "Chart", "Series", "line_chart", "nice_ceiling", "ticks"]
+__all__ = ["PALETTE", "Chart", "Series", "line_chart", "nice_ceiling", "x_ticks", "y_ticks"]
 
 PALETTE = ("#0a58ca", "#b3261e", "#116329", "#7a4d00", "#6f42c1", "#0f6674", "#a4286a", "#57606a")
 """Series colours, in turn (each dark enough to read on the page's light panel)."""
@@ -37,11 +37,18 @@ def nice_ceiling(value: float) -> float:
     return next(step * power for step in (1, 2, 5, 10) if step * power >= value * (1 - 1e-9))
 
 
-def ticks(low: float, high: float, count: int) -> list[float]:
-    """`count` evenly spaced values from `low` to `high` (one where they are the same)."""
-    if high <= low or count < 2:
-        return [low]
-    return [low + (high - low) * i / (count - 1) for i in range(count)]
+def y_ticks(high: float, whole: bool) -> list[float]:
+    """Ticks from 0 up to a round number at or above `high`, in at most 5 equal round steps
+    (steps of at least 1 where the values are whole numbers)."""
+    step = nice_ceiling(high / 5)
+    step = max(step, 1.0) if whole else step
+    return [i * step for i in range(max(1, math.ceil(high / step - 1e-9)) + 1)]
+
+
+def x_ticks(xs: Sequence[float], most: int = 7) -> list[float]:
+    """At most `most` of the points' x values, evenly picked from the first on."""
+    seen = sorted(set(xs))
+    return seen[:: math.ceil(len(seen) / most)]
 
 
 def _text(x: float, y: float, words: str, anchor: str = "middle") -> str:
@@ -82,7 +89,9 @@ def line_chart(chart: Chart, series: Sequence[Series]) -> Markup:
         return Markup("".join(parts))
     xs = [x for s in drawn for x, _ in s.points]
     x_low, x_high = min(xs), max(xs)
-    y_high = nice_ceiling(max(y for s in drawn for _, y in s.points))
+    ys = [y for s in drawn for _, y in s.points]
+    y_marks = y_ticks(max(ys), all(float(y).is_integer() for y in ys))
+    y_high = y_marks[-1]
     plot_w, plot_h = width - _LEFT - _RIGHT, height - _TOP - _BOTTOM
 
     def at(x: float, y: float) -> tuple[float, float]:
@@ -90,13 +99,13 @@ def line_chart(chart: Chart, series: Sequence[Series]) -> Markup:
         return _LEFT + across * plot_w, _TOP + plot_h - (y / y_high) * plot_h
 
     parts.append('<g class="axes" stroke="#d0d7de">')
-    for y in ticks(0.0, y_high, 5):
+    for y in y_marks:
         _, py = at(x_low, y)
         parts.append(f'<line x1="{_LEFT}" y1="{py:.1f}" x2="{width - _RIGHT}" y2="{py:.1f}"/>')
     parts.append("</g>")
-    for y in ticks(0.0, y_high, 5):
+    for y in y_marks:
         parts.append(_text(_LEFT - 6, at(x_low, y)[1] + 4, y_text(y), "end"))
-    for x in ticks(x_low, x_high, min(6, len(set(xs)))):
+    for x in x_ticks(xs):
         parts.append(_text(at(x, 0)[0], height - 8, x_text(x)))
     for i, s in enumerate(drawn):
         colour = PALETTE[i % len(PALETTE)]

@@ -74,25 +74,23 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
     starts = [float(s) for s in range(int(first), int(last) + 1, chosen.bucket_s)]
     shown = [r.group for r in total.rows[:_MOST_SERIES]]
     words = {"range": view.t(f"usage.range.{since}"), "by": view.t(f"usage.by.{group_by}")}
-    charts = [
-        line_chart(
-            Chart(
-                id=f"usage-{what}",
-                title=view.t(f"usage.chart_{what}", **words),
-                x_text=lambda x: time.strftime(chosen.tick, time.gmtime(x)),
-                y_text=lambda y: view.num(y, 0 if float(y).is_integer() else 2),
-                empty=view.t("usage.chart_empty"),
-            ),
-            series,
+    charts = []
+    for what, series in zip(("requests", "tokens"), _series(bucketed.rows, shown, starts, label), strict=True):
+        title = view.t(f"usage.chart_{what}", **words)
+        chart = Chart(
+            id=f"usage-{what}",
+            title=title,
+            x_text=lambda x: time.strftime(chosen.tick, time.gmtime(x)),
+            y_text=lambda y: view.num(y, 0 if float(y).is_integer() else 2),
+            empty=view.t("usage.chart_empty"),
         )
-        for what, series in zip(("requests", "tokens"), _series(bucketed.rows, shown, starts, label), strict=True)
-    ]
+        charts.append((title, line_chart(chart, series)))
     return _render(view, form, rows=total.rows, label=label, charts=charts, more=len(total.rows) - len(shown))
 
 
 def _render(view: View, form: dict[str, str], status: int = 200, **data: object) -> Response:
     """The page with the range form (`form`: what was asked) and what there is of `data`."""
-    shown = {"error": "", "rows": [], "label": {}, "charts": list[Markup](), "more": 0, **data}
+    shown = {"error": "", "rows": [], "label": {}, "charts": list[tuple[str, Markup]](), "more": 0, **data}
     return view.render("usage.html", status=status, active="usage", form=form, ranges=RANGES, groups=GROUPS, **shown)
 
 
