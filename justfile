@@ -37,6 +37,7 @@ bench:
     python tests/bench/plan_accuracy.py
     python tests/bench/plan_fleet.py
     python tests/bench/scheduler.py
+    python tests/bench/placement.py
     python tests/bench/gateway.py
     python tests/bench/routing.py
     python tests/bench/mirror.py
