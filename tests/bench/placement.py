@@ -45,7 +45,19 @@ from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.core import CLASS_RANK, Actual, Desired, NodeView, Policy, reconcile
 from llmgw.scheduler.placement import FILTERS, Need, NodeState, claim, need_of, node_states, place, speed_of
 
-__all__ = ["Fleet", "best_fit", "draw", "llmgw", "optimum"]
+__all__ = [
+    "Fleet",
+    "Row",
+    "best_fit",
+    "difference",
+    "draw",
+    "fastest_first",
+    "llmgw",
+    "optimum",
+    "quality",
+    "report",
+    "scale",
+]
 
 NOW = 1_000_000.0
 POLICY = Policy()
