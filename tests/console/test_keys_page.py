@@ -71,6 +71,9 @@ async def test_limits_are_saved_and_shown_with_what_is_used_against_them(stack):
     assert "The limits of project &#39;team-b&#39; are saved" in saved.text
     assert "Tokens a month (UTC): 0 of 200,000" in _row(saved.text, "project-team-b")
     assert accounts.projects.items["team-b"].limits.tokens_per_month == 200_000
+    filled = await browser.page("/console/keys?project=team-b")  # the form filled in with the limits as they are
+    assert 'id="project_name" name="project_name" type="text" required value="team-b"' in filled.text
+    assert 'name="limit.tokens_per_month" type="number" min="1" value="200000"' in filled.text
 
 
 async def test_bad_input_is_refused_on_the_page_with_the_values_kept_and_nothing_changed(stack):

@@ -98,9 +98,15 @@ def _key_create(view: View) -> KeyCreate:
 
 
 @get("/keys")
-async def keys_page(view: View) -> Response:
-    """Every key and project, with the forms to make, revoke and limit them."""
-    return await _page(view)
+async def keys_page(view: View, project: str = "") -> Response:
+    """Every key and project, with the forms to make, revoke and limit them; `project`: the limits
+    form filled in with that project's limits as they are."""
+    known = view.console.accounts.projects.items.get(project)
+    if known is None:
+        return await _page(view)
+    limits = msgspec.structs.asdict(known.limits)
+    filled = {f"limit.{name}": str(value) for name, value in limits.items() if value is not None}
+    return await _page(view, project_form={"project_name": known.name, **filled})
 
 
 @post("/keys")
