@@ -22,8 +22,8 @@ __all__ = ["ROUTES", "source_of"]
 
 _RESOLVE_S = 60.0
 """An add (or update) resolves the revision on the Hub and lists its files before it answers."""
-_FIELDS = {"repo": "repo", "revision": "revision", "include": "include"}
-"""RepoAdd's fields by the form's names (what a refused check names)."""
+_CHECKED = ("repo", "revision", "include")
+"""The add form's fields, named as RepoAdd's: a refused check names the one that is not right."""
 
 
 def source_of(repo: MirroredRepo, path: str) -> str:
@@ -79,7 +79,7 @@ def _add_message(view: View) -> RepoAdd:
     try:
         return msgspec.convert(fields, RepoAdd)
     except msgspec.ValidationError as exc:
-        field = next((f for f in _FIELDS if f"$.{f}" in str(exc)), "repo")
+        field = next((f for f in _CHECKED if f"$.{f}" in str(exc)), "repo")
         raise Refused(400, view.t(f"mirror.err.{field}", value=form.get(field, ""))) from None
 
 
