@@ -188,6 +188,14 @@ def test_a_way_that_fits_no_node_now_is_listed_with_no_nodes_and_after_those_tha
             id="a context past the training that no memory holds",
         ),
         pytest.param(
+            ServePlanAsk(source=SOURCE, context=100),
+            0,
+            [node("a")],
+            "context 100 is below the 128 tokens a model in the catalog takes at least; write --context 128 or "
+            "more (0: the model's trained context, at most 8192)",
+            id="a context under the catalog's least",
+        ),
+        pytest.param(
             ServePlanAsk(source=SOURCE),
             0,
             [],

@@ -13,6 +13,7 @@ from llmgw.proto.mirror import FilePlace
 __all__ = [
     "ENDPOINTS",
     "EVENTS",
+    "LEAST_CONTEXT",
     "MODEL_CHANGE",
     "MODEL_CHANGED",
     "MODEL_GET",
@@ -50,6 +51,10 @@ __all__ = [
     "StartModel",
     "StopModel",
 ]
+
+
+LEAST_CONTEXT = 128
+"""The shortest context a model in the catalog may have, in tokens."""
 
 
 class ScheduleWindow(Struct, kw_only=True):
@@ -135,7 +140,7 @@ class Model(Struct, kw_only=True):
     """What clients ask for in `model`."""
     source: Source
     """Weights file as the mirror holds it."""
-    context: Annotated[int, Meta(ge=128)] = 4096
+    context: Annotated[int, Meta(ge=LEAST_CONTEXT)] = 4096
     """Context length in tokens, shared by the slots."""
     profiles: Annotated[list[Profile], Meta(min_length=1)] = field(default_factory=lambda: [Profile()])
     """Ways to run it."""
@@ -275,7 +280,7 @@ class SetReplicas(ChangeSpec, kw_only=True, tag_field="action", tag="replicas"):
 class SetContext(ChangeSpec, kw_only=True, tag_field="action", tag="context"):
     """A new context length and/or longest answer."""
 
-    context: Annotated[int, Meta(ge=128)] | None = None
+    context: Annotated[int, Meta(ge=LEAST_CONTEXT)] | None = None
     """The new context length (its replicas restart)."""
     max_output: Positive | None = None
     """The new longest answer (applied at once)."""

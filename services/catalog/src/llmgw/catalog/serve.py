@@ -26,7 +26,7 @@ from llmgw.modelplan import (
     options,
 )
 from llmgw.proto import Model, Profile, Scaling
-from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
+from llmgw.proto.catalog import LEAST_CONTEXT, ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto.errors import BadRequest
 
 __all__ = [
@@ -176,6 +176,11 @@ def _check_ask(ask: ServePlanAsk, nodes: list[NodeFacts]) -> None:
     if not nodes:
         raise BadRequest(
             "no node has registered with the scheduler: start an agent (`llmgw service agent`), then ask again"
+        )
+    if 0 < ask.context < LEAST_CONTEXT:
+        raise BadRequest(
+            f"context {ask.context} is below the {LEAST_CONTEXT} tokens a model in the catalog takes at least; "
+            f"write --context {LEAST_CONTEXT} or more (0: the model's trained context, at most 8192)"
         )
     most = max(n.cpus for n in nodes)
     if ask.cores > most:
