@@ -100,3 +100,15 @@ async def test_an_address_that_is_no_console_page_says_so_on_a_page(stack):
     page = await browser.get("/console/no/such/<b>page</b>")
     assert page.status_code == 404
     assert "There is no console page at /console/no/such/&lt;b&gt;page&lt;/b&gt;." in page.text
+
+
+async def test_a_page_drawn_after_a_refused_form_follows_the_page_the_form_was_on_and_no_other_site(stack):
+    browser = await stack.signed_in()
+    assert 'data-refresh="/console/models"' in (await browser.get("/console/models")).text
+    here = f"{stack.url}/console/mirror?x=1"
+    refused = await browser.http.post("/console/signout", data={"csrf": "forged"}, headers={"referer": here})
+    assert refused.status_code == 403 and 'data-refresh="/console/mirror?x=1"' in refused.text
+    elsewhere = await browser.http.post(
+        "/console/signout", data={"csrf": "forged"}, headers={"referer": "https://evil.example/console/models"}
+    )
+    assert elsewhere.status_code == 403 and "data-refresh" not in elsewhere.text

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -128,12 +128,25 @@ class View:
 
     def render(self, template: str, status: int = 200, **context: Any) -> Response:
         """The page `template` drawn with `context`, in this request's language."""
+        context.setdefault("refresh", self.refresh_url())
         html = self.console.templates.get_template(template).render(
             v=self, t=self.t, prefix=PREFIX, languages=LANGUAGES, **context
         )
         cookies = [Cookie(key=NOTE_COOKIE, value="", path=PREFIX, max_age=0)] if self._had_note else []
         headers = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin"}
         return Response(html, status_code=status, media_type=MediaType.HTML, cookies=cookies, headers=headers)
+
+    def refresh_url(self) -> str:
+        """Where the page's live parts are asked for again: the page itself after a GET; after a
+        form was refused and the page drawn again, the page the form was on (the Referer, when it
+        is a console page of this site); else nowhere."""
+        url = self.request.url
+        if self.request.method == "GET":
+            return url.path + (f"?{url.query}" if url.query else "")
+        came = urlsplit(self.request.headers.get("referer", ""))
+        if came.netloc == url.netloc and came.path.startswith(f"{PREFIX}/"):
+            return came.path + (f"?{came.query}" if came.query else "")
+        return ""
 
     def done(self, path: str, text: str, kind: str = "ok") -> Redirect:
         """To `path` (under the console) with `text` shown at its top: what an action did."""

@@ -8,7 +8,7 @@ document.addEventListener("submit", function (e) {
   if (msg && !window.confirm(msg)) { e.preventDefault(); }
 });
 
-// Parts of a page marked data-live follow the fleet: the page is asked again every few seconds
+// Parts of a page marked data-live follow the fleet: the page (body's data-refresh) is asked again every few seconds
 // and each such part (by id) replaced with its new self, except a part holding a form being
 // filled in (one with a changed field, or the field in focus): that is never refreshed away.
 (function () {
@@ -23,8 +23,9 @@ document.addEventListener("submit", function (e) {
   }
   function refresh() {
     var parts = document.querySelectorAll("[data-live][id]");
-    if (!parts.length || document.hidden) return;
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
+    var url = document.body.getAttribute("data-refresh");
+    if (!parts.length || !url || document.hidden) return;
+    fetch(url, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
       .then(function (r) { return r.ok && !r.redirected ? r.text() : null; })
       .then(function (html) {
         if (!html) return;
