@@ -47,6 +47,11 @@ proto-schema:
     python -m llmgw.proto > proto/schema/llmgw.v1.json
     python -m llmgw.proto subjects > docs/subjects.md
 
+# The web console's tests, the browser ones in a real Chromium (screenshots of each page in build/screenshots/)
+console *args:
+    python -m pytest tests/console "$@"
+    @echo "screenshots: build/screenshots/"
+
 # The whole fault suite (kills, outages, floods), long: its fast cases also run in `./dev test`
 chaos *args:
     python -m pytest -m chaos "$@"
