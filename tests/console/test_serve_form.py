@@ -7,12 +7,9 @@ value is refused on the form, its values kept (escaped), the catalog untouched."
 from html import escape
 from urllib.parse import quote
 
-import pytest
-
 from llmgw.bus import call
 from llmgw.proto import Empty, ModelRef, catalog, scheduler
 from llmgw.proto.catalog import ServePlan, ServePlanAsk, ServeWay
-from llmgw.router.console.serve_pages import needs_cpu_anyway
 from tests.console.conftest import SOURCE, cpu_node
 from tests.console.test_console_house import check_accessible
 
@@ -139,24 +136,3 @@ async def test_a_file_not_on_the_mirror_is_refused_saying_how_to_fetch_it(stack)
     assert f"&#39;{escape('<script>x</script>')}&#39; is not a file on the mirror" in markup.text
     none = await browser.page("/console/serve")
     assert none.status_code == 400 and "No file was named" in none.text
-
-
-def _way(kind: str, cards: int = 0, mark: str = "", fits: tuple[str, ...] = ("a",)) -> ServeWay:
-    return ServeWay(kind=kind, cards=cards, mark=mark, nodes_fit=list(fits))
-
-
-@pytest.mark.parametrize(
-    ("ways", "chosen", "needed"),
-    [
-        pytest.param([_way("cpu")], 0, False, id="a cpu way alone"),
-        pytest.param([_way("cpu", mark="very slow")], 0, True, id="a very slow cpu way"),
-        pytest.param([_way("cpu", mark="slow")], 0, False, id="a slow cpu way"),
-        pytest.param([_way("across-nodes", mark="very slow")], 0, True, id="very slow across nodes"),
-        pytest.param([_way("gpu", 1), _way("cpu")], 1, True, id="the cpu while a card fits now"),
-        pytest.param([_way("gpu", 1, fits=()), _way("cpu")], 1, False, id="the cpu while no card fits now"),
-        pytest.param([_way("gpu", 1, mark="very slow"), _way("cpu")], 0, False, id="a card way"),
-    ],
-)
-def test_the_cpu_anyway_box_is_needed_exactly_where_the_plans_ways_say_the_rule_applies(ways, chosen, needed):
-    plan = ServePlan(source=SOURCE, context=4096, ways=ways)
-    assert needs_cpu_anyway(plan, ways[chosen]) is needed

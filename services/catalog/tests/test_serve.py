@@ -14,6 +14,7 @@ from llmgw.catalog.serve import (
     reply_words,
     serve_plan,
     served_model,
+    takes_cpu_anyway,
 )
 from llmgw.modelplan import CardGroup
 from llmgw.proto import CpuCalibration
@@ -116,6 +117,19 @@ def test_the_cpu_is_a_choice_made_on_purpose(way, others, anyway, refused, warne
         assert check_serve(way, plan, anyway) == warned
 
 
+@pytest.mark.parametrize(("way", "others", "anyway", "refused", "warned"), RULE)
+def test_each_way_says_whether_it_takes_cpu_anyway_exactly_where_serving_it_alone_is_refused_without(
+    way, others, anyway, refused, warned
+):
+    plan = plan_of(way, *others)
+    try:
+        check_serve(way, plan, cpu_anyway=False)
+        refused_without = False
+    except BadRequest:
+        refused_without = True
+    assert takes_cpu_anyway(way, plan.ways) is refused_without
+
+
 def test_a_cpu_profile_below_the_cards_is_not_refused_for_the_free_cards_but_still_for_being_very_slow():
     plan = plan_of(cpu_way(40.0), card_way())
     assert check_serve(plan.ways[0], plan, cpu_anyway=False, alone=False) == []
@@ -147,6 +161,7 @@ def test_the_plan_lists_every_way_best_first_with_its_memory_nodes_room_and_spee
     assert cpu.threads == 4 and cpu.nodes_fit == ["gpu-1", "small"] and cpu.node == "gpu-1"
     assert cpu.more_replicas == 256 * GIB // cpu.memory_mb + 64 * GIB // cpu.memory_mb
     assert cpu.mark == "very slow" and cpu.reply_500_s == round(500 / cpu.tokens_per_s, 1)
+    assert cpu.on_purpose and not one.on_purpose and not two.on_purpose  # the form's "CPU anyway" box
     for w in plan.ways:
         assert w.weights_mb + w.kv_mb + w.buffers_mb - 2 <= w.memory_mb <= w.weights_mb + w.kv_mb + w.buffers_mb
     assert cpu.kv_mb == 8192 * 32 * 8 * 256 * 2 // 2**20  # f16 keys and values, every layer

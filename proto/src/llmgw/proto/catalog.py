@@ -387,6 +387,9 @@ class ServeWay(Struct, kw_only=True):
     """Slow: under 15 tokens a second; very slow: under 5."""
     reply_500_s: float = 0.0
     """Seconds a reply of 500 tokens takes at that speed (0: unknown)."""
+    on_purpose: bool = False
+    """Serving this way alone takes `cpu_anyway` (the CPU chosen on purpose): a CPU way under 5
+    tokens a second, or the CPU while cards that fit are free. The catalog refuses it without."""
     calibrated: bool = False
     """The speed comes from the node's own calibration (`llmgw plan calibrate`), not the defaults."""
 

@@ -41,6 +41,7 @@ __all__ = [
     "reply_words",
     "serve_plan",
     "served_model",
+    "takes_cpu_anyway",
 ]
 
 MOST_DEFAULT_CONTEXT = 8192
@@ -205,6 +206,7 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
     across = None if ("cpu", 0) in seen else _across_nodes(facts, context, ask.slots, ask.cores, nodes)
     ways += [across] if across else []
     ways.sort(key=lambda w: (not w.nodes_fit, -w.tokens_per_s, w.cards))
+    ways = [msgspec.structs.replace(w, on_purpose=takes_cpu_anyway(w, ways)) for w in ways]
     warnings = []
     if trained and context > trained:
         if not ways:
@@ -270,13 +272,23 @@ def plan_for_cards(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: lis
     return fitted_plan
 
 
-def _free_cards(plan: ServePlan) -> str:
+def _free_cards(ways: list[ServeWay]) -> str:
     """The free cards that fit, as '<class> on <nodes>'; empty when none."""
     named: dict[str, set[str]] = {}
-    for w in plan.ways:
+    for w in ways:
         if w.cards and w.nodes_fit:
             named.setdefault(w.card_class, set()).update(w.nodes_fit)
     return "; ".join(f"{cls} on {', '.join(sorted(nodes))}" for cls, nodes in sorted(named.items()))
+
+
+def _on_cpu(way: ServeWay) -> bool:
+    return way.kind in ("cpu", "across-nodes") and not way.cards
+
+
+def takes_cpu_anyway(way: ServeWay, ways: list[ServeWay]) -> bool:
+    """Whether serving by `way` alone is a choice to make on purpose (check_serve's rule): a CPU way
+    very slow, or the CPU while cards that fit are free."""
+    return _on_cpu(way) and (_mark(way.tokens_per_s) == "very slow" or bool(_free_cards(ways)))
 
 
 def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = True) -> list[str]:
@@ -285,14 +297,14 @@ def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = 
     not), or the CPU `alone` (no card profile beside it) while cards that fit are free."""
     tps = way.tokens_per_s
     mark, minutes = _mark(tps), reply_words(500 / tps if tps > 0 else 0)
-    on_cpu = way.kind in ("cpu", "across-nodes") and not way.cards
+    on_cpu = _on_cpu(way)
     if on_cpu and mark == "very slow" and not cpu_anyway:
         raise BadRequest(
             f"{plan.source} would answer at about {tps:.1f} tokens a second on the CPU, "
             f"{f'across {way.nodes} nodes' if way.nodes > 1 else f'at best on {way.node}'}: "
             f"a reply of 500 tokens in {minutes}. To serve it, {_WAYS_OUT}"
         )
-    free = _free_cards(plan) if on_cpu and alone else ""
+    free = _free_cards(plan.ways) if on_cpu and alone else ""
     if free and not cpu_anyway:
         card = next(w for w in plan.ways if w.cards and w.nodes_fit)
         raise BadRequest(

@@ -22,7 +22,7 @@ from llmgw.proto import catalog
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.router.console.web import PREFIX, Refused, View
 
-__all__ = ["ROUTES", "needs_cpu_anyway", "way_key"]
+__all__ = ["ROUTES", "way_key"]
 
 _PLAN_S = 60.0
 """A plan reads the file's header from the mirror over HTTP and asks the scheduler for its nodes."""
@@ -40,14 +40,6 @@ def way_key(way: ServeWay) -> str:
     """What the form's radio sends for `way`: 'cpu' for the CPU (one node or across nodes), else
     'gpus-N' for N cards a replica (what ServeModel's `cpu` and `gpus` say)."""
     return f"gpus-{way.cards}" if way.cards else "cpu"
-
-
-def needs_cpu_anyway(plan: ServePlan, way: ServeWay | None) -> bool:
-    """Whether serving by `way` takes the "run on the CPU anyway" box, as the plan's ways show it:
-    a CPU way marked very slow, or a CPU way while a card way fits now (the catalog enforces it)."""
-    if way is None or way.cards:
-        return False
-    return way.mark == "very slow" or any(w.cards and w.nodes_fit for w in plan.ways)
 
 
 def _chosen(plan: ServePlan, key: str) -> ServeWay | None:
@@ -94,7 +86,6 @@ def _context(view: View, plan: ServePlan | None, error: str) -> dict:
         "error": error,
         "chosen": chosen,
         "way_key": way_key,
-        "needs_anyway": (lambda way: needs_cpu_anyway(plan, way)) if plan else (lambda way: False),
         "most_context": MOST_CONTEXT,
         "most_cores": MOST_CORES,
         "most_slots": MOST_SLOTS,
