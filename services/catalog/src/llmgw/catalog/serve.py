@@ -1,5 +1,5 @@
 """Serving a mirrored file, without I/O: every way it runs on the fleet's nodes (the serve plan),
-the rule that makes the CPU a choice made on purpose, and the model a chosen way becomes.
+and the rule that makes the CPU a choice made on purpose (the model a chosen way becomes: served.py).
 
 The rule: a way on the CPU that would answer under 5 tokens a second is refused unless the
 request says `cpu_anyway`, cards free or not; the CPU alone while cards that fit are free is
@@ -7,8 +7,6 @@ refused without it too, naming them; a slow way (under 15) is taken with a warni
 """
 
 from __future__ import annotations
-
-import re
 
 import msgspec
 
@@ -25,7 +23,6 @@ from llmgw.modelplan import (
     llamacpp_memory,
     options,
 )
-from llmgw.proto import Model, Profile, Scaling
 from llmgw.proto.catalog import LEAST_CONTEXT, ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto.errors import BadRequest
 
@@ -33,14 +30,11 @@ __all__ = [
     "MOST_DEFAULT_CONTEXT",
     "check_serve",
     "choose_ways",
-    "default_name",
     "fit_to_cards",
     "largest_context",
-    "parse_replicas",
     "plan_for_cards",
     "reply_words",
     "serve_plan",
-    "served_model",
     "takes_cpu_anyway",
 ]
 
@@ -356,56 +350,3 @@ def choose_ways(plan: ServePlan, ask: ServeModel, fleet_cards: int) -> tuple[Ser
             f"--cpu: no node has the memory for it at context {plan.context}; {' '.join(plan.warnings) or 'use cards'}"
         )
     return card, cpu_way if ask.cpu else None
-
-
-_PAIR = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_-]*)\s*=\s*([0-9]+)\s*$")
-
-
-def parse_replicas(replicas: dict[str, int] | str) -> dict[str, int]:
-    """Replicas per profile from a map or 'gpu=7,cpu=4'; BadRequest for what does not read."""
-    if isinstance(replicas, dict):
-        return dict(replicas)
-    counts: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in replicas.split(","))):
-        m = _PAIR.match(part)
-        if not m:
-            raise BadRequest(f"replicas '{replicas}': '{part}' is not PROFILE=COUNT; write it as gpu=7,cpu=4")
-        counts[m[1]] = int(m[2])
-    return counts
-
-
-def default_name(source: str) -> str:
-    """A model name from its file: 'org/repo@c/SmolLM2-135M.Q4_1.gguf' -> 'smollm2-135m-q4_1'."""
-    stem = source.rsplit("/", 1)[-1].removesuffix(".gguf").lower()
-    name = re.sub(r"[^a-z0-9_-]+", "-", stem).strip("-_")[:63]
-    return name or "model"
-
-
-def _profiles(ask: ServeModel, card: ServeWay | None, cpu: ServeWay | None) -> list[Profile]:
-    cores, slots, priority = ask.cores or None, ask.slots, 1 if cpu else 0
-    gpu = card and Profile(name="gpu", gpus=card.cards, min_card_mb=card.memory_mb, slots=slots, priority=priority)
-    host = cpu and Profile(name="cpu", host_memory_mb=cpu.memory_mb, cpu_cores=cores, slots=slots, nodes=cpu.nodes)
-    return [p for p in (gpu, host) if p]
-
-
-def served_model(ask: ServeModel, plan: ServePlan, card: ServeWay | None, cpu: ServeWay | None) -> Model:
-    """The catalog entry the chosen ways make: a card profile 'gpu' above a CPU profile 'cpu',
-    replicas per profile when asked (the scaling their sum), else one replica."""
-    name = ask.name or default_name(ask.source)
-    profiles = _profiles(ask, card, cpu)
-    counts = parse_replicas(ask.replicas)
-    scaling = Scaling()
-    if counts:
-        known = [p.name for p in profiles]
-        unknown = sorted(set(counts) - set(known))
-        if unknown:
-            raise BadRequest(
-                f"replicas: no profile {', '.join(unknown)}; this serve makes {', '.join(known)}; "
-                f"write {','.join(f'{k}=1' for k in known)} (--cpu and --gpus N make both)"
-            )
-        total = sum(counts.values())
-        if total == 0:
-            raise BadRequest(f"replicas: every count is zero; write at least one, as {known[0]}=1")
-        profiles = [msgspec.structs.replace(p, replicas=counts.get(p.name, 0)) for p in profiles]
-        scaling = Scaling(min=total, max=total)
-    return Model(name=name, source=ask.source, context=plan.context, profiles=profiles, scaling=scaling)

@@ -36,7 +36,8 @@ from llmgw.catalog.core import (
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
-from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards, served_model
+from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards
+from llmgw.catalog.served import served_model
 from llmgw.catalog.store import ModelStore
 from llmgw.gguf import GGUFError, Header, read_model
 from llmgw.modelplan import FileFacts, node_facts, shape_from_gguf
