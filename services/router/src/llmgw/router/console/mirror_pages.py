@@ -74,7 +74,7 @@ def _add_message(view: View) -> RepoAdd:
         "repo": form.get("repo", "").strip(),
         "revision": form.get("revision", "").strip() or "main",
         "include": include,
-        "by": view.key.name if view.key else "",
+        "by": view.by,
     }
     try:
         return msgspec.convert(fields, RepoAdd)

@@ -162,7 +162,7 @@ async def model_page(view: View, name: str) -> Response:
 
 
 def _spec(view: View, entry: ModelEntry, revision: int) -> dict[str, Any]:
-    return {"name": entry.model.name, "by": view.key.name if view.key else "", "revision": revision}
+    return {"name": entry.model.name, "by": view.by, "revision": revision}
 
 
 def _path(name: str) -> str:

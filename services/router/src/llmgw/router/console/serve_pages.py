@@ -137,7 +137,7 @@ def _serve_message(view: View) -> ServeModel:
         "context": ask.context,
         "slots": ask.slots,
         "cpu_anyway": bool(view.form.get("cpu_anyway")),
-        "by": view.key.name if view.key else "",
+        "by": view.by,
     }
     try:
         return msgspec.convert(fields, ServeModel)

@@ -87,6 +87,11 @@ class View:
         self.forms: dict[str, list[str]] = {}
         """Every value of each posted field (checkboxes and repeated names)."""
 
+    @property
+    def by(self) -> str:
+        """Who is acting, as the services record it: the signed-in key's name."""
+        return self.key.name if self.key else ""
+
     # words and numbers
 
     def t(self, key: str, **values: Any) -> str:
@@ -117,8 +122,7 @@ class View:
 
     async def ask(self, endpoint: Endpoint, message: msgspec.Struct, timeout: float = 10.0) -> Any:
         """What `endpoint` answers; Refused with its words (and the status they mean) if it refuses."""
-        who = self.key.name if self.key else ""
-        _log.info("console call", subject=endpoint.subject(), key=who)
+        _log.debug("console call", subject=endpoint.subject(), key=self.by)
         try:
             return await call(self.console.nc, endpoint, message, timeout=timeout)
         except BusError as exc:
