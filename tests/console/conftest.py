@@ -86,8 +86,8 @@ def csrf_of(html: str) -> str:
 class Stack:
     """The services and the router's URL, an admin key and a user's."""
 
-    def __init__(self, nc, router: Router, admin_key: str, user_key: str) -> None:
-        self.nc, self.router = nc, router
+    def __init__(self, nc, router: Router, admin_key: str, user_key: str, scheduler: Scheduler) -> None:
+        self.nc, self.router, self.scheduler = nc, router, scheduler
         self.url = router.http.url
         self.admin_key, self.user_key = admin_key, user_key
 
@@ -113,7 +113,7 @@ async def stack(serve, nc, tmp_path, hub):
     )
     await serve(Mirror(config), config)
     await serve(Catalog(CatalogConfig(file_check_s=5.0)), CatalogConfig(file_check_s=5.0))
-    await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3))
+    scheduler = await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3))
     secret = tmp_path / "engine-fleet.secret"
     write_secret(secret, new_fleet_secret())
     router_config = RouterConfig(http_port=0, engine_secret=str(secret))
@@ -122,6 +122,6 @@ async def stack(serve, nc, tmp_path, hub):
     user = await router.accounts.create_key(KeyCreate(name="user"))
     for _ in range(200):
         if router.ready() and [r.state for r in (await call(nc, mirror.REPO_LIST, Empty())).repos] == ["ready"]:
-            return Stack(nc, router, admin.key, user.key)
+            return Stack(nc, router, admin.key, user.key, scheduler)
         await asyncio.sleep(0.05)
     raise AssertionError("the router or the mirror's import never became ready")

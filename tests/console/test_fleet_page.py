@@ -4,14 +4,11 @@ scheduler's own thresholds; what an agent reports is shown as text."""
 
 import asyncio
 import re
-import time
-from types import SimpleNamespace
 
 import msgspec
 
 from llmgw.bus import call
 from llmgw.proto import CpuCalibration, Empty, GpuInfo, Model, ModelPut, catalog, scheduler
-from llmgw.router.console import fleet_pages
 
 from .conftest import SOURCE, cpu_node
 
@@ -57,15 +54,22 @@ async def test_every_node_with_its_memory_rate_cards_calibration_and_state(stack
     assert "is suspect (it gets no new replicas); after 30 s it is lost" in page.text  # the scheduler's
 
 
-async def test_a_node_not_heard_from_is_suspect_then_lost(stack, monkeypatch):
+async def test_a_node_not_heard_from_is_what_the_scheduler_judges_it_leaving_out_its_deaf_time(stack):
     await _register(stack)
     browser = await stack.signed_in()
-    for after, state in ((15, "suspect"), (45, "lost")):
-        later = time.time() + after
-        monkeypatch.setattr(fleet_pages, "time", SimpleNamespace(time=lambda later=later: later))
-        page = await browser.page("/console/fleet")
-        assert page.text.count(f'data-state="{state}"') == 2, after
-        assert f'<span class="state state-{state}">{state}</span>' in page.text
+    views, deaf = stack.scheduler.nodes, stack.scheduler.hearing.deaf_s
+    for n in ("cpu-a", "cpu-b"):  # heard 45 s ago; for cpu-b the scheduler was away from NATS 40 s of it
+        views[n] = msgspec.structs.replace(views[n], last_seen=views[n].last_seen - 45, deaf_s=deaf)
+    views["cpu-b"].deaf_s -= 40
+    page = await browser.page("/console/fleet")
+    a = page.text[page.text.index('id="node-cpu-a"') : page.text.index('id="node-cpu-b"')]
+    b = page.text[page.text.index('id="node-cpu-b"') :]
+    assert 'data-state="lost"' in a and '<span class="state state-lost">lost</span>' in a
+    assert 'data-state="ready"' in b and "Silent for 5 s, as the scheduler counts it." in b
+    views["cpu-a"].last_seen += 30  # silent 15 s: suspect
+    page = await browser.page("/console/fleet")
+    assert page.text.count('data-state="suspect"') == 1
+    assert '<span class="state state-suspect">suspect</span>' in page.text
 
 
 async def test_the_fleet_in_turkish(stack):

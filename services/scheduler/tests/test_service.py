@@ -9,7 +9,8 @@ import pytest
 from fake_agents import FakeAgent, fake_mirror, put_model
 
 from llmgw.bus import call, kv_bucket
-from llmgw.proto import BUCKETS, Empty, Model, Profile, ReplicaReport, ReplicaState, Scaling, agent, scheduler
+from llmgw.proto import BUCKETS, Empty, Model, NodeInfo, Profile, ReplicaReport, ReplicaState, Scaling, agent, scheduler
+from llmgw.scheduler.core import Hearing, NodeView, health
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 
@@ -62,8 +63,8 @@ async def test_an_agent_that_never_answers_a_stop_leaves_other_nodes_fresh_and_p
     await put_model(nc, on("b", "first"))
     await until(lambda: ready_on(nc, "b", "first"), timeout=5)
     for _ in range(8):  # b's heartbeats are heard all along: never suspect
-        seen = (await call(nc, scheduler.NODE_LIST, Empty())).last_seen
-        assert time.time() - seen["b"] < sched.config.stale_s
+        health = (await call(nc, scheduler.NODE_LIST, Empty())).health
+        assert health["b"].state == "ready" and health["b"].silent_s < sched.config.stale_s
         await asyncio.sleep(0.5)
     await put_model(nc, on("b", "second"))
     await until(lambda: ready_on(nc, "b", "second"), timeout=5)
@@ -117,7 +118,7 @@ async def _true(value):
 
 
 async def test_a_heartbeat_or_report_that_speaks_for_another_node_than_its_subject_is_ignored(serve, nc):
-    from llmgw.proto import Heartbeat, NodeInfo
+    from llmgw.proto import Heartbeat
 
     sched = await serve(Scheduler(config()), config())
     await until(lambda: _leading(sched), timeout=10)
@@ -134,3 +135,28 @@ async def test_a_heartbeat_or_report_that_speaks_for_another_node_than_its_subje
 
 async def _leading(sched):
     return sched.leader
+
+
+async def test_node_list_says_how_each_node_stands_by_the_cores_rule_leaving_out_deaf_time(serve, nc):
+    sched = await serve(Scheduler(config()), config())  # suspect after 2 s, lost after 30 s
+    now = time.time()
+    sched.hearing = Hearing(deaf_s=100.0, at=now, last_beat=now)  # it could not hear for 100 s so far
+
+    def view(node, ago, deaf_then):
+        info = NodeInfo(node=node, hostname=node, cpus=4, memory_total_mb=4096, memory_available_mb=4096)
+        return NodeView(info=info, last_seen=now - ago, deaf_s=deaf_then)
+
+    sched.nodes.update(
+        {
+            "outage": view("outage", 60, 40.0),  # 60 s ago, but 60 s of it the scheduler was deaf
+            "quiet": view("quiet", 60, 90.0),  # 60 s ago, 10 s of it deaf: silent 50 s
+            "late": view("late", 15, 95.0),  # 15 s ago, 5 s of it deaf: silent 10 s
+        }
+    )
+    listed = await call(nc, scheduler.NODE_LIST, Empty())
+    got = {n: (h.state, round(h.silent_s)) for n, h in listed.health.items()}
+    assert got == {"outage": ("ready", 0), "quiet": ("lost", 50), "late": ("suspect", 10)}
+    later = time.time()  # the reply is the core's own judgment, not a copy of it
+    for n, view_ in sched.nodes.items():
+        assert health(view_, later, sched.hearing.deaf_s, sched.config.policy()).state == got[n][0]
+    assert (listed.stale_s, listed.lost_s) == (2.0, 30.0)

@@ -72,7 +72,7 @@ from llmgw.proto.router import (
     UsageReport,
     UsageRow,
 )
-from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeList, ReplicaList
+from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeHealth, NodeList, ReplicaList
 
 SERVICES = (catalog, scheduler, mirror, router, agent)
 """Every service's contract module, in the order docs/subjects.md lists them."""
@@ -116,6 +116,7 @@ __all__ = [
     "ModelRef",
     "ModelStatus",
     "ModelStatusList",
+    "NodeHealth",
     "NodeInfo",
     "NodeList",
     "Profile",

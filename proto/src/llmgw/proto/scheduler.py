@@ -19,27 +19,33 @@ __all__ = [
     "REPLICA_LIST",
     "ModelStatus",
     "ModelStatusList",
+    "NodeHealth",
     "NodeList",
     "ReplicaList",
 ]
 
 
+class NodeHealth(Struct, kw_only=True):
+    """How a node stands, judged by the scheduler's own rule (its core's `health`)."""
+
+    state: Literal["ready", "suspect", "lost"]
+    """suspect: silent longer than `stale_s` (it gets no new replicas); lost: longer than
+    `lost_s` (its replicas are replaced)."""
+    silent_s: float = 0.0
+    """Seconds since its last heartbeat, less the time the scheduler could not hear at all
+    (away from NATS, or hearing no node)."""
+
+
 class NodeList(Struct, kw_only=True):
-    """Every node the scheduler knows, as last reported, with when."""
+    """Every node the scheduler knows, as last reported, and how each stands."""
 
     nodes: list[NodeInfo]
-    last_seen: dict[str, float] = field(default_factory=dict)
-    """Node -> Unix time of its last heartbeat."""
+    health: dict[str, NodeHealth] = field(default_factory=dict)
+    """Node -> how it stands now, as the scheduler judges it."""
     stale_s: float
     """The scheduler's `stale_s`: a node silent longer is suspect (it gets no new replicas)."""
     lost_s: float
     """The scheduler's `lost_s`: a node silent longer is lost (its replicas are replaced)."""
-
-    def state(self, node: str, now: float) -> Literal["ready", "suspect", "lost"]:
-        """How `node` stands `now` by the time since its last heartbeat, against the scheduler's
-        thresholds (the scheduler itself also leaves out the time it could not hear at all)."""
-        silent = now - self.last_seen.get(node, 0.0)
-        return "lost" if silent > self.lost_s else "suspect" if silent > self.stale_s else "ready"
 
 
 class ModelStatus(Struct, kw_only=True):

@@ -39,7 +39,7 @@ from llmgw.proto import scheduler as scheduler_api
 from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.applier import Applier
 from llmgw.scheduler.book import Book
-from llmgw.scheduler.core import Desired, Hearing, NodeView, Policy, heard, listen
+from llmgw.scheduler.core import Desired, Hearing, NodeView, Policy, health, heard, listen
 from llmgw.scheduler.inbox import Adopt, Inbox, Pass
 from llmgw.scheduler.lease import Lease
 
@@ -175,10 +175,13 @@ class Scheduler:
         return ModelStatusList(models=sorted(statuses.values(), key=lambda m: m.model))
 
     async def list_nodes(self, _: Empty) -> NodeList:
-        """Every node as last reported, with when."""
+        """Every node as last reported, and how each stands by the core's rule (`health`: its
+        silence less the time this scheduler could not hear)."""
+        now = time.time()
+        deaf_s, policy = self._listen(now).deaf_s, self.config.policy()
         return NodeList(
             nodes=[v.info for _, v in sorted(self.nodes.items())],
-            last_seen={n: v.last_seen for n, v in self.nodes.items()},
+            health={n: health(v, now, deaf_s, policy) for n, v in self.nodes.items()},
             stale_s=self.config.stale_s,
             lost_s=self.config.lost_s,
         )

@@ -1,16 +1,16 @@
 """The fleet page: every node the scheduler knows, as its agent last reported it (cards, memory
 and its read rate, the CPU calibration, engines, labels), the replicas on it, and whether it is
-ready, suspect or lost by the scheduler's own thresholds (`NodeList.state`)."""
+ready, suspect or lost as the scheduler judges it (`NodeList.health`: its own rule, which leaves
+out the time it could not hear; the router's clock plays no part)."""
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 from litestar import get
 from litestar.response import Response
 
-from llmgw.proto import CpuCalibration, Empty, NodeInfo, ReplicaState, scheduler
+from llmgw.proto import CpuCalibration, Empty, NodeHealth, NodeInfo, ReplicaState, scheduler
 from llmgw.router.console.web import Refused, View
 
 __all__ = ["ROUTES", "FleetNode"]
@@ -20,10 +20,8 @@ class FleetNode(NamedTuple):
     """One node as the page shows it."""
 
     info: NodeInfo
-    state: str
-    """ready, suspect or lost (`NodeList.state`)."""
-    silent_s: float
-    """Seconds since its last heartbeat."""
+    health: NodeHealth
+    """ready, suspect or lost, and for how long silent, as the scheduler says."""
     calibration: CpuCalibration
     """Its own CPU calibration, or the defaults (`measured` says which)."""
     measured: bool
@@ -39,12 +37,10 @@ async def fleet_page(view: View) -> Response:
         replicas = (await view.ask(scheduler.REPLICA_LIST, Empty(), timeout=3.0)).replicas
     except Refused as exc:
         return view.render("fleet.html", active="fleet", nodes=None, why=exc.message)
-    now = time.time()
     nodes = [
         FleetNode(
             info=n,
-            state=listed.state(n.node, now),
-            silent_s=max(0.0, now - listed.last_seen.get(n.node, 0.0)),
+            health=listed.health[n.node],
             calibration=n.cpu_calibration or CpuCalibration(),
             measured=n.cpu_calibration is not None,
             replicas=[r for r in replicas if r.node == n.node or any(w.node == n.node for w in r.workers)],

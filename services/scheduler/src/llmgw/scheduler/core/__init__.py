@@ -5,11 +5,12 @@
 - `merge(spec, report) -> ReplicaState`: the record the replicas bucket holds; `accept` says
   which reports change it.
 - `listen` / `heard`: the time the scheduler could not judge nodes by (away from NATS, or
-  hearing no node): a node is lost only for its silence outside it (`Hearing`).
+  hearing no node): a node is lost only for its silence outside it (`Hearing`, `silence`);
+  `health`: how a node stands by that rule (ready, suspect, lost), as reconcile judges it.
 - `status` / `model_statuses`: how each model is doing; `wanted`, `backoff_s`.
 """
 
-from llmgw.scheduler.core._hearing import Hearing, heard, listen
+from llmgw.scheduler.core._hearing import Hearing, health, heard, listen, silence
 from llmgw.scheduler.core._observe import lost, lost_workers, observe
 from llmgw.scheduler.core._plan import Actual, AgentStop, Desired, NodeView, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._reconcile import reconcile
@@ -29,6 +30,7 @@ __all__ = [
     "Stop",
     "accept",
     "backoff_s",
+    "health",
     "heard",
     "listen",
     "lost",
@@ -37,6 +39,7 @@ __all__ = [
     "model_statuses",
     "observe",
     "reconcile",
+    "silence",
     "spec_of",
     "status",
     "wanted",

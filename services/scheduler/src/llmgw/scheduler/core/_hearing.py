@@ -5,9 +5,16 @@ connected; no clock is read here."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
-__all__ = ["Hearing", "heard", "listen"]
+from llmgw.proto import NodeHealth
+
+if TYPE_CHECKING:
+    from llmgw.scheduler.core._plan import NodeView, Policy
+
+__all__ = ["Hearing", "health", "heard", "listen", "silence"]
 
 
 class Hearing(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,3 +43,17 @@ def listen(h: Hearing, now: float, connected: bool, window_s: float) -> Hearing:
 def heard(h: Hearing, now: float, window_s: float) -> Hearing:
     """A heartbeat came at `now` (so the scheduler was connected until then)."""
     return msgspec.structs.replace(listen(h, now, True, window_s), last_beat=now)
+
+
+def silence(since: float, deaf_then: float, now: float, deaf_now: float) -> float:
+    """Seconds silent at `now` since `since` (a node's last heartbeat), less the time the
+    scheduler was deaf meanwhile (`deaf_then`, `deaf_now`: its `Hearing.deaf_s` at both)."""
+    return now - since - (deaf_now - deaf_then)
+
+
+def health(view: NodeView, now: float, deaf_s: float, policy: Policy) -> NodeHealth:
+    """How a node stands at `now` (the scheduler deaf `deaf_s` all told by then): suspect once
+    its `silence` passes `policy.stale_s` (no new replicas), lost once it passes `lost_s`."""
+    silent = silence(view.last_seen, view.deaf_s, now, deaf_s)
+    state = "lost" if silent > policy.lost_s else "suspect" if silent > policy.stale_s else "ready"
+    return NodeHealth(state=state, silent_s=max(0.0, silent))

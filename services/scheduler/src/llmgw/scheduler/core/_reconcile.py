@@ -18,6 +18,7 @@ import msgspec
 
 from llmgw.modelplan import Shape
 from llmgw.proto import Model, Profile, ReplicaState, fingerprint
+from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._rollout import surplus, wanted_counts, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
@@ -98,8 +99,10 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             plan.stops.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in desired.models:
             plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
-    # One view of every node's free room for the whole pass, kept as replicas stop and start.
-    nodes = {n: (v.info, v.last_seen, v.weights) for n, v in actual.nodes.items()}
+    # One view of every node's free room for the whole pass, kept as replicas stop and start; a
+    # node is heard of last as long ago as its silence (`health`'s rule: suspect past stale_s).
+    heard = {n: now - silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
+    nodes = {n: (v.info, heard[n], v.weights) for n, v in actual.nodes.items()}
     states = node_states(nodes, replicas, policy.reserve_mb)
     for r in actual.stopping:
         hold(states, r)
@@ -144,8 +147,8 @@ def _cards(r: ReplicaState) -> set[str]:
 def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
     """Live replicas on a lost node (one across nodes is lost with any of them). A node's silence
     is the time since it was last heard less the time the scheduler was deaf since (`Hearing`)."""
-    silent = {n: now - v.last_seen - (actual.deaf_s - v.deaf_s) for n, v in actual.nodes.items()}
-    unheard = now - actual.known_since - (actual.deaf_s - actual.known_deaf_s)
+    silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
+    unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
     stops = []
     for r in actual.replicas:
         if r.state not in LIVE:
