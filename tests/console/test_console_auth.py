@@ -112,3 +112,52 @@ async def test_a_page_drawn_after_a_refused_form_follows_the_page_the_form_was_o
         "/console/signout", data={"csrf": "forged"}, headers={"referer": "https://evil.example/console/models"}
     )
     assert elsewhere.status_code == 403 and "data-refresh" not in elsewhere.text
+
+
+async def test_a_token_or_cookie_outside_ascii_is_refused_as_any_wrong_one_not_a_failure(stack):
+    browser = await stack.signed_in()
+    forged = await browser.post("/console/signout", csrf="é")
+    assert forged.status_code == 403 and "Nothing was changed" in forged.text
+    stranger = stack.browser()
+    cookie = "llmgw_console=v1.0123456789abcdef.9999999999.00.\u00e9".encode("latin-1")
+    page = await stranger.http.get("/console/models", headers={"cookie": cookie})
+    assert page.url.path == "/console/signin" and "not one this console signed" in page.text
+    pre = (await stranger.get("/console/signin")).text
+    assert pre and (await stranger.http.post("/console/signin", data={"csrf": "ü", "key": "x"})).status_code == 403
+
+
+async def test_a_form_posted_after_the_session_ended_offers_a_sign_in_that_works_and_comes_back(stack):
+    browser = stack.browser()
+    refused = await browser.http.post(
+        "/console/signout", data={"csrf": "x"}, headers={"referer": f"{stack.url}/console/keys?project=p"}
+    )
+    assert refused.status_code == 401 and "Sign in to use the console." in refused.text
+    token = re.search(r'name="csrf" value="([^"]*)"', refused.text).group(1)
+    back = re.search(r'name="next" value="([^"]*)"', refused.text).group(1)
+    assert back == "/console/keys?project=p"
+    signed = await browser.http.post("/console/signin", data={"csrf": token, "key": stack.admin_key, "next": back})
+    assert signed.status_code == 200 and signed.url.path == "/console/keys", signed.text[:300]
+
+
+async def test_switching_language_comes_back_to_the_same_page_with_its_query(stack):
+    browser = await stack.signed_in()
+    page = await browser.get("/console/usage?since=week&group_by=key")
+    switch = re.search(r'href="(/console/lang\?to=tr[^"]*)"', page.text).group(1).replace("&amp;", "&")
+    turkish = await browser.get(switch)
+    assert str(turkish.url).endswith("/console/usage?since=week&group_by=key") and '<html lang="tr">' in turkish.text
+
+
+async def test_pages_forbid_framing_sniffing_and_anything_not_from_the_router(stack):
+    browser = await stack.signed_in()
+    headers = (await browser.get("/console/models")).headers
+    assert headers["x-content-type-options"] == "nosniff"
+    assert "default-src 'self'" in headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+
+
+async def test_a_number_written_with_other_digits_is_refused_naming_the_field(stack):
+    browser = await stack.signed_in()
+    await browser.page("/console/keys")
+    refused = await browser.post("/console/keys", {"key_name": "sup", "key_expires_days": "²"})
+    assert refused.status_code == 400 and "&#39;²&#39; is not allowed" in refused.text
+    assert "sup" not in [k.name for k in (await stack.router.accounts.list_keys(Empty())).keys.values()]

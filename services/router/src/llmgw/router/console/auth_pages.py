@@ -7,53 +7,29 @@ protected against being posted from another site by a token bound to a pre-sessi
 
 from __future__ import annotations
 
-import hmac
-import secrets
 import time
 
 from litestar import Request, get, post
 from litestar.datastructures import Cookie
 from litestar.response import Redirect, Response
 
+from llmgw.bus import get_logger
 from llmgw.router.console.i18n import LANGUAGES
-from llmgw.router.console.web import LANG_COOKIE, PRE_COOKIE, PREFIX, SESSION_COOKIE, View
+from llmgw.router.console.session import same
+from llmgw.router.console.web import LANG_COOKIE, PRE_COOKIE, PREFIX, SESSION_COOKIE, View, next_page
 from llmgw.router.errors import ApiError
 
 __all__ = ["ROUTES"]
 
+_log = get_logger("router")
 _KEY_ERRORS = {"missing_api_key": "missing", "invalid_api_key": "invalid", "expired_api_key": "expired_key"}
 
 
-def _next(target: str | None) -> str:
-    """Where to go after signing in: a console page, never another site."""
-    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return f"{PREFIX}/models"
-
-
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
-
-
-def _signin_page(view: View, request: Request, status: int = 200, error: str = "", next_: str = "") -> Response:
-    nonce = request.cookies.get(PRE_COOKIE) or secrets.token_hex(16)
-    response = view.render(
-        "signin.html",
-        status=status,
-        error=error,
-        why="",
-        next=_next(next_),
-        signin_csrf=view.console.sessions.anonymous_csrf(nonce),
-    )
-    response.set_cookie(PRE_COOKIE, nonce, path=PREFIX, httponly=True, samesite="strict", secure=_secure(request))
-    return response
-
-
 @get("/signin")
-async def signin_form(request: Request, view: View, next: str = "", why: str = "") -> Response:
+async def signin_form(view: View, next: str = "", why: str = "") -> Response:
     """The sign-in page; `why` says why the last page sent here (session expired, revoked)."""
     error = view.t(f"signin.why.{why}") if why in ("none", "expired", "revoked", "bad") else ""
-    return _signin_page(view, request, error=error, next_=next)
+    return view.signin_page(error=error, next_=next)
 
 
 @post("/signin")
@@ -62,23 +38,26 @@ async def signin(request: Request, view: View) -> Response:
     form = await request.form()
     nonce = request.cookies.get(PRE_COOKIE, "")
     token = str(form.get("csrf", ""))
-    if not nonce or not hmac.compare_digest(token, view.console.sessions.anonymous_csrf(nonce)):
-        return _signin_page(view, request, 403, view.t("signin.err.csrf"), str(form.get("next", "")))
+    back = str(form.get("next", ""))
+    if not nonce or not same(token, view.console.sessions.anonymous_csrf(nonce)):
+        return view.signin_page(403, view.t("signin.err.csrf"), back)
     key = str(form.get("key", "")).strip()
     try:
         key_id, record = view.console.accounts.authorize(f"Bearer {key}", admin=True)
     except ApiError as exc:
         reason = _KEY_ERRORS.get(exc.code, "not_admin")
-        return _signin_page(view, request, 401 if reason != "not_admin" else 403, view.t(f"signin.err.{reason}"))
+        _log.warning("console sign-in refused", why=exc.code)
+        return view.signin_page(401 if reason != "not_admin" else 403, view.t(f"signin.err.{reason}"), back)
+    _log.info("console sign-in", key=record.name, key_id=key_id)
     cookie, _session = view.console.sessions.issue(key_id, time.time())
-    response = view.done(_next(str(form.get("next", ""))), view.t("signin.done", name=record.name))
+    response = view.done(next_page(back), view.t("signin.done", name=record.name))
     response.set_cookie(
         SESSION_COOKIE,
         cookie,
         path=PREFIX,
         httponly=True,
         samesite="strict",
-        secure=_secure(request),
+        secure=view.secure,
         max_age=view.console.sessions.lifetime_s,
     )
     response.delete_cookie(PRE_COOKIE, path=PREFIX)
@@ -87,7 +66,9 @@ async def signin(request: Request, view: View) -> Response:
 
 @post("/signout")
 async def signout(view: View) -> Response:
-    """End this browser's session (the form's CSRF token was checked before)."""
+    """End this browser's session (the form's CSRF token was checked before). The cookie is
+    dropped; one copied before stays good until it ends (docs/console.md)."""
+    _log.info("console sign-out", key=view.by)
     response = view.done(f"{PREFIX}/signin", view.t("signin.signed_out"))
     response.delete_cookie(SESSION_COOKIE, path=PREFIX)
     return response
@@ -98,7 +79,7 @@ async def switch_language(to: str, next: str = "") -> Redirect:
     """Speak `to` from now on in this browser, then back to the page."""
     lang = to if to in LANGUAGES else LANGUAGES[0]
     cookie = Cookie(key=LANG_COOKIE, value=lang, path=PREFIX, samesite="strict", max_age=365 * 86400)
-    return Redirect(_next(next), status_code=303, cookies=[cookie])
+    return Redirect(next_page(next), status_code=303, cookies=[cookie])
 
 
 @get("/")

@@ -48,7 +48,7 @@ def y_ticks(high: float, whole: bool) -> list[float]:
 def x_ticks(xs: Sequence[float], most: int = 7) -> list[float]:
     """At most `most` of the points' x values, evenly picked from the first on."""
     seen = sorted(set(xs))
-    return seen[:: math.ceil(len(seen) / most)]
+    return seen[:: max(1, math.ceil(len(seen) / most))]
 
 
 def _text(x: float, y: float, words: str, anchor: str = "middle") -> str:

@@ -3,7 +3,8 @@ limits and how much of each limit is used now; making a key (shown once, on the 
 the form, never in a redirect or a cookie); revoking one; a project's limits.
 
 The page calls the router's own `Accounts`, the handlers of the admin API's endpoints; a form is
-read into the same messages (`KeyCreate`, `KeyRef`, `Project`), so a name is checked by its type.
+read into the same messages (`KeyCreate`, `KeyRef`, `Project`), each name checked by the proto's
+Name type first. What is made, revoked or limited is logged with who did it (never a key).
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import msgspec
 from litestar import get, post
 from litestar.response import Response
 
-from llmgw.bus import NotFound
+from llmgw.bus import NotFound, get_logger
 from llmgw.proto import Empty, KeyCreate, KeyCreated, KeyRef, Limits, Project
 from llmgw.router.console.web import PREFIX, Refused, View
 from llmgw.router.limits import standing
 from llmgw.router.quota import Scope
 
 __all__ = ["LIMITS", "ROUTES"]
+
+_log = get_logger("router")
 
 LIMITS = tuple(Limits.__struct_fields__)
 """The limits a key or a project may have, in the forms' order."""
@@ -117,6 +120,7 @@ async def create_key(view: View) -> Response:
     except Refused as exc:
         return await _page(view, exc.status, exc.message, create_form=view.form)
     created: KeyCreated = await view.console.accounts.create_key(req)
+    _log.info("key created", name=req.name, project=req.project, admin=req.admin, by=view.by, where="console")
     return await _page(view, 201, created=created)
 
 
@@ -129,6 +133,7 @@ async def revoke_key(view: View) -> Response:
         record = (await view.console.accounts.revoke_key(ref)).keys[ref.id]
     except (msgspec.ValidationError, NotFound):
         return await _page(view, 404, view.t("keys.err.unknown", id=raw))
+    _log.info("key revoked", name=record.name, key_id=ref.id, by=view.by, where="console")
     return view.done(f"{PREFIX}/keys", view.t("keys.revoked", name=record.name, id=ref.id))
 
 
@@ -142,6 +147,7 @@ async def put_project(view: View) -> Response:
         return await _page(view, exc.status, exc.message, project_form=view.form)
     known = view.console.accounts.projects.items.get(name)
     await view.console.accounts.put_project(Project(name=name, limits=limits, created=known.created if known else 0.0))
+    _log.info("project limits set", project=name, by=view.by, where="console")
     return view.done(f"{PREFIX}/keys", view.t("keys.project_saved", name=name))
 
 

@@ -17,7 +17,7 @@ import secrets
 
 import msgspec
 
-__all__ = ["BadSession", "ExpiredSession", "Session", "Sessions"]
+__all__ = ["BadSession", "ExpiredSession", "Session", "Sessions", "same"]
 
 
 class BadSession(ValueError):
@@ -34,6 +34,12 @@ class Session(msgspec.Struct, frozen=True):
     key_id: str
     expires: int
     csrf: str
+
+
+def same(given: str, expected: str) -> bool:
+    """Whether a token sent matches the one expected, in constant time; any text (a token with
+    characters outside ASCII is simply not the one)."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _b64(raw: bytes) -> str:
@@ -64,7 +70,7 @@ class Sessions:
         """The session a cookie carries; BadSession or ExpiredSession saying why not."""
         body, _, mac = cookie.rpartition(".")
         parts = body.split(".")
-        if len(parts) != 4 or parts[0] != "v1" or not hmac.compare_digest(mac, self._mac("session", body)):
+        if len(parts) != 4 or parts[0] != "v1" or not same(mac, self._mac("session", body)):
             raise BadSession("the session cookie is not one this console signed")
         _, key_id, expires, _nonce = parts
         if not expires.isdigit():
@@ -85,10 +91,10 @@ class Sessions:
     def read_note(self, cookie: str) -> tuple[str, str] | None:
         """The note a cookie carries, or None if it is not one this console signed."""
         body, _, mac = cookie.partition(".")
-        if not body or not hmac.compare_digest(mac, self._mac("note", body)):
+        if not body or not same(mac, self._mac("note", body)):
             return None
         try:
             kind, text = json.loads(_unb64(body))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError):  # binascii.Error is a ValueError
             return None
         return (kind, text) if isinstance(kind, str) and isinstance(text, str) else None

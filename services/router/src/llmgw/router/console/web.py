@@ -9,7 +9,7 @@ services, a page only shows what they answer and what they refuse.
 
 from __future__ import annotations
 
-import hmac
+import secrets
 import time
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -26,17 +26,26 @@ from llmgw.bus import BusError, call, get_logger
 from llmgw.proto import Endpoint, KeyRecord
 from llmgw.router.accounts import Accounts
 from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
-from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions
+from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions, same
 
-__all__ = ["PREFIX", "Console", "Refused", "View", "check_request"]
+__all__ = ["PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
 
 PREFIX = "/console"
 SESSION_COOKIE, LANG_COOKIE, NOTE_COOKIE, PRE_COOKIE = "llmgw_console", "llmgw_lang", "llmgw_note", "llmgw_pre"
 OPEN_PATHS = (f"{PREFIX}/signin", f"{PREFIX}/lang", f"{PREFIX}/static/")
 """Reached without a session: the sign-in page, the language switch, the styles and script."""
 
+_NOTE_MOST = 1200
+"""Characters of a note kept (a cookie past ~4 KB is dropped by the browser, the note with it)."""
 _STATUS = {"400": 400, "404": 404, "409": 409, "429": 429}
 _log = get_logger("router")
+
+
+def next_page(target: str | None) -> str:
+    """Where to go after signing in or switching language: a console page, never another site."""
+    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{PREFIX}/models"
 
 
 class Refused(Exception):
@@ -137,8 +146,33 @@ class View:
             v=self, t=self.t, prefix=PREFIX, languages=LANGUAGES, **context
         )
         cookies = [Cookie(key=NOTE_COOKIE, value="", path=PREFIX, max_age=0)] if self._had_note else []
-        headers = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin"}
+        headers = {
+            "cache-control": "no-store",
+            "x-frame-options": "DENY",
+            "referrer-policy": "same-origin",
+            "x-content-type-options": "nosniff",
+            "content-security-policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+        }
         return Response(html, status_code=status, media_type=MediaType.HTML, cookies=cookies, headers=headers)
+
+    def signin_page(self, status: int = 200, error: str = "", next_: str = "") -> Response:
+        """The sign-in page (coming back to `next_` after), with its form's token bound to this
+        browser's pre-session cookie (set here when it has none)."""
+        nonce = self.request.cookies.get(PRE_COOKIE) or secrets.token_hex(16)
+        response = self.render(
+            "signin.html",
+            status=status,
+            error=error,
+            next=next_page(next_),
+            signin_csrf=self.console.sessions.anonymous_csrf(nonce),
+        )
+        response.set_cookie(PRE_COOKIE, nonce, path=PREFIX, httponly=True, samesite="strict", secure=self.secure)
+        return response
+
+    @property
+    def secure(self) -> bool:
+        """Whether the browser reached the console over HTTPS (its cookies are then Secure)."""
+        return self.request.url.scheme == "https" or self.request.headers.get("x-forwarded-proto") == "https"
 
     def refresh_url(self) -> str:
         """Where the page's live parts are asked for again: the page itself after a GET; after a
@@ -154,7 +188,7 @@ class View:
 
     def done(self, path: str, text: str, kind: str = "ok") -> Redirect:
         """To `path` (under the console) with `text` shown at its top: what an action did."""
-        note = self.console.sessions.note(kind, text)
+        note = self.console.sessions.note(kind, text if len(text) <= _NOTE_MOST else text[: _NOTE_MOST - 1] + "…")
         cookie = Cookie(key=NOTE_COOKIE, value=note, path=PREFIX, httponly=True, samesite="strict", max_age=60)
         return Redirect(path, status_code=303, cookies=[cookie])
 
@@ -165,7 +199,7 @@ class View:
         raw = self.form.get(field, "").strip()
         if not raw and default is not None:
             return default
-        if not raw.isdigit() or not low <= int(raw) <= high:
+        if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
             named = label or self.t(f"field.{field}")
             raise Refused(400, self.t("form.err.number", field=named, low=low, high=high, got=raw))
         return int(raw)
@@ -199,12 +233,12 @@ async def check_request(console: Console, request: Request) -> Response | None:
     if session is None:
         if request.method == "GET":
             return Redirect(f"{PREFIX}/signin?next={quote(path)}&why={why}", status_code=303)
-        return view.render("signin.html", status=401, why=why, next=path, error=view.t(f"signin.why.{why}"))
+        return view.signin_page(401, view.t(f"signin.why.{why}"), view.refresh_url())
     if request.method == "POST":
         form = await request.form()
         view.forms = {name: [str(x) for x in form.getall(name)] for name in form}
         view.form = {name: values[-1] for name, values in view.forms.items()}
-        if not hmac.compare_digest(view.form.get("csrf", ""), session.csrf):
+        if not same(view.form.get("csrf", ""), session.csrf):
             _log.warning("console form refused: CSRF token", path=path, key=key.name if key else "")
             return view.render("error.html", status=403, message=view.t("error.csrf"))
     return None

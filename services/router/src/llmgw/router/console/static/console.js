@@ -25,7 +25,7 @@ document.addEventListener("submit", function (e) {
     var parts = document.querySelectorAll("[data-live][id]");
     var url = document.body.getAttribute("data-refresh");
     if (!parts.length || !url || document.hidden) return;
-    fetch(url, { credentials: "same-origin", headers: { "X-Console-Refresh": "1" } })
+    fetch(url, { credentials: "same-origin" })
       .then(function (r) { return r.ok && !r.redirected ? r.text() : null; })
       .then(function (html) {
         if (!html) return;
