@@ -120,3 +120,16 @@ async def test_every_page_in_both_languages_has_labels_headings_in_order_and_is_
             assert f'<html lang="{lang}">' in page.text
             assert page.headers["cache-control"] == "no-store" and page.headers["x-frame-options"] == "DENY"
             check_accessible(f"{path} ({lang})", page.text)
+
+
+def test_nothing_is_shown_unescaped_but_the_charts_which_escape_their_own_labels():
+    """Jinja escapes every value; the one way around it is Markup, made only by charts.py (its SVG,
+    built from escaped labels: services/router/tests/test_charts.py)."""
+    unescaped = [name for name, text in TEMPLATES if re.search(r"\|\s*safe\b|autoescape\s+false", text)]
+    assert not unescaped, f"templates that show a value unescaped: {unescaped}"
+    makers = sorted(
+        p.name
+        for p in CONSOLE.iterdir()
+        if p.name.endswith(".py") and re.search(r"\bMarkup\(", p.read_text(encoding="utf-8"))
+    )
+    assert makers == ["charts.py"], f"Markup made outside charts.py: {makers}"
