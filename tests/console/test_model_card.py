@@ -125,6 +125,35 @@ async def test_replicas_per_profile_also_on_cpus_and_cards_a_replica(stack):
     assert (await get(stack)).model.profiles[0].gpus == 2
 
 
+async def test_also_on_cpus_is_offered_where_the_catalogs_serve_plan_has_a_cpu_way(stack):
+    await put(stack, profiles=[Profile(name="gpu", gpus=1)])
+    browser, page = await card(stack)
+    assert 'name="cpu_replicas"' not in page.text and "no node has registered with the scheduler" in page.text
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0))
+    page = await browser.page("/console/models/tiny")
+    assert 'name="cpu_replicas"' in page.text and "at best on node-a" in page.text
+    safe = Model(name="safe", source="o/r/model.safetensors", profiles=[Profile(name="gpu", gpus=1, engine="vllm")])
+    await call(stack.nc, catalog.MODEL_PUT, ModelPut(model=safe, by="tester"))
+    other = await browser.page("/console/models/safe")  # the plan's words say why not: it is no GGUF file
+    assert 'name="cpu_replicas"' not in other.text and "is not a .gguf file" in other.text
+
+
+async def test_also_on_cpus_posted_is_asked_of_the_catalog_which_refuses_in_its_own_words(stack):
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0))
+    before = await put(stack, profiles=[Profile(name="gpu", gpus=1), Profile(name="cpu", host_memory_mb=512)])
+    browser, page = await card(stack)
+    assert 'name="cpu_replicas"' not in page.text  # it has a CPU profile
+    form = {"revision": revision_on(page.text), "cpu_replicas": "1", "cpu_memory_mb": "512"}
+    refused = await browser.post("/console/models/tiny/replicas", form)
+    assert refused.status_code == 400 and "already has a CPU profile &#39;cpu&#39;" in refused.text
+    await put(stack, "other", profiles=[Profile(name="gpu", gpus=1, engine="vllm")])
+    page = await browser.page("/console/models/other")
+    form = {"revision": revision_on(page.text), "cpu_replicas": "1", "cpu_memory_mb": "512"}
+    refused = await browser.post("/console/models/other/replicas", form)
+    assert refused.status_code == 400 and "served by vllm, not llama.cpp" in refused.text
+    assert (await get(stack)).revision == before.revision and len((await get(stack, "other")).model.profiles) == 1
+
+
 async def test_context_and_longest_answer(stack):
     await put(stack)
     browser, page = await card(stack)

@@ -84,19 +84,17 @@ async def models_page(view: View) -> Response:
     return view.render("models.html", entries=entries, statuses=status, totals=_totals(replicas or []))
 
 
-def _can_add_cpu(model: Model) -> bool:
-    """A GGUF model on llama.cpp with no CPU profile: it may also run on CPUs."""
-    llamacpp = any(p.engine == "llamacpp" for p in model.profiles)
-    return model.source.endswith(".gguf") and llamacpp and all(p.gpus for p in model.profiles)
+def _cpu_profile(model: Model) -> Profile | None:
+    """The model's CPU profile (one with no cards), if it has one."""
+    return next((p for p in model.profiles if not p.gpus), None)
 
 
 async def _cpu_way(view: View, model: Model) -> tuple[ServeWay | None, str]:
     """How the model's file runs on the fleet's CPUs, from the catalog's serve plan (its best CPU
-    way, with its speed and node), or why that is not known; (None, "") where it never runs there."""
-    cpu = next((p for p in model.profiles if not p.gpus), None)
-    if not (cpu or _can_add_cpu(model)):
-        return None, ""
-    base = cpu or next(p for p in model.profiles if p.engine == "llamacpp")
+    way, with its speed and node), or why that is not known in the catalog's words (it plans
+    GGUF files only, for llama.cpp)."""
+    cpu = _cpu_profile(model)
+    base = cpu or next((p for p in model.profiles if p.engine == "llamacpp"), model.profiles[0])
     ask = ServePlanAsk(source=model.source, context=model.context, cores=base.cpu_cores or 0, slots=base.slots)
     try:
         plan = await view.ask(catalog.SERVE_PLAN, ask, timeout=5.0)
@@ -143,7 +141,7 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
         replicas=[r for r in replicas or [] if r.model == name],
         cpu_way=cpu_way,
         cpu_why=cpu_why,
-        can_add_cpu=_can_add_cpu(entry.model),
+        can_add_cpu=cpu_way is not None and _cpu_profile(entry.model) is None,
         counts=_counts(entry.model),
         error=error,
         posted=posted,
@@ -212,7 +210,8 @@ def _on(view: View, profile: Profile) -> str:
 
 
 async def _scale(view: View, entry: ModelEntry, revision: int) -> Response:
-    """Replicas per profile, and a CPU profile added ("also on CPUs") with replicas there."""
+    """Replicas per profile, and a CPU profile added ("also on CPUs") with replicas there: asked
+    of the catalog whenever posted, which refuses it in its own words where it does not apply."""
     m = entry.model
     counts = {
         p.name: view.number(f"replicas.{p.name}", 0, MOST_REPLICAS, label=_on(view, p))
@@ -220,7 +219,7 @@ async def _scale(view: View, entry: ModelEntry, revision: int) -> Response:
         if view.form.get(f"replicas.{p.name}", "").strip()  # empty: as it is
     }
     cpu: dict[str, int | None] = {}
-    added = view.number("cpu_replicas", 0, MOST_REPLICAS, 0, view.t("model.split.add_cpu")) if _can_add_cpu(m) else 0
+    added = view.number("cpu_replicas", 0, MOST_REPLICAS, 0, view.t("model.split.add_cpu"))
     if added:
         counts["cpu"] = added
         cpu["cpu_memory_mb"] = view.number("cpu_memory_mb", 1, MOST_CPU_MB, label=view.t("model.split.cpu_memory"))
