@@ -14,7 +14,7 @@ between them), within one rack (row, site) where it says so: the nodes scored be
 """
 
 from llmgw.scheduler.placement._filters import FILTERS, Filter
-from llmgw.scheduler.placement._place import Search, place
+from llmgw.scheduler.placement._place import Reasons, Search, place
 from llmgw.scheduler.placement._room import (
     LIVE,
     STARTING,
@@ -41,6 +41,7 @@ __all__ = [
     "Need",
     "NodeState",
     "Placement",
+    "Reasons",
     "Scorer",
     "Search",
     "Weights",

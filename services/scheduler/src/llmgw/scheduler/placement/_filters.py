@@ -1,4 +1,5 @@
-"""The filter chain: each filter says why a node cannot take a replica, or None if it can."""
+"""The filter chain: each filter says why a node cannot take a replica, or None if it can. The
+reason is built only when it is read (`Why`): most nodes that refuse a replica are never named."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState, longest_context
 
-__all__ = ["FILTERS", "Filter", "cards_for", "chosen_cards"]
+__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chosen_cards"]
 
-Filter = Callable[[Need, NodeState, float, float], str | None]
+Why = Callable[[], str]
+"""Builds the text of why a node refused, when it is shown."""
+Filter = Callable[[Need, NodeState, float, float], Why | None]
 """(need, node, now, stale_s) -> why not, or None."""
 
 
@@ -37,36 +40,43 @@ def cards_for(need: Need, n: NodeState) -> list[str]:
     return [g.uuid for g in chosen_cards(need, n) or []] if need.cards else []
 
 
-def _ready(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+def _ready(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
     age = now - n.last_seen
-    return f"no heartbeat for {age:.0f}s" if age > stale_s else None
+    return (lambda: f"no heartbeat for {age:.0f}s") if age > stale_s else None
 
 
-def _labels(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+def _labels(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
     if not need.profile.node_selector:
         return None
     wrong = [f"{k}={v}" for k, v in need.profile.node_selector.items() if n.info.labels.get(k) != v]
-    return f"lacks the labels {', '.join(wrong)}" if wrong else None
+    return (lambda: f"lacks the labels {', '.join(wrong)}") if wrong else None
 
 
-def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
-    if n.info.engines and need.profile.engine not in n.info.engines:
-        return f"has no {need.profile.engine} (has {', '.join(sorted(n.info.engines))})"
-    if need.profile.nodes > 1 and n.info.engines and f"{need.profile.engine}-rpc" not in n.info.engines:
-        return f"has no {need.profile.engine} RPC worker, which a replica across nodes needs (-DGGML_RPC=ON)"
+def _engine(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
+    engines, engine = n.info.engines, need.profile.engine
+    if engines and engine not in engines:
+        return lambda: f"has no {engine} (has {', '.join(sorted(engines))})"
+    if need.profile.nodes > 1 and engines and f"{engine}-rpc" not in engines:
+        return lambda: f"has no {engine} RPC worker, which a replica across nodes needs (-DGGML_RPC=ON)"
     return None
 
 
-def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
     if not need.cards or chosen_cards(need, n) is not None:
         return None
-    fit = usable_cards(need.profile, n.free_cards, need.card_mb) if n.free_cards else []
+    free = n.free_cards  # as it is now (placing a replica replaces the list, never changes it)
+    return lambda: _no_cards(need, n.info.gpus, free)
+
+
+def _no_cards(need: Need, gpus: list[GpuInfo], free: list[GpuInfo]) -> str:
+    """Why too few of the free cards `free` (of `gpus`) fit the need."""
+    fit = usable_cards(need.profile, free, need.card_mb) if free else []
     wanted = need.profile.gpu_class or "any class"
-    unfit = next((why for g in n.info.gpus if (why := card_fits(need.profile, g))), None)
-    why = f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} (of {len(n.info.gpus)})"
+    unfit = next((why for g in gpus if (why := card_fits(need.profile, g))), None)
+    why = f"needs {need.cards} free {wanted} cards of {need.card_mb} MiB; has {len(fit)} (of {len(gpus)})"
     if need.sizing:
         why += f" ({need.sizing})"
-    largest = max((g.memory_total_mb - g.memory_foreign_mb for g in n.free_cards), default=0)
+    largest = max((g.memory_total_mb - g.memory_foreign_mb for g in free), default=0)
     return why + (f"; its cards: {unfit}" if unfit else "") + _shorter(need, largest, "its largest free card")
 
 
@@ -76,24 +86,29 @@ def _shorter(need: Need, have_mb: int, where: str) -> str:
     return f"; a context of {context} would fit {where}" if context else ""
 
 
-def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
-    if need.memory_mb > n.free_mb:
+def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
+    if need.memory_mb <= n.free_mb:
+        return None
+    free = n.free_mb
+
+    def why() -> str:
         sizing = f" ({need.sizing})" if need.sizing else ""
-        return f"needs {need.memory_mb} MiB{sizing}, {max(n.free_mb, 0)} MiB free" + _shorter(need, n.free_mb, "here")
-    return None
+        return f"needs {need.memory_mb} MiB{sizing}, {max(free, 0)} MiB free" + _shorter(need, free, "here")
+
+    return why
 
 
-def _cores(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
-    cores, free = need.profile.cpu_cores, n.info.cpus - n.cores_held
+def _cores(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
+    cores, cpus, free = need.profile.cpu_cores, n.info.cpus, n.info.cpus - n.cores_held
     if cores and cores > free:
-        return f"needs {cores} cores, {max(free, 0)} of {n.info.cpus} free"
+        return lambda: f"needs {cores} cores, {max(free, 0)} of {cpus} free"
     return None
 
 
-def _keep_within(need: Need, n: NodeState, now: float, stale_s: float) -> str | None:
+def _keep_within(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
     label = need.profile.keep_within
     if label and label not in n.info.labels:
-        return f"has no '{label}' label, and this profile keeps its nodes within one {label}"
+        return lambda: f"has no '{label}' label, and this profile keeps its nodes within one {label}"
     return None
 
 

@@ -3,14 +3,16 @@ nodes, the group of nodes that scores best together."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import msgspec
 
 from llmgw.proto import Model, ReplicaState, Worker
-from llmgw.scheduler.placement._filters import FILTERS, cards_for
+from llmgw.scheduler.placement._filters import FILTERS, Why, cards_for
 from llmgw.scheduler.placement._room import Need, NodeState, Placement
 from llmgw.scheduler.placement._scorers import Weights, scores
 
-__all__ = ["Search", "place"]
+__all__ = ["Reasons", "Search", "place"]
 
 
 class Search(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,10 +30,38 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     """Begin the scan at this node (by position, wrapping), so successive placements look at others."""
 
 
-def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> tuple[list[str], dict[str, str]]:
+class Reasons(Mapping[str, str]):
+    """Why each refused node refused ("filter: reason"), in the order they were seen; a reason's
+    text is built when it is first read (most are never shown)."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, str | tuple[str, Why]] = {}
+
+    def refused(self, name: str, label: str, why: Why) -> None:
+        """Node `name` refused by filter `label`; `why` says why, when asked."""
+        self._said[name] = (label, why)
+
+    def __setitem__(self, name: str, text: str) -> None:
+        self._said[name] = text
+
+    def __getitem__(self, name: str) -> str:
+        said = self._said[name]
+        if isinstance(said, tuple):
+            label, why = said
+            said = self._said[name] = f"{label}: {why()}"
+        return said
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._said)
+
+    def __len__(self) -> int:
+        return len(self._said)
+
+
+def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> tuple[list[str], Reasons]:
     """The nodes that pass every filter (at most `how.limit`, scanning from the `how.start`-th
     and wrapping), and why each refused node refused (filter: reason)."""
-    reasons: dict[str, str] = {}
+    reasons = Reasons()
     fit = []
     names = list(nodes)
     if how.start % max(len(names), 1):
@@ -42,7 +72,7 @@ def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> t
         for label, f in FILTERS:
             why = f(need, n, now, how.stale_s)
             if why:
-                reasons[name] = f"{label}: {why}"
+                reasons.refused(name, label, why)
                 break
         else:
             fit.append(name)
@@ -53,7 +83,7 @@ def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> t
 
 def place(
     need: Need, model: Model, nodes: dict[str, NodeState], now: float, how: Search = Search()
-) -> tuple[Placement | None, dict[str, str]]:
+) -> tuple[Placement | None, Reasons]:
     """The best node for one replica (the best nodes, for a profile across several), or None;
     and why each refused node refused (filter: reason).
 
@@ -76,7 +106,7 @@ def place(
 
 def _place_across(
     need: Need, model: Model, nodes: dict[str, NodeState], now: float, how: Search
-) -> tuple[Placement | None, dict[str, str]]:
+) -> tuple[Placement | None, Reasons]:
     """`need.profile.nodes` nodes that each fit a share, within one value of its `keep_within`
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
