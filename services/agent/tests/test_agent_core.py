@@ -53,6 +53,13 @@ def setup(binary="llama-server", weights="/c/m.gguf", port=9000, model=MODEL, pr
     )
 
 
+def test_of_the_classes_with_enough_free_cards_the_fastest_is_picked():
+    gpus = [card(0, "l4-24g"), card(1, "l4-24g"), card(2, "h100-80g"), card(3, "a100-40g"), card(4, "a100-40g")]
+    assert [g.uuid for g in pick_cards(Profile(gpus=1), gpus, set())] == ["GPU-2"]
+    assert [g.uuid for g in pick_cards(Profile(gpus=2), gpus, set())] == ["GPU-3", "GPU-4"]
+    assert [g.uuid for g in pick_cards(Profile(gpus=1), gpus, {"GPU-2"})] == ["GPU-3"]
+
+
 def test_cards_below_the_profiles_compute_capability_are_not_picked():
     got = pick_cards(Profile(gpus=1, min_compute="8.9"), [card(0, "a100-80g", cc="8.0"), card(1, cc="9.0")], set())
     assert [g.uuid for g in got] == ["GPU-1"]

@@ -7,7 +7,7 @@ from fake_nodes import CPU, GB, GPU, MODEL, NOW, Node, states
 from fake_nodes import run_model as _run
 
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.scheduler.placement import Search, Weights, need_of, place
+from llmgw.scheduler.placement import Search, Weights, need_of, place, speed_of
 
 
 @pytest.mark.parametrize(
@@ -49,6 +49,18 @@ def test_a_card_need_stands_for_every_class_that_meets_it():
     fp8 = Profile(gpus=1, min_card_mb=40000, min_compute="8.9")
     where, why = place(need_of(fp8, 8 * GB), MODEL, nodes, NOW, Search(stale_s=10))
     assert where.node == "l40s" and set(why) == {"t4", "a100"}
+
+
+def test_on_a_node_of_two_card_classes_a_replica_takes_the_fastest_and_is_scored_by_it():
+    mixed = Node("mixed").cards(2, "l4-24g", 23034)
+    mixed.info.gpus.append(
+        msgspec.structs.replace(mixed.info.gpus[0], index=2, uuid="mixed-gpu2", cls="h100-80g", memory_total_mb=81559)
+    )
+    nodes = states(mixed, Node("h100").cards(1))
+    need = need_of(Profile(gpus=1), 4 * GB)
+    where, _ = place(need, MODEL, nodes, NOW, Search(stale_s=10, weights=Weights(pack=0, domain_spread=0)))
+    assert (where.node, where.cards) == ("mixed", ["mixed-gpu2"])  # as fast as "h100": the later name wins the tie
+    assert speed_of(need, nodes["mixed"]) == speed_of(need, nodes["h100"])
 
 
 def test_cards_held_by_replicas_are_not_free():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from llmgw.modelplan._speed import card_of
 from llmgw.proto import GpuInfo, Profile
 
 __all__ = ["FOREIGN_LIMIT_MB", "card_fits", "choose_cards", "usable_cards"]
@@ -46,15 +47,23 @@ def usable_cards(
     ]
 
 
+def _bandwidth(cls: str) -> float:
+    """A card class's memory bandwidth (GB/s; 0 when unknown), what its replicas' speed follows."""
+    card = card_of(cls)
+    return card.bandwidth_gbs if card else 0.0
+
+
 def choose_cards(profile: Profile, gpus: list[GpuInfo], taken: Iterable[str] = (), card_mb: int = 0) -> list[GpuInfo]:
-    """The cards a replica of `profile` runs on: `profile.gpus` usable cards all of one class, the
-    most NVLinked first, in index order. A ValueError says what the node lacks."""
+    """The cards a replica of `profile` runs on: `profile.gpus` usable cards all of one class (of
+    the classes with that many, the fastest: the most memory bandwidth, `card_of`; the first
+    listed among equals), the most NVLinked first, in index order. A ValueError says what the
+    node lacks."""
     if profile.gpus == 0:
         return []
     by_class: dict[str, list[GpuInfo]] = {}
     for g in usable_cards(profile, gpus, card_mb, taken):
         by_class.setdefault(g.cls, []).append(g)
-    for cards in by_class.values():
+    for cards in sorted(by_class.values(), key=lambda cards: -_bandwidth(cards[0].cls)):
         if len(cards) >= profile.gpus:
             uuids = {c.uuid for c in cards}
             linked = sorted(cards, key=lambda g: -len(set(g.nvlink_peers) & uuids))
