@@ -11,7 +11,8 @@ import pytest
 
 from llmgw.bus import NotFound, call
 from llmgw.proto import BUCKETS, CatalogRecord, Model, ModelPut, ModelRef, Profile, Scaling, catalog, scheduler
-from llmgw.proto.catalog import SetOwner
+from llmgw.proto.catalog import LEAST_CONTEXT, SetOwner
+from llmgw.router.console.limits import MOST_CONTEXT
 from tests.console.conftest import SOURCE, cpu_node
 from tests.console.test_console_house import check_accessible
 
@@ -175,6 +176,19 @@ async def test_context_and_longest_answer(stack):
         "/console/models/tiny/context", {"revision": revision_on(same.text), "context": "2048", "max_output": "4000"}
     )
     assert too_long.status_code == 400 and "max_output 4000 does not fit in context 2048" in too_long.text
+
+
+async def test_a_model_served_with_the_longest_context_the_serve_form_takes_is_changed_from_its_card(stack):
+    await put(stack, context=MOST_CONTEXT)
+    browser, page = await card(stack)
+    assert f'name="context" value="{MOST_CONTEXT}" min="{LEAST_CONTEXT}" max="{MOST_CONTEXT}"' in page.text
+    form = {"revision": revision_on(page.text), "context": str(MOST_CONTEXT), "max_output": "1000"}
+    done = await browser.post("/console/models/tiny/context", form)
+    assert done.status_code == 200 and "answers of at most 1,000 tokens" in done.text, done.text[-600:]
+    longer = await browser.post(
+        "/console/models/tiny/context", {**form, "revision": revision_on(done.text), "context": str(MOST_CONTEXT + 1)}
+    )
+    assert longer.status_code == 400 and f"&#39;{MOST_CONTEXT + 1}&#39; is not allowed" in longer.text
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ __all__ = [
     "MODEL_PURGE",
     "MODEL_PUT",
     "MODEL_REMOVE",
+    "MOST_REVISION",
     "SERVE",
     "SERVE_PLAN",
     "CatalogRecord",
@@ -55,6 +56,8 @@ __all__ = [
 
 LEAST_CONTEXT = 128
 """The shortest context a model in the catalog may have, in tokens."""
+MOST_REVISION = 2**63 - 1
+"""The largest KV revision a caller may name (compare-and-set): the largest int64."""
 
 
 class ScheduleWindow(Struct, kw_only=True):

@@ -57,7 +57,6 @@ _log = get_logger("router")
 
 _LATEST = 253_402_300_799.0
 """The last second of the year 9999: the latest `since` a usage query may name."""
-_MOST_REVISION = 2**63 - 1
 
 
 def admin_api(accounts: Accounts, nc: Client) -> Router:
@@ -206,8 +205,10 @@ async def usage(accounts: Accounts, since: float = 0.0, group_by: str = "model")
 
 
 def _check_revision(revision: int | None) -> None:
-    if revision is not None and not 0 <= revision <= _MOST_REVISION:
-        raise BadRevision(f"'revision' is {revision}; it must be from 0 (must not exist yet) to {_MOST_REVISION}")
+    if revision is not None and not 0 <= revision <= catalog.MOST_REVISION:
+        raise BadRevision(
+            f"'revision' is {revision}; it must be from 0 (must not exist yet) to {catalog.MOST_REVISION}"
+        )
 
 
 def _change(name: str, body: dict[str, Any], by: str) -> ModelChange:

@@ -20,6 +20,8 @@ from litestar.response import Response
 
 from llmgw.proto import Empty, Model, ModelEntry, ModelPurge, ModelRef, Profile, PurgeReport, catalog, scheduler
 from llmgw.proto.catalog import (
+    LEAST_CONTEXT,
+    MOST_REVISION,
     RestartModel,
     ServePlanAsk,
     ServeWay,
@@ -29,19 +31,16 @@ from llmgw.proto.catalog import (
     StartModel,
     StopModel,
 )
+from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
 from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES"]
 
 MOST_REPLICAS = 64
 """The most replicas a profile is given from the card."""
-MOST_TOKENS = 1 << 20
-"""The longest context (and answer) the card takes, in tokens."""
 MOST_CARDS = 64
 MOST_CPU_MB = 4 << 20
 """The most host memory a CPU replica reserves, MiB (4 TiB)."""
-MOST_CORES = 1024
-MOST_REVISION = 2**63 - 1
 PURGE_TIMEOUT_S = 150.0
 """A purge waits for the model's replicas to stop (the catalog's purge_wait_s, 60 s by default)."""
 _KEPT_SAID = 3
@@ -145,7 +144,13 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
         counts=_counts(entry.model),
         error=error,
         posted=posted,
-        limits={"replicas": MOST_REPLICAS, "tokens": MOST_TOKENS, "cards": MOST_CARDS, "cores": MOST_CORES},
+        limits={
+            "replicas": MOST_REPLICAS,
+            "least_context": LEAST_CONTEXT,
+            "tokens": MOST_CONTEXT,
+            "cards": MOST_CARDS,
+            "cores": MOST_CORES,
+        },
         most_cpu_mb=MOST_CPU_MB,
     )
 
@@ -235,8 +240,8 @@ async def _scale(view: View, entry: ModelEntry, revision: int) -> Response:
 async def _context(view: View, entry: ModelEntry, revision: int) -> Response:
     """A new context and/or longest answer (a field left empty, or as it was, is kept)."""
     m = entry.model
-    context = view.number("context", 128, MOST_TOKENS, m.context, view.t("model.context"))
-    longest = view.number("max_output", 1, MOST_TOKENS, m.max_output or 0, view.t("model.max_output"))
+    context = view.number("context", LEAST_CONTEXT, MOST_CONTEXT, m.context, view.t("model.context"))
+    longest = view.number("max_output", 1, MOST_CONTEXT, m.max_output or 0, view.t("model.max_output"))
     change = SetContext(
         **_spec(view, entry, revision),
         context=context if context != m.context else None,

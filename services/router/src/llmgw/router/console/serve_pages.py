@@ -20,6 +20,7 @@ from litestar.response import Redirect, Response
 
 from llmgw.proto import catalog
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
+from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
 from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES", "way_key"]
@@ -28,10 +29,6 @@ _PLAN_S = 60.0
 """A plan reads the file's header from the mirror over HTTP and asks the scheduler for its nodes."""
 _FIELDS = ("source", "name", "context", "cores", "slots", "way", "cpu_anyway")
 """The form's fields (a GET's query, a POST's body)."""
-MOST_CONTEXT = 1 << 21
-"""The longest context the form takes, in tokens (the catalog decides what fits)."""
-MOST_CORES = 1024
-"""The most cores the form takes (the catalog refuses more than any node has)."""
 MOST_SLOTS = 256
 _CARD_WAY = re.compile(r"^gpus-([0-9]{1,3})$")
 
