@@ -57,7 +57,7 @@ from llmgw.proto.mirror import (
     WeightsDeleted,
 )
 from llmgw.proto.node import CpuCalibration, Filesystem, GpuInfo, NodeInfo
-from llmgw.proto.replica import ReplicaReport, ReplicaSpec, ReplicaState, Worker
+from llmgw.proto.replica import ReplicaReport, ReplicaSpec, ReplicaState, ReplicaTotals, Worker, replica_totals
 from llmgw.proto.router import (
     Demand,
     KeyCreate,
@@ -129,6 +129,7 @@ __all__ = [
     "ReplicaState",
     "ReplicaStatus",
     "ReplicaStop",
+    "ReplicaTotals",
     "RepoAdd",
     "RepoList",
     "RepoRef",
@@ -164,6 +165,7 @@ __all__ = [
     "errors",
     "fingerprint",
     "mirror",
+    "replica_totals",
     "router",
     "scheduler",
     "schema_json",

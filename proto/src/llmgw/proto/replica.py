@@ -3,13 +3,15 @@ and both merged (state: the replicas bucket, what the router and `ctl` read)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated
 
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._types import Name, NonNegative, ReplicaStatus
 
-__all__ = ["ReplicaReport", "ReplicaSpec", "ReplicaState", "Worker"]
+__all__ = ["ReplicaReport", "ReplicaSpec", "ReplicaState", "ReplicaTotals", "Worker", "replica_totals"]
 
 
 class Worker(Struct, kw_only=True):
@@ -117,3 +119,31 @@ class ReplicaState(Struct, kw_only=True):
     """Memory its engine uses now, MiB, as its agent measured it (`ReplicaReport.measured_mb`)."""
     updated: float = 0.0
     """Unix time of this state."""
+
+
+@dataclass
+class ReplicaTotals:
+    """One model's replicas summed, as `llmgw ctl models` and the console's models page show them
+    (a reading of `ReplicaState`s, not a message: it never travels)."""
+
+    ready: int = 0
+    """Replicas ready."""
+    estimate_mb: int = 0
+    """The most memory the scheduler reckoned one takes, MiB; 0: none reckoned."""
+    measured_mb: int = 0
+    """The most memory a ready one's engine uses, as its agent measured it, MiB; 0: none."""
+    tokens_per_s: float = 0.0
+    """Tokens a second one reply gets on the slowest replica, as reckoned; 0: none reckoned."""
+
+
+def replica_totals(replicas: Iterable[ReplicaState]) -> dict[str, ReplicaTotals]:
+    """Model name -> its replicas summed (`ReplicaTotals`)."""
+    out: dict[str, ReplicaTotals] = {}
+    for r in replicas:
+        t = out.setdefault(r.model, ReplicaTotals())
+        t.ready += r.state == "ready"
+        t.estimate_mb = max(t.estimate_mb, r.estimate_mb)
+        t.measured_mb = max(t.measured_mb, r.measured_mb if r.state == "ready" else 0)
+        if r.tokens_per_s:
+            t.tokens_per_s = min(t.tokens_per_s or r.tokens_per_s, r.tokens_per_s)
+    return out

@@ -17,7 +17,9 @@ from llmgw.proto import (
     ModelStatusList,
     Profile,
     ReplicaList,
+    ReplicaTotals,
     UsageReport,
+    replica_totals,
 )
 
 __all__ = [
@@ -120,27 +122,20 @@ def _reserves(profile: Profile) -> str:
 
 def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusList | None = None) -> ModelRows:
     """Each model with its replicas ready and wanted, the scheduler's status and why it is parked or failing."""
-    ready: dict[str, int] = {}
+    totals = replica_totals(replicas.replicas)
     failed: dict[str, list[str]] = {}
-    memory: dict[str, tuple[int, int]] = {}
-    speed: dict[str, float] = {}
     for r in replicas.replicas:
-        ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
-        est, used = memory.get(r.model, (0, 0))
-        memory[r.model] = (max(est, r.estimate_mb), max(used, r.measured_mb if r.state == "ready" else 0))
-        if r.tokens_per_s:
-            speed[r.model] = min(speed.get(r.model, r.tokens_per_s), r.tokens_per_s)
         if r.state == "failed":
             failed.setdefault(r.model, []).append(r.error)
     known = {s.model: s for s in statuses.models} if statuses else {}
     rows = []
     for e in listed.models:
         m, st = e.model, known.get(e.model.name)
-        errors = failed.get(m.name, [])
+        errors, sums = failed.get(m.name, []), totals.get(m.name, ReplicaTotals())
         rows.append(
             ModelRow(
                 name=m.name,
-                ready=ready.get(m.name, 0),
+                ready=sums.ready,
                 wanted=st.wanted if st else m.scaling.min,
                 status=st.state if st else ("stopped" if m.stopped else "running"),
                 capacity_class=m.capacity_class,
@@ -149,9 +144,9 @@ def model_rows(listed: ModelList, replicas: ReplicaList, statuses: ModelStatusLi
                 aliases=m.aliases,
                 fallbacks=m.fallbacks,
                 warning=st.reason if st and st.reason else (f"{len(errors)} failed: {errors[-1]}" if errors else ""),
-                estimate_mb=memory.get(m.name, (0, 0))[0],
-                measured_mb=memory.get(m.name, (0, 0))[1],
-                tokens_per_s=speed.get(m.name, 0.0),
+                estimate_mb=sums.estimate_mb,
+                measured_mb=sums.measured_mb,
+                tokens_per_s=sums.tokens_per_s,
                 declared_in=e.declared_in,
                 revision=e.revision,
                 model=m,

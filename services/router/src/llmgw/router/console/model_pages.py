@@ -18,7 +18,18 @@ from typing import Any
 from litestar import get, post
 from litestar.response import Response
 
-from llmgw.proto import Empty, Model, ModelEntry, ModelPurge, ModelRef, Profile, PurgeReport, catalog, scheduler
+from llmgw.proto import (
+    Empty,
+    Model,
+    ModelEntry,
+    ModelPurge,
+    ModelRef,
+    Profile,
+    PurgeReport,
+    catalog,
+    replica_totals,
+    scheduler,
+)
 from llmgw.proto.catalog import (
     LEAST_CONTEXT,
     MOST_REVISION,
@@ -62,25 +73,12 @@ async def _scheduler(view: View) -> tuple[dict[str, Any] | None, list[Any] | Non
     return ({s.model: s for s in listed.models} if listed else None), (replicas.replicas if replicas else None)
 
 
-def _totals(replicas: list[Any]) -> dict[str, dict[str, float]]:
-    """Per model: the most memory a replica was reckoned to take and measured taking (ready ones),
-    and the slowest replica's speed, as `llmgw ctl models` sums them."""
-    out: dict[str, dict[str, float]] = {}
-    for r in replicas:
-        seen = out.setdefault(r.model, {"estimate_mb": 0, "measured_mb": 0, "tokens_per_s": 0.0})
-        seen["estimate_mb"] = max(seen["estimate_mb"], r.estimate_mb)
-        seen["measured_mb"] = max(seen["measured_mb"], r.measured_mb if r.state == "ready" else 0)
-        if r.tokens_per_s:
-            seen["tokens_per_s"] = min(seen["tokens_per_s"] or r.tokens_per_s, r.tokens_per_s)
-    return out
-
-
 @get("/models")
 async def models_page(view: View) -> Response:
     """Every model: its file, state, replicas ready of wanted, memory, speed and profiles."""
     entries = (await view.ask(catalog.MODEL_LIST, Empty())).models
     status, replicas = await _scheduler(view)
-    return view.render("models.html", entries=entries, statuses=status, totals=_totals(replicas or []))
+    return view.render("models.html", entries=entries, statuses=status, totals=replica_totals(replicas or []))
 
 
 def _cpu_profile(model: Model) -> Profile | None:
