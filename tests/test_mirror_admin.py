@@ -4,20 +4,14 @@ ready, updated to a moved branch, listed, shown, removed (409 while a model uses
 mirror's errors as the catalog's are (400, 404, 409) in OpenAI's error body."""
 
 import asyncio
-import hashlib
 
 import httpx
 import pytest
 
-from llmgw.bus import call, new_fleet_secret, write_secret
-from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.bus import call
 from llmgw.gguf import write_random_llama
-from llmgw.mirror.imports import Import
-from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, KeyCreate, Model, ModelPut, ModelRef, catalog, mirror
-from llmgw.router.service import Router, RouterConfig
-
-DEMO = "demo/tiny/tiny.gguf"
+from llmgw.proto import Model, ModelPut, ModelRef, catalog
+from tests.fleets import SOURCE, serve_router
 
 
 @pytest.fixture(scope="module")
@@ -39,26 +33,8 @@ class Admin:
 
 @pytest.fixture
 async def api(serve, nc, tmp_path, tiny, hub):
-    sha256 = hashlib.sha256(tiny.read_bytes()).hexdigest()
-    config = MirrorConfig(
-        root=str(tmp_path / "mirror"),
-        hub_endpoint=hub.url,
-        keep_free_bytes=0,
-        imports=[Import(path=str(tiny), source=DEMO, sha256=sha256)],
-    )
-    await serve(Mirror(config), config)
-    await serve(Catalog(CatalogConfig(file_check_s=5.0)), CatalogConfig(file_check_s=5.0))
-    secret = tmp_path / "engine-fleet.secret"
-    write_secret(secret, new_fleet_secret())
-    router_config = RouterConfig(http_port=0, engine_secret=str(secret))
-    router = await serve(Router(router_config), router_config)
-    admin = await router.accounts.create_key(KeyCreate(name="ops", admin=True))
-    user = await router.accounts.create_key(KeyCreate(name="user"))
-    for _ in range(200):
-        if router.ready() and [r.state for r in (await call(nc, mirror.REPO_LIST, Empty())).repos] == ["ready"]:
-            return Admin(router, hub, admin.key, user.key)
-        await asyncio.sleep(0.05)
-    raise AssertionError("the router or the mirror's import never became ready")
+    served = await serve_router(serve, nc, tmp_path, tiny, hub)
+    return Admin(served.router, hub, served.admin_key, served.user_key)
 
 
 async def _until_ready(http: httpx.AsyncClient, repo: str, commit: str) -> dict:
@@ -122,7 +98,7 @@ async def test_the_mirrors_errors_keep_their_meaning(api, tiny):
 
 
 async def test_a_repo_a_model_uses_is_not_removed_409_naming_the_model(api, nc):
-    await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="tiny", source=DEMO)))
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=Model(name="tiny", source=SOURCE)))
     async with api.http() as http:
         refused = await http.delete("/mirror/demo/tiny")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "mirror_409", refused.text

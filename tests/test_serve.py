@@ -4,38 +4,16 @@ nodes registered as agents would, and a router's admin API. The plan lists the C
 writes the model, a very slow way is refused unless asked for on purpose; bad input leaves the
 catalog untouched."""
 
-import asyncio
-import hashlib
-
 import httpx
 import pytest
 
-from llmgw.bus import BadRequest, call, new_fleet_secret, write_secret
-from llmgw.catalog.service import Catalog, CatalogConfig
+from llmgw.bus import BadRequest, call
 from llmgw.gguf import write_random_llama
-from llmgw.mirror.imports import Import
-from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, KeyCreate, ModelRef, NodeInfo, catalog, mirror, scheduler
+from llmgw.proto import Empty, ModelRef, catalog, scheduler
 from llmgw.proto.catalog import ServeModel, ServePlanAsk
-from llmgw.router.service import Router, RouterConfig
-from llmgw.scheduler.service import Scheduler, SchedulerConfig
+from tests.fleets import SOURCE, cpu_node, serve_router
 
-SOURCE = "demo/tiny/tiny.gguf"
 BY_HAND = "hand/placed/m.gguf"
-
-
-def cpu_node(name: str, gbs: float) -> NodeInfo:
-    """A CPU node whose agent measured its memory at `gbs` GB/s (all cores and one alike)."""
-    return NodeInfo(
-        node=name,
-        hostname=name,
-        cpus=4,
-        memory_total_mb=8192,
-        memory_available_mb=8192,
-        engines={"llamacpp": "test"},
-        membw_all_gbs=gbs,
-        membw_one_gbs=gbs,
-    )
 
 
 class Fleet:
@@ -53,23 +31,8 @@ class Fleet:
 async def fleet(serve, nc, tmp_path):
     tiny = write_random_llama(tmp_path / "tiny.gguf")
     write_random_llama(tmp_path / "mirror" / BY_HAND)
-    sha256 = hashlib.sha256(tiny.read_bytes()).hexdigest()
-    config = MirrorConfig(
-        root=str(tmp_path / "mirror"), keep_free_bytes=0, imports=[Import(path=str(tiny), source=SOURCE, sha256=sha256)]
-    )
-    await serve(Mirror(config), config)
-    await serve(Catalog(CatalogConfig(file_check_s=5.0)), CatalogConfig(file_check_s=5.0))
-    await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3))
-    secret = tmp_path / "engine-fleet.secret"
-    write_secret(secret, new_fleet_secret())
-    router_config = RouterConfig(http_port=0, engine_secret=str(secret))
-    router = await serve(Router(router_config), router_config)
-    admin = await router.accounts.create_key(KeyCreate(name="ops", admin=True))
-    for _ in range(200):
-        if router.ready() and [r.state for r in (await call(nc, mirror.REPO_LIST, Empty())).repos] == ["ready"]:
-            return Fleet(nc, router.http.url, {"authorization": f"Bearer {admin.key}"})
-        await asyncio.sleep(0.05)
-    raise AssertionError("the router or the mirror's import never became ready")
+    served = await serve_router(serve, nc, tmp_path, tiny, scheduler=True)
+    return Fleet(nc, served.router.http.url, {"authorization": f"Bearer {served.admin_key}"})
 
 
 async def test_the_plan_lists_the_cpu_way_and_serve_writes_the_model(fleet):

@@ -6,39 +6,16 @@ console's forms as a browser with JavaScript off would (cookies kept, CSRF token
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import re
 from html import unescape
 
 import httpx
 import pytest
 
-from llmgw.bus import call, new_fleet_secret, write_secret
-from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import write_random_llama
-from llmgw.mirror.imports import Import
-from llmgw.mirror.service import Mirror, MirrorConfig
-from llmgw.proto import Empty, KeyCreate, NodeInfo, mirror
-from llmgw.router.service import Router, RouterConfig
-from llmgw.scheduler.service import Scheduler, SchedulerConfig
-
-SOURCE = "demo/tiny/tiny.gguf"
-"""The tiny model every console test can serve."""
-
-
-def cpu_node(name: str, gbs: float, cpus: int = 4) -> NodeInfo:
-    """A CPU node whose agent measured its memory at `gbs` GB/s (all cores and one alike)."""
-    return NodeInfo(
-        node=name,
-        hostname=name,
-        cpus=cpus,
-        memory_total_mb=8192,
-        memory_available_mb=8192,
-        engines={"llamacpp": "test"},
-        membw_all_gbs=gbs,
-        membw_one_gbs=gbs,
-    )
+from llmgw.router.service import Router
+from llmgw.scheduler.service import Scheduler
+from tests.fleets import serve_router
 
 
 class Browserless:
@@ -104,24 +81,5 @@ class Stack:
 @pytest.fixture
 async def stack(serve, nc, tmp_path, hub):
     tiny = write_random_llama(tmp_path / "tiny.gguf")
-    sha256 = hashlib.sha256(tiny.read_bytes()).hexdigest()
-    config = MirrorConfig(
-        root=str(tmp_path / "mirror"),
-        hub_endpoint=hub.url,
-        keep_free_bytes=0,
-        imports=[Import(path=str(tiny), source=SOURCE, sha256=sha256)],
-    )
-    await serve(Mirror(config), config)
-    await serve(Catalog(CatalogConfig(file_check_s=5.0)), CatalogConfig(file_check_s=5.0))
-    scheduler = await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3))
-    secret = tmp_path / "engine-fleet.secret"
-    write_secret(secret, new_fleet_secret())
-    router_config = RouterConfig(http_port=0, engine_secret=str(secret))
-    router = await serve(Router(router_config), router_config)
-    admin = await router.accounts.create_key(KeyCreate(name="ops", admin=True))
-    user = await router.accounts.create_key(KeyCreate(name="user"))
-    for _ in range(200):
-        if router.ready() and [r.state for r in (await call(nc, mirror.REPO_LIST, Empty())).repos] == ["ready"]:
-            return Stack(nc, router, admin.key, user.key, scheduler)
-        await asyncio.sleep(0.05)
-    raise AssertionError("the router or the mirror's import never became ready")
+    served = await serve_router(serve, nc, tmp_path, tiny, hub, scheduler=True)
+    return Stack(nc, served.router, served.admin_key, served.user_key, served.scheduler)

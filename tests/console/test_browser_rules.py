@@ -16,11 +16,10 @@ import pytest
 from llmgw.bus import call
 from llmgw.proto import Empty, ModelRef, catalog, scheduler
 from llmgw.proto.catalog import ServePlanAsk
+from tests.fleets import SOURCE, cpu_node
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chromium_driver import Chromium
-
-from conftest import SOURCE, cpu_node
 
 
 @pytest.fixture

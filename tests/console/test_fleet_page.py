@@ -9,8 +9,7 @@ import msgspec
 
 from llmgw.bus import call
 from llmgw.proto import CpuCalibration, Empty, GpuInfo, Model, ModelPut, catalog, scheduler
-
-from .conftest import SOURCE, cpu_node
+from tests.fleets import SOURCE, cpu_node
 
 
 async def _register(stack) -> None:

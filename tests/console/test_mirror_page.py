@@ -12,7 +12,7 @@ from markupsafe import escape
 from llmgw.bus import call
 from llmgw.gguf import write_random_llama
 from llmgw.proto import Empty, Model, ModelPut, catalog, mirror
-from tests.console.conftest import SOURCE
+from tests.fleets import SOURCE
 
 
 def commit_block(html: str, repo: str, commit: str) -> str:

@@ -13,8 +13,8 @@ from llmgw.bus import NotFound, call
 from llmgw.proto import BUCKETS, CatalogRecord, Model, ModelPut, ModelRef, Profile, Scaling, catalog, scheduler
 from llmgw.proto.catalog import LEAST_CONTEXT, SetOwner
 from llmgw.router.console.limits import MOST_CONTEXT
-from tests.console.conftest import SOURCE, cpu_node
 from tests.console.test_console_house import check_accessible
+from tests.fleets import SOURCE, cpu_node
 
 
 async def put(stack, name="tiny", **fields):

@@ -10,8 +10,8 @@ from urllib.parse import quote
 from llmgw.bus import call
 from llmgw.proto import Empty, ModelRef, catalog, scheduler
 from llmgw.proto.catalog import ServePlan, ServePlanAsk, ServeWay
-from tests.console.conftest import SOURCE, cpu_node
 from tests.console.test_console_house import check_accessible
+from tests.fleets import SOURCE, cpu_node
 
 FORM = f"/console/serve?source={quote(SOURCE)}"
 
