@@ -1,0 +1,317 @@
+"""The gateways tests/bench/gateway.py measures, and the stub backend behind them.
+
+Each `start_*` starts one gateway as its own process group pinned to `GATEWAY_CORE` and registers
+its stop on an ExitStack (a benchmark never leaves a process behind); it returns a `Peer`, or
+raises `Unavailable` saying why the peer cannot be installed or does not start here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from llmgw.bus import free_port, start_nats_server
+
+__all__ = [
+    "BODY",
+    "GATEWAY_CORE",
+    "LOAD_CORE",
+    "Peer",
+    "Unavailable",
+    "ensure_debian",
+    "rss",
+    "start_backend",
+    "start_litellm",
+    "start_nginx",
+    "start_router",
+    "start_vllm_router",
+    "wait_http",
+]
+
+GATEWAY_CORE, LOAD_CORE = 1, 0
+"""The gateway alone on one core; the load generator and the backend on the other."""
+CACHE = Path.home() / ".cache" / "llmgw"
+LITELLM = "litellm[proxy]==1.108.7"
+VLLM_ROUTER = "vllm-router==0.1.17"
+CHUNKS = 16
+BODY = f'{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{CHUNKS}}}'
+"""The chat completion every request posts."""
+
+
+class Unavailable(Exception):
+    """A peer that cannot be installed or does not start here; the message says why."""
+
+
+@dataclass
+class Peer:
+    """A running gateway (or the backend): where to post, the key to send, the process to weigh."""
+
+    url: str
+    key: str
+    pid: int
+
+
+def _stream() -> str:
+    """The stub's answer: 16 content chunks, the usage chunk and [DONE], as an SSE body."""
+    chunk = '{{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{}]{}}}'
+    words = [
+        chunk.format(f'{{"index":0,"delta":{{"content":"w{i} "}},"finish_reason":null}}', "") for i in range(CHUNKS)
+    ]
+    usage = chunk.format("", f',"usage":{{"prompt_tokens":8,"completion_tokens":{CHUNKS},"total_tokens":{8 + CHUNKS}}}')
+    return "".join(f"data: {w}\n\n" for w in [*words, usage]) + "data: [DONE]\n\n"
+
+
+def ensure_debian(package: str, binary: str) -> str:
+    """The path of `binary`, installing Debian's `package` when root (as ./dev does)."""
+    if not shutil.which(binary) and shutil.which("apt-get") and os.geteuid() == 0:
+        print(f"installing Debian's {package} for the gateway benchmark", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True)
+    found = shutil.which(binary) or (f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None)
+    if not found:
+        raise Unavailable(f"{binary} is missing and could not be installed: apt-get install {package}")
+    return found
+
+
+def _venv_tool(name: str, requirement: str, tool: str) -> Path:
+    """`tool` from `requirement`, installed once into its own environment under ~/.cache/llmgw/name."""
+    env_dir = CACHE / name
+    binary = env_dir / "bin" / tool
+    if not binary.exists():
+        uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+        print(f"installing {requirement} into {env_dir} (once)", file=sys.stderr)
+        env = {**os.environ, "VIRTUAL_ENV": str(env_dir)}
+        for argv in (
+            [uv, "venv", "-q", "--python", sys.executable, str(env_dir)],
+            [uv, "pip", "install", "-q", requirement],
+        ):
+            done = subprocess.run(argv, env=env, capture_output=True)
+            if done.returncode:
+                raise Unavailable(f"{requirement} did not install: {done.stderr.decode().strip()[-200:]}")
+    return binary
+
+
+def _start(stack: contextlib.ExitStack, argv: list[str], core: int, log: Path, **kw) -> subprocess.Popen:
+    """`argv` pinned to `core` in its own process group, stopped (the whole group) when `stack` closes."""
+    prefix = ["taskset", "-c", str(core)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    with log.open("ab") as out:
+        proc = subprocess.Popen(prefix + argv, stdout=out, stderr=out, start_new_session=True, **kw)
+
+    def stop() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    stack.callback(stop)
+    return proc
+
+
+def _wait(proc: subprocess.Popen, url: str, log: Path, timeout: float = 180.0, headers: dict | None = None) -> None:
+    """Until `url` answers 200; Unavailable with the end of the log if the process dies or never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise Unavailable(f"exited {proc.returncode}: {log.read_text(errors='replace').strip()[-300:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1, headers=headers).status_code == 200:
+                return
+        time.sleep(0.3)
+    raise Unavailable(f"{url} did not answer in {timeout:.0f}s: {log.read_text(errors='replace').strip()[-300:]}")
+
+
+def wait_http(url: str, timeout: float = 120.0) -> None:
+    """Until `url` answers at all (a loading engine's 503 counts)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(url, timeout=1)
+            return
+        time.sleep(0.3)
+    raise Unavailable(f"{url} never answered")
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of a process and its descendants (nginx's workers, a launcher's child)."""
+    try:
+        top = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
+    except psutil.NoSuchProcess:
+        return 0
+
+
+# -- nginx: the stub backend (static answer) and the plain reverse proxy --------------------------
+def _nginx(
+    stack: contextlib.ExitStack, tmp: Path, location: str, core: int, http: str = ""
+) -> tuple[subprocess.Popen, int]:
+    """One nginx worker on `core` serving `location` (with `http` beside the server block)."""
+    nginx = ensure_debian("nginx", "nginx")
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    temp = " ".join(f"{k}_temp_path {tmp}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (tmp / "nginx.conf").write_text(
+        f"worker_processes 1; daemon off; pid {tmp}/nginx.pid; error_log stderr error;\n"
+        "events { worker_connections 4096; }\n"
+        f"http {{ access_log off; {temp} {http}\n"
+        f"  server {{ listen 127.0.0.1:{port}; keepalive_requests 1000000; location / {{ {location} }} }} }}\n"
+    )
+    log = tmp / "nginx.log"
+    proc = _start(stack, [nginx, "-e", "stderr", "-p", str(tmp), "-c", str(tmp / "nginx.conf")], core, log)
+    _wait(proc, f"http://127.0.0.1:{port}/health", log, timeout=20)
+    return proc, port
+
+
+def start_backend(stack: contextlib.ExitStack, tmp: Path) -> Peer:
+    """The stub backend every row goes to: nginx answering any request with the same chat stream,
+    on the load generator's core (fast enough that no gateway is held back by it)."""
+    body = _stream().replace("\n", "\\n")
+    location = f"default_type text/event-stream; return 200 '{body}';"
+    proc, port = _nginx(stack, tmp / "backend", location, LOAD_CORE)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+def start_nginx(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+    """nginx as a plain reverse proxy, buffering off, keep-alive to the backend: the floor."""
+    location = 'proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off;'
+    upstream = f"upstream b {{ server {backend.removeprefix('http://')}; keepalive 256; }}"
+    proc, port = _nginx(stack, tmp / "nginx", location, GATEWAY_CORE, http=upstream)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+# -- vllm-router (Rust) ---------------------------------------------------------------------------
+def start_vllm_router(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+    """vllm-router, round-robin over the one backend, installed under ~/.cache/llmgw/vllm-router."""
+    binary = _venv_tool("vllm-router", VLLM_ROUTER, "vllm-router")
+    port, metrics = free_port(), free_port()
+    log = tmp / "vllm-router.log"
+    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", backend]
+    argv += ["--policy", "round_robin", "--log-level", "error", "--prometheus-port", str(metrics)]
+    proc = _start(stack, argv, GATEWAY_CORE, log)
+    _wait(proc, f"http://127.0.0.1:{port}/health", log, timeout=60)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+# -- LiteLLM's proxy ------------------------------------------------------------------------------
+MASTER_KEY = "sk-bench-" + "0" * 32
+"""LiteLLM refuses to start without a master key; requests use it (no database: no virtual keys)."""
+
+
+def start_litellm(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+    """LiteLLM's proxy as its production page says: one worker, no database, no spend or error
+    logs, logging at ERROR, the bundled cost map (offline); installed under ~/.cache/llmgw/litellm."""
+    binary = _venv_tool("litellm", LITELLM, "litellm")
+    config = tmp / "litellm.yaml"
+    config.write_text(
+        f"model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: {backend}/v1\n      api_key: k\n"
+        "litellm_settings:\n  set_verbose: false\n  json_logs: true\n  request_timeout: 600\n"
+        "general_settings:\n  disable_spend_logs: true\n  disable_error_logs: true\n"
+    )
+    port = free_port()
+    log = tmp / "litellm.log"
+    env = {
+        **os.environ,
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_MASTER_KEY": MASTER_KEY,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    proc = _start(stack, argv, GATEWAY_CORE, log, env=env)
+    _wait(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
+    return Peer(f"http://127.0.0.1:{port}", MASTER_KEY, proc.pid)
+
+
+# -- llmgw's router -------------------------------------------------------------------------------
+def _secured_nats(stack: contextlib.ExitStack, tmp: Path) -> tuple[str, dict[str, str]]:
+    """A nats-server as a cluster runs it: nkeys with each role's permissions and TLS (a CA and a
+    certificate made with openssl, as docs/security.md does). Its tls:// URL, and the files that
+    sign in as the router and as the bench (the operator, unrestricted to write the buckets)."""
+    from llmgw.bus import TlsFiles, new_identity, server_config, write_identity
+
+    tls = tmp / "tls"
+    tls.mkdir(parents=True)
+    ssl = ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run([*ssl, "-x509", "-days", "2", "-subj", "/CN=bench CA", "-keyout", tls / "ca-key.pem"]
+                   + ["-out", tls / "ca.pem"], **quiet)  # fmt: skip
+    subprocess.run([*ssl, "-subj", "/CN=nats", "-keyout", tls / "key.pem", "-out", tls / "req.csr"], **quiet)
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", tls / "req.csr", "-CA", tls / "ca.pem", "-CAkey", tls / "ca-key.pem"]
+        + ["-CAcreateserial", "-days", "2", "-out", tls / "cert.pem", "-extfile", "/dev/stdin"],
+        input=b"subjectAltName=IP:127.0.0.1\n",
+        **quiet,
+    )
+    router, bench = new_identity("router"), new_identity("ctl")
+    write_identity(tmp / "router.nk", router)
+    write_identity(tmp / "bench.nk", bench)
+    port = free_port()
+    files = TlsFiles(cert=str(tls / "cert.pem"), key=str(tls / "key.pem"), ca=str(tls / "ca.pem"))
+    conf = tmp / "server.conf"
+    conf.write_text(server_config([router], tmp / "js", port=port, tls=files, unrestricted=(bench.public,)))
+    nats = start_nats_server(tmp / "nats", port=port, config=conf)
+    stack.callback(nats.stop)
+    return f"tls://127.0.0.1:{port}", {"router": str(tmp / "router.nk"), "bench": str(tmp / "bench.nk"), "ca": files.ca}
+
+
+def start_router(
+    stack: contextlib.ExitStack, tmp: Path, backends: str | list[str], limits=None, secure: bool = False
+) -> Peer:
+    """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend;
+    the key has `limits` (a `Limits`; None: none). `secure`: NATS with nkeys and TLS."""
+    import msgspec
+
+    from llmgw.bus import call, connect, kv_bucket
+    from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Model, Profile, ReplicaState
+    from llmgw.proto import router as router_api
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    if secure:
+        url, creds = _secured_nats(stack, tmp)
+        signin = ["--creds", creds["router"], "--tls-ca", creds["ca"]]
+    else:
+        nats = start_nats_server(tmp / "nats")
+        stack.callback(nats.stop)
+        url, creds, signin = nats.url, {"bench": "", "ca": ""}, []
+    port = free_port()
+    argv = [sys.executable, "-m", "llmgw.router.service", "--nats-url", url, *signin, "--http-port", str(port)]
+    argv += ["--admin-port", "0", "--log-level", "warning", "--data-dir", str(tmp / "router")]
+    log = tmp / "router.log"
+    proc = _start(stack, argv, GATEWAY_CORE, log)
+
+    async def setup() -> str:
+        nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
+        js = nc.jetstream()
+        model = Model(name="m", source="o/r/m.gguf", context=8192, profiles=[Profile(name="cpu", slots=2)])
+        await (await kv_bucket(js, BUCKETS["catalog"], 5)).put("m", msgspec.json.encode(CatalogRecord(model=model)))
+        replicas = await kv_bucket(js, BUCKETS["replicas"])
+        for i, backend in enumerate([backends] if isinstance(backends, str) else backends):
+            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=backend)
+            await replicas.put(replica.id, msgspec.json.encode(replica))
+        try:
+            for _ in range(100):
+                with contextlib.suppress(Exception):
+                    create = KeyCreate(name="bench", **({"limits": limits} if limits else {}))
+                    return (await call(nc, router_api.KEY_CREATE, create)).key
+                await asyncio.sleep(0.2)
+            raise Unavailable(f"the router made no key: {log.read_text(errors='replace').strip()[-300:]}")
+        finally:
+            await nc.close()
+
+    key = asyncio.run(setup())
+    _wait(proc, f"http://127.0.0.1:{port}/v1/models", log, headers={"authorization": f"Bearer {key}"})
+    return Peer(f"http://127.0.0.1:{port}", key, proc.pid)
