@@ -7,14 +7,13 @@ import itertools
 from dataclasses import dataclass
 
 import highspy
-import msgspec
 from placement_fleets import NOW, POLICY, Fleet, empty, need_for, passes, way_of, way_tps
 
 from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.core import CLASS_RANK, Actual, Desired, Policy, reconcile
 from llmgw.scheduler.placement import Need, NodeState, claim, node_states, place, speed_of
 
-__all__ = ["Way", "best_fit", "difference", "fastest_first", "llmgw", "optimum", "ways_of"]
+__all__ = ["Way", "best_fit", "difference", "llmgw", "optimum", "ways_of"]
 
 
 def llmgw(f: Fleet, policy: Policy = POLICY) -> list[ReplicaState]:
@@ -34,8 +33,9 @@ def _room_left(need: Need, state: NodeState, cards: list[str]) -> tuple[int, int
 
 
 def best_fit(f: Fleet) -> list[ReplicaState]:
-    """Bin-packing: in `reconcile`'s order, each replica on the first of its profiles that fits
-    anywhere, on the node that passes the scheduler's filters and is left with the least room."""
+    """Bin-packing: the models by class, then name (the order they came in), each replica on the
+    first of its profiles that fits anywhere, on the node that passes the scheduler's filters and
+    is left with the least room."""
     states = node_states({n: (v.info, v.last_seen, v.weights) for n, v in f.nodes.items()}, [], POLICY.reserve_mb)
     placed = []
     order = sorted(f.models.values(), key=lambda m: (-CLASS_RANK[m.capacity_class], m.name))
@@ -149,15 +149,3 @@ def difference(f: Fleet, placed: list[ReplicaState], best: dict[tuple[str, str, 
             m = f.models[name]
             lines.append(f"  {name} ({m.source.split('/')[1]}): llmgw {say(m, a) or '-'} | optimum {say(m, b) or '-'}")
     return lines
-
-
-def fastest_first(f: Fleet) -> Fleet:
-    """The same fleet and catalog with the models renamed so that `reconcile`, which takes them
-    by name, places first those whose replica can run fastest anywhere (a diagnostic of its order)."""
-    top: dict[str, float] = {}
-    for w in ways_of(f):
-        top[w.model] = max(top.get(w.model, 0.0), w.tps)
-    names = sorted(f.models, key=lambda m: (-top.get(m, 0.0), m))
-    renamed = {old: f"x{i:05d}" for i, old in enumerate(names)}
-    models = {renamed[k]: msgspec.structs.replace(m, name=renamed[k]) for k, m in f.models.items()}
-    return Fleet(nodes=f.nodes, models=models, weights=f.weights, shapes=f.shapes)

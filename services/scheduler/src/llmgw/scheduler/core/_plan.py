@@ -75,6 +75,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     stops there, starting where the last one stopped); 0 scores every node."""
     scoring: Weights = Weights()
     """How much each placement scorer counts."""
+    tries: int = 3
+    """Tries of a pass at most where replicas are left unplaced: the first in the speed order,
+    each next with the models the tries before left unplaced first; the try that starts the
+    most replicas (then the most tokens a second) is the plan."""
 
 
 class Start(msgspec.Struct, kw_only=True):

@@ -2,15 +2,22 @@
 
 Nomad's shape: the replicas grouped by model, one function per model over the room the models
 before it left, their plans merged. Higher classes go first, so a critical model takes room
-before a batch one asks for it. For every model: stop replicas of removed models and those left
-draining; replace stale replicas (another fingerprint) one at a time; keep each counted profile
-at its count, starting those short before stopping those over so a change of split never runs
-fewer; otherwise keep the scaling's number, each new replica on the highest-priority profile
-that fits, taking a lower class's room where nothing else would.
+before a batch one asks for it; within a class, the models that read least a token (a replica's
+speed is its node's bandwidth over those bytes, so a fast node gains a light model most), then
+by name. Where that order leaves replicas unplaced, the pass is tried again with those models
+first (up to `policy.tries` tries), and the try that starts the most replicas (then the most tokens
+a second) is the plan: a light model takes the fast room, but not a heavy one's only room.
+
+For every model: stop replicas of removed models and those left draining; replace stale
+replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
+those short before stopping those over so a change of split never runs fewer; otherwise keep
+the scaling's number, each new replica on the highest-priority profile that fits, taking a
+lower class's room where nothing else would.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -55,6 +62,8 @@ class _Pass:
     states: dict[str, NodeState]
     scan: int = 0
     """Where the next limited scan of the fleet begins."""
+    short: set[str] = field(default_factory=set)
+    """Models a replica of which no node took."""
 
 
 @dataclass
@@ -89,31 +98,85 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
     this plan on its nodes.
     """
-    plan = Plan(stops=_lost(actual, now, policy.lost_s))
-    gone = {s.replica.id for s in plan.stops}
+    early = _lost(actual, now, policy.lost_s)
+    gone = {s.replica.id for s in early}
     replicas = [r for r in actual.replicas if r.id not in gone]
     by_model: dict[str, list[ReplicaState]] = {}
     for r in replicas:
         by_model.setdefault(r.model, []).append(r)
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
-            plan.stops.append(Stop(replica=r, reason="it was being stopped"))
+            early.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in desired.models:
-            plan.stops.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+            early.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    drawn: list[str] = []
+    first: set[str] = set()
+    best: Plan | None = None
+    for _ in range(max(policy.tries, 1)):
+        plan, short = _try(_Fleet(desired, actual, now, policy, early, replicas, by_model), first, _replay(ids, drawn))
+        if best is None or _worth(plan) > _worth(best):
+            best = plan
+        if short <= first:  # nothing new to put first
+            break
+        first |= short
+    _order(best, policy.drain_s)
+    return best
+
+
+@dataclass
+class _Fleet:
+    """What every try of a pass starts from: the catalog, the fleet, and the stops made first."""
+
+    desired: Desired
+    actual: Actual
+    now: float
+    policy: Policy
+    early: list[Stop]
+    """Replicas on lost nodes, left draining, or of removed models."""
+    replicas: list[ReplicaState]
+    """Those not on lost nodes."""
+    by_model: dict[str, list[ReplicaState]]
+
+
+def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str]]:
+    """One try of the pass from the fleet as it is, the models in `first` first: its plan, and
+    the models it left short."""
+    desired, actual, now, policy = fleet.desired, fleet.actual, fleet.now, fleet.policy
+    plan = Plan(stops=list(fleet.early))
     # One view of every node's free room for the whole pass, kept as replicas stop and start; a
     # node is heard of last as long ago as its silence (`health`'s rule: suspect past stale_s).
     heard = {n: now - silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
     nodes = {n: (v.info, heard[n], v.weights) for n, v in actual.nodes.items()}
-    states = node_states(nodes, replicas, policy.reserve_mb)
+    states = node_states(nodes, fleet.replicas, policy.reserve_mb)
     for r in actual.stopping:
         hold(states, r)
     for stop in plan.stops:
         if stop.replica.state in LIVE:
             release(states, stop.replica)
     run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states)
-    for name, model in sorted(desired.models.items(), key=lambda kv: (-CLASS_RANK[kv[1].capacity_class], kv[0])):
-        plan.absorb(_for_model(model, by_model.get(name, []), run))
-    _order(plan, policy.drain_s)
-    return plan
+    for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
+        plan.absorb(_for_model(model, fleet.by_model.get(name, []), run))
+    return plan, run.short
+
+
+def _turn(model: Model, actual: Actual, first: set[str]) -> tuple[int, bool, int, str]:
+    """When a model is placed in a try: its class (higher first); those put first; the bytes a
+    token reads (fewest first); its name."""
+    shape = actual.shapes.get(model.source)
+    read = shape.active_bytes if shape is not None else actual.weights.get(model.source, 0)
+    return (-CLASS_RANK[model.capacity_class], model.name not in first, read, model.name)
+
+
+def _worth(plan: Plan) -> tuple[int, float]:
+    """How a try's plan ranks: replicas started, then their predicted tokens a second."""
+    return len(plan.starts), sum(s.replica.tokens_per_s or 0.0 for s in plan.starts)
+
+
+def _replay(ids: Iterator[str], drawn: list[str]) -> Iterator[str]:
+    """The ids an earlier try drew (`drawn`), in order, then new ones from `ids` (kept in `drawn`)."""
+    for i in itertools.count():
+        if i == len(drawn):
+            drawn.append(next(ids))
+        yield drawn[i]
 
 
 def _order(plan: Plan, drain_s: float) -> None:
@@ -222,6 +285,7 @@ def _start_missing(wants: _Wants, run: _Pass, plan: Plan) -> None:
             surge = " (a replacement starts beside the replica it replaces; `--in-place` stops that one first)"
             stale_surge = wants.stale and wants.model.rollout == "surge"
             plan.unplaced[wants.model.name] = " | ".join(reasons) + (surge if stale_surge else "")
+            run.short.add(wants.model.name)
             break
     if started:  # replaced now: the failed records go
         plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
