@@ -10,7 +10,7 @@ from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState, longest_context
 
-__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chosen_cards"]
+__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chain", "chosen_cards"]
 
 Why = Callable[[], str]
 """Builds the text of why a node refused, when it is shown."""
@@ -122,3 +122,17 @@ FILTERS: list[tuple[str, Filter]] = [
     ("keep_within", _keep_within),
 ]
 """The filter chain, in order; the first that refuses a node gives its reason."""
+
+_ONLY_IF: dict[str, Callable[[Need], bool]] = {
+    "labels": lambda need: bool(need.profile.node_selector),
+    "cards": lambda need: need.cards > 0,
+    "cores": lambda need: bool(need.profile.cpu_cores),
+    "keep_within": lambda need: bool(need.profile.keep_within),
+}
+"""The filters that refuse no node for a need without these (no selector, no cards, ...)."""
+
+
+def chain(need: Need) -> list[tuple[str, Filter]]:
+    """The filters of the chain that may refuse a replica of `need`, in order: the others pass
+    every node for it, so a scan asks only these."""
+    return [(label, f) for label, f in FILTERS if label not in _ONLY_IF or _ONLY_IF[label](need)]

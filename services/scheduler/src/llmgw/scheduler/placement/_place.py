@@ -3,12 +3,13 @@ nodes, the group of nodes that scores best together."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 
 import msgspec
 
 from llmgw.proto import Model, ReplicaState, Worker
-from llmgw.scheduler.placement._filters import FILTERS, Why, cards_for
+from llmgw.scheduler.placement._filters import Why, cards_for, chain
 from llmgw.scheduler.placement._room import Need, NodeState, Placement
 from llmgw.scheduler.placement._scorers import Weights, scores
 
@@ -62,14 +63,12 @@ def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> t
     """The nodes that pass every filter (at most `how.limit`, scanning from the `how.start`-th
     and wrapping), and why each refused node refused (filter: reason)."""
     reasons = Reasons()
+    filters = chain(need)
     fit = []
-    names = list(nodes)
-    if how.start % max(len(names), 1):
-        first = how.start % len(names)
-        names = names[first:] + names[:first]
-    for name in names:
+    first = how.start % max(len(nodes), 1)
+    for name in itertools.chain(itertools.islice(nodes, first, None), itertools.islice(nodes, first)):
         n = nodes[name]
-        for label, f in FILTERS:
+        for label, f in filters:
             why = f(need, n, now, how.stale_s)
             if why:
                 reasons.refused(name, label, why)
