@@ -71,6 +71,20 @@ async def fleet(serve, hub, tmp_path):
     raise AssertionError("the router never became ready")
 
 
+def _json_of(out: str) -> dict:
+    """The JSON document ctl printed, out of what this process wrote meanwhile (the services run
+    here too, and a log line of theirs may land in the same capture)."""
+    decoder = json.JSONDecoder()
+    for start in (i for i, c in enumerate(out) if c == "{"):
+        try:
+            found, _ = decoder.raw_decode(out, start)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and "replicas" in found:
+            return found
+    raise AssertionError(f"ctl printed no replica list:\n{out}")
+
+
 async def ctl(nats_server, *words: str) -> int:
     """`llmgw ctl WORDS` in this process, as the operator (ctl's own credentials)."""
     argv = ["ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl"), *words]
@@ -142,7 +156,7 @@ async def test_ctl_model_serve_of_the_mirrored_file_answers_and_shows_its_speed_
     for _ in range(100):  # the agent measures its engines with each heartbeat
         capsys.readouterr()
         assert await ctl(nats_server, "replica", "list", "--json") == 0
-        [replica] = [r for r in json.loads(capsys.readouterr().out)["replicas"] if r["model"] == "smol"]
+        [replica] = [r for r in _json_of(capsys.readouterr().out)["replicas"] if r["model"] == "smol"]
         if replica["measured_mb"] > 0:
             break
         await asyncio.sleep(0.3)
