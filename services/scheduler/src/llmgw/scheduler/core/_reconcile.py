@@ -115,7 +115,7 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
         plan, short = _try(_Fleet(desired, actual, now, policy, early, replicas, by_model), first, _replay(ids, drawn))
         if best is None or _worth(plan) > _worth(best):
             best = plan
-        if short <= first:  # nothing new to put first
+        if short <= first or not plan.starts:  # nothing new to put first, or no start took room from it
             break
         first |= short
     _order(best, policy.drain_s)
