@@ -121,7 +121,7 @@ async def serve(nats_server, nc):
         conn = await nats_server.connect_as(app, config)
         service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, conn, service))
-        await conn.flush()  # its subscriptions reached the server: a call now finds it
+        await conn.flush()  # its subscriptions reached the server; heard by others a moment later (NO_RESPONDERS_S)
         started.append((app, service, conn))
         return app
 

@@ -20,7 +20,7 @@ import openai
 import psutil
 import pytest
 
-from llmgw.bus import BusError, EngineKeys, call, connect, kv_scan
+from llmgw.bus import BusError, EngineKeys, call, connect, kv_scan, request_raw
 from llmgw.ctl.demo import RANDOM_MODEL, RANDOM_SOURCE, SMOLLM2_SHA256, SMOLLM2_SOURCE, choose_demo
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.proto import (
@@ -580,7 +580,7 @@ def test_invalid_json_is_a_400(up):
 
 def test_a_malformed_message_to_a_service_gets_a_400_and_it_carries_on(up):
     async def poke(nc):
-        bad = await nc.request(catalog.MODEL_GET.subject(), b'{"name": 7}', timeout=5)
+        bad = await request_raw(nc, catalog.MODEL_GET.subject(), b'{"name": 7}', timeout=5)
         good = await call(nc, catalog.MODEL_GET, ModelRef(name=DEMO))
         return bad.headers, good
 

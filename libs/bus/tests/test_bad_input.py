@@ -6,7 +6,7 @@ import nats.micro
 import pytest
 from structlog.testing import capture_logs
 
-from llmgw.bus import BusConfig, Context, call
+from llmgw.bus import BusConfig, Context, call, request_raw
 from llmgw.proto import JSON_MAX_DEPTH, Endpoint, JsonTooDeep, ModelRef, check_depth, decode_json
 
 ECHO = Endpoint("echo", "ref.echo", ModelRef, ModelRef, "Answers with what it was sent (a test endpoint).")
@@ -40,7 +40,7 @@ def _nested(depth: int) -> bytes:
 async def test_json_nested_too_deep_gets_a_400_saying_so_and_the_service_carries_on(nc, depth):
     handled = await _echo(nc)
     with capture_logs() as logs:
-        msg = await nc.request(ECHO.subject(), _nested(depth), timeout=5)
+        msg = await request_raw(nc, ECHO.subject(), _nested(depth), timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert f"nested deeper than {JSON_MAX_DEPTH} levels" in msg.headers["Nats-Service-Error"]
     assert "RecursionError" not in msg.headers["Nats-Service-Error"] and logs == [] and handled == []

@@ -19,6 +19,7 @@ from llmgw.bus import (
     delete_under,
     load_config,
     meminfo_mb,
+    request_raw,
     setup_tracing,
 )
 from llmgw.proto import Empty, Endpoint, ModelRef
@@ -85,10 +86,10 @@ async def test_a_per_node_endpoint_answers_only_for_its_node(nc):
 
 async def test_a_malformed_message_gets_a_400_naming_the_field_and_the_service_carries_on(nc):
     await _echo_service(nc)
-    msg = await nc.request(ECHO.subject(), b'{"name": "has.dot"}', timeout=5)
+    msg = await request_raw(nc, ECHO.subject(), b'{"name": "has.dot"}', timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert "$.name" in msg.headers["Nats-Service-Error"]
-    msg = await nc.request(ECHO.subject(), b"not json", timeout=5)
+    msg = await request_raw(nc, ECHO.subject(), b"not json", timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert await call(nc, ECHO, ModelRef(name="ok")) == ModelRef(name="ok")
 

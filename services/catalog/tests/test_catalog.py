@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmgw.bus import BadRequest, Conflict, NotFound, call
+from llmgw.bus import BadRequest, Conflict, NotFound, call, request_raw
 from llmgw.catalog.core import check_model
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.proto import Empty, Model, ModelPurge, ModelPut, ModelRef, Profile, Scaling, catalog
@@ -61,8 +61,11 @@ async def test_removing_an_unknown_model_is_a_404(client):
 
 
 async def test_a_schema_invalid_put_names_the_field_and_stores_nothing(client):
-    msg = await client.request(
-        catalog.MODEL_PUT.subject(), b'{"model": {"name": "x", "source": "o/r/x.gguf", "context": -3}}', timeout=5
+    msg = await request_raw(
+        client,
+        catalog.MODEL_PUT.subject(),
+        b'{"model": {"name": "x", "source": "o/r/x.gguf", "context": -3}}',
+        timeout=5,
     )
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert "$.model.context" in msg.headers["Nats-Service-Error"]
@@ -113,7 +116,7 @@ async def test_a_catalog_restart_loses_nothing(serve, nc):
 
 async def test_a_change_missing_what_its_action_needs_is_a_400_naming_the_field(client):
     await call(client, catalog.MODEL_PUT, ModelPut(model=M))
-    msg = await client.request(catalog.MODEL_CHANGE.subject(), b'{"action": "scale", "name": "tiny"}', timeout=5)
+    msg = await request_raw(client, catalog.MODEL_CHANGE.subject(), b'{"action": "scale", "name": "tiny"}', timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     assert msg.headers["Nats-Service-Error"].startswith("ModelChange on llmgw.v1.catalog.model.change: ")
     assert "missing required field `scaling`" in msg.headers["Nats-Service-Error"]

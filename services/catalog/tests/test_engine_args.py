@@ -5,7 +5,7 @@ declared file; the catalog's own `engine_args_allowed` lets in what chosen nodes
 import msgspec
 import pytest
 
-from llmgw.bus import BadRequest, call
+from llmgw.bus import BadRequest, call, request_raw
 from llmgw.catalog.core import apply_change, check_model
 from llmgw.catalog.declared import load_declared
 from llmgw.catalog.service import Catalog, CatalogConfig
@@ -26,7 +26,7 @@ async def client(serve, nc):
 
 async def test_a_put_with_a_log_file_is_a_400_naming_it_and_stores_nothing(client):
     body = msgspec.json.encode(ModelPut(model=model(["--log-file", "/tmp/x"])))
-    msg = await client.request(catalog.MODEL_PUT.subject(), body, timeout=5)
+    msg = await request_raw(client, catalog.MODEL_PUT.subject(), body, timeout=5)
     assert msg.headers["Nats-Service-Error-Code"] == "400"
     said = msg.headers["Nats-Service-Error"]
     assert "model 'm' profile 'gpu': argument '--log-file' is refused: it names a file" in said

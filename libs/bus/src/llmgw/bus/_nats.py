@@ -16,6 +16,7 @@ from typing import TypeVar
 import msgspec
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import AuthorizationError, NoRespondersError, NoServersError, TimeoutError
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
@@ -36,6 +37,7 @@ __all__ = [
     "kv_bucket",
     "kv_keys",
     "kv_scan",
+    "request_raw",
     "set_storage_replicas",
     "start_nats_server",
     "storage_replicas",
@@ -121,8 +123,10 @@ be heard yet (interest reaches a cluster's other servers a moment later; seen on
 too), and one restarting is back within it. Then it is an error."""
 
 
-async def _send(nc: Client, subject: str, data: bytes, timeout: float):
-    """The reply to `data` on `subject`, sent again while nobody answers, NO_RESPONDERS_S at most."""
+async def request_raw(nc: Client, subject: str, data: bytes, timeout: float = 10.0) -> Msg:
+    """The reply message to raw `data` on `subject` (its headers unread: a service error is in
+    them), sent again while nobody answers, NO_RESPONDERS_S at most. Where a test or tool must
+    send bytes no Struct would encode, this is the request to use, not `nc.request`."""
     deadline = time.monotonic() + min(NO_RESPONDERS_S, timeout)
     pause = 0.05
     while True:
@@ -139,7 +143,7 @@ async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: typ
     """Send `message`, decode the reply as `reply`; a service error raises the matching BusError."""
     with _tracer.start_as_current_span(f"request {subject}", kind=trace.SpanKind.CLIENT):
         try:
-            msg = await _send(nc, subject, msgspec.json.encode(message), timeout)
+            msg = await request_raw(nc, subject, msgspec.json.encode(message), timeout)
         except NoRespondersError:
             raise Internal(f"nobody answers on {subject}: is that service running?") from None
         except TimeoutError:
