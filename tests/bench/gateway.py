@@ -9,7 +9,9 @@ key on NATS as a cluster runs it (nkeys and TLS). The rows take turns, `ROUNDS` 
 its best. Figures: added latency p50/p99 at one connection (against the backend alone), the most
 requests a second with p99 under 20 ms over 1, 4, 16 and 64 connections, and the gateway's
 resident memory. A peer that cannot be installed or does not start is a row saying why.
-Run with `just bench` (wrk and nginx are installed from Debian when root).
+Run with `just bench` (wrk and nginx are installed from Debian when root);
+`python tests/bench/gateway.py llmgw` measures only the rows whose name holds "llmgw" (and the
+backend alone, which every row is measured against): for working on one row, not for the record.
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ def main() -> int:
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
         ]
+        wanted = sys.argv[1:]
+        rows = [rows[0], *(r for r in rows[1:] if not wanted or any(w in r.name for w in wanted))]
         for row in rows:
             try:
                 row.peer = row.start()

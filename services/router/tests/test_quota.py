@@ -115,3 +115,25 @@ def test_a_hold_larger_than_a_limit_passes_when_nothing_else_is_used_or_held():
     quiet = judge("key 'k'", limits, Counts(), 0.0, reserve=8192)  # no max_tokens: the model's longest answer
     busy = judge("key 'k'", limits, Counts(minute_tokens=10), 0.0, reserve=8192)
     assert quiet.ok and not busy.ok and busy.retry
+
+
+async def test_requests_at_once_on_one_key_are_counted_together_each_checked_in_turn(nc):
+    """Admissions waiting on one scope go to KV together (one compare-and-set for a batch, not
+    two round trips each one after another), and each is still judged with those before it."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    roomy = [("key.a", "key 'a'", Limits(concurrent=100, requests_per_minute=1000))]
+    assert (await quota.admit(roomy, NOW)).ok
+    first = (await kv.get("key.a")).revision
+    assert all(v.ok for v in await asyncio.gather(*(quota.admit(roomy, NOW) for _ in range(63))))
+    entry = await kv.get("key.a")
+    assert msgspec.json.decode(entry.value)["c"]["router-a"][0] == 64
+    print(f"\n63 admissions at once: {entry.revision - first} writes")
+    assert entry.revision - first < 63 / 4
+
+    tight = [("key.b", "key 'b'", Limits(concurrent=10, requests_per_minute=1000))]
+    verdicts = await asyncio.gather(*(quota.admit(tight, NOW) for _ in range(64)))
+    assert sum(v.ok for v in verdicts) == 10
+    assert "concurrent 10 reached" in next(v for v in verdicts if not v.ok).limit
+    value = msgspec.json.decode((await kv.get("key.b")).value)
+    assert value["m"][1] == 10 and value["c"]["router-a"][0] == 10  # only the admitted are counted

@@ -87,6 +87,7 @@ class Accounts:
         """Stop watching and publishing."""
         for task in self.tasks:
             task.cancel()
+        self.quota.stop()
         self.keys.stop()
         self.projects.stop()
 

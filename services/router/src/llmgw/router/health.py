@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Callable
 
 import aiohttp
 
@@ -20,30 +19,62 @@ from llmgw.router.config import RouterConfig
 from llmgw.router.directory import Directory
 from llmgw.router.errors import described
 
-__all__ = ["Health", "ReplicaDown", "unless_down"]
+__all__ = ["WHY_DOWN", "Health", "Outage", "ReplicaDown", "unless_out"]
 
-T = TypeVar("T")
+WHY_DOWN = "its engine stopped answering its health probe"
 
 
 class ReplicaDown(Exception):
     """The replica a request waits on was taken out of rotation (its health probe failed)."""
 
 
-async def unless_down(work: Awaitable[T], down: asyncio.Event) -> T:
-    """`work`'s result; ReplicaDown (and `work` cancelled) where `down` is set first."""
-    if down.is_set():
-        raise ReplicaDown("its engine stopped answering its health probe")
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(down.wait())
-    try:
-        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        if not task.done():
-            task.cancel()
-    if task.done() and not task.cancelled():
-        return task.result()
-    raise ReplicaDown("its engine stopped answering its health probe")
+class Outage:
+    """Whether a replica is out of rotation, and what to cut when it goes out: the requests and
+    streams waiting on it register a callback here (no task of their own per request)."""
+
+    __slots__ = ("cuts", "out")
+
+    def __init__(self) -> None:
+        self.out = False
+        self.cuts: set[Callable[[], None]] = set()
+
+    def go_out(self) -> None:
+        """Out of rotation: everything waiting on it is cut now."""
+        self.out = True
+        for cut in list(self.cuts):
+            cut()
+
+    def come_back(self) -> None:
+        """Back in rotation."""
+        self.out = False
+
+
+class unless_out:  # lower case: used as `async with unless_out(outage):`, like asyncio.timeout
+    """Within it, the task waits on a replica: ReplicaDown at once where it is out, or as soon as
+    it goes out (the task's wait is cancelled, as asyncio.timeout does it, and the cancellation
+    turned into ReplicaDown; one from elsewhere, the client leaving say, stays a cancellation)."""
+
+    __slots__ = ("cut", "outage", "task")
+
+    def __init__(self, outage: Outage) -> None:
+        self.outage, self.cut = outage, False
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> None:
+        if self.outage.out:
+            raise ReplicaDown(WHY_DOWN)
+        self.task = asyncio.current_task()
+        self.outage.cuts.add(self._cut)
+
+    def _cut(self) -> None:
+        if not self.cut and self.task is not None:
+            self.cut = True
+            self.task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.outage.cuts.discard(self._cut)
+        if self.cut and self.task is not None and self.task.uncancel() == 0 and kind is asyncio.CancelledError:
+            raise ReplicaDown(WHY_DOWN) from None
 
 
 class Health:
@@ -59,8 +90,8 @@ class Health:
         self.stream_timeout = aiohttp.ClientTimeout(
             total=config.upstream_timeout_s, connect=3.0, sock_read=config.first_byte_timeout_s
         )
-        self.downs: dict[str, asyncio.Event] = {}
-        """Replica -> set while it is out of rotation."""
+        self.outages: dict[str, Outage] = {}
+        """Replica -> whether it is out of rotation, and who waits on it."""
         self.probing: dict[str, asyncio.Task] = {}
         self.tasks: set[asyncio.Task] = set()
         self.log = get_logger("router")
@@ -74,9 +105,11 @@ class Health:
         for task in [*self.tasks, *self.probing.values()]:
             task.cancel()
 
-    def down(self, replica_id: str) -> asyncio.Event:
-        """Set while this replica is out of rotation (its requests stop waiting on it)."""
-        return self.downs.setdefault(replica_id, asyncio.Event())
+    def outage(self, replica_id: str) -> Outage:
+        """Whether this replica is out of rotation (its requests stop waiting on it then)."""
+        if (outage := self.outages.get(replica_id)) is None:
+            outage = self.outages[replica_id] = Outage()
+        return outage
 
     def suspect(self, replica_id: str) -> None:
         """A request on this replica failed: probe it now (unless a probe of it is under way)."""
@@ -87,8 +120,8 @@ class Health:
     async def _every(self) -> None:
         while True:
             ready = {r.id: r for r in self.directory.replicas.items.values() if r.state == "ready" and r.url}
-            for gone in set(self.downs) - set(ready):
-                self.downs.pop(gone).set()  # whoever still waits on it stops
+            for gone in set(self.outages) - set(ready):
+                self.outages.pop(gone).go_out()  # whoever still waits on it stops
             for replica in ready.values():
                 self._probe_soon(replica)
             await asyncio.sleep(self.every_s)
@@ -110,11 +143,11 @@ class Health:
             if rid in self.balancer.strikes:
                 self.log.info("replica back in rotation: its engine answers its health probe", replica=rid)
             self.balancer.healthy(rid)
-            self.down(rid).clear()
+            self.outage(rid).come_back()
             return
         first = rid not in self.balancer.strikes
         until = self.balancer.eject(rid, now)
-        self.down(rid).set()
+        self.outage(rid).go_out()
         if first:
             self.log.warning(
                 "replica out of rotation: its engine failed its health probe",

@@ -18,7 +18,7 @@ from llmgw.router.core import Prepared, Usage, answer_of
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory, Ready
 from llmgw.router.errors import NoReadyReplica, NotServed, UpstreamFailed, described
-from llmgw.router.health import Health, unless_down
+from llmgw.router.health import Health, unless_out
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.outcome import Served, ended_by
@@ -123,15 +123,13 @@ class Proxy:
         body = prepared.body if model == prepared.model.name else {**prepared.body, "model": model}
         timeout = self.health.stream_timeout if prepared.streaming else None
         try:
-            resp = await unless_down(
-                self.client.post(
+            async with unless_out(one.outage):
+                resp = await self.client.post(
                     replica.url + prepared.path,
                     data=msgspec.json.encode(body),
                     headers=self.directory.headers(replica),
                     **({"timeout": timeout} if timeout else {}),
-                ),
-                one.down,
-            )
+                )
         except FAILED as exc:
             one.end(ok=False)
             self.log.warning("replica refused, trying another", replica=replica.id, error=described(exc))
@@ -149,7 +147,8 @@ class Proxy:
     async def _whole(self, one: Try, resp: aiohttp.ClientResponse, headers: dict[str, str]) -> Response | None:
         """A whole answer read and passed on; None where the replica failed mid-answer."""
         try:
-            raw = await unless_down(resp.read(), one.down)
+            async with unless_out(one.outage):
+                raw = await resp.read()
         except FAILED as exc:
             one.end(ok=False)
             self.log.warning(

@@ -3,7 +3,9 @@ the entry's revision, so two routers counting at once never lose a count and a l
 never looser than one router alone would keep it.
 
 One entry per scope (bucket `llmgw_limits`, values expire after 32 days), so admitting a
-request is one read and one compare-and-set, and ending it one more:
+request is one compare-and-set (on the revision this router last saw; read again only where
+another wrote since), and ending it one more. The changes waiting on a scope while one is
+written go in the next write together, each judged in turn with those before it:
   <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
             "mo": [UTC month, tokens], "c": {router: [in flight, unix time]},
             "h": {router: tokens held by its requests in flight}}
@@ -23,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
 from llmgw.router.limits import Counts, Verdict, judge, windows
 
@@ -59,12 +63,26 @@ class _Op(msgspec.Struct, frozen=True, kw_only=True):
         return self.at if self.when is None else self.when
 
 
+class _Asked(NamedTuple):
+    """A change waiting for its scope's next write: counted where `check` allows it; `told` the
+    verdict."""
+
+    op: _Op
+    check: Callable[[Counts], Verdict] | None
+    told: asyncio.Future[Verdict]
+
+
 class _Mine(msgspec.Struct):
     """What this router holds in one scope, and what it counted there that KV has not heard."""
 
     n: int = 0
     held: int = 0
     unsent: list[_Op] = msgspec.field(default_factory=list)
+
+
+def _admit(_: Counts) -> Verdict:
+    """The check of a change that is always let in (an end, a refresh)."""
+    return Verdict(ok=True)
 
 
 def _counts_tokens(limits: Limits) -> bool:
@@ -106,17 +124,23 @@ class Quota:
         """Scope -> what this router holds there (the truth its KV entry is written from)."""
         self.dirty: set[str] = set()
         """Scopes whose KV entry lacks what this router counted (sent by `keep_alive`)."""
-        self.known: dict[str, dict] = {}
-        """Scope -> its counters as last read (what admits while NATS is away)."""
-        self.locks: dict[str, asyncio.Lock] = {}
-        """One change of a scope at a time from this router: compare-and-set then only races
-        other routers, not this one's own requests."""
+        self.known: dict[str, tuple[dict, int | None]] = {}
+        """Scope -> its counters and their revision as last read or written (what the next
+        compare-and-set starts from, and what admits while NATS is away)."""
+        self.waiting: dict[str, list[_Asked]] = {}
+        """Scope -> the changes waiting for its next write."""
+        self.writing: set[str] = set()
+        """Scopes being written now (one write of a scope at a time from this router: its
+        compare-and-set then only races other routers, not this one's own requests)."""
+        self.tasks: set[asyncio.Task] = set()
+        self.log = get_logger("router")
 
     # -- one change of one scope ----------------------------------------------------------------
-    def _counts(self, sid: str, value: dict, now: float) -> Counts:
-        """What the scope has used, with what this router holds and counted unsent."""
+    def _counts(self, sid: str, value: dict, now: float, ops: list[_Op] = ()) -> Counts:  # type: ignore[assignment]
+        """What the scope has used, with what this router holds and counted unsent, and `ops`
+        (those before in the same write)."""
         mine = self.mine.get(sid) or _Mine()
-        counted = _counted(value, mine.unsent, now)
+        counted = _counted(value, [*mine.unsent, *ops], now)
         others = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
         held = value.get("h", {})
         return Counts(
@@ -124,15 +148,16 @@ class Quota:
             minute_tokens=counted["m"][2],
             day_tokens=counted["d"][1],
             month_tokens=counted["mo"][1],
-            concurrent=mine.n + sum(v[0] for v in others.values()),
-            reserved=mine.held + sum(held.get(r, 0) for r in others),
+            concurrent=mine.n + sum(op.n for op in ops) + sum(v[0] for v in others.values()),
+            reserved=mine.held + sum(op.held for op in ops) + sum(held.get(r, 0) for r in others),
         )
 
-    def _written(self, sid: str, value: dict, op: _Op, now: float) -> dict:
-        """`value` with this router's unsent counts and `op` in, its in-flight entry its own."""
+    def _written(self, sid: str, value: dict, ops: list[_Op], now: float) -> dict:
+        """`value` with this router's unsent counts and `ops` in, its in-flight entry its own."""
         mine = self.mine.get(sid) or _Mine()
-        new = _counted(value, [*mine.unsent, op], now)
-        n, held = max(0, mine.n + op.n), max(0, mine.held + op.held)
+        new = _counted(value, [*mine.unsent, *ops], now)
+        n = max(0, mine.n + sum(op.n for op in ops))
+        held = max(0, mine.held + sum(op.held for op in ops))
         kept = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
         new["c"] = {**kept, self.router: [n, now]} if n else kept
         holding = {r: h for r, h in value.get("h", {}).items() if r in kept}
@@ -155,50 +180,97 @@ class Quota:
 
     async def _change(self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None) -> Verdict:
         """Count `op` in scope `sid`, if `check` (given the counts as they are) allows it: in KV
-        by compare-and-set, else (NATS away, no answer in time) here, sent later."""
-        async with self.locks.setdefault(sid, asyncio.Lock()):
-            verdict = Verdict(ok=True)
-            if self.online():
-                try:
-                    async with asyncio.timeout(self.op_timeout_s):
-                        verdict = await self._cas(sid, op, check)
-                    if verdict.ok:
-                        self._done(sid, op, sent=True)
-                    return verdict
-                except (TimeoutError, NatsError):
-                    pass  # counted here below, from the counts last read
-            if check is not None:
-                verdict = check(self._counts(sid, self.known.get(sid, {}), op.at))
-            if verdict.ok:
-                self._done(sid, op, sent=False)
-            return verdict
+        by compare-and-set, else (NATS away, no answer in time) here, sent later. Changes that
+        come while the scope is being written wait and go in its next write together. A change
+        whose caller stopped waiting (a client gone) is written all the same but not kept as
+        this router's: its next write of the scope sets its own entry right."""
+        told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(sid, []).append(_Asked(op, check, told))
+        if sid not in self.writing:
+            self.writing.add(sid)
+            spawn(self.tasks, self._write_waiting(sid), self.log, "counting requests against their limits")
+        return await told
 
-    async def _cas(self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None) -> Verdict:
-        """Read, check, write back only if nobody wrote in between; else again."""
-        while True:
+    async def _write_waiting(self, sid: str) -> None:
+        """Write what waits on `sid`, a batch at a time, until nothing does."""
+        try:
+            while batch := self.waiting.pop(sid, None):
+                try:
+                    await self._write(sid, batch)
+                except Exception as exc:  # the requests of this batch hear it (a 500 each); the next go on
+                    for asked in batch:
+                        if not asked.told.done():
+                            asked.told.set_exception(exc)
+        finally:
+            self.writing.discard(sid)
+
+    async def _write(self, sid: str, batch: list[_Asked]) -> None:
+        """One batch of changes of `sid`: judged and counted in KV together, else here."""
+        if self.online():
             try:
-                entry = await self.kv.get(sid)
-                value, revision = (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
-            except KeyNotFoundError:
-                value, revision = {}, None
-            self.known[sid] = value
-            if check is not None and not (verdict := check(self._counts(sid, value, op.at))).ok:
-                return verdict
-            written = self._written(sid, value, op, op.at)
+                async with asyncio.timeout(self.op_timeout_s):
+                    verdicts = await self._cas(sid, batch)
+                if any(v.ok for v in verdicts):  # written: what was unsent went with it
+                    self._done(sid, _Op(at=0.0), sent=True)
+                for asked, verdict in zip(batch, verdicts, strict=True):
+                    self._tell(sid, asked, verdict, sent=True)
+                return
+            except (TimeoutError, NatsError):
+                pass  # counted here below, from the counts last read
+        value = self.known.get(sid, ({}, None))[0]
+        for asked in batch:
+            check = asked.check or _admit
+            self._tell(sid, asked, check(self._counts(sid, value, asked.op.at)), sent=False)
+
+    def _tell(self, sid: str, asked: _Asked, verdict: Verdict, sent: bool) -> None:
+        """A change judged: counted here where it was let in (and its caller still waits)."""
+        if asked.told.done():
+            return
+        if verdict.ok:
+            self._done(sid, asked.op, sent)
+        asked.told.set_result(verdict)
+
+    async def _cas(self, sid: str, batch: list[_Asked]) -> list[Verdict]:
+        """Judge each change in turn (with those let in before it) and write those let in, only if
+        nobody wrote since the revision they were judged on; else read and judge again. A copy
+        this router wrote may let a change in (the write fails where it is stale); a refusal is
+        judged only on what KV holds now."""
+        value, revision = self.known.get(sid, ({}, None))
+        read = sid not in self.known
+        while True:
+            if read:
+                try:
+                    entry = await self.kv.get(sid)
+                    value, revision = (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
+                except KeyNotFoundError:
+                    value, revision = {}, None
+                self.known[sid] = (value, revision)
+            verdicts: list[Verdict] = []
+            taken: list[_Op] = []
+            for asked in batch:
+                verdicts.append((asked.check or _admit)(self._counts(sid, value, asked.op.at, taken)))
+                if verdicts[-1].ok:
+                    taken.append(asked.op)
+            if len(taken) < len(batch) and not read:
+                read = True
+                continue
+            if not taken:
+                return verdicts
+            written = self._written(sid, value, taken, max(op.at for op in taken))
             try:
                 if revision is None:
-                    await self.kv.create(sid, msgspec.json.encode(written))
+                    revision = await self.kv.create(sid, msgspec.json.encode(written))
                 else:
-                    await self.kv.update(sid, msgspec.json.encode(written), last=revision)
-                self.known[sid] = written
-                return Verdict(ok=True) if check is None else verdict
+                    revision = await self.kv.update(sid, msgspec.json.encode(written), last=revision)
+                self.known[sid] = (written, revision)
+                return verdicts
             except KeyWrongLastSequenceError:
-                continue
+                read = True  # another router wrote since: read it and judge again
 
     async def read(self, sid: str, now: float) -> Counts:
         """What scope `sid` has used in the windows that hold `now`, as the counters say (changing
         nothing); from the counts last read where they do not answer in time."""
-        value = self.known.get(sid, {})
+        value = self.known.get(sid, ({}, None))[0]
         if self.online():
             try:
                 async with asyncio.timeout(self.op_timeout_s):
@@ -250,6 +322,11 @@ class Quota:
                 continue
             held = reserve if _counts_tokens(limits) else 0
             await self._change(sid, _Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
+
+    def stop(self) -> None:
+        """Stop writing (what waits is not counted: the router is going away)."""
+        for task in self.tasks:
+            task.cancel()
 
     async def keep_alive(self, every_s: float) -> None:
         """Every `every_s`: `refresh`."""

@@ -4,7 +4,6 @@ ends its try when the stream ends or, whatever happened to it, when its response
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -16,7 +15,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from llmgw.router.core import Prepared, Usage, cut_usage, relay_line
 from llmgw.router.errors import UpstreamFailed
-from llmgw.router.health import Health, ReplicaDown
+from llmgw.router.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.metrics import Metrics
 from llmgw.router.outcome import Served
 
@@ -40,8 +39,8 @@ class Try:
         self.health, self.metrics, self.prepared, self.tried, self.finish = health, metrics, prepared, tried, finish
         self.balancer = health.balancer
         self.ended = False
-        self.down = health.down(tried.replica)
-        """Set if its replica is taken out of rotation while it waits on it."""
+        self.outage = health.outage(tried.replica)
+        """Its replica's standing: out of rotation, it stops waiting on it."""
         self.balancer.started(tried.replica)
         metrics.in_flight(tried.model, tried.replica, +1)
 
@@ -84,16 +83,18 @@ class Relay(Stream):
         await self.chunks.aclose()
         self._end(499, Usage(), None, 0)
 
-    async def _cut_when_down(self) -> None:
+    def _cut(self) -> None:
         """Its replica taken out of rotation (a frozen engine): the stream fails now, not when
         the engine's next piece is overdue."""
-        await self.one.down.wait()
-        self.resp.content.set_exception(ReplicaDown("its engine stopped answering its health probe"))
+        self.resp.content.set_exception(ReplicaDown(WHY_DOWN))
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
         usage, first, status, relayed = Usage(), None, 499, 0  # until it ends well: the client went away
-        watch = asyncio.ensure_future(self._cut_when_down())
+        outage = self.one.outage
+        outage.cuts.add(self._cut)
+        if outage.out:
+            self._cut()
         try:
             pending = b""
             async for piece in self.resp.content.iter_any():
@@ -117,7 +118,7 @@ class Relay(Stream):
             err = UpstreamFailed(f"The replica failed mid-answer: {exc}")
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
         finally:  # also when the client went away: its slot and its concurrency count are freed now
-            watch.cancel()
+            outage.cuts.discard(self._cut)
             self._end(status, usage, first, relayed)
 
     def _end(self, status: int, usage: Usage, first: float | None, relayed: int) -> None:
