@@ -43,6 +43,18 @@ def test_a_streams_usage_is_read_even_where_the_client_did_not_ask_for_it():
     assert relay_line(b": keep-alive", "m", False, seen) == (None, seen, False)
 
 
+def test_a_chunk_already_named_as_asked_passes_untouched_and_any_other_is_rewritten():
+    plain = b'{"choices":[{"delta":{"content":"hi"}}],"model":"m"}'
+    assert relay_line(b"data: " + plain, "m", False, Usage()) == (b"data: " + plain + b"\n\n", Usage(), True)
+    for other in (
+        b'{"choices":[{"delta":{"content":"\\"model\\":\\"m\\""}}],"model":"engine-alias"}',  # only in the text
+        b'{"choices":[{"delta":{"content":"hi"}}],"model":"m2"}',
+        b'{"choices":[{"delta":{}}],"model":"m","timings":{"cache_n":1}}',
+    ):
+        out, _, _ = relay_line(b"data: " + other, "m", False, Usage())
+        assert msgspec.json.decode(out[6:])["model"] == "m" and b"timings" not in out
+
+
 def test_an_outcome_is_counted_under_the_model_that_answered_else_the_one_asked_for():
     ticket = Ticket(request_id="r", key_id="k", project="p", model="big", started=0.0)
     served = Served(status=200, model="m", replica="m-1", pool="priority 0", usage=Usage(prompt=4, completion=1))

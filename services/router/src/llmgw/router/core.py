@@ -350,6 +350,8 @@ def relay_line(line: bytes, model: str, include_usage: bool, seen: Usage) -> tup
     data = line[5:].strip()
     if data == b"[DONE]":
         return b"data: [DONE]\n\n", seen, False
+    if b'"usage"' not in data and b'"timings"' not in data and b'"model":' + msgspec.json.encode(model) in data:
+        return b"data: " + data + b"\n\n", seen, True  # already as the client gets it (most chunks)
     try:
         chunk = msgspec.json.decode(data)
     except msgspec.DecodeError:
