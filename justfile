@@ -40,6 +40,7 @@ bench:
     python tests/bench/placement.py
     python tests/bench/gateway.py
     python tests/bench/routing.py
+    python tests/bench/first_answer.py
     python tests/bench/mirror.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
