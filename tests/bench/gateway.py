@@ -35,13 +35,12 @@ from gateway_peers import (
     start_litellm,
     start_nginx,
     start_vllm_router,
-    wait_http,
 )
 from gateway_peers import start_router as router_peer
 
 from llmgw.proto import Limits
 
-__all__ = ["main", "start_router", "wait_http"]
+__all__ = ["main"]
 
 ROUNDS = 3
 CONNECTIONS = (1, 4, 16, 64)
@@ -106,20 +105,6 @@ def wrk(script: Path, peer: Peer, connections: int, seconds: int) -> Step:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30).stdout
     got = json.loads(out.strip().splitlines()[-1])
     return Step(got["p50"] / 1000, got["p99"] / 1000, got["requests"] / (got["us"] / 1e6), got["errors"])
-
-
-def start_router(tmp: Path, backends: list[str]) -> tuple[object, str, str, None]:
-    """llmgw's router over `backends` for tests/bench/routing.py: a handle whose terminate() and
-    wait() stop it and its NATS, the chat URL, the key, and None (no NATS left to stop)."""
-    with contextlib.ExitStack() as stack:
-        peer = router_peer(stack, tmp, backends)
-        stop = stack.pop_all().close
-    return (
-        type("Router", (), {"terminate": staticmethod(stop), "wait": staticmethod(lambda: None)}),
-        peer.url + PATH,
-        peer.key,
-        None,
-    )
 
 
 def main() -> int:

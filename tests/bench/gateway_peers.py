@@ -32,11 +32,12 @@ __all__ = [
     "ensure_debian",
     "rss",
     "start_backend",
+    "start_group",
     "start_litellm",
     "start_nginx",
     "start_router",
     "start_vllm_router",
-    "wait_http",
+    "wait_ok",
 ]
 
 GATEWAY_CORE, LOAD_CORE = 1, 0
@@ -102,9 +103,11 @@ def _venv_tool(name: str, requirement: str, tool: str) -> Path:
     return binary
 
 
-def _start(stack: contextlib.ExitStack, argv: list[str], core: int, log: Path, **kw) -> subprocess.Popen:
-    """`argv` pinned to `core` in its own process group, stopped (the whole group) when `stack` closes."""
-    prefix = ["taskset", "-c", str(core)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+def start_group(stack: contextlib.ExitStack, argv: list[str], core: int | None, log: Path, **kw) -> subprocess.Popen:
+    """`argv` pinned to `core` (None: not pinned) in its own process group, stopped (the whole
+    group) when `stack` closes."""
+    pin = core is not None and shutil.which("taskset") and (os.cpu_count() or 1) > 1
+    prefix = ["taskset", "-c", str(core)] if pin else []
     with log.open("ab") as out:
         proc = subprocess.Popen(prefix + argv, stdout=out, stderr=out, start_new_session=True, **kw)
 
@@ -122,7 +125,7 @@ def _start(stack: contextlib.ExitStack, argv: list[str], core: int, log: Path, *
     return proc
 
 
-def _wait(proc: subprocess.Popen, url: str, log: Path, timeout: float = 180.0, headers: dict | None = None) -> None:
+def wait_ok(proc: subprocess.Popen, url: str, log: Path, timeout: float = 180.0, headers: dict | None = None) -> None:
     """Until `url` answers 200; Unavailable with the end of the log if the process dies or never does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -133,17 +136,6 @@ def _wait(proc: subprocess.Popen, url: str, log: Path, timeout: float = 180.0, h
                 return
         time.sleep(0.3)
     raise Unavailable(f"{url} did not answer in {timeout:.0f}s: {log.read_text(errors='replace').strip()[-300:]}")
-
-
-def wait_http(url: str, timeout: float = 120.0) -> None:
-    """Until `url` answers at all (a loading engine's 503 counts)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.get(url, timeout=1)
-            return
-        time.sleep(0.3)
-    raise Unavailable(f"{url} never answered")
 
 
 def rss(pid: int) -> int:
@@ -171,8 +163,8 @@ def _nginx(
         f"  server {{ listen 127.0.0.1:{port}; keepalive_requests 1000000; location / {{ {location} }} }} }}\n"
     )
     log = tmp / "nginx.log"
-    proc = _start(stack, [nginx, "-e", "stderr", "-p", str(tmp), "-c", str(tmp / "nginx.conf")], core, log)
-    _wait(proc, f"http://127.0.0.1:{port}/health", log, timeout=20)
+    proc = start_group(stack, [nginx, "-e", "stderr", "-p", str(tmp), "-c", str(tmp / "nginx.conf")], core, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=20)
     return proc, port
 
 
@@ -194,15 +186,20 @@ def start_nginx(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
 
 
 # -- vllm-router (Rust) ---------------------------------------------------------------------------
-def start_vllm_router(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
-    """vllm-router, round-robin over the one backend, installed under ~/.cache/llmgw/vllm-router."""
+def start_vllm_router(
+    stack: contextlib.ExitStack, tmp: Path, backend: str | list[str], policy: str = "round_robin"
+) -> Peer:
+    """vllm-router with `policy` over the backends (round-robin over one, for the gateway bench;
+    `cache_aware` over engines, for the routing bench), installed under ~/.cache/llmgw/vllm-router."""
     binary = _venv_tool("vllm-router", VLLM_ROUTER, "vllm-router")
     port, metrics = free_port(), free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "vllm-router.log"
-    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", backend]
-    argv += ["--policy", "round_robin", "--log-level", "error", "--prometheus-port", str(metrics)]
-    proc = _start(stack, argv, GATEWAY_CORE, log)
-    _wait(proc, f"http://127.0.0.1:{port}/health", log, timeout=60)
+    workers = [backend] if isinstance(backend, str) else backend
+    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv += ["--policy", policy, "--log-level", "error", "--prometheus-port", str(metrics)]
+    proc = start_group(stack, argv, GATEWAY_CORE, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=60)
     return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
 
 
@@ -231,8 +228,8 @@ def start_litellm(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-    proc = _start(stack, argv, GATEWAY_CORE, log, env=env)
-    _wait(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
+    proc = start_group(stack, argv, GATEWAY_CORE, log, env=env)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health/liveliness", log)
     return Peer(f"http://127.0.0.1:{port}", MASTER_KEY, proc.pid)
 
 
@@ -291,7 +288,7 @@ def start_router(
     argv = [sys.executable, "-m", "llmgw.router.service", "--nats-url", url, *signin, "--http-port", str(port)]
     argv += ["--admin-port", "0", "--log-level", "warning", "--data-dir", str(tmp / "router")]
     log = tmp / "router.log"
-    proc = _start(stack, argv, GATEWAY_CORE, log)
+    proc = start_group(stack, argv, GATEWAY_CORE, log)
 
     async def setup() -> str:
         nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
@@ -313,5 +310,5 @@ def start_router(
             await nc.close()
 
     key = asyncio.run(setup())
-    _wait(proc, f"http://127.0.0.1:{port}/v1/models", log, headers={"authorization": f"Bearer {key}"})
+    wait_ok(proc, f"http://127.0.0.1:{port}/v1/models", log, headers={"authorization": f"Bearer {key}"})
     return Peer(f"http://127.0.0.1:{port}", key, proc.pid)
