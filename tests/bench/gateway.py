@@ -3,7 +3,8 @@
 Every row posts the same streaming chat completion (16 chunks, the usage chunk, [DONE]) to the
 same stub backend: nginx answering every request with that stream, on core 0 beside the load
 generator (wrk, one thread). Each gateway runs alone on core 1 (`taskset`): nginx as a plain
-reverse proxy (the floor), vllm-router (Rust, round-robin), LiteLLM's proxy as its production
+reverse proxy (the floor), vllm-router (Rust, round-robin), Portkey's gateway (Node, an
+OpenAI-compatible custom host), LiteLLM's proxy as its production
 page says, and llmgw's router with a plain key, with a key carrying every limit, and with that
 key on NATS as a cluster runs it (nkeys and TLS). The rows take turns, `ROUNDS` times; each keeps
 its best. Figures: added latency p50/p99 at one connection (against the backend alone), the most
@@ -34,6 +35,7 @@ from gateway_peers import (
     start_backend,
     start_litellm,
     start_nginx,
+    start_portkey,
     start_vllm_router,
 )
 from gateway_peers import start_router as router_peer
@@ -101,7 +103,8 @@ class Row:
 def wrk(script: Path, peer: Peer, connections: int, seconds: int) -> Step:
     """One wrk run pinned to the load core."""
     argv = ["taskset", "-c", str(LOAD_CORE), "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
-    argv += ["-s", str(script), "-H", f"Authorization: Bearer {peer.key}", peer.url + PATH]
+    argv += ["-s", str(script), "-H", f"Authorization: Bearer {peer.key}"]
+    argv += [a for name, value in peer.headers.items() for a in ("-H", f"{name}: {value}")] + [peer.url + PATH]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30).stdout
     got = json.loads(out.strip().splitlines()[-1])
     return Step(got["p50"] / 1000, got["p99"] / 1000, got["requests"] / (got["us"] / 1e6), got["errors"])
@@ -127,6 +130,7 @@ def main() -> int:
             Row("nginx (C)", lambda: start_nginx(stack, tmp, backend.url)),
             Row("vllm-router (Rust)", lambda: start_vllm_router(stack, tmp, backend.url)),
             Row("LiteLLM (Python)", lambda: start_litellm(stack, tmp, backend.url)),
+            Row("Portkey (Node)", lambda: start_portkey(stack, tmp / "portkey", backend.url)),
             Row("llmgw plain key", lambda: router_peer(stack, tmp / "plain", backend.url)),
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
@@ -192,22 +196,22 @@ def goals(rows: list[Row]) -> None:
     add99 = ours.best("p99") - base.best("p99")
     rps = max(ours.sustained())
     lines = [(f"llmgw adds {add99:.2f} ms at p99 at one connection (goal < 1 ms)", add99 < 1)]
-    for name, factor, goal in (("LiteLLM", 10, ">= 10x"), ("vllm-router", 0.5, ">= 0.5x")):
+    compared = (("LiteLLM", 10, ">= 10x"), ("Portkey", 1.0, "> 1x"), ("vllm-router", 0.5, ">= 0.5x"))
+    for name, factor, goal in compared:
         if name not in by:
             lines.append((f"{name} not measured: no comparison this run", False))
         elif theirs := max(by[name].sustained()):
             text = f"llmgw / {name} requests a second (p99 < 20 ms): {rps / theirs:.1f}x (goal {goal})"
-            lines.append((text, rps / theirs >= factor))
+            lines.append((text, rps / theirs >= factor if factor != 1.0 else rps > theirs))
         else:  # it never kept p99 under the ceiling: compare the most each served
             ratio = peak(ours) / peak(by[name])
             text = f"llmgw / {name} peak requests a second ({name} never kept p99 < 20 ms): {ratio:.1f}x (goal {goal})"
-            lines.append((text, ratio >= factor))
+            lines.append((text, ratio >= factor if factor != 1.0 else ratio > 1))
     if "llmgw every limit" in by:
         cost = by["llmgw every limit"].best("p99") - ours.best("p99")
         lines.append((f"a key with every limit costs {cost:.2f} ms more at p99 (goal < 0.3 ms)", cost < 0.3))
     for text, met in lines:
         print(f"{'met    ' if met else 'NOT met'}  {text}")
-    print("the only Python or Node gateway measured is LiteLLM (Portkey's Node gateway is not a row yet)")
 
 
 if __name__ == "__main__":

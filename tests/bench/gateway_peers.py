@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -35,6 +36,7 @@ __all__ = [
     "start_group",
     "start_litellm",
     "start_nginx",
+    "start_portkey",
     "start_router",
     "start_vllm_router",
     "wait_ok",
@@ -61,6 +63,8 @@ class Peer:
     url: str
     key: str
     pid: int
+    headers: dict[str, str] = field(default_factory=dict)
+    """More headers every request carries (Portkey's: which provider, where)."""
 
 
 def _stream() -> str:
@@ -201,6 +205,36 @@ def start_vllm_router(
     proc = start_group(stack, argv, GATEWAY_CORE, log)
     wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=60)
     return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+# -- Portkey's gateway (Node) --------------------------------------------------------------------
+PORTKEY = "@portkey-ai/gateway@1.15.2"
+
+
+def start_portkey(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+    """Portkey's open-source gateway on Node, installed once with npm under ~/.cache/llmgw/portkey,
+    forwarding to the backend as an OpenAI-compatible custom host (the headers its docs give for
+    a local model)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        raise Unavailable("no node and npm on PATH (Debian's nodejs and npm)")
+    home = CACHE / "portkey"
+    package = home / "node_modules" / "@portkey-ai" / "gateway"
+    if not package.exists():
+        print(f"installing {PORTKEY} into {home} (once)", file=sys.stderr)
+        home.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([npm, "install", "--prefix", str(home), PORTKEY], capture_output=True, timeout=600)
+        if done.returncode:
+            raise Unavailable(f"{PORTKEY} did not install: {done.stderr.decode().strip()[-200:]}")
+    entry = json.loads((package / "package.json").read_text()).get("bin", {})
+    script = package / (entry if isinstance(entry, str) else next(iter(entry.values()), "build/start-server.js"))
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "portkey.log"
+    proc = start_group(stack, [node, str(script), f"--port={port}"], GATEWAY_CORE, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/", log, timeout=60)
+    headers = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{backend}/v1"}
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid, headers)
 
 
 # -- LiteLLM's proxy ------------------------------------------------------------------------------

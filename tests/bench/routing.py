@@ -12,7 +12,8 @@ own counts, `usage.prompt_tokens_details.cached_tokens`), completed requests a s
 busiest replica's requests against the mean (from each engine's /metrics). Goals: TTFT p50 at most
 half of round-robin's and no worse than vllm-router's; cached tokens at least 95% of the best; no
 replica over 1.25x the mean. Run with `just bench` (vllm-router in its own environment under
-~/.cache/llmgw/, as the gateway bench installs it).
+~/.cache/llmgw/, as the gateway bench installs it); `python tests/bench/routing.py llmgw best`
+runs only those rows (for working on one, not for the record).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def start_engines(stack: contextlib.ExitStack, tmp: Path, gguf: Path, keyed: boo
     """REPLICAS llama-servers on `gguf`, one thread each, metrics on (`keyed`: each with the key
     llmgw's router works out for it)."""
     urls = []
+    tmp.mkdir(parents=True, exist_ok=True)
     for i in range(REPLICAS):
         port = free_port()
         argv = [find_llamacpp().server, "-m", str(gguf), "-c", "8192", "-np", "2", "--threads", "1"]
@@ -160,9 +162,10 @@ def main() -> int:
     requests = workload()
     runs: dict[str, list[Run]] = {row: [] for row in ROWS}
     why: dict[str, str] = {}
+    wanted = [r for r in ROWS if not sys.argv[1:] or r in sys.argv[1:]]
     with tempfile.TemporaryDirectory(prefix="llmgw-routing-") as d:
         for i in range(ROUNDS):
-            for row in ROWS:
+            for row in wanted:
                 if row in why:
                     continue
                 print(f"round {i + 1} of {ROUNDS}: {row}", file=sys.stderr)

@@ -138,3 +138,33 @@ def test_a_popular_prefix_spills_over_once_its_replica_took_more_than_its_share(
         picks.append(choice.id)
     assert picks[:2] == ["r0"] * 2  # affinity first
     assert 8 <= picks.count("r0") <= 20 and len(set(picks)) == 3  # then shared, not piled onto one
+
+
+def test_a_prefix_sent_to_a_replica_draws_the_next_ones_there_before_its_answer_comes():
+    """A replica is believed to hold a prompt from when the prompt is sent to it (its engine
+    takes it in first), not only once it answered: questions about one document arriving while
+    the first is still being read go where it is being read."""
+    b = Balancer(seed=11)
+    pool = [Candidate(id=f"r{i}", slots=2) for i in range(3)]
+    docs = [prompt_blocks(f"Document {d}: " + "word " * 300) for d in range(3)]
+    first = {}
+    for d, blocks in enumerate(docs):  # three documents, one each, none answered yet
+        choice, _ = b.pick(pool, blocks, 0.0)
+        first[d] = choice.id
+        b.started(choice.id, blocks)
+    for d, blocks in enumerate(docs):  # a second question about each, the first still in flight
+        choice, how = b.pick(pool, blocks + prompt_blocks("x" * 256), 0.0)
+        assert (choice.id, how) == (first[d], "affinity")
+
+
+def test_a_claim_that_came_to_nothing_is_dropped_and_does_not_shrink_the_index():
+    b = Balancer(seed=12)
+    blocks = prompt_blocks("y" * 256 * 8)
+    believed = b.started("r0", blocks)
+    assert believed == 0 and b.held("r0", blocks) == 8  # claimed while in flight
+    b.finished("r0", False, blocks)  # it failed: no word that r0 holds it
+    assert b.held("r0", blocks) == 0
+    believed = b.started("r0", blocks)
+    b.finished("r0", True, blocks)
+    b.served("r0", blocks, prompt_tokens=512, cached_tokens=0, believed=believed)  # a miss it never claimed to hold
+    assert b.indexes["r0"].capacity == 65536 and b.held("r0", blocks) == 8

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
@@ -118,6 +118,9 @@ class Balancer:
         self.strikes: dict[str, int] = {}
         """Replica -> probes failed in a row (its ejection doubles with each)."""
         self.indexes: dict[str, _Index] = {}
+        self.claims: dict[str, dict[bytes, int]] = {}
+        """Replica -> the prompt blocks of its requests in flight (how many claim each): it takes
+        them in first, so the next prompt sharing them goes there before the first is answered."""
         self.rng = random.Random(seed)
 
     # -- choosing ---------------------------------------------------------------------------
@@ -189,17 +192,32 @@ class Balancer:
         return a, self.rng.choices(rest, weights=[r.weight for r in rest])[0]
 
     # -- what happened ------------------------------------------------------------------------
-    def started(self, replica_id: str) -> None:
-        """A request went to this replica."""
+    def started(self, replica_id: str, blocks: Sequence[bytes] = ()) -> int:
+        """A request with these prompt blocks went to this replica: they are claimed there until
+        it ends. How many of them the index believed it held before, returned (for `served`)."""
         self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1
         for rid in self.recent:
             self.recent[rid] *= self.decay
         self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
+        if not blocks:
+            return 0
+        claims = self.claims.setdefault(replica_id, {})
+        for b in blocks:
+            claims[b] = claims.get(b, 0) + 1
+        index = self.indexes.get(replica_id)
+        return index.match(blocks) if index else 0
 
-    def finished(self, replica_id: str, ok: bool | None) -> None:
+    def finished(self, replica_id: str, ok: bool | None, blocks: Sequence[bytes] = ()) -> None:
         """A request to this replica ended (ok: it answered; False: it refused or failed, a
-        suspicion its probe decides; None: no word on the replica, as when the client went away)."""
+        suspicion its probe decides; None: no word on the replica, as when the client went away);
+        its claim on its prompt `blocks` ends (where it answered, `served` says what it holds)."""
         self.outstanding[replica_id] = max(0, self.outstanding.get(replica_id, 0) - 1)
+        claims = self.claims.get(replica_id, {})
+        for b in blocks:
+            if claims.get(b, 0) > 1:
+                claims[b] -= 1
+            else:
+                claims.pop(b, None)
         if ok:
             self.failures.pop(replica_id, None)
         elif ok is False:
@@ -221,17 +239,26 @@ class Balancer:
         """Whether it is ejected now."""
         return self.ejected.get(replica_id, 0.0) > now
 
-    def served(self, replica_id: str, blocks: list[bytes], prompt_tokens: int, cached_tokens: int | None) -> None:
+    def served(
+        self,
+        replica_id: str,
+        blocks: list[bytes],
+        prompt_tokens: int,
+        cached_tokens: int | None,
+        believed: int | None = None,
+    ) -> None:
         """The replica answered a prompt of these blocks: it now holds them.
 
         Where the engine said how many prompt tokens came from its cache, the index is
-        calibrated by it: fewer than the index believed means the engine holds less than the
-        index does, so the index shrinks by the blocks it got wrong (least recently used go);
-        a full hit on a full index lets it grow back (up to `index_blocks`)."""
+        calibrated by it: fewer than the index believed (when the request was sent: `believed`,
+        from `started`; else now) means the engine holds less than the index does, so the index
+        shrinks by the blocks it got wrong (least recently used go); a full hit on a full index
+        lets it grow back (up to `index_blocks`). A block only claimed by a request in flight is
+        no belief: the engine may still be reading it."""
         index = self.indexes.setdefault(replica_id, _Index(self.index_blocks))
         if cached_tokens is not None and prompt_tokens > 0 and blocks:
             really = int(len(blocks) * min(cached_tokens, prompt_tokens) / prompt_tokens)
-            believed = index.match(blocks)
+            believed = index.match(blocks) if believed is None else believed
             if really < believed:
                 index.capacity = max(len(blocks), len(index.blocks) - (believed - really))
             elif believed and len(index.blocks) >= index.capacity:
@@ -239,9 +266,10 @@ class Balancer:
         index.add(blocks)
 
     def held(self, replica_id: str, blocks: list[bytes]) -> int:
-        """Leading blocks of this prompt the replica is believed to hold."""
+        """Leading blocks of this prompt the replica is believed to hold, or is taking in for a
+        request in flight."""
         index = self.indexes.get(replica_id)
-        return index.match(blocks) if index else 0
+        return max(index.match(blocks) if index else 0, leading(blocks, self.claims.get(replica_id, {})))
 
     def keep_only(self, replica_ids: Collection[str]) -> None:
         """Forget every replica not among these (the ones still in the replicas bucket)."""
@@ -250,5 +278,6 @@ class Balancer:
 
     def forget_replica(self, replica_id: str) -> None:
         """A replica gone: drop what was kept of it."""
-        for table in (self.outstanding, self.recent, self.failures, self.strikes, self.ejected, self.indexes):
+        tables = (self.outstanding, self.recent, self.failures, self.strikes, self.ejected, self.indexes, self.claims)
+        for table in tables:
             table.pop(replica_id, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -136,7 +136,7 @@ class Quota:
         self.log = get_logger("router")
 
     # -- one change of one scope ----------------------------------------------------------------
-    def _counts(self, sid: str, value: dict, now: float, ops: list[_Op] = ()) -> Counts:  # type: ignore[assignment]
+    def _counts(self, sid: str, value: dict, now: float, ops: Sequence[_Op] = ()) -> Counts:
         """What the scope has used, with what this router holds and counted unsent, and `ops`
         (those before in the same write)."""
         mine = self.mine.get(sid) or _Mine()

@@ -41,7 +41,8 @@ class Try:
         self.ended = False
         self.outage = health.outage(tried.replica)
         """Its replica's standing: out of rotation, it stops waiting on it."""
-        self.balancer.started(tried.replica)
+        self.believed = self.balancer.started(tried.replica, prepared.blocks)
+        """How much of its prompt the balancer believed its replica held when it was sent."""
         metrics.in_flight(tried.model, tried.replica, +1)
 
     def end(self, ok: bool | None, served: Served | None = None) -> None:
@@ -51,14 +52,15 @@ class Try:
         if self.ended:
             return
         self.ended = True
-        self.balancer.finished(self.tried.replica, ok)
+        self.balancer.finished(self.tried.replica, ok, self.prepared.blocks)
         if ok is False:
             self.health.suspect(self.tried.replica)
         self.metrics.in_flight(self.tried.model, self.tried.replica, -1)
         if served is None:
             return
         if served.status == 200 and self.prepared.blocks:  # where it answered well it now holds the prompt's blocks
-            self.balancer.served(served.replica, self.prepared.blocks, served.usage.prompt, served.usage.cached)
+            usage = served.usage
+            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, self.believed)
         self.finish(served)
 
 
