@@ -168,3 +168,20 @@ def test_a_claim_that_came_to_nothing_is_dropped_and_does_not_shrink_the_index()
     b.finished("r0", True, blocks)
     b.served("r0", blocks, prompt_tokens=512, cached_tokens=0, believed=believed)  # a miss it never claimed to hold
     assert b.indexes["r0"].capacity == 65536 and b.held("r0", blocks) == 8
+
+
+def test_a_hit_on_the_shared_part_of_a_prompt_does_not_shrink_the_index():
+    """The engine caches a prompt's shared prefix; its question (in the last, partial block) is
+    new. The blocks the index matched are all in that prefix: nothing it believed was wrong."""
+    b = Balancer(seed=13)
+    document = "Document 7: " + "river stone garden lamp " * 40  # ~970 characters: 3 whole blocks
+    first = "user: " + document + "\nuser: Question 1?"
+    b.served("r0", prompt_blocks(first), prompt_tokens=250, cached_tokens=0, prompt_chars=len(first))
+    capacity = b.indexes["r0"].capacity
+    again = "user: " + document + "\nuser: Question 2, a longer one this time?"
+    blocks = prompt_blocks(again)
+    believed = b.started("r0", blocks)
+    assert believed == 3
+    b.finished("r0", True, blocks)
+    b.served("r0", blocks, prompt_tokens=260, cached_tokens=240, believed=believed, prompt_chars=len(again))
+    assert b.indexes["r0"].capacity == capacity and b.held("r0", blocks) == len(blocks)

@@ -54,6 +54,15 @@ def leading(blocks: list[bytes], held) -> int:
     return n
 
 
+def _cached_blocks(blocks: int, prompt_chars: int | None, cached_share: float) -> int:
+    """How many of a prompt's `blocks` whole blocks its engine's cache covered, from the share of
+    its tokens it said were cached: reckoned on the whole text where its length is known (its
+    tail past the last whole block is in the share too), else on the blocks alone."""
+    if not prompt_chars:
+        return int(blocks * cached_share)
+    return min(blocks, int(prompt_chars * cached_share / BLOCK_CHARS))
+
+
 class _Index:
     """The prompt blocks one replica is believed to hold in its cache, least recently used first."""
 
@@ -246,6 +255,7 @@ class Balancer:
         prompt_tokens: int,
         cached_tokens: int | None,
         believed: int | None = None,
+        prompt_chars: int | None = None,
     ) -> None:
         """The replica answered a prompt of these blocks: it now holds them.
 
@@ -254,13 +264,16 @@ class Balancer:
         from `started`; else now) means the engine holds less than the index does, so the index
         shrinks by the blocks it got wrong (least recently used go); a full hit on a full index
         lets it grow back (up to `index_blocks`). A block only claimed by a request in flight is
-        no belief: the engine may still be reading it."""
+        no belief: the engine may still be reading it. How many blocks the engine's cached
+        tokens cover is reckoned on the whole prompt (`prompt_chars`, its text's length: the
+        blocks cover only its whole ones), a partial hit given a block's slack."""
         index = self.indexes.setdefault(replica_id, _Index(self.index_blocks))
         if cached_tokens is not None and prompt_tokens > 0 and blocks:
-            really = int(len(blocks) * min(cached_tokens, prompt_tokens) / prompt_tokens)
+            really = _cached_blocks(len(blocks), prompt_chars, min(cached_tokens, prompt_tokens) / prompt_tokens)
             believed = index.match(blocks) if believed is None else believed
-            if really < believed:
-                index.capacity = max(len(blocks), len(index.blocks) - (believed - really))
+            wrong = believed - really - (1 if cached_tokens else 0)  # a partial hit's estimate is a block fuzzy
+            if wrong > 0:
+                index.capacity = max(len(blocks), len(index.blocks) - wrong)
             elif believed and len(index.blocks) >= index.capacity:
                 index.capacity = min(self.index_blocks, int(index.capacity * 1.1) + 1)
         index.add(blocks)

@@ -60,7 +60,8 @@ class Try:
             return
         if served.status == 200 and self.prepared.blocks:  # where it answered well it now holds the prompt's blocks
             usage = served.usage
-            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, self.believed)
+            chars = len(self.prepared.prompt)
+            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, self.believed, chars)
         self.finish(served)
 
 
