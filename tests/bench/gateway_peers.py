@@ -231,7 +231,8 @@ def start_portkey(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "portkey.log"
-    proc = start_group(stack, [node, str(script), f"--port={port}"], GATEWAY_CORE, log)
+    env = {**os.environ, "NODE_ENV": "production"}  # as deployed: no request log console, no UI
+    proc = start_group(stack, [node, str(script), f"--port={port}", "--headless"], GATEWAY_CORE, log, env=env)
     wait_ok(proc, f"http://127.0.0.1:{port}/", log, timeout=60)
     headers = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{backend}/v1"}
     return Peer(f"http://127.0.0.1:{port}", "k", proc.pid, headers)
