@@ -41,7 +41,8 @@ async def test_a_wait_that_ends_first_leaves_nothing_registered():
     outage.go_out()  # nothing to cut; no error
 
 
-async def test_the_client_leaving_stays_a_cancellation():
+@pytest.mark.parametrize("also_out", [False, True], ids=["client-left", "client-left-as-it-went-out"])
+async def test_the_client_leaving_stays_a_cancellation(also_out):
     outage = Outage()
     entered = asyncio.Event()
 
@@ -53,23 +54,8 @@ async def test_the_client_leaving_stays_a_cancellation():
     task = asyncio.create_task(request())
     await entered.wait()
     task.cancel()
+    if also_out:
+        outage.go_out()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert outage.cuts == set()
-
-
-async def test_cut_and_cancelled_at_once_stays_a_cancellation():
-    outage = Outage()
-    entered = asyncio.Event()
-
-    async def request():
-        async with unless_out(outage):
-            entered.set()
-            await asyncio.sleep(30)
-
-    task = asyncio.create_task(request())
-    await entered.wait()
-    task.cancel()
-    outage.go_out()
-    with pytest.raises(asyncio.CancelledError):
-        await task
