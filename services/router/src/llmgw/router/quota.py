@@ -68,7 +68,7 @@ class _Asked(NamedTuple):
     verdict."""
 
     op: _Op
-    check: Callable[[Counts], Verdict] | None
+    check: Callable[[Counts], Verdict]
     told: asyncio.Future[Verdict]
 
 
@@ -185,7 +185,7 @@ class Quota:
         whose caller stopped waiting (a client gone) is written all the same but not kept as
         this router's: its next write of the scope sets its own entry right."""
         told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        self.waiting.setdefault(sid, []).append(_Asked(op, check, told))
+        self.waiting.setdefault(sid, []).append(_Asked(op, check or _admit, told))
         if sid not in self.writing:
             self.writing.add(sid)
             spawn(self.tasks, self._write_waiting(sid), self.log, "counting requests against their limits")
@@ -219,8 +219,7 @@ class Quota:
                 pass  # counted here below, from the counts last read
         value = self.known.get(sid, ({}, None))[0]
         for asked in batch:
-            check = asked.check or _admit
-            self._tell(sid, asked, check(self._counts(sid, value, asked.op.at)), sent=False)
+            self._tell(sid, asked, asked.check(self._counts(sid, value, asked.op.at)), sent=False)
 
     def _tell(self, sid: str, asked: _Asked, verdict: Verdict, sent: bool) -> None:
         """A change judged: counted here where it was let in (and its caller still waits)."""
@@ -248,7 +247,7 @@ class Quota:
             verdicts: list[Verdict] = []
             taken: list[_Op] = []
             for asked in batch:
-                verdicts.append((asked.check or _admit)(self._counts(sid, value, asked.op.at, taken)))
+                verdicts.append(asked.check(self._counts(sid, value, asked.op.at, taken)))
                 if verdicts[-1].ok:
                     taken.append(asked.op)
             if len(taken) < len(batch) and not read:
