@@ -594,16 +594,20 @@ async def broken_engine(answer: bytes = b""):
             task.cancel()
 
 
-class Asked:
-    """What the gateway reads of an HTTP request."""
+def asked(key: str, body: dict) -> tuple[dict, list]:
+    """An ASGI request to the chat route, as the HTTP server hands it over: its scope, and the
+    messages it then receives (its body, and nothing after: the client says nothing more)."""
+    raw = json.dumps(body).encode()
+    headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-length", str(len(raw)).encode())]
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+    return scope, [{"type": "http.request", "body": raw}]
 
-    def __init__(self, key: str, body: dict):
-        self.raw = json.dumps(body).encode()
-        self.headers = {"authorization": f"Bearer {key}", "content-length": str(len(self.raw))}
-        self.scope = {}
 
-    async def body(self) -> bytes:
-        return self.raw
+async def silent_after(messages: list):
+    """An ASGI receive: `messages`, then nothing (the client neither speaks nor leaves)."""
+    if messages:
+        return messages.pop(0)
+    await asyncio.sleep(3600)
 
 
 async def in_flight(world, key_id: str) -> int:
@@ -628,12 +632,17 @@ async def test_a_request_cancelled_while_the_engine_thinks_gives_its_slots_back(
     async with broken_engine() as (url, arrived):
         rid = await world.replica(MODEL, CPU, url=url)
         body = {"model": "m", "messages": HELLO, "max_tokens": 2}
-        asked = asyncio.create_task(world.router.gateway.handle(Asked(created.key, body), "/v1/chat/completions"))
+        scope, messages = asked(created.key, body)
+
+        async def unsent(message):
+            raise AssertionError(f"nothing is answered to a cancelled request: {message}")
+
+        asking = asyncio.create_task(world.router.app(scope, lambda: silent_after(messages), unsent))
         await asyncio.wait_for(arrived.wait(), 5)
         assert world.router.proxy.balancer.outstanding[rid] == 1 and await in_flight(world, created.id) == 1
-        asked.cancel()
+        asking.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await asked
+            await asking
         await until_freed(world, rid, created.id)
     assert not world.router.proxy.balancer.failures.get(rid)  # the client left: no word on the replica
 
@@ -644,17 +653,14 @@ async def test_a_stream_never_read_gives_its_slots_back(world):
     async with broken_engine(STREAM_HEAD) as (url, _):
         rid = await world.replica(MODEL, CPU, url=url)
         body = {"model": "m", "messages": HELLO, "max_tokens": 2, "stream": True}
-        stream = await world.router.gateway.handle(Asked(created.key, body), "/v1/chat/completions")
-        assert world.router.proxy.balancer.outstanding[rid] == 1 and await in_flight(world, created.id) == 1
-
-        async def silent():  # the client says nothing
-            await asyncio.sleep(3600)
+        scope, messages = asked(created.key, body)
 
         async def broken(message):  # its socket failed as the answer's headers went out
+            assert world.router.proxy.balancer.outstanding[rid] == 1 and await in_flight(world, created.id) == 1
             raise ConnectionResetError("the client went away")
 
-        with pytest.raises(ConnectionResetError):  # Litestar never reads the stream
-            await stream.to_asgi_response(None, None)({"type": "http"}, silent, broken)
+        with pytest.raises(ConnectionResetError):  # the stream is never read
+            await world.router.app(scope, lambda: silent_after(messages), broken)
         await until_freed(world, rid, created.id)
     requests = world.router.ctx.metrics.get_sample_value(
         "llmgw_router_requests_total", {"model": "m", "pool": "priority 0", "code": "499"}
@@ -678,7 +684,9 @@ async def test_a_failed_try_is_logged_without_the_engines_key(world):
         for e in logs
         if e["event"] in ("replica refused, trying another", "prompt not tokenized: the engine will check its length")
     ]
-    assert len(tries) == 2 and all("ClientResponseError" in e["error"] for e in tries)
+    tokenizing, forwarding = sorted(tries, key=lambda e: e["event"])
+    assert "ClientResponseError" in tokenizing["error"]  # the tokenizer's client (aiohttp)
+    assert "EngineError: the engine sent a broken answer" in forwarding["error"]  # the router's own
     assert not [e for e in logs if world.key(rid) in repr(e)]
 
 

@@ -1,58 +1,36 @@
-"""The HTTP app (Litestar): OpenAI's routes under /v1 and the admin API under /api/v1; every
+"""The HTTP app: OpenAI's routes under /v1 (`endpoint.OpenAIEndpoint`, no framework on the hot
+path) in front of Litestar's app for the rest (the admin API under /api/v1, the console); every
 error leaves in OpenAI's error body, translated here at the boundary."""
 
 from __future__ import annotations
 
-import uuid
+import os
 
-from litestar import Litestar, Request, Router, get, post
+from litestar import Litestar, Request, Router
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import OpenAPI, OpenAPIMediaType, OpenAPIResponse, Operation, PathItem, RequestBody, Schema
 from litestar.response import Response
 
 from llmgw.bus import get_logger
 from llmgw.router.config import RouterConfig
+from llmgw.router.endpoint import OPENAI_ROUTES, OpenAIEndpoint
 from llmgw.router.errors import ApiError, Internal, InvalidBody, http_error
 from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
 
 __all__ = ["http_app"]
 
-_REJECTED = (400, 413, 429)
-"""Statuses counted as refusals before any engine (by their code)."""
-
 
 def http_app(
     gateway: Gateway, admin: Router, console: Router, metrics: Metrics, config: RouterConfig, version: str
-) -> Litestar:
+) -> OpenAIEndpoint:
     """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin API `admin`, the web
-    console `console` (its own error pages);
-    refusals counted in `metrics`; bodies up to `config.max_body_bytes`; `version` in its schema."""
+    console `console` (its own error pages); refusals counted in `metrics`; bodies up to
+    `config.max_body_bytes`; `version` in its schema."""
     log = get_logger("router")
 
-    @get("/v1/models")
-    async def list_models(request: Request) -> dict:
-        """The models (and aliases) this key may use."""
-        return gateway.models(request.headers.get("authorization", ""))
-
-    @post("/v1/chat/completions", status_code=200)
-    async def chat(request: Request) -> Response:
-        """OpenAI's chat completions, streamed or not."""
-        return await gateway.handle(request, "/v1/chat/completions")
-
-    @post("/v1/completions", status_code=200)
-    async def completions(request: Request) -> Response:
-        """OpenAI's (legacy) completions, streamed or not."""
-        return await gateway.handle(request, "/v1/completions")
-
-    @post("/v1/embeddings", status_code=200)
-    async def embeddings(request: Request) -> Response:
-        """OpenAI's embeddings (the replica's engine must serve them)."""
-        return await gateway.handle(request, "/v1/embeddings")
-
     def on_api_error(request: Request, exc: ApiError) -> Response:
-        if exc.status in _REJECTED:
-            metrics.rejected(exc.code or str(exc.status))
         return Response(exc.body(), status_code=exc.status, headers=exc.headers)
 
     def on_invalid(request: Request, exc: ValidationException) -> Response:
@@ -69,11 +47,11 @@ def http_app(
 
     async def add_request_id(message, scope) -> None:
         if message["type"] == "http.response.start":
-            rid = scope.setdefault("state", {}).setdefault("request_id", uuid.uuid4().hex)
+            rid = scope.setdefault("state", {}).setdefault("request_id", os.urandom(16).hex())
             message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
-    return Litestar(
-        [list_models, chat, completions, embeddings, admin, console],
+    rest = Litestar(
+        [admin, console],
         exception_handlers={
             ApiError: on_api_error,
             ValidationException: on_invalid,
@@ -84,3 +62,16 @@ def http_app(
         request_max_body_size=config.max_body_bytes,
         openapi_config=OpenAPIConfig(title="llmgw", version=version, path="/schema"),
     )
+    _listed(rest.openapi_schema)
+    return OpenAIEndpoint(gateway, metrics, config.max_body_bytes, rest)
+
+
+def _listed(schema: OpenAPI) -> None:
+    """The OpenAI routes added to the schema Litestar serves (it does not answer them)."""
+    answers = {"200": OpenAPIResponse(description="OpenAI's answer (a stream where asked)")}
+    for path, (method, summary) in OPENAI_ROUTES.items():
+        operation = Operation(summary=summary, operation_id=path.replace("/", "_").strip("_"), responses=answers)
+        if method == "POST":
+            json_body = {"application/json": OpenAPIMediaType(schema=Schema(type="object"))}
+            operation.request_body = RequestBody(content=json_body, required=True)
+        schema.paths[path] = PathItem(**{method.lower(): operation})

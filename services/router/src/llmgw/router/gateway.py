@@ -6,11 +6,9 @@ and usage told from one `Outcome`."""
 from __future__ import annotations
 
 import time
-import uuid
+from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
-from litestar import Request
-from litestar.response import Response
 
 from llmgw.proto import KeyRecord, Model
 from llmgw.router.accounts import Accounts
@@ -24,6 +22,7 @@ from llmgw.router.outcome import Outcome, Served, Ticket
 from llmgw.router.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
 from llmgw.router.proxy import Proxy
 from llmgw.router.quota import Scope
+from llmgw.router.relay import Answer, Relay
 
 __all__ = ["Gateway"]
 
@@ -54,16 +53,17 @@ class Gateway:
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names],
         }
 
-    async def handle(self, request: Request, path: str) -> Response:
-        """One request: refused saying why (an `ApiError`), or the replica's answer."""
+    async def handle(
+        self, path: str, headers: Mapping[str, str], read: Callable[[], Awaitable[bytes]], rid: str
+    ) -> Answer | Relay:
+        """One request to `path` with these (lower-case) `headers`, its body from `read`, known
+        by `rid`: refused saying why (an `ApiError`), or the replica's answer."""
         started = time.perf_counter()
-        key_id, key = self.accounts.authorize(request.headers.get("authorization", ""))
-        check_size(request.headers.get("content-length"), self.config.max_body_bytes)
-        raw = await request.body()
-        check_body(request.headers.get("content-type"), raw)
+        key_id, key = self.accounts.authorize(headers.get("authorization", ""))
+        check_size(headers.get("content-length"), self.config.max_body_bytes)
+        raw = await read()
+        check_body(headers.get("content-type"), raw)
         body, asked, model = resolve(raw, self.directory.model)
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
-        request.scope.setdefault("state", {})["request_id"] = rid
         ticket = Ticket(request_id=rid, key_id=key_id, project=key.project, model=model.name, started=started)
         try:
             prepared = await self._prepare(path, body, asked, model, key)

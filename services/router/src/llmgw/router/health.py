@@ -79,7 +79,8 @@ class unless_out:  # lower case: used as `async with unless_out(outage):`, like 
 
 class Health:
     """Probes engines and keeps the balancer told which replicas are out. Also the limits on how
-    long an engine may take: `stream_timeout` (a stream's first byte, and each after it)."""
+    long an engine may stay silent in a stream: `first_byte_s` (before its first byte, and
+    between any two after it)."""
 
     def __init__(
         self, directory: Directory, balancer: Balancer, client: aiohttp.ClientSession, config: RouterConfig
@@ -87,9 +88,7 @@ class Health:
         self.directory, self.balancer, self.client = directory, balancer, client
         self.every_s = config.health_every_s
         self.probe_timeout = aiohttp.ClientTimeout(total=config.health_timeout_s)
-        self.stream_timeout = aiohttp.ClientTimeout(
-            total=config.upstream_timeout_s, connect=3.0, sock_read=config.first_byte_timeout_s
-        )
+        self.first_byte_s = config.first_byte_timeout_s
         self.outages: dict[str, Outage] = {}
         """Replica -> whether it is out of rotation, and who waits on it."""
         self.probing: dict[str, asyncio.Task] = {}

@@ -8,9 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import aiohttp
 import msgspec
-from litestar.response import Response
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
@@ -22,7 +20,8 @@ from llmgw.router.health import Health, unless_out
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.outcome import Served, ended_by
-from llmgw.router.relay import FAILED, Finish, Relay, Try
+from llmgw.router.relay import FAILED, Answer, Finish, Relay, Try
+from llmgw.router.upstream import EngineAnswer, Upstream
 
 __all__ = ["RETRIES", "Proxy"]
 
@@ -41,14 +40,14 @@ class Proxy:
         demand: DemandSignal,
         health: Health,
         metrics: Metrics,
-        client: aiohttp.ClientSession,
+        upstream: Upstream,
     ) -> None:
         self.directory, self.oracle, self.demand = directory, oracle, demand
-        self.health, self.metrics, self.client = health, metrics, client
+        self.health, self.metrics, self.upstream = health, metrics, upstream
         self.balancer = health.balancer
         self.log = get_logger("router")
 
-    async def forward(self, prepared: Prepared, finish: Finish) -> Response:
+    async def forward(self, prepared: Prepared, finish: Finish) -> Answer | Relay:
         """The answer of the asked-for model or, where it has no replica that answers, of its
         fallbacks; 503 where none does. `finish` hears how it went, whatever happens."""
         primary = prepared.model
@@ -73,7 +72,7 @@ class Proxy:
 
     async def _on_model(
         self, prepared: Prepared, model: Model, primary: bool, finish: Finish, tried: Served
-    ) -> tuple[Response | None, Served]:
+    ) -> tuple[Answer | Relay | None, Served]:
         """One model's replicas, best first; the answer, or None and the last replica tried."""
         self.demand.tell(model, time.time())
         candidates, ready = self.directory.ready(model)
@@ -105,7 +104,7 @@ class Proxy:
             return None
         return self.oracle.held(tokens)
 
-    async def _send(self, one: Try, replica: ReplicaState) -> Response | None:
+    async def _send(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
         """One try on one replica; None when it refused or failed before answering. It ends here
         however it went (cancelled, say), unless it became a stream: that ends it."""
         answer = None
@@ -116,26 +115,27 @@ class Proxy:
             if not isinstance(answer, Relay):
                 one.end(ok=None)  # where it had not ended: no word on the replica
 
-    async def _answer(self, one: Try, replica: ReplicaState) -> Response | None:
+    async def _answer(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
         """The try's request sent; its answer whole, or the stream it became. A stream's engine has
         `first_byte_timeout_s` to start it; any try stops waiting once its replica is out."""
         prepared, model = one.prepared, one.tried.model
         body = prepared.body if model == prepared.model.name else {**prepared.body, "model": model}
-        timeout = self.health.stream_timeout if prepared.streaming else None
+        read_s = self.health.first_byte_s if prepared.streaming else None
         try:
             async with unless_out(one.outage):
-                resp = await self.client.post(
-                    replica.url + prepared.path,
-                    data=msgspec.json.encode(body),
-                    headers=self.directory.headers(replica),
-                    **({"timeout": timeout} if timeout else {}),
+                resp = await self.upstream.post(
+                    replica.url,
+                    prepared.path,
+                    msgspec.json.encode(body),
+                    self.directory.headers(replica),
+                    read_s=read_s,
                 )
         except FAILED as exc:
             one.end(ok=False)
             self.log.warning("replica refused, trying another", replica=replica.id, error=described(exc))
             return None
         if resp.status in (502, 503, 504):
-            resp.release()
+            resp.release()  # unread: its connection is closed
             one.end(ok=False)
             self.log.warning("replica failed before answering, trying another", replica=replica.id, status=resp.status)
             return None
@@ -144,7 +144,7 @@ class Proxy:
             return Relay(one, resp, headers)
         return await self._whole(one, resp, headers)
 
-    async def _whole(self, one: Try, resp: aiohttp.ClientResponse, headers: dict[str, str]) -> Response | None:
+    async def _whole(self, one: Try, resp: EngineAnswer, headers: dict[str, str]) -> Answer | None:
         """A whole answer read and passed on; None where the replica failed mid-answer."""
         try:
             async with unless_out(one.outage):
@@ -170,13 +170,13 @@ class Proxy:
             failed = UpstreamFailed(
                 "the model's engine refused the router (a setting of this deployment); try again later"
             )
-            return Response(msgspec.json.encode(failed.body()), status_code=502, media_type="application/json")
+            return Answer(502, msgspec.json.encode(failed.body()))
         elif resp.status == 501:  # the engine does not serve this endpoint: the request's fault, not the engine's
             model, path = one.prepared.body["model"], one.prepared.path
             refused = NotServed(f"model '{model}' does not serve {path} (its engine has no such endpoint)")
             one.end(ok=True, served=msgspec.structs.replace(one.tried, status=400))
-            return Response(msgspec.json.encode(refused.body()), status_code=400, media_type="application/json")
+            return Answer(400, msgspec.json.encode(refused.body()))
         # a 4xx: the engine refused the request for its content (no word against it); a 5xx: a
         # suspicion its health probe decides at once
         one.end(ok=resp.status < 500, served=msgspec.structs.replace(one.tried, status=resp.status, usage=usage))
-        return Response(raw, status_code=resp.status, media_type="application/json", headers=headers)
+        return Answer(resp.status, raw, headers)

@@ -1,27 +1,25 @@
 """One try of a request on one replica (`Try`), counted from when it is sent until it ends,
-exactly once whatever ends it; and the engine's stream relayed to the client (`Relay`), which
-ends its try when the stream ends or, whatever happened to it, when its response is done."""
+exactly once whatever ends it; what goes back to the client: a whole `Answer`, or the engine's
+stream relayed (`Relay`), which ends its try when the stream ends or, whatever happened to it,
+when it is closed."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
 
-import aiohttp
 import msgspec
-from litestar.response import Stream
-from litestar.types import ASGIApp, Receive, Scope, Send
 
 from llmgw.router.core import Prepared, Usage, cut_usage, relay_line
 from llmgw.router.errors import UpstreamFailed
 from llmgw.router.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.metrics import Metrics
 from llmgw.router.outcome import Served
+from llmgw.router.upstream import EngineAnswer, EngineError
 
-__all__ = ["FAILED", "Finish", "Relay", "Try"]
+__all__ = ["FAILED", "Answer", "Finish", "Relay", "Try"]
 
-FAILED = (aiohttp.ClientError, TimeoutError, ReplicaDown)
+FAILED = (EngineError, TimeoutError, ReplicaDown)
 """How a try on an engine fails (a refused connection, a broken answer, no answer in time, its
 engine found not answering its health probe meanwhile)."""
 
@@ -65,20 +63,27 @@ class Try:
         self.finish(served)
 
 
-class Relay(Stream):
-    """The engine's SSE stream passed on, rewritten; one write per read from the engine (the
-    events that arrived together leave together). Its try ends when the stream ends (read to its
-    end, failed, or closed as the client went away) or, where it never got that far (never read),
-    when its response is done, however that went."""
+class Answer:
+    """A whole answer to the client: its status, JSON body and headers."""
 
-    def __init__(self, one: Try, resp: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.status, self.body, self.headers = status, body, headers or {}
+
+
+class Relay:
+    """The engine's SSE stream passed on, rewritten (`chunks`); one write per read from the
+    engine (the events that arrived together leave together). Its try ends when the stream ends
+    (read to its end, failed, or closed as the client went away) or, where it never got that far
+    (never read), when it is closed, however that went."""
+
+    status = 200
+
+    def __init__(self, one: Try, resp: EngineAnswer, headers: dict[str, str]) -> None:
         self.one, self.resp = one, resp
         self.chunks = self._chunks()
-        super().__init__(self.chunks, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
-
-    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIApp:
-        """Litestar's streaming response, closing this stream when it is done."""
-        return _Closing(super().to_asgi_response(*args, **kwargs), self.close)
+        self.headers = {**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
 
     async def close(self) -> None:
         """The stream closed where it had not ended: its generator's own end where it started
@@ -89,7 +94,7 @@ class Relay(Stream):
     def _cut(self) -> None:
         """Its replica taken out of rotation (a frozen engine): the stream fails now, not when
         the engine's next piece is overdue."""
-        self.resp.content.set_exception(ReplicaDown(WHY_DOWN))
+        self.resp.fail(ReplicaDown(WHY_DOWN))
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
@@ -100,7 +105,7 @@ class Relay(Stream):
             self._cut()
         try:
             pending = b""
-            async for piece in self.resp.content.iter_any():
+            while piece := await self.resp.next():
                 *lines, pending = (pending + piece).split(b"\n")
                 out = []
                 for line in lines:
@@ -129,25 +134,8 @@ class Relay(Stream):
         said (cut before its usage chunk), what was relayed (`cut_usage`)."""
         if self.one.ended:
             return
-        if status == 200:
-            self.resp.release()  # the connection goes back to the pool
-        else:
-            self.resp.close()
+        self.resp.release()  # read to its end: its connection goes back to the pool; else closed
         if not usage.total:
             usage = cut_usage(self.one.prepared, relayed)
         served = msgspec.structs.replace(self.one.tried, status=status, usage=usage, first_token=first)
         self.one.end(ok={200: True, 502: False}.get(status), served=served)
-
-
-class _Closing:
-    """An ASGI response that runs `close` when it is done, however it went (sent, left by the
-    client, failed on its first write)."""
-
-    def __init__(self, response: ASGIApp, close: Callable[[], Awaitable[None]]) -> None:
-        self.response, self.close = response, close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self.response(scope, receive, send)
-        finally:
-            await self.close()

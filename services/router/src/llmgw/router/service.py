@@ -7,7 +7,9 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 - `proxy.Proxy`: forwarding, retries, fallbacks (each try and its stream: `relay.py`; the
   choosing: `balance.Balancer`; which engines answer their health probe: `health.Health`)
 - `gateway.Gateway`: a request prepared and checked, admitted, forwarded, ended
-- `app.http_app`: the Litestar app (with `admin.admin_api`), `metrics.Metrics`
+- `app.http_app`: the OpenAI routes (`endpoint.OpenAIEndpoint`) in front of the Litestar app
+  (with `admin.admin_api` and the console), `metrics.Metrics`
+- `upstream.Upstream`: the connections to engines a request goes on
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory
+from llmgw.router.endpoint import OpenAIEndpoint
 from llmgw.router.gateway import Gateway
 from llmgw.router.health import Health
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.proxy import Proxy
+from llmgw.router.upstream import Upstream
 
 __all__ = ["Router", "RouterConfig", "main"]
 
@@ -52,7 +56,9 @@ class Router:
         self.ctx: Context | None = None
         self.http: HttpServer | None = None
         self.client: aiohttp.ClientSession | None = None
-        """To the engines (aiohttp: less work per request than httpx, measured in tests/bench/gateway.py)."""
+        """To the engines off the hot path (health probes, tokenizing)."""
+        self.upstream = Upstream(total_s=config.upstream_timeout_s)
+        """To the engines, for the requests forwarded (`upstream.py` says why not aiohttp)."""
         self.directory: Directory | None = None
         self.accounts: Accounts | None = None
         self.oracle: PrefixOracle | None = None
@@ -60,6 +66,8 @@ class Router:
         self.health: Health | None = None
         self.proxy: Proxy | None = None
         self.gateway: Gateway | None = None
+        self.app: OpenAIEndpoint | None = None
+        """What its HTTP server serves (ASGI)."""
         self.draining = False
         """Stopping: the endpoint takes no new requests and /readyz says not ready."""
 
@@ -87,12 +95,12 @@ class Router:
         )
         self.health = Health(self.directory, balancer, self.client, config)
         self.health.start()
-        self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.client)
+        self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         admin = admin_api(self.accounts, ctx.nc)
         console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
-        app = http_app(gateway, admin, console, metrics, config, self.version)
-        self.http = HttpServer(app, config.http_host, config.http_port)
+        self.app = http_app(gateway, admin, console, metrics, config, self.version)
+        self.http = HttpServer(self.app, config.http_host, config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
@@ -107,6 +115,7 @@ class Router:
                 part.stop()
         if self.client:
             await self.client.close()
+        self.upstream.close()
 
     def ready(self) -> bool:
         """Whether the endpoint is open (not draining) and every bucket it reads is in and followed."""

@@ -1,0 +1,180 @@
+"""The router's client to engines (`upstream.py`) against a real socket: a stand-in engine on
+asyncio's streams that answers as told, so each way an engine can answer or fail is shown."""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from llmgw.router.health import ReplicaDown
+from llmgw.router.upstream import EngineError, Upstream
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@contextlib.asynccontextmanager
+async def engine(answer):
+    """A stand-in engine: `answer(reader, writer, n)` answers its n-th request (from 0) on its
+    connection; it records each connection and request it saw."""
+    seen = {"connections": 0, "requests": []}
+
+    async def serve(reader, writer):
+        seen["connections"] += 1
+        n = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(
+                    next(line for line in head.split(b"\r\n") if line.startswith(b"content-length")).split()[1]
+                )
+                seen["requests"].append(head + await reader.readexactly(length))
+                if await answer(reader, writer, n) is False:
+                    break
+                n += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", seen
+    finally:
+        server.close()
+
+
+async def test_an_answer_comes_whole_and_its_connection_is_kept_for_the_next():
+    async def ok(reader, writer, n):
+        writer.write(OK)
+
+    async with engine(ok) as (url, seen):
+        upstream = Upstream()
+        for _ in range(3):
+            answer = await upstream.post(url, "/v1/chat/completions", b'{"a":1}', {"authorization": "Bearer k"})
+            assert (answer.status, answer.headers["content-type"], await answer.read()) == (
+                200,
+                "application/json",
+                b"{}",
+            )
+            answer.release()
+        upstream.close()
+    assert seen["connections"] == 1 and len(seen["requests"]) == 3
+    request = seen["requests"][0]
+    assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"authorization: Bearer k\r\n" in request and request.endswith(b'\r\n\r\n{"a":1}')
+
+
+async def test_a_stream_comes_piece_by_piece_as_the_engine_sends_it():
+    go_on = asyncio.Event()
+
+    async def stream(reader, writer, n):
+        writer.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
+        await go_on.wait()
+        writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+
+    async with engine(stream) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=5)
+        assert await answer.next() == b"data: 1\n\n"
+        go_on.set()
+        assert await answer.next() == b"data: 2\n\n" and await answer.next() == b""
+        answer.release()
+        upstream.close()
+
+
+async def test_an_engine_silent_past_its_read_limit_fails_the_wait_and_its_connection_is_dropped():
+    async def stalls(reader, writer, n):
+        writer.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
+        await asyncio.sleep(3600)
+
+    async with engine(stalls) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=0.2)
+        assert await answer.next() == b"data: 1\n\n"
+        with pytest.raises(TimeoutError):
+            await answer.next()
+        answer.release()
+        assert not upstream.pools[("127.0.0.1", int(url.rsplit(":", 1)[1]), False)]
+        upstream.close()
+
+
+async def test_an_exchange_past_its_whole_time_fails_even_while_the_engine_keeps_sending():
+    async def drips(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        while True:
+            writer.write(chunk(b": still here\n\n"))
+            await asyncio.sleep(0.05)
+
+    async with engine(drips) as (url, _):
+        upstream = Upstream(total_s=0.3)
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=5)
+        with pytest.raises(TimeoutError):
+            while await answer.next():
+                pass
+        upstream.close()
+
+
+async def test_a_cut_answer_raises_what_cut_it_at_once():
+    async def stalls(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        await asyncio.sleep(3600)
+
+    async with engine(stalls) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {})
+        waiting = asyncio.create_task(answer.next())
+        await asyncio.sleep(0.05)
+        answer.fail(ReplicaDown("its engine stopped answering its health probe"))
+        with pytest.raises(ReplicaDown):
+            await waiting
+        upstream.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n", "broken answer"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}", "closed the connection before its answer ended"),
+    ],
+)
+async def test_a_broken_or_cut_short_answer_is_an_engine_error_that_says_which(answer, why):
+    async def bad(reader, writer, n):
+        writer.write(answer)
+        return False  # and the connection closes
+
+    async with engine(bad) as (url, _):
+        upstream = Upstream()
+        with pytest.raises(EngineError, match=why):
+            await (await upstream.post(url, "/v1/completions", b"{}", {})).read()
+        upstream.close()
+
+
+async def test_a_kept_connection_the_engine_closed_is_retried_once_on_a_new_one():
+    async def once_per_connection(reader, writer, n):
+        if n == 0:
+            writer.write(OK)
+            return None
+        return False  # a second request on it: closed unanswered, as an idle timeout does
+
+    async with engine(once_per_connection) as (url, seen):
+        upstream = Upstream()
+        for _ in range(2):
+            answer = await upstream.post(url, "/v1/completions", b"{}", {})
+            assert await answer.read() == b"{}"
+            answer.release()
+        upstream.close()
+    assert seen["connections"] == 2
+
+
+async def test_no_engine_listening_is_an_engine_error_naming_where():
+    async with engine(None) as (url, _):
+        pass  # closed: nothing listens there now
+    with pytest.raises(EngineError, match="cannot connect to 127.0.0.1:"):
+        await Upstream().post(url, "/v1/completions", b"{}", {})
+    with pytest.raises(EngineError, match="must be http"):
+        await Upstream().post("ftp://x", "/v1/completions", b"{}", {})
