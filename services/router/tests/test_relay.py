@@ -89,3 +89,23 @@ def test_a_streams_time_to_its_first_token_counts_from_when_the_request_arrived(
     streamed = Outcome(ticket=ticket, served=Served(status=200, first_token=10.25), latency_s=1.0)
     assert streamed.ttft_s == 0.25 and streamed.usage_record(now=11.0).ttft_s == 0.25
     assert Outcome(ticket=ticket, served=Served(status=200), latency_s=1.0).ttft_s is None
+
+
+def test_the_events_that_leave_untouched_end_where_one_mentions_usage_or_anything_else_is_there():
+    from llmgw.router.core import plain_events
+
+    marker = b'"model":"m"'
+    chunk = b'data: {"choices":[{"delta":{"content":"hi"}}],"model":"m"}\n\n'
+    usage = b'data: {"choices":[],"model":"m","usage":{"prompt_tokens":1}}\n\n'
+    done = b"data: [DONE]\n\n"
+    assert plain_events(chunk * 3 + usage + done, marker) == (len(chunk) * 3, 3)
+    assert plain_events(chunk + done, marker) == (len(chunk + done), 1)
+    assert plain_events(done, marker) == (len(done), 0)
+    for not_plain in (
+        chunk.replace(b'"m"}', b'"engine-alias"}'),  # a name to rewrite
+        b": keep-alive\n\n" + chunk,  # a comment (dropped, never passed on)
+        chunk.replace(b"\n", b"\r\n"),
+        chunk.replace(b"hi", b"data: hi"),  # the field's name inside the text: read line by line
+        chunk[:-1],  # not a whole event yet
+    ):
+        assert plain_events(not_plain, marker) == (0, 0), not_plain

@@ -12,18 +12,24 @@ __all__ = ["HttpServer"]
 
 
 class HttpServer:
-    """uvicorn on a socket bound here (port 0 picks a free one); the service owns the signals."""
+    """uvicorn on a socket bound here (port 0 picks a free one; or a Unix socket at `path`); the
+    service owns the signals."""
 
-    def __init__(self, app, host: str, port: int) -> None:
-        # proto given: accepted sockets inherit it, and asyncio turns Nagle off (TCP_NODELAY) only
-        # on sockets that say IPPROTO_TCP; left 0, every keep-alive request waits ~40 ms on a
-        # delayed ACK (uvicorn issue #3149).
-        self.sock = socket.socket(
-            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
-        )
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = host, self.sock.getsockname()[1]
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, *, path: str | None = None) -> None:
+        if path is not None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(path)
+        else:
+            # proto given: accepted sockets inherit it, and asyncio turns Nagle off (TCP_NODELAY)
+            # only on sockets that say IPPROTO_TCP; left 0, every keep-alive request waits ~40 ms
+            # on a delayed ACK (uvicorn issue #3149).
+            self.sock = socket.socket(
+                socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+            )
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            port = self.sock.getsockname()[1]
+        self.host, self.port = host, port
         self.server = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="httptools")
         )

@@ -17,7 +17,7 @@ from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
 from llmgw.router.relay import Answer, Relay
 
-__all__ = ["OPENAI_ROUTES", "OpenAIEndpoint"]
+__all__ = ["OPENAI_ROUTES", "REQUEST_HEADERS", "OpenAIEndpoint", "response_head"]
 
 OPENAI_ROUTES = {
     "/v1/chat/completions": ("POST", "OpenAI's chat completions, streamed or not."),
@@ -27,7 +27,7 @@ OPENAI_ROUTES = {
 }
 """The routes answered here: path -> (method, what it answers)."""
 _ROUTES = {path: method for path, (method, _) in OPENAI_ROUTES.items()}
-_HEADERS = {b"authorization", b"content-length", b"content-type", b"x-request-id"}
+REQUEST_HEADERS = {b"authorization", b"content-length", b"content-type", b"x-request-id"}
 """The request headers the gateway reads."""
 _REJECTED = (400, 413, 429)
 """Statuses counted as refusals before any engine (by their code)."""
@@ -49,31 +49,41 @@ class OpenAIEndpoint:
         if method is None:
             await self.app(scope, receive, send)
             return
-        headers = {name.decode(): value.decode("latin-1") for name, value in scope["headers"] if name in _HEADERS}
+        wanted = REQUEST_HEADERS
+        headers = {name.decode(): value.decode("latin-1") for name, value in scope["headers"] if name in wanted}
         rid = headers.get("x-request-id") or os.urandom(16).hex()
-        try:
-            if scope["method"] != method:
-                wrong = HttpError(405, f"{path} takes {method} only.")
-                wrong.headers["allow"] = method
-                raise wrong
-            if method == "GET":
-                answer = Answer(200, msgspec.json.encode(self.gateway.models(headers.get("authorization", ""))))
-            else:
-                answer = await self.gateway.handle(path, headers, lambda: self._body(receive), rid)
-        except ApiError as exc:
-            answer = self._refused(exc)
-        except Exception as exc:  # a bug: logged whole, the client told it was ours
-            self.log.exception("request failed inside the router", path=path)
-            why = f"The router failed on this request ({type(exc).__name__}); its log has the details."
-            answer = self._refused(Internal(why))
+        answer = await self.respond(scope["method"], path, headers, lambda: self._body(receive), rid)
         if isinstance(answer, Relay):
             await self._stream(answer, rid, receive, send)
         else:
-            head = [*_head(answer, rid), (b"content-length", str(len(answer.body)).encode())]
+            head = [*response_head(answer, rid), (b"content-length", str(len(answer.body)).encode())]
             await send({"type": "http.response.start", "status": answer.status, "headers": head})
             await send({"type": "http.response.body", "body": answer.body})
 
-    def _refused(self, exc: ApiError) -> Answer:
+    async def respond(
+        self, method: str, path: str, headers: dict[str, str], read: Callable[[], Awaitable[bytes]], rid: str
+    ) -> Answer | Relay:
+        """The answer to `method` on the OpenAI route `path` with these (lower-case) `headers`,
+        its body from `read`, known by `rid`: a refusal or failure is an `Answer` in OpenAI's
+        error body."""
+        want = _ROUTES[path]
+        try:
+            if method != want:
+                wrong = HttpError(405, f"{path} takes {want} only.")
+                wrong.headers["allow"] = want
+                raise wrong
+            if method == "GET":
+                return Answer(200, msgspec.json.encode(self.gateway.models(headers.get("authorization", ""))))
+            return await self.gateway.handle(path, headers, read, rid)
+        except ApiError as exc:
+            return self.refused(exc)
+        except Exception as exc:  # a bug: logged whole, the client told it was ours
+            self.log.exception("request failed inside the router", path=path)
+            why = f"The router failed on this request ({type(exc).__name__}); its log has the details."
+            return self.refused(Internal(why))
+
+    def refused(self, exc: ApiError) -> Answer:
+        """A refusal's answer (counted where it is one before any engine: 400, 413, 429)."""
         if exc.status in _REJECTED:
             self.metrics.rejected(exc.code or str(exc.status))
         return Answer(exc.status, msgspec.json.encode(exc.body()), exc.headers)
@@ -106,7 +116,7 @@ class OpenAIEndpoint:
         listening = asyncio.ensure_future(receive())
         listening.add_done_callback(gone)
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _head(relay, rid)})
+            await send({"type": "http.response.start", "status": 200, "headers": response_head(relay, rid)})
             async for piece in relay.chunks:
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             state["sent"] = True
@@ -120,7 +130,7 @@ class OpenAIEndpoint:
             await relay.close()
 
 
-def _head(answer: Answer | Relay, rid: str) -> list[tuple[bytes, bytes]]:
+def response_head(answer: Answer | Relay, rid: str) -> list[tuple[bytes, bytes]]:
     """An answer's response headers: JSON unless it says otherwise, and its request id."""
     head = [(name.encode(), value.encode("latin-1")) for name, value in answer.headers.items()]
     if "content-type" not in answer.headers:

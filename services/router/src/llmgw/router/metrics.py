@@ -42,32 +42,40 @@ class Metrics:
             "llmgw_router_rejections", "Requests refused before any engine", ["reason"], registry=registry
         )
         self._picks = Counter("llmgw_router_picks", "How replicas were chosen", ["model", "how"], registry=registry)
+        self._children: dict[tuple, object] = {}
+
+    def _of(self, metric, *labels: str):
+        """`metric`'s series of these `labels` (kept: `labels()` costs a lookup under a lock)."""
+        key = (metric, *labels)
+        if (child := self._children.get(key)) is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def ended(self, outcome: Outcome) -> None:
         """A request whose model was known ended: counted under the code it got; what an admitted
         one took and used is measured too."""
         name, served = outcome.model, outcome.served
-        self._requests.labels(name, served.pool, str(served.status)).inc()
+        self._of(self._requests, name, served.pool, str(served.status)).inc()
         if not served.admitted:
             return
-        self._latency.labels(name, served.pool).observe(outcome.latency_s)
+        self._of(self._latency, name, served.pool).observe(outcome.latency_s)
         if outcome.ttft_s is not None:
-            self._ttft.labels(name, served.pool).observe(outcome.ttft_s)
+            self._of(self._ttft, name, served.pool).observe(outcome.ttft_s)
         usage = served.usage
         for kind, n in (("prompt", usage.prompt), ("cached", usage.cached or 0), ("completion", usage.completion)):
             if n:
-                self._tokens.labels(name, kind).inc(n)
+                self._of(self._tokens, name, kind).inc(n)
 
     def rejected(self, reason: str) -> None:
         """A request refused before any engine (400, 413, 429), by its error code."""
-        self._rejections.labels(reason).inc()
+        self._of(self._rejections, reason).inc()
 
     def picked(self, model: str, how: str, retry: bool) -> None:
         """A replica was picked for a request (`how`: the balancer's reason), maybe as a retry."""
         if retry:
-            self._retries.labels(model).inc()
-        self._picks.labels(model, how).inc()
+            self._of(self._retries, model).inc()
+        self._of(self._picks, model, how).inc()
 
     def in_flight(self, model: str, replica: str, delta: int) -> None:
         """A request to a replica started (+1) or ended (-1)."""
-        self._in_flight.labels(model, replica).inc(delta)
+        self._of(self._in_flight, model, replica).inc(delta)

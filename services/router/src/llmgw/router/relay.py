@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
-from llmgw.router.core import Prepared, Usage, cut_usage, relay_line
+from llmgw.router.core import Prepared, Usage, cut_usage, plain_events, relay_line
 from llmgw.router.errors import UpstreamFailed
 from llmgw.router.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.metrics import Metrics
@@ -98,6 +98,7 @@ class Relay:
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
+        marker = b'"model":' + msgspec.json.encode(name)
         usage, first, status, relayed = Usage(), None, 499, 0  # until it ends well: the client went away
         outage = self.one.outage
         outage.cuts.add(self._cut)
@@ -106,9 +107,15 @@ class Relay:
         try:
             pending = b""
             while piece := await self.resp.next():
-                *lines, pending = (pending + piece).split(b"\n")
-                out = []
-                for line in lines:
+                data = pending + piece if pending else piece
+                end = data.rfind(b"\n") + 1
+                data, pending = (data, b"") if end == len(data) else (data[:end], data[end:])
+                plain, chunks = plain_events(data, marker)  # most events leave untouched
+                if chunks and first is None:
+                    first = time.perf_counter()
+                relayed += chunks
+                out = [data[:plain]] if plain else []
+                for line in data[plain : end - 1].split(b"\n") if plain < end else ():
                     event, usage, chunk = relay_line(line, name, include, usage)
                     if chunk and first is None:
                         first = time.perf_counter()

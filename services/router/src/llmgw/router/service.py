@@ -19,7 +19,7 @@ import sys
 
 import aiohttp
 
-from llmgw.bus import Context, EngineKeys, HttpServer, entry_point, kv_bucket
+from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
 from llmgw.router.accounts import Accounts
 from llmgw.router.admin import admin_api
@@ -30,6 +30,7 @@ from llmgw.router.console import console_routes
 from llmgw.router.demand import DemandSignal
 from llmgw.router.directory import Directory
 from llmgw.router.endpoint import OpenAIEndpoint
+from llmgw.router.front import Front
 from llmgw.router.gateway import Gateway
 from llmgw.router.health import Health
 from llmgw.router.metrics import Metrics
@@ -54,7 +55,7 @@ class Router:
         self.instance = secrets.token_hex(4)
         """This router's id in the shared limit counters."""
         self.ctx: Context | None = None
-        self.http: HttpServer | None = None
+        self.http: Front | None = None
         self.client: aiohttp.ClientSession | None = None
         """To the engines off the hot path (health probes, tokenizing)."""
         self.upstream = Upstream(total_s=config.upstream_timeout_s)
@@ -100,7 +101,7 @@ class Router:
         admin = admin_api(self.accounts, ctx.nc)
         console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
-        self.http = HttpServer(self.app, config.http_host, config.http_port)
+        self.http = Front(self.app, config.http_host, config.http_port)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 

@@ -95,7 +95,8 @@ class EngineAnswer:
             if timer is not None:
                 timer.cancel()
 
-    def _expire(self, waiter: asyncio.Future) -> None:
+    @staticmethod
+    def _expire(waiter: asyncio.Future) -> None:
         if not waiter.done():
             waiter.set_exception(TimeoutError("the engine sent nothing in time"))
 
@@ -125,7 +126,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.answer: EngineAnswer | None = None
         self.headed: asyncio.Future | None = None
-        self.parser: httptools.HttpResponseParser | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        """One parser for the connection's answers, one after another."""
         self.received = False
         """Any byte of the current answer arrived."""
         self.keep = False
@@ -139,7 +141,6 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.answer = EngineAnswer(self, read_s)
         self.headed = loop.create_future()
-        self.parser = httptools.HttpResponseParser(self)
         self.received = self.keep = False
         self.deadline = loop.call_later(total_s, self._late)
         self.transport.write(request)
@@ -155,7 +156,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
-        if self.parser is None:
+        if self.answer is None:
             self.drop()  # bytes nobody asked for: this connection cannot be trusted
             return
         try:
@@ -211,7 +212,7 @@ class _Connection(asyncio.Protocol):
         if answer is not self.answer:
             return
         self.deadline.cancel()
-        self.answer = self.parser = self.headed = self.deadline = None
+        self.answer = self.headed = self.deadline = None
         if answer.complete and self.keep and not self.closed:
             self.resume()
             self.pool.append(self)
@@ -270,15 +271,15 @@ class Upstream:
 
     async def _exchange(self, conn: _Connection, request: bytes, total_s: float, read_s: float | None) -> EngineAnswer:
         answer = conn.send(request, self.total_s, read_s)
+        timer = asyncio.get_running_loop().call_later(read_s, EngineAnswer._expire, conn.headed) if read_s else None
         try:
-            if read_s:
-                async with asyncio.timeout(read_s):
-                    await conn.headed
-            else:
-                await conn.headed
+            await conn.headed
         except BaseException:
             conn.drop()
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return answer
 
     async def _open(self, host: str, port: int, tls: bool, pool: list[_Connection]) -> _Connection:

@@ -1,0 +1,184 @@
+"""The router's own HTTP/1.1 server (`front.py`) on real sockets, with a stand-in for the OpenAI
+endpoint behind it (it answers from the request alone, so only the HTTP is under test): kept
+connections, whole and streamed answers, other paths handed to the app's server, and each kind
+of bad input."""
+
+import asyncio
+import contextlib
+import json
+
+import msgspec
+import pytest
+
+from llmgw.router.front import Front
+from llmgw.router.relay import Answer, Relay
+
+
+class Streamed(Relay):
+    """A relay of given pieces; `gate`, when given, holds the second piece until it is set."""
+
+    def __init__(self, pieces: list[bytes], gate: asyncio.Event | None) -> None:
+        self.headers = {"content-type": "text/event-stream"}
+        self.closed = False
+        self.chunks = self._pieces(pieces, gate)
+
+    async def _pieces(self, pieces, gate):
+        for i, piece in enumerate(pieces):
+            if i == 1 and gate is not None:
+                await gate.wait()
+            yield piece
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class StandIn:
+    """Stands in for `OpenAIEndpoint`: /v1/models answers whole, /v1/completions echoes its body,
+    /v1/chat/completions streams it back in two pieces and [DONE]; the rest (ASGI) names its path."""
+
+    most = 100
+
+    def __init__(self) -> None:
+        self.relays: list[Streamed] = []
+        self.gate: asyncio.Event | None = None
+
+    async def respond(self, method, path, headers, read, rid):
+        body = await read()
+        if path == "/v1/models":
+            return Answer(200, b'{"data":[]}')
+        if path == "/v1/completions":
+            return Answer(200, body, {"x-seen-type": headers.get("content-type", "")})
+        self.relays.append(Streamed([b"data: " + body + b"\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"], self.gate))
+        return self.relays[-1]
+
+    def refused(self, exc):
+        return Answer(exc.status, msgspec.json.encode(exc.body()), exc.headers)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = json.dumps({"rest": scope["path"]}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.asynccontextmanager
+async def front():
+    stand_in = StandIn()
+    server = Front(stand_in, "127.0.0.1", 0)
+    await server.start()
+    try:
+        yield server, stand_in
+    finally:
+        await server.stop(1.0)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One answer off the connection: status, headers, body (whole or de-chunked)."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+    status = int(head[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in head[1:] if line)}
+    if "content-length" in headers:
+        return status, headers, await reader.readexactly(int(headers["content-length"]))
+    body = b""
+    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)
+    await reader.readexactly(2)
+    return status, headers, body
+
+
+def post(path: str, body: bytes, extra: str = "") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+    return (head + extra + "\r\n").encode() + body
+
+
+async def test_whole_and_streamed_answers_share_one_kept_connection():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-request-id: mine\r\n\r\n")
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["x-request-id"], body) == (200, "mine", b'{"data":[]}')
+        writer.write(post("/v1/chat/completions", b"1"))
+        status, headers, body = await read_answer(reader)
+        assert status == 200 and headers["transfer-encoding"] == "chunked"
+        assert headers["content-type"] == "text/event-stream" and len(headers["x-request-id"]) == 32
+        assert body == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        writer.write(post("/v1/completions?x=1", b'{"a":1}'))
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["x-seen-type"], body) == (200, "application/json", b'{"a":1}')
+        writer.close()
+
+
+async def test_other_paths_go_to_the_apps_server_also_after_an_openai_request_on_the_connection():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /api/v1/keys HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await read_answer(reader))[2] == b'{"rest": "/api/v1/keys"}'
+        writer.write(b"GET /schema HTTP/1.1\r\nhost: x\r\n\r\n")  # the connection stays the app's
+        assert (await read_answer(reader))[2] == b'{"rest": "/schema"}'
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/completions", b"{}"))
+        assert (await read_answer(reader))[2] == b"{}"
+        writer.write(b"GET /console HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await read_answer(reader))[2] == b'{"rest": "/console"}'
+        writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_the_order_they_came():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            post("/v1/completions", b'"one"') + post("/v1/chat/completions", b"2") + post("/v1/completions", b'"3"')
+        )
+        bodies = [(await read_answer(reader))[2] for _ in range(3)]
+        assert bodies == [b'"one"', b"data: 2\n\ndata: 2\n\ndata: [DONE]\n\n", b'"3"']
+        writer.write(post("/v1/completions", b"{}") + b"GET /schema HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await read_answer(reader))[2] == b"{}"
+        status, headers, body = await read_answer(reader)  # where it begins is not known: refused, closed
+        assert status == 400 and headers["connection"] == "close" and b"connection of their own" in body
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "says"),
+    [
+        (post("/v1/completions", b"x" * 101), 413, b"over 100 bytes"),
+        (b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"y" * 70000 + b"\r\n\r\n", 431, b"headers are too large"),
+        (b"NOT HTTP AT ALL\r\n\r\n", 400, b"not HTTP/1.1 the router can read"),
+    ],
+)
+async def test_a_request_that_cannot_be_taken_is_told_why_and_its_connection_closed(request_bytes, status, says):
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request_bytes)
+        got, headers, body = await read_answer(reader)
+        assert got == status and headers["connection"] == "close" and says in body
+        assert json.loads(body)["error"]["message"]
+        assert await reader.read() == b""  # closed
+        writer.close()
+
+
+async def test_a_client_that_expects_100_continue_is_told_to_go_on():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/completions", b"")[:-2] + b"expect: 100-continue\r\n\r\n")
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"")
+        assert (await read_answer(reader))[0] == 200
+        writer.close()
+
+
+async def test_a_client_leaving_mid_stream_closes_its_relay():
+    async with front() as (server, stand_in):
+        stand_in.gate = asyncio.Event()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/chat/completions", b"1"))
+        await reader.readuntil(b"data: 1\n\n")  # the head left with the first piece
+        writer.close()
+        for _ in range(100):
+            if stand_in.relays[0].closed:
+                break
+            await asyncio.sleep(0.01)
+        assert stand_in.relays[0].closed and not server.clients
