@@ -137,3 +137,26 @@ async def test_requests_at_once_on_one_key_are_counted_together_each_checked_in_
     assert "concurrent 10 reached" in next(v for v in verdicts if not v.ok).limit
     value = msgspec.json.decode((await kv.get("key.b")).value)
     assert value["m"][1] == 10 and value["c"]["router-a"][0] == 10  # only the admitted are counted
+
+
+async def test_one_request_after_another_costs_one_write_each_its_end_going_with_the_next_admission(nc):
+    """A client asking one request after another: each request's end waits (briefly) for the
+    next admission and goes in its write, judged first, so a key allowed one request at a time
+    still takes the next at once."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    quota.end_wait_s = 5.0  # however slow this machine, an end waits for the next admission here
+    one_at_a_time = [("key.s", "key 's'", Limits(concurrent=1))]
+    assert (await quota.admit(one_at_a_time, NOW)).ok
+    first = (await kv.get("key.s")).revision
+    ends = []
+    for i in range(1, 11):
+        ends.append(asyncio.create_task(quota.finish(one_at_a_time, 1, NOW + i - 0.5)))  # as the router tells it
+        await asyncio.sleep(0.01)  # the client reads its answer and asks again
+        assert (await quota.admit(one_at_a_time, NOW + i)).ok
+    await asyncio.gather(*ends)
+    assert (await kv.get("key.s")).revision - first == 10  # ten admissions, each with the end before it
+    quota.end_wait_s = 0.05
+    await quota.finish(one_at_a_time, 1, NOW + 11)  # with nothing after it: written alone, soon
+    value = msgspec.json.decode((await kv.get("key.s")).value)
+    assert "router-a" not in value.get("c", {})

@@ -4,8 +4,10 @@ never looser than one router alone would keep it.
 
 One entry per scope (bucket `llmgw_limits`, values expire after 32 days), so admitting a
 request is one compare-and-set (on the revision this router last saw; read again only where
-another wrote since), and ending it one more. The changes waiting on a scope while one is
-written go in the next write together, each judged in turn with those before it:
+another wrote since). The changes waiting on a scope while one is written go in the next write
+together, each judged in turn with those before it; a request's end waits up to `end_wait_s`
+for a change to go with (the next request's admission, most often), so a client asking one
+request after another costs one write each, not two:
   <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
             "mo": [UTC month, tokens], "c": {router: [in flight, unix time]},
             "h": {router: tokens held by its requests in flight}}
@@ -120,6 +122,11 @@ class Quota:
         self.kv, self.router, self.stale_s, self.online = kv, router, stale_s, online
         self.op_timeout_s = 2.0
         """How long a change of the counters may take before it is counted locally."""
+        self.end_wait_s = 0.05
+        """How long a request's end waits to be written with another change (it only keeps the
+        counts stricter meanwhile: the request still counts as in flight)."""
+        self.soon: dict[str, asyncio.TimerHandle] = {}
+        """Scope -> when the ends waiting on it are written, where no other change came first."""
         self.mine: dict[str, _Mine] = {}
         """Scope -> what this router holds there (the truth its KV entry is written from)."""
         self.dirty: set[str] = set()
@@ -178,18 +185,32 @@ class Quota:
         if not (mine.n or mine.held or mine.unsent):
             del self.mine[sid]
 
-    async def _change(self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None) -> Verdict:
+    async def _change(
+        self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None, wait_s: float = 0.0
+    ) -> Verdict:
         """Count `op` in scope `sid`, if `check` (given the counts as they are) allows it: in KV
         by compare-and-set, else (NATS away, no answer in time) here, sent later. Changes that
-        come while the scope is being written wait and go in its next write together. A change
-        whose caller stopped waiting (a client gone) is written all the same but not kept as
-        this router's: its next write of the scope sets its own entry right."""
-        told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        come while the scope is being written wait and go in its next write together; `wait_s`:
+        this one waits that long for another to start the write. A change whose caller stopped
+        waiting (a client gone) is written all the same but not kept as this router's: its next
+        write of the scope sets its own entry right."""
+        loop = asyncio.get_running_loop()
+        told: asyncio.Future[Verdict] = loop.create_future()
         self.waiting.setdefault(sid, []).append(_Asked(op, check or _admit, told))
-        if sid not in self.writing:
+        if wait_s and sid not in self.writing:
+            if sid not in self.soon:
+                self.soon[sid] = loop.call_later(wait_s, self._write_soon, sid)
+        else:
+            self._write_soon(sid)
+        return await told
+
+    def _write_soon(self, sid: str) -> None:
+        """Start writing what waits on `sid` (unless a write of it is under way: it takes them)."""
+        if (timer := self.soon.pop(sid, None)) is not None:
+            timer.cancel()
+        if sid not in self.writing and sid in self.waiting:
             self.writing.add(sid)
             spawn(self.tasks, self._write_waiting(sid), self.log, "counting requests against their limits")
-        return await told
 
     async def _write_waiting(self, sid: str) -> None:
         """Write what waits on `sid`, a batch at a time, until nothing does."""
@@ -306,11 +327,11 @@ class Quota:
     async def finish(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> None:
         """A request admitted against these scopes, holding `reserve` tokens, ended having used
         `tokens`: one fewer in flight, its hold let go, its tokens added to the minute, the day
-        and the month."""
+        and the month. Written with the scope's next change, or within `end_wait_s`."""
         for sid, _, limits in scopes:
             if _holds(limits):
                 held = reserve if _counts_tokens(limits) else 0
-                await self._change(sid, _Op(at=now, tokens=tokens, n=-1, held=-held))
+                await self._change(sid, _Op(at=now, tokens=tokens, n=-1, held=-held), wait_s=self.end_wait_s)
 
     async def give_back(self, scopes: list[Scope], admitted: float, now: float, reserve: int = 0) -> None:
         """A request admitted at `admitted` against these scopes was refused after all: the
@@ -324,6 +345,8 @@ class Quota:
 
     def stop(self) -> None:
         """Stop writing (what waits is not counted: the router is going away)."""
+        for timer in self.soon.values():
+            timer.cancel()
         for task in self.tasks:
             task.cancel()
 
