@@ -182,3 +182,13 @@ async def test_a_client_leaving_mid_stream_closes_its_relay():
                 break
             await asyncio.sleep(0.01)
         assert stand_in.relays[0].closed and not server.clients
+
+
+async def test_a_kept_connection_left_idle_is_closed(monkeypatch):
+    monkeypatch.setattr("llmgw.router.front.IDLE_S", 0.2)
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/completions", b"{}"))
+        assert (await read_answer(reader))[2] == b"{}"
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the router within a sweep
+        writer.close()

@@ -50,6 +50,7 @@ class Directory:
         keys: EngineKeys,
     ) -> None:
         self.catalog, self.replicas, self.on_replicas, self.keys = catalog, replicas, on_replicas, keys
+        self._headers: dict[tuple[str, str], dict[str, str]] = {}
 
     @classmethod
     async def open(
@@ -60,8 +61,14 @@ class Directory:
         return cls(catalog, await KvTable.open(js, BUCKETS["replicas"], ReplicaState), on_replicas, keys)
 
     def headers(self, replica: ReplicaState) -> dict[str, str]:
-        """The headers of a request to `replica`'s engine: its key (worked out, never stored)."""
-        return engine_headers(self.keys.key(replica.node, replica.id))
+        """The headers of a request to `replica`'s engine: its key (worked out once per replica,
+        kept in memory only, never stored or logged)."""
+        where = (replica.node, replica.id)
+        if (headers := self._headers.get(where)) is None:
+            if len(self._headers) > 4096:  # replicas come and go: forget them all now and then
+                self._headers.clear()
+            headers = self._headers[where] = engine_headers(self.keys.key(*where))
+        return headers
 
     def stop(self) -> None:
         """Stop watching."""

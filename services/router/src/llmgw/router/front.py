@@ -65,6 +65,7 @@ class Front:
         self.rest = HttpServer(endpoint, path=self.private)
         self.server: asyncio.Server | None = None
         self.clients: set[_Client] = set()
+        self.sweeper: asyncio.Task | None = None
         self.log = get_logger("router")
 
     @property
@@ -77,12 +78,25 @@ class Front:
         await self.rest.start()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: _Client(self), sock=self.sock, backlog=1024)
+        self.sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Close the kept connections idle for `IDLE_S`, once a second (one timer for all)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1.0)
+            now = loop.time()
+            for client in list(self.clients):
+                if client.idle_since is not None and now - client.idle_since > IDLE_S:
+                    client.close()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop listening at once, let the requests in flight finish (for `grace_s` at most, then
         cut them), close every connection, and stop."""
         if self.server is not None:
             self.server.close()
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         for client in list(self.clients):
             if client.task is None:
                 client.close()
@@ -118,7 +132,8 @@ class _Client(asyncio.Protocol):
         """A request ended in this read (one that begins after it is pipelined)."""
         self.tunnel: _Tunnel | None = None
         self.writable: asyncio.Future | None = None
-        self.idle: asyncio.TimerHandle | None = None
+        self.idle_since: float | None = None
+        """Since when it waits for a request (loop time; None: busy, or a tunnel)."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,8 +157,6 @@ class _Client(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.front.clients.discard(self)
-        if self.idle is not None:
-            self.idle.cancel()
         if self.task is not None:
             self.task.cancel()  # the client went away: what it waits on stops (a stream ends as 499)
         if self.tunnel is not None:
@@ -158,8 +171,7 @@ class _Client(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
+        self.idle_since = None
         self.url, self.head_bytes, self.size, self.request = b"", 0, 0, _Request("", "", {})
         self.raw = None if self.ended_here or self.task is not None else [self.chunk]
 
@@ -276,12 +288,10 @@ class _Client(asyncio.Protocol):
     def _hand_over(self) -> None:
         """This connection goes to the app's server, from this request on."""
         self.tunnel = _Tunnel(self, b"".join(self.raw))
-        self.raw = None
-        if self.idle is not None:
-            self.idle.cancel()
+        self.raw, self.idle_since = None, None
 
     def _idle(self) -> None:
-        self.idle = asyncio.get_running_loop().call_later(IDLE_S, self.close)
+        self.idle_since = asyncio.get_running_loop().time()
 
     def _wake(self) -> None:
         if self.writable is not None and not self.writable.done():

@@ -32,6 +32,14 @@ def _where(url: str) -> tuple[str, int, bool, bytes]:
     return parts.hostname, parts.port or (443 if tls else 80), tls, parts.netloc.encode()
 
 
+@functools.lru_cache(maxsize=1024)
+def _head(base: str, path: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """A request's line and headers up to its length's value."""
+    lines = [b"POST %b HTTP/1.1\r\nhost: %b\r\n" % (path.encode(), _where(base)[3])]
+    lines += [b"%b: %b\r\n" % (name.encode(), value.encode()) for name, value in headers]
+    return b"".join([*lines, b"content-length: "])
+
+
 class EngineAnswer:
     """An engine's answer: its status and headers, then its body read whole (`read`) or piece by
     piece (`next`). `fail` cuts it from outside (its reader raises that error); `release` gives
@@ -243,12 +251,8 @@ class Upstream:
         silent for `read_s` at most, before its headers and between pieces (None: no such
         limit). A kept connection the engine had closed before answering anything is retried
         once on a new one."""
-        host, port, tls, netloc = _where(base)
-        head = [b"POST ", path.encode(), b" HTTP/1.1\r\nhost: ", netloc, b"\r\ncontent-length: "]
-        head.append(str(len(body)).encode())
-        for name, value in headers.items():
-            head += (b"\r\n", name.encode(), b": ", value.encode())
-        request = b"".join([*head, b"\r\n\r\n", body])
+        host, port, tls, _ = _where(base)
+        request = b"%b%d\r\n\r\n%b" % (_head(base, path, tuple(headers.items())), len(body), body)
         pool = self.pools.setdefault((host, port, tls), [])
         while pool:
             conn = pool.pop()
