@@ -259,6 +259,24 @@ async def test_a_replica_that_refuses_is_retried_on_another(world):
     assert world.router.proxy.balancer.failures.get(dead, 0) + (dead in world.router.proxy.balancer.ejected) >= 1
 
 
+async def test_a_request_whose_only_engine_died_waits_for_its_replacement_and_is_answered(world):
+    """An engine killed under load: the requests whose try failed wait for the replica started
+    again (its agent reports it starting, then ready on a new engine) instead of a 503."""
+    await world.model(MODEL)
+    rid = await world.replica(MODEL, CPU, url=f"http://127.0.0.1:{free_port()}")  # its engine just died
+    client = await world.client()
+    asked = asyncio.create_task(client.chat.completions.create(model="m", messages=HELLO, max_tokens=2))
+    await world.until(lambda: world.router.health.outage(rid).out)  # tried, failed, probed: out of rotation
+    kv = await kv_bucket(world.nc.jetstream(), BUCKETS["replicas"])
+    starting = ReplicaState(id=rid, model="m", profile=CPU.name, node="n", state="starting")
+    await kv.put(rid, msgspec.json.encode(starting))  # its agent starts the engine again
+    await asyncio.sleep(1.0)
+    assert not asked.done()
+    await world.replica(MODEL, CPU, rid=rid)  # ready, on a live engine
+    answer = await asyncio.wait_for(asked, 30)
+    assert answer.choices and answer.model == "m"
+
+
 async def test_bad_requests_get_a_clear_400_before_any_engine(world):
     await world.model(MODEL)
     await world.replica(MODEL, CPU)

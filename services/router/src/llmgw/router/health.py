@@ -110,6 +110,10 @@ class Health:
             outage = self.outages[replica_id] = Outage()
         return outage
 
+    def doubted(self, replica_id: str) -> bool:
+        """Whether this replica is out of rotation, or being probed (it failed a request)."""
+        return replica_id in self.probing or self.outage(replica_id).out
+
     def suspect(self, replica_id: str) -> None:
         """A request on this replica failed: probe it now (unless a probe of it is under way)."""
         replica = self.directory.replicas.items.get(replica_id)

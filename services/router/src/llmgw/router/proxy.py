@@ -5,6 +5,7 @@ came with."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -27,6 +28,9 @@ __all__ = ["RETRIES", "Proxy"]
 
 RETRIES = 2
 """Other replicas of a model tried after the first refused or failed before answering."""
+OUT_GRACE_S = 3.0
+"""How long a request whose replicas all failed waits on one out of rotation that nothing is
+replacing yet (its agent reports a dead engine, and starts it again, well within this)."""
 
 
 class Proxy:
@@ -56,6 +60,8 @@ class Proxy:
         try:
             for i, model in enumerate(models):
                 answer, tried = await self._on_model(prepared, model, i == 0, finish, tried)
+                if answer is None and i == 0 and tried.replica:
+                    answer, tried = await self._on_replacement(prepared, model, finish, tried)
                 if answer is not None:
                     return answer
                 if i == 0 and len(models) > 1:
@@ -91,6 +97,34 @@ class Proxy:
             if answer is not None:
                 return answer, tried
         return None, tried
+
+    async def _on_replacement(
+        self, prepared: Prepared, model: Model, finish: Finish, tried: Served
+    ) -> tuple[Answer | Relay | None, Served]:
+        """Every replica of the asked-for model tried failed before answering. While one of its
+        replicas is on its way (its engine died and is being started again) or, for
+        `OUT_GRACE_S`, out of rotation or being probed (its agent has yet to report it, or its
+        replacement to pass its first probe), the request waits for
+        it, `replace_wait_s` at most, trying what is in rotation every quarter second; else None
+        at once (the client is told 503)."""
+        now = time.monotonic()
+        deadline, grace = now + self.demand.replace_wait_s, now + OUT_GRACE_S
+        while now < deadline:
+            if self.directory.coming(model):
+                grace = now + OUT_GRACE_S  # once ready, its first health probe brings it in
+            elif now > grace or not self._doubted(model):
+                break
+            await asyncio.sleep(0.25)
+            answer, tried = await self._on_model(prepared, model, True, finish, tried)
+            if answer is not None:
+                return answer, tried
+            now = time.monotonic()
+        return None, tried
+
+    def _doubted(self, model: Model) -> bool:
+        """Whether a ready replica of `model` is out of rotation or being probed."""
+        _, ready = self.directory.ready(model)
+        return any(self.health.doubted(rid) for rid in ready)
 
     async def _held(self, prepared: Prepared, model: Model, ready: Ready, primary: bool) -> Callable[[str], int] | None:
         """Where replicas publish KV events, how many of the prompt's leading blocks each holds
