@@ -60,7 +60,7 @@ class Proxy:
         try:
             for i, model in enumerate(models):
                 answer, tried = await self._on_model(prepared, model, i == 0, finish, tried)
-                if answer is None and i == 0 and tried.replica:
+                if answer is None and i == 0:
                     answer, tried = await self._on_replacement(prepared, model, finish, tried)
                 if answer is not None:
                     return answer
@@ -101,12 +101,12 @@ class Proxy:
     async def _on_replacement(
         self, prepared: Prepared, model: Model, finish: Finish, tried: Served
     ) -> tuple[Answer | Relay | None, Served]:
-        """Every replica of the asked-for model tried failed before answering. While one of its
-        replicas is on its way (its engine died and is being started again) or, for
-        `OUT_GRACE_S`, out of rotation or being probed (its agent has yet to report it, or its
-        replacement to pass its first probe), the request waits for
-        it, `replace_wait_s` at most, trying what is in rotation every quarter second; else None
-        at once (the client is told 503)."""
+        """No replica of the asked-for model answered (each tried failed, or none was in
+        rotation). While one of its replicas is on its way (its engine died and is being started
+        again) or, for `OUT_GRACE_S`, out of rotation or being probed (its agent has yet to
+        report it, or its replacement to pass its first probe), the request waits for it,
+        `replace_wait_s` at most, trying what is in rotation every quarter second; else None at
+        once (the client is told 503)."""
         now = time.monotonic()
         deadline, grace = now + self.demand.replace_wait_s, now + OUT_GRACE_S
         while now < deadline:
