@@ -32,6 +32,7 @@ __all__ = [
     "Unavailable",
     "ensure_debian",
     "rss",
+    "settle",
     "start_backend",
     "start_group",
     "start_litellm",
@@ -149,6 +150,27 @@ def rss(pid: int) -> int:
         return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
     except psutil.NoSuchProcess:
         return 0
+
+
+def settle(pid: int, most_s: float = 30.0) -> float:
+    """Wait until a process and its descendants use under 5% of a core over half a second (a
+    gateway still working off the backlog of the last run, LiteLLM's after 64 connections, would
+    otherwise weigh on the next row's); the seconds waited."""
+    started = time.monotonic()
+    try:
+        top = psutil.Process(pid)
+
+        def cpu() -> float:
+            return sum(sum(p.cpu_times()[:2]) for p in [top, *top.children(recursive=True)])
+
+        while time.monotonic() - started < most_s:
+            before = cpu()
+            time.sleep(0.5)
+            if cpu() - before < 0.025:
+                break
+    except psutil.NoSuchProcess:
+        pass
+    return time.monotonic() - started
 
 
 # -- nginx: the stub backend (static answer) and the plain reverse proxy --------------------------
