@@ -192,3 +192,17 @@ async def test_a_kept_connection_left_idle_is_closed(monkeypatch):
         assert (await read_answer(reader))[2] == b"{}"
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the router within a sweep
         writer.close()
+
+
+async def test_an_http_1_0_client_gets_its_stream_unframed_and_ended_by_the_close_and_head_goes_to_the_app():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/chat/completions", b"1").replace(b"HTTP/1.1", b"HTTP/1.0"))
+        head, _, body = (await reader.read()).partition(b"\r\n\r\n")  # to the connection's end
+        assert b"transfer-encoding" not in head and b"connection: close" in head
+        assert body == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"HEAD /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")  # the app's (no body)
+        writer.close()

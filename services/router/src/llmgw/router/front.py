@@ -34,12 +34,15 @@ _DONE = b"data: [DONE]\n\n"
 
 
 class _Request:
-    __slots__ = ("body", "headers", "keep", "method", "path", "refused")
+    __slots__ = ("body", "chunked", "headers", "keep", "method", "path", "refused")
 
     def __init__(self, method: str, path: str, headers: dict[str, str]) -> None:
         self.method, self.path, self.headers = method, path, headers
         self.body: list[bytes] = []
         self.keep = True
+        self.chunked = True
+        """Whether its client reads chunks (HTTP/1.1); an HTTP/1.0 one gets a stream unframed,
+        ended by closing the connection."""
         self.refused: ApiError | None = None
         """Refused while it arrived (its body too large): answered so, then the connection closed."""
 
@@ -192,7 +195,8 @@ class _Client(asyncio.Protocol):
         request = self.request
         request.method, request.path = self.parser.get_method().decode(), path
         request.keep = self.parser.should_keep_alive()
-        if path not in OPENAI_ROUTES:
+        request.chunked = self.parser.get_http_version() != "1.0"
+        if path not in OPENAI_ROUTES or request.method not in ("GET", "POST"):  # HEAD and such: the app's
             if self.raw is None:  # pipelined behind another: where it begins is not known here
                 request.refused = HttpError(400, "Send requests outside /v1 on a connection of their own, unpipelined.")
                 request.keep = False
@@ -240,7 +244,8 @@ class _Client(asyncio.Protocol):
             else:
                 answer = await self.endpoint.respond(request.method, request.path, request.headers, request.read, rid)
             if isinstance(answer, Relay):
-                await self._stream(answer, rid, keep)
+                keep = keep and request.chunked  # unframed, a stream ends with its connection
+                await self._stream(answer, rid, keep, request.chunked)
             else:
                 self._write(_head(answer, rid, keep, len(answer.body)) + answer.body)
         except asyncio.CancelledError:
@@ -257,12 +262,14 @@ class _Client(asyncio.Protocol):
         else:
             self._idle()
 
-    async def _stream(self, relay: Relay, rid: str, keep: bool) -> None:
-        """The relay in chunks: its head leaves with its first piece, `[DONE]` with the end."""
-        head, held = _head(relay, rid, keep, None), b""
+    async def _stream(self, relay: Relay, rid: str, keep: bool, chunked: bool) -> None:
+        """The relay in chunks (unframed where not `chunked`): its head leaves with its first
+        piece, `[DONE]` with the end."""
+        head, held = _head(relay, rid, keep, None, chunked), b""
         try:
             async for piece in relay.chunks:
-                out = head + held + b"%x\r\n%b\r\n" % (len(piece), piece) if piece else head + held
+                framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
+                out = head + held + framed if piece else head + held
                 head, held = b"", b""
                 if piece.endswith(_DONE):  # most likely the last: held to leave with the end
                     out, held = b"", out
@@ -270,7 +277,7 @@ class _Client(asyncio.Protocol):
                     self._write(out)
                     if self.writable is not None:
                         await self.writable
-            self._write(head + held + b"0\r\n\r\n")
+            self._write(head + held + (b"0\r\n\r\n" if chunked else b""))
         finally:
             await relay.close()
 
@@ -351,12 +358,16 @@ class _Tunnel(asyncio.Protocol):
         self.client.close()
 
 
-def _head(answer: Answer | Relay, rid: str, keep: bool, length: int | None) -> bytes:
-    """An answer's status line and headers: its length, or chunked where it is streamed."""
+def _head(answer: Answer | Relay, rid: str, keep: bool, length: int | None, chunked: bool = True) -> bytes:
+    """An answer's status line and headers: its length, or chunked where it is streamed (to an
+    HTTP/1.0 client: neither, the connection's end ends it)."""
     status = answer.status
     lines = [b"HTTP/1.1 %d %b\r\n" % (status, _REASONS.get(status, b"Status"))]
     lines += [b"%b: %b\r\n" % pair for pair in response_head(answer, rid)]
-    lines.append(b"content-length: %d\r\n" % length if length is not None else b"transfer-encoding: chunked\r\n")
+    if length is not None:
+        lines.append(b"content-length: %d\r\n" % length)
+    elif chunked:
+        lines.append(b"transfer-encoding: chunked\r\n")
     if not keep:
         lines.append(b"connection: close\r\n")
     lines.append(b"\r\n")
