@@ -1,6 +1,7 @@
 """The scheduler's pure core: no I/O, no clock (time is passed in).
 
-- `reconcile(desired, actual, now, policy) -> Plan`: what to start and stop, model by model.
+- `reconcile(desired, actual, now, policy) -> Plan`: what to start and stop, model by model;
+  `improve`: its local improvement of a try's starts (moves and trades).
 - `observe(heartbeat, recorded, draining, now) -> Plan`: what a heartbeat means for the records.
 - `merge(spec, report) -> ReplicaState`: the record the replicas bucket holds; `accept` says
   which reports change it.
@@ -11,6 +12,7 @@
 """
 
 from llmgw.scheduler.core._hearing import Hearing, health, heard, listen, silence
+from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._observe import lost, lost_workers, observe
 from llmgw.scheduler.core._plan import Actual, AgentStop, Desired, NodeView, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._reconcile import reconcile
@@ -32,6 +34,7 @@ __all__ = [
     "backoff_s",
     "health",
     "heard",
+    "improve",
     "listen",
     "lost",
     "lost_workers",

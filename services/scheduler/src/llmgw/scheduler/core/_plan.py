@@ -75,10 +75,14 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     stops there, starting where the last one stopped); 0 scores every node."""
     scoring: Weights = Weights()
     """How much each placement scorer counts."""
-    tries: int = 3
+    tries: int = 5
     """Tries of a pass at most where replicas are left unplaced: the first in the speed order,
     each next with the models the tries before left unplaced first; the try that starts the
     most replicas (then the most tokens a second) is the plan."""
+    improve: int = 20_000
+    """A try's starts are improved after its greedy pass (replicas moved, or trading places,
+    where the predicted tokens a second rise) where one sweep's checks, the starts times the
+    starts and the nodes, are at most this many (0: never): small passes, not a big fleet's."""
 
 
 class Start(msgspec.Struct, kw_only=True):

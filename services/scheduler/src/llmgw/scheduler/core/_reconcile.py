@@ -5,8 +5,10 @@ before it left, their plans merged. Higher classes go first, so a critical model
 before a batch one asks for it; within a class, the models that read least a token (a replica's
 speed is its node's bandwidth over those bytes, so a fast node gains a light model most), then
 by name. Where that order leaves replicas unplaced, the pass is tried again with those models
-first (up to `policy.tries` tries), and the try that starts the most replicas (then the most tokens
-a second) is the plan: a light model takes the fast room, but not a heavy one's only room.
+first, each on the slowest room that fits it (up to `policy.tries` tries), and the try that
+starts the most replicas (then the most tokens a second) is the plan: a light model takes the
+fast room, but not a heavy one's only room. A small try's starts are then improved by moves
+and trades where the tokens a second rise (`improve`).
 
 For every model: stop replicas of removed models and those left draining; replace stale
 replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
@@ -24,13 +26,15 @@ from dataclasses import dataclass, field
 import msgspec
 
 from llmgw.modelplan import Shape
-from llmgw.proto import Model, Profile, ReplicaState, fingerprint
+from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core._hearing import silence
+from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
-from llmgw.scheduler.core._rollout import surplus, wanted_counts, wanted_profiles
+from llmgw.scheduler.core._rollout import fingerprint_of, surplus, wanted_counts, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
 from llmgw.scheduler.placement import (
     LIVE,
+    Index,
     Need,
     NodeState,
     Placement,
@@ -60,10 +64,15 @@ class _Pass:
     policy: Policy
     ids: Iterator[str]
     states: dict[str, NodeState]
+    index: Index | None = None
+    """The fleet's nodes each kind of need skips all pass long (`placement.Index`)."""
     scan: int = 0
     """Where the next limited scan of the fleet begins."""
     short: set[str] = field(default_factory=set)
     """Models a replica of which no node took."""
+    first: set[str] = field(default_factory=set)
+    """Models put first in this try: they take the slowest room that fits (not the fast room
+    a lighter model gains most from), their speed scored the other way round."""
 
 
 @dataclass
@@ -152,9 +161,11 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     for stop in plan.stops:
         if stop.replica.state in LIVE:
             release(states, stop.replica)
-    run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states)
+    run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states, first=first)
+    run.index = Index(states, now, policy.stale_s)
     for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
         plan.absorb(_for_model(model, fleet.by_model.get(name, []), run))
+    improve(plan, run.states, now, policy, actual.weights, actual.shapes)
     return plan, run.short
 
 
@@ -216,7 +227,7 @@ def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
     for r in actual.replicas:
         if r.state not in LIVE:
             continue
-        worst = max(spans(r), key=lambda n: silent.get(n, unheard))
+        worst = max(spans(r), key=lambda n: silent.get(n, unheard)) if r.workers else r.node
         if (longest := silent.get(worst, unheard)) > lost_s:
             why = f"node '{worst}' lost: no heartbeat for {longest:.0f}s"
             stops.append(Stop(replica=r, reason=why, reachable=silent.get(r.node, unheard) <= lost_s))
@@ -235,10 +246,12 @@ def _rollout(model: Model, mine: list[ReplicaState], run: _Pass) -> tuple[Plan, 
     """What to stop of a model's replicas (their room freed for this pass) and what to start."""
     want = wanted(model.scaling, run.now, run.demand.get(model.name))
     counts = wanted_counts(model)
-    current = {p.name: fingerprint(model, p) for p in model.profiles}
+    current = {p.name: fingerprint_of(model, p) for p in model.profiles}
     live = [r for r in mine if r.state in LIVE]
-    stale = sorted((r for r in live if current.get(r.profile) != r.fingerprint), key=lambda r: r.updated)
-    fresh = [r for r in live if r not in stale]
+    stale = [r for r in live if current.get(r.profile) != r.fingerprint]
+    if stale:
+        stale.sort(key=lambda r: r.updated)
+    fresh = [r for r in live if r not in stale] if stale else live
     plan = Plan(stops=surplus(model, want, stale, fresh, counts))
     for stop in plan.stops:
         release(run.states, stop.replica)
@@ -247,8 +260,10 @@ def _rollout(model: Model, mine: list[ReplicaState], run: _Pass) -> tuple[Plan, 
     if stale and want and all(r.state == "ready" for r in fresh) and len(fresh) < want <= running:
         missing += 1  # surge: the replacement starts beside the stale replica it replaces
     stopping = {s.replica.id for s in plan.stops}
-    kept = [r for r in live if r.id not in stopping]
-    failed = sorted((r for r in mine if r.state == "failed"), key=lambda r: r.updated)
+    kept = [r for r in live if r.id not in stopping] if stopping else list(live)
+    failed = [r for r in mine if r.state == "failed"]
+    if failed:
+        failed.sort(key=lambda r: r.updated)
     tries = wanted_profiles(model, kept, stale, missing, counts)
     return plan, _Wants(model=model, tries=tries, kept=kept, stale=stale, failed=failed, fingerprints=current)
 
@@ -296,8 +311,16 @@ def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
     start to the plan; "" if it was placed, else why no node took it."""
     model, policy = wants.model, run.policy
     need = need_of(profile, run.weights[model.source], run.shapes.get(model.source), model.context)
+    scoring = policy.scoring
+    if model.name in run.first:
+        scoring = msgspec.structs.replace(scoring, speed=-scoring.speed)
     how = Search(
-        stale_s=policy.stale_s, weights=policy.scoring, peers=wants.kept, limit=policy.score_nodes, start=run.scan
+        stale_s=policy.stale_s,
+        weights=scoring,
+        peers=wants.kept,
+        limit=policy.score_nodes,
+        start=run.scan,
+        index=run.index,
     )
     where, why = place(need, model, run.states, run.now, how)
     run.scan += len(why) + max(policy.score_nodes, 1)

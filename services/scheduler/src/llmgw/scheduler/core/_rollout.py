@@ -3,10 +3,28 @@ time) and, for each replica to start, the profiles to try."""
 
 from __future__ import annotations
 
-from llmgw.proto import Model, Profile, ReplicaState
+import msgspec
+
+from llmgw.proto import Model, Profile, ReplicaState, fingerprint
 from llmgw.scheduler.core._plan import Stop
 
-__all__ = ["surplus", "wanted_counts", "wanted_profiles"]
+__all__ = ["fingerprint_of", "surplus", "wanted_counts", "wanted_profiles"]
+
+_ENCODE = msgspec.json.Encoder().encode
+_KNOWN: dict[bytes, str] = {}
+_KNOWN_MAX = 1 << 16
+
+
+def fingerprint_of(model: Model, profile: Profile) -> str:
+    """`llmgw.proto.fingerprint`, remembered by everything it is made of (the model's source,
+    context and generation, the whole profile): a steady pass asks it for every profile again."""
+    key = _ENCODE((model.source, model.context, model.generation, profile))
+    known = _KNOWN.get(key)
+    if known is None:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()
+        known = _KNOWN[key] = fingerprint(model, profile)
+    return known
 
 
 def wanted_counts(model: Model) -> dict[str, int] | None:
@@ -41,6 +59,8 @@ def surplus(
                 drain=model.rollout != "in-place",
             )
         )
+    if counts is None and len(fresh) <= want:
+        return stops
     newest_first = sorted(fresh, key=lambda r: (r.state == "ready", -r.updated))  # those still starting go first
     if counts is None:
         over = max(0, len(fresh) - want)
@@ -63,6 +83,8 @@ def wanted_profiles(
     model: Model, live: list[ReplicaState], stale: list[ReplicaState], missing: int, counts: dict[str, int] | None
 ) -> list[list[Profile]]:
     """For each replica to start, the profiles to try, best first."""
+    if counts is None and missing <= 0:
+        return []
     by_priority = sorted(model.profiles, key=lambda p: -p.priority)
     if counts is None:
         return [by_priority] * max(missing, 0)

@@ -13,8 +13,8 @@ A profile across several nodes needs that many nodes that each fit its share (th
 between them), within one rack (row, site) where it says so: the nodes scored best together.
 """
 
-from llmgw.scheduler.placement._filters import FILTERS, Filter
-from llmgw.scheduler.placement._place import Reasons, Search, place
+from llmgw.scheduler.placement._filters import FILTERS, Filter, cards_for, fits
+from llmgw.scheduler.placement._place import Index, Reasons, Search, place
 from llmgw.scheduler.placement._room import (
     LIVE,
     STARTING,
@@ -38,6 +38,7 @@ __all__ = [
     "SCORERS",
     "STARTING",
     "Filter",
+    "Index",
     "Need",
     "NodeState",
     "Placement",
@@ -45,7 +46,9 @@ __all__ = [
     "Scorer",
     "Search",
     "Weights",
+    "cards_for",
     "claim",
+    "fits",
     "hold",
     "kv_cache_type",
     "longest_context",

@@ -10,12 +10,16 @@ from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState, longest_context
 
-__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chain", "chosen_cards"]
+__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chain", "chosen_cards", "fits"]
 
 Why = Callable[[], str]
 """Builds the text of why a node refused, when it is shown."""
 Filter = Callable[[Need, NodeState, float, float], Why | None]
 """(need, node, now, stale_s) -> why not, or None."""
+
+
+_UNKNOWN: list[GpuInfo] = []
+"""Not yet chosen (no list the choice gives is this one)."""
 
 
 def chosen_cards(need: Need, n: NodeState) -> list[GpuInfo] | None:
@@ -25,8 +29,8 @@ def chosen_cards(need: Need, n: NodeState) -> list[GpuInfo] | None:
     ask in turn, so the answer is kept on the node for needs alike in `Need.card_choice`."""
     if n.chosen is None:
         n.chosen = {}
-    elif need.card_choice in n.chosen:
-        return n.chosen[need.card_choice]
+    elif (chosen := n.chosen.get(need.card_choice, _UNKNOWN)) is not _UNKNOWN:
+        return chosen
     chosen = None
     if len(n.free_cards) >= need.cards:  # fewer free cards than it needs: no choice to make
         with contextlib.suppress(ValueError):  # too few of one class that fit: the filter says why
@@ -136,3 +140,8 @@ def chain(need: Need) -> list[tuple[str, Filter]]:
     """The filters of the chain that may refuse a replica of `need`, in order: the others pass
     every node for it, so a scan asks only these."""
     return [(label, f) for label, f in FILTERS if label not in _ONLY_IF or _ONLY_IF[label](need)]
+
+
+def fits(need: Need, n: NodeState, now: float, stale_s: float) -> bool:
+    """Whether node `n` passes every filter for a replica of `need`."""
+    return all(f(need, n, now, stale_s) is None for _, f in chain(need))

@@ -3,17 +3,15 @@ nodes, the group of nodes that scores best together."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping
-
 import msgspec
 
 from llmgw.proto import Model, ReplicaState, Worker
-from llmgw.scheduler.placement._filters import Why, cards_for, chain
+from llmgw.scheduler.placement._filters import cards_for
 from llmgw.scheduler.placement._room import Need, NodeState, Placement
+from llmgw.scheduler.placement._scan import Index, Reasons, scan
 from llmgw.scheduler.placement._scorers import Weights, scores
 
-__all__ = ["Reasons", "Search", "place"]
+__all__ = ["Index", "Reasons", "Search", "place"]
 
 
 class Search(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,55 +27,8 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     """Stop the scan at this many nodes that fit (0: every node); a replica across nodes scores all."""
     start: int = 0
     """Begin the scan at this node (by position, wrapping), so successive placements look at others."""
-
-
-class Reasons(Mapping[str, str]):
-    """Why each refused node refused ("filter: reason"), in the order they were seen; a reason's
-    text is built when it is first read (most are never shown)."""
-
-    def __init__(self) -> None:
-        self._said: dict[str, str | tuple[str, Why]] = {}
-
-    def refused(self, name: str, label: str, why: Why) -> None:
-        """Node `name` refused by filter `label`; `why` says why, when asked."""
-        self._said[name] = (label, why)
-
-    def __setitem__(self, name: str, text: str) -> None:
-        self._said[name] = text
-
-    def __getitem__(self, name: str) -> str:
-        said = self._said[name]
-        if isinstance(said, tuple):
-            label, why = said
-            said = self._said[name] = f"{label}: {why()}"
-        return said
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._said)
-
-    def __len__(self) -> int:
-        return len(self._said)
-
-
-def _fits(need: Need, nodes: dict[str, NodeState], now: float, how: Search) -> tuple[list[str], Reasons]:
-    """The nodes that pass every filter (at most `how.limit`, scanning from the `how.start`-th
-    and wrapping), and why each refused node refused (filter: reason)."""
-    reasons = Reasons()
-    filters = chain(need)
-    fit = []
-    first = how.start % max(len(nodes), 1)
-    for name in itertools.chain(itertools.islice(nodes, first, None), itertools.islice(nodes, first)):
-        n = nodes[name]
-        for label, f in filters:
-            why = f(need, n, now, how.stale_s)
-            if why:
-                reasons.refused(name, label, why)
-                break
-        else:
-            fit.append(name)
-            if how.limit and len(fit) >= how.limit:
-                break
-    return fit, reasons
+    index: Index | None = None
+    """The pass's index of the fleet (the nodes each kind of need skips), where it keeps one."""
 
 
 def place(
@@ -92,12 +43,12 @@ def place(
     """
     if need.profile.nodes > 1:
         return _place_across(need, model, nodes, now, how)
-    fit, reasons = _fits(need, nodes, now, how)
+    fit, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
     if not fit:
         return None, reasons
     total, parts = scores(need, model, nodes, fit, how.weights, how.peers)
-    i = max(range(len(fit)), key=lambda i: (total[i], fit[i]))
-    best = fit[i]
+    best = max(zip(total, fit, strict=True))[1]  # the best total; of those tied, the last name
+    i = fit.index(best)
     return Placement(
         node=best, cards=cards_for(need, nodes[best]), scores={k: round(v[i], 1) for k, v in parts.items()}
     ), reasons
@@ -110,7 +61,7 @@ def _place_across(
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
     count, label = need.profile.nodes, need.profile.keep_within
-    fit, reasons = _fits(need, nodes, now, msgspec.structs.replace(how, limit=0, start=0))
+    fit, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
     total, parts = scores(need, model, nodes, fit, how.weights, how.peers) if fit else ([], {})
     score = dict(zip(fit, total, strict=True))
     groups: dict[str, list[str]] = {}

@@ -17,7 +17,7 @@ from llmgw.modelplan import (
     cpu_tokens_per_second,
     gpu_tokens_per_second,
 )
-from llmgw.proto import Model, ReplicaState
+from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
 
@@ -36,26 +36,64 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     """The label whose values are failure domains."""
 
 
-Scorer = Callable[[Need, NodeState, Model, Weights, dict[str, int]], float]
-"""(need, node, model, weights, replicas of the model per failure domain) -> a raw figure."""
+Scorer = Callable[[Need, list[NodeState], Model, Weights, dict[str, int]], list[float]]
+"""(need, candidate nodes, model, weights, replicas of the model per failure domain) -> a raw
+figure for each candidate (all at once: one call per placement, not per node)."""
 
 
-def _speed(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
-    """Tokens a second of one reply this way on this node (modelplan): its cards' bandwidth, or
+def _speed(need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]) -> list[float]:
+    """Tokens a second of one reply this way on each node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
-        cards = chosen_cards(need, n) or []
-        return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
-    threads = cpu_threads(need.profile.cpu_cores, n.info.cpus)
+        by_class: dict[str, float] = {}
+        out = []
+        for n in nodes:
+            cards = chosen_cards(need, n)
+            cls = cards[0].cls if cards else ""
+            speed = by_class.get(cls)
+            if speed is None:
+                speed = by_class[cls] = _card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm")
+            out.append(speed)
+        return out
+    key = _cpu_key(need)
+    return [
+        _cpu_speed(*key, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus)
+        if n.info.cpu_calibration is None
+        else _cpu_speed.__wrapped__(
+            *key, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus, n.info.cpu_calibration
+        )
+        for n in nodes
+    ]
+
+
+def _cpu_key(need: Need) -> tuple:
+    """What a CPU replica's speed takes of its need, hashable."""
     shape = need.shape
+    types = tuple(_share(active_type_bytes(shape), need.read_bytes).items()) if shape else None
+    return need.read_bytes, need.profile.cpu_cores, types, shape.layers if shape else 0
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cpu_speed(  # noqa: PLR0913 - the need's four figures, then the node's four
+    read_bytes: int,
+    cores: int | None,
+    types: tuple | None,
+    layers: int,
+    all_gbs: float,
+    one_gbs: float | None,
+    cpus: int,
+    calibration: CpuCalibration | None = None,
+) -> float:
+    """The same on every node of these figures: worked out once (uncalibrated nodes; a
+    calibrated one calls it unwrapped, its calibration being no key)."""
     return cpu_tokens_per_second(
-        need.read_bytes,
-        n.info.membw_all_gbs or 0.0,
-        n.info.membw_one_gbs,
-        threads,
-        n.info.cpu_calibration or DEFAULT_CPU,
-        type_bytes=_share(active_type_bytes(shape), need.read_bytes) if shape else None,
-        layers=shape.layers if shape else 0,
+        read_bytes,
+        all_gbs,
+        one_gbs,
+        cpu_threads(cores, cpus),
+        calibration or DEFAULT_CPU,
+        type_bytes=dict(types) if types is not None else None,
+        layers=layers,
     )
 
 
@@ -67,7 +105,7 @@ def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
 
 def speed_of(need: Need, n: NodeState) -> float:
     """Tokens a second of one reply of `need` on node `n` (what the speed scorer ranks by)."""
-    return _speed(need, n, None, Weights(), {})
+    return _speed(need, [n], None, Weights(), {})[0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,20 +117,28 @@ def _card_speed(read_bytes: int, cls: str, cards: int, tensor_parallel: bool) ->
     )
 
 
-def _pack(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
+def _pack(need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]) -> list[float]:
     """Binpack prefers the node left fullest; spread the one left emptiest (a card counts 1 GiB)."""
-    left = n.free_mb - need.memory_mb + 1024 * (len(n.free_cards) - need.cards)
-    return -left if w.mode == "binpack" else left
+    sign, taken = (-1 if w.mode == "binpack" else 1), need.memory_mb + 1024 * need.cards
+    return [sign * (n.free_mb + 1024 * len(n.free_cards) - taken) for n in nodes]
 
 
-def _weights_present(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
+def _weights_present(
+    need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]
+) -> list[float]:
     """The node already holds the file: no fetch."""
-    return 1.0 if model.source in n.weights else 0.0
+    source = model.source
+    return [1.0 if source in n.weights else 0.0 for n in nodes]
 
 
-def _domain_spread(need: Need, n: NodeState, model: Model, w: Weights, domains: dict[str, int]) -> float:
+def _domain_spread(
+    need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]
+) -> list[float]:
     """Fewer replicas of this model in the node's failure domain is better (a preference only)."""
-    return -float(domains.get(_domain(n, w), 0))
+    if not domains:
+        return [0.0] * len(nodes)
+    label = w.domain
+    return [-float(domains.get(n.info.labels.get(label, n.info.node), 0)) for n in nodes]
 
 
 def _domain(n: NodeState, w: Weights) -> str:
@@ -132,7 +178,7 @@ def scores(
     total = [0.0] * len(fit)
     parts: dict[str, list[float]] = {}
     for label, scorer, weight in SCORERS:
-        if weight(w):
-            parts[label] = normalised = _normalise([scorer(need, n, model, w, domains) for n in candidates])
-            total = [t + weight(w) * s for t, s in zip(total, normalised, strict=True)]
+        if k := weight(w):
+            parts[label] = normalised = _normalise(scorer(need, candidates, model, w, domains))
+            total = [t + k * s for t, s in zip(total, normalised, strict=True)]
     return total, parts
