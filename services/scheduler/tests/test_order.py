@@ -1,9 +1,11 @@
 """The order a pass places models in: within a class the lightest first (a fast node gains it
-most), and where that leaves replicas unplaced, another try with those models first (on the
-slowest room that fits them); then a small try's starts moved or traded where they answer faster."""
+most); where that leaves a replica unplaced, starts moved off a node to make room for it, and
+another try with those models first (on the slowest room that fits them); then a small try's
+starts moved or traded where they answer faster."""
 
 import itertools
 
+import msgspec
 from fake_nodes import GB, NOW, Node, states
 
 from llmgw.proto import Model, Profile, ReplicaState
@@ -36,10 +38,10 @@ def test_a_model_the_speed_order_leaves_unplaced_goes_first_in_another_try():
     models = [_model("heavy", cpu), _model("light", cpu)]
     nodes = [Node("big").memory(32).membw(200, 10), Node("small").memory(8).membw(50, 5)]
     sizes = {"heavy": 30 * GB, "light": GB}  # on "big", one or the other
-    one = _pass(models, sizes, nodes, Policy(tries=1))
+    one = _pass(models, sizes, nodes, Policy(tries=1, improve=0))  # no room made by moves either
     assert [(s.replica.model, s.replica.node) for s in one.starts] == [("light", "big")]
     assert "memory: needs" in one.unplaced["heavy"]
-    plan = _pass(models, sizes, nodes)
+    plan = _pass(models, sizes, nodes, Policy(improve=0))
     assert [(s.replica.model, s.replica.node) for s in plan.starts] == [("heavy", "big"), ("light", "small")]
     assert [s.replica.id for s in plan.starts] == ["r0", "r1"] and not plan.unplaced
 
@@ -53,6 +55,41 @@ def test_a_try_that_places_no_more_keeps_the_speed_order():
     assert set(plan.unplaced) == {"heavy"}
 
 
+def test_a_start_moves_off_the_only_node_a_model_left_unplaced_fits():
+    cpu = Profile(name="cpu")
+    models = [_model("heavy", cpu), _model("light", cpu)]
+    nodes = [Node("big").memory(32).membw(200, 10), Node("small").memory(8).membw(50, 5)]
+    plan = _pass(models, {"heavy": 30 * GB, "light": GB}, nodes, Policy(tries=1))  # in the first try
+    assert {s.replica.model: s.replica.node for s in plan.starts} == {"light": "small", "heavy": "big"}
+    assert [s.replica.id for s in plan.starts] == ["r0", "r1"] and not plan.unplaced
+
+
+def test_room_made_on_the_cpu_keeps_the_fast_card_for_the_light_model():
+    # The heavy model's card profile comes first. It is left unplaced: a light model has the
+    # only card, and a CPU model the cores of the only node its CPU profile fits. Put first, it
+    # would take the card and send the light model to the CPU (the same count, far fewer tokens
+    # a second); the CPU model moving to another node makes it room on the CPU instead.
+    card, cpu = Profile(name="gpu", gpus=1, priority=10), Profile(name="cpu", cpu_cores=16)
+    heavy = Model(name="heavy", source="o/heavy/m.gguf", profiles=[card, cpu])
+    light = Model(name="light", source="o/light/m.gguf", profiles=[card, Profile(name="cpu", cpu_cores=4)])
+    models = [heavy, light, _model("mid", cpu)]
+    nodes = [
+        Node("cards").memory(16).membw(100, 8).cards(1),
+        Node("big").memory(64).membw(300, 10),
+        Node("small").memory(8).membw(150, 8),
+    ]
+    plan = _pass(models, {"heavy": 30 * GB, "light": GB, "mid": 4 * GB}, nodes)
+    placed = {s.replica.model: (s.replica.profile, s.replica.node) for s in plan.starts}
+    assert placed["light"] == ("gpu", "cards") and placed["heavy"] == ("cpu", "big") and placed["mid"][1] != "big"
+    assert not plan.unplaced
+    no_moves = _pass(models, {"heavy": 30 * GB, "light": GB, "mid": 4 * GB}, nodes, Policy(improve=0))
+    assert {s.replica.model: s.replica.profile for s in no_moves.starts} == {
+        "heavy": "gpu",
+        "light": "cpu",
+        "mid": "cpu",
+    }
+
+
 def test_a_model_put_first_takes_the_slowest_room_that_fits_it():
     card = Profile(name="gpu", gpus=1)
     models = [_model("heavy", card), _model("light-a", card), _model("light-b", card)]
@@ -62,6 +99,29 @@ def test_a_model_put_first_takes_the_slowest_room_that_fits_it():
     # put first after the speed order left it unplaced, it no longer takes "fast" from a light model
     placed = {s.replica.model: s.replica.node for s in plan.starts}
     assert placed == {"heavy": "mid", "light-a": "fast", "light-b": "slow"} and not plan.unplaced
+
+
+def test_a_start_falls_back_to_its_next_profile_to_make_room_for_a_card_only_model():
+    card = Profile(name="gpu", gpus=1, priority=10)
+    light = Model(name="light", source="o/light/m.gguf", profiles=[card, Profile(name="cpu")])
+    models = [light, _model("card-only", card)]
+    nodes = [Node("cards").cards(1), Node("cpu").membw(200, 10)]
+    plan = _pass(models, {"light": GB, "card-only": 16 * GB}, nodes, Policy(tries=1))  # in the first try
+    placed = {s.replica.model: (s.replica.profile, s.replica.node, s.replica.gpus) for s in plan.starts}
+    assert placed == {"light": ("cpu", "cpu", []), "card-only": ("gpu", "cards", ["cards-gpu0"])}
+    assert not plan.unplaced
+    light_start = next(s for s in plan.starts if s.replica.model == "light")
+    assert light_start.profile.name == "cpu" and light_start.replica.memory_mb > 0
+    # its record is the fallback profile's: the next pass finds nothing stale
+    running = [msgspec.structs.replace(s.replica, state="ready") for s in plan.starts]
+    actual = Actual(
+        nodes={n.info.node: n.view() for n in nodes},
+        replicas=running,
+        weights={light.source: GB, models[1].source: 16 * GB},
+    )
+    ids = (f"s{i}" for i in itertools.count())
+    steady = reconcile(Desired(models={m.name: m for m in models}), actual, NOW, Policy(), ids=ids)
+    assert not steady.starts and not steady.stops
 
 
 def _started(plan, states, model, node, size):

@@ -4,20 +4,26 @@ wherever the predicted tokens a second of the replicas started rise and every fi
 passes. Each keeps its profile (the highest-priority one that fitted stays its profile), and
 none moves away from a node holding its file or into a failure domain holding more of its
 model than the one it leaves. Pure and deterministic: the starts in plan order, the nodes in
-name order; a change is made only where the total strictly rises, so it ends."""
+name order; a change is made only where the total strictly rises, so it ends.
+
+Where the greedy pass left a replica unplaced, `make_room` frees a node for it by moving
+starts off that node, each to another node that takes it (same rules), on its own profile or
+else on the next of its model's profiles that fits (as if the unplaced one had been placed
+first): a light model that took the only room a heavy one fits goes elsewhere."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
 from llmgw.modelplan import Shape
-from llmgw.proto import ReplicaState
-from llmgw.scheduler.core._plan import Plan, Policy
+from llmgw.proto import Profile, ReplicaState
+from llmgw.scheduler.core._plan import Plan, Policy, Start
+from llmgw.scheduler.core._rollout import fingerprint_of, wanted_counts
 from llmgw.scheduler.placement import Need, NodeState, cards_for, claim, fits, need_of, release, spans, speed_of
 
-__all__ = ["SWEEPS", "improve"]
+__all__ = ["SWEEPS", "improve", "make_room"]
 
 SWEEPS = 4
 """Sweeps over the starts at most (each tries every move and trade)."""
@@ -32,6 +38,13 @@ class _Spot:
     index: int
     need: Need
     source: str
+    fallbacks: list[tuple[Profile, Need]] = field(default_factory=list)
+    """Its model's profiles after its own (by priority, on one node) and their needs: where it
+    may go when moved to make room (none for a model whose profiles are counted)."""
+
+
+_Move = tuple[_Spot, ReplicaState, Profile, Need, list[tuple[Profile, Need]]]
+"""A start moved to make room: its spot, and its replica, profile, need and fallbacks before."""
 
 
 class _Improver:
@@ -43,6 +56,8 @@ class _Improver:
         self.starts, self.spots, self.states = starts, spots, states
         self.now, self.stale_s, self.domain = now, stale_s, domain
         self.moves = True
+        self.fall_back = False
+        """Whether a start moved to make room may go on a fallback profile of its model."""
         self.domains: dict[tuple[str, str], int] = {}
         for n in states.values():
             for r in n.replicas:
@@ -139,6 +154,96 @@ class _Improver:
             self.commit(spot, r, new)
         return True
 
+    def _elsewhere(self, spot: _Spot, r: ReplicaState, away: str) -> tuple[float, str, Profile | None, Need] | None:
+        """Where `r` (released) may go of the nodes but `away`: the fastest that takes it on its
+        own profile, else (`fall_back`) on the first of its fallbacks that one takes (that
+        profile, None for its own); its speed there."""
+        for profile, need in [(None, spot.need), *(spot.fallbacks if self.fall_back else ())]:
+            best: tuple[float, str] | None = None
+            for name, n in self.states.items():
+                if name != away and self.allowed(spot, r, name) and fits(need, n, self.now, self.stale_s):
+                    speed = round(speed_of(need, n), 1)
+                    if best is None or speed > best[0]:
+                        best = (speed, name)
+            if best is not None:
+                return (*best, profile, need)
+        return None
+
+    def _relocate(self, spot: _Spot, r: ReplicaState, to: str, profile: Profile | None, need: Need) -> _Move:
+        """Put `r` (released) on node `to`, on `profile` (None: its own) of need `need`."""
+        start: Start = self.starts[spot.index]
+        was = (spot, r, start.profile, spot.need, spot.fallbacks)
+        n = self.states[to]
+        changes = {"node": to, "gpus": cards_for(need, n), "tokens_per_s": round(speed_of(need, n), 1)}
+        if profile is not None:
+            changes |= {
+                "profile": profile.name,
+                "memory_mb": need.memory_mb,
+                "cores": profile.cpu_cores or 0,
+                "estimate_mb": need.estimate_mb,
+                "fingerprint": fingerprint_of(start.model, profile),
+            }
+            start.profile, spot.need = profile, need
+            spot.fallbacks = spot.fallbacks[[p for p, _ in spot.fallbacks].index(profile) + 1 :]
+        moved = msgspec.structs.replace(r, **changes)
+        claim(self.states, moved)
+        self.commit(spot, r, moved)
+        return was
+
+    def _clear(self, node: str, need: Need) -> list[_Move] | None:
+        """Move starts off `node` until `need` fits there (those that lose least first, each
+        where `_elsewhere` says): the moves made, or None (and none made) where it still does
+        not fit."""
+        n = self.states[node]
+        holds = (lambda r: r.gpus) if need.cards else (lambda r: r.memory_mb or r.cores)
+        losses = []
+        for spot in self.spots:
+            r = self.replica(spot)
+            if r.node != node or not holds(r):
+                continue
+            release(self.states, r)
+            if (to := self._elsewhere(spot, r, node)) is not None:
+                losses.append(((r.tokens_per_s or 0.0) - to[0], spot.index, spot))
+            claim(self.states, r)
+        moves: list[_Move] = []
+        for _, _, spot in sorted(losses, key=lambda e: e[:2]):
+            if fits(need, n, self.now, self.stale_s):
+                break
+            r = self.replica(spot)
+            release(self.states, r)
+            if (to := self._elsewhere(spot, r, node)) is None:
+                claim(self.states, r)
+                continue
+            moves.append(self._relocate(spot, r, *to[1:]))
+        if fits(need, n, self.now, self.stale_s):
+            return moves
+        self.undo(moves)
+        return None
+
+    def undo(self, moves: list[_Move]) -> None:
+        """Put the moved starts back as they were, the last moved first."""
+        for spot, old, profile, need, fallbacks in reversed(moves):
+            new = self.replica(spot)
+            release(self.states, new)
+            claim(self.states, old)
+            self.commit(spot, new, old)
+            self.starts[spot.index].profile, spot.need, spot.fallbacks = profile, need, fallbacks
+
+    def room_for(self, need: Need) -> bool:
+        """Make room for `need` on one node by moving starts off it (`_clear`): on the node where
+        its speed less what the moved ones lose is highest; whether room was made."""
+        best: tuple[float, str] | None = None
+        held = {self.replica(spot).node for spot in self.spots}
+        for name in self.states:
+            if name not in held or (moves := self._clear(name, need)) is None:
+                continue
+            lost = sum((old.tokens_per_s or 0.0) - (self.replica(spot).tokens_per_s or 0.0) for spot, old, *_ in moves)
+            gain = speed_of(need, self.states[name]) - lost
+            self.undo(moves)
+            if best is None or gain > best[0]:
+                best = (gain, name)
+        return best is not None and self._clear(best[1], need) is not None
+
     def sweep(self) -> bool:
         """Every move, then every trade of two models' replicas needing as many cards; whether any was made."""
         changed = False
@@ -151,6 +256,38 @@ class _Improver:
         return changed
 
 
+def _improver(
+    plan: Plan,
+    states: dict[str, NodeState],
+    now: float,
+    policy: Policy,
+    weights: dict[str, int],
+    shapes: dict[str, Shape],
+) -> _Improver | None:
+    """The improver of a try's starts, or None where the pass is too big for it (one sweep's
+    checks, the starts times the starts and the nodes, over `policy.improve`). Only the starts
+    on one node where no stop of the plan frees room (a start there may be what the room was
+    freed for) are open to change."""
+    starts = plan.starts
+    if not starts or len(starts) * (len(starts) + len(states)) > policy.improve:
+        return None
+    freed = {node for stop in plan.stops for node in spans(stop.replica)}
+
+    def need(s: Start, profile: Profile) -> Need:
+        return need_of(profile, weights[s.model.source], shapes.get(s.model.source), s.model.context)
+
+    spots = []
+    for i, s in enumerate(starts):
+        if s.profile.nodes == 1 and s.replica.node not in freed:
+            spot = _Spot(i, need(s, s.profile), s.model.source)
+            if wanted_counts(s.model) is None:
+                after = sorted(s.model.profiles, key=lambda p: -p.priority)
+                after = after[[p.name for p in after].index(s.profile.name) + 1 :]
+                spot.fallbacks = [(p, need(s, p)) for p in after if p.nodes == 1]
+            spots.append(spot)
+    return _Improver(starts, spots, states, now, policy.stale_s, policy.scoring.domain)
+
+
 def improve(
     plan: Plan,
     states: dict[str, NodeState],
@@ -161,23 +298,33 @@ def improve(
 ) -> None:
     """Improve a try's starts in place (`Start.replica` replaced, the node states kept in step)
     by moves and trades, until a sweep changes nothing or after `SWEEPS`; under binpack scoring
-    only by trades (a move would unpack). Only where a sweep's checks (the starts times the
-    starts and the nodes) are within `policy.improve` and speed counts; only the starts on one
-    node where no stop of the plan frees room (a start there may be what the room was freed for).
-    `weights` and `shapes` are the files' sizes and shapes, for the starts' needs."""
-    starts = plan.starts
-    if not starts or len(starts) * (len(starts) + len(states)) > policy.improve or policy.scoring.speed <= 0:
+    only by trades (a move would unpack). Only in passes small enough (`_improver`) where speed
+    counts. `weights` and `shapes` are the files' sizes and shapes, for the starts' needs."""
+    if policy.scoring.speed <= 0 or (improver := _improver(plan, states, now, policy, weights, shapes)) is None:
         return
-    freed = {node for stop in plan.stops for node in spans(stop.replica)}
-    spots = [
-        _Spot(
-            i, need_of(s.profile, weights[s.model.source], shapes.get(s.model.source), s.model.context), s.model.source
-        )
-        for i, s in enumerate(starts)
-        if s.profile.nodes == 1 and s.replica.node not in freed
-    ]
-    improver = _Improver(starts, spots, states, now, policy.stale_s, policy.scoring.domain)
     improver.moves = policy.scoring.mode != "binpack"
     for _ in range(SWEEPS):
         if not improver.sweep():
             break
+
+
+def make_room(  # noqa: PLR0913 - improve's arguments and the need
+    plan: Plan,
+    states: dict[str, NodeState],
+    now: float,
+    policy: Policy,
+    weights: dict[str, int],
+    shapes: dict[str, Shape],
+    need: Need,
+    *,
+    fall_back: bool = False,
+) -> bool:
+    """Make a node take `need` (a replica that fits nowhere) by moving starts of the plan off it,
+    each to another node that takes it: where the replica's speed less what the moved ones lose
+    is highest; with `fall_back`, a moved one may go on a lower-priority profile of its model.
+    Whether room was made (then a placement of `need` finds that node). Only in passes small
+    enough (`_improver`), for a replica on one node."""
+    if need.profile.nodes != 1 or (improver := _improver(plan, states, now, policy, weights, shapes)) is None:
+        return False
+    improver.fall_back = fall_back
+    return improver.room_for(need)

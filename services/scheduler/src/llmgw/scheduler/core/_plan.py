@@ -81,8 +81,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     most replicas (then the most tokens a second) is the plan."""
     improve: int = 20_000
     """A try's starts are improved after its greedy pass (replicas moved, or trading places,
-    where the predicted tokens a second rise) where one sweep's checks, the starts times the
-    starts and the nodes, are at most this many (0: never): small passes, not a big fleet's."""
+    where the predicted tokens a second rise), and moved off a node to make room for a replica
+    left unplaced, where one sweep's checks, the starts times the starts and the nodes, are at
+    most this many (0: never): small passes, not a big fleet's."""
 
 
 class Start(msgspec.Struct, kw_only=True):

@@ -4,11 +4,13 @@ Nomad's shape: the replicas grouped by model, one function per model over the ro
 before it left, their plans merged. Higher classes go first, so a critical model takes room
 before a batch one asks for it; within a class, the models that read least a token (a replica's
 speed is its node's bandwidth over those bytes, so a fast node gains a light model most), then
-by name. Where that order leaves replicas unplaced, the pass is tried again with those models
-first, each on the slowest room that fits it (up to `policy.tries` tries), and the try that
-starts the most replicas (then the most tokens a second) is the plan: a light model takes the
-fast room, but not a heavy one's only room. A small try's starts are then improved by moves
-and trades where the tokens a second rise (`improve`).
+by name. Where that order leaves a replica unplaced, a small try moves starts off a node to
+make room for it (`make_room`: each to another node, on its own profile or else its model's
+next); and the pass is tried again with those models first, each on the slowest room that fits
+it (up to `policy.tries` tries), and the try that starts the most replicas (then the most
+tokens a second) is the plan: a light model takes the fast room, but not a heavy one's only
+room. A small try's starts are then improved by moves and trades where the tokens a second
+rise (`improve`).
 
 For every model: stop replicas of removed models and those left draining; replace stale
 replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
@@ -28,7 +30,7 @@ import msgspec
 from llmgw.modelplan import Shape
 from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core._hearing import silence
-from llmgw.scheduler.core._improve import improve
+from llmgw.scheduler.core._improve import improve, make_room
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._rollout import fingerprint_of, surplus, wanted_counts, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
@@ -73,6 +75,8 @@ class _Pass:
     first: set[str] = field(default_factory=set)
     """Models put first in this try: they take the slowest room that fits (not the fast room
     a lighter model gains most from), their speed scored the other way round."""
+    left: dict[str, tuple[_Wants, list[list[Profile]], int]] = field(default_factory=dict)
+    """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
 
 
 @dataclass
@@ -165,6 +169,7 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     run.index = Index(states, now, policy.stale_s)
     for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
         plan.absorb(_for_model(model, fleet.by_model.get(name, []), run))
+    _repair(plan, run)
     improve(plan, run.states, now, policy, actual.weights, actual.shapes)
     return plan, run.short
 
@@ -288,7 +293,7 @@ def _start_missing(wants: _Wants, run: _Pass, plan: Plan) -> None:
     """Place each missing replica on the first of its profiles that fits; the first that fits
     nowhere ends the model's turn, saying why for each profile and node."""
     started = 0
-    for profiles in wants.tries:
+    for i, profiles in enumerate(wants.tries):
         reasons: list[str] = []
         for profile in profiles:
             why = _place_one(wants, profile, run, plan)
@@ -301,9 +306,36 @@ def _start_missing(wants: _Wants, run: _Pass, plan: Plan) -> None:
             stale_surge = wants.stale and wants.model.rollout == "surge"
             plan.unplaced[wants.model.name] = " | ".join(reasons) + (surge if stale_surge else "")
             run.short.add(wants.model.name)
+            run.left[wants.model.name] = (wants, wants.tries[i:], started)
             break
     if started:  # replaced now: the failed records go
         plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
+
+
+def _repair(plan: Plan, run: _Pass) -> None:
+    """The replicas the pass left unplaced, model by model in turn: each where a node can be
+    cleared for it by moving starts of this pass elsewhere (`make_room`), on the first of its
+    profiles that can be; on their own profiles first, else on their models' fallbacks."""
+    for name, (wants, left, started) in run.left.items():
+        placed = 0
+        for profiles in left:
+            if not any(_room_made(wants, profiles, run, plan, fall_back) for fall_back in (False, True)):
+                break
+            placed += 1
+        if placed == len(left):  # still short in `run.short`: the next try puts it first
+            del plan.unplaced[name]
+        if placed and not started:  # replaced now: the failed records go
+            plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
+
+
+def _room_made(wants: _Wants, profiles: list[Profile], run: _Pass, plan: Plan, fall_back: bool) -> bool:
+    """Whether one replica was placed on the first of `profiles` room could be made for."""
+    model = wants.model
+    for profile in profiles:
+        need = need_of(profile, run.weights[model.source], run.shapes.get(model.source), model.context)
+        if make_room(plan, run.states, run.now, run.policy, run.weights, run.shapes, need, fall_back=fall_back):
+            return not _place_one(wants, profile, run, plan)
+    return False
 
 
 def _place_one(wants: _Wants, profile: Profile, run: _Pass, plan: Plan) -> str:
