@@ -59,7 +59,7 @@
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" "httptools" ];
         };
         llmgw-agent = {
           dir = "services/agent";
