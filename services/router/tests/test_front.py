@@ -206,3 +206,19 @@ async def test_an_http_1_0_client_gets_its_stream_unframed_and_ended_by_the_clos
         writer.write(b"HEAD /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")  # the app's (no body)
         writer.close()
+
+
+async def test_an_upgrade_goes_to_the_app_a_trailing_slash_is_the_route_and_no_100_continue_for_a_body_too_large():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n")
+        assert (await read_answer(reader))[2] == b'{"rest": "/v1/models"}'  # as curl --http2 asks
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models/ HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await read_answer(reader))[2] == b'{"data":[]}'
+        head = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 101\r\nexpect: 100-continue\r\n\r\n"
+        writer.write(head)
+        status, _, body = await read_answer(reader)  # told at once, without asking for the body
+        assert status == 413 and b"over 100 bytes" in body
+        writer.close()

@@ -178,3 +178,16 @@ async def test_no_engine_listening_is_an_engine_error_naming_where():
         await Upstream().post(url, "/v1/completions", b"{}", {})
     with pytest.raises(EngineError, match="must be http"):
         await Upstream().post("ftp://x", "/v1/completions", b"{}", {})
+
+
+async def test_an_answer_framed_by_the_connections_end_ends_there():
+    async def close_framed(reader, writer, n):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{}")
+        return False
+
+    async with engine(close_framed) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {})
+        assert await answer.read() == b"{}"
+        answer.release()
+        upstream.close()

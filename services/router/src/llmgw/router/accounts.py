@@ -35,7 +35,10 @@ from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
 
-__all__ = ["Accounts"]
+__all__ = ["USAGE_ACK_S", "Accounts"]
+
+USAGE_ACK_S = 5.0
+"""How long a usage record's publish waits for the stream's acknowledgement."""
 
 
 class Accounts:
@@ -133,15 +136,30 @@ class Accounts:
             spawn(self.tasks, self.quota.give_back(scopes, admitted, now, reserve), self.log, what)
 
     async def _publish_usage(self) -> None:
-        """Each finished request's usage to the stream."""
+        """Each finished request's usage to the stream, without waiting on each acknowledgement
+        in turn (one round trip each held the publishing to ~2,000 a second): up to nats-py's
+        limit of publishes in flight; one refused, or not acknowledged within `USAGE_ACK_S`,
+        is logged."""
+        loop = asyncio.get_running_loop()
         while True:
             record = await self.usage.get()
+            subject = router_api.USAGE.subject(record.project, record.model)
             try:
-                await self.js.publish(
-                    router_api.USAGE.subject(record.project, record.model), msgspec.json.encode(record)
-                )
+                acked = await self.js.publish_async(subject, msgspec.json.encode(record))
             except Exception as exc:
                 self.log.warning("usage not recorded", request=record.request_id, error=str(exc))
+                continue
+            late = loop.call_later(USAGE_ACK_S, acked.cancel)
+            acked.add_done_callback(lambda done, rid=record.request_id, late=late: self._acked(done, rid, late))
+
+    def _acked(self, done: asyncio.Future, request_id: str, late: asyncio.TimerHandle) -> None:
+        """A usage record's publish was answered (or given up on)."""
+        late.cancel()
+        if done.cancelled():
+            why = f"no acknowledgement within {USAGE_ACK_S:g} s"
+            self.log.warning("usage not recorded", request=request_id, error=why)
+        elif (exc := done.exception()) is not None:
+            self.log.warning("usage not recorded", request=request_id, error=str(exc))
 
     # -- keys, projects, usage (NATS and the admin API) --------------------------------------------
     async def create_key(self, req: KeyCreate) -> KeyCreated:

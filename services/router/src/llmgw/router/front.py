@@ -101,7 +101,7 @@ class Front:
         if self.sweeper is not None:
             self.sweeper.cancel()
         for client in list(self.clients):
-            if client.task is None:
+            if client.task is None and client.tunnel is None:  # a tunnel's requests drain in the app's server
                 client.close()
         busy = [c.task for c in self.clients if c.task is not None]
         if busy:
@@ -109,9 +109,9 @@ class Front:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        await self.rest.stop(grace_s)
         for client in list(self.clients):
             client.close()
-        await self.rest.stop(grace_s)
         self.folder.cleanup()
 
 
@@ -153,6 +153,8 @@ class _Client(asyncio.Protocol):
             self.raw.append(data)
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # an Upgrade: its connection went to the app's server when its headers came
         except httptools.HttpParserError as exc:
             if self.tunnel is None:
                 self._refuse(HttpError(400, f"The request is not HTTP/1.1 the router can read ({exc})."))
@@ -180,23 +182,33 @@ class _Client(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        self.head_bytes += len(url)
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.head_bytes += len(name) + len(value)
+        self._count_head(len(name) + len(value))
         name = name.lower()
         if name in REQUEST_HEADERS or name == b"expect":
             self.request.headers[name.decode()] = value.decode("latin-1")
 
+    def _count_head(self, size: int) -> None:
+        """A request's line and headers may not pass `MOST_HEAD_BYTES` (431, then closed)."""
+        self.head_bytes += size
+        if self.head_bytes > MOST_HEAD_BYTES and self.tunnel is None and not self.closed:
+            self.raw = None
+            self._refuse(HttpError(431, "The request's headers are too large."))
+
     def on_headers_complete(self) -> None:
-        if self.tunnel is not None:
+        if self.tunnel is not None or self.closed:
             return
         path = self.url.split(b"?", 1)[0].decode("latin-1")
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]  # /v1/models/ is /v1/models
         request = self.request
         request.method, request.path = self.parser.get_method().decode(), path
         request.keep = self.parser.should_keep_alive()
         request.chunked = self.parser.get_http_version() != "1.0"
-        if path not in OPENAI_ROUTES or request.method not in ("GET", "POST"):  # HEAD and such: the app's
+        app_s = path not in OPENAI_ROUTES or request.method not in ("GET", "POST") or self.parser.should_upgrade()
+        if app_s:  # HEAD and such, and an Upgrade (h2c, websocket): the app's server answers
             if self.raw is None:  # pipelined behind another: where it begins is not known here
                 request.refused = HttpError(400, "Send requests outside /v1 on a connection of their own, unpipelined.")
                 request.keep = False
@@ -204,10 +216,14 @@ class _Client(asyncio.Protocol):
                 self._hand_over()
             return
         self.raw = None
-        if self.head_bytes > MOST_HEAD_BYTES:
-            request.refused, request.keep = HttpError(431, "The request's headers are too large."), False
-        elif request.headers.get("expect", "").lower() == "100-continue":
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        length = request.headers.get("content-length", "")
+        too_long = length.isdigit() and int(length) > self.endpoint.most
+        expects = request.headers.get("expect", "").lower() == "100-continue" and request.chunked
+        if expects and self.task is None:  # not while another's answer is being written
+            if too_long:  # told at once: the client has not sent the body and need not
+                self._refuse(self._too_large())
+            else:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         request = self.request
@@ -215,14 +231,13 @@ class _Client(asyncio.Protocol):
             return
         self.size += len(body)
         if self.size > self.endpoint.most:
-            most = self.endpoint.most
-            request.refused = BodyTooLarge(f"The request body is over {most} bytes, the most this router takes.")
+            request.refused = self._too_large()
             request.keep, request.body = False, []
             return
         request.body.append(body)
 
     def on_message_complete(self) -> None:
-        if self.tunnel is not None:
+        if self.tunnel is not None or self.closed:
             return
         self.ended_here = True
         if self.task is None:
@@ -291,6 +306,9 @@ class _Client(asyncio.Protocol):
             answer = self.endpoint.refused(error)
             self._write(_head(answer, os.urandom(16).hex(), False, len(answer.body)) + answer.body)
         self.close()
+
+    def _too_large(self) -> BodyTooLarge:
+        return BodyTooLarge(f"The request body is over {self.endpoint.most} bytes, the most this router takes.")
 
     def _hand_over(self) -> None:
         """This connection goes to the app's server, from this request on."""

@@ -77,12 +77,13 @@ class Proxy:
             raise
 
     async def _on_model(
-        self, prepared: Prepared, model: Model, primary: bool, finish: Finish, tried: Served
+        self, prepared: Prepared, model: Model, primary: bool, finish: Finish, tried: Served, wake: bool = True
     ) -> tuple[Answer | Relay | None, Served]:
-        """One model's replicas, best first; the answer, or None and the last replica tried."""
+        """One model's replicas, best first; the answer, or None and the last replica tried.
+        `wake`: where the asked-for model has none ready, wait for one coming (or waking)."""
         self.demand.tell(model, time.time())
         candidates, ready = self.directory.ready(model)
-        if not candidates and primary and await self.demand.ready_soon(model):
+        if not candidates and primary and wake and await self.demand.ready_soon(model):
             candidates, ready = self.directory.ready(model)
         held = await self._held(prepared, model, ready, primary)
         exclude: set[str] = set()
@@ -102,24 +103,34 @@ class Proxy:
         self, prepared: Prepared, model: Model, finish: Finish, tried: Served
     ) -> tuple[Answer | Relay | None, Served]:
         """No replica of the asked-for model answered (each tried failed, or none was in
-        rotation). While one of its replicas is on its way (its engine died and is being started
-        again) or, for `OUT_GRACE_S`, out of rotation or being probed (its agent has yet to
-        report it, or its replacement to pass its first probe), the request waits for it,
-        `replace_wait_s` at most, trying what is in rotation every quarter second; else None at
-        once (the client is told 503)."""
+        rotation). Where none is in rotation now, and one is on its way (its engine died and is
+        being started again) or, for `OUT_GRACE_S`, out of rotation or being probed (its agent
+        has yet to report it, or its replacement to pass its first probe), the request waits
+        for it, `replace_wait_s` at most in all, trying what is in rotation every quarter
+        second; else None at once (the client is told 503)."""
+        if self._in_rotation(model):
+            return None, tried
         now = time.monotonic()
         deadline, grace = now + self.demand.replace_wait_s, now + OUT_GRACE_S
         while now < deadline:
-            if self.directory.coming(model):
-                grace = now + OUT_GRACE_S  # once ready, its first health probe brings it in
-            elif now > grace or not self._doubted(model):
-                break
-            await asyncio.sleep(0.25)
-            answer, tried = await self._on_model(prepared, model, True, finish, tried)
-            if answer is not None:
+            last = self._in_rotation(model)  # back in rotation: one more try, then told
+            if not last:
+                if self.directory.coming(model):
+                    grace = now + OUT_GRACE_S  # once ready, its first health probe brings it in
+                elif now > grace or not self._doubted(model):
+                    break
+                await asyncio.sleep(0.25)
+            answer, tried = await self._on_model(prepared, model, True, finish, tried, wake=False)
+            if answer is not None or last:
                 return answer, tried
             now = time.monotonic()
         return None, tried
+
+    def _in_rotation(self, model: Model) -> bool:
+        """Whether a ready replica of `model` is in rotation and not doubted (one that answered
+        a 5xx, say): then nothing is waited for, the client is told at once."""
+        _, ready = self.directory.ready(model)
+        return any(not self.health.doubted(rid) for rid in ready)
 
     def _doubted(self, model: Model) -> bool:
         """Whether a ready replica of `model` is out of rotation or being probed."""

@@ -12,10 +12,16 @@ from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["EngineAnswer", "EngineError", "Upstream"]
+__all__ = ["KEEP_IDLE_S", "STALE_WITHIN_S", "EngineAnswer", "EngineError", "Upstream"]
 
 _PAUSE_AT = 256 * 1024
 """Bytes of an answer held unread before the engine's connection stops being read."""
+KEEP_IDLE_S = 2.0
+"""A kept connection idle longer is not used again (engines close idle ones after a few seconds:
+llama-server after 5)."""
+STALE_WITHIN_S = 0.5
+"""A kept connection closed unanswered this soon after a request was written had been closed by
+the engine before it: the request is sent again once, on a new connection."""
 
 
 class EngineError(Exception):
@@ -141,6 +147,12 @@ class _Connection(asyncio.Protocol):
         self.keep = False
         self.deadline: asyncio.TimerHandle | None = None
         self.paused = False
+        self.buffered = 0
+        """Bytes of the answer its reader has not taken yet."""
+        self.sent_at = 0.0
+        """When the current request was written (loop time)."""
+        self.idle_since = 0.0
+        """When it went back to the pool (loop time)."""
         self.closed = False
 
     def send(self, request: bytes, total_s: float, read_s: float | None) -> EngineAnswer:
@@ -150,6 +162,7 @@ class _Connection(asyncio.Protocol):
         self.answer = EngineAnswer(self, read_s)
         self.headed = loop.create_future()
         self.received = self.keep = False
+        self.buffered, self.sent_at = 0, loop.time()
         self.deadline = loop.call_later(total_s, self._late)
         self.transport.write(request)
         return self.answer
@@ -179,6 +192,11 @@ class _Connection(asyncio.Protocol):
             self.deadline.cancel()
         if self in self.pool:
             self.pool.remove(self)
+        answer = self.answer
+        if answer is not None and answer.status and exc is None and not answer.complete:
+            if "content-length" not in answer.headers and "transfer-encoding" not in answer.headers:
+                answer._end()  # an answer framed by the connection's end: this is its end
+                return
         why = f" ({exc})" if exc else ""
         self._fail(EngineError(f"the engine closed the connection before its answer ended{why}"))
 
@@ -193,7 +211,8 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.answer._push(body)
-        if len(self.answer._pieces) > 1 and sum(map(len, self.answer._pieces)) > _PAUSE_AT and not self.paused:
+        self.buffered += len(body)
+        if self.buffered > _PAUSE_AT and not self.paused:
             self.paused = True
             self.transport.pause_reading()
 
@@ -205,6 +224,7 @@ class _Connection(asyncio.Protocol):
     # the answer's side
     def resume(self) -> None:
         """Its reader caught up: read the engine again."""
+        self.buffered = 0
         if self.paused and not self.closed:
             self.paused = False
             self.transport.resume_reading()
@@ -223,6 +243,7 @@ class _Connection(asyncio.Protocol):
         self.answer = self.headed = self.deadline = None
         if answer.complete and self.keep and not self.closed:
             self.resume()
+            self.idle_since = asyncio.get_running_loop().time()
             self.pool.append(self)
         else:
             self.drop()
@@ -249,22 +270,25 @@ class Upstream:
         """POST `body` to `path` on the engine at `base` (its URL); its answer once its status and
         headers came. The exchange, body read included, has `total_s`; the engine may stay
         silent for `read_s` at most, before its headers and between pieces (None: no such
-        limit). A kept connection the engine had closed before answering anything is retried
-        once on a new one."""
+        limit). A kept connection that closed unanswered within `STALE_WITHIN_S` of the request
+        (the engine had closed it as it went out) is tried once more on a new connection."""
         host, port, tls, _ = _where(base)
         request = b"%b%d\r\n\r\n%b" % (_head(base, path, tuple(headers.items())), len(body), body)
         pool = self.pools.setdefault((host, port, tls), [])
+        now = asyncio.get_running_loop().time()
         while pool:
             conn = pool.pop()
-            if conn.closed:
+            if conn.closed or now - conn.idle_since > KEEP_IDLE_S:
+                conn.drop()  # closed, or idle long enough that the engine may be closing it now
                 continue
             try:
-                return await self._exchange(conn, request, self.total_s, read_s)
+                return await self._exchange(conn, request, read_s)
             except EngineError:
-                if conn.received:
+                quick = asyncio.get_running_loop().time() - conn.sent_at < STALE_WITHIN_S
+                if conn.received or not quick:
                     raise
-                # the engine had closed this kept connection: a new one below
-        return await self._exchange(await self._open(host, port, tls, pool), request, self.total_s, read_s)
+                break  # the engine had closed this kept connection: once more, on a new one
+        return await self._exchange(await self._open(host, port, tls, pool), request, read_s)
 
     def close(self) -> None:
         """Close every kept connection."""
@@ -273,7 +297,7 @@ class Upstream:
                 conn.drop()
             pool.clear()
 
-    async def _exchange(self, conn: _Connection, request: bytes, total_s: float, read_s: float | None) -> EngineAnswer:
+    async def _exchange(self, conn: _Connection, request: bytes, read_s: float | None) -> EngineAnswer:
         answer = conn.send(request, self.total_s, read_s)
         timer = asyncio.get_running_loop().call_later(read_s, EngineAnswer._expire, conn.headed) if read_s else None
         try:
