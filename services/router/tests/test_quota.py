@@ -160,3 +160,75 @@ async def test_one_request_after_another_costs_one_write_each_its_end_going_with
     await quota.finish(one_at_a_time, 1, NOW + 11)  # with nothing after it: written alone, soon
     value = msgspec.json.decode((await kv.get("key.s")).value)
     assert "router-a" not in value.get("c", {})
+
+
+ROOMY = Limits(requests_per_minute=100_000, concurrent=1_000, tokens_per_day=10**9)
+
+
+async def _written(quota, kv, sid):
+    """The scope's entry once what `quota` counted there is written (its background write done)."""
+    for _ in range(100):
+        if sid not in quota.dirty and not quota.waiting.get(sid) and sid not in quota.writing:
+            break
+        await asyncio.sleep(0.02)
+    return msgspec.json.decode((await kv.get(sid)).value)
+
+
+async def test_far_from_its_limits_a_key_is_admitted_from_a_lease_and_counted_in_the_background(nc):
+    """Request after request on a roomy key: admitted from this router's lease of the headroom,
+    not one write each; every request and token still reaches KV, and the lease counts as used
+    for the other routers meanwhile."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    scope = [("key.r", "key 'r'", ROOMY)]
+    assert (await quota.admit(scope, NOW, reserve=50)).ok
+    first = (await kv.get("key.r")).revision
+    for i in range(200):
+        verdict = await quota.admit(scope, NOW + i / 1000, reserve=50)
+        assert verdict.ok and verdict.headers["x-ratelimit-remaining-requests"] == str(100_000 - i - 2)
+        await quota.finish(scope, 20, NOW + i / 1000, reserve=50)
+    await quota.finish(scope, 20, NOW + 0.2, reserve=50)
+    value = await _written(quota, kv, "key.r")
+    writes = (await kv.get("key.r")).revision - first
+    print(f"\n200 requests one after another on a roomy key: {writes} writes")
+    assert writes < 200 / 4
+    assert value["m"][1] == 201 and value["d"][1] == 201 * 20 and not value.get("c") and not value.get("h")
+    _, requests, tokens, concurrent, _ = value["l"]["router-a"]  # leased: the other routers count it
+    seen = await Quota(kv, "router-b").read("key.r", NOW + 1)
+    assert requests > 0 and tokens > 0 and concurrent > 0 and seen.minute_requests == 201  # a read is what was used
+
+
+async def test_leases_never_let_routers_pass_a_limit_and_one_router_alone_reaches_it_exactly(nc):
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    a, b = Quota(kv, "router-a"), Quota(kv, "router-b")
+    scope = [("key.t", "key 't'", Limits(requests_per_minute=300, concurrent=100))]
+
+    async def one(quota, at):
+        if not (await quota.admit(scope, at)).ok:
+            return 0
+        await quota.finish(scope, 0, at)
+        return 1
+
+    admitted = 0
+    for i in range(200):  # the two take turns, each admitting from its own lease where it can
+        admitted += await one(a, NOW + i / 1000) + await one(b, NOW + i / 1000)
+    value = await _written(b, kv, "key.t")
+    value = await _written(a, kv, "key.t")
+    print(f"\n400 requests over two leasing routers, 300 a minute: {admitted} admitted")
+    assert 250 <= admitted <= 300 and value["m"][1] == admitted  # the leases held back the rest
+    alone = Quota(kv, "router-c")
+    solo = [("key.u", "key 'u'", Limits(requests_per_minute=300, concurrent=1000))]
+    verdicts = [await alone.admit(solo, NOW + i / 1000) for i in range(400)]
+    assert sum(v.ok for v in verdicts) == 300 and "requests_per_minute 300 reached" in verdicts[-1].limit
+
+
+async def test_a_lease_counts_for_the_others_until_it_is_lease_s_old_then_its_headroom_is_theirs(nc):
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    a, b = Quota(kv, "router-a"), Quota(kv, "router-b")
+    scope = [("key.l", "key 'l'", Limits(requests_per_minute=100))]
+    assert (await a.admit(scope, NOW)).ok  # and router-a leases 12 of the 99 left (an eighth)
+    a.stop()  # router-a goes away holding its lease
+    taken = [(await b.admit(scope, NOW + 1)).ok for _ in range(100)]
+    assert sum(taken) == 100 - 1 - 12
+    assert (await b.admit(scope, NOW + 1 + a.lease_s)).ok  # router-a's lease has lapsed
+    assert sum([(await b.admit(scope, NOW + 1 + a.lease_s)).ok for _ in range(20)]) == 11

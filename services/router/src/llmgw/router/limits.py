@@ -4,13 +4,14 @@ tell the client where it stands. The counters themselves are in KV (`quota.py`).
 from __future__ import annotations
 
 import calendar
+import functools
 import time
 
 import msgspec
 
 from llmgw.proto import Limits
 
-__all__ = ["Counts", "Verdict", "judge", "standing", "windows"]
+__all__ = ["LEASE_SHARE", "Counts", "Lease", "Verdict", "grant", "judge", "standing", "windows"]
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -37,18 +38,22 @@ class Verdict(msgspec.Struct, kw_only=True):
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=8)
+def _ends(second: int) -> tuple[tuple[str, int], tuple[str, int], tuple[str, int]]:
+    """The UTC minute, day and month that hold `second`: each its id and the second it ends."""
+    t = time.gmtime(second)
+    month_days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
+    return (
+        (time.strftime("%Y%m%d%H%M", t), (second // 60 + 1) * 60),
+        (time.strftime("%Y%m%d", t), (second // 86400 + 1) * 86400),
+        (time.strftime("%Y%m", t), calendar.timegm((t.tm_year, t.tm_mon, month_days, 0, 0, 0)) + 86400),
+    )
+
+
 def windows(now: float) -> dict[str, tuple[str, float]]:
     """Window name -> (its id, seconds until it resets): the UTC minute, day and month."""
-    t = time.gmtime(now)
-    minute_end = (int(now) // 60 + 1) * 60
-    day_end = (int(now) // 86400 + 1) * 86400
-    month_days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
-    month_end = calendar.timegm((t.tm_year, t.tm_mon, month_days, 0, 0, 0)) + 86400
-    return {
-        "minute": (time.strftime("%Y%m%d%H%M", t), minute_end - now),
-        "day": (time.strftime("%Y%m%d", t), day_end - now),
-        "month": (time.strftime("%Y%m", t), month_end - now),
-    }
+    (minute, minute_end), (day, day_end), (month, month_end) = _ends(int(now))
+    return {"minute": (minute, minute_end - now), "day": (day, day_end - now), "month": (month, month_end - now)}
 
 
 _COUNTED = (  # each limit, the count held against it, whether it counts tokens, its window
@@ -98,6 +103,56 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int =
                 headers=headers,
             )
     return Verdict(ok=True, headers=headers)
+
+
+class Lease(msgspec.Struct, frozen=True, array_like=True):
+    """Headroom one router may spend in a scope without asking the counters: requests in
+    `minute`, tokens (held by requests in flight or used since its last write) and requests in
+    flight beyond those it wrote. The other routers count it as used."""
+
+    minute: str = ""
+    requests: int = 0
+    tokens: int = 0
+    concurrent: int = 0
+
+
+LEASE_SHARE = 8
+"""A router leases at most this fraction (1/8) of what is left under a limit: near it, leases
+shrink to nothing and every request is judged on the counters themselves."""
+
+
+def grant(limits: Limits, counts: Counts, want: Lease, now: float) -> Lease | None:
+    """The lease a router takes, wanting `want`, where the scope stands at `counts` (all but this
+    lease counted): for each limit set, the smaller of what it wants and a `LEASE_SHARE` part of
+    what is left. None where a limit set would lease nothing (no request could be admitted from
+    it: each is judged on the counters)."""
+    tokens_left = [
+        limit - used - counts.reserved
+        for limit, used in (
+            (limits.tokens_per_minute, counts.minute_tokens),
+            (limits.tokens_per_day, counts.day_tokens),
+            (limits.tokens_per_month, counts.month_tokens),
+        )
+        if limit is not None
+    ]
+    lease = Lease(
+        minute=windows(now)["minute"][0],
+        requests=_share(limits.requests_per_minute, counts.minute_requests, want.requests),
+        tokens=min(want.tokens, max(0, min(tokens_left) // LEASE_SHARE)) if tokens_left else 0,
+        concurrent=_share(limits.concurrent, counts.concurrent, want.concurrent),
+    )
+    useless = (
+        (limits.requests_per_minute is not None and not lease.requests)
+        or (tokens_left and not lease.tokens)
+        or (limits.concurrent is not None and not lease.concurrent)
+        or not (lease.requests or lease.tokens or lease.concurrent)
+    )
+    return None if useless else lease
+
+
+def _share(limit: int | None, used: int, want: int) -> int:
+    """What a lease takes of what is left under one limit (nothing where it is not set)."""
+    return 0 if limit is None else min(want, max(0, (limit - used) // LEASE_SHARE))
 
 
 def _how_much(used: int, held: int, reserve: int) -> str:

@@ -17,6 +17,16 @@ a token limit together. Each router's in-flight entry is written from its own co
 changed by a delta), and one not heard of for `stale_s` no longer counts: a crashed router, or
 an end that could not be told, leaks nothing for long.
 
+Far from its limits, a router does not ask KV for each request: each write takes a lease of
+the scope's headroom (`limits.grant`: what the router wants, at most an eighth of what is left
+under each limit), which the other routers count as used until it is `lease_s` old:
+  "l": {router: [UTC minute, requests, tokens, in flight, unix time]}
+Requests that fit what is left of it are admitted here, at once, and written in the background
+(within `flush_s`, or as soon as half a lease is spent), each write renewing it. A limit is
+still never passed: what a router admits from its lease is what the others already count. Near
+a limit leases shrink to nothing and every request is judged on KV as above; a router that
+stops leaves its lease counted for at most `lease_s`.
+
 While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
 the last counts it read and its own, counting locally, and writes what it counted once NATS is
 back: limits hold for what this router serves; what other routers served meanwhile is unseen.
@@ -36,7 +46,7 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
-from llmgw.router.limits import Counts, Verdict, judge, windows
+from llmgw.router.limits import Counts, Lease, Verdict, grant, judge, windows
 
 __all__ = ["Quota", "Scope"]
 
@@ -75,11 +85,49 @@ class _Asked(NamedTuple):
 
 
 class _Mine(msgspec.Struct):
-    """What this router holds in one scope, and what it counted there that KV has not heard."""
+    """What this router holds in one scope, what it counted there that KV has not heard, and the
+    lease it admits from."""
 
     n: int = 0
     held: int = 0
     unsent: list[_Op] = msgspec.field(default_factory=list)
+    unsent_requests: int = 0
+    unsent_tokens: int = 0
+    sent_n: int = 0
+    """In flight, as this router's entry in KV last said (a lease's requests in flight are beyond)."""
+    sent_held: int = 0
+    """Tokens held, as its entry in KV last said (a lease's tokens count from there)."""
+    lease: Lease | None = None
+    until: float = 0.0
+    """Loop time after which the lease is no longer spent (half its life: clocks differ)."""
+    base: Counts | None = None
+    """The scope's counts as last written, this router's own left out (the fast path's headers)."""
+    biggest: int = 0
+    """The most tokens a request of this scope held (what a lease of tokens must fit a few of)."""
+    last_at: float = 0.0
+    """The time of the last change counted here (what a background write is dated)."""
+
+    def spent(self) -> Lease:
+        """What was admitted here since the last write, against what a lease gives."""
+        return Lease(
+            requests=self.unsent_requests,
+            tokens=self.held - self.sent_held + self.unsent_tokens,
+            concurrent=self.n - self.sent_n,
+        )
+
+
+class _Snapshot(NamedTuple):
+    """What one write sends of this router's own: the first `unsent` changes counted here, its
+    in-flight count and held tokens, and the lease it takes."""
+
+    unsent: int
+    n: int
+    held: int
+    lease: Lease | None
+    base: Counts
+    until: float
+    """Loop time until which the lease may be spent (from before the write: the others count it
+    from the time in the entry)."""
 
 
 def _admit(_: Counts) -> Verdict:
@@ -125,6 +173,12 @@ class Quota:
         self.end_wait_s = 0.05
         """How long a request's end waits to be written with another change (it only keeps the
         counts stricter meanwhile: the request still counts as in flight)."""
+        self.lease_s = 4.0
+        """How long the others count a lease this router took (it spends it for half that)."""
+        self.flush_s = 0.05
+        """How soon what was admitted from a lease is written."""
+        self.limits: dict[str, Limits] = {}
+        """Scope -> its limits, as its last request here said (what a lease is taken against)."""
         self.soon: dict[str, asyncio.TimerHandle] = {}
         """Scope -> when the ends waiting on it are written, where no other change came first."""
         self.mine: dict[str, _Mine] = {}
@@ -143,24 +197,40 @@ class Quota:
         self.log = get_logger("router")
 
     # -- one change of one scope ----------------------------------------------------------------
-    def _counts(self, sid: str, value: dict, now: float, ops: Sequence[_Op] = ()) -> Counts:
-        """What the scope has used, with what this router holds and counted unsent, and `ops`
-        (those before in the same write)."""
-        mine = self.mine.get(sid) or _Mine()
-        counted = _counted(value, [*mine.unsent, *ops], now)
-        others = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
-        held = value.get("h", {})
-        return Counts(
+    def _others(self, value: dict, now: float, ops: Sequence[_Op] = (), leased: bool = True) -> Counts:
+        """The scope's counts in `value` with `ops` counted in the windows, and what the other
+        routers hold in flight (and, `leased`, have leased); this router's own left out."""
+        counted = _counted(value, list(ops), now)
+        counts = Counts(
             minute_requests=counted["m"][1],
             minute_tokens=counted["m"][2],
             day_tokens=counted["d"][1],
             month_tokens=counted["mo"][1],
-            concurrent=mine.n + sum(op.n for op in ops) + sum(v[0] for v in others.values()),
-            reserved=mine.held + sum(op.held for op in ops) + sum(held.get(r, 0) for r in others),
         )
+        held = value.get("h", {})
+        for router, (n, seen) in value.get("c", {}).items():
+            if router != self.router and now - seen < self.stale_s:
+                counts.concurrent += n
+                counts.reserved += held.get(router, 0)
+        if leased:
+            minute = windows(now)["minute"][0]
+            for router, (at_minute, requests, tokens, concurrent, seen) in value.get("l", {}).items():
+                if router != self.router and now - seen < self.lease_s:
+                    counts.minute_requests += requests if at_minute == minute else 0
+                    counts.reserved += tokens
+                    counts.concurrent += concurrent
+        return counts
 
-    def _written(self, sid: str, value: dict, ops: list[_Op], now: float) -> dict:
-        """`value` with this router's unsent counts and `ops` in, its in-flight entry its own."""
+    def _counts(self, sid: str, value: dict, now: float, ops: Sequence[_Op] = (), leased: bool = True) -> Counts:
+        """What the scope has used in `value`, what the others hold (and lease), with what this
+        router holds and counted unsent, and `ops` (those before in the same write)."""
+        mine = self.mine.get(sid) or _Mine()
+        counts = self._others(value, now, [*mine.unsent, *ops], leased)
+        return self._counts_with(counts, mine.n + sum(op.n for op in ops), mine.held + sum(op.held for op in ops))
+
+    def _written(self, sid: str, value: dict, ops: list[_Op], now: float) -> tuple[dict, _Snapshot]:
+        """`value` with this router's unsent counts and `ops` in, its in-flight entry its own and
+        its lease taken anew; and what of this router's own it sends."""
         mine = self.mine.get(sid) or _Mine()
         new = _counted(value, [*mine.unsent, *ops], now)
         n = max(0, mine.n + sum(op.n for op in ops))
@@ -169,21 +239,134 @@ class Quota:
         new["c"] = {**kept, self.router: [n, now]} if n else kept
         holding = {r: h for r, h in value.get("h", {}).items() if r in kept}
         new["h"] = {**holding, self.router: held} if held else holding
-        return new
+        leases = {r: v for r, v in value.get("l", {}).items() if r != self.router and now - v[-1] < self.lease_s}
+        base = self._others(new, now)
+        lease = None
+        if (limits := self.limits.get(sid)) is not None and (want := self._want(mine, ops)) is not None:
+            lease = grant(limits, self._counts_with(base, n, held), want, now)
+            if mine.lease is not None:  # spent while this write is on its way: never more than either
+                spent = mine.spent()
+                mine.lease = lease and Lease(
+                    minute=mine.lease.minute,
+                    requests=min(mine.lease.requests, spent.requests + lease.requests),
+                    tokens=min(mine.lease.tokens, spent.tokens + lease.tokens),
+                    concurrent=min(mine.lease.concurrent, spent.concurrent + lease.concurrent),
+                )
+        if lease is not None:
+            leases[self.router] = [lease.minute, lease.requests, lease.tokens, lease.concurrent, now]
+        elif mine.lease is not None:
+            mine.lease = None  # nothing is spent from it until this write has told the others
+        new["l"] = leases
+        until = asyncio.get_running_loop().time() + self.lease_s / 2
+        return new, _Snapshot(len(mine.unsent), n, held, lease, base, until)
+
+    @staticmethod
+    def _counts_with(base: Counts, n: int, held: int) -> Counts:
+        """`base` with this router's `n` requests in flight holding `held` tokens."""
+        return msgspec.structs.replace(base, concurrent=base.concurrent + n, reserved=base.reserved + held)
+
+    @staticmethod
+    def _want(mine: _Mine, ops: list[_Op]) -> Lease | None:
+        """The lease this router asks for in a scope: a few times what it admitted since its last
+        write (None where it admitted nothing: an idle router leases nothing)."""
+        requests = mine.unsent_requests + sum(op.requests for op in ops if op.requests > 0)
+        if requests <= 0:
+            return None
+        spent = mine.spent()
+        biggest = max([mine.biggest, *(op.held for op in ops)])
+        return Lease(
+            requests=max(16, 4 * requests),
+            tokens=max(16 * biggest, 4 * (spent.tokens + sum(op.held for op in ops))),
+            concurrent=max(8, 2 * (mine.n + sum(op.n for op in ops))),
+        )
+
+    def _sent(self, sid: str, snapshot: _Snapshot) -> None:
+        """A write took this router's own as `snapshot` says: what it counted is in KV, and its
+        lease is the one taken."""
+        mine = self.mine.setdefault(sid, _Mine())
+        sent, mine.unsent = mine.unsent[: snapshot.unsent], mine.unsent[snapshot.unsent :]
+        mine.unsent_requests -= sum(op.requests for op in sent)
+        mine.unsent_tokens -= sum(op.tokens for op in sent)
+        mine.sent_n, mine.sent_held, mine.base = snapshot.n, snapshot.held, snapshot.base
+        mine.lease, mine.until = snapshot.lease, snapshot.until
+        if not mine.unsent and (mine.n, mine.held) == (snapshot.n, snapshot.held):
+            self.dirty.discard(sid)
+        self._forget(sid)
+
+    def _forget(self, sid: str) -> None:
+        """Drop what this router keeps of a scope where it holds and owes nothing there."""
+        mine = self.mine.get(sid)
+        if mine is not None and not (mine.n or mine.held or mine.unsent or mine.lease or sid in self.dirty):
+            del self.mine[sid]
 
     def _done(self, sid: str, op: _Op, sent: bool) -> None:
-        """`op` is counted here; `sent`: KV has it (and all that was unsent before it)."""
+        """`op` is counted here; `sent`: KV has it (else it is sent with the scope's next write)."""
         mine = self.mine.setdefault(sid, _Mine())
         mine.n, mine.held = max(0, mine.n + op.n), max(0, mine.held + op.held)
-        if sent:
-            mine.unsent.clear()
-            self.dirty.discard(sid)
-        else:
+        mine.biggest, mine.last_at = max(mine.biggest, op.held), max(mine.last_at, op.at)
+        if not sent:
             self.dirty.add(sid)
             if op.requests or op.tokens:
                 mine.unsent.append(op)
-        if not (mine.n or mine.held or mine.unsent):
-            del self.mine[sid]
+                mine.unsent_requests += op.requests
+                mine.unsent_tokens += op.tokens
+        self._forget(sid)
+
+    # -- a lease ----------------------------------------------------------------------------------
+    def _from_lease(self, sid: str, name: str, limits: Limits, op: _Op, reserve: int) -> Verdict | None:
+        """Admit `op` from this router's lease of the scope, where what is left of it holds it:
+        counted here, written in the background. None: the counters must judge it."""
+        mine = self.mine.get(sid)
+        if mine is None or (lease := mine.lease) is None or mine.base is None:
+            return None
+        if asyncio.get_running_loop().time() >= mine.until or lease.minute != windows(op.at)["minute"][0]:
+            return None
+        spent = mine.spent()
+        if (
+            (limits.requests_per_minute is not None and spent.requests + op.requests > lease.requests)
+            or (op.held and spent.tokens + op.held > lease.tokens)
+            or (limits.concurrent is not None and spent.concurrent + op.n > lease.concurrent)
+        ):
+            return None
+        counts = msgspec.structs.replace(
+            mine.base,
+            minute_requests=mine.base.minute_requests + mine.unsent_requests,
+            minute_tokens=mine.base.minute_tokens + mine.unsent_tokens,
+            day_tokens=mine.base.day_tokens + mine.unsent_tokens,
+            month_tokens=mine.base.month_tokens + mine.unsent_tokens,
+        )
+        verdict = judge(name, limits, self._counts_with(counts, mine.n, mine.held), op.at, reserve)
+        if verdict.ok:
+            self._done(sid, op, sent=False)
+            self._spent_soon(sid)
+        return verdict if verdict.ok else None
+
+    def _spent_soon(self, sid: str, wait_s: float | None = None) -> None:
+        """Write what was counted here in `sid` within `flush_s` (or `wait_s`), or now where half
+        of a part of its lease is spent."""
+        mine = self.mine[sid]
+        spent, lease = mine.spent(), mine.lease
+        if lease is not None and any(
+            given and 2 * used > given
+            for used, given in (
+                (spent.requests, lease.requests),
+                (spent.tokens, lease.tokens),
+                (spent.concurrent, lease.concurrent),
+            )
+        ):
+            self._flush(sid)
+        elif sid not in self.soon:
+            self.soon[sid] = asyncio.get_running_loop().call_later(
+                self.flush_s if wait_s is None else wait_s, self._flush, sid
+            )
+
+    def _flush(self, sid: str) -> None:
+        """Write what this router counted in `sid` (with the next change waiting there, if any)."""
+        if sid not in self.waiting and sid in self.mine:
+            told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+            told.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody waits on it
+            self.waiting[sid] = [_Asked(_Op(at=self.mine[sid].last_at), _admit, told)]
+        self._write_soon(sid)
 
     async def _change(
         self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None, wait_s: float = 0.0
@@ -230,11 +413,11 @@ class Quota:
         if self.online():
             try:
                 async with asyncio.timeout(self.op_timeout_s):
-                    verdicts = await self._cas(sid, batch)
-                if any(v.ok for v in verdicts):  # written: what was unsent went with it
-                    self._done(sid, _Op(at=0.0), sent=True)
+                    verdicts, snapshot = await self._cas(sid, batch)
                 for asked, verdict in zip(batch, verdicts, strict=True):
                     self._tell(sid, asked, verdict, sent=True)
+                if snapshot is not None:  # written: what was unsent went with it
+                    self._sent(sid, snapshot)
                 return
             except (TimeoutError, NatsError):
                 pass  # counted here below, from the counts last read
@@ -250,11 +433,11 @@ class Quota:
             self._done(sid, asked.op, sent)
         asked.told.set_result(verdict)
 
-    async def _cas(self, sid: str, batch: list[_Asked]) -> list[Verdict]:
+    async def _cas(self, sid: str, batch: list[_Asked]) -> tuple[list[Verdict], _Snapshot | None]:
         """Judge each change in turn (with those let in before it) and write those let in, only if
         nobody wrote since the revision they were judged on; else read and judge again. A copy
         this router wrote may let a change in (the write fails where it is stale); a refusal is
-        judged only on what KV holds now."""
+        judged only on what KV holds now. The snapshot: what of this router's own was written."""
         value, revision = self.known.get(sid, ({}, None))
         read = sid not in self.known
         while True:
@@ -275,21 +458,21 @@ class Quota:
                 read = True
                 continue
             if not taken:
-                return verdicts
-            written = self._written(sid, value, taken, max(op.at for op in taken))
+                return verdicts, None
+            written, snapshot = self._written(sid, value, taken, max(op.at for op in taken))
             try:
                 if revision is None:
                     revision = await self.kv.create(sid, msgspec.json.encode(written))
                 else:
                     revision = await self.kv.update(sid, msgspec.json.encode(written), last=revision)
                 self.known[sid] = (written, revision)
-                return verdicts
+                return verdicts, snapshot
             except KeyWrongLastSequenceError:
                 read = True  # another router wrote since: read it and judge again
 
     async def read(self, sid: str, now: float) -> Counts:
         """What scope `sid` has used in the windows that hold `now`, as the counters say (changing
-        nothing); from the counts last read where they do not answer in time."""
+        nothing; leases are not use); from the counts last read where they do not answer in time."""
         value = self.known.get(sid, ({}, None))[0]
         if self.online():
             try:
@@ -300,7 +483,7 @@ class Quota:
                 value = {}
             except (TimeoutError, NatsError):
                 pass  # the counts last read
-        return self._counts(sid, value, now)
+        return self._counts(sid, value, now, leased=False)
 
     # -- a request's way --------------------------------------------------------------------------
     async def admit(self, scopes: list[Scope], now: float, reserve: int = 0) -> Verdict:
@@ -313,8 +496,9 @@ class Quota:
             sid, name, limits = scope
             if limits == Limits():
                 continue
+            self.limits[sid] = limits
             op = _Op(at=now, requests=1, n=int(_holds(limits)), held=reserve if _counts_tokens(limits) else 0)
-            verdict = await self._change(
+            verdict = self._from_lease(sid, name, limits, op, reserve) or await self._change(
                 sid, op, lambda counts, name=name, limits=limits: judge(name, limits, counts, now, reserve)
             )
             if not verdict.ok:
@@ -327,11 +511,16 @@ class Quota:
     async def finish(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> None:
         """A request admitted against these scopes, holding `reserve` tokens, ended having used
         `tokens`: one fewer in flight, its hold let go, its tokens added to the minute, the day
-        and the month. Written with the scope's next change, or within `end_wait_s`."""
+        and the month. Written with the scope's next change, or within `end_wait_s` (`flush_s`
+        where the scope is leased: counted here at once)."""
         for sid, _, limits in scopes:
             if _holds(limits):
-                held = reserve if _counts_tokens(limits) else 0
-                await self._change(sid, _Op(at=now, tokens=tokens, n=-1, held=-held), wait_s=self.end_wait_s)
+                op = _Op(at=now, tokens=tokens, n=-1, held=-(reserve if _counts_tokens(limits) else 0))
+                if (mine := self.mine.get(sid)) is not None and mine.lease is not None:
+                    self._done(sid, op, sent=False)
+                    self._spent_soon(sid)
+                else:
+                    await self._change(sid, op, wait_s=self.end_wait_s)
 
     async def give_back(self, scopes: list[Scope], admitted: float, now: float, reserve: int = 0) -> None:
         """A request admitted at `admitted` against these scopes was refused after all: the
