@@ -111,7 +111,8 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
     this plan on its nodes.
     """
-    early = _lost(actual, now, policy.lost_s)
+    silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
+    early = _lost(actual, now, policy.lost_s, silent)
     gone = {s.replica.id for s in early}
     replicas = [r for r in actual.replicas if r.id not in gone]
     by_model: dict[str, list[ReplicaState]] = {}
@@ -125,7 +126,8 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     first: set[str] = set()
     best: Plan | None = None
     for _ in range(max(policy.tries, 1)):
-        plan, short = _try(_Fleet(desired, actual, now, policy, early, replicas, by_model), first, _replay(ids, drawn))
+        fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent)
+        plan, short = _try(fleet, first, _replay(ids, drawn))
         if best is None or _worth(plan) > _worth(best):
             best = plan
         if short <= first or not plan.starts:  # nothing new to put first, or no start took room from it
@@ -148,6 +150,8 @@ class _Fleet:
     replicas: list[ReplicaState]
     """Those not on lost nodes."""
     by_model: dict[str, list[ReplicaState]]
+    silent: dict[str, float]
+    """Each node's silence now (`silence`)."""
 
 
 def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str]]:
@@ -157,8 +161,8 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     plan = Plan(stops=list(fleet.early))
     # One view of every node's free room for the whole pass, kept as replicas stop and start; a
     # node is heard of last as long ago as its silence (`health`'s rule: suspect past stale_s).
-    heard = {n: now - silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
-    nodes = {n: (v.info, heard[n], v.weights) for n, v in actual.nodes.items()}
+    silent = fleet.silent
+    nodes = {n: (v.info, now - silent[n], v.weights) for n, v in actual.nodes.items()}
     states = node_states(nodes, fleet.replicas, policy.reserve_mb)
     for r in actual.stopping:
         hold(states, r)
@@ -168,7 +172,8 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states, first=first)
     run.index = Index(states, now, policy.stale_s)
     for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
-        plan.absorb(_for_model(model, fleet.by_model.get(name, []), run))
+        if (part := _for_model(model, fleet.by_model.get(name, []), run)) is not None:
+            plan.absorb(part)
     _repair(plan, run)
     improve(plan, run.states, now, policy, actual.weights, actual.shapes)
     return plan, run.short
@@ -223,10 +228,10 @@ def _cards(r: ReplicaState) -> set[str]:
     return {*r.gpus, *(g for w in r.workers for g in w.gpus)}
 
 
-def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
+def _lost(actual: Actual, now: float, lost_s: float, silent: dict[str, float]) -> list[Stop]:
     """Live replicas on a lost node (one across nodes is lost with any of them). A node's silence
-    is the time since it was last heard less the time the scheduler was deaf since (`Hearing`)."""
-    silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
+    (`silent`) is the time since it was last heard less the time the scheduler was deaf since
+    (`Hearing`)."""
     unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
     stops = []
     for r in actual.replicas:
@@ -239,17 +244,29 @@ def _lost(actual: Actual, now: float, lost_s: float) -> list[Stop]:
     return stops
 
 
-def _for_model(model: Model, mine: list[ReplicaState], run: _Pass) -> Plan:
-    """One model's part of the plan."""
-    plan, wants = _rollout(model, mine, run)
+def _for_model(model: Model, mine: list[ReplicaState], run: _Pass) -> Plan | None:
+    """One model's part of the plan (None: nothing to do)."""
+    want = wanted(model.scaling, run.now, run.demand.get(model.name))
+    if _steady(model, mine, want):
+        return None
+    plan, wants = _rollout(model, mine, run, want)
     if wants.tries and not _held_back(wants, run, plan):
         _start_missing(wants, run, plan)
     return plan
 
 
-def _rollout(model: Model, mine: list[ReplicaState], run: _Pass) -> tuple[Plan, _Wants]:
-    """What to stop of a model's replicas (their room freed for this pass) and what to start."""
-    want = wanted(model.scaling, run.now, run.demand.get(model.name))
+def _steady(model: Model, mine: list[ReplicaState], want: int) -> bool:
+    """Whether a model runs as it should: as many live replicas as it wants, none stale, its
+    profiles not counted (then `_rollout` would stop and start nothing)."""
+    if len(mine) != want or any(r.state not in LIVE for r in mine) or wanted_counts(model) is not None:
+        return False
+    current = {p.name: fingerprint_of(model, p) for p in model.profiles}
+    return all(current.get(r.profile) == r.fingerprint for r in mine)
+
+
+def _rollout(model: Model, mine: list[ReplicaState], run: _Pass, want: int) -> tuple[Plan, _Wants]:
+    """What to stop of a model's replicas (their room freed for this pass) and what to start,
+    `want` of them running."""
     counts = wanted_counts(model)
     current = {p.name: fingerprint_of(model, p) for p in model.profiles}
     live = [r for r in mine if r.state in LIVE]

@@ -185,9 +185,25 @@ def node_states(
             free_mb=info.memory_available_mb - reserve_mb,
             free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB],
         )
+    held: dict[str, set[str]] = {}  # the cards each node's replicas hold: its free cards filtered once
     for r in replicas:
-        if r.state in LIVE:
-            claim(out, r)
+        if r.state not in LIVE:
+            continue
+        starting = r.state in STARTING
+        for name in spans(r):
+            n = out.get(name)
+            if n is None:
+                continue
+            piece = r if name == r.node else _piece(r, name)
+            n.replicas.append(r)
+            n.cores_held += piece.cores
+            if starting:
+                n.free_mb -= piece.memory_mb
+            if piece.gpus:
+                held.setdefault(name, set()).update(piece.gpus)
+    for name, cards in held.items():
+        n = out[name]
+        n.free_cards = [g for g in n.free_cards if g.uuid not in cards]
     return out
 
 
