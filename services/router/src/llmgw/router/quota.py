@@ -175,7 +175,7 @@ class Quota:
         counts stricter meanwhile: the request still counts as in flight)."""
         self.lease_s = 4.0
         """How long the others count a lease this router took (it spends it for half that)."""
-        self.flush_s = 0.05
+        self.flush_s = 0.2
         """How soon what was admitted from a lease is written."""
         self.limits: dict[str, Limits] = {}
         """Scope -> its limits, as its last request here said (what a lease is taken against)."""
