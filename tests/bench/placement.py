@@ -20,8 +20,9 @@ it is the scheduler's filter chain on that node empty.
   each node (and card class), at most the model's replicas, within each node's host memory,
   cores and cards of each class; first as many replicas as can be placed, then, among those
   placements, the most tokens a second.
-- llmgw1, a diagnostic: the same `reconcile` in one try (`Policy.tries=1`), its speed order
-  alone: what the retries with the models left unplaced first add.
+- llmgw1, a diagnostic: the same `reconcile` in one try (`Policy.tries=1`): its speed order
+  and the room it makes for what that order left unplaced, without the retries that put those
+  models first.
 
 Goals: llmgw at least 95% of the optimum on every fleet drawn (placing as many replicas as
 can be placed), and ahead of best-fit (as the optimum ranks placements: more replicas placed,
@@ -145,7 +146,7 @@ def report(rows: list[Row]) -> list[str]:
     print("Placement quality: predicted tokens a second of one reply (the scheduler's speed_of), summed over")
     print("the replicas placed. optimum: HiGHS, as many replicas as can be placed, then the most tokens a second.")
     print("best-fit: bin-packing (GPUStack's default), each replica on the node left with the least room.")
-    print("llmgw1: the same reconcile in one try, the speed order alone (a diagnostic of what the retries add).")
+    print("llmgw1: the same reconcile in one try, without the retries (a diagnostic of what the retries add).")
     print("Ahead or behind as the optimum ranks: more replicas placed first, then more tokens a second.")
     head = f"{'seed':>4}{'nodes':>6}{'asked':>6}{'optimum':>9}{'n':>4}"
     head += "".join(f"{name:>9}{'n':>4}{'/opt':>7}" for name in ("llmgw", "best-fit", "llmgw1"))
