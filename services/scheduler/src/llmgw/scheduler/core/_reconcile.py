@@ -21,8 +21,9 @@ lower class's room where nothing else would.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -65,9 +66,8 @@ class _Pass:
     now: float
     policy: Policy
     ids: Iterator[str]
-    states: dict[str, NodeState]
-    index: Index | None = None
-    """The fleet's nodes each kind of need skips all pass long (`placement.Index`)."""
+    view: Callable[[], dict[str, NodeState]]
+    """Makes the view of every node's free room (`states`), when a model first needs it."""
     scan: int = 0
     """Where the next limited scan of the fleet begins."""
     short: set[str] = field(default_factory=set)
@@ -77,6 +77,17 @@ class _Pass:
     a lighter model gains most from), their speed scored the other way round."""
     left: dict[str, tuple[_Wants, list[list[Profile]], int]] = field(default_factory=dict)
     """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
+
+    @functools.cached_property
+    def states(self) -> dict[str, NodeState]:
+        """Every node's free room, kept as replicas stop and start (made when first asked: a
+        steady pass, where every model runs as it should, never asks)."""
+        return self.view()
+
+    @functools.cached_property
+    def index(self) -> Index:
+        """The fleet's nodes each kind of need skips all pass long (`placement.Index`)."""
+        return Index(self.states, self.now, self.policy.stale_s)
 
 
 @dataclass
@@ -163,19 +174,23 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     # node is heard of last as long ago as its silence (`health`'s rule: suspect past stale_s).
     silent = fleet.silent
     nodes = {n: (v.info, now - silent[n], v.weights) for n, v in actual.nodes.items()}
-    states = node_states(nodes, fleet.replicas, policy.reserve_mb)
-    for r in actual.stopping:
-        hold(states, r)
-    for stop in plan.stops:
-        if stop.replica.state in LIVE:
-            release(states, stop.replica)
-    run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, states, first=first)
-    run.index = Index(states, now, policy.stale_s)
+
+    def view() -> dict[str, NodeState]:
+        states = node_states(nodes, fleet.replicas, policy.reserve_mb)
+        for r in actual.stopping:
+            hold(states, r)
+        for stop in fleet.early:  # the stops made after free their room themselves
+            if stop.replica.state in LIVE:
+                release(states, stop.replica)
+        return states
+
+    run = _Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, view, first=first)
     for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
         if (part := _for_model(model, fleet.by_model.get(name, []), run)) is not None:
             plan.absorb(part)
     _repair(plan, run)
-    improve(plan, run.states, now, policy, actual.weights, actual.shapes)
+    if plan.starts:
+        improve(plan, run.states, now, policy, actual.weights, actual.shapes)
     return plan, run.short
 
 
