@@ -31,6 +31,7 @@ PURE = (
     "llmgw.mirror.plan",
     "llmgw.router.balance",
     "llmgw.router.core",
+    "llmgw.router.counters",
     "llmgw.router.errors",
     "llmgw.router.kvevents",
     "llmgw.router.limits",

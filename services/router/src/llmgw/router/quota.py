@@ -2,25 +2,20 @@
 the entry's revision, so two routers counting at once never lose a count and a limit is
 never looser than one router alone would keep it.
 
-One entry per scope (bucket `llmgw_limits`, values expire after 32 days), so admitting a
-request is one compare-and-set (on the revision this router last saw; read again only where
-another wrote since). The changes waiting on a scope while one is written go in the next write
-together, each judged in turn with those before it; a request's end waits up to `end_wait_s`
-for a change to go with (the next request's admission, most often), so a client asking one
-request after another costs one write each, not two:
-  <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
-            "mo": [UTC month, tokens], "c": {router: [in flight, unix time]},
-            "h": {router: tokens held by its requests in flight}}
-A window whose id is not the current one counts as empty. Tokens are held at admission (the
-most the request may use) and settled when it ends (what it used): requests at once never pass
-a token limit together. Each router's in-flight entry is written from its own count (never
-changed by a delta), and one not heard of for `stale_s` no longer counts: a crashed router, or
-an end that could not be told, leaks nothing for long.
+One entry per scope (its format: `counters.py`), so admitting a request is one compare-and-set
+(on the revision this router last saw; read again only where another wrote since). The
+changes waiting on a scope while one is written go in the next write together, each judged in
+turn with those before it; a request's end waits up to `end_wait_s` for a change to go with
+(the next request's admission, most often), so a client asking one request after another
+costs one write each, not two. Tokens are held at admission (the most the request may use)
+and settled when it ends (what it used): requests at once never pass a token limit together.
+Each router's in-flight entry is written from its own count (never changed by a delta), and
+one not heard of for `stale_s` no longer counts: a crashed router, or an end that could not be
+told, leaks nothing for long.
 
 Far from its limits, a router does not ask KV for each request: each write takes a lease of
 the scope's headroom (`limits.grant`: what the router wants, at most an eighth of what is left
-under each limit), which the other routers count as used until it is `lease_s` old:
-  "l": {router: [UTC minute, requests, tokens, in flight, unix time]}
+under each limit), which the other routers count as used until it is `lease_s` old.
 Requests that fit what is left of it are admitted here, at once, and written in the background
 (within `flush_s`, or as soon as half a lease is spent), each write renewing it. A limit is
 still never passed: what a router admits from its lease is what the others already count. Near
@@ -46,74 +41,23 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
-from llmgw.router.limits import Counts, Lease, Verdict, grant, judge, windows
+from llmgw.router import counters
+from llmgw.router.counters import Mine, Op, Terms
+from llmgw.router.limits import Counts, Lease, Verdict, judge
 
 __all__ = ["Quota", "Scope"]
 
 Scope = tuple[str, str, Limits]
 """(KV key such as "key.ab12...", how a person names it such as "key 'ci'", its limits)."""
 
-_WINDOWS = (("m", "minute", 3), ("d", "day", 2), ("mo", "month", 2))
-"""Each window: its field, its name in `windows`, the length of its list."""
-
-
-class _Op(msgspec.Struct, frozen=True, kw_only=True):
-    """A change of one scope's counts, made `at` a time: requests and tokens counted in the
-    windows of `when` (where they are still the current ones; None: `at`), this router's
-    in-flight count and held tokens changed by `n` and `held`."""
-
-    at: float
-    when: float | None = None
-    requests: int = 0
-    tokens: int = 0
-    n: int = 0
-    held: int = 0
-
-    @property
-    def counted_at(self) -> float:
-        """The time whose windows its requests and tokens count in."""
-        return self.at if self.when is None else self.when
-
 
 class _Asked(NamedTuple):
     """A change waiting for its scope's next write: counted where `check` allows it; `told` the
     verdict."""
 
-    op: _Op
+    op: Op
     check: Callable[[Counts], Verdict]
     told: asyncio.Future[Verdict]
-
-
-class _Mine(msgspec.Struct):
-    """What this router holds in one scope, what it counted there that KV has not heard, and the
-    lease it admits from."""
-
-    n: int = 0
-    held: int = 0
-    unsent: list[_Op] = msgspec.field(default_factory=list)
-    unsent_requests: int = 0
-    unsent_tokens: int = 0
-    sent_n: int = 0
-    """In flight, as this router's entry in KV last said (a lease's requests in flight are beyond)."""
-    sent_held: int = 0
-    """Tokens held, as its entry in KV last said (a lease's tokens count from there)."""
-    lease: Lease | None = None
-    until: float = 0.0
-    """Loop time after which the lease is no longer spent (half its life: clocks differ)."""
-    base: Counts | None = None
-    """The scope's counts as last written, this router's own left out (the fast path's headers)."""
-    biggest: int = 0
-    """The most tokens a request of this scope held (what a lease of tokens must fit a few of)."""
-    last_at: float = 0.0
-    """The time of the last change counted here (what a background write is dated)."""
-
-    def spent(self) -> Lease:
-        """What was admitted here since the last write, against what a lease gives."""
-        return Lease(
-            requests=self.unsent_requests,
-            tokens=self.held - self.sent_held + self.unsent_tokens,
-            concurrent=self.n - self.sent_n,
-        )
 
 
 class _Snapshot(NamedTuple):
@@ -145,22 +89,6 @@ def _holds(limits: Limits) -> bool:
     return bool(limits.concurrent) or _counts_tokens(limits)
 
 
-def _counted(value: dict, ops: list[_Op], now: float) -> dict:
-    """The windows of `value` as they stand `now` (an old window empty), with `ops` counted in."""
-    current = windows(now)
-    out = dict(value)
-    for field, name, size in _WINDOWS:
-        got = value.get(field)
-        window = list(got) if got and got[0] == current[name][0] else [current[name][0]] + [0] * (size - 1)
-        for op in ops:
-            if windows(op.counted_at)[name][0] == window[0]:
-                if field == "m":
-                    window[1] = max(0, window[1] + op.requests)
-                window[-1] += op.tokens
-        out[field] = window
-    return out
-
-
 class Quota:
     """Admits requests against the limits of their key and project, and counts what they used."""
 
@@ -181,7 +109,7 @@ class Quota:
         """Scope -> its limits, as its last request here said (what a lease is taken against)."""
         self.soon: dict[str, asyncio.TimerHandle] = {}
         """Scope -> when the ends waiting on it are written, where no other change came first."""
-        self.mine: dict[str, _Mine] = {}
+        self.mine: dict[str, Mine] = {}
         """Scope -> what this router holds there (the truth its KV entry is written from)."""
         self.dirty: set[str] = set()
         """Scopes whose KV entry lacks what this router counted (sent by `keep_alive`)."""
@@ -197,93 +125,37 @@ class Quota:
         self.log = get_logger("router")
 
     # -- one change of one scope ----------------------------------------------------------------
-    def _others(self, value: dict, now: float, ops: Sequence[_Op] = (), leased: bool = True) -> Counts:
-        """The scope's counts in `value` with `ops` counted in the windows, and what the other
-        routers hold in flight (and, `leased`, have leased); this router's own left out."""
-        counted = _counted(value, list(ops), now)
-        counts = Counts(
-            minute_requests=counted["m"][1],
-            minute_tokens=counted["m"][2],
-            day_tokens=counted["d"][1],
-            month_tokens=counted["mo"][1],
-        )
-        held = value.get("h", {})
-        for router, (n, seen) in value.get("c", {}).items():
-            if router != self.router and now - seen < self.stale_s:
-                counts.concurrent += n
-                counts.reserved += held.get(router, 0)
-        if leased:
-            minute = windows(now)["minute"][0]
-            for router, (at_minute, requests, tokens, concurrent, seen) in value.get("l", {}).items():
-                if router != self.router and now - seen < self.lease_s:
-                    counts.minute_requests += requests if at_minute == minute else 0
-                    counts.reserved += tokens
-                    counts.concurrent += concurrent
-        return counts
-
-    def _counts(self, sid: str, value: dict, now: float, ops: Sequence[_Op] = (), leased: bool = True) -> Counts:
+    def _counts(self, sid: str, value: dict, now: float, ops: Sequence[Op] = (), leased: bool = True) -> Counts:
         """What the scope has used in `value`, what the others hold (and lease), with what this
         router holds and counted unsent, and `ops` (those before in the same write)."""
-        mine = self.mine.get(sid) or _Mine()
-        counts = self._others(value, now, [*mine.unsent, *ops], leased)
-        return self._counts_with(counts, mine.n + sum(op.n for op in ops), mine.held + sum(op.held for op in ops))
+        mine = self.mine.get(sid) or Mine()
+        counts = counters.others(value, self._terms(), now, [*mine.unsent, *ops], leased)
+        return counters.counts_with(counts, mine.n + sum(op.n for op in ops), mine.held + sum(op.held for op in ops))
 
-    def _written(self, sid: str, value: dict, ops: list[_Op], now: float) -> tuple[dict, _Snapshot]:
-        """`value` with this router's unsent counts and `ops` in, its in-flight entry its own and
-        its lease taken anew; and what of this router's own it sends."""
-        mine = self.mine.get(sid) or _Mine()
-        new = _counted(value, [*mine.unsent, *ops], now)
-        n = max(0, mine.n + sum(op.n for op in ops))
-        held = max(0, mine.held + sum(op.held for op in ops))
-        kept = {r: v for r, v in value.get("c", {}).items() if r != self.router and now - v[1] < self.stale_s}
-        new["c"] = {**kept, self.router: [n, now]} if n else kept
-        holding = {r: h for r, h in value.get("h", {}).items() if r in kept}
-        new["h"] = {**holding, self.router: held} if held else holding
-        leases = {r: v for r, v in value.get("l", {}).items() if r != self.router and now - v[-1] < self.lease_s}
-        base = self._others(new, now)
-        lease = None
-        if (limits := self.limits.get(sid)) is not None and (want := self._want(mine, ops)) is not None:
-            lease = grant(limits, self._counts_with(base, n, held), want, now)
-            if mine.lease is not None:  # spent while this write is on its way: never more than either
-                spent = mine.spent()
-                mine.lease = lease and Lease(
-                    minute=mine.lease.minute,
-                    requests=min(mine.lease.requests, spent.requests + lease.requests),
-                    tokens=min(mine.lease.tokens, spent.tokens + lease.tokens),
-                    concurrent=min(mine.lease.concurrent, spent.concurrent + lease.concurrent),
-                )
-        if lease is not None:
-            leases[self.router] = [lease.minute, lease.requests, lease.tokens, lease.concurrent, now]
-        elif mine.lease is not None:
-            mine.lease = None  # nothing is spent from it until this write has told the others
-        new["l"] = leases
+    def _terms(self) -> Terms:
+        return Terms(self.router, self.stale_s, self.lease_s)
+
+    def _written(self, sid: str, value: dict, ops: list[Op], now: float) -> tuple[dict, _Snapshot]:
+        """`value` with this router's own in and its lease taken anew (`counters.written`); what
+        was spent from the lease it had while this write is on its way is never more than
+        either lease allows."""
+        mine = self.mine.get(sid) or Mine()
+        new = counters.written(value, self._terms(), mine, ops, now, self.limits.get(sid))
+        if mine.lease is not None:
+            spent, old = mine.spent(), mine.lease
+            mine.lease = new.lease and Lease(
+                minute=old.minute,
+                requests=min(old.requests, spent.requests + new.lease.requests),
+                tokens=min(old.tokens, spent.tokens + new.lease.tokens),
+                concurrent=min(old.concurrent, spent.concurrent + new.lease.concurrent),
+            )
         until = asyncio.get_running_loop().time() + self.lease_s / 2
-        return new, _Snapshot(len(mine.unsent), n, held, lease, base, until)
-
-    @staticmethod
-    def _counts_with(base: Counts, n: int, held: int) -> Counts:
-        """`base` with this router's `n` requests in flight holding `held` tokens."""
-        return msgspec.structs.replace(base, concurrent=base.concurrent + n, reserved=base.reserved + held)
-
-    @staticmethod
-    def _want(mine: _Mine, ops: list[_Op]) -> Lease | None:
-        """The lease this router asks for in a scope: a few times what it admitted since its last
-        write (None where it admitted nothing: an idle router leases nothing)."""
-        requests = mine.unsent_requests + sum(op.requests for op in ops if op.requests > 0)
-        if requests <= 0:
-            return None
-        spent = mine.spent()
-        biggest = max([mine.biggest, *(op.held for op in ops)])
-        return Lease(
-            requests=max(16, 4 * requests),
-            tokens=max(16 * biggest, 4 * (spent.tokens + sum(op.held for op in ops))),
-            concurrent=max(8, 2 * (mine.n + sum(op.n for op in ops))),
-        )
+        return new.value, _Snapshot(len(mine.unsent), new.n, new.held, new.lease, new.base, until)
 
     def _sent(self, sid: str, snapshot: _Snapshot) -> None:
         """A write took this router's own as `snapshot` says: what it counted is in KV, and its
         lease is the one taken."""
-        mine = self.mine.setdefault(sid, _Mine())
+        mine = self.mine.setdefault(sid, Mine())
         sent, mine.unsent = mine.unsent[: snapshot.unsent], mine.unsent[snapshot.unsent :]
         mine.unsent_requests -= sum(op.requests for op in sent)
         mine.unsent_tokens -= sum(op.tokens for op in sent)
@@ -299,9 +171,9 @@ class Quota:
         if mine is not None and not (mine.n or mine.held or mine.unsent or mine.lease or sid in self.dirty):
             del self.mine[sid]
 
-    def _done(self, sid: str, op: _Op, sent: bool) -> None:
+    def _done(self, sid: str, op: Op, sent: bool) -> None:
         """`op` is counted here; `sent`: KV has it (else it is sent with the scope's next write)."""
-        mine = self.mine.setdefault(sid, _Mine())
+        mine = self.mine.setdefault(sid, Mine())
         mine.n, mine.held = max(0, mine.n + op.n), max(0, mine.held + op.held)
         mine.biggest, mine.last_at = max(mine.biggest, op.held), max(mine.last_at, op.at)
         if not sent:
@@ -313,63 +185,37 @@ class Quota:
         self._forget(sid)
 
     # -- a lease ----------------------------------------------------------------------------------
-    def _from_lease(self, sid: str, name: str, limits: Limits, op: _Op, reserve: int) -> Verdict | None:
+    def _from_lease(self, sid: str, name: str, limits: Limits, op: Op, reserve: int) -> Verdict | None:
         """Admit `op` from this router's lease of the scope, where what is left of it holds it:
         counted here, written in the background. None: the counters must judge it."""
         mine = self.mine.get(sid)
-        if mine is None or (lease := mine.lease) is None or mine.base is None:
+        if mine is None or asyncio.get_running_loop().time() >= mine.until or not mine.fits(limits, op):
             return None
-        if asyncio.get_running_loop().time() >= mine.until or lease.minute != windows(op.at)["minute"][0]:
+        verdict = judge(name, limits, mine.counts(), op.at, reserve)
+        if not verdict.ok:
             return None
-        spent = mine.spent()
-        if (
-            (limits.requests_per_minute is not None and spent.requests + op.requests > lease.requests)
-            or (op.held and spent.tokens + op.held > lease.tokens)
-            or (limits.concurrent is not None and spent.concurrent + op.n > lease.concurrent)
-        ):
-            return None
-        counts = msgspec.structs.replace(
-            mine.base,
-            minute_requests=mine.base.minute_requests + mine.unsent_requests,
-            minute_tokens=mine.base.minute_tokens + mine.unsent_tokens,
-            day_tokens=mine.base.day_tokens + mine.unsent_tokens,
-            month_tokens=mine.base.month_tokens + mine.unsent_tokens,
-        )
-        verdict = judge(name, limits, self._counts_with(counts, mine.n, mine.held), op.at, reserve)
-        if verdict.ok:
-            self._done(sid, op, sent=False)
-            self._spent_soon(sid)
-        return verdict if verdict.ok else None
+        self._done(sid, op, sent=False)
+        self._spent_soon(sid)
+        return verdict
 
-    def _spent_soon(self, sid: str, wait_s: float | None = None) -> None:
-        """Write what was counted here in `sid` within `flush_s` (or `wait_s`), or now where half
-        of a part of its lease is spent."""
-        mine = self.mine[sid]
-        spent, lease = mine.spent(), mine.lease
-        if lease is not None and any(
-            given and 2 * used > given
-            for used, given in (
-                (spent.requests, lease.requests),
-                (spent.tokens, lease.tokens),
-                (spent.concurrent, lease.concurrent),
-            )
-        ):
+    def _spent_soon(self, sid: str) -> None:
+        """Write what was counted here in `sid` within `flush_s`, or now where half of a part of
+        its lease is spent."""
+        if self.mine[sid].half_spent():
             self._flush(sid)
         elif sid not in self.soon:
-            self.soon[sid] = asyncio.get_running_loop().call_later(
-                self.flush_s if wait_s is None else wait_s, self._flush, sid
-            )
+            self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
 
     def _flush(self, sid: str) -> None:
         """Write what this router counted in `sid` (with the next change waiting there, if any)."""
         if sid not in self.waiting and sid in self.mine:
             told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
             told.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody waits on it
-            self.waiting[sid] = [_Asked(_Op(at=self.mine[sid].last_at), _admit, told)]
+            self.waiting[sid] = [_Asked(Op(at=self.mine[sid].last_at), _admit, told)]
         self._write_soon(sid)
 
     async def _change(
-        self, sid: str, op: _Op, check: Callable[[Counts], Verdict] | None = None, wait_s: float = 0.0
+        self, sid: str, op: Op, check: Callable[[Counts], Verdict] | None = None, wait_s: float = 0.0
     ) -> Verdict:
         """Count `op` in scope `sid`, if `check` (given the counts as they are) allows it: in KV
         by compare-and-set, else (NATS away, no answer in time) here, sent later. Changes that
@@ -449,7 +295,7 @@ class Quota:
                     value, revision = {}, None
                 self.known[sid] = (value, revision)
             verdicts: list[Verdict] = []
-            taken: list[_Op] = []
+            taken: list[Op] = []
             for asked in batch:
                 verdicts.append(asked.check(self._counts(sid, value, asked.op.at, taken)))
                 if verdicts[-1].ok:
@@ -497,7 +343,7 @@ class Quota:
             if limits == Limits():
                 continue
             self.limits[sid] = limits
-            op = _Op(at=now, requests=1, n=int(_holds(limits)), held=reserve if _counts_tokens(limits) else 0)
+            op = Op(at=now, requests=1, n=int(_holds(limits)), held=reserve if _counts_tokens(limits) else 0)
             verdict = self._from_lease(sid, name, limits, op, reserve) or await self._change(
                 sid, op, lambda counts, name=name, limits=limits: judge(name, limits, counts, now, reserve)
             )
@@ -515,7 +361,7 @@ class Quota:
         where the scope is leased: counted here at once)."""
         for sid, _, limits in scopes:
             if _holds(limits):
-                op = _Op(at=now, tokens=tokens, n=-1, held=-(reserve if _counts_tokens(limits) else 0))
+                op = Op(at=now, tokens=tokens, n=-1, held=-(reserve if _counts_tokens(limits) else 0))
                 if (mine := self.mine.get(sid)) is not None and mine.lease is not None:
                     self._done(sid, op, sent=False)
                     self._spent_soon(sid)
@@ -530,7 +376,7 @@ class Quota:
             if limits == Limits():
                 continue
             held = reserve if _counts_tokens(limits) else 0
-            await self._change(sid, _Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
+            await self._change(sid, Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
 
     def stop(self) -> None:
         """Stop writing (what waits is not counted: the router is going away)."""
@@ -550,4 +396,4 @@ class Quota:
         was counted here while NATS was away (where it is there now)."""
         for sid in {*self.mine, *self.dirty}:
             if self.online():
-                await self._change(sid, _Op(at=now))
+                await self._change(sid, Op(at=now))
