@@ -168,7 +168,7 @@
           unit = pkgs.runCommand "llmgw-unit-tests"
             {
               nativeBuildInputs = [
-                (llmgw.python.withPackages (p: builtins.attrValues llmgw.members ++ [ p.pytest p.pytest-asyncio p.hypothesis ]))
+                (llmgw.python.withPackages (p: builtins.attrValues llmgw.members ++ [ p.pytest p.pytest-asyncio p.pytest-timeout p.hypothesis ]))
                 pkgs.nats-server
               ];
             } ''
