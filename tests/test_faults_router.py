@@ -233,7 +233,8 @@ async def test_a_key_with_limits_is_served_while_nats_is_away_and_not_locked_aft
     assert (await ask())[0] == 200
     long = {"messages": HELLO, "max_tokens": 200, "extra_body": {"ignore_eos": True}, "timeout": 60}
     held = [asyncio.create_task(limited.chat.completions.create(model="m", **long)) for _ in range(2)]
-    await World.until(lambda: sum(world.router.proxy.balancer.outstanding.values()) == 2)
+    # the tiny model answers 200 tokens in ~50 ms here: looked for every millisecond, not every 50
+    await World.until(lambda: sum(world.router.proxy.balancer.outstanding.values()) == 2, every=0.001)
     nats_server.stop()  # the two in flight end while NATS is away: their ends cannot be told
     away = time.monotonic()
     ended_away = [a.usage.completion_tokens for a in await asyncio.gather(*held)]

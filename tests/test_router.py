@@ -123,12 +123,12 @@ class World:
         return openai.AsyncOpenAI(base_url=f"{self.router.http.url}/v1", api_key=created.key, max_retries=0)
 
     @staticmethod
-    async def until(predicate, timeout=10.0):
+    async def until(predicate, timeout=10.0, every=0.05):
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError("never happened")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(every)
 
 
 @pytest.fixture

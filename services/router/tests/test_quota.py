@@ -9,6 +9,7 @@ import msgspec
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
 from llmgw.router.core import check_request, cut_usage, reservation
+from llmgw.router.counters import counted
 from llmgw.router.limits import Counts, judge, standing
 from llmgw.router.quota import Quota
 
@@ -232,3 +233,42 @@ async def test_a_lease_counts_for_the_others_until_it_is_lease_s_old_then_its_he
     assert sum(taken) == 100 - 1 - 12
     assert (await b.admit(scope, NOW + 1 + a.lease_s)).ok  # router-a's lease has lapsed
     assert sum([(await b.admit(scope, NOW + 1 + a.lease_s)).ok for _ in range(20)]) == 11
+
+
+async def test_routers_admitting_at_once_from_leases_while_their_writes_are_on_the_way_never_pass_a_limit(nc):
+    """Requests arriving together on two routers, each admitted from its lease while that
+    router's write is on its way, or judged on KV: never more than the limit, every admission
+    in KV once written."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    routers = [Quota(kv, "router-a"), Quota(kv, "router-b")]
+    scope = [("key.w", "key 'w'", Limits(requests_per_minute=300, concurrent=1000, tokens_per_day=10**6))]
+
+    async def one(i):
+        await asyncio.sleep(i % 7 / 1000)
+        quota = routers[i % 2]
+        if not (await quota.admit(scope, NOW + i / 10_000, reserve=10)).ok:
+            return 0
+        await quota.finish(scope, 5, NOW + i / 10_000, reserve=10)
+        return 1
+
+    admitted = sum(await asyncio.gather(*(one(i) for i in range(500))))
+    for quota in routers:
+        value = await _written(quota, kv, "key.w")
+    print(f"\n500 requests at once over two leasing routers, 300 a minute: {admitted} admitted")
+    assert 150 <= admitted <= 300 and value["m"][1] == admitted and value["d"][1] == 5 * admitted
+
+
+async def test_a_write_is_dated_by_the_clock_not_by_how_long_its_changes_waited(nc):
+    """A refresh told an old time (it wrote other scopes first) is dated as late as time has
+    passed since a later one: the others must not drop its lease before its owner stops
+    spending it. A window a router ahead of this one already opened is kept, not reset."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    scope = [("key.d", "key 'd'", Limits(concurrent=10))]
+    assert (await quota.admit(scope, NOW)).ok
+    await asyncio.sleep(0.3)
+    await quota.refresh(NOW - 10)
+    value = msgspec.json.decode((await kv.get("key.d")).value)
+    assert value["c"]["router-a"][1] >= NOW + 0.3
+    ahead = {"m": ["202512030001", 7, 70], "d": ["20251203", 70], "mo": ["202512", 70]}
+    assert counted(ahead, [], NOW)["m"] == ["202512030001", 7, 70]  # NOW is 00:00 of that day

@@ -20,7 +20,19 @@ import msgspec
 from llmgw.proto import Limits
 from llmgw.router.limits import Counts, Lease, grant, windows
 
-__all__ = ["Mine", "Op", "Terms", "Written", "counted", "counts_with", "others", "want", "written"]
+__all__ = [
+    "Mine",
+    "Op",
+    "Terms",
+    "Written",
+    "counted",
+    "counts_tokens",
+    "counts_with",
+    "holds",
+    "others",
+    "want",
+    "written",
+]
 
 _WINDOWS = (("m", "minute", 3), ("d", "day", 2), ("mo", "month", 2))
 """Each window: its field, its name in `windows`, the length of its list."""
@@ -123,13 +135,24 @@ class Mine(msgspec.Struct):
         )
 
 
+def counts_tokens(limits: Limits) -> bool:
+    """Whether these limits count tokens (requests in flight hold what they may use)."""
+    return bool(limits.tokens_per_minute or limits.tokens_per_day or limits.tokens_per_month)
+
+
+def holds(limits: Limits) -> bool:
+    """Whether requests in flight are counted for these limits (a concurrency or a token limit)."""
+    return bool(limits.concurrent) or counts_tokens(limits)
+
+
 def counted(value: dict, ops: list[Op], now: float) -> dict:
-    """The windows of `value` as they stand `now` (an old window empty), with `ops` counted in."""
+    """The windows of `value` as they stand `now` (an old window empty; a newer one, written by a
+    router whose clock is ahead, kept), with `ops` counted in where they fall in them."""
     current = windows(now)
     out = dict(value)
     for field, name, size in _WINDOWS:
         got = value.get(field)
-        window = list(got) if got and got[0] == current[name][0] else [current[name][0]] + [0] * (size - 1)
+        window = list(got) if got and got[0] >= current[name][0] else [current[name][0]] + [0] * (size - 1)
         for op in ops:
             if windows(op.counted_at)[name][0] == window[0]:
                 if field == "m":

@@ -1,31 +1,23 @@
 """Limit counters in JetStream KV, shared by every router: each change is compare-and-set on
-the entry's revision, so two routers counting at once never lose a count and a limit is
-never looser than one router alone would keep it.
+the entry's revision (one entry per scope, its format in `counters.py`), so two routers
+counting at once never lose a count and a limit is never looser than one router alone keeps it.
 
-One entry per scope (its format: `counters.py`), so admitting a request is one compare-and-set
-(on the revision this router last saw; read again only where another wrote since). The
-changes waiting on a scope while one is written go in the next write together, each judged in
-turn with those before it; a request's end waits up to `end_wait_s` for a change to go with
-(the next request's admission, most often), so a client asking one request after another
-costs one write each, not two. Tokens are held at admission (the most the request may use)
-and settled when it ends (what it used): requests at once never pass a token limit together.
-Each router's in-flight entry is written from its own count (never changed by a delta), and
-one not heard of for `stale_s` no longer counts: a crashed router, or an end that could not be
-told, leaks nothing for long.
+Changes waiting on a scope while one is written go in the next write together, each judged in
+turn with those before it; a request's end waits up to `end_wait_s` for a change to go with.
+Tokens are held at admission (the most a request may use) and settled at its end (what it
+used). Each router's in-flight entry is written from its own count, and one not heard of for
+`stale_s` no longer counts: a crashed router, or an end never told, leaks nothing for long.
 
-Far from its limits, a router does not ask KV for each request: each write takes a lease of
-the scope's headroom (`limits.grant`: what the router wants, at most an eighth of what is left
-under each limit), which the other routers count as used until it is `lease_s` old.
-Requests that fit what is left of it are admitted here, at once, and written in the background
-(within `flush_s`, or as soon as half a lease is spent), each write renewing it. A limit is
-still never passed: what a router admits from its lease is what the others already count. Near
-a limit leases shrink to nothing and every request is judged on KV as above; a router that
-stops leaves its lease counted for at most `lease_s`.
+Far from its limits a router does not ask KV for each request: each write takes a lease of the
+scope's headroom (`limits.grant`: at most an eighth of what is left under each limit), which
+the other routers count as used until it is `lease_s` old. Requests that fit what is left of
+it are admitted at once and written in the background (within `flush_s`, or once half of it is
+spent), each write renewing it. Near a limit leases shrink to nothing and each request is
+judged on KV; a router that stops leaves its lease counted for at most `lease_s`.
 
 While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
 the last counts it read and its own, counting locally, and writes what it counted once NATS is
-back: limits hold for what this router serves; what other routers served meanwhile is unseen.
-"""
+back: limits hold for what this router serves; what other routers served meanwhile is unseen."""
 
 from __future__ import annotations
 
@@ -42,10 +34,13 @@ from nats.js.kv import KeyValue
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
 from llmgw.router import counters
-from llmgw.router.counters import Mine, Op, Terms
+from llmgw.router.counters import Mine, Op, Terms, counts_tokens, holds
 from llmgw.router.limits import Counts, Lease, Verdict, judge
 
-__all__ = ["Quota", "Scope"]
+__all__ = ["RETRY_S", "Quota", "Scope"]
+
+RETRY_S = 1.0
+"""How soon a write that timed out (NATS there but slow) is tried again."""
 
 Scope = tuple[str, str, Limits]
 """(KV key such as "key.ab12...", how a person names it such as "key 'ci'", its limits)."""
@@ -77,16 +72,6 @@ class _Snapshot(NamedTuple):
 def _admit(_: Counts) -> Verdict:
     """The check of a change that is always let in (an end, a refresh)."""
     return Verdict(ok=True)
-
-
-def _counts_tokens(limits: Limits) -> bool:
-    """Whether these limits count tokens (requests in flight hold what they may use)."""
-    return bool(limits.tokens_per_minute or limits.tokens_per_day or limits.tokens_per_month)
-
-
-def _holds(limits: Limits) -> bool:
-    """Whether requests in flight are counted for these limits (a concurrency or a token limit)."""
-    return bool(limits.concurrent) or _counts_tokens(limits)
 
 
 class Quota:
@@ -121,6 +106,8 @@ class Quota:
         self.writing: set[str] = set()
         """Scopes being written now (one write of a scope at a time from this router: its
         compare-and-set then only races other routers, not this one's own requests)."""
+        self.told: tuple[float, float] | None = None
+        """The latest time a write was dated, and the loop's time then (`_now`)."""
         self.tasks: set[asyncio.Task] = set()
         self.log = get_logger("router")
 
@@ -131,6 +118,16 @@ class Quota:
         mine = self.mine.get(sid) or Mine()
         counts = counters.others(value, self._terms(), now, [*mine.unsent, *ops], leased)
         return counters.counts_with(counts, mine.n + sum(op.n for op in ops), mine.held + sum(op.held for op in ops))
+
+    def _now(self, at: float) -> float:
+        """The time a write is dated (its in-flight entry and its lease): `at`, the latest of its
+        changes, or later where time has passed since a later time was told (a batch that waited,
+        a refresh of many scopes): the others' clock for a lease must not lag its owner's."""
+        now = asyncio.get_running_loop().time()
+        if self.told is not None:
+            at = max(at, self.told[0] + now - self.told[1])
+        self.told = (at, now)
+        return at
 
     def _terms(self) -> Terms:
         return Terms(self.router, self.stale_s, self.lease_s)
@@ -201,7 +198,7 @@ class Quota:
     def _spent_soon(self, sid: str) -> None:
         """Write what was counted here in `sid` within `flush_s`, or now where half of a part of
         its lease is spent."""
-        if self.mine[sid].half_spent():
+        if self.mine[sid].half_spent() and sid not in self.writing:  # else: renewed once that write is done
             self._flush(sid)
         elif sid not in self.soon:
             self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
@@ -265,8 +262,9 @@ class Quota:
                 if snapshot is not None:  # written: what was unsent went with it
                     self._sent(sid, snapshot)
                 return
-            except (TimeoutError, NatsError):
-                pass  # counted here below, from the counts last read
+            except (TimeoutError, NatsError):  # counted here below, from the counts last read,
+                if sid not in self.soon:  # and tried again soon: NATS is there, only slow
+                    self.soon[sid] = asyncio.get_running_loop().call_later(RETRY_S, self._flush, sid)
         value = self.known.get(sid, ({}, None))[0]
         for asked in batch:
             self._tell(sid, asked, asked.check(self._counts(sid, value, asked.op.at)), sent=False)
@@ -305,7 +303,7 @@ class Quota:
                 continue
             if not taken:
                 return verdicts, None
-            written, snapshot = self._written(sid, value, taken, max(op.at for op in taken))
+            written, snapshot = self._written(sid, value, taken, self._now(max(op.at for op in taken)))
             try:
                 if revision is None:
                     revision = await self.kv.create(sid, msgspec.json.encode(written))
@@ -343,7 +341,7 @@ class Quota:
             if limits == Limits():
                 continue
             self.limits[sid] = limits
-            op = Op(at=now, requests=1, n=int(_holds(limits)), held=reserve if _counts_tokens(limits) else 0)
+            op = Op(at=now, requests=1, n=int(holds(limits)), held=reserve if counts_tokens(limits) else 0)
             verdict = self._from_lease(sid, name, limits, op, reserve) or await self._change(
                 sid, op, lambda counts, name=name, limits=limits: judge(name, limits, counts, now, reserve)
             )
@@ -360,8 +358,8 @@ class Quota:
         and the month. Written with the scope's next change, or within `end_wait_s` (`flush_s`
         where the scope is leased: counted here at once)."""
         for sid, _, limits in scopes:
-            if _holds(limits):
-                op = Op(at=now, tokens=tokens, n=-1, held=-(reserve if _counts_tokens(limits) else 0))
+            if holds(limits):
+                op = Op(at=now, tokens=tokens, n=-1, held=-(reserve if counts_tokens(limits) else 0))
                 if (mine := self.mine.get(sid)) is not None and mine.lease is not None:
                     self._done(sid, op, sent=False)
                     self._spent_soon(sid)
@@ -375,8 +373,8 @@ class Quota:
         for sid, _, limits in scopes:
             if limits == Limits():
                 continue
-            held = reserve if _counts_tokens(limits) else 0
-            await self._change(sid, Op(at=now, when=admitted, requests=-1, n=-int(_holds(limits)), held=-held))
+            held = reserve if counts_tokens(limits) else 0
+            await self._change(sid, Op(at=now, when=admitted, requests=-1, n=-int(holds(limits)), held=-held))
 
     def stop(self) -> None:
         """Stop writing (what waits is not counted: the router is going away)."""
