@@ -198,7 +198,7 @@ class Quota:
     def _spent_soon(self, sid: str) -> None:
         """Write what was counted here in `sid` within `flush_s`, or now where half of a part of
         its lease is spent."""
-        if self.mine[sid].half_spent() and sid not in self.writing:  # else: renewed once that write is done
+        if self.mine[sid].half_spent():  # queued behind a write on its way, if any
             self._flush(sid)
         elif sid not in self.soon:
             self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
