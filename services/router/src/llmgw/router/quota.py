@@ -56,14 +56,11 @@ class _Asked(NamedTuple):
 
 
 class _Snapshot(NamedTuple):
-    """What one write sends of this router's own: the first `unsent` changes counted here, its
-    in-flight count and held tokens, and the lease it takes."""
+    """What one write sends of this router's own: the first `unsent` changes counted here, and
+    the entry as written (its in-flight count, held tokens and lease: `counters.Written`)."""
 
     unsent: int
-    n: int
-    held: int
-    lease: Lease | None
-    base: Counts
+    written: counters.Written
     until: float
     """Loop time until which the lease may be spent (from before the write: the others count it
     from the time in the entry)."""
@@ -147,7 +144,7 @@ class Quota:
                 concurrent=min(old.concurrent, spent.concurrent + new.lease.concurrent),
             )
         until = asyncio.get_running_loop().time() + self.lease_s / 2
-        return new.value, _Snapshot(len(mine.unsent), new.n, new.held, new.lease, new.base, until)
+        return new.value, _Snapshot(len(mine.unsent), new, until)
 
     def _sent(self, sid: str, snapshot: _Snapshot) -> None:
         """A write took this router's own as `snapshot` says: what it counted is in KV, and its
@@ -156,9 +153,10 @@ class Quota:
         sent, mine.unsent = mine.unsent[: snapshot.unsent], mine.unsent[snapshot.unsent :]
         mine.unsent_requests -= sum(op.requests for op in sent)
         mine.unsent_tokens -= sum(op.tokens for op in sent)
-        mine.sent_n, mine.sent_held, mine.base = snapshot.n, snapshot.held, snapshot.base
-        mine.lease, mine.until = snapshot.lease, snapshot.until
-        if not mine.unsent and (mine.n, mine.held) == (snapshot.n, snapshot.held):
+        written = snapshot.written
+        mine.sent_n, mine.sent_held, mine.base = written.n, written.held, written.base
+        mine.lease, mine.until = written.lease, snapshot.until
+        if not mine.unsent and (mine.n, mine.held) == (written.n, written.held):
             self.dirty.discard(sid)
         self._forget(sid)
 
