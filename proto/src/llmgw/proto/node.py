@@ -42,7 +42,9 @@ class CpuCalibration(Struct, kw_only=True):
     fit in turn and estimated from the others); 0 where not measured."""
 
 
-class GpuInfo(Struct, kw_only=True):
+# gc=False: plain data that is never part of a reference cycle, so the garbage collector need not
+# walk the many thousands of these a scheduler's pass over a big fleet holds
+class GpuInfo(Struct, kw_only=True, gc=False):
     """One card (or one MIG instance of a card) as NVML reports it."""
 
     index: NonNegative
@@ -72,7 +74,8 @@ class Filesystem(Struct, kw_only=True):
     free_mb: NonNegative
 
 
-class NodeInfo(Struct, kw_only=True):
+# gc=False: plain data, never part of a reference cycle (see GpuInfo in llmgw.proto.node)
+class NodeInfo(Struct, kw_only=True, gc=False):
     """What a node is: sent on registration and in every heartbeat."""
 
     node: Name

@@ -14,7 +14,8 @@ from llmgw.proto._types import Name, NonNegative, ReplicaStatus
 __all__ = ["ReplicaReport", "ReplicaSpec", "ReplicaState", "ReplicaTotals", "Worker", "replica_totals"]
 
 
-class Worker(Struct, kw_only=True):
+# gc=False: plain data, never part of a reference cycle (see GpuInfo in llmgw.proto.node)
+class Worker(Struct, kw_only=True, gc=False):
     """One more node a multi-node replica spans: a worker there holds part of the layers and
     the engine on the replica's own node drives it."""
 
@@ -81,7 +82,8 @@ class ReplicaReport(Struct, kw_only=True):
     """Unix time of this report."""
 
 
-class ReplicaState(Struct, kw_only=True):
+# gc=False: plain data, never part of a reference cycle (see GpuInfo in llmgw.proto.node)
+class ReplicaState(Struct, kw_only=True, gc=False):
     """Where a replica is and how it is doing: its spec and its latest report merged (the
     replicas bucket; `merge` in the scheduler's core builds it)."""
 

@@ -9,7 +9,7 @@ from llmgw.proto import Model, ReplicaState, Worker
 from llmgw.scheduler.placement._filters import cards_for
 from llmgw.scheduler.placement._room import Need, NodeState, Placement
 from llmgw.scheduler.placement._scan import Index, Reasons, scan
-from llmgw.scheduler.placement._scorers import Weights, scores
+from llmgw.scheduler.placement._scorers import Parts, Weights, scores
 
 __all__ = ["Index", "Reasons", "Search", "place"]
 
@@ -43,15 +43,13 @@ def place(
     """
     if need.profile.nodes > 1:
         return _place_across(need, model, nodes, now, how)
-    fit, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
+    fit, candidates, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
     if not fit:
         return None, reasons
-    total, parts = scores(need, model, nodes, fit, how.weights, how.peers)
+    total, parts = scores(need, model, nodes, candidates, how.weights, how.peers)
     best = max(zip(total, fit, strict=True))[1]  # the best total; of those tied, the last name
     i = fit.index(best)
-    return Placement(
-        node=best, cards=cards_for(need, nodes[best]), scores={k: round(v[i], 1) for k, v in parts.items()}
-    ), reasons
+    return Placement(node=best, cards=cards_for(need, nodes[best]), scores=parts.at(i)), reasons
 
 
 def _place_across(
@@ -61,8 +59,8 @@ def _place_across(
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
     count, label = need.profile.nodes, need.profile.keep_within
-    fit, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
-    total, parts = scores(need, model, nodes, fit, how.weights, how.peers) if fit else ([], {})
+    fit, candidates, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
+    total, parts = scores(need, model, nodes, candidates, how.weights, how.peers) if fit else ([], Parts())
     score = dict(zip(fit, total, strict=True))
     groups: dict[str, list[str]] = {}
     for name in fit:
@@ -87,5 +85,5 @@ def _place_across(
         node=head,
         cards=cards_for(need, nodes[head]),
         workers=workers,
-        scores={k: round(v[i], 1) for k, v in parts.items()},
+        scores=parts.at(i),
     ), reasons

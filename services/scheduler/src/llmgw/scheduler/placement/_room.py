@@ -43,10 +43,11 @@ class Need(msgspec.Struct, frozen=True, kw_only=True):
     """Memory each card must have free."""
     read_bytes: int
     """What a token reads: for the speed scorer."""
-    card_choice: tuple = ()
+    card_choice: str = ""
     """All that decides which of a node's free cards it takes: what `llmgw.modelplan`'s card
     rules read (the profile's count, class, card memory and compute, and the memory each card
-    must have free). Needs alike in it take alike cards: a node keeps its choice for each."""
+    must have free), written out. Needs alike in it take alike cards: a node keeps its choice
+    for each (a string: its hash is worked out once, not on every node a scan asks)."""
     estimate_mb: int = 0
     """All one replica takes, MiB: host memory on the CPU, every card's together on cards."""
     sizing: str = ""
@@ -56,7 +57,8 @@ class Need(msgspec.Struct, frozen=True, kw_only=True):
     context: int = 0
 
 
-class NodeState(msgspec.Struct, kw_only=True):
+# gc=False: never part of a reference cycle; a pass holds one per node (see llmgw.proto.NodeInfo)
+class NodeState(msgspec.Struct, kw_only=True, gc=False):
     """A node as placement sees it now."""
 
     info: NodeInfo
@@ -68,7 +70,7 @@ class NodeState(msgspec.Struct, kw_only=True):
     """Cores the live replicas here reserve, and those being stopped."""
     stopping_cards: frozenset[str] = frozenset()
     """Cards replicas being stopped still hold: none is given back by another's release."""
-    chosen: dict[tuple, list[GpuInfo] | None] | None = None
+    chosen: dict[str, list[GpuInfo] | None] | None = None
     """`Need.card_choice` -> the cards such a replica takes here (None: too few free): the
     filter, the scorers and the placement ask in turn, placement after placement. Dropped
     (never changed in place: a trial copy shares it) whenever the free cards change."""
@@ -164,7 +166,7 @@ def _on_cards(profile: Profile, per_card: int, read: int, **sized) -> Need:
         cards=profile.gpus,
         card_mb=per_card,
         read_bytes=read,
-        card_choice=(profile.gpus, profile.gpu_class, profile.min_card_mb, profile.min_compute, per_card),
+        card_choice=repr((profile.gpus, profile.gpu_class, profile.min_card_mb, profile.min_compute, per_card)),
         estimate_mb=per_card * profile.gpus,
         **sized,
     )

@@ -10,16 +10,19 @@ once, their texts built when read), in the order a scan of every node would have
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Iterator, Mapping
 
-from llmgw.scheduler.placement._filters import FILTERS, Filter, Why, chain
+from llmgw.scheduler.placement._filters import _UNKNOWN, FILTERS, Filter, Why, chain, chosen_cards, no_cards
 from llmgw.scheduler.placement._room import Need, NodeState
 
 __all__ = ["STATIC", "Index", "Reasons", "scan"]
 
 STATIC = ("ready", "labels", "engine")
 """The filters that look only at what a node is (and the pass's time): first in the chain."""
-_CARDS = dict(FILTERS)["cards"]
+_CARDS, _MEMORY = dict(FILTERS)["cards"], dict(FILTERS)["memory"]
+_INLINE = ("cards", "memory")
+"""The filters the indexed scan judges itself (`_scan_indexed`)."""
 
 
 class Reasons(Mapping[str, str]):
@@ -66,14 +69,17 @@ class Index:
     """A pass's fleet in order, and for each kind of need the nodes refused all pass long."""
 
     def __init__(self, nodes: dict[str, NodeState], now: float, stale_s: float) -> None:
+        self.nodes = nodes
         self.names = list(nodes)
+        self.states = list(nodes.values())
+        """The nodes' states by position (kept in place as replicas are placed and released)."""
         self.position = {name: i for i, name in enumerate(self.names)}
         self.now, self.stale_s = now, stale_s
         self._kinds: dict[tuple, tuple[list[int], list[int], list[tuple[str, Why | None]]]] = {}
 
     def serves(self, nodes: dict[str, NodeState], now: float, stale_s: float) -> bool:
-        """Whether the index was made for this fleet and time."""
-        return (now, stale_s) == (self.now, self.stale_s) and len(nodes) == len(self.names)
+        """Whether the index was made for this fleet (this very view of it) and time."""
+        return nodes is self.nodes and (now, stale_s) == (self.now, self.stale_s) and len(nodes) == len(self.names)
 
     def kind(
         self, need: Need, nodes: dict[str, NodeState]
@@ -120,46 +126,78 @@ def _wrapping(items: list[int], k: int, chunk: int = 256) -> Iterator[int]:
 
 def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how many, the index
     need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, start: int, limit: int, index: Index | None
-) -> tuple[list[str], Reasons]:
+) -> tuple[list[str], list[NodeState], Reasons]:
     """The nodes that pass every filter (at most `limit`, 0: all, scanning from the `start`-th
-    and wrapping), and why each refused node refused (filter: reason)."""
+    and wrapping), their states, and why each refused node refused (filter: reason)."""
     first = start % max(len(nodes), 1)
     if index is not None and index.serves(nodes, now, stale_s):
         return _scan_indexed(need, nodes, (now, stale_s), first, limit, index)
-    reasons, fit = Reasons(), []
+    reasons, fit, fit_states = Reasons(), [], []
     filters, names, count = chain(need), list(nodes), len(nodes)
     for i in range(count):
         name = names[(first + i) % count]
-        if refusal := _visit(need, nodes[name], filters, now, stale_s):
+        if refusal := _visit(need, n := nodes[name], filters, now, stale_s):
             reasons.refused(name, *refusal)
         else:
             fit.append(name)
+            fit_states.append(n)
             if limit and len(fit) >= limit:
                 break
-    return fit, reasons
+    return fit, fit_states, reasons
 
 
 def _scan_indexed(
     need: Need, nodes: dict[str, NodeState], when: tuple[float, float], first: int, limit: int, index: Index
-) -> tuple[list[str], Reasons]:
+) -> tuple[list[str], list[NodeState], Reasons]:
     """`scan` visiting only the nodes the index does not skip for the need."""
-    reasons, fit = Reasons(), []
-    visit, skip, said = index.kind(need, nodes)
-    filters = [(label, f) for label, f in chain(need) if label not in STATIC]
-    names, k, last = index.names, bisect.bisect_left(visit, first), None
+    reasons, fit, fit_states = Reasons(), [], []
+    visit = index.kind(need, nodes)[0]
+    # the cards and memory filters are judged here, inline (most nodes a scan visits are judged
+    # by these two alone: a Python call per filter per node is most of a big pass), the rest by
+    # the chain. A node refused for its cards is noted with its free cards as they are now (most
+    # refusals: a full node), its reason put among the others when they are read
+    late: list[tuple[int, list]] = []
+    rest = [(label, f) for label, f in chain(need) if label not in STATIC and label not in _INLINE]
+    choice, memory_mb = need.card_choice if need.cards else None, need.memory_mb
+    names, states, k, last = index.names, index.states, bisect.bisect_left(visit, first), None
     now, stale_s = when
     for i in _wrapping(visit, k):
-        n = nodes[names[i]]
-        for label, f in filters:
+        n = states[i]
+        if choice is not None:
+            chosen = _UNKNOWN if n.chosen is None else n.chosen.get(choice, _UNKNOWN)
+            if (chosen if chosen is not _UNKNOWN else chosen_cards(need, n)) is None:
+                late.append((i, n.free_cards))  # (placing replaces the list, never changes it)
+                continue
+        if memory_mb > n.free_mb:
+            reasons.refused(names[i], "memory", _MEMORY(need, n, now, stale_s))
+            continue
+        for label, f in rest:
             if why := f(need, n, now, stale_s):
                 reasons.refused(names[i], label, why)
                 break
         else:
             fit.append(names[i])
+            fit_states.append(n)
             if len(fit) == limit:
                 last = i
                 break
-    # the stretch scanned: from `first` to `last`, wrapping (all of it where the scan ran out)
+    _add_unvisited(reasons, need, index, when, (first, last), late)
+    return fit, fit_states, reasons
+
+
+def _add_unvisited(
+    reasons: Reasons,
+    need: Need,
+    index: Index,
+    when: tuple[float, float],
+    scanned: tuple[int, int | None],
+    late: list[tuple[int, list]],
+) -> None:
+    """Put among `reasons`, when they are read, the nodes the index skipped within the stretch
+    scanned (`scanned`: from the first position to the last, wrapping; all of it where the last
+    is None) and those refused for their cards (`late`: position, free cards then)."""
+    first, last = scanned
+    visit, skip, said = index.kind(need, index.nodes)
     if last is None:
         stretches = [(0, len(skip))]
     elif first <= last:
@@ -167,19 +205,21 @@ def _scan_indexed(
     else:
         stretches = [(bisect.bisect_left(skip, first), len(skip)), (0, bisect.bisect_right(skip, last))]
     skipped = sum(hi - lo for lo, hi in stretches)
-    if not skipped:
-        return fit, reasons
-    count = len(names)
+    if not skipped and not late:
+        return
+    names, states, count = index.names, index.states, len(index.names)
 
     def merge(seen: dict) -> dict:
         out = [((index.position[name] - first) % count, name, v) for name, v in seen.items()]
         for lo, hi in stretches:
             for s in range(lo, hi):
                 label, why = said[s]
-                name = names[skip[s]]
-                out.append(((skip[s] - first) % count, name, (label, why or _CARDS(need, nodes[name], *when))))
+                at = skip[s]
+                out.append(((at - first) % count, names[at], (label, why or _CARDS(need, states[at], *when))))
+        for at, free in late:
+            why = functools.partial(no_cards, need, states[at].info.gpus, free)
+            out.append(((at - first) % count, names[at], ("cards", why)))
         out.sort(key=lambda e: e[0])
         return {name: v for _, name, v in out}
 
-    reasons.skipped(skipped, merge)
-    return fit, reasons
+    reasons.skipped(skipped + len(late), merge)

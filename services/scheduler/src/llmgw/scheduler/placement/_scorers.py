@@ -21,7 +21,7 @@ from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
 
-__all__ = ["SCORERS", "Scorer", "Weights", "scores", "speed_of"]
+__all__ = ["SCORERS", "Parts", "Scorer", "Weights", "scores", "speed_of"]
 
 
 class Weights(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,15 +55,19 @@ def _speed(need: Need, nodes: list[NodeState], model: Model, w: Weights, domains
                 speed = by_class[cls] = _card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm")
             out.append(speed)
         return out
-    key = _cpu_key(need)
-    return [
-        _cpu_speed(*key, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus)
-        if n.info.cpu_calibration is None
-        else _cpu_speed.__wrapped__(
-            *key, n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus, n.info.cpu_calibration
-        )
-        for n in nodes
-    ]
+    key, out = _cpu_key(need), []
+    alike: dict[tuple, float] = {}  # nodes of the same figures, worked out once here
+    for n in nodes:
+        i = n.info
+        figures = (i.membw_all_gbs or 0.0, i.membw_one_gbs, i.cpus)
+        if i.cpu_calibration is not None:
+            out.append(_cpu_speed.__wrapped__(*key, *figures, i.cpu_calibration))
+            continue
+        speed = alike.get(figures)
+        if speed is None:
+            speed = alike[figures] = _cpu_speed(*key, *figures)
+        out.append(speed)
+    return out
 
 
 def _cpu_key(need: Need) -> tuple:
@@ -154,31 +158,53 @@ SCORERS: list[tuple[str, Scorer, Callable[[Weights], float]]] = [
 """The scorers and their weights."""
 
 
-def _normalise(raw: list[float]) -> list[float]:
-    """Onto 0-100 across the candidates: the best 100, the worst 0 (all 100 when they tie)."""
-    lo, hi = min(raw), max(raw)
-    if hi == lo:
-        return [100.0] * len(raw)
-    scale = 100.0 / (hi - lo)
-    return [(v - lo) * scale for v in raw]
+class Parts:
+    """Each scorer's part of the candidates' totals, normalised onto 0-100 across them (the best
+    100, the worst 0, all 100 when they tie): read for the candidate chosen, not built for all."""
+
+    def __init__(self) -> None:
+        self._raw: dict[str, tuple[list[float], float, float | None]] = {}
+
+    def add(self, label: str, raw: list[float], lo: float, scale: float | None) -> None:
+        """Scorer `label`'s raw figures, their lowest and the scale onto 0-100 (None: all tie)."""
+        self._raw[label] = (raw, lo, scale)
+
+    def at(self, i: int) -> dict[str, float]:
+        """The `i`-th candidate's normalised part of each scorer, to a tenth."""
+        return {
+            label: round(100.0 if scale is None else (raw[i] - lo) * scale, 1)
+            for label, (raw, lo, scale) in self._raw.items()
+        }
 
 
 def scores(
-    need: Need, model: Model, nodes: dict[str, NodeState], fit: list[str], w: Weights, peers: list[ReplicaState] | None
-) -> tuple[list[float], dict[str, list[float]]]:
-    """Each fitting node's weighted total and each scorer's normalised part. `peers` are the
-    model's live replicas (None: found on `nodes`), counted per failure domain."""
+    need: Need,
+    model: Model,
+    nodes: dict[str, NodeState],
+    candidates: list[NodeState],
+    w: Weights,
+    peers: list[ReplicaState] | None,
+) -> tuple[list[float], Parts]:
+    """Each candidate's (fitting node's) weighted total of the normalised scores, and each
+    scorer's part. `peers` are the model's live replicas (None: found on `nodes`), counted per
+    failure domain. A scorer on which every candidate ties adds nothing to tell them apart: its
+    part is 100 for each, left out of the totals."""
     if peers is None:
         peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
     domains: dict[str, int] = {}
     for r in peers:
         d = _domain(nodes[r.node], w) if r.node in nodes else r.node
         domains[d] = domains.get(d, 0) + 1
-    candidates = [nodes[n] for n in fit]
-    total = [0.0] * len(fit)
-    parts: dict[str, list[float]] = {}
+    total = [0.0] * len(candidates)
+    parts = Parts()
     for label, scorer, weight in SCORERS:
         if k := weight(w):
-            parts[label] = normalised = _normalise(scorer(need, candidates, model, w, domains))
-            total = [t + k * s for t, s in zip(total, normalised, strict=True)]
+            raw = scorer(need, candidates, model, w, domains)
+            lo, hi = min(raw), max(raw)
+            if hi == lo:
+                parts.add(label, raw, lo, None)
+            else:
+                scale = 100.0 / (hi - lo)
+                parts.add(label, raw, lo, scale)
+                total = [t + k * ((v - lo) * scale) for t, v in zip(total, raw, strict=True)]
     return total, parts
