@@ -377,6 +377,32 @@ async def test_usage_is_recorded_per_request_and_summed(world):
     assert (row.group, row.requests, row.completion_tokens) == ("team", 3, 6) and row.prompt_tokens > 0
 
 
+async def test_usage_ending_together_goes_out_in_one_message_per_project_and_model(world):
+    """Each usage message carries the records of one project and model that ended together (one
+    publish and one acknowledgement for many requests, not one each); an older router's message
+    of one record is summed as well."""
+    from llmgw.proto import USAGE_STREAM, UsageQuery, UsageRecord
+    from llmgw.proto import router as router_api
+
+    js, now = world.nc.jetstream(), time.time()
+    records = [
+        UsageRecord(request_id=f"r{i}", time=now, key="k", project=f"p{i % 2}", model="m", completion_tokens=1)
+        for i in range(60)
+    ]
+    for r in records:
+        world.router.accounts.ended([], 0, 0, now, r)  # as the router does when a request ends
+    older = UsageRecord(request_id="old", time=now, key="k", project="p0", model="m", completion_tokens=1)
+    await js.publish(router_api.USAGE.subject("p0", "m"), msgspec.json.encode(older))
+    deadline = time.monotonic() + 10
+    while (await js.stream_info(USAGE_STREAM)).state.messages < 3:
+        assert time.monotonic() < deadline, "the usage never reached the stream"
+        await asyncio.sleep(0.05)
+    rows = (await world.router.accounts.sum_usage(UsageQuery(group_by="project"))).rows
+    assert {(r.group, r.requests) for r in rows} == {("p0", 31), ("p1", 30)}
+    messages = (await js.stream_info(USAGE_STREAM)).state.messages
+    assert messages <= 5, f"{messages} messages for 61 requests"
+
+
 async def test_an_on_demand_model_at_zero_is_woken_and_the_request_waits(world):
     sleepy = Model(name="sleepy", source="o/r/m.gguf", context=2048, scaling=Scaling(min=0, max=1, idle_timeout_s=60))
     await world.model(sleepy)

@@ -69,8 +69,10 @@ from llmgw.proto.router import (
     Project,
     UsageQuery,
     UsageRecord,
+    UsageRecords,
     UsageReport,
     UsageRow,
+    usage_records,
 )
 from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeHealth, NodeList, ReplicaList
 
@@ -149,6 +151,7 @@ __all__ = [
     "StrictError",
     "UsageQuery",
     "UsageRecord",
+    "UsageRecords",
     "UsageReport",
     "UsageRow",
     "WeightsCollect",
@@ -171,4 +174,5 @@ __all__ = [
     "schema_json",
     "subjects_markdown",
     "type_name",
+    "usage_records",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import Endpoint, Event
@@ -28,8 +29,10 @@ __all__ = [
     "Project",
     "UsageQuery",
     "UsageRecord",
+    "UsageRecords",
     "UsageReport",
     "UsageRow",
+    "usage_records",
 ]
 
 
@@ -173,8 +176,25 @@ USAGE_SUM = Endpoint("router", "usage.sum", UsageQuery, UsageReport, "Requests a
 ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM)
 """The router's endpoints."""
 
+UsageRecords = Annotated[list[UsageRecord], Meta(title="list[UsageRecord]")]
+"""What a usage message carries: the requests of one project and model that ended together on one
+router (one publish, and one acknowledgement from the stream, for many requests). Routers before
+this published one `UsageRecord` a message: `usage_records` reads both."""
+
+
+def usage_records(data: bytes) -> list[UsageRecord]:
+    """The records of one usage message, as routers publish it now (a list) or did (one record).
+    A msgspec.DecodeError (ValidationError) says what is wrong with one that is neither."""
+    got = msgspec.json.decode(data, type=UsageRecords | UsageRecord)
+    return got if isinstance(got, list) else [got]
+
+
 USAGE = Event(
-    "usage", UsageRecord, "One finished request (the usage stream keeps these).", ("project", "model"), "router"
+    "usage",
+    UsageRecords,
+    "The requests of one project and model that ended together (the usage stream keeps these).",
+    ("project", "model"),
+    "router",
 )
 EVENTS = (USAGE,)
 """What routers publish."""
