@@ -4,8 +4,6 @@ error leaves in OpenAI's error body, translated here at the boundary."""
 
 from __future__ import annotations
 
-import os
-
 from litestar import Litestar, Request, Router
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
@@ -14,7 +12,7 @@ from litestar.response import Response
 
 from llmgw.bus import get_logger
 from llmgw.router.config import RouterConfig
-from llmgw.router.endpoint import OPENAI_ROUTES, OpenAIEndpoint
+from llmgw.router.endpoint import OPENAI_ROUTES, OpenAIEndpoint, request_id
 from llmgw.router.errors import ApiError, Internal, InvalidBody, http_error
 from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
@@ -47,7 +45,7 @@ def http_app(
 
     async def add_request_id(message, scope) -> None:
         if message["type"] == "http.response.start":
-            rid = scope.setdefault("state", {}).setdefault("request_id", os.urandom(16).hex())
+            rid = scope.setdefault("state", {}).setdefault("request_id", request_id())
             message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
     rest = Litestar(

@@ -6,6 +6,7 @@ body; a stream is cut as soon as its client goes away."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Awaitable, Callable
 
@@ -17,7 +18,18 @@ from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
 from llmgw.router.relay import Answer, Relay
 
-__all__ = ["OPENAI_ROUTES", "REQUEST_HEADERS", "OpenAIEndpoint", "response_head"]
+__all__ = ["OPENAI_ROUTES", "REQUEST_HEADERS", "OpenAIEndpoint", "request_id", "response_head"]
+
+_RUN = os.urandom(8).hex()
+"""This router process's random half of its request ids."""
+_COUNT = itertools.count()
+
+
+def request_id() -> str:
+    """A new id for a request that came without one (32 hex digits): this process's random half
+    and a count, unique without a system call per request as `os.urandom` makes."""
+    return f"{_RUN}{next(_COUNT):016x}"
+
 
 OPENAI_ROUTES = {
     "/v1/chat/completions": ("POST", "OpenAI's chat completions, streamed or not."),
@@ -51,7 +63,7 @@ class OpenAIEndpoint:
             return
         wanted = REQUEST_HEADERS
         headers = {name.decode(): value.decode("latin-1") for name, value in scope["headers"] if name in wanted}
-        rid = headers.get("x-request-id") or os.urandom(16).hex()
+        rid = headers.get("x-request-id") or request_id()
         answer = await self.respond(scope["method"], path, headers, lambda: self._body(receive), rid)
         if isinstance(answer, Relay):
             await self._stream(answer, rid, receive, send)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import http
-import os
 import socket
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import httptools
 
 from llmgw.bus import HttpServer, get_logger
-from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, OpenAIEndpoint, response_head
+from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, OpenAIEndpoint, request_id, response_head
 from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
 from llmgw.router.relay import Answer, Relay
 
@@ -253,7 +252,7 @@ class _Client(asyncio.Protocol):
     async def _serve(self, request: _Request) -> None:
         keep = request.keep
         try:
-            rid = request.headers.get("x-request-id") or os.urandom(16).hex()
+            rid = request.headers.get("x-request-id") or request_id()
             if request.refused is not None:
                 answer = self.endpoint.refused(request.refused)
             else:
@@ -304,7 +303,7 @@ class _Client(asyncio.Protocol):
         """A request that cannot be read: answered so, and the connection closed."""
         if self.task is None and not self.closed:
             answer = self.endpoint.refused(error)
-            self._write(_head(answer, os.urandom(16).hex(), False, len(answer.body)) + answer.body)
+            self._write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
         self.close()
 
     def _too_large(self) -> BodyTooLarge:

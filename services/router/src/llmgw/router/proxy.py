@@ -85,7 +85,10 @@ class Proxy:
         candidates, ready = self.directory.ready(model)
         if not candidates and primary and wake and await self.demand.ready_soon(model):
             candidates, ready = self.directory.ready(model)
-        held = await self._held(prepared, model, ready, primary)
+        if primary and prepared.measured:  # measured before admission: nothing to wait for
+            held = self._held_of(prepared.tokens, ready)
+        else:
+            held = self._held_of(await self.oracle.measure(prepared, model, ready.values(), primary), ready)
         exclude: set[str] = set()
         for attempt in range(1 + RETRIES):
             choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held)
@@ -137,14 +140,10 @@ class Proxy:
         _, ready = self.directory.ready(model)
         return any(self.health.doubted(rid) for rid in ready)
 
-    async def _held(self, prepared: Prepared, model: Model, ready: Ready, primary: bool) -> Callable[[str], int] | None:
-        """Where replicas publish KV events, how many of the prompt's leading blocks each holds
-        (None: the balancer goes by its own index). The asked-for model's prompt was measured
-        before admission, unless it had to wake: it is measured (and checked) now."""
-        if primary and prepared.measured:
-            tokens = prepared.tokens
-        else:
-            tokens = await self.oracle.measure(prepared, model, ready.values(), primary)
+    def _held_of(self, tokens: list[int] | None, ready: Ready) -> Callable[[str], int] | None:
+        """Where replicas publish KV events, how many of the prompt's leading blocks (its
+        `tokens`, measured before admission or, for a model that had to wake or a fallback,
+        now) each holds; None: the balancer goes by its own index."""
         if tokens is None or not any(r.kv_events for r, _ in ready.values()):
             return None
         return self.oracle.held(tokens)
