@@ -1,12 +1,37 @@
-"""The router's Prometheus series (on the admin port's /metrics), told what happened."""
+"""The router's Prometheus series (on the admin port's /metrics), told what happened.
+
+Counted in plain dicts on the request path and turned into Prometheus families only when
+scraped (`_Collector`): prometheus_client's own counters take a lock and a label lookup on every
+increment, ten of them a request, a few percent of the router's requests a second."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import bisect
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from llmgw.router.outcome import Outcome
 
-__all__ = ["Metrics"]
+__all__ = ["LATENCY_BUCKETS", "TTFT_BUCKETS", "Metrics"]
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+"""Upper bounds (seconds) of the time-to-first-token histogram's buckets."""
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+"""Upper bounds (seconds) of the whole-request latency histogram's buckets."""
+
+
+class _Histogram:
+    """One series of a histogram: the count in each bucket (not cumulative; the last is past
+    every bound) and the sum of what was observed."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, bounds: int) -> None:
+        self.counts, self.sum = [0] * (bounds + 1), 0.0
 
 
 class Metrics:
@@ -14,68 +39,106 @@ class Metrics:
     retries, refusals and how replicas were picked."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._requests = Counter(
-            "llmgw_router_requests", "Requests answered", ["model", "pool", "code"], registry=registry
-        )
-        self._tokens = Counter("llmgw_router_tokens", "Tokens", ["model", "kind"], registry=registry)
-        self._ttft = Histogram(
-            "llmgw_router_ttft_seconds",
-            "Time to the first token of a stream",
-            ["model", "pool"],
-            registry=registry,
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-        )
-        self._latency = Histogram(
-            "llmgw_router_latency_seconds",
-            "Whole request latency",
-            ["model", "pool"],
-            registry=registry,
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-        )
-        self._in_flight = Gauge(
-            "llmgw_router_in_flight", "Requests in flight per replica", ["model", "replica"], registry=registry
-        )
-        self._retries = Counter(
-            "llmgw_router_retries", "Requests retried on another replica", ["model"], registry=registry
-        )
-        self._rejections = Counter(
-            "llmgw_router_rejections", "Requests refused before any engine", ["reason"], registry=registry
-        )
-        self._picks = Counter("llmgw_router_picks", "How replicas were chosen", ["model", "how"], registry=registry)
-        self._children: dict[tuple, object] = {}
-
-    def _of(self, metric, *labels: str):
-        """`metric`'s series of these `labels` (kept: `labels()` costs a lookup under a lock)."""
-        key = (metric, *labels)
-        if (child := self._children.get(key)) is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self.requests: dict[tuple[str, str, str], int] = {}
+        """(model, pool, code) -> requests answered."""
+        self.tokens: dict[tuple[str, str], int] = {}
+        """(model, kind: prompt, cached or completion) -> tokens."""
+        self.ttft: dict[tuple[str, str], _Histogram] = {}
+        """(model, pool) -> time to the first token of a stream."""
+        self.latency: dict[tuple[str, str], _Histogram] = {}
+        """(model, pool) -> whole request latency."""
+        self.in_flight_now: dict[tuple[str, str], int] = {}
+        """(model, replica) -> requests in flight."""
+        self.retries: dict[str, int] = {}
+        """model -> requests retried on another replica."""
+        self.rejections: dict[str, int] = {}
+        """reason -> requests refused before any engine."""
+        self.picks: dict[tuple[str, str], int] = {}
+        """(model, how) -> replicas chosen so."""
+        registry.register(_Collector(self))
 
     def ended(self, outcome: Outcome) -> None:
         """A request whose model was known ended: counted under the code it got; what an admitted
         one took and used is measured too."""
         name, served = outcome.model, outcome.served
-        self._of(self._requests, name, served.pool, str(served.status)).inc()
+        key = (name, served.pool, str(served.status))
+        self.requests[key] = self.requests.get(key, 0) + 1
         if not served.admitted:
             return
-        self._of(self._latency, name, served.pool).observe(outcome.latency_s)
+        _observe(self.latency, (name, served.pool), LATENCY_BUCKETS, outcome.latency_s)
         if outcome.ttft_s is not None:
-            self._of(self._ttft, name, served.pool).observe(outcome.ttft_s)
-        usage = served.usage
+            _observe(self.ttft, (name, served.pool), TTFT_BUCKETS, outcome.ttft_s)
+        usage, tokens = served.usage, self.tokens
         for kind, n in (("prompt", usage.prompt), ("cached", usage.cached or 0), ("completion", usage.completion)):
             if n:
-                self._of(self._tokens, name, kind).inc(n)
+                tokens[name, kind] = tokens.get((name, kind), 0) + n
 
     def rejected(self, reason: str) -> None:
         """A request refused before any engine (400, 413, 429), by its error code."""
-        self._of(self._rejections, reason).inc()
+        self.rejections[reason] = self.rejections.get(reason, 0) + 1
 
     def picked(self, model: str, how: str, retry: bool) -> None:
         """A replica was picked for a request (`how`: the balancer's reason), maybe as a retry."""
         if retry:
-            self._of(self._retries, model).inc()
-        self._of(self._picks, model, how).inc()
+            self.retries[model] = self.retries.get(model, 0) + 1
+        self.picks[model, how] = self.picks.get((model, how), 0) + 1
 
     def in_flight(self, model: str, replica: str, delta: int) -> None:
         """A request to a replica started (+1) or ended (-1)."""
-        self._of(self._in_flight, model, replica).inc(delta)
+        self.in_flight_now[model, replica] = self.in_flight_now.get((model, replica), 0) + delta
+
+
+def _observe(series: dict[tuple[str, str], _Histogram], key: tuple[str, str], bounds: tuple, value: float) -> None:
+    """`value` counted in its bucket (the first whose bound it does not pass) of `key`'s series."""
+    h = series.get(key)
+    if h is None:
+        h = series[key] = _Histogram(len(bounds))
+    h.counts[bisect.bisect_left(bounds, value)] += 1
+    h.sum += value
+
+
+class _Collector(Collector):
+    """The counts as Prometheus families, made when scraped (from a copy: a scrape on another
+    thread never sees a dict change under it)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.m
+        yield _family(CounterMetricFamily, "llmgw_router_requests", "Requests answered", m.requests, "model pool code")
+        yield _family(CounterMetricFamily, "llmgw_router_tokens", "Tokens", m.tokens, "model kind")
+        yield _histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", m.ttft, TTFT_BUCKETS)
+        yield _histogram("llmgw_router_latency_seconds", "Whole request latency", m.latency, LATENCY_BUCKETS)
+        in_flight = m.in_flight_now
+        yield _family(
+            GaugeMetricFamily, "llmgw_router_in_flight", "Requests in flight per replica", in_flight, "model replica"
+        )
+        retried = {(k,): v for k, v in list(m.retries.items())}
+        yield _family(
+            CounterMetricFamily, "llmgw_router_retries", "Requests retried on another replica", retried, "model"
+        )
+        refused = {(k,): v for k, v in list(m.rejections.items())}
+        yield _family(
+            CounterMetricFamily, "llmgw_router_rejections", "Requests refused before any engine", refused, "reason"
+        )
+        yield _family(CounterMetricFamily, "llmgw_router_picks", "How replicas were chosen", m.picks, "model how")
+
+
+def _family(kind: type, name: str, doc: str, values: dict[tuple, int], labels: str) -> Metric:
+    family = kind(name, doc, labels=labels.split())
+    for key, value in list(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def _histogram(name: str, doc: str, series: dict[tuple[str, str], _Histogram], bounds: tuple) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=["model", "pool"])
+    for key, h in list(series.items()):
+        counts, total, cumulative = list(h.counts), h.sum, []
+        seen = 0
+        for bound, count in zip((*(floatToGoString(b) for b in bounds), "+Inf"), counts, strict=True):
+            seen += count
+            cumulative.append((bound, seen))
+        family.add_metric(list(key), cumulative, sum_value=total)
+    return family
