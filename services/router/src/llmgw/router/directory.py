@@ -51,6 +51,8 @@ class Directory:
     ) -> None:
         self.catalog, self.replicas, self.on_replicas, self.keys = catalog, replicas, on_replicas, keys
         self._headers: dict[tuple[str, str], dict[str, str]] = {}
+        self._ready: dict[str, tuple[Model, int, tuple[list[Candidate], Ready]]] = {}
+        """Model name -> the model, the replicas bucket's version and its ready replicas then."""
 
     @classmethod
     async def open(
@@ -91,13 +93,19 @@ class Directory:
 
     def ready(self, model: Model) -> tuple[list[Candidate], Ready]:
         """The model's ready replicas as the balancer sees them (priority, weight and slots from
-        their profiles), and each one's state and profile by id."""
+        their profiles), and each one's state and profile by id. Worked out again only when the
+        replicas bucket or the model changed (read-only: shared by the requests until then)."""
+        kept = self._ready.get(model.name)
+        if kept is not None and kept[0] is model and kept[1] == self.replicas.version:
+            return kept[2]
+        version = self.replicas.version
         states = self.replicas.derived(self._ready_by_model).get(model.name, {})
         profiles = {p.name: p for p in model.profiles}
         ready = {r.id: (r, p) for r in states.values() if (p := profiles.get(r.profile)) is not None}
         candidates = [
             Candidate(id=i, priority=p.priority, weight=p.weight, slots=p.slots) for i, (_, p) in ready.items()
         ]
+        self._ready[model.name] = (model, version, (candidates, ready))
         return candidates, ready
 
     def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:
