@@ -4,12 +4,12 @@ Every row posts the same streaming chat completion (16 chunks, the usage chunk, 
 same stub backend: nginx answering every request with that stream, on core 0 beside the load
 generator (wrk, one thread). Each gateway runs alone on core 1 (`taskset`): nginx as a plain
 reverse proxy (the floor), vllm-router (Rust, round-robin), Portkey's gateway (Node, an
-OpenAI-compatible custom host), LiteLLM's proxy as its production
-page says, and llmgw's router with a plain key, with a key carrying every limit, and with that
-key on NATS as a cluster runs it (nkeys and TLS). The rows take turns, `ROUNDS` times; each keeps
-its best. Figures: added latency p50/p99 at one connection (against the backend alone), the most
-requests a second with p99 under 20 ms over 1, 4, 16 and 64 connections, and the gateway's
-resident memory. A peer that cannot be installed or does not start is a row saying why.
+OpenAI-compatible custom host, its HTTP stack at the versions its lockfile pins), LiteLLM's proxy
+as its production page says, and llmgw's router with a plain key, with a key carrying every limit,
+and with that key on NATS as a cluster runs it (nkeys and TLS). The rows take turns, `ROUNDS`
+times; each keeps its best. Figures: added latency p50/p99 at one connection (against the backend
+alone), the most requests a second with p99 under 20 ms over 1, 4, 16 and 64 connections, and the
+gateway's resident memory. A peer that cannot be installed or does not start is a row saying why.
 Run with `just bench` (wrk and nginx are installed from Debian when root);
 `python tests/bench/gateway.py llmgw` measures only the rows whose name holds "llmgw" (and the
 backend alone, which every row is measured against): for working on one row, not for the record.

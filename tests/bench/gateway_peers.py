@@ -230,24 +230,55 @@ def start_vllm_router(
 
 
 # -- Portkey's gateway (Node) --------------------------------------------------------------------
-PORTKEY = "@portkey-ai/gateway@1.15.2"
+PORTKEY = ("@portkey-ai/gateway", "1.15.2")
+PORTKEY_STACK = {"@hono/node-server": "1.13.5", "@hono/node-ws": "1.2.0", "hono": "4.9.7"}
+"""Portkey's HTTP stack at the versions its own package-lock.json pins for 1.15.2 (what its Docker
+image runs). The npm package ships no lockfile, and its `^1.3.3` now resolves @hono/node-server to
+1.19.x, whose lightweight Response built from a fetched one keeps that response's immutable
+headers: Portkey's `updateHeaders` then throws `TypeError: immutable` and every request answers
+500 (Portkey-AI/gateway#1389: any @hono/node-server above 1.14.2)."""
+
+
+def _npm_versions(home: Path, names: list[str]) -> dict[str, str | None]:
+    """The version of each package installed under `home` (None: not installed)."""
+    found: dict[str, str | None] = {}
+    for name in names:
+        manifest = home / "node_modules" / name / "package.json"
+        found[name] = json.loads(manifest.read_text()).get("version") if manifest.exists() else None
+    return found
+
+
+def _install_portkey(npm: str, home: Path) -> Path:
+    """Portkey's package with its HTTP stack pinned (npm `overrides`), installed once under `home`
+    (again if what is there differs); the package's directory."""
+    name, version = PORTKEY
+    wanted = {name: version, **PORTKEY_STACK}
+    if _npm_versions(home, list(wanted)) != wanted:
+        print(f"installing {name}@{version} into {home} (once)", file=sys.stderr)
+        shutil.rmtree(home, ignore_errors=True)  # afresh: over an old tree npm left a pinned one out
+        home.mkdir(parents=True)
+        manifest = {"private": True, "dependencies": {name: version}, "overrides": PORTKEY_STACK}
+        (home / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        argv = [npm, "install", "--prefix", str(home), "--no-audit", "--no-fund"]
+        done = subprocess.run(argv, capture_output=True, timeout=600)
+        if done.returncode:
+            raise Unavailable(f"{name}@{version} did not install: {done.stderr.decode().strip()[-200:]}")
+        got = _npm_versions(home, list(wanted))
+        if got != wanted:
+            raise Unavailable(f"{name}@{version} installed with {got}, not {wanted}")
+    return home / "node_modules" / name
 
 
 def start_portkey(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
-    """Portkey's open-source gateway on Node, installed once with npm under ~/.cache/llmgw/portkey,
-    forwarding to the backend as an OpenAI-compatible custom host (the headers its docs give for
-    a local model)."""
+    """Portkey's open-source gateway on Node (its code unchanged, its HTTP stack at the versions
+    its lockfile pins: `PORTKEY_STACK`), installed once with npm under ~/.cache/llmgw/portkey,
+    started as deployed (`NODE_ENV=production`, headless) and forwarding to the backend as an
+    OpenAI-compatible custom host (the headers its docs give for a local model). Note: Portkey
+    waits 25 ms before relaying a stream's first event (streamHandler.ts), whatever the provider."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if not (node and npm):
         raise Unavailable("no node and npm on PATH (Debian's nodejs and npm)")
-    home = CACHE / "portkey"
-    package = home / "node_modules" / "@portkey-ai" / "gateway"
-    if not package.exists():
-        print(f"installing {PORTKEY} into {home} (once)", file=sys.stderr)
-        home.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([npm, "install", "--prefix", str(home), PORTKEY], capture_output=True, timeout=600)
-        if done.returncode:
-            raise Unavailable(f"{PORTKEY} did not install: {done.stderr.decode().strip()[-200:]}")
+    package = _install_portkey(npm, CACHE / "portkey")
     entry = json.loads((package / "package.json").read_text()).get("bin", {})
     script = package / (entry if isinstance(entry, str) else next(iter(entry.values()), "build/start-server.js"))
     port = free_port()
