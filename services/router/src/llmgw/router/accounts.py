@@ -41,7 +41,7 @@ __all__ = ["USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
 
 USAGE_ACK_S = 5.0
 """How long a usage message's publish waits for the stream's acknowledgement."""
-USAGE_LINGER_S = 0.002
+USAGE_LINGER_S = 0.02
 """How long the first finished request's usage waits for others to go in one message with it."""
 USAGE_BATCH = 256
 """The most requests' usage in one message (~350 bytes each: well under NATS's 1 MB a message)."""
