@@ -13,6 +13,9 @@ from llmgw.router.demand import DemandSignal
 class Unreachable:
     """Limit counters and a demand bucket whose NATS never answers."""
 
+    def finish_leased(self, scopes, tokens, now, reserve=0):
+        return scopes  # no lease held: every end is left to write
+
     async def finish(self, scopes, tokens, now, reserve=0):
         raise TimeoutError("nats: timeout")
 

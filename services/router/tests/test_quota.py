@@ -199,6 +199,24 @@ async def test_far_from_its_limits_a_key_is_admitted_from_a_lease_and_counted_in
     assert requests > 0 and tokens > 0 and concurrent > 0 and seen.minute_requests == 201  # a read is what was used
 
 
+async def test_an_end_on_a_leased_scope_is_counted_at_once_and_only_the_others_are_left_to_write(nc):
+    """The router tells a request's end without a task where it holds a lease of the scope (its
+    count drops now, written in the background); a scope it holds no lease of is left to
+    `finish`, which writes it; a scope whose limits count nothing in flight needs neither."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    leased, unleased = ("key.l", "key 'l'", ROOMY), ("project.u", "project 'u'", ROOMY)
+    per_minute = ("key.m", "key 'm'", Limits(requests_per_minute=1000))
+    for _ in range(2):  # the first write takes the lease, the second is admitted from it
+        assert (await quota.admit([leased], NOW, reserve=50)).ok
+    assert quota.mine["key.l"].lease is not None and quota.mine["key.l"].n == 2
+    assert quota.finish_leased([leased, unleased, per_minute], 20, NOW + 0.01, reserve=50) == [unleased]
+    assert quota.mine["key.l"].n == 1  # counted here, at once
+    await quota.finish([leased], 20, NOW + 0.02, reserve=50)
+    value = await _written(quota, kv, "key.l")
+    assert value["m"][1] == 2 and value["d"][1] == 40 and not value.get("c") and not value.get("h")
+
+
 async def test_leases_never_let_routers_pass_a_limit_and_one_router_alone_reaches_it_exactly(nc):
     kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
     a, b = Quota(kv, "router-a"), Quota(kv, "router-b")

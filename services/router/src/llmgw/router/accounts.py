@@ -32,7 +32,6 @@ from llmgw.proto import (
 )
 from llmgw.proto import router as router_api
 from llmgw.router.core import key_hash, sum_usage
-from llmgw.router.counters import holds
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
@@ -123,9 +122,9 @@ class Accounts:
         """An admitted request that held `reserve` tokens ended having used `tokens`: its limits
         are told off the hot path (the answer does not wait for the counters), its usage goes to
         the stream."""
-        if any(holds(limits) for _, _, limits in scopes):  # else nothing to tell them
+        if rest := self.quota.finish_leased(scopes, tokens, now, reserve):  # the others: written
             what = "telling the limit counters a request ended"  # lost, it is sent with the next change
-            spawn(self.tasks, self.quota.finish(scopes, tokens, now, reserve), self.log, what)
+            spawn(self.tasks, self.quota.finish(rest, tokens, now, reserve), self.log, what)
         if usage is None:
             return
         try:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from llmgw.proto import Limits
-from llmgw.router.limits import Counts, Lease, grant, windows
+from llmgw.router.limits import Counts, Lease, grant, window_ids, windows
 
 __all__ = [
     "Mine",
@@ -28,6 +28,7 @@ __all__ = [
     "counted",
     "counts_tokens",
     "counts_with",
+    "ended",
     "holds",
     "others",
     "want",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 _WINDOWS = (("m", "minute", 3), ("d", "day", 2), ("mo", "month", 2))
-"""Each window: its field, its name in `windows`, the length of its list."""
+"""Each window: its field, its name in `windows`, the length of its list (in `window_ids`'s order)."""
 
 
 class Op(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,16 +146,22 @@ def holds(limits: Limits) -> bool:
     return bool(limits.concurrent) or counts_tokens(limits)
 
 
+def ended(limits: Limits, tokens: int, now: float, reserve: int) -> Op:
+    """The change a request's end makes, holding `reserve` tokens and having used `tokens`."""
+    return Op(at=now, tokens=tokens, n=-1, held=-(reserve if counts_tokens(limits) else 0))
+
+
 def counted(value: dict, ops: list[Op], now: float) -> dict:
     """The windows of `value` as they stand `now` (an old window empty; a newer one, written by a
     router whose clock is ahead, kept), with `ops` counted in where they fall in them."""
     current = windows(now)
     out = dict(value)
-    for field, name, size in _WINDOWS:
+    where = [window_ids(op.counted_at) for op in ops]  # (minute, day, month): worked out once each
+    for k, (field, name, size) in enumerate(_WINDOWS):
         got = value.get(field)
         window = list(got) if got and got[0] >= current[name][0] else [current[name][0]] + [0] * (size - 1)
-        for op in ops:
-            if windows(op.counted_at)[name][0] == window[0]:
+        for op, ids in zip(ops, where, strict=True):
+            if ids[k] == window[0]:
                 if field == "m":
                     window[1] = max(0, window[1] + op.requests)
                 window[-1] += op.tokens

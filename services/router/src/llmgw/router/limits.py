@@ -11,7 +11,7 @@ import msgspec
 
 from llmgw.proto import Limits
 
-__all__ = ["LEASE_SHARE", "Counts", "Lease", "Verdict", "grant", "judge", "standing", "windows"]
+__all__ = ["LEASE_SHARE", "Counts", "Lease", "Verdict", "grant", "judge", "standing", "window_ids", "windows"]
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -48,6 +48,12 @@ def _ends(second: int) -> tuple[tuple[str, int], tuple[str, int], tuple[str, int
         (time.strftime("%Y%m%d", t), (second // 86400 + 1) * 86400),
         (time.strftime("%Y%m", t), calendar.timegm((t.tm_year, t.tm_mon, month_days, 0, 0, 0)) + 86400),
     )
+
+
+def window_ids(t: float) -> tuple[str, str, str]:
+    """The ids of the UTC minute, day and month that hold `t`."""
+    (minute, _), (day, _), (month, _) = _ends(int(t))
+    return minute, day, month
 
 
 def windows(now: float) -> dict[str, tuple[str, float]]:

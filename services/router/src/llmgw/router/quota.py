@@ -350,19 +350,24 @@ class Quota:
             headers.update(verdict.headers)
         return Verdict(ok=True, headers=headers)
 
+    def finish_leased(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> list[Scope]:
+        """`finish` at once for the scopes this router holds a lease of (counted here, written
+        within `flush_s`: no task, no wait); the others that count requests in flight returned."""
+        rest = []
+        for sid, name, limits in scopes:
+            if holds(limits) and (mine := self.mine.get(sid)) is not None and mine.lease is not None:
+                self._done(sid, counters.ended(limits, tokens, now, reserve), sent=False)
+                self._spent_soon(sid)
+            elif holds(limits):
+                rest.append((sid, name, limits))
+        return rest
+
     async def finish(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> None:
         """A request admitted against these scopes, holding `reserve` tokens, ended having used
         `tokens`: one fewer in flight, its hold let go, its tokens added to the minute, the day
-        and the month. Written with the scope's next change, or within `end_wait_s` (`flush_s`
-        where the scope is leased: counted here at once)."""
-        for sid, _, limits in scopes:
-            if holds(limits):
-                op = Op(at=now, tokens=tokens, n=-1, held=-(reserve if counts_tokens(limits) else 0))
-                if (mine := self.mine.get(sid)) is not None and mine.lease is not None:
-                    self._done(sid, op, sent=False)
-                    self._spent_soon(sid)
-                else:
-                    await self._change(sid, op, wait_s=self.end_wait_s)
+        and the month. Written with the scope's next change, or within `end_wait_s`."""
+        for sid, _, limits in self.finish_leased(scopes, tokens, now, reserve):
+            await self._change(sid, counters.ended(limits, tokens, now, reserve), wait_s=self.end_wait_s)
 
     async def give_back(self, scopes: list[Scope], admitted: float, now: float, reserve: int = 0) -> None:
         """A request admitted at `admitted` against these scopes was refused after all: the
