@@ -97,3 +97,15 @@ async def test_a_watch_that_ends_is_started_again_and_the_table_is_stale_until_i
         assert [e["bucket"] for e in logs if e["event"] == "KV watch ended; watching again"] == ["test_restart"]
     finally:
         table.stop()
+
+
+async def test_a_scan_right_after_a_write_always_holds_it(nc):
+    """A list answered right after a put holds what was put (nats-py's `keys()` watches the bucket
+    and can end before an entry written just before it is delivered: a catalog listing then
+    missed a model the console had just served)."""
+    from llmgw.bus import kv_bucket, kv_scan
+
+    kv = await kv_bucket(nc.jetstream(), "test_scan_after")
+    for i in range(150):
+        await kv.put(f"k{i}", msgspec.json.encode(KeyRecord(name=f"k{i}", created=1.0)))
+        assert len(await kv_scan(kv, KeyRecord)) == i + 1, f"the scan after put {i + 1} missed entries"

@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.errors import AuthorizationError, NoRespondersError, NoServersError, TimeoutError
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError, NoKeysError
+from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
@@ -273,11 +273,13 @@ async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:
 
 
 async def kv_keys(kv: KeyValue) -> list[str]:
-    """Keys in a bucket; an empty bucket has none (nats-py raises for that)."""
-    try:
-        return await kv.keys()
-    except NoKeysError:
-        return []
+    """Keys in a bucket as its server holds them now: the subjects of its stream that hold a
+    last entry (a deleted key's is its delete marker: `kv_scan` leaves those out). Not nats-py's
+    `keys()`: it watches the bucket and can end before an entry written just before it is
+    delivered (a listing right after a put then missed it, or came back empty). The server lists
+    up to 100,000 subjects a stream info: far more than any bucket of ours holds."""
+    info = await kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}>")
+    return [subject[len(kv._pre) :] for subject in info.state.subjects or {}]
 
 
 class NatsServer(msgspec.Struct):
