@@ -197,7 +197,7 @@ def _add_unvisited(
     scanned (`scanned`: from the first position to the last, wrapping; all of it where the last
     is None) and those refused for their cards (`late`: position, free cards then)."""
     first, last = scanned
-    visit, skip, said = index.kind(need, index.nodes)
+    _, skip, said = index.kind(need, index.nodes)
     if last is None:
         stretches = [(0, len(skip))]
     elif first <= last:
