@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._json import decode_json
 from llmgw.proto._types import Empty, Name, NonNegative, Positive
 
 __all__ = [
@@ -184,8 +184,9 @@ this published one `UsageRecord` a message: `usage_records` reads both."""
 
 def usage_records(data: bytes) -> list[UsageRecord]:
     """The records of one usage message, as routers publish it now (a list) or did (one record).
-    A msgspec.DecodeError (ValidationError) says what is wrong with one that is neither."""
-    got = msgspec.json.decode(data, type=UsageRecords | UsageRecord)
+    A msgspec.DecodeError (ValidationError, JsonTooDeep) says what is wrong with one that is
+    neither."""
+    got = decode_json(data, type=UsageRecords | UsageRecord)
     return got if isinstance(got, list) else [got]
 
 
