@@ -1,15 +1,16 @@
 """The scan with a pass's index finds what a scan of every node finds: the same nodes that fit,
 the same refusals in the same order with the same reasons, on fleets being filled replica by
-replica (the index skips some nodes, and judges the cards and memory of the others itself)."""
+replica and emptied now and then (the index skips some nodes, and judges the others from arrays
+it keeps as replicas are claimed, held and released)."""
 
 import random
 
 import pytest
 from fake_nodes import GB, NOW, Node, states
 
-from llmgw.proto import Profile, ReplicaState
-from llmgw.scheduler.placement import Index, cards_for, claim, need_of
-from llmgw.scheduler.placement._scan import scan
+from llmgw.proto import GpuInfo, Profile, ReplicaState
+from llmgw.scheduler.placement import FILTERS, Index, cards_for, claim, hold, need_of, release
+from llmgw.scheduler.placement._scan import JUDGED, STATIC, scan
 
 CLASSES = [("h100-80g", 81559), ("l40s-48g", 46068), ("l4-24g", 23034)]
 PROFILES = [
@@ -17,6 +18,7 @@ PROFILES = [
     Profile(name="cpu-cores", cpu_cores=8),
     Profile(name="big-cpu", host_memory_mb=90_000),
     Profile(name="gpu", gpus=1),
+    Profile(name="two", gpus=2),
     Profile(name="two-l40s", gpus=2, gpu_class="l40s-48g"),
     Profile(name="big-card", gpus=1, min_card_mb=40_000),
     Profile(name="fra1", node_selector={"site": "fra1"}),
@@ -32,6 +34,14 @@ def _fleet(rng: random.Random, size: int):
         if rng.random() < 0.6:
             cls, mb = rng.choice(CLASSES)
             node.cards(rng.choice([1, 2, 4]), cls, mb, foreign=rng.choice([0, 0, 0, 30_000]))
+            if rng.random() < 0.3:  # a little foreign use on one card: less room there than on the rest
+                node.info.gpus[0].memory_foreign_mb = 900
+            if rng.random() < 0.2:  # and two cards of another class
+                other, other_mb = rng.choice(CLASSES)
+                node.info.gpus += [
+                    GpuInfo(index=4 + k, uuid=f"n{i:03d}-x{k}", name=other, cls=other, memory_total_mb=other_mb)
+                    for k in range(2)
+                ]
         if rng.random() < 0.5:
             node.labels(site=rng.choice(["fra1", "ams1"]), **({"rack": "r1"} if rng.random() < 0.5 else {}))
         if rng.random() < 0.1:
@@ -51,20 +61,21 @@ def test_the_indexed_scan_finds_and_says_what_a_full_scan_does(seed):
     rng = random.Random(seed)
     nodes = _fleet(rng, 60)
     index = Index(nodes, NOW, 10)
+    placed: list[ReplicaState] = []
     for step in range(120):
-        need = need_of(rng.choice(PROFILES), rng.choice([1, 4, 12, 40]) * GB)
+        need = need_of(
+            rng.choice(PROFILES), int(rng.choice([1, 4, 12, 40, 42.5, 85]) * GB)
+        )  # 45,607 MiB a card (42.5 on one, 85 on two)
         start, limit = rng.randrange(200), rng.choice([0, 1, 5, 100])
-        full_fit, full_states, full_why = scan(need, nodes, NOW, 10, start, limit, None)
-        fit, fit_states, why = scan(need, nodes, NOW, 10, start, limit, index)
+        full_fit, full_table, _, full_why = scan(need, nodes, NOW, 10, start, limit, None)
+        fit, table, at, why = scan(need, nodes, NOW, 10, start, limit, index)
         assert fit == full_fit, (step, need.profile.name)
-        assert fit_states == full_states == [nodes[name] for name in fit]
+        assert [table.states[i] for i in at] == full_table.states == [nodes[name] for name in fit]
         assert len(why) == len(full_why)
         assert _reasons(why) == _reasons(full_why), (step, need.profile.name)
         if fit:  # fill the fleet: the chosen node takes the replica
             name = rng.choice(fit)
-            cards = cards_for(need, nodes[name])
-            claim(
-                nodes,
+            placed.append(
                 ReplicaState(
                     id=f"r{step}",
                     model="m",
@@ -72,7 +83,24 @@ def test_the_indexed_scan_finds_and_says_what_a_full_scan_does(seed):
                     node=name,
                     memory_mb=need.memory_mb,
                     cores=need.profile.cpu_cores or 0,
-                    gpus=cards,
+                    gpus=cards_for(need, nodes[name]),
                     state="starting",
-                ),
+                )
             )
+            claim(nodes, placed[-1])
+        if placed and rng.random() < 0.3:  # and empty it now and then: one stops at once, one is being stopped
+            gone = placed.pop(rng.randrange(len(placed)))
+            if rng.random() < 0.5:
+                release(nodes, gone)
+            else:
+                hold(nodes, gone)
+
+
+def test_every_filter_is_static_or_judged_by_the_index():
+    assert [label for label, _ in FILTERS] == [*STATIC, *JUDGED]
+
+
+def test_an_index_keeps_only_a_fleet_that_tells_it_of_changes():
+    nodes = states(Node("a"))
+    with pytest.raises(TypeError, match="node_states"):
+        Index(dict(nodes), NOW, 10)

@@ -4,6 +4,7 @@ nodes, the group of nodes that scores best together."""
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
 from llmgw.proto import Model, ReplicaState, Worker
 from llmgw.scheduler.placement._filters import cards_for
@@ -43,12 +44,12 @@ def place(
     """
     if need.profile.nodes > 1:
         return _place_across(need, model, nodes, now, how)
-    fit, candidates, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
+    fit, table, at, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
     if not fit:
         return None, reasons
-    total, parts = scores(need, model, nodes, candidates, how.weights, how.peers)
-    best = max(zip(total, fit, strict=True))[1]  # the best total; of those tied, the last name
-    i = fit.index(best)
+    total, parts = scores(need, model, nodes, table, at, how.weights, how.peers)
+    i = max(np.flatnonzero(total == total.max()).tolist(), key=fit.__getitem__)  # of those tied, the last name
+    best = fit[i]
     return Placement(node=best, cards=cards_for(need, nodes[best]), scores=parts.at(i)), reasons
 
 
@@ -59,9 +60,9 @@ def _place_across(
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
     count, label = need.profile.nodes, need.profile.keep_within
-    fit, candidates, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
-    total, parts = scores(need, model, nodes, candidates, how.weights, how.peers) if fit else ([], Parts())
-    score = dict(zip(fit, total, strict=True))
+    fit, table, at, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
+    total, parts = scores(need, model, nodes, table, at, how.weights, how.peers) if fit else (np.zeros(0), Parts())
+    score = dict(zip(fit, total.tolist(), strict=True))
     groups: dict[str, list[str]] = {}
     for name in fit:
         groups.setdefault(nodes[name].info.labels[label] if label else "", []).append(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from llmgw.modelplan import FOREIGN_LIMIT_MB, KV_CACHE_TYPES, Memory, Shape, llamacpp_memory
@@ -14,6 +16,7 @@ __all__ = [
     "Need",
     "NodeState",
     "Placement",
+    "Rooms",
     "claim",
     "hold",
     "kv_cache_type",
@@ -76,6 +79,21 @@ class NodeState(msgspec.Struct, kw_only=True, gc=False):
     (never changed in place: a trial copy shares it) whenever the free cards change."""
     replicas: list[ReplicaState] = msgspec.field(default_factory=list)
     """Live replicas placed here, or with a worker here (every model)."""
+
+
+class Rooms(dict[str, NodeState]):
+    """Every node's state by name, as `node_states` makes them: `claim`, `hold` and `release`
+    tell the watcher (a pass's `placement.Index`, which keeps their free room in arrays) of each
+    node they change. A copy (`dict(rooms)`, a trial) is a plain dict nobody watches."""
+
+    watch: Callable[[str], None] | None = None
+
+
+def _told(nodes: dict[str, NodeState], name: str) -> None:
+    """Tell whoever watches `nodes` that node `name` changed."""
+    watch = getattr(nodes, "watch", None)
+    if watch is not None:
+        watch(name)
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,11 +192,11 @@ def _on_cards(profile: Profile, per_card: int, read: int, **sized) -> Need:
 
 def node_states(
     nodes: dict[str, tuple[NodeInfo, float, list[str]]], replicas: list[ReplicaState], reserve_mb: int
-) -> dict[str, NodeState]:
+) -> Rooms:
     """Each node's free capacity, by node name in order: available memory less the claims of
     replicas still starting and a reserve; cards no live replica holds and no foreign process
     crowds (`llmgw.modelplan.FOREIGN_LIMIT_MB`)."""
-    out = {}
+    out = Rooms()
     for name, (info, seen, held) in sorted(nodes.items()):
         out[name] = NodeState(
             info=info,
@@ -234,6 +252,7 @@ def claim(nodes: dict[str, NodeState], r: ReplicaState) -> None:
         if piece.gpus:
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
             n.chosen = None
+        _told(nodes, name)
 
 
 def hold(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -250,6 +269,7 @@ def hold(nodes: dict[str, NodeState], r: ReplicaState) -> None:
             n.stopping_cards = n.stopping_cards.union(piece.gpus)
             n.free_cards = [g for g in n.free_cards if g.uuid not in piece.gpus]
             n.chosen = None
+        _told(nodes, name)
 
 
 def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
@@ -268,3 +288,4 @@ def release(nodes: dict[str, NodeState], r: ReplicaState) -> None:
             back = {g.uuid for g in n.free_cards} | (set(piece.gpus) - n.stopping_cards)
             n.free_cards = [g for g in n.info.gpus if g.uuid in back]
             n.chosen = None
+        _told(nodes, name)

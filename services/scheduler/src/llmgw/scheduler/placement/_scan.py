@@ -4,25 +4,33 @@ wrapping, until enough fit; and why each refused node refused.
 An `Index` of a pass's fleet keeps, for each kind of need, the nodes that cannot take it all
 pass long (a filter that looks at what a node is, not at what it has free: its heartbeat, its
 labels, its engines, or no cards at all for a need of cards), so a scan with it visits only the
-others; those it skipped within the stretch it scanned are still among its reasons (counted at
-once, their texts built when read), in the order a scan of every node would have seen them."""
+others; and every node's free room in arrays (told of each claim, hold and release: `Rooms`),
+so it judges a stretch of them at once, in numpy: memory, cores and keep_within exactly, the
+cards by what is needed of them (that many free, the largest roomy enough), the cards a node
+gives checked one by one only where all else passes. The nodes it refused, or skipped within the
+stretch it scanned, are still among its reasons (counted at once, their texts built when read
+from what they had free then), in the order a scan of every node would have seen them."""
 
 from __future__ import annotations
 
 import bisect
-import functools
 from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
 
-from llmgw.scheduler.placement._filters import _UNKNOWN, FILTERS, Filter, Why, chain, chosen_cards, no_cards
-from llmgw.scheduler.placement._room import Need, NodeState
+import numpy as np
 
-__all__ = ["STATIC", "Index", "Reasons", "scan"]
+from llmgw.scheduler.placement._filters import _UNKNOWN, FILTERS, Filter, Why, chain, chosen_cards
+from llmgw.scheduler.placement._room import Need, NodeState, Rooms
+from llmgw.scheduler.placement._table import Table
+
+__all__ = ["JUDGED", "STATIC", "Found", "Index", "Reasons", "scan"]
 
 STATIC = ("ready", "labels", "engine")
 """The filters that look only at what a node is (and the pass's time): first in the chain."""
-_CARDS, _MEMORY = dict(FILTERS)["cards"], dict(FILTERS)["memory"]
-_INLINE = ("cards", "memory")
-"""The filters the indexed scan judges itself (`_scan_indexed`)."""
+JUDGED = ("cards", "memory", "cores", "keep_within")
+"""The filters on what a node has free (and its keep_within label): the indexed scan judges
+them from its arrays (`_passing`). Every filter of the chain is one or the other."""
+_CARDS = dict(FILTERS)["cards"]
 
 
 class Reasons(Mapping[str, str]):
@@ -65,27 +73,41 @@ class Reasons(Mapping[str, str]):
         return len(self._said) + self._skipped
 
 
-class Index:
-    """A pass's fleet in order, and for each kind of need the nodes refused all pass long."""
+Kind = tuple[np.ndarray, list[int], list[tuple[str, Why | None]]]
+"""For a kind of need: the positions of the nodes a scan visits, those it skips, and why each
+skipped one refused (None: no cards, said by the cards filter when read)."""
 
-    def __init__(self, nodes: dict[str, NodeState], now: float, stale_s: float) -> None:
+
+class Index:
+    """A pass's fleet in order: each node's columns (`Table`), its free room kept as replicas are
+    placed and released (the fleet's watcher), and for each kind of need the nodes refused all
+    pass long."""
+
+    def __init__(self, nodes: Rooms, now: float, stale_s: float) -> None:
+        if not isinstance(nodes, Rooms):
+            raise TypeError("an Index keeps the free room of a fleet node_states made (Rooms), told of each change")
         self.nodes = nodes
         self.names = list(nodes)
-        self.states = list(nodes.values())
+        self.table = Table(list(nodes.values()))
+        self.states = self.table.states
         """The nodes' states by position (kept in place as replicas are placed and released)."""
         self.position = {name: i for i, name in enumerate(self.names)}
         self.now, self.stale_s = now, stale_s
-        self._kinds: dict[tuple, tuple[list[int], list[int], list[tuple[str, Why | None]]]] = {}
+        self._kinds: dict[tuple, Kind] = {}
+        nodes.watch = self.changed
+
+    def changed(self, name: str) -> None:
+        """Read node `name`'s free room again (a replica was placed or released there)."""
+        i = self.position.get(name)
+        if i is not None:
+            self.table.row(i, self.nodes[name])
 
     def serves(self, nodes: dict[str, NodeState], now: float, stale_s: float) -> bool:
         """Whether the index was made for this fleet (this very view of it) and time."""
         return nodes is self.nodes and (now, stale_s) == (self.now, self.stale_s) and len(nodes) == len(self.names)
 
-    def kind(
-        self, need: Need, nodes: dict[str, NodeState]
-    ) -> tuple[list[int], list[int], list[tuple[str, Why | None]]]:
-        """For needs like `need`: the positions of the nodes a scan visits, those it skips, and
-        why each skipped one refused (None: no cards, said by the cards filter when read)."""
+    def kind(self, need: Need, nodes: dict[str, NodeState]) -> Kind:
+        """For needs like `need`: the nodes a scan visits, those it skips and why (`Kind`)."""
         p = need.profile
         key = (tuple(sorted((p.node_selector or {}).items())), p.engine, p.nodes > 1, need.cards > 0)
         kind = self._kinds.get(key)
@@ -105,7 +127,7 @@ class Index:
                         said.append(("cards", None))
                     else:
                         visit.append(i)
-            kind = self._kinds[key] = (visit, skip, said)
+            kind = self._kinds[key] = (np.array(visit, np.intp), skip, said)
         return kind
 
 
@@ -116,22 +138,35 @@ def _visit(need: Need, n: NodeState, filters: list[tuple[str, Filter]], now: flo
     return None
 
 
-def _wrapping(items: list[int], k: int, chunk: int = 256) -> Iterator[int]:
-    """`items` from the `k`-th, wrapping round to the one before it, a slice at a time (a scan
-    stops early: no walk past the first `k` to begin)."""
-    for lo, hi in ((k, len(items)), (0, k)):
-        for at in range(lo, hi, chunk):
-            yield from items[at : min(at + chunk, hi)]
+def _stretches(count: int, k: int, limit: int) -> Iterator[tuple[int, int]]:
+    """Stretches of `count` visited positions from the `k`-th, wrapping round to the one before
+    it: twice the limit first (most scans stop there), then twice as many each time."""
+    size = 2 * limit if limit else count
+    for lo, hi in ((k, count), (0, k)):
+        at = lo
+        while at < hi:
+            yield at, min(at + size, hi)
+            at, size = min(at + size, hi), 2 * size
+
+
+class Found(NamedTuple):
+    """What a scan found: the nodes that fit (names), their columns, their positions there, and
+    why each refused node refused (filter: reason)."""
+
+    fit: list[str]
+    table: Table
+    at: np.ndarray
+    reasons: Reasons
 
 
 def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how many, the index
     need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, start: int, limit: int, index: Index | None
-) -> tuple[list[str], list[NodeState], Reasons]:
+) -> Found:
     """The nodes that pass every filter (at most `limit`, 0: all, scanning from the `start`-th
-    and wrapping), their states, and why each refused node refused (filter: reason)."""
+    and wrapping), and why each refused node refused."""
     first = start % max(len(nodes), 1)
     if index is not None and index.serves(nodes, now, stale_s):
-        return _scan_indexed(need, nodes, (now, stale_s), first, limit, index)
+        return _scan_indexed(need, (now, stale_s), first, limit, index)
     reasons, fit, fit_states = Reasons(), [], []
     filters, names, count = chain(need), list(nodes), len(nodes)
     for i in range(count):
@@ -143,46 +178,60 @@ def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how 
             fit_states.append(n)
             if limit and len(fit) >= limit:
                 break
-    return fit, fit_states, reasons
+    return Found(fit, Table(fit_states), np.arange(len(fit)), reasons)
 
 
-def _scan_indexed(
-    need: Need, nodes: dict[str, NodeState], when: tuple[float, float], first: int, limit: int, index: Index
-) -> tuple[list[str], list[NodeState], Reasons]:
-    """`scan` visiting only the nodes the index does not skip for the need."""
-    reasons, fit, fit_states = Reasons(), [], []
-    visit = index.kind(need, nodes)[0]
-    # the cards and memory filters are judged here, inline (most nodes a scan visits are judged
-    # by these two alone: a Python call per filter per node is most of a big pass), the rest by
-    # the chain. A node refused for its cards is noted with its free cards as they are now (most
-    # refusals: a full node), its reason put among the others when they are read
-    late: list[tuple[int, list]] = []
-    rest = [(label, f) for label, f in chain(need) if label not in STATIC and label not in _INLINE]
-    choice, memory_mb = need.card_choice if need.cards else None, need.memory_mb
-    names, states, k, last = index.names, index.states, bisect.bisect_left(visit, first), None
-    now, stale_s = when
-    for i in _wrapping(visit, k):
-        n = states[i]
-        if choice is not None:
-            chosen = _UNKNOWN if n.chosen is None else n.chosen.get(choice, _UNKNOWN)
-            if (chosen if chosen is not _UNKNOWN else chosen_cards(need, n)) is None:
-                late.append((i, n.free_cards))  # (placing replaces the list, never changes it)
-                continue
-        if memory_mb > n.free_mb:
-            reasons.refused(names[i], "memory", _MEMORY(need, n, now, stale_s))
-            continue
-        for label, f in rest:
-            if why := f(need, n, now, stale_s):
-                reasons.refused(names[i], label, why)
-                break
-        else:
-            fit.append(names[i])
-            fit_states.append(n)
-            if len(fit) == limit:
-                last = i
-                break
-    _add_unvisited(reasons, need, index, when, (first, last), late)
-    return fit, fit_states, reasons
+def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Which of the nodes at positions `at` pass the memory, cores and keep_within filters, and
+    may pass the cards one (as many free cards as needed, the roomiest with room enough); and of
+    those, which surely pass it (None: all, or it is not asked): their free cards all of one
+    class, each with room enough, and the profile asks for no class, card memory or compute."""
+    ok = table.free_mb[at] >= need.memory_mb
+    if cores := need.profile.cpu_cores:
+        ok &= table.free_cores[at] >= cores
+    if label := need.profile.keep_within:
+        ok &= table.labelled(label)[at]
+    if not need.cards:
+        return ok, None
+    ok &= (table.cards[at] >= need.cards) & (table.card_most[at] >= need.card_mb)
+    p = need.profile
+    if p.gpu_class or p.min_card_mb or p.min_compute:
+        return ok, np.zeros(len(at), bool)
+    return ok, ok & (table.card_class[at] >= 0) & (table.card_least[at] >= need.card_mb)
+
+
+def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int, index: Index) -> Found:
+    """`scan` visiting only the nodes the index does not skip for the need, a stretch at a time."""
+    visit, table = index.kind(need, index.nodes)[0], index.table
+    choice, states = need.card_choice, index.states
+    fit: list[np.ndarray] = []
+    found = 0
+    refused: list[np.ndarray] = []
+    last = None
+    for lo, hi in _stretches(len(visit), int(np.searchsorted(visit, first)), limit):
+        at = visit[lo:hi]
+        ok, sure = _passing(need, table, at)
+        if sure is not None:  # the cards a node gives, judged one by one where not sure
+            for j in np.flatnonzero(ok & ~sure).tolist():
+                n = states[at[j]]
+                chosen = _UNKNOWN if n.chosen is None else n.chosen.get(choice, _UNKNOWN)
+                if (chosen if chosen is not _UNKNOWN else chosen_cards(need, n)) is None:
+                    ok[j] = False
+        js = np.flatnonzero(ok)
+        end = len(at)  # where this stretch's scan stopped (past its last node: it did not)
+        if limit and found + len(js) >= limit:
+            js = js[: limit - found]
+            end = int(js[-1]) + 1
+        fit.append(at[js])
+        found += len(js)
+        refused.append(at[:end][~ok[:end]])
+        if limit and found == limit:
+            last = int(at[end - 1])
+            break
+    reasons = Reasons()
+    _add_unvisited(reasons, need, index, when, (first, last), refused)
+    at = np.concatenate(fit) if fit else np.zeros(0, np.intp)
+    return Found([index.names[i] for i in at.tolist()], table, at, reasons)
 
 
 def _add_unvisited(
@@ -191,11 +240,11 @@ def _add_unvisited(
     index: Index,
     when: tuple[float, float],
     scanned: tuple[int, int | None],
-    late: list[tuple[int, list]],
+    refused: list[np.ndarray],
 ) -> None:
     """Put among `reasons`, when they are read, the nodes the index skipped within the stretch
     scanned (`scanned`: from the first position to the last, wrapping; all of it where the last
-    is None) and those refused for their cards (`late`: position, free cards then)."""
+    is None) and those the scan refused (`refused`: their positions), with what they had free."""
     first, last = scanned
     _, skip, said = index.kind(need, index.nodes)
     if last is None:
@@ -205,8 +254,12 @@ def _add_unvisited(
     else:
         stretches = [(bisect.bisect_left(skip, first), len(skip)), (0, bisect.bisect_right(skip, last))]
     skipped = sum(hi - lo for lo, hi in stretches)
-    if not skipped and not late:
+    at = np.concatenate(refused) if refused else np.zeros(0, np.intp)
+    if not skipped and not len(at):
         return
+    # what the refused nodes had free, as they are now (placing replaces a card list, never changes it)
+    t = index.table
+    had = (t.free_mb[at], t.free_cores[at], [t.free_cards[i] for i in at.tolist()] if need.cards else None)
     names, states, count = index.names, index.states, len(index.names)
 
     def merge(seen: dict) -> dict:
@@ -214,12 +267,29 @@ def _add_unvisited(
         for lo, hi in stretches:
             for s in range(lo, hi):
                 label, why = said[s]
-                at = skip[s]
-                out.append(((at - first) % count, names[at], (label, why or _CARDS(need, states[at], *when))))
-        for at, free in late:
-            why = functools.partial(no_cards, need, states[at].info.gpus, free)
-            out.append(((at - first) % count, names[at], ("cards", why)))
+                i = skip[s]
+                out.append(((i - first) % count, names[i], (label, why or _CARDS(need, states[i], *when))))
+        for k, i in enumerate(at.tolist()):
+            out.append(((i - first) % count, names[i], _refusal(need, index, i, had, k, when)))
         out.sort(key=lambda e: e[0])
         return {name: v for _, name, v in out}
 
-    reasons.skipped(skipped + len(late), merge)
+    reasons.skipped(skipped + len(at), merge)
+
+
+def _refusal(need: Need, index: Index, i: int, had: tuple, k: int, when: tuple[float, float]) -> tuple[str, Why]:
+    """The first filter to refuse node `i` as it was when scanned (`had`, its `k`-th entries:
+    free memory, cores and cards), and why: the chain's own words."""
+    n = index.states[i]
+    free_mb, free_cores, free_cards = had
+    then = NodeState(
+        info=n.info,
+        last_seen=n.last_seen,
+        free_mb=int(free_mb[k]),
+        cores_held=n.info.cpus - int(free_cores[k]),
+        free_cards=free_cards[k] if free_cards is not None else n.free_cards,
+    )
+    for label, f in chain(need):
+        if label in JUDGED and (why := f(need, then, *when)):
+            return label, why
+    raise AssertionError(f"node {index.names[i]} was refused, but no filter refuses it")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Literal
 
 import msgspec
+import numpy as np
 
 from llmgw.modelplan import (
     DEFAULT_CPU,
@@ -20,6 +21,7 @@ from llmgw.modelplan import (
 from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
+from llmgw.scheduler.placement._table import Table
 
 __all__ = ["SCORERS", "Parts", "Scorer", "Weights", "scores", "speed_of"]
 
@@ -36,38 +38,30 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     """The label whose values are failure domains."""
 
 
-Scorer = Callable[[Need, list[NodeState], Model, Weights, dict[str, int]], list[float]]
-"""(need, candidate nodes, model, weights, replicas of the model per failure domain) -> a raw
-figure for each candidate (all at once: one call per placement, not per node)."""
+Scorer = Callable[[Need, Table, np.ndarray, Model, Weights, dict[str, int]], np.ndarray]
+"""(need, the candidates' table, their positions in it, model, weights, replicas of the model
+per failure domain) -> a raw figure for each candidate (all at once: one call per placement)."""
 
 
-def _speed(need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]) -> list[float]:
+def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]) -> np.ndarray:
     """Tokens a second of one reply this way on each node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
-        by_class: dict[str, float] = {}
-        out = []
-        for n in nodes:
-            cards = chosen_cards(need, n)
-            cls = cards[0].cls if cards else ""
-            speed = by_class.get(cls)
-            if speed is None:
-                speed = by_class[cls] = _card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm")
-            out.append(speed)
+        classes = t.card_class[at]
+        per_class = [_card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm") for cls in t.classes]
+        out = np.array(per_class)[classes] if per_class else np.zeros(len(at))
+        for j in np.flatnonzero(classes < 0).tolist():  # free cards of several classes: those it takes
+            out[j] = speed_of(need, t.states[at[j]])
         return out
-    key, out = _cpu_key(need), []
-    alike: dict[tuple, float] = {}  # nodes of the same figures, worked out once here
-    for n in nodes:
-        i = n.info
-        figures = (i.membw_all_gbs or 0.0, i.membw_one_gbs, i.cpus)
-        if i.cpu_calibration is not None:
-            out.append(_cpu_speed.__wrapped__(*key, *figures, i.cpu_calibration))
-            continue
-        speed = alike.get(figures)
-        if speed is None:
-            speed = alike[figures] = _cpu_speed(*key, *figures)
-        out.append(speed)
-    return out
+    key, figures, calibration = _cpu_key(need), t.figures, t.calibration
+    return np.array([_cpu_at(key, figures[i], calibration[i]) for i in at.tolist()], float)
+
+
+def _cpu_at(key: tuple, figures: tuple, calibration: CpuCalibration | None) -> float:
+    """A CPU replica's speed (`_cpu_key`) on a node of these figures and calibration."""
+    if calibration is None:
+        return _cpu_speed(*key, *figures)
+    return _cpu_speed.__wrapped__(*key, *figures, calibration)
 
 
 def _cpu_key(need: Need) -> tuple:
@@ -109,7 +103,11 @@ def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
 
 def speed_of(need: Need, n: NodeState) -> float:
     """Tokens a second of one reply of `need` on node `n` (what the speed scorer ranks by)."""
-    return _speed(need, [n], None, Weights(), {})[0]
+    if need.cards:
+        cards = chosen_cards(need, n)
+        return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
+    i = n.info
+    return _cpu_at(_cpu_key(need), (i.membw_all_gbs or 0.0, i.membw_one_gbs, i.cpus), i.cpu_calibration)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -121,28 +119,32 @@ def _card_speed(read_bytes: int, cls: str, cards: int, tensor_parallel: bool) ->
     )
 
 
-def _pack(need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]) -> list[float]:
+def _pack(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]) -> np.ndarray:
     """Binpack prefers the node left fullest; spread the one left emptiest (a card counts 1 GiB)."""
     sign, taken = (-1 if w.mode == "binpack" else 1), need.memory_mb + 1024 * need.cards
-    return [sign * (n.free_mb + 1024 * len(n.free_cards) - taken) for n in nodes]
+    return sign * (t.free_mb[at] + 1024 * t.cards[at] - taken)
 
 
 def _weights_present(
-    need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]
-) -> list[float]:
+    need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]
+) -> np.ndarray:
     """The node already holds the file: no fetch."""
-    source = model.source
-    return [1.0 if source in n.weights else 0.0 for n in nodes]
+    held = t.holding(model.source)
+    return np.fromiter((i in held for i in at.tolist()), float, len(at)) if held else np.zeros(len(at))
 
 
 def _domain_spread(
-    need: Need, nodes: list[NodeState], model: Model, w: Weights, domains: dict[str, int]
-) -> list[float]:
+    need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]
+) -> np.ndarray:
     """Fewer replicas of this model in the node's failure domain is better (a preference only)."""
-    if not domains:
-        return [0.0] * len(nodes)
-    label = w.domain
-    return [-float(domains.get(n.info.labels.get(label, n.info.node), 0)) for n in nodes]
+    out = np.zeros(len(at))
+    if domains:
+        of, number = t.domains(w.domain)
+        of = of[at]
+        for domain, count in domains.items():
+            if (k := number.get(domain)) is not None:
+                out[of == k] = -float(count)
+    return out
 
 
 def _domain(n: NodeState, w: Weights) -> str:
@@ -163,48 +165,49 @@ class Parts:
     100, the worst 0, all 100 when they tie): read for the candidate chosen, not built for all."""
 
     def __init__(self) -> None:
-        self._raw: dict[str, tuple[list[float], float, float | None]] = {}
+        self._raw: dict[str, tuple[np.ndarray, float, float | None]] = {}
 
-    def add(self, label: str, raw: list[float], lo: float, scale: float | None) -> None:
+    def add(self, label: str, raw: np.ndarray, lo: float, scale: float | None) -> None:
         """Scorer `label`'s raw figures, their lowest and the scale onto 0-100 (None: all tie)."""
         self._raw[label] = (raw, lo, scale)
 
     def at(self, i: int) -> dict[str, float]:
         """The `i`-th candidate's normalised part of each scorer, to a tenth."""
         return {
-            label: round(100.0 if scale is None else (raw[i] - lo) * scale, 1)
+            label: round(100.0 if scale is None else float((raw[i] - lo) * scale), 1)
             for label, (raw, lo, scale) in self._raw.items()
         }
 
 
-def scores(
+def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table, positions), weights, peers
     need: Need,
     model: Model,
     nodes: dict[str, NodeState],
-    candidates: list[NodeState],
+    t: Table,
+    at: np.ndarray,
     w: Weights,
     peers: list[ReplicaState] | None,
-) -> tuple[list[float], Parts]:
-    """Each candidate's (fitting node's) weighted total of the normalised scores, and each
-    scorer's part. `peers` are the model's live replicas (None: found on `nodes`), counted per
-    failure domain. A scorer on which every candidate ties adds nothing to tell them apart: its
-    part is 100 for each, left out of the totals."""
+) -> tuple[np.ndarray, Parts]:
+    """Each candidate's (fitting node's, at positions `at` of table `t`) weighted total of the
+    normalised scores, and each scorer's part. `peers` are the model's live replicas (None:
+    found on `nodes`), counted per failure domain. A scorer on which every candidate ties adds
+    nothing to tell them apart: its part is 100 for each, left out of the totals."""
     if peers is None:
         peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
     domains: dict[str, int] = {}
     for r in peers:
         d = _domain(nodes[r.node], w) if r.node in nodes else r.node
         domains[d] = domains.get(d, 0) + 1
-    total = [0.0] * len(candidates)
+    total = np.zeros(len(at))
     parts = Parts()
     for label, scorer, weight in SCORERS:
         if k := weight(w):
-            raw = scorer(need, candidates, model, w, domains)
-            lo, hi = min(raw), max(raw)
+            raw = scorer(need, t, at, model, w, domains)
+            lo, hi = raw.min(), raw.max()
             if hi == lo:
                 parts.add(label, raw, lo, None)
             else:
                 scale = 100.0 / (hi - lo)
                 parts.add(label, raw, lo, scale)
-                total = [t + k * ((v - lo) * scale) for t, v in zip(total, raw, strict=True)]
+                total = total + k * ((raw - lo) * scale)
     return total, parts

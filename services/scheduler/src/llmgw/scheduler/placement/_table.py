@@ -1,0 +1,83 @@
+"""A table of node states: what the scan judges and the scorers rank by, a numpy column each, by
+position. A pass's `Index` keeps one of the whole fleet, told of every change (`Rooms`); a scan
+without one makes one of the nodes that fit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmgw.proto import CpuCalibration, GpuInfo
+from llmgw.scheduler.placement._room import NodeState
+
+__all__ = ["Table"]
+
+
+class Table:
+    """Node states by position, and their columns. The free room (memory, cores, cards) is read
+    again whenever a node changes (`row`); the rest (labels, files held, memory rates) is what
+    a node is, the same all pass long."""
+
+    def __init__(self, states: list[NodeState]) -> None:
+        self.states = states
+        count = len(states)
+        self.free_mb = np.zeros(count, np.int64)
+        self.free_cores = np.zeros(count, np.int64)
+        self.cards = np.zeros(count, np.int64)
+        """Free cards."""
+        self.card_most = np.zeros(count, np.int64)
+        self.card_least = np.zeros(count, np.int64)
+        """The free room of the roomiest free card, and of the least roomy (MiB; 0: none free)."""
+        self.card_class = np.zeros(count, np.int64)
+        """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
+        self.free_cards: list[list[GpuInfo]] = [[]] * count
+        self.classes: dict[str, int] = {}
+        for i, n in enumerate(states):
+            self.row(i, n)
+        self.figures = [(n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus) for n in states]
+        """What a CPU replica's speed takes of each node: its memory rates and CPUs."""
+        self.calibration: list[CpuCalibration | None] = [n.info.cpu_calibration for n in states]
+        self._labelled: dict[str, np.ndarray] = {}
+        self._domains: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._holders: dict[str, set[int]] | None = None
+
+    def row(self, i: int, n: NodeState) -> None:
+        """Read the free room of node `n`, at position `i`, again."""
+        self.states[i] = n
+        self.free_mb[i] = n.free_mb
+        self.free_cores[i] = n.info.cpus - n.cores_held
+        free = self.free_cards[i] = n.free_cards
+        self.cards[i] = len(free)
+        if free:
+            room = [g.memory_total_mb - g.memory_foreign_mb for g in free]
+            self.card_most[i], self.card_least[i] = max(room), min(room)
+            kinds = {g.cls for g in free}
+            self.card_class[i] = self.classes.setdefault(kinds.pop(), len(self.classes)) if len(kinds) == 1 else -1
+        else:
+            self.card_most[i] = self.card_least[i] = 0
+            self.card_class[i] = -1
+
+    def labelled(self, label: str) -> np.ndarray:
+        """Which nodes carry `label`."""
+        has = self._labelled.get(label)
+        if has is None:
+            has = self._labelled[label] = np.fromiter((label in n.info.labels for n in self.states), bool)
+        return has
+
+    def domains(self, label: str) -> tuple[np.ndarray, dict[str, int]]:
+        """Each node's failure domain (its `label`'s value, else its own name) by number, and
+        the numbers of the domains."""
+        known = self._domains.get(label)
+        if known is None:
+            ids: dict[str, int] = {}
+            of = [ids.setdefault(n.info.labels.get(label, n.info.node), len(ids)) for n in self.states]
+            known = self._domains[label] = (np.array(of, np.int64), ids)
+        return known
+
+    def holding(self, source: str) -> set[int]:
+        """The nodes that hold the file `source`."""
+        if self._holders is None:
+            self._holders = {}
+            for i, n in enumerate(self.states):
+                for held in n.weights:
+                    self._holders.setdefault(held, set()).add(i)
+        return self._holders.get(source, set())
