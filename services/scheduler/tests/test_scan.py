@@ -67,10 +67,10 @@ def test_the_indexed_scan_finds_and_says_what_a_full_scan_does(seed):
             rng.choice(PROFILES), int(rng.choice([1, 4, 12, 40, 42.5, 85]) * GB)
         )  # 45,607 MiB a card (42.5 on one, 85 on two)
         start, limit = rng.randrange(200), rng.choice([0, 1, 5, 100])
-        full_fit, full_table, _, full_why = scan(need, nodes, NOW, 10, start, limit, None)
-        fit, table, at, why = scan(need, nodes, NOW, 10, start, limit, index)
-        assert fit == full_fit, (step, need.profile.name)
-        assert [table.states[i] for i in at] == full_table.states == [nodes[name] for name in fit]
+        full, found = scan(need, nodes, NOW, 10, start, limit, None), scan(need, nodes, NOW, 10, start, limit, index)
+        fit, full_why, why = found.fit, full.reasons, found.reasons
+        assert fit == full.fit, (step, need.profile.name)
+        assert [found.table.states[i] for i in found.at] == full.table.states == [nodes[name] for name in fit]
         assert len(why) == len(full_why)
         assert _reasons(why) == _reasons(full_why), (step, need.profile.name)
         if fit:  # fill the fleet: the chosen node takes the replica

@@ -44,12 +44,13 @@ def place(
     """
     if need.profile.nodes > 1:
         return _place_across(need, model, nodes, now, how)
-    fit, table, at, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
-    if not fit:
+    table, names, at, reasons = scan(need, nodes, now, how.stale_s, how.start, how.limit, how.index)
+    if not len(at):
         return None, reasons
     total, parts = scores(need, model, nodes, table, at, how.weights, how.peers)
-    i = max(np.flatnonzero(total == total.max()).tolist(), key=fit.__getitem__)  # of those tied, the last name
-    best = fit[i]
+    tied = np.flatnonzero(total == np.maximum.reduce(total)).tolist()
+    i = max(tied, key=lambda j: names[at[j]])  # the best total; of those tied, the last name
+    best = names[at[i]]
     return Placement(node=best, cards=cards_for(need, nodes[best]), scores=parts.at(i)), reasons
 
 
@@ -60,7 +61,8 @@ def _place_across(
     label if it has one: in the group whose best nodes score highest together, those nodes. The
     engine runs on the best of them, workers on the rest. Every fitting node is scored."""
     count, label = need.profile.nodes, need.profile.keep_within
-    fit, table, at, reasons = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
+    found = scan(need, nodes, now, how.stale_s, 0, 0, how.index)
+    fit, table, at, reasons = found.fit, found.table, found.at, found.reasons
     total, parts = scores(need, model, nodes, table, at, how.weights, how.peers) if fit else (np.zeros(0), Parts())
     score = dict(zip(fit, total.tolist(), strict=True))
     groups: dict[str, list[str]] = {}

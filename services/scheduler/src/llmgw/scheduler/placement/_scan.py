@@ -150,13 +150,18 @@ def _stretches(count: int, k: int, limit: int) -> Iterator[tuple[int, int]]:
 
 
 class Found(NamedTuple):
-    """What a scan found: the nodes that fit (names), their columns, their positions there, and
-    why each refused node refused (filter: reason)."""
+    """What a scan found: the nodes that fit, as positions in a table of node states (and the
+    names by position), and why each refused node refused (filter: reason)."""
 
-    fit: list[str]
     table: Table
+    names: list[str]
     at: np.ndarray
     reasons: Reasons
+
+    @property
+    def fit(self) -> list[str]:
+        """The names of the nodes that fit, in the order found."""
+        return [self.names[i] for i in self.at.tolist()]
 
 
 def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how many, the index
@@ -178,7 +183,7 @@ def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how 
             fit_states.append(n)
             if limit and len(fit) >= limit:
                 break
-    return Found(fit, Table(fit_states), np.arange(len(fit)), reasons)
+    return Found(Table(fit_states), fit, np.arange(len(fit)), reasons)
 
 
 def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -230,8 +235,7 @@ def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int,
             break
     reasons = Reasons()
     _add_unvisited(reasons, need, index, when, (first, last), refused)
-    at = np.concatenate(fit) if fit else np.zeros(0, np.intp)
-    return Found([index.names[i] for i in at.tolist()], table, at, reasons)
+    return Found(table, index.names, np.concatenate(fit) if fit else np.zeros(0, np.intp), reasons)
 
 
 def _add_unvisited(
@@ -259,7 +263,7 @@ def _add_unvisited(
         return
     # what the refused nodes had free, as they are now (placing replaces a card list, never changes it)
     t = index.table
-    had = (t.free_mb[at], t.free_cores[at], [t.free_cards[i] for i in at.tolist()] if need.cards else None)
+    had = (t.free_mb[at], t.free_cores[at], t.free_cards[at] if need.cards else None)
     names, states, count = index.names, index.states, len(index.names)
 
     def merge(seen: dict) -> dict:

@@ -53,8 +53,15 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
         for j in np.flatnonzero(classes < 0).tolist():  # free cards of several classes: those it takes
             out[j] = speed_of(need, t.states[at[j]])
         return out
-    key, figures, calibration = _cpu_key(need), t.figures, t.calibration
-    return np.array([_cpu_at(key, figures[i], calibration[i]) for i in at.tolist()], float)
+    key = _cpu_key(need)
+    known = t.speeds.get(key)  # a node's figures stay all pass: its speed is worked out once
+    if known is None:
+        known = t.speeds[key] = np.full(len(t.states), np.nan)
+    out = known[at]
+    for j in np.flatnonzero(np.isnan(out)).tolist():
+        i = int(at[j])
+        out[j] = known[i] = _cpu_at(key, t.figures[i], t.calibration[i])
+    return out
 
 
 def _cpu_at(key: tuple, figures: tuple, calibration: CpuCalibration | None) -> float:
@@ -203,7 +210,7 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
     for label, scorer, weight in SCORERS:
         if k := weight(w):
             raw = scorer(need, t, at, model, w, domains)
-            lo, hi = raw.min(), raw.max()
+            lo, hi = np.minimum.reduce(raw), np.maximum.reduce(raw)
             if hi == lo:
                 parts.add(label, raw, lo, None)
             else:

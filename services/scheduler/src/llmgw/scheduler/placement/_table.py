@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmgw.proto import CpuCalibration, GpuInfo
+from llmgw.proto import CpuCalibration
 from llmgw.scheduler.placement._room import NodeState
 
 __all__ = ["Table"]
@@ -29,13 +29,16 @@ class Table:
         """The free room of the roomiest free card, and of the least roomy (MiB; 0: none free)."""
         self.card_class = np.zeros(count, np.int64)
         """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
-        self.free_cards: list[list[GpuInfo]] = [[]] * count
+        self.free_cards = np.empty(count, object)
+        """Each node's free cards (a list of `GpuInfo`; placing replaces it, never changes it)."""
         self.classes: dict[str, int] = {}
         for i, n in enumerate(states):
             self.row(i, n)
         self.figures = [(n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus) for n in states]
         """What a CPU replica's speed takes of each node: its memory rates and CPUs."""
         self.calibration: list[CpuCalibration | None] = [n.info.cpu_calibration for n in states]
+        self.speeds: dict[tuple, np.ndarray] = {}
+        """A CPU replica's speed on each node (NaN: not yet worked out), by what it takes of its need."""
         self._labelled: dict[str, np.ndarray] = {}
         self._domains: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         self._holders: dict[str, set[int]] | None = None
