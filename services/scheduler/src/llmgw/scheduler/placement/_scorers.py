@@ -47,11 +47,13 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
     """Tokens a second of one reply this way on each node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
-        classes = t.card_class[at]
-        per_class = [_card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm") for cls in t.classes]
-        out = np.array(per_class)[classes] if per_class else np.zeros(len(at))
-        for j in np.flatnonzero(classes < 0).tolist():  # free cards of several classes: those it takes
-            out[j] = speed_of(need, t.states[at[j]])
+        classes, vllm = t.card_class[at], need.profile.engine == "vllm"
+        per_class = {cls: _card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes}
+        out = np.array(list(per_class.values()))[classes] if per_class else np.zeros(len(at))
+        for j in np.flatnonzero(classes < 0).tolist():  # free cards of several classes: the class it takes
+            cards = chosen_cards(need, t.states[at[j]])
+            cls = cards[0].cls if cards else ""
+            out[j] = per_class[cls] if cls in per_class else _card_speed(need.read_bytes, cls, need.cards, vllm)
         return out
     key = _cpu_key(need)
     known = t.speeds.get(key)  # a node's figures stay all pass: its speed is worked out once
