@@ -30,6 +30,8 @@ __all__ = [
     "cpu_compute_seconds",
     "cpu_read_gbs",
     "cpu_threads",
+    "cpu_token_costs",
+    "cpu_tokens_at",
     "cpu_tokens_per_second",
     "gpu_tokens_per_second",
     "speed_note",
@@ -150,6 +152,32 @@ def cpu_compute_seconds(type_bytes: Mapping[str, int], threads: int, k: CpuCalib
     return sum(n * costs.get(t, other) for t, n in type_bytes.items()) * 1e-9 / max(threads, 1)
 
 
+def cpu_token_costs(
+    threads: int,
+    k: CpuCalibration = DEFAULT_CPU,
+    type_bytes: Mapping[str, int] | None = None,
+    read_bytes: int = 0,
+    layers: int = 0,
+) -> tuple[float, float]:
+    """What a token costs on a CPU beside reading its weights, seconds: its arithmetic (each
+    type's bytes at its cost, shared by the threads; without `type_bytes`, `read_bytes` at an
+    unmeasured type's) and the threads' waits for each other, once a layer. The same on every
+    machine of as many threads: worked out once for them (`cpu_tokens_at`)."""
+    compute = cpu_compute_seconds(type_bytes or {"": read_bytes}, threads, k)
+    return compute, layers * k.layer_sync_s if threads > 1 else 0.0
+
+
+def cpu_tokens_at(
+    read_bytes: int, rate_gbs: float, costs: tuple[float, float], k: CpuCalibration = DEFAULT_CPU
+) -> float:
+    """Tokens a second of one reply on a CPU reading at `rate_gbs` (`cpu_read_gbs`), a token
+    costing `costs` beside (`cpu_token_costs`); 0 when unknown."""
+    if read_bytes <= 0 or rate_gbs <= 0:
+        return 0.0
+    compute, sync = costs
+    return 1 / (read_bytes / (rate_gbs * 1e9) + compute + sync + k.token_fixed_s)
+
+
 def cpu_tokens_per_second(  # noqa: PLR0913 - the machine's two rates, threads, constants, the model's bytes, types, depth
     read_bytes: int,
     all_gbs: float,
@@ -166,11 +194,7 @@ def cpu_tokens_per_second(  # noqa: PLR0913 - the machine's two rates, threads, 
     costs what an unmeasured type does. `layers`: the threads wait for each other once a layer.
     """
     rate = cpu_read_gbs(all_gbs, core_gbs, threads, k)
-    if read_bytes <= 0 or rate <= 0:
-        return 0.0
-    compute = cpu_compute_seconds(type_bytes or {"": read_bytes}, threads, k)
-    sync = layers * k.layer_sync_s if threads > 1 else 0.0
-    return 1 / (read_bytes / (rate * 1e9) + compute + sync + k.token_fixed_s)
+    return cpu_tokens_at(read_bytes, rate, cpu_token_costs(threads, k, type_bytes, read_bytes, layers), k)
 
 
 class GpuConstants(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,8 +14,10 @@ from llmgw.modelplan import (
     DEFAULT_CPU,
     active_type_bytes,
     card_of,
+    cpu_read_gbs,
     cpu_threads,
-    cpu_tokens_per_second,
+    cpu_token_costs,
+    cpu_tokens_at,
     gpu_tokens_per_second,
 )
 from llmgw.proto import CpuCalibration, Model, ReplicaState
@@ -38,9 +40,10 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     """The label whose values are failure domains."""
 
 
-Scorer = Callable[[Need, Table, np.ndarray, Model, Weights, dict[str, int]], np.ndarray]
+Scorer = Callable[[Need, Table, np.ndarray, Model, Weights, dict[str, int]], np.ndarray | None]
 """(need, the candidates' table, their positions in it, model, weights, replicas of the model
-per failure domain) -> a raw figure for each candidate (all at once: one call per placement)."""
+per failure domain) -> a raw figure for each candidate (all at once: one call per placement),
+or None where it knows they all tie."""
 
 
 def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]) -> np.ndarray:
@@ -68,9 +71,23 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
 
 def _cpu_at(key: tuple, figures: tuple, calibration: CpuCalibration | None) -> float:
     """A CPU replica's speed (`_cpu_key`) on a node of these figures and calibration."""
+    read_bytes, cores, types, layers = key
+    all_gbs, one_gbs, cpus = figures
+    threads = cpu_threads(cores, cpus)
     if calibration is None:
-        return _cpu_speed(*key, *figures)
-    return _cpu_speed.__wrapped__(*key, *figures, calibration)
+        k, costs = DEFAULT_CPU, _cpu_costs(threads, types, read_bytes, layers)
+    else:  # (a calibration is no key: worked out each time)
+        k, costs = calibration, _cpu_costs.__wrapped__(threads, types, read_bytes, layers, calibration)
+    return cpu_tokens_at(read_bytes, cpu_read_gbs(all_gbs, one_gbs, threads, k), costs, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cpu_costs(
+    threads: int, types: tuple | None, read_bytes: int, layers: int, calibration: CpuCalibration | None = None
+) -> tuple[float, float]:
+    """What a token of the need costs beside its reading, the same on every node of as many threads."""
+    type_bytes = dict(types) if types is not None else None
+    return cpu_token_costs(threads, calibration or DEFAULT_CPU, type_bytes, read_bytes, layers)
 
 
 def _cpu_key(need: Need) -> tuple:
@@ -78,30 +95,6 @@ def _cpu_key(need: Need) -> tuple:
     shape = need.shape
     types = tuple(_share(active_type_bytes(shape), need.read_bytes).items()) if shape else None
     return need.read_bytes, need.profile.cpu_cores, types, shape.layers if shape else 0
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _cpu_speed(  # noqa: PLR0913 - the need's four figures, then the node's four
-    read_bytes: int,
-    cores: int | None,
-    types: tuple | None,
-    layers: int,
-    all_gbs: float,
-    one_gbs: float | None,
-    cpus: int,
-    calibration: CpuCalibration | None = None,
-) -> float:
-    """The same on every node of these figures: worked out once (uncalibrated nodes; a
-    calibrated one calls it unwrapped, its calibration being no key)."""
-    return cpu_tokens_per_second(
-        read_bytes,
-        all_gbs,
-        one_gbs,
-        cpu_threads(cores, cpus),
-        calibration or DEFAULT_CPU,
-        type_bytes=dict(types) if types is not None else None,
-        layers=layers,
-    )
 
 
 def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
@@ -136,23 +129,24 @@ def _pack(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domain
 
 def _weights_present(
     need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]
-) -> np.ndarray:
+) -> np.ndarray | None:
     """The node already holds the file: no fetch."""
     held = t.holding(model.source)
-    return np.fromiter((i in held for i in at.tolist()), float, len(at)) if held else np.zeros(len(at))
+    return np.fromiter((i in held for i in at.tolist()), float, len(at)) if held else None
 
 
 def _domain_spread(
     need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]
-) -> np.ndarray:
+) -> np.ndarray | None:
     """Fewer replicas of this model in the node's failure domain is better (a preference only)."""
+    if not domains:
+        return None
     out = np.zeros(len(at))
-    if domains:
-        of, number = t.domains(w.domain)
-        of = of[at]
-        for domain, count in domains.items():
-            if (k := number.get(domain)) is not None:
-                out[of == k] = -float(count)
+    of, number = t.domains(w.domain)
+    of = of[at]
+    for domain, count in domains.items():
+        if (k := number.get(domain)) is not None:
+            out[of == k] = -float(count)
     return out
 
 
@@ -174,10 +168,11 @@ class Parts:
     100, the worst 0, all 100 when they tie): read for the candidate chosen, not built for all."""
 
     def __init__(self) -> None:
-        self._raw: dict[str, tuple[np.ndarray, float, float | None]] = {}
+        self._raw: dict[str, tuple[np.ndarray | None, float, float | None]] = {}
 
-    def add(self, label: str, raw: np.ndarray, lo: float, scale: float | None) -> None:
-        """Scorer `label`'s raw figures, their lowest and the scale onto 0-100 (None: all tie)."""
+    def add(self, label: str, raw: np.ndarray | None, lo: float, scale: float | None) -> None:
+        """Scorer `label`'s raw figures (None: all tie), their lowest and the scale onto 0-100
+        (None: all tie)."""
         self._raw[label] = (raw, lo, scale)
 
     def at(self, i: int) -> dict[str, float]:
@@ -212,7 +207,7 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
     for label, scorer, weight in SCORERS:
         if k := weight(w):
             raw = scorer(need, t, at, model, w, domains)
-            lo, hi = np.minimum.reduce(raw), np.maximum.reduce(raw)
+            lo, hi = (np.minimum.reduce(raw), np.maximum.reduce(raw)) if raw is not None else (0.0, 0.0)
             if hi == lo:
                 parts.add(label, raw, lo, None)
             else:
