@@ -21,7 +21,7 @@ import numpy as np
 
 from llmgw.scheduler.placement._filters import _UNKNOWN, FILTERS, Filter, Why, chain, chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState, Rooms
-from llmgw.scheduler.placement._table import Table
+from llmgw.scheduler.placement._table import ROOM_COUNTS, Table
 
 __all__ = ["JUDGED", "STATIC", "Found", "Index", "Reasons", "scan"]
 
@@ -186,23 +186,22 @@ def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how 
     return Found(Table(fit_states), fit, np.arange(len(fit)), reasons)
 
 
-def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Which of the nodes at positions `at` pass the memory, cores and keep_within filters, and
-    may pass the cards one (as many free cards as needed, the roomiest with room enough); and of
-    those, which surely pass it (None: all, or it is not asked): their free cards all of one
-    class, each with room enough, and the profile asks for no class, card memory or compute."""
+def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Which of the nodes at positions `at` pass the memory, cores, keep_within and cards
+    filters; and whether the cards a node gives are still to be checked one by one (a profile
+    that asks for a class, card memory or compute, or more cards than the table counts: of
+    those, only the nodes with as many free cards, the roomiest roomy enough, are passed)."""
     ok = table.free_mb[at] >= need.memory_mb
     if cores := need.profile.cpu_cores:
         ok &= table.free_cores[at] >= cores
     if label := need.profile.keep_within:
         ok &= table.labelled(label)[at]
     if not need.cards:
-        return ok, None
-    ok &= (table.cards[at] >= need.cards) & (table.card_most[at] >= need.card_mb)
+        return ok, False
     p = need.profile
-    if p.gpu_class or p.min_card_mb or p.min_compute:
-        return ok, np.zeros(len(at), bool)
-    return ok, ok & (table.card_class[at] >= 0) & (table.card_least[at] >= need.card_mb)
+    if need.cards <= ROOM_COUNTS and not (p.gpu_class or p.min_card_mb or p.min_compute):
+        return ok & (table.room_for[need.cards - 1][at] >= need.card_mb), False
+    return ok & (table.cards[at] >= need.cards) & (table.card_most[at] >= need.card_mb), True
 
 
 def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int, index: Index) -> Found:
@@ -215,9 +214,9 @@ def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int,
     last = None
     for lo, hi in _stretches(len(visit), int(np.searchsorted(visit, first)), limit):
         at = visit[lo:hi]
-        ok, sure = _passing(need, table, at)
-        if sure is not None:  # the cards a node gives, judged one by one where not sure
-            for j in np.flatnonzero(ok & ~sure).tolist():
+        ok, check = _passing(need, table, at)
+        if check:  # the cards a node gives, judged one by one
+            for j in np.flatnonzero(ok).tolist():
                 n = states[at[j]]
                 chosen = _UNKNOWN if n.chosen is None else n.chosen.get(choice, _UNKNOWN)
                 if (chosen if chosen is not _UNKNOWN else chosen_cards(need, n)) is None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmgw.modelplan import FOREIGN_LIMIT_MB
 from llmgw.proto import CpuCalibration
 from llmgw.scheduler.placement._room import NodeState
 
-__all__ = ["Table"]
+__all__ = ["ROOM_COUNTS", "Table"]
+
+ROOM_COUNTS = 8
+"""The replicas of up to this many cards the table says the room of (`Table.room_for`)."""
 
 
 class Table:
@@ -25,8 +29,10 @@ class Table:
         self.cards = np.zeros(count, np.int64)
         """Free cards."""
         self.card_most = np.zeros(count, np.int64)
-        self.card_least = np.zeros(count, np.int64)
-        """The free room of the roomiest free card, and of the least roomy (MiB; 0: none free)."""
+        """The free room of the roomiest free card (MiB; 0: none free)."""
+        self.room_for = np.zeros((ROOM_COUNTS, count), np.int64)
+        """`room_for[k - 1]`: the most room k free cards of one class each have (MiB; -1: no class
+        has k free): a replica of k cards, each needing that much, of any class, fits there."""
         self.card_class = np.zeros(count, np.int64)
         """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
         self.free_cards = np.empty(count, object)
@@ -50,14 +56,19 @@ class Table:
         self.free_cores[i] = n.info.cpus - n.cores_held
         free = self.free_cards[i] = n.free_cards
         self.cards[i] = len(free)
-        if free:
-            room = [g.memory_total_mb - g.memory_foreign_mb for g in free]
-            self.card_most[i], self.card_least[i] = max(room), min(room)
-            kinds = {g.cls for g in free}
-            self.card_class[i] = self.classes.setdefault(kinds.pop(), len(self.classes)) if len(kinds) == 1 else -1
-        else:
-            self.card_most[i] = self.card_least[i] = 0
-            self.card_class[i] = -1
+        rooms: dict[str, list[int]] = {}
+        for g in free:
+            if g.memory_foreign_mb < FOREIGN_LIMIT_MB:
+                rooms.setdefault(g.cls, []).append(g.memory_total_mb - g.memory_foreign_mb)
+        most = [-1] * ROOM_COUNTS
+        for room in rooms.values():
+            room.sort(reverse=True)
+            for k, mb in enumerate(room[:ROOM_COUNTS]):
+                most[k] = max(most[k], mb)
+        self.room_for[:, i] = most
+        self.card_most[i] = max(most[0], 0)
+        one = len(rooms) == 1 and len(free) == len(next(iter(rooms.values())))
+        self.card_class[i] = self.classes.setdefault(free[0].cls, len(self.classes)) if one else -1
 
     def labelled(self, label: str) -> np.ndarray:
         """Which nodes carry `label`."""
