@@ -6,13 +6,14 @@ it keeps as replicas are claimed, held and released)."""
 import random
 
 import pytest
-from fake_nodes import GB, NOW, Node, states
+from fake_nodes import GB, MODEL, NOW, Node, states
 
 from llmgw.proto import GpuInfo, Profile, ReplicaState
 from llmgw.scheduler.placement import FILTERS, Index, cards_for, claim, hold, need_of, release
 from llmgw.scheduler.placement._scan import JUDGED, STATIC, scan
+from llmgw.scheduler.placement._scorers import Weights, _speed, speed_of
 
-CLASSES = [("h100-80g", 81559), ("l40s-48g", 46068), ("l4-24g", 23034)]
+CLASSES = [("h100-80g", 81559), ("a100-80g", 81920), ("l40s-48g", 46068), ("l4-24g", 23034)]
 PROFILES = [
     Profile(name="cpu"),
     Profile(name="cpu-cores", cpu_cores=8),
@@ -34,14 +35,14 @@ def _fleet(rng: random.Random, size: int):
         if rng.random() < 0.6:
             cls, mb = rng.choice(CLASSES)
             node.cards(rng.choice([1, 2, 4]), cls, mb, foreign=rng.choice([0, 0, 0, 30_000]))
-            if rng.random() < 0.3:  # a little foreign use on one card: less room there than on the rest
-                node.info.gpus[0].memory_foreign_mb = 900
-            if rng.random() < 0.2:  # and two cards of another class
-                other, other_mb = rng.choice(CLASSES)
+            if rng.random() < 0.4:  # and two cards of another class
+                other, other_mb = rng.choice([c for c in CLASSES if c[0] != cls])
                 node.info.gpus += [
                     GpuInfo(index=4 + k, uuid=f"n{i:03d}-x{k}", name=other, cls=other, memory_total_mb=other_mb)
                     for k in range(2)
                 ]
+            if rng.random() < 0.3:  # a little foreign use on one card: less room there than on the rest
+                rng.choice(node.info.gpus).memory_foreign_mb = 900
         if rng.random() < 0.5:
             node.labels(site=rng.choice(["fra1", "ams1"]), **({"rack": "r1"} if rng.random() < 0.5 else {}))
         if rng.random() < 0.1:
@@ -63,9 +64,9 @@ def test_the_indexed_scan_finds_and_says_what_a_full_scan_does(seed):
     index = Index(nodes, NOW, 10)
     placed: list[ReplicaState] = []
     for step in range(120):
-        need = need_of(
-            rng.choice(PROFILES), int(rng.choice([1, 4, 12, 40, 42.5, 85]) * GB)
-        )  # 45,607 MiB a card (42.5 on one, 85 on two)
+        # 42.5 GB on one card or 85 on two: 45,607 MiB a card (an l40s with a little foreign use
+        # has 45,168); 152.5 on two: 81,025 MiB a card (such an h100 has 80,659, an a100 81,920)
+        need = need_of(rng.choice(PROFILES), int(rng.choice([1, 4, 12, 40, 42.5, 85, 152.5]) * GB))
         start, limit = rng.randrange(200), rng.choice([0, 1, 5, 100])
         full, found = scan(need, nodes, NOW, 10, start, limit, None), scan(need, nodes, NOW, 10, start, limit, index)
         fit, full_why, why = found.fit, full.reasons, found.reasons
@@ -73,6 +74,10 @@ def test_the_indexed_scan_finds_and_says_what_a_full_scan_does(seed):
         assert [found.table.states[i] for i in found.at] == full.table.states == [nodes[name] for name in fit]
         assert len(why) == len(full_why)
         assert _reasons(why) == _reasons(full_why), (step, need.profile.name)
+        # and the speed scorer, reading the card class from the index's columns, says what
+        # speed_of says from the cards each node gives
+        speeds = _speed(need, found.table, found.at, MODEL, Weights(), {}).tolist()
+        assert speeds == [speed_of(need, nodes[name]) for name in fit], (step, need.profile.name)
         if fit:  # fill the fleet: the chosen node takes the replica
             name = rng.choice(fit)
             placed.append(
@@ -104,3 +109,21 @@ def test_an_index_keeps_only_a_fleet_that_tells_it_of_changes():
     nodes = states(Node("a"))
     with pytest.raises(TypeError, match="node_states"):
         Index(dict(nodes), NOW, 10)
+
+
+def test_the_table_tells_the_class_a_node_of_two_classes_gives():
+    # two h100s, one with a little foreign use, and two a100s: a replica of two cards needing
+    # 81,025 MiB each finds two such only among the a100s (the slower class)
+    node = Node("a").cards(2, "h100-80g", 81559)
+    node.info.gpus[1].memory_foreign_mb = 900
+    node.info.gpus += [
+        GpuInfo(index=2 + k, uuid=f"a-x{k}", name="a", cls="a100-80g", memory_total_mb=81920) for k in range(2)
+    ]
+    nodes = states(node)
+    index = Index(nodes, NOW, 10)
+    for gb, cards in ((152.5, ["a-x0", "a-x1"]), (140, ["a-gpu0", "a-gpu1"])):
+        need = need_of(Profile(name="two", gpus=2), int(gb * GB))
+        found = scan(need, nodes, NOW, 10, 0, 0, index)
+        assert found.fit == ["a"]
+        assert cards_for(need, nodes["a"]) == cards
+        assert _speed(need, found.table, found.at, MODEL, Weights(), {}).tolist() == [speed_of(need, nodes["a"])]

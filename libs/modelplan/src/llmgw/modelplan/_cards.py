@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from llmgw.modelplan._speed import card_of
 from llmgw.proto import GpuInfo, Profile
 
-__all__ = ["FOREIGN_LIMIT_MB", "card_fits", "choose_cards", "usable_cards"]
+__all__ = ["FOREIGN_LIMIT_MB", "card_fits", "choose_cards", "class_bandwidth", "usable_cards"]
 
 FOREIGN_LIMIT_MB = 1024
 """A card on which processes that are not llmgw's hold more than this (MiB) is not given out."""
@@ -47,7 +47,7 @@ def usable_cards(
     ]
 
 
-def _bandwidth(cls: str) -> float:
+def class_bandwidth(cls: str) -> float:
     """A card class's memory bandwidth (GB/s; 0 when unknown), what its replicas' speed follows."""
     card = card_of(cls)
     return card.bandwidth_gbs if card else 0.0
@@ -63,7 +63,7 @@ def choose_cards(profile: Profile, gpus: list[GpuInfo], taken: Iterable[str] = (
     by_class: dict[str, list[GpuInfo]] = {}
     for g in usable_cards(profile, gpus, card_mb, taken):
         by_class.setdefault(g.cls, []).append(g)
-    for cards in sorted(by_class.values(), key=lambda cards: -_bandwidth(cards[0].cls)):
+    for cards in sorted(by_class.values(), key=lambda cards: -class_bandwidth(cards[0].cls)):
         if len(cards) >= profile.gpus:
             uuids = {c.uuid for c in cards}
             linked = sorted(cards, key=lambda g: -len(set(g.nvlink_peers) & uuids))

@@ -21,7 +21,7 @@ import numpy as np
 
 from llmgw.scheduler.placement._filters import _UNKNOWN, FILTERS, Filter, Why, chain, chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState, Rooms
-from llmgw.scheduler.placement._table import ROOM_COUNTS, Table
+from llmgw.scheduler.placement._table import Table, any_cards
 
 __all__ = ["JUDGED", "STATIC", "Found", "Index", "Reasons", "scan"]
 
@@ -198,8 +198,7 @@ def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, bool
         ok &= table.labelled(label)[at]
     if not need.cards:
         return ok, False
-    p = need.profile
-    if need.cards <= ROOM_COUNTS and not (p.gpu_class or p.min_card_mb or p.min_compute):
+    if any_cards(need):
         return ok & (table.room_for[need.cards - 1][at] >= need.card_mb), False
     return ok & (table.cards[at] >= need.cards) & (table.card_most[at] >= need.card_mb), True
 

@@ -23,7 +23,7 @@ from llmgw.modelplan import (
 from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
 from llmgw.scheduler.placement._room import Need, NodeState
-from llmgw.scheduler.placement._table import Table
+from llmgw.scheduler.placement._table import Table, any_cards
 
 __all__ = ["SCORERS", "Parts", "Scorer", "Weights", "scores", "speed_of"]
 
@@ -50,10 +50,14 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
     """Tokens a second of one reply this way on each node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
     if need.cards:
-        classes, vllm = t.card_class[at], need.profile.engine == "vllm"
+        vllm, k = need.profile.engine == "vllm", need.cards - 1
+        if any_cards(need):  # the class the fastest k free cards are of, where they have room enough
+            classes = np.where(t.fast_room[k][at] >= need.card_mb, t.fast_class[k][at], -1)
+        else:
+            classes = t.card_class[at]
         per_class = {cls: _card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes}
         out = np.array(list(per_class.values()))[classes] if per_class else np.zeros(len(at))
-        for j in np.flatnonzero(classes < 0).tolist():  # free cards of several classes: the class it takes
+        for j in np.flatnonzero(classes < 0).tolist():  # not told by the table: the class it takes
             cards = chosen_cards(need, t.states[at[j]])
             cls = cards[0].cls if cards else ""
             out[j] = per_class[cls] if cls in per_class else _card_speed(need.read_bytes, cls, need.cards, vllm)

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmgw.modelplan import FOREIGN_LIMIT_MB
+from llmgw.modelplan import FOREIGN_LIMIT_MB, class_bandwidth
 from llmgw.proto import CpuCalibration
-from llmgw.scheduler.placement._room import NodeState
+from llmgw.scheduler.placement._room import Need, NodeState
 
-__all__ = ["ROOM_COUNTS", "Table"]
+__all__ = ["ROOM_COUNTS", "Table", "any_cards"]
 
 ROOM_COUNTS = 8
 """The replicas of up to this many cards the table says the room of (`Table.room_for`)."""
+
+
+def any_cards(need: Need) -> bool:
+    """Whether `need` asks only for a number of cards (1 to `ROOM_COUNTS`), of no class, card
+    memory or compute in particular: what the table's card columns answer exactly."""
+    p = need.profile
+    return 0 < need.cards <= ROOM_COUNTS and not (p.gpu_class or p.min_card_mb or p.min_compute)
 
 
 class Table:
@@ -33,6 +40,11 @@ class Table:
         self.room_for = np.zeros((ROOM_COUNTS, count), np.int64)
         """`room_for[k - 1]`: the most room k free cards of one class each have (MiB; -1: no class
         has k free): a replica of k cards, each needing that much, of any class, fits there."""
+        self.fast_class = np.zeros((ROOM_COUNTS, count), np.int64)
+        self.fast_room = np.zeros((ROOM_COUNTS, count), np.int64)
+        """`[k - 1]`: the fastest class (most bandwidth) of which k cards are free, by its number in
+        `classes` (-1: none, or two as fast), and the room of its k-th roomiest: where that is
+        room enough, a replica of k cards of any class takes cards of that class."""
         self.card_class = np.zeros(count, np.int64)
         """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
         self.free_cards = np.empty(count, object)
@@ -66,9 +78,22 @@ class Table:
             for k, mb in enumerate(room[:ROOM_COUNTS]):
                 most[k] = max(most[k], mb)
         self.room_for[:, i] = most
+        self.fast_class[:, i], self.fast_room[:, i] = self._fastest(rooms)
         self.card_most[i] = max(most[0], 0)
         one = len(rooms) == 1 and len(free) == len(next(iter(rooms.values())))
         self.card_class[i] = self.classes.setdefault(free[0].cls, len(self.classes)) if one else -1
+
+    def _fastest(self, rooms: dict[str, list[int]]) -> tuple[list[int], list[int]]:
+        """`fast_class` and `fast_room` of a node whose free cards of each class have `rooms`
+        (most first)."""
+        fast, room = [-1] * ROOM_COUNTS, [-1] * ROOM_COUNTS
+        by_speed = sorted(((class_bandwidth(cls), cls) for cls in rooms), reverse=True)
+        for k in range(ROOM_COUNTS):
+            having = [(bandwidth, cls) for bandwidth, cls in by_speed if len(rooms[cls]) > k]
+            if having and (len(having) == 1 or having[1][0] < having[0][0]):
+                cls = having[0][1]
+                fast[k], room[k] = self.classes.setdefault(cls, len(self.classes)), rooms[cls][k]
+        return fast, room
 
     def labelled(self, label: str) -> np.ndarray:
         """Which nodes carry `label`."""
