@@ -48,7 +48,7 @@ def place(
     if not len(at):
         return None, reasons
     total, parts = scores(need, model, nodes, table, at, how.weights, how.peers)
-    tied = np.flatnonzero(total == np.maximum.reduce(total)).tolist()
+    tied = (total == np.maximum.reduce(total)).nonzero()[0].tolist()
     i = max(tied, key=lambda j: names[at[j]])  # the best total; of those tied, the last name
     best = names[at[i]]
     return Placement(node=best, cards=cards_for(need, nodes[best]), scores=parts.at(i)), reasons

@@ -215,12 +215,12 @@ def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int,
         at = visit[lo:hi]
         ok, check = _passing(need, table, at)
         if check:  # the cards a node gives, judged one by one
-            for j in np.flatnonzero(ok).tolist():
+            for j in ok.nonzero()[0].tolist():
                 n = states[at[j]]
                 chosen = _UNKNOWN if n.chosen is None else n.chosen.get(choice, _UNKNOWN)
                 if (chosen if chosen is not _UNKNOWN else chosen_cards(need, n)) is None:
                     ok[j] = False
-        js = np.flatnonzero(ok)
+        js = ok.nonzero()[0]
         end = len(at)  # where this stretch's scan stopped (past its last node: it did not)
         if limit and found + len(js) >= limit:
             js = js[: limit - found]

@@ -57,7 +57,7 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
             classes = t.card_class[at]
         per_class = {cls: _card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes}
         out = np.array(list(per_class.values()))[classes] if per_class else np.zeros(len(at))
-        for j in np.flatnonzero(classes < 0).tolist():  # not told by the table: the class it takes
+        for j in (classes < 0).nonzero()[0].tolist():  # not told by the table: the class it takes
             cards = chosen_cards(need, t.states[at[j]])
             cls = cards[0].cls if cards else ""
             out[j] = per_class[cls] if cls in per_class else _card_speed(need.read_bytes, cls, need.cards, vllm)
@@ -67,7 +67,7 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
     if known is None:
         known = t.speeds[key] = np.full(len(t.states), np.nan)
     out = known[at]
-    for j in np.flatnonzero(np.isnan(out)).tolist():
+    for j in np.isnan(out).nonzero()[0].tolist():
         i = int(at[j])
         out[j] = known[i] = _cpu_at(key, t.figures[i], t.calibration[i])
     return out
@@ -179,6 +179,10 @@ class Parts:
         (None: all tie)."""
         self._raw[label] = (raw, lo, scale)
 
+    def raw(self, label: str) -> np.ndarray | None:
+        """Scorer `label`'s raw figures (None: all tie)."""
+        return self._raw[label][0]
+
     def at(self, i: int) -> dict[str, float]:
         """The `i`-th candidate's normalised part of each scorer, to a tenth."""
         return {
@@ -206,16 +210,31 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
     for r in peers:
         d = _domain(nodes[r.node], w) if r.node in nodes else r.node
         domains[d] = domains.get(d, 0) + 1
-    total = np.zeros(len(at))
-    parts = Parts()
+    parts, counted, weights = Parts(), [], []
     for label, scorer, weight in SCORERS:
         if k := weight(w):
             raw = scorer(need, t, at, model, w, domains)
-            lo, hi = (np.minimum.reduce(raw), np.maximum.reduce(raw)) if raw is not None else (0.0, 0.0)
-            if hi == lo:
-                parts.add(label, raw, lo, None)
+            if raw is None:
+                parts.add(label, None, 0.0, None)
             else:
-                scale = 100.0 / (hi - lo)
-                parts.add(label, raw, lo, scale)
-                total = total + k * ((raw - lo) * scale)
-    return total, parts
+                counted.append(label)
+                weights.append(k)
+                parts.add(label, raw, 0.0, None)
+    if not counted:
+        return np.zeros(len(at)), parts
+    # the scorers' figures together: normalised a row each, weighted, summed in the scorers' order
+    raw = np.array([parts.raw(label) for label in counted], float)
+    lo, hi = np.minimum.reduce(raw, axis=1), np.maximum.reduce(raw, axis=1)
+    apart = hi != lo  # (a scorer on which all tie adds nothing to the totals)
+    scale = np.divide(100.0, hi - lo, out=np.ones(len(counted)), where=apart)
+    for label, low, by, differ in zip(counted, lo.tolist(), scale.tolist(), apart.tolist(), strict=True):
+        parts.add(label, parts.raw(label), low, by if differ else None)
+    if not apart.all():
+        raw, lo, scale, weights = (
+            raw[apart],
+            lo[apart],
+            scale[apart],
+            [k for k, d in zip(weights, apart, strict=True) if d],
+        )
+    total = np.add.reduce(np.array(weights)[:, None] * ((raw - lo[:, None]) * scale[:, None]), axis=0)
+    return (total if len(weights) else np.zeros(len(at))), parts

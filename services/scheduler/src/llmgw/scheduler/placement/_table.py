@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmgw.modelplan import FOREIGN_LIMIT_MB, class_bandwidth
-from llmgw.proto import CpuCalibration
+from llmgw.proto import CpuCalibration, GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState
 
 __all__ = ["ROOM_COUNTS", "Table", "any_cards"]
@@ -37,15 +37,15 @@ class Table:
         """Free cards."""
         self.card_most = np.zeros(count, np.int64)
         """The free room of the roomiest free card (MiB; 0: none free)."""
-        self.room_for = np.zeros((ROOM_COUNTS, count), np.int64)
+        self.room_for = np.full((ROOM_COUNTS, count), -1, np.int64)
         """`room_for[k - 1]`: the most room k free cards of one class each have (MiB; -1: no class
         has k free): a replica of k cards, each needing that much, of any class, fits there."""
-        self.fast_class = np.zeros((ROOM_COUNTS, count), np.int64)
-        self.fast_room = np.zeros((ROOM_COUNTS, count), np.int64)
+        self.fast_class = np.full((ROOM_COUNTS, count), -1, np.int64)
+        self.fast_room = np.full((ROOM_COUNTS, count), -1, np.int64)
         """`[k - 1]`: the fastest class (most bandwidth) of which k cards are free, by its number in
         `classes` (-1: none, or two as fast), and the room of its k-th roomiest: where that is
         room enough, a replica of k cards of any class takes cards of that class."""
-        self.card_class = np.zeros(count, np.int64)
+        self.card_class = np.full(count, -1, np.int64)
         """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
         self.free_cards = np.empty(count, object)
         """Each node's free cards (a list of `GpuInfo`; placing replaces it, never changes it)."""
@@ -66,7 +66,14 @@ class Table:
         self.states[i] = n
         self.free_mb[i] = n.free_mb
         self.free_cores[i] = n.info.cpus - n.cores_held
-        free = self.free_cards[i] = n.free_cards
+        if n.free_cards is not self.free_cards[i]:  # (placing replaces the list, never changes it)
+            self._cards(i, n.free_cards)
+
+    def _cards(self, i: int, free: list[GpuInfo]) -> None:
+        """The card columns of the node at position `i`, whose free cards are `free`."""
+        self.free_cards[i] = free
+        if not free and not self.cards[i]:  # none free, as before: the columns say so already
+            return
         self.cards[i] = len(free)
         rooms: dict[str, list[int]] = {}
         for g in free:
@@ -87,6 +94,11 @@ class Table:
         """`fast_class` and `fast_room` of a node whose free cards of each class have `rooms`
         (most first)."""
         fast, room = [-1] * ROOM_COUNTS, [-1] * ROOM_COUNTS
+        if len(rooms) == 1:  # (most nodes)
+            cls, most = next(iter(rooms.items()))
+            k = min(len(most), ROOM_COUNTS)
+            fast[:k], room[:k] = [self.classes.setdefault(cls, len(self.classes))] * k, most[:k]
+            return fast, room
         by_speed = sorted(((class_bandwidth(cls), cls) for cls in rooms), reverse=True)
         for k in range(ROOM_COUNTS):
             having = [(bandwidth, cls) for bandwidth, cls in by_speed if len(rooms[cls]) > k]
