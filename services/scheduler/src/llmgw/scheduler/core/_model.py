@@ -57,6 +57,8 @@ class Pass:
     """Models put first in this try: they take the slowest room that fits (not the fast room
     a lighter model gains most from), their speed scored the other way round."""
     left: dict[str, tuple[Wants, list[list[Profile]], int]] = field(default_factory=dict)
+    needs: dict[tuple[str, str], Need] = field(default_factory=dict)
+    """(model, profile) -> what one replica takes."""
     """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
 
     @functools.cached_property
@@ -64,6 +66,16 @@ class Pass:
         """Every node's free room, kept as replicas stop and start (made when first asked: a
         steady pass, where every model runs as it should, never asks)."""
         return self.view()
+
+    def need(self, model: Model, profile: Profile) -> Need:
+        """What one replica of the model's profile takes (worked out once a pass)."""
+        key = (model.name, profile.name)
+        need = self.needs.get(key)
+        if need is None:
+            need = self.needs[key] = need_of(
+                profile, self.weights[model.source], self.shapes.get(model.source), model.context
+            )
+        return need
 
     @functools.cached_property
     def index(self) -> Index:
@@ -196,7 +208,7 @@ def _room_made(wants: Wants, profiles: list[Profile], run: Pass, plan: Plan, fal
     """Whether one replica was placed on the first of `profiles` room could be made for."""
     model = wants.model
     for profile in profiles:
-        need = need_of(profile, run.weights[model.source], run.shapes.get(model.source), model.context)
+        need = run.need(model, profile)
         if make_room(plan, run.states, run.now, run.policy, run.weights, run.shapes, need, fall_back=fall_back):
             return not _place_one(wants, profile, run, plan)
     return False
@@ -206,7 +218,7 @@ def _place_one(wants: Wants, profile: Profile, run: Pass, plan: Plan) -> str:
     """Place one replica of `profile` (taking a lower class's room if need be) and add its
     start to the plan; "" if it was placed, else why no node took it."""
     model, policy = wants.model, run.policy
-    need = need_of(profile, run.weights[model.source], run.shapes.get(model.source), model.context)
+    need = run.need(model, profile)
     scoring = policy.scoring
     if model.name in run.first:
         scoring = msgspec.structs.replace(scoring, speed=-scoring.speed)

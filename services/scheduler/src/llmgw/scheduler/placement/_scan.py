@@ -259,9 +259,8 @@ def _add_unvisited(
     at = np.concatenate(refused) if refused else np.zeros(0, np.intp)
     if not skipped and not len(at):
         return
-    # what the refused nodes had free, as they are now (placing replaces a card list, never changes it)
-    t = index.table
-    had = (t.free_mb[at], t.free_cores[at], t.free_cards[at] if need.cards else None)
+    t = index.table  # what the refused nodes had free, as they are now
+    had = (t.free_mb[at], t.free_cores[at], t.version[at] if need.cards else None)
     names, states, count = index.names, index.states, len(index.names)
 
     def merge(seen: dict) -> dict:
@@ -281,15 +280,15 @@ def _add_unvisited(
 
 def _refusal(need: Need, index: Index, i: int, had: tuple, k: int, when: tuple[float, float]) -> tuple[str, Why]:
     """The first filter to refuse node `i` as it was when scanned (`had`, its `k`-th entries:
-    free memory, cores and cards), and why: the chain's own words."""
+    free memory, cores and the version of its free cards), and why: the chain's own words."""
     n = index.states[i]
-    free_mb, free_cores, free_cards = had
+    free_mb, free_cores, versions = had
     then = NodeState(
         info=n.info,
         last_seen=n.last_seen,
         free_mb=int(free_mb[k]),
         cores_held=n.info.cpus - int(free_cores[k]),
-        free_cards=free_cards[k] if free_cards is not None else n.free_cards,
+        free_cards=index.table.cards_then(i, int(versions[k])) if versions is not None else n.free_cards,
     )
     for label, f in chain(need):
         if label in JUDGED and (why := f(need, then, *when)):

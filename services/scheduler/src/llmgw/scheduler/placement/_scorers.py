@@ -67,9 +67,10 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
     if known is None:
         known = t.speeds[key] = np.full(len(t.states), np.nan)
     out = known[at]
-    for j in np.isnan(out).nonzero()[0].tolist():
-        i = int(at[j])
-        out[j] = known[i] = _cpu_at(key, t.figures[i], t.calibration[i])
+    if len(missing := np.isnan(out).nonzero()[0]):
+        i = at[missing]
+        figures = zip(t.all_gbs[i].tolist(), t.one_gbs[i].tolist(), t.cpus[i].tolist(), strict=True)
+        out[missing] = known[i] = [_cpu_at(key, f, t.calibration[n]) for f, n in zip(figures, i.tolist(), strict=True)]
     return out
 
 

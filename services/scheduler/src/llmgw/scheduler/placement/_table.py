@@ -49,11 +49,16 @@ class Table:
         """The one class all free cards are of, by its number in `classes` (-1: none, or several)."""
         self.free_cards = np.empty(count, object)
         """Each node's free cards (a list of `GpuInfo`; placing replaces it, never changes it)."""
+        self.version = np.zeros(count, np.int64)
+        """How often each node's free cards changed: with it, `cards_then` gives those it had."""
+        self._was: dict[tuple[int, int], list[GpuInfo]] = {}
         self.classes: dict[str, int] = {}
         for i, n in enumerate(states):
             self.row(i, n)
-        self.figures = [(n.info.membw_all_gbs or 0.0, n.info.membw_one_gbs, n.info.cpus) for n in states]
-        """What a CPU replica's speed takes of each node: its memory rates and CPUs."""
+        self.all_gbs = np.fromiter((n.info.membw_all_gbs or 0.0 for n in states), float, count)
+        self.one_gbs = np.fromiter((n.info.membw_one_gbs or 0.0 for n in states), float, count)
+        self.cpus = np.fromiter((n.info.cpus for n in states), np.int64, count)
+        """What a CPU replica's speed takes of each node: its memory rates (0: unknown) and CPUs."""
         self.calibration: list[CpuCalibration | None] = [n.info.cpu_calibration for n in states]
         self.speeds: dict[tuple, np.ndarray] = {}
         """A CPU replica's speed on each node (NaN: not yet worked out), by what it takes of its need."""
@@ -71,9 +76,13 @@ class Table:
 
     def _cards(self, i: int, free: list[GpuInfo]) -> None:
         """The card columns of the node at position `i`, whose free cards are `free`."""
-        self.free_cards[i] = free
         if not free and not self.cards[i]:  # none free, as before: the columns say so already
+            self.free_cards[i] = free
             return
+        if (before := self.free_cards[i]) is not None:
+            self._was[i, int(self.version[i])] = before
+            self.version[i] += 1
+        self.free_cards[i] = free
         self.cards[i] = len(free)
         rooms: dict[str, list[int]] = {}
         for g in free:
@@ -89,6 +98,10 @@ class Table:
         self.card_most[i] = max(most[0], 0)
         one = len(rooms) == 1 and len(free) == len(next(iter(rooms.values())))
         self.card_class[i] = self.classes.setdefault(free[0].cls, len(self.classes)) if one else -1
+
+    def cards_then(self, i: int, version: int) -> list[GpuInfo]:
+        """The free cards the node at position `i` had at that `version` of them."""
+        return self.free_cards[i] if self.version[i] == version else self._was[i, version]
 
     def _fastest(self, rooms: dict[str, list[int]]) -> tuple[list[int], list[int]]:
         """`fast_class` and `fast_room` of a node whose free cards of each class have `rooms`
