@@ -3,12 +3,14 @@ the same refusals in the same order with the same reasons, on fleets being fille
 replica and emptied now and then (the index skips some nodes, and judges the others from arrays
 it keeps as replicas are claimed, held and released)."""
 
+import gc
 import random
 
+import msgspec
 import pytest
-from fake_nodes import GB, MODEL, NOW, Node, states
+from fake_nodes import GB, MODEL, NOW, Node, run_model, states
 
-from llmgw.proto import GpuInfo, Profile, ReplicaState
+from llmgw.proto import GpuInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.placement import FILTERS, Index, cards_for, claim, hold, need_of, release
 from llmgw.scheduler.placement._scan import JUDGED, STATIC, scan
 from llmgw.scheduler.placement._scorers import Weights, _speed, speed_of
@@ -132,3 +134,17 @@ def test_the_table_tells_the_class_a_node_of_two_classes_gives():
         assert found.fit == ["a"]
         assert cards_for(need, nodes["a"]) == cards
         assert _speed(need, found.table, found.at, MODEL, Weights(), {}).tolist() == [speed_of(need, nodes["a"])]
+
+
+def test_a_pass_leaves_nothing_for_the_garbage_collector():
+    # the index watches the pass's fleet and holds it: held strongly both ways, every pass's
+    # fleet (each node's state and lists) would wait for the collector's next full pass
+    nodes = [Node(f"n{i}").cards(2, "l4-24g", 23034) for i in range(20)]
+    gc.collect()
+    gc.disable()
+    try:
+        plan = run_model(msgspec.structs.replace(MODEL, scaling=Scaling(min=6, max=6)), nodes, [])
+        assert len(plan.starts) == 6
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import msgspec
@@ -84,16 +85,23 @@ class NodeState(msgspec.Struct, kw_only=True, gc=False):
 class Rooms(dict[str, NodeState]):
     """Every node's state by name, as `node_states` makes them: `claim`, `hold` and `release`
     tell the watcher (a pass's `placement.Index`, which keeps their free room in arrays) of each
-    node they change. A copy (`dict(rooms)`, a trial) is a plain dict nobody watches."""
+    node they change. A copy (`dict(rooms)`, a trial) is a plain dict nobody watches.
 
-    watch: Callable[[str], None] | None = None
+    The watcher is held weakly: it holds the rooms, and a cycle between them would keep a whole
+    pass's fleet alive until the garbage collector's next full pass."""
+
+    watch: weakref.WeakMethod | None = None
+
+    def watched_by(self, changed: Callable[[str], None]) -> None:
+        """Tell the bound method `changed` of each node changed from now on."""
+        self.watch = weakref.WeakMethod(changed)
 
 
 def _told(nodes: dict[str, NodeState], name: str) -> None:
     """Tell whoever watches `nodes` that node `name` changed."""
     watch = getattr(nodes, "watch", None)
-    if watch is not None:
-        watch(name)
+    if watch is not None and (changed := watch()) is not None:
+        changed(name)
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):

@@ -94,7 +94,7 @@ class Index:
         self.position = {name: i for i, name in enumerate(self.names)}
         self.now, self.stale_s = now, stale_s
         self._kinds: dict[tuple, Kind] = {}
-        nodes.watch = self.changed
+        nodes.watched_by(self.changed)
 
     def changed(self, name: str) -> None:
         """Read node `name`'s free room again (a replica was placed or released there)."""
