@@ -52,6 +52,7 @@ class Table:
         self.version = np.zeros(count, np.int64)
         """How often each node's free cards changed: with it, `cards_then` gives those it had."""
         self._was: dict[tuple[int, int], list[GpuInfo]] = {}
+        self._alike: dict[tuple, tuple] = {}
         self.classes: dict[str, int] = {}
         for i, n in enumerate(states):
             self.row(i, n)
@@ -84,6 +85,18 @@ class Table:
             self.version[i] += 1
         self.free_cards[i] = free
         self.cards[i] = len(free)
+        # nodes of alike free cards (their classes and room) have alike columns: worked out once
+        alike = tuple((g.cls, g.memory_total_mb - g.memory_foreign_mb, g.memory_foreign_mb) for g in free)
+        columns = self._alike.get(alike)
+        if columns is None:
+            columns = self._alike[alike] = self._columns(free)
+        self.room_for[:, i], self.fast_class[:, i], self.fast_room[:, i], self.card_most[i], self.card_class[i] = (
+            columns
+        )
+
+    def _columns(self, free: list[GpuInfo]) -> tuple[list[int], list[int], list[int], int, int]:
+        """A node's card columns (`room_for`, `fast_class`, `fast_room`, `card_most`,
+        `card_class`), its free cards being `free`."""
         rooms: dict[str, list[int]] = {}
         for g in free:
             if g.memory_foreign_mb < FOREIGN_LIMIT_MB:
@@ -93,11 +106,9 @@ class Table:
             room.sort(reverse=True)
             for k, mb in enumerate(room[:ROOM_COUNTS]):
                 most[k] = max(most[k], mb)
-        self.room_for[:, i] = most
-        self.fast_class[:, i], self.fast_room[:, i] = self._fastest(rooms)
-        self.card_most[i] = max(most[0], 0)
         one = len(rooms) == 1 and len(free) == len(next(iter(rooms.values())))
-        self.card_class[i] = self.classes.setdefault(free[0].cls, len(self.classes)) if one else -1
+        single = self.classes.setdefault(free[0].cls, len(self.classes)) if one else -1
+        return most, *self._fastest(rooms), max(most[0], 0), single
 
     def cards_then(self, i: int, version: int) -> list[GpuInfo]:
         """The free cards the node at position `i` had at that `version` of them."""
