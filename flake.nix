@@ -49,7 +49,7 @@
         llmgw-scheduler = {
           dir = "services/scheduler";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" "numpy" ];
         };
         llmgw-mirror = {
           dir = "services/mirror";

@@ -2,7 +2,7 @@
 nodes with 1-4 cards of one of four classes (one in five with two classes); models of 1B to 70B
 parameters (Q4_0 or Q8_0, a context of 8,192), most with a card profile and a CPU fallback, some
 CPU-only or card-only, wanting 1-3 replicas each. A replica's need, whether a node takes it and
-its predicted tokens a second are the scheduler's own (`need_of`, the filter chain, `speed_of`)."""
+its predicted tokens a second are the scheduler's own (`need_for`, the filter chain, `speed_of`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from llmgw.modelplan import Shape
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.core import NodeView, Policy
-from llmgw.scheduler.placement import FILTERS, Need, NodeState, need_of, node_states, speed_of
+from llmgw.scheduler.placement import FILTERS, Need, NodeState, node_states, speed_of
+from llmgw.scheduler.placement import need_for as placement_need
 
 __all__ = ["NOW", "POLICY", "Fleet", "draw", "empty", "need_for", "passes", "total", "way_of", "way_tps"]
 
@@ -120,7 +121,7 @@ def draw(nodes: int, replicas: int, seed: int, card_share: float = 0.5) -> Fleet
 
 def need_for(f: Fleet, model: Model, profile: Profile) -> Need:
     """A replica's need, as `reconcile` works it out."""
-    return need_of(profile, f.weights[model.source], f.shapes.get(model.source), model.context)
+    return placement_need(model, profile, f.weights, f.shapes)
 
 
 def empty(info: NodeInfo, cls: str = "") -> NodeState:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from fake_nodes import GB, MODEL, NOW, Node, run_model, states
 
+from llmgw.modelplan import DEFAULT_CPU
 from llmgw.proto import GpuInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.placement import FILTERS, Index, cards_for, claim, hold, need_of, release
 from llmgw.scheduler.placement._scan import JUDGED, STATIC, scan
@@ -27,6 +28,10 @@ PROFILES = [
     Profile(name="fra1", node_selector={"site": "fra1"}),
     Profile(name="vllm", engine="vllm", gpus=1),
     Profile(name="rack-gpu", gpus=1, keep_within="rack"),
+    Profile(name="hopper", gpus=1, min_compute="9.0"),
+    Profile(name="nine", gpus=9),
+    Profile(name="across", nodes=2),
+    Profile(name="across-racks", nodes=2, gpus=1, keep_within="rack"),
 ]
 
 
@@ -34,13 +39,18 @@ def _fleet(rng: random.Random, size: int):
     nodes = []
     for i in range(size):
         node = Node(f"n{i:03d}").memory(rng.choice([32, 64, 128])).cpus(rng.choice([8, 16, 32]))
+        if rng.random() < 0.8:  # memory rates (some without one core's), a few calibrated
+            node.membw(rng.uniform(20, 300), rng.choice([None, rng.uniform(6, 14)]))
+            if rng.random() < 0.2:
+                node.info.cpu_calibration = msgspec.structs.replace(DEFAULT_CPU, core_share=rng.uniform(0.5, 1))
         if rng.random() < 0.6:
             cls, mb = rng.choice(CLASSES)
-            node.cards(rng.choice([1, 2, 4]), cls, mb, foreign=rng.choice([0, 0, 0, 30_000]))
+            count, cc = rng.choice([1, 2, 4, 4, 10]), rng.choice(["9.0", "8.9"])
+            node.cards(count, cls, mb, foreign=rng.choice([0, 0, 0, 30_000]), cc=cc)
             if rng.random() < 0.4:  # and two cards of another class
                 other, other_mb = rng.choice([c for c in CLASSES if c[0] != cls])
                 node.info.gpus += [
-                    GpuInfo(index=4 + k, uuid=f"n{i:03d}-x{k}", name=other, cls=other, memory_total_mb=other_mb)
+                    GpuInfo(index=count + k, uuid=f"n{i:03d}-x{k}", name=other, cls=other, memory_total_mb=other_mb)
                     for k in range(2)
                 ]
             if rng.random() < 0.3:  # a little foreign use on one card: less room there than on the rest
@@ -148,3 +158,30 @@ def test_a_pass_leaves_nothing_for_the_garbage_collector():
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_a_node_reporting_more_memory_and_cores_than_64_bits_hold_is_judged_as_a_full_scan_judges_it():
+    # a heartbeat's figures are bounded below only: the columns keep what no 64-bit integer holds as 2**62
+    huge = Node("a")
+    huge.info.memory_available_mb = huge.info.cpus = 2**64 - 1
+    nodes = states(huge, Node("b"))
+    index = Index(nodes, NOW, 10)
+    need = need_of(Profile(name="cpu", cpu_cores=8), 4 * GB)
+    assert scan(need, nodes, NOW, 10, 0, 0, index).fit == scan(need, nodes, NOW, 10, 0, 0, None).fit == ["a", "b"]
+    plan = run_model(msgspec.structs.replace(MODEL, scaling=Scaling(min=2, max=2)), [huge, Node("b")], [])
+    assert len(plan.starts) == 2
+
+
+def test_a_negative_limit_scans_every_node_with_or_without_the_index():
+    nodes = states(Node("a"), Node("b"), Node("c"))
+    index, need = Index(nodes, NOW, 10), need_of(Profile(name="cpu"), 4 * GB)
+    assert (
+        scan(need, nodes, NOW, 10, 1, -1, index).fit == scan(need, nodes, NOW, 10, 1, -1, None).fit == ["b", "c", "a"]
+    )
+
+
+def test_a_second_index_of_a_fleet_is_told_of_its_changes_and_the_first_serves_no_more():
+    nodes = states(Node("a"), Node("b"))
+    first, second = Index(nodes, NOW, 10), Index(nodes, NOW, 10)
+    assert not first.serves(nodes, NOW, 10)
+    assert second.serves(nodes, NOW, 10)

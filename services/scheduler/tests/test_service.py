@@ -160,3 +160,9 @@ async def test_node_list_says_how_each_node_stands_by_the_cores_rule_leaving_out
     for n, view_ in sched.nodes.items():
         assert health(view_, later, sched.hearing.deaf_s, sched.config.policy()).state == got[n][0]
     assert (listed.stale_s, listed.lost_s) == (2.0, 30.0)
+
+
+def test_a_config_scoring_fewer_than_no_nodes_is_refused_naming_the_setting():
+    with pytest.raises(msgspec.ValidationError, match=r"score_nodes"):
+        msgspec.convert({"score_nodes": -1}, SchedulerConfig)
+    assert msgspec.convert({"score_nodes": 0}, SchedulerConfig).policy().score_nodes == 0

@@ -9,7 +9,7 @@
 - engine args: the flags and environment a profile may give its engine (catalog and agent alike).
 """
 
-from llmgw.modelplan._cards import FOREIGN_LIMIT_MB, card_fits, choose_cards, class_bandwidth, usable_cards
+from llmgw.modelplan._cards import FOREIGN_LIMIT_MB, card_fits, card_room, choose_cards, class_bandwidth, usable_cards
 from llmgw.modelplan._engine_args import ENGINE_ENV, ENGINE_FLAGS, check_engine_args
 from llmgw.modelplan._fit import Fitted, Measured, fit_cpu, holdout_error, judge_fit, worst_error
 from llmgw.modelplan._memory import (
@@ -69,6 +69,7 @@ __all__ = [
     "card_class",
     "card_fits",
     "card_of",
+    "card_room",
     "check_engine_args",
     "choose_cards",
     "class_bandwidth",

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from llmgw.modelplan._speed import card_of
 from llmgw.proto import GpuInfo, Profile
 
-__all__ = ["FOREIGN_LIMIT_MB", "card_fits", "choose_cards", "class_bandwidth", "usable_cards"]
+__all__ = ["FOREIGN_LIMIT_MB", "card_fits", "card_room", "choose_cards", "class_bandwidth", "usable_cards"]
 
 FOREIGN_LIMIT_MB = 1024
 """A card on which processes that are not llmgw's hold more than this (MiB) is not given out."""
@@ -30,6 +30,12 @@ def card_fits(profile: Profile, card: GpuInfo) -> str | None:
     return None
 
 
+def card_room(card: GpuInfo) -> int | None:
+    """The memory free for a replica on `card` beside what foreign processes hold (MiB); None
+    where they crowd it (`FOREIGN_LIMIT_MB`): it is not given out."""
+    return card.memory_total_mb - card.memory_foreign_mb if card.memory_foreign_mb < FOREIGN_LIMIT_MB else None
+
+
 def usable_cards(
     profile: Profile, gpus: Iterable[GpuInfo], card_mb: int = 0, taken: Iterable[str] = ()
 ) -> list[GpuInfo]:
@@ -41,8 +47,8 @@ def usable_cards(
         g
         for g in gpus
         if g.uuid not in held
-        and g.memory_foreign_mb < FOREIGN_LIMIT_MB
-        and g.memory_total_mb - g.memory_foreign_mb >= card_mb
+        and (room := card_room(g)) is not None
+        and room >= card_mb
         and card_fits(profile, g) is None
     ]
 

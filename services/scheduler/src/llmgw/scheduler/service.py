@@ -12,6 +12,7 @@ import asyncio
 import secrets
 import sys
 import time
+from typing import Annotated
 
 import httpx
 import msgspec
@@ -68,8 +69,8 @@ class SchedulerConfig(BusConfig, kw_only=True):
     """`Policy.drain_s`: a ready replica being stopped gets this long for in-flight requests."""
     reserve_mb: int = _POLICY.reserve_mb
     """`Policy.reserve_mb`: host memory left free on every node."""
-    score_nodes: int = _POLICY.score_nodes
-    """`Policy.score_nodes`: at most this many nodes that fit are scored for each replica."""
+    score_nodes: Annotated[int, msgspec.Meta(ge=0)] = _POLICY.score_nodes
+    """`Policy.score_nodes`: at most this many nodes that fit are scored for each replica (0: all)."""
 
     def policy(self) -> Policy:
         """The knobs a reconcile pass takes: this config's values of `Policy`'s fields."""

@@ -21,7 +21,18 @@ from llmgw.modelplan import Shape
 from llmgw.proto import Profile, ReplicaState
 from llmgw.scheduler.core._plan import Plan, Policy, Start
 from llmgw.scheduler.core._rollout import fingerprint_of, wanted_counts
-from llmgw.scheduler.placement import Need, NodeState, cards_for, claim, fits, need_of, release, spans, speed_of
+from llmgw.scheduler.placement import (
+    Need,
+    NodeState,
+    cards_for,
+    claim,
+    domain_of,
+    fits,
+    need_for,
+    release,
+    spans,
+    speed_of,
+)
 
 __all__ = ["SWEEPS", "improve", "make_room"]
 
@@ -67,7 +78,7 @@ class _Improver:
 
     def _domain(self, node: str) -> str:
         n = self.states.get(node)
-        return n.info.labels.get(self.domain, node) if n is not None else node
+        return domain_of(n, self.domain) if n is not None else node
 
     def replica(self, spot: _Spot) -> ReplicaState:
         return self.starts[spot.index].replica
@@ -274,7 +285,7 @@ def _improver(
     freed = {node for stop in plan.stops for node in spans(stop.replica)}
 
     def need(s: Start, profile: Profile) -> Need:
-        return need_of(profile, weights[s.model.source], shapes.get(s.model.source), s.model.context)
+        return need_for(s.model, profile, weights, shapes)
 
     spots = []
     for i, s in enumerate(starts):

@@ -26,7 +26,7 @@ from llmgw.scheduler.placement import (
     Placement,
     Search,
     claim,
-    need_of,
+    need_for,
     place,
     release,
     spans,
@@ -57,9 +57,9 @@ class Pass:
     """Models put first in this try: they take the slowest room that fits (not the fast room
     a lighter model gains most from), their speed scored the other way round."""
     left: dict[str, tuple[Wants, list[list[Profile]], int]] = field(default_factory=dict)
+    """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
     needs: dict[tuple[str, str], Need] = field(default_factory=dict)
     """(model, profile) -> what one replica takes."""
-    """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
 
     @functools.cached_property
     def states(self) -> dict[str, NodeState]:
@@ -72,14 +72,13 @@ class Pass:
         key = (model.name, profile.name)
         need = self.needs.get(key)
         if need is None:
-            need = self.needs[key] = need_of(
-                profile, self.weights[model.source], self.shapes.get(model.source), model.context
-            )
+            need = self.needs[key] = need_for(model, profile, self.weights, self.shapes)
         return need
 
     @functools.cached_property
     def index(self) -> Index:
-        """The fleet's nodes each kind of need skips all pass long (`placement.Index`)."""
+        """The fleet's free room in columns, kept as replicas are placed, and the nodes each
+        kind of need skips all pass long (`placement.Index`)."""
         return Index(self.states, self.now, self.policy.stale_s)
 
 

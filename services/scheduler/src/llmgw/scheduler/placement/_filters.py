@@ -10,7 +10,7 @@ from llmgw.modelplan import card_fits, choose_cards, usable_cards
 from llmgw.proto import GpuInfo
 from llmgw.scheduler.placement._room import Need, NodeState, longest_context
 
-__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chain", "chosen_cards", "fits", "no_cards"]
+__all__ = ["FILTERS", "Filter", "Why", "cards_for", "chain", "chosen_cards", "fits"]
 
 Why = Callable[[], str]
 """Builds the text of why a node refused, when it is shown."""
@@ -69,10 +69,10 @@ def _cards(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
     if not need.cards or chosen_cards(need, n) is not None:
         return None
     free = n.free_cards  # as it is now (placing a replica replaces the list, never changes it)
-    return lambda: no_cards(need, n.info.gpus, free)
+    return lambda: _no_cards(need, n.info.gpus, free)
 
 
-def no_cards(need: Need, gpus: list[GpuInfo], free: list[GpuInfo]) -> str:
+def _no_cards(need: Need, gpus: list[GpuInfo], free: list[GpuInfo]) -> str:
     """Why too few of the free cards `free` (of `gpus`) fit the need."""
     fit = usable_cards(need.profile, free, need.card_mb) if free else []
     wanted = need.profile.gpu_class or "any class"

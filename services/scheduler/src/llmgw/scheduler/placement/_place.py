@@ -29,7 +29,8 @@ class Search(msgspec.Struct, frozen=True, kw_only=True):
     start: int = 0
     """Begin the scan at this node (by position, wrapping), so successive placements look at others."""
     index: Index | None = None
-    """The pass's index of the fleet (the nodes each kind of need skips), where it keeps one."""
+    """The pass's index of the fleet (its free room in columns, the nodes each kind of need
+    skips), where it keeps one."""
 
 
 def place(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import msgspec
 
 from llmgw.modelplan import FOREIGN_LIMIT_MB, KV_CACHE_TYPES, Memory, Shape, llamacpp_memory
-from llmgw.proto import GpuInfo, NodeInfo, Profile, ReplicaState, Worker
+from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
     "CARD_HEADROOM_MB",
@@ -19,9 +19,11 @@ __all__ = [
     "Placement",
     "Rooms",
     "claim",
+    "domain_of",
     "hold",
     "kv_cache_type",
     "longest_context",
+    "need_for",
     "need_of",
     "node_states",
     "release",
@@ -185,6 +187,12 @@ def need_of(profile: Profile, weights_bytes: int, shape: Shape | None = None, co
     return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share, estimate_mb=memory)
 
 
+def need_for(model: Model, profile: Profile, weights: dict[str, int], shapes: dict[str, Shape]) -> Need:
+    """`need_of` one replica of `model`'s `profile`, its file's size (`weights`) and shape
+    (`shapes`, where its header was read) by its source, at the model's context."""
+    return need_of(profile, weights[model.source], shapes.get(model.source), model.context)
+
+
 def _on_cards(profile: Profile, per_card: int, read: int, **sized) -> Need:
     return Need(
         profile=profile,
@@ -233,6 +241,11 @@ def node_states(
         n = out[name]
         n.free_cards = [g for g in n.free_cards if g.uuid not in cards]
     return out
+
+
+def domain_of(n: NodeState, label: str) -> str:
+    """The node's failure domain: its `label`'s value, else its own name."""
+    return n.info.labels.get(label, n.info.node)
 
 
 def spans(r: ReplicaState) -> list[str]:

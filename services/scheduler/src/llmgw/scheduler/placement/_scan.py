@@ -73,7 +73,7 @@ class Reasons(Mapping[str, str]):
         return len(self._said) + self._skipped
 
 
-Kind = tuple[np.ndarray, list[int], list[tuple[str, Why | None]]]
+_Kind = tuple[np.ndarray, list[int], list[tuple[str, Why | None]]]
 """For a kind of need: the positions of the nodes a scan visits, those it skips, and why each
 skipped one refused (None: no cards, said by the cards filter when read)."""
 
@@ -93,7 +93,7 @@ class Index:
         """The nodes' states by position (kept in place as replicas are placed and released)."""
         self.position = {name: i for i, name in enumerate(self.names)}
         self.now, self.stale_s = now, stale_s
-        self._kinds: dict[tuple, Kind] = {}
+        self._kinds: dict[tuple, _Kind] = {}
         nodes.watched_by(self.changed)
 
     def changed(self, name: str) -> None:
@@ -103,11 +103,18 @@ class Index:
             self.table.row(i, self.nodes[name])
 
     def serves(self, nodes: dict[str, NodeState], now: float, stale_s: float) -> bool:
-        """Whether the index was made for this fleet (this very view of it) and time."""
-        return nodes is self.nodes and (now, stale_s) == (self.now, self.stale_s) and len(nodes) == len(self.names)
+        """Whether the index was made for this fleet (this very view of it) and time, and is
+        still the one it tells of its changes."""
+        return (
+            nodes is self.nodes
+            and (now, stale_s) == (self.now, self.stale_s)
+            and len(nodes) == len(self.names)
+            and self.nodes.watch is not None
+            and self.nodes.watch() == self.changed
+        )
 
-    def kind(self, need: Need, nodes: dict[str, NodeState]) -> Kind:
-        """For needs like `need`: the nodes a scan visits, those it skips and why (`Kind`)."""
+    def kind(self, need: Need, nodes: dict[str, NodeState]) -> _Kind:
+        """For needs like `need`: the nodes a scan visits, those it skips and why (`_Kind`)."""
         p = need.profile
         key = (tuple(sorted((p.node_selector or {}).items())), p.engine, p.nodes > 1, need.cards > 0)
         kind = self._kinds.get(key)
@@ -167,9 +174,9 @@ class Found(NamedTuple):
 def scan(  # noqa: PLR0913 - the need, the fleet, the time, where to start, how many, the index
     need: Need, nodes: dict[str, NodeState], now: float, stale_s: float, start: int, limit: int, index: Index | None
 ) -> Found:
-    """The nodes that pass every filter (at most `limit`, 0: all, scanning from the `start`-th
-    and wrapping), and why each refused node refused."""
-    first = start % max(len(nodes), 1)
+    """The nodes that pass every filter (at most `limit`, 0 or less: all, scanning from the
+    `start`-th and wrapping), and why each refused node refused."""
+    first, limit = start % max(len(nodes), 1), max(limit, 0)
     if index is not None and index.serves(nodes, now, stale_s):
         return _scan_indexed(need, (now, stale_s), first, limit, index)
     reasons, fit, fit_states = Reasons(), [], []

@@ -22,7 +22,7 @@ from llmgw.modelplan import (
 )
 from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
-from llmgw.scheduler.placement._room import Need, NodeState
+from llmgw.scheduler.placement._room import Need, NodeState, domain_of
 from llmgw.scheduler.placement._table import Table, any_cards
 
 __all__ = ["SCORERS", "Parts", "Scorer", "Weights", "scores", "speed_of"]
@@ -155,10 +155,6 @@ def _domain_spread(
     return out
 
 
-def _domain(n: NodeState, w: Weights) -> str:
-    return n.info.labels.get(w.domain, n.info.node)
-
-
 SCORERS: list[tuple[str, Scorer, Callable[[Weights], float]]] = [
     ("speed", _speed, lambda w: w.speed),
     ("pack", _pack, lambda w: w.pack),
@@ -179,10 +175,6 @@ class Parts:
         """Scorer `label`'s raw figures (None: all tie), their lowest and the scale onto 0-100
         (None: all tie)."""
         self._raw[label] = (raw, lo, scale)
-
-    def raw(self, label: str) -> np.ndarray | None:
-        """Scorer `label`'s raw figures (None: all tie)."""
-        return self._raw[label][0]
 
     def at(self, i: int) -> dict[str, float]:
         """The `i`-th candidate's normalised part of each scorer, to a tenth."""
@@ -209,9 +201,9 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
         peers = [r for n in nodes.values() for r in n.replicas if r.model == model.name]
     domains: dict[str, int] = {}
     for r in peers:
-        d = _domain(nodes[r.node], w) if r.node in nodes else r.node
+        d = domain_of(nodes[r.node], w.domain) if r.node in nodes else r.node
         domains[d] = domains.get(d, 0) + 1
-    parts, counted, weights = Parts(), [], []
+    parts, counted, raws, weights = Parts(), [], [], []
     for label, scorer, weight in SCORERS:
         if k := weight(w):
             raw = scorer(need, t, at, model, w, domains)
@@ -219,23 +211,18 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
                 parts.add(label, None, 0.0, None)
             else:
                 counted.append(label)
+                raws.append(raw)
                 weights.append(k)
-                parts.add(label, raw, 0.0, None)
     if not counted:
         return np.zeros(len(at)), parts
     # the scorers' figures together: normalised a row each, weighted, summed in the scorers' order
-    raw = np.array([parts.raw(label) for label in counted], float)
-    lo, hi = np.minimum.reduce(raw, axis=1), np.maximum.reduce(raw, axis=1)
+    rows = np.array(raws, float)
+    lo, hi = np.minimum.reduce(rows, axis=1), np.maximum.reduce(rows, axis=1)
     apart = hi != lo  # (a scorer on which all tie adds nothing to the totals)
     scale = np.divide(100.0, hi - lo, out=np.ones(len(counted)), where=apart)
-    for label, low, by, differ in zip(counted, lo.tolist(), scale.tolist(), apart.tolist(), strict=True):
-        parts.add(label, parts.raw(label), low, by if differ else None)
-    if not apart.all():
-        raw, lo, scale, weights = (
-            raw[apart],
-            lo[apart],
-            scale[apart],
-            [k for k, d in zip(weights, apart, strict=True) if d],
-        )
-    total = np.add.reduce(np.array(weights)[:, None] * ((raw - lo[:, None]) * scale[:, None]), axis=0)
-    return (total if len(weights) else np.zeros(len(at))), parts
+    for label, raw, low, by, differ in zip(counted, raws, lo.tolist(), scale.tolist(), apart.tolist(), strict=True):
+        parts.add(label, raw, low, by if differ else None)
+    if not apart.any():
+        return np.zeros(len(at)), parts
+    k = np.array(weights)[apart, None]
+    return np.add.reduce(k * ((rows[apart] - lo[apart, None]) * scale[apart, None]), axis=0), parts

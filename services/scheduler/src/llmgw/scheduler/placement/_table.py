@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmgw.modelplan import FOREIGN_LIMIT_MB, class_bandwidth
+from llmgw.modelplan import card_room, class_bandwidth
 from llmgw.proto import CpuCalibration, GpuInfo
-from llmgw.scheduler.placement._room import Need, NodeState
+from llmgw.scheduler.placement._room import Need, NodeState, domain_of
 
 __all__ = ["ROOM_COUNTS", "Table", "any_cards"]
 
 ROOM_COUNTS = 8
 """The replicas of up to this many cards the table says the room of (`Table.room_for`)."""
+_MOST = 2**62
+"""A figure a node reports beyond this (MiB, cores) is kept as this: the columns are 64-bit
+integers and a heartbeat's are not bounded above (no node has 2**62 MiB; sums stay in range)."""
+
+
+def _capped(figure: int) -> int:
+    return figure if -_MOST <= figure <= _MOST else max(-_MOST, min(figure, _MOST))
 
 
 def any_cards(need: Need) -> bool:
@@ -58,7 +65,7 @@ class Table:
             self.row(i, n)
         self.all_gbs = np.fromiter((n.info.membw_all_gbs or 0.0 for n in states), float, count)
         self.one_gbs = np.fromiter((n.info.membw_one_gbs or 0.0 for n in states), float, count)
-        self.cpus = np.fromiter((n.info.cpus for n in states), np.int64, count)
+        self.cpus = np.fromiter((_capped(n.info.cpus) for n in states), np.int64, count)
         """What a CPU replica's speed takes of each node: its memory rates (0: unknown) and CPUs."""
         self.calibration: list[CpuCalibration | None] = [n.info.cpu_calibration for n in states]
         self.speeds: dict[tuple, np.ndarray] = {}
@@ -70,8 +77,8 @@ class Table:
     def row(self, i: int, n: NodeState) -> None:
         """Read the free room of node `n`, at position `i`, again."""
         self.states[i] = n
-        self.free_mb[i] = n.free_mb
-        self.free_cores[i] = n.info.cpus - n.cores_held
+        self.free_mb[i] = _capped(n.free_mb)
+        self.free_cores[i] = _capped(n.info.cpus - n.cores_held)
         if n.free_cards is not self.free_cards[i]:  # (placing replaces the list, never changes it)
             self._cards(i, n.free_cards)
 
@@ -86,7 +93,7 @@ class Table:
         self.free_cards[i] = free
         self.cards[i] = len(free)
         # nodes of alike free cards (their classes and room) have alike columns: worked out once
-        alike = tuple((g.cls, g.memory_total_mb - g.memory_foreign_mb, g.memory_foreign_mb) for g in free)
+        alike = tuple((g.cls, card_room(g)) for g in free)
         columns = self._alike.get(alike)
         if columns is None:
             columns = self._alike[alike] = self._columns(free)
@@ -99,8 +106,8 @@ class Table:
         `card_class`), its free cards being `free`."""
         rooms: dict[str, list[int]] = {}
         for g in free:
-            if g.memory_foreign_mb < FOREIGN_LIMIT_MB:
-                rooms.setdefault(g.cls, []).append(g.memory_total_mb - g.memory_foreign_mb)
+            if (room := card_room(g)) is not None:
+                rooms.setdefault(g.cls, []).append(_capped(room))
         most = [-1] * ROOM_COUNTS
         for room in rooms.values():
             room.sort(reverse=True)
@@ -144,7 +151,7 @@ class Table:
         known = self._domains.get(label)
         if known is None:
             ids: dict[str, int] = {}
-            of = [ids.setdefault(n.info.labels.get(label, n.info.node), len(ids)) for n in self.states]
+            of = [ids.setdefault(domain_of(n, label), len(ids)) for n in self.states]
             known = self._domains[label] = (np.array(of, np.int64), ids)
         return known
 
