@@ -86,7 +86,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     most this many (0: never): small passes, not a big fleet's."""
 
 
-class Start(msgspec.Struct, kw_only=True):
+# gc=False: never part of a reference cycle; a pass makes one per replica it starts
+class Start(msgspec.Struct, kw_only=True, gc=False):
     """Start this replica (recorded pending: its spec and no report yet)."""
 
     replica: ReplicaState

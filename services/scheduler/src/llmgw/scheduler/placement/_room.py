@@ -38,7 +38,8 @@ CARD_HEADROOM_MB = 1024
 """Per card beyond the weights' share: context, KV and compute buffers of a small context."""
 
 
-class Need(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: never part of a reference cycle (a profile, a shape, figures)
+class Need(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What one replica of a profile takes."""
 
     profile: Profile

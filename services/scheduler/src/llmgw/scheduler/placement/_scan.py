@@ -31,6 +31,8 @@ JUDGED = ("cards", "memory", "cores", "keep_within")
 """The filters on what a node has free (and its keep_within label): the indexed scan judges
 them from its arrays (`_passing`). Every filter of the chain is one or the other."""
 _CARDS = dict(FILTERS)["cards"]
+_NO_CARDS = ("cards", None)
+"""Why a node with no cards at all refuses a need of cards (said by the cards filter when read)."""
 
 
 class Reasons(Mapping[str, str]):
@@ -131,7 +133,7 @@ class Index:
                 else:
                     if need.cards and not n.info.gpus:
                         skip.append(i)
-                        said.append(("cards", None))
+                        said.append(_NO_CARDS)
                     else:
                         visit.append(i)
             kind = self._kinds[key] = (np.array(visit, np.intp), skip, said)
