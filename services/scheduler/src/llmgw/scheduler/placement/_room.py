@@ -95,9 +95,11 @@ class Rooms(dict[str, NodeState]):
 
     watch: weakref.WeakMethod | None = None
 
-    def watched_by(self, changed: Callable[[str], None]) -> None:
-        """Tell the bound method `changed` of each node changed from now on."""
+    def watched_by(self, changed: Callable[[str], None]) -> weakref.WeakMethod:
+        """Tell the bound method `changed` of each node changed from now on; the watch (while
+        `watch` is it, no other watcher took over)."""
         self.watch = weakref.WeakMethod(changed)
+        return self.watch
 
 
 def _told(nodes: dict[str, NodeState], name: str) -> None:

@@ -96,7 +96,7 @@ class Index:
         self.position = {name: i for i, name in enumerate(self.names)}
         self.now, self.stale_s = now, stale_s
         self._kinds: dict[tuple, _Kind] = {}
-        nodes.watched_by(self.changed)
+        self._watch = nodes.watched_by(self.changed)
 
     def changed(self, name: str) -> None:
         """Read node `name`'s free room again (a replica was placed or released there)."""
@@ -111,8 +111,7 @@ class Index:
             nodes is self.nodes
             and (now, stale_s) == (self.now, self.stale_s)
             and len(nodes) == len(self.names)
-            and self.nodes.watch is not None
-            and self.nodes.watch() == self.changed
+            and self.nodes.watch is self._watch
         )
 
     def kind(self, need: Need, nodes: dict[str, NodeState]) -> _Kind:

@@ -217,12 +217,18 @@ def scores(  # noqa: PLR0913 - the need, model and fleet, the candidates (table,
         return np.zeros(len(at)), parts
     # the scorers' figures together: normalised a row each, weighted, summed in the scorers' order
     rows = np.array(raws, float)
-    lo, hi = np.minimum.reduce(rows, axis=1), np.maximum.reduce(rows, axis=1)
-    apart = hi != lo  # (a scorer on which all tie adds nothing to the totals)
-    scale = np.divide(100.0, hi - lo, out=np.ones(len(counted)), where=apart)
-    for label, raw, low, by, differ in zip(counted, raws, lo.tolist(), scale.tolist(), apart.tolist(), strict=True):
-        parts.add(label, raw, low, by if differ else None)
-    if not apart.any():
-        return np.zeros(len(at)), parts
-    k = np.array(weights)[apart, None]
-    return np.add.reduce(k * ((rows[apart] - lo[apart, None]) * scale[apart, None]), axis=0), parts
+    lows, highs = np.minimum.reduce(rows, axis=1).tolist(), np.maximum.reduce(rows, axis=1).tolist()
+    total = None
+    for label, raw, row, k, lo, hi in zip(counted, raws, rows, weights, lows, highs, strict=True):
+        if hi == lo:  # (a scorer on which all tie adds nothing to the totals)
+            parts.add(label, raw, lo, None)
+            continue
+        scale = 100.0 / (hi - lo)
+        parts.add(label, raw, lo, scale)
+        part = (row - lo) * scale
+        part *= k
+        if total is None:
+            total = part
+        else:
+            total += part
+    return (total if total is not None else np.zeros(len(at))), parts
