@@ -213,7 +213,8 @@ def _passing(need: Need, table: Table, at: np.ndarray) -> tuple[np.ndarray, bool
 
 def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int, index: Index) -> Found:
     """`scan` visiting only the nodes the index does not skip for the need, a stretch at a time."""
-    visit, table = index.kind(need, index.nodes)[0], index.table
+    kind, table = index.kind(need, index.nodes), index.table
+    visit = kind[0]
     choice, states = need.card_choice, index.states
     fit: list[np.ndarray] = []
     found = 0
@@ -240,23 +241,24 @@ def _scan_indexed(need: Need, when: tuple[float, float], first: int, limit: int,
             last = int(at[end - 1])
             break
     reasons = Reasons()
-    _add_unvisited(reasons, need, index, when, (first, last), refused)
+    _add_unvisited(reasons, need, (index, kind), when, (first, last), refused)
     return Found(table, index.names, np.concatenate(fit) if fit else np.zeros(0, np.intp), reasons)
 
 
 def _add_unvisited(
     reasons: Reasons,
     need: Need,
-    index: Index,
+    of: tuple[Index, _Kind],
     when: tuple[float, float],
     scanned: tuple[int, int | None],
     refused: list[np.ndarray],
 ) -> None:
     """Put among `reasons`, when they are read, the nodes the index skipped within the stretch
     scanned (`scanned`: from the first position to the last, wrapping; all of it where the last
-    is None) and those the scan refused (`refused`: their positions), with what they had free."""
+    is None) and those the scan refused (`refused`: their positions), with what they had free.
+    `of`: the index, and what it keeps for the need's kind."""
     first, last = scanned
-    _, skip, said = index.kind(need, index.nodes)
+    index, (_, skip, said) = of
     if last is None:
         stretches = [(0, len(skip))]
     elif first <= last:

@@ -55,12 +55,15 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
             classes = np.where(t.fast_room[k][at] >= need.card_mb, t.fast_class[k][at], -1)
         else:
             classes = t.card_class[at]
-        per_class = {cls: _card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes}
-        out = np.array(list(per_class.values()))[classes] if per_class else np.zeros(len(at))
+        key = (need.read_bytes, need.cards, vllm, len(t.classes))  # each class's speed, once a pass
+        per_class = t.class_speeds.get(key)
+        if per_class is None:
+            speeds = [_card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes]
+            per_class = t.class_speeds[key] = np.array(speeds or [0.0])
+        out = per_class[classes]
         for j in (classes < 0).nonzero()[0].tolist():  # not told by the table: the class it takes
             cards = chosen_cards(need, t.states[at[j]])
-            cls = cards[0].cls if cards else ""
-            out[j] = per_class[cls] if cls in per_class else _card_speed(need.read_bytes, cls, need.cards, vllm)
+            out[j] = _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, vllm)
         return out
     key = _cpu_key(need)
     known = t.speeds.get(key)  # a node's figures stay all pass: its speed is worked out once
@@ -179,7 +182,7 @@ class Parts:
     def at(self, i: int) -> dict[str, float]:
         """The `i`-th candidate's normalised part of each scorer, to a tenth."""
         return {
-            label: round(100.0 if scale is None else float((raw[i] - lo) * scale), 1)
+            label: round(100.0 if scale is None else (float(raw[i]) - lo) * scale, 1)
             for label, (raw, lo, scale) in self._raw.items()
         }
 

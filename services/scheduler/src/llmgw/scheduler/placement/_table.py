@@ -68,6 +68,8 @@ class Table:
         self.cpus = np.fromiter((_capped(n.info.cpus) for n in states), np.int64, count)
         """What a CPU replica's speed takes of each node: its memory rates (0: unknown) and CPUs."""
         self.calibration: list[CpuCalibration | None] = [n.info.cpu_calibration for n in states]
+        self.class_speeds: dict[tuple, np.ndarray] = {}
+        """A card replica's speed by card class (its number in `classes`), by what it takes of its need."""
         self.speeds: dict[tuple, np.ndarray] = {}
         """A CPU replica's speed on each node (NaN: not yet worked out), by what it takes of its need."""
         self._labelled: dict[str, np.ndarray] = {}
