@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from llmgw.modelplan import FOREIGN_LIMIT_MB, KV_CACHE_TYPES, Memory, Shape, llamacpp_memory
+from llmgw.modelplan import KV_CACHE_TYPES, Memory, Shape, card_room, llamacpp_memory
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
@@ -222,7 +222,7 @@ def node_states(
             last_seen=seen,
             weights=held,
             free_mb=info.memory_available_mb - reserve_mb,
-            free_cards=[g for g in info.gpus if g.memory_foreign_mb < FOREIGN_LIMIT_MB],
+            free_cards=[g for g in info.gpus if card_room(g) is not None],
         )
     held: dict[str, set[str]] = {}  # the cards each node's replicas hold: its free cards filtered once
     for r in replicas:

@@ -4,10 +4,11 @@ wrapping, until enough fit; and why each refused node refused.
 An `Index` of a pass's fleet keeps, for each kind of need, the nodes that cannot take it all
 pass long (a filter that looks at what a node is, not at what it has free: its heartbeat, its
 labels, its engines, or no cards at all for a need of cards), so a scan with it visits only the
-others; and every node's free room in arrays (told of each claim, hold and release: `Rooms`),
-so it judges a stretch of them at once, in numpy: memory, cores and keep_within exactly, the
-cards by what is needed of them (that many free, the largest roomy enough), the cards a node
-gives checked one by one only where all else passes. The nodes it refused, or skipped within the
+others; and every node's free room in arrays (`Table`, told of each claim, hold and release:
+`Rooms`), so it judges a stretch of them at once, in numpy: memory, cores and keep_within
+exactly, and the cards exactly for a profile that asks only for a count (`any_cards`); for
+any other, the nodes with as many free cards, the roomiest roomy enough, are checked one by
+one. The nodes it refused, or skipped within the
 stretch it scanned, are still among its reasons (counted at once, their texts built when read
 from what they had free then), in the order a scan of every node would have seen them."""
 

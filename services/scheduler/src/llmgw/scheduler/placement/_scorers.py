@@ -61,9 +61,8 @@ def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domai
             speeds = [_card_speed(need.read_bytes, cls, need.cards, vllm) for cls in t.classes]
             per_class = t.class_speeds[key] = np.array(speeds or [0.0])
         out = per_class[classes]
-        for j in (classes < 0).nonzero()[0].tolist():  # not told by the table: the class it takes
-            cards = chosen_cards(need, t.states[at[j]])
-            out[j] = _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, vllm)
+        for j in (classes < 0).nonzero()[0].tolist():  # not told by the table: the cards it takes
+            out[j] = speed_of(need, t.states[at[j]])
         return out
     key = _cpu_key(need)
     known = t.speeds.get(key)  # a node's figures stay all pass: its speed is worked out once
