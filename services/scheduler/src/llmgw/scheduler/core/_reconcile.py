@@ -103,12 +103,13 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     the models it left short."""
     desired, actual, now, policy = fleet.desired, fleet.actual, fleet.now, fleet.policy
     plan = Plan(stops=list(fleet.early))
-    # One view of every node's free room for the whole pass, kept as replicas stop and start; a
-    # node is heard of last as long ago as its silence (`health`'s rule: suspect past stale_s).
-    silent = fleet.silent
-    nodes = {n: (v.info, now - silent[n], v.weights) for n, v in actual.nodes.items()}
 
     def view() -> dict[str, NodeState]:
+        # One view of every node's free room for the whole pass, kept as replicas stop and start
+        # (made only where a model places or stops one); a node is heard of last as long ago as
+        # its silence (`health`'s rule: suspect past stale_s).
+        silent = fleet.silent
+        nodes = {n: (v.info, now - silent[n], v.weights) for n, v in actual.nodes.items()}
         states = node_states(nodes, fleet.replicas, policy.reserve_mb)
         for r in actual.stopping:
             hold(states, r)
