@@ -1,6 +1,8 @@
 """The bus on a real nats-server: typed endpoints, errors as headers, traces across the hop."""
 
 import asyncio
+import gc
+import weakref
 
 import msgspec
 import nats.micro
@@ -16,6 +18,7 @@ from llmgw.bus import (
     NotFound,
     call,
     call_all,
+    collector_paused,
     delete_under,
     load_config,
     meminfo_mb,
@@ -230,6 +233,45 @@ def test_delete_under_removes_the_file_its_sidecars_and_empty_folders_but_never_
 def test_meminfo_gives_total_and_available_in_mib():
     text = "MemTotal:       24683520 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n"
     assert meminfo_mb(text) == (24105, 20000)
+
+
+def test_the_collector_is_off_inside_a_paused_block_and_takes_its_young_objects_after():
+    gc.collect()
+    held = []
+    with collector_paused():
+        assert not gc.isenabled()
+        held.extend([i] for i in range(50 * gc.get_threshold()[0]))  # tracked and kept: due many times over
+        assert gc.get_count()[0] >= len(held)
+    assert gc.isenabled()
+    assert gc.get_count()[0] < gc.get_threshold()[0]  # what the first allocation after would have set off
+
+
+def test_a_cycle_made_while_the_collector_is_paused_waits_for_the_next_collection():
+    class Node:
+        pass
+
+    gc.collect()
+    with collector_paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None  # counts cannot free a cycle
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_paused_collector_is_given_back_as_it_was_even_when_the_block_fails():
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("the block failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
 
 
 async def test_the_http_servers_connections_turn_nagle_off():

@@ -2,6 +2,7 @@
 nobody else, and a catalog change is acted on at once rather than at the next tick."""
 
 import asyncio
+import gc
 import time
 
 import msgspec
@@ -88,6 +89,25 @@ async def test_a_catalog_change_is_acted_on_without_waiting_for_the_next_tick(se
     await put_model(nc, on("b", "m"))
     [placed] = await until(lambda: ready_on(nc, "b", "m"), timeout=10)
     assert time.monotonic() - put < 3
+
+
+async def test_a_pass_runs_with_the_cycle_collector_paused_and_gives_it_back(serve, nc, fakes, monkeypatch):
+    # a pass makes no cycles (test_scan); with the collector on, 10,000 nodes cost it a full walk a pass
+    from llmgw.scheduler import applier
+
+    seen, real = [], applier.reconcile
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(applier, "reconcile", watched)
+    await fakes("b")
+    await serve(Scheduler(config()), config())
+    await put_model(nc, on("b", "m"))
+    await until(lambda: ready_on(nc, "b", "m"), timeout=10)
+    assert seen and not any(seen)
+    assert gc.isenabled()
 
 
 async def test_a_mirror_slow_to_confirm_one_file_holds_up_no_other_models_placement(serve, nc, fakes):

@@ -33,7 +33,7 @@ from llmgw.bus._nats import (
     storage_replicas,
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
-from llmgw.bus._proc import delete_under, die_with_parent, free_port, meminfo_mb, write_private
+from llmgw.bus._proc import collector_paused, delete_under, die_with_parent, free_port, meminfo_mb, write_private
 from llmgw.bus._service import Context, ServiceApp, entry_point, run
 from llmgw.bus._tasks import spawn
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
@@ -63,6 +63,7 @@ __all__ = [
     "authorization_config",
     "call",
     "call_all",
+    "collector_paused",
     "connect",
     "delete_under",
     "die_with_parent",
