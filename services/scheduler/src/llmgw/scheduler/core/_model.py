@@ -33,7 +33,7 @@ from llmgw.scheduler.placement import (
     speed_of,
 )
 
-__all__ = ["Pass", "Wants", "for_model", "repair"]
+__all__ = ["Pass", "Wants", "for_model", "repair", "settled"]
 
 
 @dataclass
@@ -100,6 +100,12 @@ class Wants:
     def failures(self) -> int:
         """Failed starts in a row, counting those recorded."""
         return max((r.failures + 1 for r in self.failed), default=0)
+
+
+def settled(model: Model, mine: list[ReplicaState], now: float, demand: dict[str, float]) -> bool:
+    """Whether the model runs as it should now, whatever the other models do: `for_model` has
+    nothing for it, wherever it comes in the pass."""
+    return _steady(model, mine, wanted(model.scaling, now, demand.get(model.name)))
 
 
 def for_model(model: Model, mine: list[ReplicaState], run: Pass) -> Plan | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._improve import improve
-from llmgw.scheduler.core._model import Pass, for_model, repair
+from llmgw.scheduler.core._model import Pass, for_model, repair, settled
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Stop
 from llmgw.scheduler.core._status import CLASS_RANK
 from llmgw.scheduler.placement import (
@@ -66,11 +66,13 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             early.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in desired.models:
             early.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    # those running as they should have no part in any try: only the others are ordered and run
+    moving = {n: m for n, m in desired.models.items() if not settled(m, by_model.get(n, []), now, desired.demand)}
     drawn: list[str] = []
     first: set[str] = set()
     best: Plan | None = None
     for _ in range(max(policy.tries, 1)):
-        fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent)
+        fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
         plan, short = _try(fleet, first, _replay(ids, drawn))
         if best is None or _worth(plan) > _worth(best):
             best = plan
@@ -96,6 +98,8 @@ class _Fleet:
     by_model: dict[str, list[ReplicaState]]
     silent: dict[str, float]
     """Each node's silence now (`silence`)."""
+    moving: dict[str, Model]
+    """The models not running as they should (`settled`): the only ones a try takes in turn."""
 
 
 def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str]]:
@@ -119,7 +123,7 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
         return states
 
     run = Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, view, first=first)
-    for name, model in sorted(desired.models.items(), key=lambda kv: _turn(kv[1], actual, first)):
+    for name, model in sorted(fleet.moving.items(), key=lambda kv: _turn(kv[1], actual, first)):
         if (part := for_model(model, fleet.by_model.get(name, []), run)) is not None:
             plan.absorb(part)
     repair(plan, run)
