@@ -26,15 +26,17 @@ it is the scheduler's filter chain on that node empty.
 
 Goals: llmgw at least 95% of the optimum on every fleet drawn (placing as many replicas as
 can be placed), and ahead of best-fit (as the optimum ranks placements: more replicas placed,
-then more tokens a second); 10,000
-nodes and 10,000 replicas placed in under 2 s, a steady pass under 0.1 s, growing no worse than
-linearly (CPU seconds, best of three runs taken in alternation). Each pass runs as the scheduler
-runs it: the cycle collector paused (`llmgw.bus.collector_paused`), its young generation taken
-after, counted. 20,000 shows how the time grows past 10,000. Run with `just bench`.
+then more tokens a second); 10,000 nodes and 10,000 replicas placed in under 2 s, a steady pass
+under 0.1 s, growing no worse than linearly: one fleet of 10,000 takes no more CPU seconds than
+ten fleets of 1,000 drawn alike (seeds 1000-1009: the same mix of nodes and models, where one
+1,000-node fleet's draw may hold a few percent fewer or more cards than the large one's), each
+fleet's best of five runs taken in alternation. Each pass runs as the scheduler runs it: the
+cycle collector paused (`llmgw.bus.collector_paused`), its young generation taken after,
+counted. 20,000 shows how the time grows past 10,000. Run with `just bench`.
 
 `python tests/bench/placement.py --instructions` also counts the instructions a pass takes at
-1,000 and 10,000 (valgrind, a few minutes): the work a pass does, the same on a noisy machine,
-beside its CPU seconds, which also pay for the caches and the garbage collector.
+1,000 (the mean of the ten fleets) and 10,000 (valgrind, a few minutes): the work a pass does,
+the same on a noisy machine, beside its CPU seconds, which also pay for the caches.
 """
 
 from __future__ import annotations
@@ -68,21 +70,23 @@ import msgspec
 from placement import _steady
 from placement_fleets import draw
 from placement_solvers import llmgw
-n, places, steadies = map(int, sys.argv[1:])
-f = draw(n, n, seed=n, card_share=0.6)
-running = [msgspec.structs.replace(r, state="ready") for r in llmgw(f)]
-_steady(f, running)
 from llmgw.bus import collector_paused
-for _ in range(places):
-    with collector_paused():
-        llmgw(f)
-for _ in range(steadies):
-    with collector_paused():
-        _steady(f, running)
+n, many, places, steadies = map(int, sys.argv[1:])
+fleets = [draw(n, n, seed=n + i, card_share=0.6) for i in range(many)]
+running = [[msgspec.structs.replace(r, state="ready") for r in llmgw(f)] for f in fleets]
+for f, r in zip(fleets, running):
+    _steady(f, r)
+for f, r in zip(fleets, running):
+    for _ in range(places):
+        with collector_paused():
+            llmgw(f)
+    for _ in range(steadies):
+        with collector_paused():
+            _steady(f, r)
 """
-"""A process that draws the fleet of N, places it and runs a steady pass once (the warm-up),
-then `places` more placing passes and `steadies` more steady passes, each as the scheduler runs
-one (the cycle collector paused)."""
+"""A process that draws `many` fleets of N (seeds N, N+1, ...), places each and runs a steady
+pass once (the warm-up), then on each `places` more placing passes and `steadies` more steady
+passes, each as the scheduler runs one (the cycle collector paused)."""
 
 
 @dataclass
@@ -157,30 +161,37 @@ def _steady(f: Fleet, running: list[ReplicaState]):
     return reconcile(Desired(models=f.models), actual, NOW, POLICY, ids=ids)
 
 
-def scale(sizes: tuple[int, ...], rounds: int = 3) -> dict[int, tuple[list[float], list[float], int]]:
-    """For each size, N nodes and N replicas: the CPU seconds of each run placing all from nothing
-    and of the steady pass after (`rounds` runs, the sizes taken in alternation), and how many
-    were placed."""
-    fleets = {n: draw(n, n, seed=n, card_share=0.6) for n in sizes}
-    runs: dict[int, tuple[list[float], list[float], int]] = {n: ([], [], 0) for n in sizes}
+def scale(sizes: dict[int, int], rounds: int = 5) -> dict[int, tuple[float, float, int, float]]:
+    """For each size N, `sizes[N]` fleets of N nodes and N replicas drawn alike (seeds N, N+1, ...):
+    the CPU seconds of placing all from nothing and of the steady pass after, each fleet's best of
+    `rounds` runs (the fleets taken in alternation), summed over the size's fleets; how many were
+    placed; and how far a fleet's runs varied at most."""
+    fleets = {(n, n + i): draw(n, n, seed=n + i, card_share=0.6) for n, many in sizes.items() for i in range(many)}
+    runs: dict[tuple[int, int], tuple[list[float], list[float], int]] = {key: ([], [], 0) for key in fleets}
     for _ in range(rounds):
-        for n, f in fleets.items():
+        for key, f in fleets.items():
             place_s, placed = _cpu(llmgw, f)
             running = [msgspec.structs.replace(r, state="ready") for r in placed]
             steady_s, steady = _cpu(_steady, f, running)
             assert not steady.starts and not steady.stops, "the steady pass should have nothing to do"
-            runs[n][0].append(place_s)
-            runs[n][1].append(steady_s)
-            runs[n] = (runs[n][0], runs[n][1], len(placed))
-    return runs
+            runs[key][0].append(place_s)
+            runs[key][1].append(steady_s)
+            runs[key] = (runs[key][0], runs[key][1], len(placed))
+    out = {}
+    for n in sizes:
+        mine = [runs[key] for key in runs if key[0] == n]
+        varied = max(max(max(p) / min(p), max(s) / min(s)) for p, s, _ in mine) - 1
+        place, steady = sum(min(p) for p, _, _ in mine), sum(min(s) for _, s, _ in mine)
+        out[n] = (place, steady, sum(k for _, _, k in mine), varied)
+    return out
 
 
-def instructions(sizes: tuple[int, ...]) -> dict[int, tuple[float, float]] | str:
-    """For each size, the instructions of one pass placing all from nothing and of one steady
-    pass (valgrind's count, hash seed fixed): each the difference between a process that does
-    it more often and one that does not (`_COUNTED`), over as many passes as the largest size
-    takes once (ten times that many steady ones: processes alike differ by ~0.5%); or why they
-    were not counted."""
+def instructions(sizes: dict[int, int]) -> dict[int, tuple[float, float]] | str:
+    """For each size N, the instructions of one pass placing all from nothing and of one steady
+    pass, the mean over `sizes[N]` fleets drawn alike (valgrind's count, hash seed fixed): each
+    the difference between a process that does them more often and one that does not
+    (`_COUNTED`), over as many placing passes as the largest size takes once and ten times as
+    many steady ones (processes alike differ by ~0.5%); or why they were not counted."""
     if shutil.which("valgrind") is None:
         return "not counted: valgrind is not installed (Debian: apt-get install valgrind)"
     script = _COUNTED.format(bench=os.path.dirname(os.path.abspath(__file__)))
@@ -195,9 +206,10 @@ def instructions(sizes: tuple[int, ...]) -> dict[int, tuple[float, float]] | str
         return int(said.group(1).replace(",", ""))
 
     counted = {}
-    for n in sizes:
-        base, passes = count(n, 0, 0), max(1, max(sizes) // n)
-        counted[n] = ((count(n, passes, 0) - base) / passes, (count(n, 0, 10 * passes) - base) / (10 * passes))
+    for n, many in sizes.items():
+        base, places = count(n, many, 0, 0), max(1, max(sizes) // (n * many))
+        place, steady = count(n, many, places, 0), count(n, many, 0, 10 * places)
+        counted[n] = ((place - base) / (many * places), (steady - base) / (10 * many * places))
     return counted
 
 
@@ -255,26 +267,30 @@ def report(rows: list[Row]) -> list[str]:
 
 def main() -> None:
     goals = report(quality(range(20)))
-    sizes = (1000, 5000, 10000, 20000)
+    sizes = {1000: 10, 5000: 1, 10000: 1, 20000: 1}
     runs = scale(sizes)
     print()
-    print("Scale: N nodes (60% with cards) and N replicas; CPU seconds of one process, best of 3 in alternation")
-    head = f"{'place all s':>13}{'us/replica':>12}{'placed':>8}{'steady pass s':>15}{'us/replica':>12}"
+    print("Scale: N nodes (60% with cards) and N replicas; CPU seconds of one process, each fleet's best of 5 in")
+    print("alternation; ten fleets of 1,000 drawn alike (seeds 1000-1009), their seconds summed: as many nodes and")
+    print("replicas as the 10,000 one, of the same mix, so linear growth is the same time on both rows")
+    head = f"{'fleets':>7}{'place all s':>13}{'us/replica':>12}{'placed':>8}{'steady pass s':>15}{'us/replica':>12}"
     print(f"{'N':>6}{head}{'varied':>8}")
-    best = {}
-    for n in sizes:
-        places, steadies, placed = runs[n]
-        best[n] = (min(places), min(steadies))
-        varied = max(max(places) / min(places), max(steadies) / min(steadies)) - 1
-        each = f"{min(places) / n * 1e6:12.1f}{placed:8d}{min(steadies):15.3f}{min(steadies) / n * 1e6:12.2f}"
-        print(f"{n:6d}{min(places):13.3f}{each}{varied:7.0%}")
-    (p1, s1), (p10, s10), (p20, s20) = best[1000], best[10000], best[20000]
-    print(f"growth 1,000 -> 10,000: placing {p10 / p1:.1f}x, steady {s10 / s1:.1f}x (linear would be 10.0x)")
+    each = {}
+    for n, many in sizes.items():
+        place, steady, placed, varied = runs[n]
+        each[n] = (place / many, steady / many)
+        line = f"{many:7d}{place:13.3f}{place / placed * 1e6:12.1f}{placed:8d}{steady:15.3f}"
+        print(f"{n:6d}{line}{steady / placed * 1e6:12.2f}{varied:7.0%}")
+    (p1, s1), (p10, s10), (p20, s20) = each[1000], each[10000], each[20000]
+    print(
+        f"growth 1,000 -> 10,000 (one fleet against the mean of ten): placing {p10 / p1:.1f}x, steady {s10 / s1:.1f}x "
+        "(linear would be 10.0x)"
+    )
     print(f"growth 10,000 -> 20,000: placing {p20 / p10:.2f}x, steady {s20 / s10:.2f}x (linear would be 2.00x)")
     growth = f"{_met(p10 / p1 <= 10 and s10 / s1 <= 10)} in CPU seconds 1,000 -> 10,000"
     growth += f" ({p10 / p1:.1f}x, {s10 / s1:.1f}x; 10,000 -> 20,000 {p20 / p10:.2f}x, {s20 / s10:.2f}x)"
     if "--instructions" in sys.argv[1:]:
-        growth += f"; {_instructions((1000, 10000))}"
+        growth += f"; {_instructions({1000: sizes[1000], 10000: 1})}"
     goals += [
         f"10,000 nodes and 10,000 replicas placed in under 2 s: {_met(p10 < 2)} ({p10:.3f} s)",
         f"a steady pass over them under 0.1 s: {_met(s10 < 0.1)} ({s10:.3f} s)",
@@ -284,7 +300,7 @@ def main() -> None:
     print("\n".join(f"  {g}" for g in goals))
 
 
-def _instructions(sizes: tuple[int, int]) -> str:
+def _instructions(sizes: dict[int, int]) -> str:
     """Print the instructions a pass takes at each size; say how they grow (or why not counted)."""
     counted = instructions(sizes)
     if isinstance(counted, str):
@@ -295,8 +311,8 @@ def _instructions(sizes: tuple[int, int]) -> str:
     print(f"{'N':>6}{'place all':>14}{'steady pass':>14}")
     for n, (place, steady) in counted.items():
         print(f"{n:6d}{place / 1e6:12.1f} M{steady / 1e6:12.1f} M")
-    (p1, s1), (p10, s10) = counted[sizes[0]], counted[sizes[-1]]
-    ratio = sizes[-1] / sizes[0]
+    (p1, s1), (p10, s10) = counted[min(sizes)], counted[max(sizes)]
+    ratio = max(sizes) / min(sizes)
     print(f"growth in instructions: placing {p10 / p1:.1f}x, steady {s10 / s1:.1f}x (linear would be {ratio:.1f}x)")
     return f"in instructions placing {p10 / p1:.1f}x, steady {s10 / s1:.1f}x"
 
