@@ -45,7 +45,7 @@ from llmgw.proto import Limits
 
 __all__ = ["main"]
 
-ROUNDS = 3
+ROUNDS = 5
 CONNECTIONS = (1, 4, 16, 64)
 SECONDS = {1: 4, 4: 2, 16: 2, 64: 2}
 """How long wrk runs at each step: longer at one connection, where p99 is the figure."""
