@@ -63,6 +63,9 @@ from llmgw.scheduler.core import Actual, Desired, reconcile
 
 __all__ = ["Row", "instructions", "quality", "report", "scale"]
 
+ROUNDS = 5
+"""Runs of each scale fleet, taken in alternation; each keeps its best (the machine is shared)."""
+
 _COUNTED = """
 import sys
 sys.path.insert(0, {bench!r})
@@ -161,28 +164,30 @@ def _steady(f: Fleet, running: list[ReplicaState]):
     return reconcile(Desired(models=f.models), actual, NOW, POLICY, ids=ids)
 
 
-def scale(sizes: dict[int, int], rounds: int = 5) -> dict[int, tuple[float, float, int, float]]:
+def scale(sizes: dict[int, int], rounds: int = ROUNDS) -> dict[int, tuple[float, float, int, float]]:
     """For each size N, `sizes[N]` fleets of N nodes and N replicas drawn alike (seeds N, N+1, ...):
     the CPU seconds of placing all from nothing and of the steady pass after, each fleet's best of
     `rounds` runs (the fleets taken in alternation), summed over the size's fleets; how many were
     placed; and how far a fleet's runs varied at most."""
     fleets = {(n, n + i): draw(n, n, seed=n + i, card_share=0.6) for n, many in sizes.items() for i in range(many)}
-    runs: dict[tuple[int, int], tuple[list[float], list[float], int]] = {key: ([], [], 0) for key in fleets}
+    places: dict[tuple[int, int], list[float]] = {key: [] for key in fleets}
+    steadies: dict[tuple[int, int], list[float]] = {key: [] for key in fleets}
+    placed_n: dict[tuple[int, int], int] = {}
     for _ in range(rounds):
         for key, f in fleets.items():
             place_s, placed = _cpu(llmgw, f)
             running = [msgspec.structs.replace(r, state="ready") for r in placed]
             steady_s, steady = _cpu(_steady, f, running)
             assert not steady.starts and not steady.stops, "the steady pass should have nothing to do"
-            runs[key][0].append(place_s)
-            runs[key][1].append(steady_s)
-            runs[key] = (runs[key][0], runs[key][1], len(placed))
+            places[key].append(place_s)
+            steadies[key].append(steady_s)
+            placed_n[key] = len(placed)
     out = {}
     for n in sizes:
-        mine = [runs[key] for key in runs if key[0] == n]
-        varied = max(max(max(p) / min(p), max(s) / min(s)) for p, s, _ in mine) - 1
-        place, steady = sum(min(p) for p, _, _ in mine), sum(min(s) for _, s, _ in mine)
-        out[n] = (place, steady, sum(k for _, _, k in mine), varied)
+        keys = [key for key in fleets if key[0] == n]
+        varied = max(max(max(t[k]) / min(t[k]) for t in (places, steadies)) for k in keys) - 1
+        place, steady = sum(min(places[k]) for k in keys), sum(min(steadies[k]) for k in keys)
+        out[n] = (place, steady, sum(placed_n[k] for k in keys), varied)
     return out
 
 
@@ -270,9 +275,9 @@ def main() -> None:
     sizes = {1000: 10, 5000: 1, 10000: 1, 20000: 1}
     runs = scale(sizes)
     print()
-    print("Scale: N nodes (60% with cards) and N replicas; CPU seconds of one process, each fleet's best of 5 in")
-    print("alternation; ten fleets of 1,000 drawn alike (seeds 1000-1009), their seconds summed: as many nodes and")
-    print("replicas as the 10,000 one, of the same mix, so linear growth is the same time on both rows")
+    print("Scale: N nodes (60% with cards) and N replicas; CPU seconds of one process, each fleet's best of")
+    print(f"{ROUNDS} in alternation; ten fleets of 1,000 drawn alike (seeds 1000-1009), their seconds summed: as many")
+    print("nodes and replicas as the 10,000 one, of the same mix, so linear growth is the same time on both rows")
     head = f"{'fleets':>7}{'place all s':>13}{'us/replica':>12}{'placed':>8}{'steady pass s':>15}{'us/replica':>12}"
     print(f"{'N':>6}{head}{'varied':>8}")
     each = {}
