@@ -85,10 +85,8 @@ async def test_a_catalog_change_is_acted_on_without_waiting_for_the_next_tick(se
     await fakes("b")
     sched = await serve(Scheduler(config(tick_s=30.0)), config(tick_s=30.0))
     await until(lambda: _true(sched.leader and "b" in sched.nodes), timeout=10)
-    put = time.monotonic()
     await put_model(nc, on("b", "m"))
-    [placed] = await until(lambda: ready_on(nc, "b", "m"), timeout=10)
-    assert time.monotonic() - put < 3
+    await until(lambda: ready_on(nc, "b", "m"), timeout=10)  # the next tick is 30 s away
 
 
 async def test_a_pass_runs_with_the_cycle_collector_paused_and_gives_it_back(serve, nc, fakes, monkeypatch):
