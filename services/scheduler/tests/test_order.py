@@ -170,3 +170,28 @@ def test_a_replica_moves_to_faster_free_room_but_not_away_from_its_file():
     _started(plan, held, model, "slow", GB)
     improve(plan, held, NOW, Policy(), {model.source: GB}, {})
     assert plan.starts[0].replica.node == "slow"
+
+
+def test_a_pass_orders_only_the_models_that_move_and_leaves_the_settled_ones_alone(monkeypatch):
+    # whether a model runs as it should does not hang on the others: a steady pass of 10,000
+    # nodes sorted thousands of models to start nothing
+    from llmgw.scheduler.core import _reconcile
+
+    ordered = []
+    turn = _reconcile._turn
+    monkeypatch.setattr(_reconcile, "_turn", lambda model, *rest: ordered.append(model.name) or turn(model, *rest))
+    cpu = Profile(name="cpu")
+    models = [_model(f"m{i}", cpu) for i in range(5)]
+    nodes = [Node(f"n{i}").membw(200, 10) for i in range(3)]
+    sizes = {m.name: GB for m in models} | {"new": GB}
+    plan = _pass(models, sizes, nodes)
+    running = [msgspec.structs.replace(s.replica, state="ready") for s in plan.starts]
+    weights = {m.source: GB for m in models} | {"o/new/m.gguf": GB}
+    actual = Actual(nodes={n.info.node: n.view() for n in nodes}, replicas=running, weights=weights)
+    ordered.clear()
+    steady = reconcile(Desired(models={m.name: m for m in models}), actual, NOW, Policy(), ids=iter(()))
+    assert not steady.starts and not steady.stops and ordered == []
+    new = _model("new", cpu)
+    grown = reconcile(Desired(models={m.name: m for m in [*models, new]}), actual, NOW, Policy(), ids=iter(["x"]))
+    assert [(s.replica.id, s.replica.model) for s in grown.starts] == [("x", "new")] and not grown.stops
+    assert set(ordered) == {"new"}
