@@ -16,6 +16,7 @@ import time
 
 import msgspec
 
+from llmgw.bus import collector_paused
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, Scaling
 from llmgw.scheduler.core import Actual, Desired, NodeView, Policy, reconcile
 
@@ -65,10 +66,12 @@ def catalog(n: int, rng: random.Random) -> tuple[dict[str, Model], dict[str, int
 
 
 def timed(models, nodes, running, weights, ids, policy=Policy()):
-    """One reconcile pass and the CPU seconds it took (the machine is shared: wall time is noisy)."""
+    """One reconcile pass and the CPU seconds it took (the machine is shared: wall time is noisy),
+    run as the scheduler runs it: the cycle collector paused, its young generation taken after."""
     desired, actual = Desired(models=models), Actual(nodes=nodes, replicas=running, weights=weights)
     t = time.process_time()
-    out = reconcile(desired, actual, NOW, policy, ids=ids)
+    with collector_paused():
+        out = reconcile(desired, actual, NOW, policy, ids=ids)
     return time.process_time() - t, out
 
 
