@@ -68,11 +68,11 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             early.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
     # those running as they should have no part in any try: only the others are ordered and run
     moving = {n: m for n, m in desired.models.items() if not settled(m, by_model.get(n, []), now, desired.demand)}
+    fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
     drawn: list[str] = []
     first: set[str] = set()
     best: Plan | None = None
     for _ in range(max(policy.tries, 1)):
-        fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
         plan, short = _try(fleet, first, _replay(ids, drawn))
         if best is None or _worth(plan) > _worth(best):
             best = plan
