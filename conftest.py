@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llmgw.bus import CredentialsError, connect, new_identity, server_config, start_nats_server, write_identity
+from llmgw.bus import CredentialsError, connect, flushed, new_identity, server_config, start_nats_server, write_identity
 
 KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
 
@@ -121,7 +121,7 @@ async def serve(nats_server, nc):
         conn = await nats_server.connect_as(app, config)
         service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, conn, service))
-        await conn.flush()  # its subscriptions reached the server; heard by others a moment later (NO_RESPONDERS_S)
+        await flushed(conn)  # its subscriptions reached the server; heard by others a moment later (NO_RESPONDERS_S)
         started.append((app, service, conn))
         return app
 

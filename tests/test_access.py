@@ -19,6 +19,7 @@ from llmgw.bus import (
     TlsFiles,
     call,
     connect,
+    flushed,
     kv_bucket,
     new_identity,
     server_config,
@@ -135,14 +136,14 @@ async def test_an_agent_can_speak_only_for_its_own_node(secured):
     try:
         beats = await scheduler.subscribe(agent.HEARTBEAT.all)
         events = await scheduler.subscribe(agent.REPLICA_CHANGED.all)
-        await scheduler.flush()  # its interest is on the server before the agent speaks
+        await flushed(scheduler)  # its interest is on the server before the agent speaks
         info = NodeInfo(node="b", hostname="h", cpus=1, memory_total_mb=1, memory_available_mb=1)
         report = ReplicaReport(id="r1", model="m", profile="p", node="b", state="ready", url="http://evil:1")
         await a.publish(agent.HEARTBEAT.subject("b"), msgspec.json.encode(Heartbeat(info=info)))
         await a.publish(agent.REPLICA_CHANGED.subject("b", "r1"), msgspec.json.encode(report))
         await a.publish(agent.HEARTBEAT.subject("a"), msgspec.json.encode(Heartbeat(info=info)))
-        await a.flush()
-        got = await beats.next_msg(timeout=10)  # (a busy machine has held a delivery back over 2 s)
+        await flushed(a)
+        got = await beats.next_msg(timeout=10)
         assert got.subject == agent.HEARTBEAT.subject("a")
         with pytest.raises(nats.errors.TimeoutError):
             await beats.next_msg(timeout=0.5)
@@ -175,7 +176,7 @@ async def _serve(nc, endpoint, handler, node=""):
 
     ctx = Context(_App(), BusConfig(node=node or "n"), nc, service)
     await ctx.serve(endpoint, handler, node=node)
-    await nc.flush()  # the server knows of the endpoint before another connection asks it
+    await flushed(nc)  # the server knows of the endpoint before another connection asks it
     return service
 
 

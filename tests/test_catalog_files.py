@@ -21,10 +21,9 @@ async def client(request, serve, nc, tmp_path):
     (root / "o/r").mkdir(parents=True)
     write_random_llama(root / "o/r/good.gguf")
     (root / "o/r/page.gguf").write_bytes(b"<!doctype html><title>404</title>" * 100)
-    mirror = await serve(Mirror(MirrorConfig(root=str(root))), MirrorConfig())
-    await mirror.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
+    await serve(Mirror(MirrorConfig(root=str(root))), MirrorConfig())
     if request.param == "own role":
-        await (await serve(Catalog(CatalogConfig()), CatalogConfig())).ctx.nc.flush()
+        await serve(Catalog(CatalogConfig()), CatalogConfig())
         yield nc
         return
     app = Catalog(CatalogConfig())
@@ -59,8 +58,8 @@ async def test_a_pinned_source_the_mirror_does_not_hold_is_refused_with_what_it_
     with HubStandIn() as hub:
         commit = hub.add_repo("org/m", {"m.gguf": gguf})
         config = MirrorConfig(root=str(tmp_path / "mirror"), hub_endpoint=hub.url, keep_free_bytes=0)
-        await (await serve(Mirror(config), config)).ctx.nc.flush()
-        await (await serve(Catalog(CatalogConfig()), CatalogConfig())).ctx.nc.flush()
+        await serve(Mirror(config), config)
+        await serve(Catalog(CatalogConfig()), CatalogConfig())
         await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/m"))
         for _ in range(200):
             if (await call(nc, mirror_api.REPO_SHOW, RepoRef(repo="org/m"))).repos[0].state == "ready":

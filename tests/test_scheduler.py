@@ -17,7 +17,7 @@ import nats.micro
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import Context, call
+from llmgw.bus import Context, call, flushed
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
@@ -39,7 +39,7 @@ class Cluster:
         nc = await self.nats.connect_as(app, config)
         service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, nc, service))
-        await nc.flush()
+        await flushed(nc)
         self.running.append((app, service, nc))
         return app
 

@@ -117,8 +117,7 @@ async def _fuzzed(world, serve, examples: int, root: Path, hub: HubStandIn) -> l
     mirror = MirrorConfig(root=str(root), hub_endpoint=hub.url)  # a Hub holding no repo: adds are 404s
     await serve(Mirror(mirror), mirror)
     config = CatalogConfig(file_check_s=1.0)  # a put's file check waits no longer
-    catalog = await serve(Catalog(config), config)
-    await catalog.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
+    await serve(Catalog(config), config)
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
     admin = await world.router.accounts.create_key(base.KeyCreate(name="fuzz", admin=True))

@@ -6,7 +6,7 @@ import nats.micro
 import pytest
 from structlog.testing import capture_logs
 
-from llmgw.bus import BusConfig, Context, call, request_raw
+from llmgw.bus import BusConfig, Context, call, flushed, request_raw
 from llmgw.proto import JSON_MAX_DEPTH, Endpoint, JsonTooDeep, ModelRef, check_depth, decode_json
 
 ECHO = Endpoint("echo", "ref.echo", ModelRef, ModelRef, "Answers with what it was sent (a test endpoint).")
@@ -63,7 +63,7 @@ async def test_a_request_without_a_reply_subject_is_not_run_and_is_logged_once_w
     with capture_logs() as logs:
         for name in ("a", "b"):
             await nc.publish(ECHO.subject(), b'{"name": "%s"}' % name.encode())
-        await nc.flush()
+        await flushed(nc)
         await asyncio.sleep(0.3)
     assert handled == []
     assert [(e["log_level"], e["event"]) for e in logs] == [("warning", "request without a reply subject refused")]

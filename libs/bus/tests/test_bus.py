@@ -19,7 +19,9 @@ from llmgw.bus import (
     call,
     call_all,
     collector_paused,
+    connect,
     delete_under,
+    flushed,
     load_config,
     meminfo_mb,
     request_raw,
@@ -298,3 +300,21 @@ async def test_the_http_servers_connections_turn_nagle_off():
         writer.close()
     finally:
         await server.stop()
+
+
+async def test_a_subscription_flushed_on_one_connection_hears_what_another_publishes_next(nc, nats_server):
+    """`flushed` waits until the server has read what the client wrote. nats-py 2.16's own
+    flush() sends its PING ahead of commands still queued, so a subscription "flushed" that way
+    could reach the server after another connection's message (1 try in 12 lost it here)."""
+    harness = str(nats_server.folder / "creds" / "harness.nk")
+    speaker = await connect(nats_server.url, "speaker", creds=harness)
+    try:
+        for i in range(200):
+            sub = await nc.subscribe(f"test.flushed.{i}")
+            await flushed(nc)
+            await speaker.publish(f"test.flushed.{i}", b"heard")
+            await flushed(speaker)
+            assert (await sub.next_msg(timeout=5)).data == b"heard", f"try {i}"
+            await sub.unsubscribe()
+    finally:
+        await speaker.close()

@@ -20,6 +20,7 @@ from llmgw.bus import (
     CredentialsError,
     EngineKeys,
     connect,
+    flushed,
     free_port,
     kv_bucket,
     kv_keys,
@@ -199,7 +200,7 @@ async def test_three_servers_from_the_cluster_example_route_to_each_other_over_t
             await msg.respond(b"from nats-1")
 
         await catalog.subscribe(f"{PREFIX}.catalog.model.list", cb=answer)
-        await catalog.flush()
+        await flushed(catalog)
         for _ in range(100):  # the routes form within a few seconds
             try:
                 reply = await ops.request(f"{PREFIX}.catalog.model.list", b"{}", timeout=0.2)

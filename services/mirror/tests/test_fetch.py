@@ -13,7 +13,7 @@ import httpx
 import nats.micro
 import pytest
 
-from llmgw.bus import BadRequest, Context, Internal, NotFound, call
+from llmgw.bus import BadRequest, Context, Internal, NotFound, call, flushed
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef, WeightsDelete
@@ -31,9 +31,7 @@ def gguf(tmp_path):
 def start_mirror(serve, tmp_path, hub):
     async def start(**settings):
         config = MirrorConfig(root=str(tmp_path / "mirror"), hub_endpoint=hub.url, keep_free_bytes=0, **settings)
-        mirror = await serve(Mirror(config), config)
-        await mirror.ctx.nc.flush()
-        return mirror
+        return await serve(Mirror(config), config)
 
     return start
 
@@ -145,7 +143,7 @@ async def test_a_mirror_stopped_mid_fetch_takes_it_up_again_where_it_stopped(
     first, conn = Mirror(config), await nats_server.connect_as(Mirror(config), config)
     service = await nats.micro.add_service(conn, name="llmgw-mirror", version=first.version)
     await first.start(Context(first, config, conn, service))
-    await conn.flush()
+    await flushed(conn)
     await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/slow"))
     while (await call(nc, mirror_api.REPO_SHOW, RepoRef(repo="org/slow"))).repos[0].done < (10 << 20):
         await asyncio.sleep(0.1)

@@ -19,8 +19,7 @@ async def root(serve, tmp_path):
     (root / "o/r/cut.gguf").write_bytes(cut[: len(cut) // 2])
     (root / "o/r/notes.txt").write_bytes(b"plain text")
     config = MirrorConfig(root=str(root))
-    mirror = await serve(Mirror(config), config)
-    await mirror.ctx.nc.flush()  # its endpoints' subscriptions are the server's before anyone asks
+    await serve(Mirror(config), config)
     return root
 
 

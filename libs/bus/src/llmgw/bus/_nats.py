@@ -34,6 +34,7 @@ __all__ = [
     "call",
     "call_all",
     "connect",
+    "flushed",
     "kv_bucket",
     "kv_keys",
     "kv_scan",
@@ -115,6 +116,18 @@ async def connect(url: str, name: str, patient: bool = True, creds: str = "", tl
         if not _is_refusal(exc):
             raise
         raise _refusal(url, who, exc) from None
+
+
+async def flushed(nc: Client, timeout: float = 10.0) -> None:
+    """Wait until the server has read everything `nc` wrote so far (subscriptions, messages):
+    then another connection's next message reaches a subscription made here.
+
+    nats-py's own `flush()` (2.16) writes its PING to the socket at once, ahead of commands its
+    flusher task has not written yet, so its PONG can come back before a subscription made just
+    before it reached the server. Here the queue is written out first, then the PING is sent."""
+    async with asyncio.timeout(timeout):
+        await nc._flush_pending(force_flush=True)  # nats-py has no public way to wait for its queue
+    await nc.flush(timeout)
 
 
 NO_RESPONDERS_S = 1.0

@@ -14,7 +14,7 @@ import msgspec
 from nats.aio.client import Client
 from rich.filesize import decimal
 
-from llmgw.bus import call
+from llmgw.bus import call, flushed
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Noun, Verb, done, show
@@ -206,7 +206,7 @@ async def _follow(nc: Client, args: argparse.Namespace, ask: Callable[[], Awaita
 
     sub = await nc.subscribe(mirror.FETCH_CHANGED.all, cb=heard)
     try:
-        await nc.flush()  # the subscription is the server's before the fetch can start
+        await flushed(nc)  # the subscription is the server's before the fetch can start
         repo = await ask()
         if args.detach and repo.state not in _ENDED:
             return done(
