@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
-from llmgw.bus._nats import connect, set_storage_replicas
+from llmgw.bus._nats import connect, flushed, set_storage_replicas
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.proto import Endpoint, decode_json, type_name
 from llmgw.proto.errors import BusError
@@ -221,6 +221,7 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     ctx.admin_port = port
     started.append(ctx)
     await app.start(ctx)
+    await flushed(nc)  # its endpoints' subscriptions are the server's before it says it started
     gc.collect()
     gc.freeze()  # what start made (modules, apps, tables) is never traversed by a collection again
     log.info("started", version=app.version, admin_port=ctx.admin_port, nats=config.nats_url)
