@@ -79,6 +79,19 @@ class AuthorizedNats:
                 await asyncio.sleep(0.05)
         return await connect(self.url, f"test-{app.name}", creds=creds)
 
+    async def start(self, app, config):
+        """Start `app` on a connection of its own with its role's credentials, the way
+        `llmgw.bus.run` does: its (service, connection), its endpoints the server's once back."""
+        import nats.micro
+
+        from llmgw.bus import Context
+
+        conn = await self.connect_as(app, config)
+        service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
+        await app.start(Context(app, config, conn, service))
+        await flushed(conn)
+        return service, conn
+
     def _add(self, role, node):
         identity = new_identity(role, node)
         path = self.folder / "creds" / f"{identity.user}.nk"
@@ -110,19 +123,11 @@ async def nc(nats_server):
 @pytest.fixture
 async def serve(nats_server, nc):
     """Start a service app in this process on a NATS connection of its own, with its role's
-    credentials, the way `llmgw.bus.run` does; stopped after."""
-    import nats.micro
-
-    from llmgw.bus import Context
-
+    credentials, the way `llmgw.bus.run` does (`AuthorizedNats.start`); stopped after."""
     started = []
 
     async def start(app, config):
-        conn = await nats_server.connect_as(app, config)
-        service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
-        await app.start(Context(app, config, conn, service))
-        await flushed(conn)  # its subscriptions reached the server; heard by others a moment later (NO_RESPONDERS_S)
-        started.append((app, service, conn))
+        started.append((app, *await nats_server.start(app, config)))
         return app
 
     yield start

@@ -13,11 +13,10 @@ import time
 
 import httpx
 import msgspec
-import nats.micro
 import pytest
 
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import Context, call, flushed
+from llmgw.bus import call
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
@@ -36,11 +35,7 @@ class Cluster:
         self.nats, self.running = nats, []
 
     async def add(self, app, config):
-        nc = await self.nats.connect_as(app, config)
-        service = await nats.micro.add_service(nc, name=f"llmgw-{app.name}", version=app.version)
-        await app.start(Context(app, config, nc, service))
-        await flushed(nc)
-        self.running.append((app, service, nc))
+        self.running.append((app, *await self.nats.start(app, config)))
         return app
 
     async def kill(self, app, engines=True):

@@ -7,6 +7,7 @@ import weakref
 import msgspec
 import nats.micro
 import pytest
+from nats.errors import ConnectionClosedError, FlushTimeoutError
 from opentelemetry import trace
 
 from llmgw.bus import (
@@ -237,15 +238,20 @@ def test_meminfo_gives_total_and_available_in_mib():
     assert meminfo_mb(text) == (24105, 20000)
 
 
-def test_the_collector_is_off_inside_a_paused_block_and_takes_its_young_objects_after():
-    gc.collect()
+def test_the_collector_is_off_inside_a_paused_block_and_takes_its_young_objects_after(monkeypatch):
+    real, asked = gc.collect, []
+    monkeypatch.setattr(gc, "collect", lambda *generation: asked.append(generation) or real(*generation))
+    real()
+    with collector_paused():
+        pass
+    assert asked == []  # nothing due: no collection
     held = []
     with collector_paused():
         assert not gc.isenabled()
         held.extend([i] for i in range(50 * gc.get_threshold()[0]))  # tracked and kept: due many times over
         assert gc.get_count()[0] >= len(held)
     assert gc.isenabled()
-    assert gc.get_count()[0] < gc.get_threshold()[0]  # what the first allocation after would have set off
+    assert asked == [(0,)]  # the young generation, once, at the block's end
 
 
 def test_a_cycle_made_while_the_collector_is_paused_waits_for_the_next_collection():
@@ -258,9 +264,11 @@ def test_a_cycle_made_while_the_collector_is_paused_waits_for_the_next_collectio
         a.other, b.other = b, a
         gone = weakref.ref(a)
         del a, b
-        assert gone() is not None  # counts cannot free a cycle
+        held = [[i] for i in range(50 * gc.get_threshold()[0])]  # would have set off collections
+        assert gone() is not None  # none ran: counts alone cannot free a cycle
+    del held
     gc.collect()
-    assert gone() is None
+    assert gone() is None  # the next full collection frees it: nothing is lost
 
 
 def test_a_paused_collector_is_given_back_as_it_was_even_when_the_block_fails():
@@ -318,3 +326,22 @@ async def test_a_subscription_flushed_on_one_connection_hears_what_another_publi
             await sub.unsubscribe()
     finally:
         await speaker.close()
+
+
+async def test_flushed_gives_up_after_its_timeout_on_a_queue_that_is_never_written(nc, monkeypatch):
+    async def never(force_flush=False):
+        try:
+            await asyncio.Event().wait()  # a flusher that never gets to it
+        except asyncio.CancelledError:
+            pass  # swallowed, as nats-py 2.16's own _flush_pending does
+
+    monkeypatch.setattr(nc, "_flush_pending", never)
+    with pytest.raises(FlushTimeoutError):
+        await flushed(nc, timeout=0.2)
+
+
+async def test_flushed_on_a_closed_client_says_it_is_closed(nats_server):
+    closed = await connect(nats_server.url, "closed", creds=str(nats_server.folder / "creds" / "harness.nk"))
+    await closed.close()
+    with pytest.raises(ConnectionClosedError):
+        await flushed(closed)

@@ -10,10 +10,9 @@ import pickle
 import threading
 
 import httpx
-import nats.micro
 import pytest
 
-from llmgw.bus import BadRequest, Context, Internal, NotFound, call, flushed
+from llmgw.bus import BadRequest, Internal, NotFound, call
 from llmgw.gguf import write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.proto import Empty, FileRef, RepoAdd, RepoRef, WeightsDelete
@@ -140,10 +139,8 @@ async def test_a_mirror_stopped_mid_fetch_takes_it_up_again_where_it_stopped(
     commit = hub.add_repo("org/slow", {"big.gguf": big})
     hub.throttle(6 << 20)
     config = MirrorConfig(root=str(tmp_path / "mirror"), hub_endpoint=hub.url, keep_free_bytes=0)
-    first, conn = Mirror(config), await nats_server.connect_as(Mirror(config), config)
-    service = await nats.micro.add_service(conn, name="llmgw-mirror", version=first.version)
-    await first.start(Context(first, config, conn, service))
-    await flushed(conn)
+    first = Mirror(config)
+    service, conn = await nats_server.start(first, config)
     await call(nc, mirror_api.REPO_ADD, RepoAdd(repo="org/slow"))
     while (await call(nc, mirror_api.REPO_SHOW, RepoRef(repo="org/slow"))).repos[0].done < (10 << 20):
         await asyncio.sleep(0.1)

@@ -17,7 +17,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import AuthorizationError, NoRespondersError, NoServersError, TimeoutError
+from nats.errors import AuthorizationError, FlushTimeoutError, NoRespondersError, NoServersError, TimeoutError
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError
@@ -120,14 +120,27 @@ async def connect(url: str, name: str, patient: bool = True, creds: str = "", tl
 
 async def flushed(nc: Client, timeout: float = 10.0) -> None:
     """Wait until the server has read everything `nc` wrote so far (subscriptions, messages):
-    then another connection's next message reaches a subscription made here.
+    then another connection's next message reaches a subscription made here. Raises nats-py's
+    FlushTimeoutError after `timeout` seconds, and its errors for a closed client or one
+    reconnecting (what was written waits for the reconnect).
 
     nats-py's own `flush()` (2.16) writes its PING to the socket at once, ahead of commands its
     flusher task has not written yet, so its PONG can come back before a subscription made just
     before it reached the server. Here the queue is written out first, then the PING is sent."""
-    async with asyncio.timeout(timeout):
-        await nc._flush_pending(force_flush=True)  # nats-py has no public way to wait for its queue
-    await nc.flush(timeout)
+    deadline = time.monotonic() + timeout
+    # nats-py has no public way to wait for its queue; this one swallows its own cancellation,
+    # so it runs as a task of its own that a timeout or a cancellation of ours cancels
+    written = asyncio.ensure_future(nc._flush_pending(force_flush=True))
+    try:
+        await asyncio.wait({written}, timeout=timeout)
+    finally:
+        if not written.done():
+            written.cancel()
+    left = deadline - time.monotonic()
+    if not written.done() or left <= 0:
+        raise FlushTimeoutError
+    written.result()  # its error, where the queue could not be written
+    await nc.flush(left)
 
 
 NO_RESPONDERS_S = 1.0

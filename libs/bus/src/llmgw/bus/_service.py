@@ -13,6 +13,7 @@ import msgspec
 import nats.micro
 import uvloop
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.micro.request import Request
 from opentelemetry import trace
@@ -221,7 +222,10 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     ctx.admin_port = port
     started.append(ctx)
     await app.start(ctx)
-    await flushed(nc)  # its endpoints' subscriptions are the server's before it says it started
+    try:  # its endpoints' subscriptions are the server's before it says it started
+        await flushed(nc)
+    except NatsError as exc:  # a busy or reconnecting server: they reach it later, and askers resend a while
+        log.warning("NATS has not confirmed the endpoints yet", error=str(exc) or type(exc).__name__)
     gc.collect()
     gc.freeze()  # what start made (modules, apps, tables) is never traversed by a collection again
     log.info("started", version=app.version, admin_port=ctx.admin_port, nats=config.nats_url)
