@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -66,6 +66,10 @@ class Chromium:
             try:
                 last = what()
             except (NoSuchElementException, StaleElementReferenceException):
+                last = None
+            except WebDriverException as exc:  # an element found as a form's answer replaced the page
+                if "does not belong to the document" not in str(exc):
+                    raise
                 last = None
             if last:
                 return last
