@@ -6,9 +6,19 @@ import os
 import signal
 import time
 
+import nats.micro
 import pytest
 
-from llmgw.bus import CredentialsError, connect, flushed, new_identity, server_config, start_nats_server, write_identity
+from llmgw.bus import (
+    Context,
+    CredentialsError,
+    connect,
+    flushed,
+    new_identity,
+    server_config,
+    start_nats_server,
+    write_identity,
+)
 
 KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
 
@@ -82,10 +92,6 @@ class AuthorizedNats:
     async def start(self, app, config):
         """Start `app` on a connection of its own with its role's credentials, the way
         `llmgw.bus.run` does: its (service, connection), its endpoints the server's once back."""
-        import nats.micro
-
-        from llmgw.bus import Context
-
         conn = await self.connect_as(app, config)
         service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, conn, service))
