@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import msgspec
+
 from llmgw.modelplan import Shape
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.core import NodeView, Policy
@@ -113,7 +115,7 @@ def draw(nodes: int, replicas: int, seed: int, card_share: float = 0.5) -> Fleet
     while left > 0:
         m = _model(len(models), rng, weights, shapes)
         if m.scaling.min > left:
-            m.scaling = Scaling(min=left, max=left)
+            m = msgspec.structs.replace(m, scaling=Scaling(min=left, max=left))
         models[m.name] = m
         left -= m.scaling.min
     return Fleet(nodes=views, models=models, weights=weights, shapes=shapes)

@@ -1,5 +1,6 @@
 """The catalog's rules as table tests, and properties no sequence of changes may break."""
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,9 +94,10 @@ def test_a_model_not_served_by_llama_cpp_cannot_get_a_cpu_profile():
 
 
 def test_a_catalog_where_counts_and_scaling_disagree_is_refused_with_both_figures():
-    m = two_profiles()
-    m.profiles[0].replicas, m.profiles[1].replicas = 7, 4
-    m.scaling = Scaling(min=5, max=5)
+    gpu, cpu = two_profiles().profiles
+    replicas = {"gpu": 7, "cpu": 4}
+    profiles = [msgspec.structs.replace(p, replicas=replicas[p.name]) for p in (gpu, cpu)]
+    m = msgspec.structs.replace(two_profiles(), profiles=profiles, scaling=Scaling(min=5, max=5))
     with pytest.raises(BadRequest, match=r"add up to 11 \(gpu=7, cpu=4\) but its scaling is min 5, max 5"):
         check_model(m)
 

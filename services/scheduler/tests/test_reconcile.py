@@ -1,5 +1,6 @@
 """reconcile() over fake nodes: placement by memory, removal, surplus, failures backing off."""
 
+import gc
 import itertools
 
 import msgspec
@@ -9,7 +10,19 @@ from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, Worker, fingerprint
-from llmgw.scheduler.core import Actual, Desired, NodeView, backoff_s, lost, lost_workers, reconcile, status, wanted
+from llmgw.scheduler.core import (
+    Actual,
+    Desired,
+    NodeView,
+    _rollout,
+    backoff_s,
+    lost,
+    lost_workers,
+    reconcile,
+    status,
+    wanted,
+)
+from llmgw.scheduler.core._rollout import fingerprints
 from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
@@ -190,6 +203,24 @@ def test_a_restart_replaces_every_replica_one_at_a_time_and_never_runs_fewer():
     assert min(ready_seen) >= 3
     assert len(after) == 3 and all(r.fingerprint == fingerprint(restarted, restarted.profiles[0]) for r in after)
     assert not {r.id for r in before} & {r.id for r in after}
+
+
+def test_a_model_changed_after_a_pass_makes_its_replicas_stale_in_the_next():
+    # each model's fingerprints are remembered for the object (`fingerprints`): a change is a
+    # new record, and the record a pass saw dies without leaving its fingerprints behind
+    m = model(replicas=2, memory=1000)
+    running = [replica(f"x{i}", fp=fingerprint(m, m.profiles[0])) for i in range(2)]
+    assert run([m], [node("a", 9000)], running).starts == []
+    with pytest.raises(AttributeError):
+        m.profiles[0].args = ["--flash-attn", "on"]  # frozen: a change cannot hide in place
+    changed = msgspec.structs.replace(m, profiles=[msgspec.structs.replace(m.profiles[0], args=["-fa", "on"])])
+    assert len(run([changed], [node("a", 9000)], running).starts) == 1
+    assert fingerprints(changed)["cpu"] == fingerprint(changed, changed.profiles[0]) != running[0].fingerprint
+    keys = {id(m), id(changed)}
+    assert keys <= _rollout._OF_MODEL.keys()
+    del m, changed
+    gc.collect()
+    assert not keys & _rollout._OF_MODEL.keys()
 
 
 def test_in_place_stops_one_stale_replica_before_its_replacement_and_dips_by_one_at_most():

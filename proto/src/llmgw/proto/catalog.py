@@ -82,7 +82,7 @@ class Scaling(Struct, kw_only=True):
     """Scalings by time of day; outside every window min/max hold."""
 
 
-class Profile(Struct, kw_only=True):
+class Profile(Struct, kw_only=True, frozen=True):  # frozen as its model is
     """One way to run a model."""
 
     name: Name = "cpu"
@@ -136,7 +136,9 @@ class Profile(Struct, kw_only=True):
     prompt longer than the context before any engine runs it."""
 
 
-class Model(Struct, kw_only=True):
+# Frozen: a change is a new record (`msgspec.structs.replace`), so what is worked out from one
+# (the scheduler's fingerprints of its profiles) can be remembered for the object while it lives.
+class Model(Struct, kw_only=True, frozen=True, weakref=True):
     """A model in the catalog."""
 
     name: Name

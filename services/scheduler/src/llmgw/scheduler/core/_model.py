@@ -16,7 +16,7 @@ from llmgw.modelplan import Shape
 from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core._improve import make_room
 from llmgw.scheduler.core._plan import Plan, Policy, Start, Stop
-from llmgw.scheduler.core._rollout import fingerprint_of, surplus, wanted_counts, wanted_profiles
+from llmgw.scheduler.core._rollout import fingerprints, surplus, wanted_counts, wanted_profiles
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, wanted
 from llmgw.scheduler.placement import (
     LIVE,
@@ -124,7 +124,7 @@ def _steady(model: Model, mine: list[ReplicaState], want: int) -> bool:
     profiles not counted (then `_rollout` would stop and start nothing)."""
     if len(mine) != want or any(r.state not in LIVE for r in mine) or wanted_counts(model) is not None:
         return False
-    current = {p.name: fingerprint_of(model, p) for p in model.profiles}
+    current = fingerprints(model)
     return all(current.get(r.profile) == r.fingerprint for r in mine)
 
 
@@ -132,7 +132,7 @@ def _rollout(model: Model, mine: list[ReplicaState], run: Pass, want: int) -> tu
     """What to stop of a model's replicas (their room freed for this pass) and what to start,
     `want` of them running."""
     counts = wanted_counts(model)
-    current = {p.name: fingerprint_of(model, p) for p in model.profiles}
+    current = fingerprints(model)
     live = [r for r in mine if r.state in LIVE]
     stale = [r for r in live if current.get(r.profile) != r.fingerprint]
     if stale:

@@ -56,16 +56,24 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     this plan on its nodes.
     """
     silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
-    early = _lost(actual, now, policy.lost_s, silent)
-    gone = {s.replica.id for s in early}
-    replicas = [r for r in actual.replicas if r.id not in gone]
+    unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
+    # one walk over the replicas: a steady pass at 10,000 is bound by the memory it reads
+    early, left, replicas = [], [], []
     by_model: dict[str, list[ReplicaState]] = {}
-    for r in replicas:
+    for r in actual.replicas:
+        lost = None
+        if r.state in LIVE and (r.workers or silent.get(r.node, unheard) > policy.lost_s):
+            lost = _lost(r, silent, unheard, policy.lost_s)
+        if lost is not None:
+            early.append(lost)
+            continue
+        replicas.append(r)
         by_model.setdefault(r.model, []).append(r)
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
-            early.append(Stop(replica=r, reason="it was being stopped"))
+            left.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in desired.models:
-            early.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+            left.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    early += left
     # those running as they should have no part in any try: only the others are ordered and run
     moving = {n: m for n, m in desired.models.items() if not settled(m, by_model.get(n, []), now, desired.demand)}
     fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
@@ -181,17 +189,12 @@ def _cards(r: ReplicaState) -> set[str]:
     return {*r.gpus, *(g for w in r.workers for g in w.gpus)}
 
 
-def _lost(actual: Actual, now: float, lost_s: float, silent: dict[str, float]) -> list[Stop]:
-    """Live replicas on a lost node (one across nodes is lost with any of them). A node's silence
-    (`silent`) is the time since it was last heard less the time the scheduler was deaf since
-    (`Hearing`)."""
-    unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
-    stops = []
-    for r in actual.replicas:
-        if r.state not in LIVE:
-            continue
-        worst = max(spans(r), key=lambda n: silent.get(n, unheard)) if r.workers else r.node
-        if (longest := silent.get(worst, unheard)) > lost_s:
-            why = f"node '{worst}' lost: no heartbeat for {longest:.0f}s"
-            stops.append(Stop(replica=r, reason=why, reachable=silent.get(r.node, unheard) <= lost_s))
-    return stops
+def _lost(r: ReplicaState, silent: dict[str, float], unheard: float, lost_s: float) -> Stop | None:
+    """The stop of a live replica on a lost node (one across nodes is lost with any of them), or
+    None. A node's silence (`silent`) is the time since it was last heard less the time the
+    scheduler was deaf since (`Hearing`); a node never heard of has been silent `unheard`."""
+    worst = max(spans(r), key=lambda n: silent.get(n, unheard)) if r.workers else r.node
+    if (longest := silent.get(worst, unheard)) <= lost_s:
+        return None
+    why = f"node '{worst}' lost: no heartbeat for {longest:.0f}s"
+    return Stop(replica=r, reason=why, reachable=silent.get(r.node, unheard) <= lost_s)
