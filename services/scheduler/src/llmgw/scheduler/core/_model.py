@@ -122,10 +122,13 @@ def for_model(model: Model, mine: list[ReplicaState], run: Pass) -> Plan | None:
 def _steady(model: Model, mine: list[ReplicaState], want: int) -> bool:
     """Whether a model runs as it should: as many live replicas as it wants, none stale, its
     profiles not counted (then `_rollout` would stop and start nothing)."""
-    if len(mine) != want or any(r.state not in LIVE for r in mine) or wanted_counts(model) is not None:
+    if len(mine) != want or wanted_counts(model) is not None:
         return False
     current = fingerprints(model)
-    return all(current.get(r.profile) == r.fingerprint for r in mine)
+    for r in mine:  # a loop, not any() and all(): every model is asked, every pass
+        if r.state not in LIVE or current.get(r.profile) != r.fingerprint:
+            return False
+    return True
 
 
 def _rollout(model: Model, mine: list[ReplicaState], run: Pass, want: int) -> tuple[Plan, Wants]:

@@ -47,9 +47,11 @@ def fingerprints(model: Model) -> dict[str, str]:
 def wanted_counts(model: Model) -> dict[str, int] | None:
     """Profile name -> how many replicas it wants, where a running model's profiles are
     counted; else None (the scaling decides how many, each on the best profile that fits)."""
-    if model.stopped is not None or all(p.replicas is None for p in model.profiles):
-        return None
-    return {p.name: p.replicas or 0 for p in model.profiles}
+    if model.stopped is None:
+        for p in model.profiles:  # a loop, not all(): every model is asked, every pass
+            if p.replicas is not None:
+                return {p.name: p.replicas or 0 for p in model.profiles}
+    return None
 
 
 def surplus(
