@@ -94,10 +94,9 @@ def test_a_model_not_served_by_llama_cpp_cannot_get_a_cpu_profile():
 
 
 def test_a_catalog_where_counts_and_scaling_disagree_is_refused_with_both_figures():
-    gpu, cpu = two_profiles().profiles
-    replicas = {"gpu": 7, "cpu": 4}
-    profiles = [msgspec.structs.replace(p, replicas=replicas[p.name]) for p in (gpu, cpu)]
-    m = msgspec.structs.replace(two_profiles(), profiles=profiles, scaling=Scaling(min=5, max=5))
+    m = two_profiles()
+    profiles = [msgspec.structs.replace(p, replicas=n) for p, n in zip(m.profiles, (7, 4), strict=True)]
+    m = msgspec.structs.replace(m, profiles=profiles, scaling=Scaling(min=5, max=5))
     with pytest.raises(BadRequest, match=r"add up to 11 \(gpu=7, cpu=4\) but its scaling is min 5, max 5"):
         check_model(m)
 

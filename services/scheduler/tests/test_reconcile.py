@@ -22,7 +22,6 @@ from llmgw.scheduler.core import (
     status,
     wanted,
 )
-from llmgw.scheduler.core._rollout import fingerprints
 from llmgw.scheduler.placement import need_of
 
 NOW = 1_000_000.0
@@ -212,10 +211,10 @@ def test_a_model_changed_after_a_pass_makes_its_replicas_stale_in_the_next():
     running = [replica(f"x{i}", fp=fingerprint(m, m.profiles[0])) for i in range(2)]
     assert run([m], [node("a", 9000)], running).starts == []
     with pytest.raises(AttributeError):
-        m.profiles[0].args = ["--flash-attn", "on"]  # frozen: a change cannot hide in place
+        m.profiles[0].args = ["--flash-attn", "on"]  # frozen: no field is set in place
     changed = msgspec.structs.replace(m, profiles=[msgspec.structs.replace(m.profiles[0], args=["-fa", "on"])])
     assert len(run([changed], [node("a", 9000)], running).starts) == 1
-    assert fingerprints(changed)["cpu"] == fingerprint(changed, changed.profiles[0]) != running[0].fingerprint
+    assert _rollout.fingerprints(changed)["cpu"] == fingerprint(changed, changed.profiles[0]) != running[0].fingerprint
     keys = {id(m), id(changed)}
     assert keys <= _rollout._OF_MODEL.keys()
     del m, changed

@@ -136,8 +136,9 @@ class Profile(Struct, kw_only=True, frozen=True):  # frozen as its model is
     prompt longer than the context before any engine runs it."""
 
 
-# Frozen: a change is a new record (`msgspec.structs.replace`), so what is worked out from one
-# (the scheduler's fingerprints of its profiles) can be remembered for the object while it lives.
+# Frozen, and its lists and dicts (profiles, a profile's args, env and node_selector) are never
+# changed in place either: a change is a new record (`msgspec.structs.replace`), so what is worked
+# out from one (the scheduler's fingerprints of its profiles) is remembered for the object.
 class Model(Struct, kw_only=True, frozen=True, weakref=True):
     """A model in the catalog."""
 

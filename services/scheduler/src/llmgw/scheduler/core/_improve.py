@@ -20,7 +20,7 @@ import msgspec
 from llmgw.modelplan import Shape
 from llmgw.proto import Profile, ReplicaState
 from llmgw.scheduler.core._plan import Plan, Policy, Start
-from llmgw.scheduler.core._rollout import fingerprint_of, wanted_counts
+from llmgw.scheduler.core._rollout import fingerprints, wanted_counts
 from llmgw.scheduler.placement import (
     Need,
     NodeState,
@@ -192,7 +192,7 @@ class _Improver:
                 "memory_mb": need.memory_mb,
                 "cores": profile.cpu_cores or 0,
                 "estimate_mb": need.estimate_mb,
-                "fingerprint": fingerprint_of(start.model, profile),
+                "fingerprint": fingerprints(start.model)[profile.name],
             }
             start.profile, spot.need = profile, need
             spot.fallbacks = spot.fallbacks[[p for p, _ in spot.fallbacks].index(profile) + 1 :]

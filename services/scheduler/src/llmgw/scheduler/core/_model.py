@@ -7,7 +7,7 @@ took (`make_room`). `_reconcile.py` runs the models in turn and the tries.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -94,7 +94,8 @@ class Wants:
     stale: list[ReplicaState]
     failed: list[ReplicaState]
     """Oldest first."""
-    fingerprints: dict[str, str] = field(default_factory=dict)
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+    """Each profile's fingerprint now (`fingerprints`: shared, read only)."""
 
     @property
     def failures(self) -> int:

@@ -58,10 +58,13 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
     unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
     # one walk over the replicas: a steady pass at 10,000 is bound by the memory it reads
-    early, left, replicas = [], [], []
+    early: list[Stop] = []
+    later: list[Stop] = []
+    replicas: list[ReplicaState] = []
     by_model: dict[str, list[ReplicaState]] = {}
     for r in actual.replicas:
         lost = None
+        # `_lost` is asked only of a live replica across nodes or on a node silent too long
         if r.state in LIVE and (r.workers or silent.get(r.node, unheard) > policy.lost_s):
             lost = _lost(r, silent, unheard, policy.lost_s)
         if lost is not None:
@@ -70,10 +73,10 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
         replicas.append(r)
         by_model.setdefault(r.model, []).append(r)
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
-            left.append(Stop(replica=r, reason="it was being stopped"))
+            later.append(Stop(replica=r, reason="it was being stopped"))
         elif r.model not in desired.models:
-            left.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
-    early += left
+            later.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    early += later
     # those running as they should have no part in any try: only the others are ordered and run
     moving = {n: m for n, m in desired.models.items() if not settled(m, by_model.get(n, []), now, desired.demand)}
     fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)

@@ -4,6 +4,7 @@ time) and, for each replica to start, the profiles to try."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 
 import msgspec
 
@@ -29,13 +30,13 @@ def fingerprint_of(model: Model, profile: Profile) -> str:
     return known
 
 
-_OF_MODEL: dict[int, tuple[weakref.ref[Model], dict[str, str]]] = {}
+_OF_MODEL: dict[int, tuple[weakref.ref[Model], Mapping[str, str]]] = {}
 
 
-def fingerprints(model: Model) -> dict[str, str]:
-    """Profile name -> `fingerprint_of`, remembered for the model object while it lives: a
-    catalog record is frozen (a change is a new object), and a steady pass asks every model's
-    again, which at 10,000 replicas was a third of the pass."""
+def fingerprints(model: Model) -> Mapping[str, str]:
+    """Profile name -> `fingerprint_of`, remembered for the model object while it lives (a
+    `Model` is frozen: a change is a new object); a steady pass asks every model's. Shared by
+    every caller: read only."""
     key = id(model)
     known = _OF_MODEL.get(key)
     if known is None or known[0]() is not model:
