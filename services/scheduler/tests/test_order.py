@@ -9,7 +9,7 @@ import msgspec
 from fake_nodes import GB, NOW, Node, states
 
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.scheduler.core import Actual, Desired, Plan, Policy, Start, improve, reconcile
+from llmgw.scheduler.core import Actual, Desired, Plan, Policy, Start, _reconcile, improve, reconcile
 from llmgw.scheduler.placement import cards_for, claim, need_of, speed_of
 
 
@@ -175,8 +175,6 @@ def test_a_replica_moves_to_faster_free_room_but_not_away_from_its_file():
 def test_a_pass_orders_only_the_models_that_move_and_leaves_the_settled_ones_alone(monkeypatch):
     # whether a model runs as it should does not hang on the others: a steady pass of 10,000
     # nodes sorted thousands of models to start nothing
-    from llmgw.scheduler.core import _reconcile
-
     ordered = []
     turn = _reconcile._turn
     monkeypatch.setattr(_reconcile, "_turn", lambda model, *rest: ordered.append(model.name) or turn(model, *rest))

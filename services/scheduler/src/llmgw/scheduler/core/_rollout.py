@@ -6,42 +6,23 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
-import msgspec
-
 from llmgw.proto import Model, Profile, ReplicaState, fingerprint
 from llmgw.scheduler.core._plan import Stop
 
-__all__ = ["fingerprint_of", "fingerprints", "surplus", "wanted_counts", "wanted_profiles"]
-
-_ENCODE = msgspec.json.Encoder().encode
-_KNOWN: dict[bytes, str] = {}
-_KNOWN_MAX = 1 << 16
-
-
-def fingerprint_of(model: Model, profile: Profile) -> str:
-    """`llmgw.proto.fingerprint`, remembered by everything it is made of (the model's source,
-    context and generation, the whole profile): a steady pass asks it for every profile again."""
-    key = _ENCODE((model.source, model.context, model.generation, profile))
-    known = _KNOWN.get(key)
-    if known is None:
-        if len(_KNOWN) >= _KNOWN_MAX:
-            _KNOWN.clear()
-        known = _KNOWN[key] = fingerprint(model, profile)
-    return known
-
+__all__ = ["fingerprints", "surplus", "wanted_counts", "wanted_profiles"]
 
 _OF_MODEL: dict[int, tuple[weakref.ref[Model], Mapping[str, str]]] = {}
 
 
 def fingerprints(model: Model) -> Mapping[str, str]:
-    """Profile name -> `fingerprint_of`, remembered for the model object while it lives (a
-    `Model` is frozen: a change is a new object); a steady pass asks every model's. Shared by
+    """Profile name -> `llmgw.proto.fingerprint`, remembered for the model object while it lives
+    (a `Model` is frozen: a change is a new object); a steady pass asks every model's. Shared by
     every caller: read only."""
     key = id(model)
     known = _OF_MODEL.get(key)
     if known is None or known[0]() is not model:
         ref = weakref.ref(model, lambda _, key=key: _OF_MODEL.pop(key, None))
-        known = _OF_MODEL[key] = (ref, {p.name: fingerprint_of(model, p) for p in model.profiles})
+        known = _OF_MODEL[key] = (ref, {p.name: fingerprint(model, p) for p in model.profiles})
     return known[1]
 
 
