@@ -2,10 +2,11 @@
 
 import gc
 import itertools
+from unittest import mock
 
 import msgspec
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from scheduler_sim import simulate as run_ticks
 
@@ -14,6 +15,7 @@ from llmgw.scheduler.core import (
     Actual,
     Desired,
     NodeView,
+    _reconcile,
     _rollout,
     backoff_s,
     lost,
@@ -220,6 +222,43 @@ def test_a_model_changed_after_a_pass_makes_its_replicas_stale_in_the_next():
     del m, changed
     gc.collect()
     assert not keys & _rollout._OF_MODEL.keys()
+
+
+_STATES = ("pending", "fetching", "starting", "ready", "failed", "draining")
+
+
+@given(
+    want=st.integers(0, 3),
+    kept=st.lists(st.tuples(st.sampled_from(_STATES), st.booleans(), st.sampled_from(["a", "lost"])), max_size=4),
+    rollout=st.sampled_from(["surge", "in-place"]),
+)
+@example(want=1, kept=[("failed", True, "a")], rollout="surge")  # counted, but not live
+@example(want=1, kept=[("draining", True, "a")], rollout="surge")
+@example(want=1, kept=[("ready", False, "a")], rollout="in-place")  # live, but stale
+@example(want=1, kept=[("ready", True, "lost")], rollout="surge")  # on a lost node
+def test_a_model_the_pass_leaves_alone_has_nothing_to_do(want, kept, rollout):
+    # one walk judges each replica (live, current) and the pass leaves out the models it finds
+    # settled: asking every model instead gives the same plan, so leaving one out hid nothing
+    m = msgspec.structs.replace(model(replicas=want, memory=1000), rollout=rollout)
+    other = model("o", replicas=1, memory=1000)
+    replicas = [replica("o1", model="o")]
+    replicas += [
+        replica(f"x{i}", node=where, state=state, fp=CURRENT if current else "old", updated=NOW - 100 + i)
+        for i, (state, current, where) in enumerate(kept)
+    ]
+    nodes = [node("a", 9000), node("lost", 9000, seen=NOW - 3600)]
+    plans = [run([m, other], nodes, replicas)]
+    with mock.patch.object(_reconcile, "settled", lambda *_: False):
+        plans.append(run([m, other], nodes, replicas))
+    said = [
+        (
+            sorted((s.replica.id, s.reason) for s in p.stops),
+            sorted((s.replica.model, s.replica.node) for s in p.starts),
+            p.unplaced,
+        )
+        for p in plans
+    ]
+    assert said[0] == said[1]
 
 
 def test_in_place_stops_one_stale_replica_before_its_replacement_and_dips_by_one_at_most():

@@ -103,33 +103,21 @@ class Wants:
         return max((r.failures + 1 for r in self.failed), default=0)
 
 
-def settled(model: Model, mine: list[ReplicaState], now: float, demand: dict[str, float]) -> bool:
-    """Whether the model runs as it should now, whatever the other models do: `for_model` has
-    nothing for it, wherever it comes in the pass."""
-    return _steady(model, mine, wanted(model.scaling, now, demand.get(model.name)))
+def settled(model: Model, count: int, now: float, demand: dict[str, float]) -> bool:
+    """Whether a model runs as it should now, whatever the other models do, its `count`
+    replicas all live and of their profiles' fingerprints now (the pass's walk judges each
+    replica: `reconcile`): as many as it wants, its profiles not counted. Then `for_model`
+    would stop and start nothing, wherever it came in the pass, and the pass does not ask it."""
+    return count == wanted(model.scaling, now, demand.get(model.name)) and wanted_counts(model) is None
 
 
-def for_model(model: Model, mine: list[ReplicaState], run: Pass) -> Plan | None:
-    """One model's part of the plan (None: nothing to do)."""
+def for_model(model: Model, mine: list[ReplicaState], run: Pass) -> Plan:
+    """One model's part of the plan (empty where it has nothing to do)."""
     want = wanted(model.scaling, run.now, run.demand.get(model.name))
-    if _steady(model, mine, want):
-        return None
     plan, wants = _rollout(model, mine, run, want)
     if wants.tries and not _held_back(wants, run, plan):
         _start_missing(wants, run, plan)
     return plan
-
-
-def _steady(model: Model, mine: list[ReplicaState], want: int) -> bool:
-    """Whether a model runs as it should: as many live replicas as it wants, none stale, its
-    profiles not counted (then `_rollout` would stop and start nothing)."""
-    if len(mine) != want or wanted_counts(model) is not None:
-        return False
-    current = fingerprints(model)
-    for r in mine:  # a loop, not any() and all(): every model is asked, every pass
-        if r.state not in LIVE or current.get(r.profile) != r.fingerprint:
-            return False
-    return True
 
 
 def _rollout(model: Model, mine: list[ReplicaState], run: Pass, want: int) -> tuple[Plan, Wants]:

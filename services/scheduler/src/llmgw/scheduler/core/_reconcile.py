@@ -22,14 +22,16 @@ lower class's room where nothing else would.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._model import Pass, for_model, repair, settled
 from llmgw.scheduler.core._plan import Actual, Desired, Plan, Policy, Stop
+from llmgw.scheduler.core._rollout import fingerprints
 from llmgw.scheduler.core._status import CLASS_RANK
 from llmgw.scheduler.placement import (
     LIVE,
@@ -41,6 +43,9 @@ from llmgw.scheduler.placement import (
 )
 
 __all__ = ["reconcile"]
+
+_REMOVED: Mapping[str, str] = MappingProxyType({})
+"""The fingerprints of a model not in the catalog: none (its replicas are stopped)."""
 
 
 def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Policy(), *, ids: Iterator[str]) -> Plan:
@@ -57,11 +62,15 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     """
     silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
     unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
-    # one walk over the replicas: a steady pass at 10,000 is bound by the memory it reads
+    # One walk over the replicas, each read once: a steady pass at 10,000 is bound by the
+    # memory it reads. It finds the lost, those to stop, each model's replicas, and the models
+    # with one not live or not of its profile's fingerprint now (`unsettled`).
     early: list[Stop] = []
     later: list[Stop] = []
     replicas: list[ReplicaState] = []
     by_model: dict[str, list[ReplicaState]] = {}
+    current_of: dict[str, Mapping[str, str]] = {}  # model -> its profiles' fingerprints now
+    unsettled: set[str] = set()
     for r in actual.replicas:
         lost = None
         # `_lost` is asked only of a live replica across nodes or on a node silent too long
@@ -72,13 +81,23 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             continue
         replicas.append(r)
         by_model.setdefault(r.model, []).append(r)
+        current = current_of.get(r.model)
+        if current is None:
+            model = desired.models.get(r.model)
+            current = current_of[r.model] = _REMOVED if model is None else fingerprints(model)
+        if r.state not in LIVE or current.get(r.profile) != r.fingerprint:
+            unsettled.add(r.model)
         if r.state == "draining":  # left by a scheduler that stopped halfway: finish the stop
             later.append(Stop(replica=r, reason="it was being stopped"))
-        elif r.model not in desired.models:
+        elif current is _REMOVED:
             later.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
     early += later
     # those running as they should have no part in any try: only the others are ordered and run
-    moving = {n: m for n, m in desired.models.items() if not settled(m, by_model.get(n, []), now, desired.demand)}
+    moving = {
+        n: m
+        for n, m in desired.models.items()
+        if n in unsettled or not settled(m, len(by_model.get(n, ())), now, desired.demand)
+    }
     fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
     drawn: list[str] = []
     first: set[str] = set()
@@ -135,8 +154,7 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
 
     run = Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, view, first=first)
     for name, model in sorted(fleet.moving.items(), key=lambda kv: _turn(kv[1], actual, first)):
-        if (part := for_model(model, fleet.by_model.get(name, []), run)) is not None:
-            plan.absorb(part)
+        plan.absorb(for_model(model, fleet.by_model.get(name, []), run))
     repair(plan, run)
     if plan.starts:
         improve(plan, run.states, now, policy, actual.weights, actual.shapes)
