@@ -60,26 +60,27 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
     this plan on its nodes.
     """
-    silent = {n: silence(v.last_seen, v.deaf_s, now, actual.deaf_s) for n, v in actual.nodes.items()}
-    unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
+    silent = _Silences(actual, now)
+    lost_s = policy.lost_s
+    lost_nodes = {n for n, v in actual.nodes.items() if silence(v.last_seen, v.deaf_s, now, actual.deaf_s) > lost_s}
+    unheard_lost = silent.unheard > lost_s  # a node never heard of is lost too
     # One walk over the replicas, each read once: a steady pass at 10,000 is bound by the
     # memory it reads. It finds the lost, those to stop, each model's replicas, and the models
     # with one not live or not of its profile's fingerprint now (`unsettled`).
     early: list[Stop] = []
     later: list[Stop] = []
-    replicas: list[ReplicaState] = []
     by_model: dict[str, list[ReplicaState]] = {}
     current_of: dict[str, Mapping[str, str]] = {}  # model -> its profiles' fingerprints now
     unsettled: set[str] = set()
     for r in actual.replicas:
         lost = None
         # `_lost` is asked only of a live replica across nodes or on a node silent too long
-        if r.state in LIVE and (r.workers or silent.get(r.node, unheard) > policy.lost_s):
-            lost = _lost(r, silent, unheard, policy.lost_s)
+        on_lost = r.node in lost_nodes or (unheard_lost and r.node not in actual.nodes)
+        if r.state in LIVE and (r.workers or on_lost):
+            lost = _lost(r, silent, lost_s)
         if lost is not None:
             early.append(lost)
             continue
-        replicas.append(r)
         by_model.setdefault(r.model, []).append(r)
         current = current_of.get(r.model)
         if current is None:
@@ -91,6 +92,10 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             later.append(Stop(replica=r, reason="it was being stopped"))
         elif current is _REMOVED:
             later.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
+    replicas = actual.replicas  # those not on lost nodes: most passes, all
+    if early:
+        gone = {stop.replica.id for stop in early}
+        replicas = [r for r in actual.replicas if r.id not in gone]
     early += later
     # those running as they should have no part in any try: only the others are ordered and run
     moving = {
@@ -126,8 +131,7 @@ class _Fleet:
     replicas: list[ReplicaState]
     """Those not on lost nodes."""
     by_model: dict[str, list[ReplicaState]]
-    silent: dict[str, float]
-    """Each node's silence now (`silence`)."""
+    silent: _Silences
     moving: dict[str, Model]
     """The models not running as they should (`settled`): the only ones a try takes in turn."""
 
@@ -143,7 +147,7 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
         # (made only where a model places or stops one); a node is heard of last as long ago as
         # its silence (`health`'s rule: suspect past stale_s).
         silent = fleet.silent
-        nodes = {n: (v.info, now - silent[n], v.weights) for n, v in actual.nodes.items()}
+        nodes = {n: (v.info, now - silent(n), v.weights) for n, v in actual.nodes.items()}
         states = node_states(nodes, fleet.replicas, policy.reserve_mb)
         for r in actual.stopping:
             hold(states, r)
@@ -210,12 +214,25 @@ def _cards(r: ReplicaState) -> set[str]:
     return {*r.gpus, *(g for w in r.workers for g in w.gpus)}
 
 
-def _lost(r: ReplicaState, silent: dict[str, float], unheard: float, lost_s: float) -> Stop | None:
-    """The stop of a live replica on a lost node (one across nodes is lost with any of them), or
-    None. A node's silence (`silent`) is the time since it was last heard less the time the
-    scheduler was deaf since (`Hearing`); a node never heard of has been silent `unheard`."""
-    worst = max(spans(r), key=lambda n: silent.get(n, unheard)) if r.workers else r.node
-    if (longest := silent.get(worst, unheard)) <= lost_s:
+class _Silences:
+    """Each node's silence now: the time since it was last heard less the time the scheduler was
+    deaf since (`silence`, `Hearing`); a node never heard of has been silent `unheard`, the time
+    the inventory has listened. Worked out when asked (a steady pass asks of none)."""
+
+    def __init__(self, actual: Actual, now: float) -> None:
+        self.nodes, self.now, self.deaf_s = actual.nodes, now, actual.deaf_s
+        self.unheard = silence(actual.known_since, actual.known_deaf_s, now, actual.deaf_s)
+
+    def __call__(self, node: str) -> float:
+        v = self.nodes.get(node)
+        return self.unheard if v is None else silence(v.last_seen, v.deaf_s, self.now, self.deaf_s)
+
+
+def _lost(r: ReplicaState, silent: _Silences, lost_s: float) -> Stop | None:
+    """The stop of a live replica on a lost node, silent past `lost_s` (one across nodes is lost
+    with any of them), or None."""
+    worst = max(spans(r), key=silent) if r.workers else r.node
+    if (longest := silent(worst)) <= lost_s:
         return None
     why = f"node '{worst}' lost: no heartbeat for {longest:.0f}s"
-    return Stop(replica=r, reason=why, reachable=silent.get(r.node, unheard) <= lost_s)
+    return Stop(replica=r, reason=why, reachable=silent(r.node) <= lost_s)
