@@ -81,7 +81,7 @@ def _stream() -> str:
 def ensure_debian(package: str, binary: str) -> str:
     """The path of `binary`, installing Debian's `package` when root (as ./dev does)."""
     if not shutil.which(binary) and shutil.which("apt-get") and os.geteuid() == 0:
-        print(f"installing Debian's {package} for the gateway benchmark", file=sys.stderr)
+        print(f"installing Debian's {package} for a benchmark", file=sys.stderr)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True)
     found = shutil.which(binary) or (f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None)
