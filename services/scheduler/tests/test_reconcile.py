@@ -224,22 +224,25 @@ def test_a_model_changed_after_a_pass_makes_its_replicas_stale_in_the_next():
     assert not keys & _rollout._OF_MODEL.keys()
 
 
-_STATES = ("pending", "fetching", "starting", "ready", "failed", "draining")
+_STATES = ("pending", "fetching", "starting", "ready", "failed", "draining", "stopped")
 
 
 @given(
     want=st.integers(0, 3),
     kept=st.lists(st.tuples(st.sampled_from(_STATES), st.booleans(), st.sampled_from(["a", "lost"])), max_size=4),
     rollout=st.sampled_from(["surge", "in-place"]),
+    counted=st.none() | st.integers(0, 3),
 )
-@example(want=1, kept=[("failed", True, "a")], rollout="surge")  # counted, but not live
-@example(want=1, kept=[("draining", True, "a")], rollout="surge")
-@example(want=1, kept=[("ready", False, "a")], rollout="in-place")  # live, but stale
-@example(want=1, kept=[("ready", True, "lost")], rollout="surge")  # on a lost node
-def test_a_model_the_pass_leaves_alone_has_nothing_to_do(want, kept, rollout):
+@example(want=1, kept=[("failed", True, "a")], rollout="surge", counted=None)  # counted, but not live
+@example(want=1, kept=[("draining", True, "a")], rollout="surge", counted=None)
+@example(want=1, kept=[("ready", False, "a")], rollout="in-place", counted=None)  # live, but stale
+@example(want=1, kept=[("ready", True, "lost")], rollout="surge", counted=None)  # on a lost node
+@example(want=1, kept=[("ready", True, "a")], rollout="surge", counted=2)  # its profile counted
+def test_a_model_the_pass_leaves_alone_has_nothing_to_do(want, kept, rollout, counted):
     # one walk judges each replica (live, current) and the pass leaves out the models it finds
     # settled: asking every model instead gives the same plan, so leaving one out hid nothing
     m = msgspec.structs.replace(model(replicas=want, memory=1000), rollout=rollout)
+    m = msgspec.structs.replace(m, profiles=[msgspec.structs.replace(m.profiles[0], replicas=counted)])
     other = model("o", replicas=1, memory=1000)
     replicas = [replica("o1", model="o")]
     replicas += [

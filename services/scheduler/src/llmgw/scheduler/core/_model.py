@@ -103,12 +103,13 @@ class Wants:
         return max((r.failures + 1 for r in self.failed), default=0)
 
 
-def settled(model: Model, count: int, now: float, demand: dict[str, float]) -> bool:
-    """Whether a model runs as it should now, whatever the other models do, its `count`
-    replicas all live and of their profiles' fingerprints now (the pass's walk judges each
-    replica: `reconcile`): as many as it wants, its profiles not counted. Then `for_model`
-    would stop and start nothing, wherever it came in the pass, and the pass does not ask it."""
-    return count == wanted(model.scaling, now, demand.get(model.name)) and wanted_counts(model) is None
+def settled(model: Model, current: int, now: float, demand: dict[str, float]) -> bool:
+    """Whether a model runs as it should now, whatever the other models do, given that its
+    replicas are `current` in number, every one live and of its profile's fingerprint now (only
+    the caller can say so: the pass's walk judges each replica, `reconcile`): as many as it
+    wants, its profiles not counted. Then `for_model` would stop and start nothing, wherever it
+    came in the pass, and the pass does not ask it."""
+    return current == wanted(model.scaling, now, demand.get(model.name)) and wanted_counts(model) is None
 
 
 def for_model(model: Model, mine: list[ReplicaState], run: Pass) -> Plan:

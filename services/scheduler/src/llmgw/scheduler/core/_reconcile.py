@@ -60,9 +60,8 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
     this plan on its nodes.
     """
-    silent = _Silences(actual, now)
-    lost_s = policy.lost_s
-    lost_nodes = {n for n, v in actual.nodes.items() if silence(v.last_seen, v.deaf_s, now, actual.deaf_s) > lost_s}
+    silent, lost_s = _Silences(actual, now), policy.lost_s
+    lost_nodes = silent.past(lost_s)
     unheard_lost = silent.unheard > lost_s  # a node never heard of is lost too
     # One walk over the replicas, each read once: a steady pass at 10,000 is bound by the
     # memory it reads. It finds the lost, those to stop, each model's replicas, and the models
@@ -75,8 +74,7 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     for r in actual.replicas:
         lost = None
         # `_lost` is asked only of a live replica across nodes or on a node silent too long
-        on_lost = r.node in lost_nodes or (unheard_lost and r.node not in actual.nodes)
-        if r.state in LIVE and (r.workers or on_lost):
+        if r.state in LIVE and (r.workers or r.node in lost_nodes or (unheard_lost and r.node not in actual.nodes)):
             lost = _lost(r, silent, lost_s)
         if lost is not None:
             early.append(lost)
@@ -94,8 +92,8 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
             later.append(Stop(replica=r, reason=f"model '{r.model}' was removed from the catalog"))
     replicas = actual.replicas  # those not on lost nodes: most passes, all
     if early:
-        gone = {stop.replica.id for stop in early}
-        replicas = [r for r in actual.replicas if r.id not in gone]
+        gone = {id(stop.replica) for stop in early}
+        replicas = [r for r in actual.replicas if id(r) not in gone]
     early += later
     # those running as they should have no part in any try: only the others are ordered and run
     moving = {
@@ -132,8 +130,10 @@ class _Fleet:
     """Those not on lost nodes."""
     by_model: dict[str, list[ReplicaState]]
     silent: _Silences
+    """Each node's silence now, when asked."""
     moving: dict[str, Model]
-    """The models not running as they should (`settled`): the only ones a try takes in turn."""
+    """The models not running as they should (a replica not live or not current, or `settled`
+    says no): the only ones a try takes in turn."""
 
 
 def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str]]:
@@ -217,7 +217,8 @@ def _cards(r: ReplicaState) -> set[str]:
 class _Silences:
     """Each node's silence now: the time since it was last heard less the time the scheduler was
     deaf since (`silence`, `Hearing`); a node never heard of has been silent `unheard`, the time
-    the inventory has listened. Worked out when asked (a steady pass asks of none)."""
+    the inventory has listened. Worked out when asked: a steady pass asks only which nodes are
+    silent too long (a set, most passes empty), not every node's silence in a dict."""
 
     def __init__(self, actual: Actual, now: float) -> None:
         self.nodes, self.now, self.deaf_s = actual.nodes, now, actual.deaf_s
@@ -226,6 +227,11 @@ class _Silences:
     def __call__(self, node: str) -> float:
         v = self.nodes.get(node)
         return self.unheard if v is None else silence(v.last_seen, v.deaf_s, self.now, self.deaf_s)
+
+    def past(self, limit_s: float) -> set[str]:
+        """The nodes heard of that have been silent longer than `limit_s`."""
+        now, deaf_s = self.now, self.deaf_s
+        return {n for n, v in self.nodes.items() if silence(v.last_seen, v.deaf_s, now, deaf_s) > limit_s}
 
 
 def _lost(r: ReplicaState, silent: _Silences, lost_s: float) -> Stop | None:
