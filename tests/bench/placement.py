@@ -33,11 +33,12 @@ Growth compares one fleet of 10,000 with ten fleets of 1,000 drawn alike (seeds 
 same mix of nodes and models, where one 1,000-node fleet's draw may hold a few percent fewer or
 more cards than the large one's), two ways:
 - the work a pass does, judged: the instructions it takes (valgrind's count, a few minutes;
-  `instructions`), the same however noisy the machine. Linear: the 10,000 fleet's pass takes
-  no more than ten 1,000 ones' (within the count's own spread, `SPREAD`);
+  `instructions`; valgrind installed from Debian when run as root), the same however noisy the
+  machine. Linear: the 10,000 fleet's pass takes no more than ten 1,000 ones' (within the
+  count's own spread, `SPREAD`);
 - its CPU seconds, shown beside: each fleet's best of five placing runs and of 25 steady ones
-  (five a round: a steady pass is short, and the shorter a run the likelier its best misses the
-  machine's noise), the rounds taken in alternation. These also pay for the memory caches: a
+  (five a round: a steady pass is short, so more runs cost little and bring each fleet's best
+  nearer its floor), the rounds taken in alternation. These also pay for the memory caches: a
   10,000 fleet's objects outgrow them where a 1,000 one's fit, so its time a replica is a few
   percent more for the same work (docs/benchmarks.md has the measurements).
 Each pass runs as the scheduler runs it: the cycle collector paused
@@ -59,7 +60,6 @@ import time
 from dataclasses import dataclass
 
 import msgspec
-from gateway_peers import Unavailable, ensure_debian
 from placement_fleets import NOW, POLICY, Fleet, draw, total
 from placement_solvers import best_fit, difference, llmgw, optimum
 
@@ -88,6 +88,11 @@ from placement_fleets import draw
 from placement_solvers import llmgw
 from llmgw.bus import collector_paused
 n, many, places, steadies = map(int, sys.argv[1:])
+small = draw(200, 200, seed=200, card_share=0.6)
+small_running = [msgspec.structs.replace(r, state="ready") for r in llmgw(small)]
+for _ in range(10):
+    llmgw(small)
+    _steady(small, small_running)
 fleets = [draw(n, n, seed=n + i, card_share=0.6) for i in range(many)]
 running = [[msgspec.structs.replace(r, state="ready") for r in llmgw(f)] for f in fleets]
 for f, r in zip(fleets, running):
@@ -100,9 +105,12 @@ for f, r in zip(fleets, running):
         with collector_paused():
             _steady(f, r)
 """
-"""A process that draws `many` fleets of N (seeds N, N+1, ...), places each and runs a steady
-pass once (the warm-up), then on each `places` more placing passes and `steadies` more steady
-passes, each as the scheduler runs one (the cycle collector paused)."""
+"""A process that warms the interpreter up on a small fleet, then draws `many` fleets of N
+(seeds N, N+1, ...), places each and runs a steady pass once, then on each `places` more placing
+passes and `steadies` more steady passes, each as the scheduler runs one (the cycle collector
+paused). The warm-up: CPython specializes a function's code only after its 8th call, and a
+pass calls `reconcile` (and the comprehensions in it) once; without it the first passes counted
+of one 10,000 fleet would run the slower generic code where ten 1,000 ones would not."""
 
 
 @dataclass
@@ -213,6 +221,8 @@ def instructions(sizes: dict[int, int]) -> dict[int, tuple[float, float]] | str:
     (`_COUNTED`), over as many placing passes as the largest size takes once and
     `COUNTED_STEADY` times as many steady ones (so that the spread between processes alike,
     `SPREAD`, is small beside them); or why they were not counted."""
+    from gateway_peers import Unavailable, ensure_debian  # here: the processes counted import this module
+
     try:
         valgrind = ensure_debian("valgrind", "valgrind")
     except Unavailable as e:
@@ -232,8 +242,12 @@ def instructions(sizes: dict[int, int]) -> dict[int, tuple[float, float]] | str:
 
     counted = {}
     for n, many in sizes.items():
-        base, places = count(n, many, 0, 0), max(1, max(sizes) // (n * many))
-        place, steady = count(n, many, places, 0), count(n, many, 0, COUNTED_STEADY * places)
+        places = max(1, max(sizes) // (n * many))
+        try:
+            base, place = count(n, many, 0, 0), count(n, many, places, 0)
+            steady = count(n, many, 0, COUNTED_STEADY * places)
+        except RuntimeError as e:
+            return f"not counted: {e}"
         counted[n] = ((place - base) / (many * places), (steady - base) / (COUNTED_STEADY * many * places))
     return counted
 
@@ -296,9 +310,9 @@ def main() -> None:
     runs = scale(sizes)
     print()
     print("Scale: N nodes (60% with cards) and N replicas; CPU seconds of one process, each fleet's best of")
-    print(f"{ROUNDS} placing and {ROUNDS * STEADY_RUNS} steady runs in alternation; ten fleets of 1,000 drawn alike")
-    print("(seeds 1000-1009), their seconds summed: as many")
-    print("nodes and replicas as the 10,000 one, of the same mix, so linear growth is the same time on both rows")
+    print(f"{ROUNDS} placing and {ROUNDS * STEADY_RUNS} steady runs ({ROUNDS} rounds, the fleets in turn); ten")
+    print("fleets of 1,000 drawn alike (seeds 1000-1009), their seconds summed: as many nodes and replicas")
+    print("as the 10,000 one, of the same mix, so linear growth is the same time on both rows")
     head = f"{'fleets':>7}{'place all s':>13}{'us/replica':>12}{'placed':>8}{'steady pass s':>15}{'us/replica':>12}"
     print(f"{'N':>6}{head}{'varied':>8}")
     each = {}
