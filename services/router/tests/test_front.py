@@ -10,6 +10,7 @@ import json
 import msgspec
 import pytest
 
+from llmgw.router.config import RouterConfig
 from llmgw.router.front import Front
 from llmgw.router.relay import Answer, Relay
 
@@ -63,9 +64,11 @@ class StandIn:
 
 
 @contextlib.asynccontextmanager
-async def front():
+async def front(most: int = 100, **limits):
+    """The front on a free port; `limits` are RouterConfig's fields for the front door."""
     stand_in = StandIn()
-    server = Front(stand_in, "127.0.0.1", 0)
+    stand_in.most = most
+    server = Front(stand_in, RouterConfig(http_port=0, **limits))
     await server.start()
     try:
         yield server, stand_in
@@ -222,3 +225,190 @@ async def test_an_upgrade_goes_to_the_app_a_trailing_slash_is_the_route_and_no_1
         status, _, body = await read_answer(reader)  # told at once, without asking for the body
         assert status == 413 and b"over 100 bytes" in body
         writer.close()
+
+
+# The front door under attack (issue 31): each case is what a hostile probe did to the router's port.
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float = 10.0) -> bytes:
+    """What the router sent until it closed the connection (fails where it stays open)."""
+    return await asyncio.wait_for(reader.read(), seconds)
+
+
+async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gap_s: float, piece: bytes) -> bytes:
+    """Send `piece` every `gap_s` until the router ends the connection; what it sent."""
+    answer = asyncio.ensure_future(closed_within(reader))
+    while not answer.done():
+        await asyncio.wait([answer], timeout=gap_s)
+        if not answer.done():
+            writer.write(piece)
+    return await answer
+
+
+async def gone(server: Front) -> None:
+    """Until the router holds no connection."""
+    for _ in range(200):
+        if not server.clients:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the router still holds {len(server.clients)} connections")
+
+
+async def test_a_head_that_does_not_arrive_in_time_is_answered_408_and_closed():
+    async with front(client_header_timeout_s=0.3) as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n")  # and never the blank line
+        answer = await trickle(reader, writer, 0.1, b"x-slow: 1\r\n")  # a byte now and then does not keep it
+        assert answer.startswith(b"HTTP/1.1 408") and b"headers did not arrive within 0.3 s" in answer
+        writer.close()
+        await gone(server)
+
+
+@pytest.mark.parametrize(("gap_s", "says"), [(0.6, b"body arrived for 0.4 s"), (0.15, b"within 0.5 s")])
+async def test_a_body_that_stalls_or_trickles_past_its_deadline_is_answered_408_and_closed(gap_s, says):
+    async with front(client_body_timeout_s=0.4, client_body_total_s=0.5) as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 50\r\n\r\n{")
+        answer = await trickle(reader, writer, gap_s, b" ")
+        assert answer.startswith(b"HTTP/1.1 408") and says in answer
+        writer.close()
+        await gone(server)
+
+
+async def test_a_header_line_that_never_ends_is_refused_as_it_arrives():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nx-long: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):  # 4 MiB of one line, never ended
+                writer.write(b"y" * 65536)
+                await writer.drain()
+        answer = await closed_within(reader)
+        assert answer.startswith(b"HTTP/1.1 431") and b"headers are too large" in answer
+        writer.close()
+
+
+async def test_a_body_announced_too_large_is_refused_at_once_without_expect():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 52428800\r\n\r\n")
+        status, headers, body = await asyncio.wait_for(read_answer(reader), 5)  # no body was sent
+        assert status == 413 and headers["connection"] == "close" and b"over 100 bytes" in body
+        writer.close()
+
+
+def chunked(path: str, pieces: list[bytes], trailer: bytes = b"", extra: bytes = b"") -> bytes:
+    head = b"POST %b HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n" % (
+        path.encode()
+    )
+    body = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in pieces)
+    return head + extra + b"\r\n" + body + b"0\r\n" + trailer + b"\r\n"
+
+
+async def test_a_trailer_never_replaces_a_header():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(chunked("/v1/completions", [b"{}"], trailer=b"content-type: text/evil\r\n"))
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["x-seen-type"], body) == (200, "application/json", b"{}")
+        writer.close()
+
+
+async def test_two_authorization_headers_are_refused():
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/v1/completions", b"{}", "authorization: Bearer a\r\nauthorization: Bearer b\r\n"))
+        status, headers, body = await read_answer(reader)
+        assert status == 400 and b"more than one authorization header" in body.lower()
+        writer.close()
+
+
+async def test_a_body_in_tiny_chunks_costs_memory_near_its_size():
+    import socket
+    import tracemalloc
+
+    size = 1 << 20
+    payload = chunked("/v1/models", [b"ab"] * (size // 2))
+
+    def send_and_read(port: int) -> bytes:  # a plain socket in a thread: the test itself allocates nothing
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(payload)
+            return sock.recv(4096)
+
+    async with front(most=2 * size) as (server, _):
+        tracemalloc.start()
+        try:
+            answer = await asyncio.to_thread(send_and_read, server.port)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert answer.startswith(b"HTTP/1.1 200")
+        # a 2-byte piece kept as its own object cost ~25x the body (the probe: 105 MB for 4 MiB)
+        assert peak < 4 * size, f"peak {peak / size:.1f}x the body"
+
+
+async def test_pipelined_requests_whose_answers_are_not_read_stop_the_router_reading():
+    many = 30000
+    async with front() as (server, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.transport.set_write_buffer_limits(high=64 * 2**20)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n" * many)  # 1 MB of requests at once
+        await asyncio.sleep(1.0)  # the router answers while it may; nothing is read here
+        (client,) = server.clients
+        assert client.transport.get_write_buffer_size() < 1 << 20, "answers piled up unread in the router"
+        assert len(client.waiting) <= 1000, "requests piled up unanswered in the router"
+        got = 0
+        while got < many:  # reading now, every one is answered: nothing lost
+            assert (await asyncio.wait_for(read_answer(reader), 10))[0] == 200
+            got += 1
+        writer.close()
+
+
+async def open_from(server: Front, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", server.port, local_addr=(source, 0))
+
+
+async def test_a_client_address_past_its_connections_sheds_its_own_oldest_idle_one():
+    async with front(max_connections=100, max_connections_per_client=3) as (server, _):
+        first = await open_from(server, "127.0.0.2")
+        others = [await open_from(server, "127.0.0.2") for _ in range(2)]
+        beside = await open_from(server, "127.0.0.3")  # another address is not touched
+        fourth = await open_from(server, "127.0.0.2")
+        assert await closed_within(first[0]) == b""  # the oldest idle one went
+        for reader, writer in [*others[1:], beside, fourth]:
+            writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert (await read_answer(reader))[0] == 200
+        for _, writer in [first, *others, beside, fourth]:
+            writer.close()
+
+
+async def test_past_the_connection_limit_the_oldest_idle_go_first_and_one_being_answered_never():
+    async with front(max_connections=4, max_connections_per_client=4) as (server, stand_in):
+        stand_in.gate = asyncio.Event()
+        streaming = await open_from(server, "127.0.0.2")
+        streaming[1].write(post("/v1/chat/completions", b"1"))
+        await streaming[0].readuntil(b"data: 1\n\n")  # being answered from here on
+        idle = [await open_from(server, f"127.0.0.{i}") for i in (3, 4, 5)]
+        newcomer = await open_from(server, "127.0.0.6")
+        assert await closed_within(idle[0][0]) == b""  # the oldest idle, not the stream
+        newcomer[1].write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await read_answer(newcomer[0]))[0] == 200
+        stand_in.gate.set()
+        assert (await streaming[0].readuntil(b"0\r\n\r\n")).endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+        for _, writer in [streaming, *idle, newcomer]:
+            writer.close()
+
+
+async def test_with_every_connection_busy_a_newcomer_is_told_503_and_closed():
+    async with front(max_connections=2, max_connections_per_client=2) as (server, stand_in):
+        stand_in.gate = asyncio.Event()
+        busy = [await open_from(server, f"127.0.0.{i}") for i in (2, 3)]
+        for reader, writer in busy:
+            writer.write(post("/v1/chat/completions", b"1"))
+            await reader.readuntil(b"data: 1\n\n")
+        newcomer = await open_from(server, "127.0.0.4")
+        answer = await closed_within(newcomer[0])
+        assert answer.startswith(b"HTTP/1.1 503") and b"connections open" in answer
+        stand_in.gate.set()
+        for _, writer in [*busy, newcomer]:
+            writer.close()

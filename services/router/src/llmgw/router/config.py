@@ -45,6 +45,21 @@ class RouterConfig(BusConfig, kw_only=True):
     """How long an engine has to answer its health probe."""
     max_body_bytes: int = 4 * 2**20
     """Larger request bodies get 413 before they are read whole."""
+    client_header_timeout_s: float = 10.0
+    """Longest a request's line and headers may take to arrive, from its first byte (408 past it,
+    then closed: nginx's client_header_timeout)."""
+    client_body_timeout_s: float = 10.0
+    """Longest a request's body may go without a byte arriving (408 past it: nginx's
+    client_body_timeout)."""
+    client_body_total_s: float = 60.0
+    """Longest a request's body may take to arrive whole, however it trickles (408 past it)."""
+    max_connections: int = 0
+    """Most client connections held at once; past it a newcomer sheds the longest idle one (or,
+    with every one being answered, gets 503). 0: half of the descriptors the process may open,
+    less a reserve for its engines, NATS and probes (each request answered holds two)."""
+    max_connections_per_client: int = 512
+    """Most connections from one client address; past it that address's longest idle one is
+    shed (behind a load balancer every client shares its address: raise this)."""
     max_n: int = 4
     """Most choices (`n`) one request may ask for."""
     max_prompts: int = 16

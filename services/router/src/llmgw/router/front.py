@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import http
+import resource
 import socket
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import httptools
 
 from llmgw.bus import HttpServer, get_logger
+from llmgw.router.config import RouterConfig
 from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, OpenAIEndpoint, request_id, response_head
 from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
 from llmgw.router.relay import Answer, Relay
@@ -28,7 +31,16 @@ __all__ = ["Front"]
 IDLE_S = 5.0
 """A kept connection idle this long is closed."""
 MOST_HEAD_BYTES = 64 * 1024
-"""A request's line and headers beyond this get 431."""
+"""A request's line and headers beyond this get 431 (counted as they arrive)."""
+SLICE = 8 * 1024
+"""Bytes are read into the parser this many at a time, so that requests pipelined behind the one
+being answered are read no further ahead than this."""
+LINGER_S = 2.0
+"""A connection refused for what its client sent is closed this long after the answer (its
+client's further bytes read and dropped meanwhile)."""
+TUNNEL_SILENT_S = 300.0
+"""A connection handed to the app's server with no byte either way for this long is closed (the
+longest operator operation, a purge, waits 150 s)."""
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -37,25 +49,98 @@ class _Request:
 
     def __init__(self, method: str, path: str, headers: dict[str, str]) -> None:
         self.method, self.path, self.headers = method, path, headers
-        self.body: list[bytes] = []
+        self.body = bytearray()
+        """What came of its body: one buffer, so a body in tiny pieces costs its size, not an
+        object a piece."""
         self.keep = True
         self.chunked = True
         """Whether its client reads chunks (HTTP/1.1); an HTTP/1.0 one gets a stream unframed,
         ended by closing the connection."""
         self.refused: ApiError | None = None
-        """Refused while it arrived (its body too large): answered so, then the connection closed."""
+        """Refused while it arrived (its body too large, its head ambiguous): answered so, then
+        the connection closed."""
 
     async def read(self) -> bytes:
         """Its body (it came whole before it was answered)."""
-        return b"".join(self.body)
+        return bytes(self.body)
+
+
+class _Seats:
+    """The client connections held, in all and per client address, and which of them are not
+    being answered (idle, or their request still arriving), longest first: the ones shed when a
+    newcomer would pass a limit. A connection being answered is never shed."""
+
+    def __init__(self, most: int, most_per_client: int) -> None:
+        self.most, self.most_per_client = most, most_per_client
+        self.held: set[_Client] = set()
+        self.per_client: dict[str, int] = {}
+        self.resting: dict[_Client, None] = {}
+        """Not being answered, in the order they came to rest (a dict keeps it)."""
+        self.resting_of: dict[str, dict[_Client, None]] = {}
+        self.shed = 0
+        """How many were shed to make room."""
+
+    def admit(self, client: _Client) -> bool:
+        """Seat a newcomer, shedding the longest resting connection of its address, then of all,
+        where it would pass a limit; False where none could be shed (every one is busy)."""
+        address = client.address
+        if self.per_client.get(address, 0) >= self.most_per_client and not self._shed(self.resting_of.get(address)):
+            return False
+        if len(self.held) >= self.most and not self._shed(self.resting):
+            return False
+        self.held.add(client)
+        self.per_client[address] = self.per_client.get(address, 0) + 1
+        self.rest(client)
+        return True
+
+    def _shed(self, resting: dict[_Client, None] | None) -> bool:
+        if not resting:
+            return False
+        victim = next(iter(resting))
+        victim.close()  # leaves its seat at once
+        self.shed += 1
+        return True
+
+    def rest(self, client: _Client) -> None:
+        """Not being answered (again), from now: the last to be shed."""
+        self.busy(client)
+        self.resting[client] = None
+        self.resting_of.setdefault(client.address, {})[client] = None
+
+    def busy(self, client: _Client) -> None:
+        """Being answered, or handed to the app's server: not shed."""
+        if self.resting.pop(client, 0) is None:
+            own = self.resting_of[client.address]
+            del own[client]
+            if not own:
+                del self.resting_of[client.address]
+
+    def leave(self, client: _Client) -> None:
+        """The connection closed (once, whoever closed it)."""
+        if client in self.held:
+            self.held.discard(client)
+            self.busy(client)
+            left = self.per_client[client.address] - 1
+            if left:
+                self.per_client[client.address] = left
+            else:
+                del self.per_client[client.address]
 
 
 class Front:
-    """Serves `endpoint`'s OpenAI routes on `host`:`port` (0: a free one); every other request's
-    connection goes to `app`'s server (uvicorn) on a private socket."""
+    """Serves `endpoint`'s OpenAI routes on the config's `http_host`:`http_port` (0: a free one);
+    every other request's connection goes to `app`'s server (uvicorn) on a private socket.
 
-    def __init__(self, endpoint: OpenAIEndpoint, host: str, port: int) -> None:
-        self.endpoint = endpoint
+    What a hostile client can hold is bounded: a request's head must come whole within
+    `client_header_timeout_s` and within `MOST_HEAD_BYTES`, its body without a pause past
+    `client_body_timeout_s` and whole within `client_body_total_s` (408 past either); requests
+    pipelined behind an answer are read no further than `SLICE` ahead and answers not read by
+    their client stop the reading; connections are limited in all and per client address, the
+    longest idle shed first."""
+
+    def __init__(self, endpoint: OpenAIEndpoint, config: RouterConfig) -> None:
+        self.endpoint, self.config = endpoint, config
+        host, port = config.http_host, config.http_port
         self.sock = socket.socket(
             socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
         )
@@ -66,7 +151,7 @@ class Front:
         self.private = str(Path(self.folder.name) / "rest.sock")
         self.rest = HttpServer(endpoint, path=self.private)
         self.server: asyncio.Server | None = None
-        self.clients: set[_Client] = set()
+        self.seats = _Seats(config.max_connections or _connections_by_descriptors(), config.max_connections_per_client)
         self.sweeper: asyncio.Task | None = None
         self.log = get_logger("router")
 
@@ -75,22 +160,30 @@ class Front:
         """Base URL of the server."""
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def clients(self) -> set[_Client]:
+        """The client connections open now."""
+        return self.seats.held
+
     async def start(self) -> None:
         """Start serving; returns once it listens."""
         await self.rest.start()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: _Client(self), sock=self.sock, backlog=1024)
         self.sweeper = loop.create_task(self._sweep())
+        self.log.info("front door", connections=self.seats.most, per_client=self.seats.most_per_client)
 
     async def _sweep(self) -> None:
-        """Close the kept connections idle for `IDLE_S`, once a second (one timer for all)."""
-        loop = asyncio.get_running_loop()
+        """End the connections past a deadline (one timer for all): kept ones idle for `IDLE_S`,
+        heads and bodies too slow (408), tunnels silent for `TUNNEL_SILENT_S`."""
+        loop, config = asyncio.get_running_loop(), self.config
+        times = (IDLE_S, config.client_header_timeout_s, config.client_body_timeout_s, config.client_body_total_s)
+        every = max(0.05, min(1.0, *times) / 3)
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(every)
             now = loop.time()
-            for client in list(self.clients):
-                if client.idle_since is not None and now - client.idle_since > IDLE_S:
-                    client.close()
+            for client in list(self.seats.held):
+                client.check(now)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop listening at once, let the requests in flight finish (for `grace_s` at most, then
@@ -114,53 +207,110 @@ class Front:
         self.folder.cleanup()
 
 
+def _connections_by_descriptors() -> int:
+    """The most client connections the descriptors allow (the soft limit raised to the hard one):
+    two for each (its own, its engine's or the app's), less a reserve for NATS, the engines'
+    health probes and the rest, so a flood never leaves the router unable to reach its engines."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(64, (soft - min(1024, soft // 4)) // 2)
+
+
 class _Client(asyncio.Protocol):
     """One client's connection: its requests answered one after another."""
 
     def __init__(self, front: Front) -> None:
-        self.front, self.endpoint = front, front.endpoint
+        self.front, self.endpoint, self.config = front, front.endpoint, front.config
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
+        self.address = ""
         self.closed = False
         self.task: asyncio.Task | None = None
         """The request being answered."""
         self.waiting: collections.deque[_Request] = collections.deque()
-        """Requests that came while another was answered (pipelined)."""
+        """Requests that came while another was answered (pipelined), at most a `SLICE` of them."""
+        self.held = b""
+        """Bytes not read into the parser yet: those behind a pipelined request (reading stops
+        while there are any)."""
         self.request: _Request | None = None
-        self.url, self.head_bytes, self.size = b"", 0, 0
+        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
+        """The head's bytes read (exact, once read) and arrived (a slice at a time); the body's."""
         self.chunk, self.raw = b"", None
-        """This read's bytes; the bytes of a request not yet known to be an OpenAI route."""
+        """This slice's bytes; the bytes of a request not yet known to be an OpenAI route."""
         self.ended_here = False
-        """A request ended in this read (one that begins after it is pipelined)."""
+        """A request ended in this slice (one that begins after it is pipelined)."""
         self.tunnel: _Tunnel | None = None
         self.writable: asyncio.Future | None = None
-        self.idle_since: float | None = None
-        """Since when it waits for a request (loop time; None: busy, or a tunnel)."""
+        self.stage = "idle"
+        """What it waits for while nothing is answered on it: 'idle' (a request), 'head' (the
+        rest of a request's head), 'body' (the rest of its body)."""
+        self.since = self.last = 0.0
+        """When the stage began; when a byte of the body last came (loop time)."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.front.clients.add(self)
-        self._idle()
+        peer = transport.get_extra_info("peername")
+        self.address = peer[0] if isinstance(peer, tuple) else str(peer)
+        self.since = asyncio.get_running_loop().time()
+        if not self.front.seats.admit(self):
+            answer = self.endpoint.refused(
+                HttpError(
+                    503,
+                    f"The router has {self.front.seats.most} connections open, every one being answered; "
+                    "try again shortly.",
+                )
+            )
+            self.closed = True
+            transport.write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.tunnel is not None:
             self.tunnel.send(data)
             return
-        self.chunk, self.ended_here = data, False
-        if self.raw is not None:
-            self.raw.append(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            pass  # an Upgrade: its connection went to the app's server when its headers came
-        except httptools.HttpParserError as exc:
-            if self.tunnel is None:
-                self._refuse(HttpError(400, f"The request is not HTTP/1.1 the router can read ({exc})."))
+        if self.held:
+            self.held += data
+        elif not self.closed:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Read `data` into the parser a `SLICE` at a time; stop (holding the rest, and reading
+        no more) once a request waits behind the one being answered."""
+        for start in range(0, len(data), SLICE):
+            piece = data[start : start + SLICE] if len(data) > SLICE else data
+            self.chunk, self.ended_here = piece, False
+            if self.raw is not None:
+                self.raw.append(piece)
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade:
+                pass  # an Upgrade: its connection went to the app's server when its headers came
+            except httptools.HttpParserError as exc:
+                if self.tunnel is None:
+                    self._refuse(HttpError(400, f"The request is not HTTP/1.1 the router can read ({exc})."))
+            if self.tunnel is not None:  # handed over in this slice: the rest is the app's too
+                if rest := data[start + SLICE :]:
+                    self.tunnel.send(rest)
+                return
+            if self.closed:
+                return
+            if self.stage == "head":  # a head still arriving is counted as it arrives
+                self.arrived += len(piece)
+                if self.arrived > MOST_HEAD_BYTES:
+                    self._refuse(HttpError(431, "The request's headers are too large."))
+                    return
+            if self.waiting and start + SLICE < len(data):
+                self.held = data[start + SLICE :]
+                self.transport.pause_reading()
+                return
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.front.clients.discard(self)
+        self.front.seats.leave(self)
         if self.task is not None:
             self.task.cancel()  # the client went away: what it waits on stops (a stream ends as 499)
         if self.tunnel is not None:
@@ -175,36 +325,41 @@ class _Client(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        self.idle_since = None
-        self.url, self.head_bytes, self.size, self.request = b"", 0, 0, _Request("", "", {})
+        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
+        self.request = _Request("", "", {})
         self.raw = None if self.ended_here or self.task is not None else [self.chunk]
+        self._stage("head")
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        self._count_head(len(url))
+        self.head_bytes += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        if self.stage != "head":
+            return  # a chunked body's trailer: never one of the request's headers
+        self.head_bytes += len(name) + len(value)
         name = name.lower()
         if name in REQUEST_HEADERS or name == b"expect":
-            self.request.headers[name.decode()] = value.decode("latin-1")
-
-    def _count_head(self, size: int) -> None:
-        """A request's line and headers may not pass `MOST_HEAD_BYTES` (431, then closed)."""
-        self.head_bytes += size
-        if self.head_bytes > MOST_HEAD_BYTES and self.tunnel is None and not self.closed:
-            self.raw = None
-            self._refuse(HttpError(431, "The request's headers are too large."))
+            headers = self.request.headers
+            key = name.decode()
+            if key == "authorization" and key in headers:
+                self.request.refused = HttpError(400, "The request has more than one Authorization header; send one.")
+                self.request.keep = False
+            headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self._stage("body")
         if self.tunnel is not None or self.closed:
+            return
+        if self.head_bytes > MOST_HEAD_BYTES:
+            self._refuse(HttpError(431, "The request's headers are too large."))
             return
         path = self.url.split(b"?", 1)[0].decode("latin-1")
         if len(path) > 1 and path.endswith("/"):
             path = path[:-1]  # /v1/models/ is /v1/models
         request = self.request
         request.method, request.path = self.parser.get_method().decode(), path
-        request.keep = self.parser.should_keep_alive()
+        request.keep = request.keep and self.parser.should_keep_alive()
         request.chunked = self.parser.get_http_version() != "1.0"
         app_s = path not in OPENAI_ROUTES or request.method not in ("GET", "POST") or self.parser.should_upgrade()
         if app_s:  # HEAD and such, and an Upgrade (h2c, websocket): the app's server answers
@@ -216,26 +371,28 @@ class _Client(asyncio.Protocol):
             return
         self.raw = None
         length = request.headers.get("content-length", "")
-        too_long = length.isdigit() and int(length) > self.endpoint.most
-        expects = request.headers.get("expect", "").lower() == "100-continue" and request.chunked
-        if expects and self.task is None:  # not while another's answer is being written
-            if too_long:  # told at once: the client has not sent the body and need not
+        if length.isdigit() and int(length) > self.endpoint.most:
+            if self.task is None:  # told at once: the client need not send the body
                 self._refuse(self._too_large())
             else:
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                request.refused, request.keep = self._too_large(), False
+        elif request.headers.get("expect", "").lower() == "100-continue" and request.chunked and self.task is None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # not while another's answer is written
 
     def on_body(self, body: bytes) -> None:
         request = self.request
+        self.last = asyncio.get_running_loop().time()
         if self.tunnel is not None or request.refused is not None:
             return
         self.size += len(body)
         if self.size > self.endpoint.most:
             request.refused = self._too_large()
-            request.keep, request.body = False, []
+            request.keep, request.body = False, bytearray()
             return
-        request.body.append(body)
+        request.body += body
 
     def on_message_complete(self) -> None:
+        self._stage("idle")
         if self.tunnel is not None or self.closed:
             return
         self.ended_here = True
@@ -243,10 +400,39 @@ class _Client(asyncio.Protocol):
             self._answer(self.request)
         else:
             self.waiting.append(self.request)
-            self.transport.pause_reading()
+
+    # deadlines
+    def _stage(self, stage: str) -> None:
+        self.stage = stage
+        self.since = self.last = asyncio.get_running_loop().time()
+
+    def check(self, now: float) -> None:
+        """End it where it is past a deadline (the sweep asks every connection)."""
+        if self.tunnel is not None:
+            if now - self.tunnel.last > TUNNEL_SILENT_S:
+                self.close()
+            return
+        if self.task is not None or self.closed:
+            return  # being answered: the engine's deadlines hold
+        config, stage = self.config, self.stage
+        if stage == "idle":
+            if now - self.since > IDLE_S:
+                self.close()
+        elif stage == "head":
+            if now - self.since > config.client_header_timeout_s:
+                self._refuse(
+                    HttpError(408, f"The request's headers did not arrive within {config.client_header_timeout_s:g} s.")
+                )
+        elif now - self.last > config.client_body_timeout_s:
+            self._refuse(
+                HttpError(408, f"Nothing of the request's body arrived for {config.client_body_timeout_s:g} s.")
+            )
+        elif now - self.since > config.client_body_total_s:
+            self._refuse(HttpError(408, f"The request's body did not arrive within {config.client_body_total_s:g} s."))
 
     # answering
     def _answer(self, request: _Request) -> None:
+        self.front.seats.busy(self)
         self.task = asyncio.get_running_loop().create_task(self._serve(request))
 
     async def _serve(self, request: _Request) -> None:
@@ -262,6 +448,8 @@ class _Client(asyncio.Protocol):
                 await self._stream(answer, rid, keep, request.chunked)
             else:
                 self._write(_head(answer, rid, keep, len(answer.body)) + answer.body)
+                if self.writable is not None:  # its client does not read: answer no more until it does
+                    await self.writable
         except asyncio.CancelledError:
             keep = False  # cut: the client went away, or the router stops
         except Exception:
@@ -270,11 +458,16 @@ class _Client(asyncio.Protocol):
         self.task = None
         if not keep or self.closed:
             self.close()
-        elif self.waiting:
-            self.transport.resume_reading()
+            return
+        self.front.seats.rest(self)
+        self.since = self.last = asyncio.get_running_loop().time()  # its clocks run from now
+        if self.waiting:
             self._answer(self.waiting.popleft())
-        else:
-            self._idle()
+        elif self.held:
+            held, self.held = self.held, b""
+            self._feed(held)
+            if not self.held and not self.closed:
+                self.transport.resume_reading()
 
     async def _stream(self, relay: Relay, rid: str, keep: bool, chunked: bool) -> None:
         """The relay in chunks (unframed where not `chunked`): its head leaves with its first
@@ -300,11 +493,18 @@ class _Client(asyncio.Protocol):
             self.transport.write(data)
 
     def _refuse(self, error: ApiError) -> None:
-        """A request that cannot be read: answered so, and the connection closed."""
-        if self.task is None and not self.closed:
+        """A request that cannot be read: answered so, and the connection closed once its client
+        has had `LINGER_S` to read that (closing at once with its bytes unread would send a reset
+        that may overtake the answer)."""
+        if self.closed:
+            return
+        if self.task is None:
             answer = self.endpoint.refused(error)
             self._write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
-        self.close()
+        self.closed = True  # what else it sends is read and dropped
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, self.close)
 
     def _too_large(self) -> BodyTooLarge:
         return BodyTooLarge(f"The request body is over {self.endpoint.most} bytes, the most this router takes.")
@@ -312,10 +512,8 @@ class _Client(asyncio.Protocol):
     def _hand_over(self) -> None:
         """This connection goes to the app's server, from this request on."""
         self.tunnel = _Tunnel(self, b"".join(self.raw))
-        self.raw, self.idle_since = None, None
-
-    def _idle(self) -> None:
-        self.idle_since = asyncio.get_running_loop().time()
+        self.raw = None
+        self.front.seats.busy(self)
 
     def _wake(self) -> None:
         if self.writable is not None and not self.writable.done():
@@ -324,8 +522,9 @@ class _Client(asyncio.Protocol):
 
     def close(self) -> None:
         """Close the connection (what is written still leaves)."""
-        if not self.closed:
-            self.closed = True
+        self.closed = True
+        if not self.transport.is_closing():
+            self.front.seats.leave(self)
             self.transport.close()
 
 
@@ -335,6 +534,8 @@ class _Tunnel(asyncio.Protocol):
     def __init__(self, client: _Client, first: bytes) -> None:
         self.client = client
         self.pending = [first]
+        self.last = asyncio.get_running_loop().time()
+        """When a byte last passed, either way."""
         self.transport: asyncio.Transport | None = None
         self.task = asyncio.get_running_loop().create_task(self._open())
 
@@ -348,6 +549,7 @@ class _Tunnel(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         """Bytes from the client."""
+        self.last = asyncio.get_running_loop().time()
         if self.transport is None:
             self.pending.append(data)
         else:
@@ -369,6 +571,7 @@ class _Tunnel(asyncio.Protocol):
         self.pending = []
 
     def data_received(self, data: bytes) -> None:
+        self.last = asyncio.get_running_loop().time()
         self.client._write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -7,6 +7,7 @@ or fail fast; one that answers brings it back. A failed request alone never take
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Callable
 
@@ -140,6 +141,11 @@ class Health:
             async with self.client.get(replica.url + "/health", timeout=self.probe_timeout) as resp:
                 why = "" if resp.status == 200 else f"/health answered {resp.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
+            if _out_of_descriptors(exc):  # the router's own trouble, not the engine's: it stays in
+                self.log.error(
+                    "the router is out of file descriptors: a health probe could not be sent", replica=replica.id
+                )
+                return
             why = described(exc) if not isinstance(exc, TimeoutError) else "no answer to /health in time"
         rid, now = replica.id, time.time()
         if not why:
@@ -159,3 +165,12 @@ class Health:
                 probed_again_in_s=self.every_s,
                 out_for_s=round(until - now, 1),
             )
+
+
+def _out_of_descriptors(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what caused it) is this process running out of file descriptors."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        exc = exc.__cause__ or getattr(exc, "os_error", None)
+    return False

@@ -101,7 +101,7 @@ class Router:
         admin = admin_api(self.accounts, ctx.nc)
         console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
-        self.http = Front(self.app, config.http_host, config.http_port)
+        self.http = Front(self.app, config)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
