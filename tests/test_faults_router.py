@@ -392,3 +392,68 @@ async def test_a_stream_its_engine_never_starts_is_tried_elsewhere_after_the_fir
     print(f"\nstreams with a stalling replica: served by {served}, took {took}s, {retried:.0f} retried elsewhere")
     assert served == {good} and retried >= 1 and max(took) < 5
     assert stalled not in ejected(world)  # slow to answer is not dead: its /health answers
+
+
+FLOODS = {
+    # scale: heads, bodies, idle connections (from how many addresses), pipelined requests, hold (s)
+    "fast": (300, 150, (700, 8), 20000, 6.0),
+    "probe": (3000, 1000, (20400, 40), 234780, 30.0),  # what the probe sent (issue 31)
+}
+
+
+@pytest.mark.parametrize("scale", ["fast", pytest.param("probe", marks=pytest.mark.chaos)])
+async def test_floods_on_the_front_door_never_take_the_model_offline(world, serve, scale):
+    """Slow heads, slow bodies, more connections than the router holds and a pipeline never read,
+    all at once from their own processes, with a steady client beside them: every one of its
+    requests is answered, the replica stays in rotation, the slow ones get 408, and what the
+    router holds for any one connection stays bounded."""
+    from floods import Steady, flood
+
+    heads, bodies, (idle, sources), pipelined, hold_s = FLOODS[scale]
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    config = base.RouterConfig(
+        http_port=0,
+        engine_secret=world.router.config.engine_secret,
+        client_header_timeout_s=2,
+        client_body_timeout_s=3,
+        client_body_total_s=4,
+        max_connections=500 if scale == "fast" else 0,  # 0: by the descriptors (9,488 at 20,000)
+        max_connections_per_client=100 if scale == "fast" else 512,
+    )
+    router = await serve(base.Router(config), base.RouterConfig())
+    await World.until(router.ready)
+    key = (await router.accounts.create_key(KeyCreate(name="steady"))).key
+    steady = Steady(router.http.url, key)
+    running = asyncio.create_task(steady.run())
+    held = {"write buffer": 0, "requests waiting": 0, "bytes held": 0, "connections": 0}
+
+    async def watch():
+        while True:
+            clients = list(router.http.clients)
+            held["connections"] = max(held["connections"], len(clients))
+            for c in clients:
+                if c.transport is not None:
+                    held["write buffer"] = max(held["write buffer"], c.transport.get_write_buffer_size())
+                held["requests waiting"] = max(held["requests waiting"], len(c.waiting))
+                held["bytes held"] = max(held["bytes held"], len(c.held))
+            await asyncio.sleep(0.2)
+
+    watching = asyncio.create_task(watch())
+    port = router.http.port
+    tallies = await asyncio.gather(
+        asyncio.to_thread(flood, "heads", port, heads, hold_s, every_s=0.5, sources=4),
+        asyncio.to_thread(flood, "bodies", port, bodies, hold_s, every_s=0.5, sources=4),
+        asyncio.to_thread(flood, "idle", port, idle, hold_s, sources=sources),
+        asyncio.to_thread(flood, "pipeline", port, pipelined, hold_s, key=key),
+    )
+    watching.cancel()
+    steady.stop()
+    await running
+    print(f"\n{scale}: steady {len(steady.answers)} asked, p99 {steady.p99_ms():.0f} ms; floods {tallies}; held {held}")
+    assert steady.answers and not steady.failed(), steady.failed()[:5]
+    assert not ejected(world) and not router.proxy.balancer.strikes
+    for tally in tallies[:3]:  # every slow or idle one ended by the router (408, or shed for a newcomer)
+        assert tally.made and tally.ended == tally.made
+    assert held["connections"] <= router.http.seats.most
+    assert held["write buffer"] < 1 << 20 and held["requests waiting"] <= 1000 and held["bytes held"] <= 1 << 18

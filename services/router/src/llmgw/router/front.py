@@ -65,24 +65,49 @@ class _Request:
         return bytes(self.body)
 
 
+class _Resting:
+    """Connections not being answered, in the order they came to rest, those never answered apart
+    (shed before any that was: a flood's fresh connections go before a client's kept one)."""
+
+    __slots__ = ("fresh", "kept")
+
+    def __init__(self) -> None:
+        self.fresh: dict[_Client, None] = {}
+        self.kept: dict[_Client, None] = {}
+
+    def add(self, client: _Client) -> None:
+        (self.kept if client.answered else self.fresh)[client] = None
+
+    def remove(self, client: _Client) -> bool:
+        """Whether it was here."""
+        return self.fresh.pop(client, 0) is None or self.kept.pop(client, 0) is None
+
+    def first(self) -> _Client | None:
+        """The one to shed first."""
+        return next(iter(self.fresh or self.kept), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.fresh or self.kept)
+
+
 class _Seats:
     """The client connections held, in all and per client address, and which of them are not
-    being answered (idle, or their request still arriving), longest first: the ones shed when a
-    newcomer would pass a limit. A connection being answered is never shed."""
+    being answered (idle, or their request still arriving): those are shed when a newcomer would
+    pass a limit, the never answered first, then the longest resting. One being answered is never
+    shed."""
 
     def __init__(self, most: int, most_per_client: int) -> None:
         self.most, self.most_per_client = most, most_per_client
         self.held: set[_Client] = set()
         self.per_client: dict[str, int] = {}
-        self.resting: dict[_Client, None] = {}
-        """Not being answered, in the order they came to rest (a dict keeps it)."""
-        self.resting_of: dict[str, dict[_Client, None]] = {}
+        self.resting = _Resting()
+        self.resting_of: dict[str, _Resting] = {}
         self.shed = 0
         """How many were shed to make room."""
 
     def admit(self, client: _Client) -> bool:
-        """Seat a newcomer, shedding the longest resting connection of its address, then of all,
-        where it would pass a limit; False where none could be shed (every one is busy)."""
+        """Seat a newcomer, shedding a resting connection of its address, then of all, where it
+        would pass a limit; False where none could be shed (every one is busy)."""
         address = client.address
         if self.per_client.get(address, 0) >= self.most_per_client and not self._shed(self.resting_of.get(address)):
             return False
@@ -93,25 +118,27 @@ class _Seats:
         self.rest(client)
         return True
 
-    def _shed(self, resting: dict[_Client, None] | None) -> bool:
-        if not resting:
+    def _shed(self, resting: _Resting | None) -> bool:
+        victim = resting.first() if resting else None
+        if victim is None:
             return False
-        victim = next(iter(resting))
         victim.close()  # leaves its seat at once
         self.shed += 1
         return True
 
     def rest(self, client: _Client) -> None:
-        """Not being answered (again), from now: the last to be shed."""
+        """Not being answered (again), from now: the last of its kind to be shed."""
         self.busy(client)
-        self.resting[client] = None
-        self.resting_of.setdefault(client.address, {})[client] = None
+        self.resting.add(client)
+        if (own := self.resting_of.get(client.address)) is None:
+            own = self.resting_of[client.address] = _Resting()
+        own.add(client)
 
     def busy(self, client: _Client) -> None:
         """Being answered, or handed to the app's server: not shed."""
-        if self.resting.pop(client, 0) is None:
+        if self.resting.remove(client):
             own = self.resting_of[client.address]
-            del own[client]
+            own.remove(client)
             if not own:
                 del self.resting_of[client.address]
 
@@ -228,6 +255,8 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.address = ""
         self.closed = False
+        self.answered = False
+        """Whether a request of its was answered (it is shed after those never answered)."""
         self.task: asyncio.Task | None = None
         """The request being answered."""
         self.waiting: collections.deque[_Request] = collections.deque()
@@ -455,7 +484,7 @@ class _Client(asyncio.Protocol):
         except Exception:
             self.front.log.exception("the router failed writing an answer", path=request.path)
             keep = False
-        self.task = None
+        self.task, self.answered = None, True
         if not keep or self.closed:
             self.close()
             return
