@@ -39,6 +39,7 @@ bench:
     python tests/bench/scheduler.py
     python tests/bench/placement.py
     python tests/bench/gateway.py
+    python tests/bench/floods.py
     python tests/bench/routing.py
     python tests/bench/first_answer.py
     python tests/bench/mirror.py
