@@ -9,7 +9,7 @@ from many machines would meet it:
 - `bodies`: a whole head with `content-length: 100000`, then one byte of body every `every_s`;
 - `idle`: connections that send nothing;
 - `pipeline`: one connection, `n` requests for /v1/models written at once and no answer read.
-Each holds on for `hold_s`, then lets go; the tally counts the connections made, those the
+Each connection holds on for `hold_s` from its opening, then lets go; the tally counts the connections made, those the
 gateway ended before then, and the statuses it answered.
 """
 
@@ -117,13 +117,15 @@ class Steady:
 
 
 # -- one flood process ------------------------------------------------------------------------------
-async def _connection(args, source: str, piece: bytes, first: bytes, tally: Tally, stop: float) -> None:
+async def _connection(args, source: str, piece: bytes, first: bytes, tally: Tally) -> None:
+    """One connection, held `hold_s` from its opening unless the gateway ends it first."""
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", args.port, local_addr=(source, 0))
     except OSError:
         tally.refused += 1
         return
     tally.made += 1
+    stop = time.monotonic() + args.hold_s
     try:
         writer.write(first)
         while (left := stop - time.monotonic()) > 0:
@@ -171,11 +173,10 @@ async def _main(args) -> Tally:
         ),
         "idle": (b"", b""),
     }[args.kind]
-    stop = time.monotonic() + args.hold_s
     sources = [f"127.0.0.{args.first + i}" for i in range(args.sources)]
     tasks = []
     for i in range(args.n):  # opened a few at a time, as a client would, not all in one burst
-        tasks.append(asyncio.create_task(_connection(args, sources[i % len(sources)], piece, first, tally, stop)))
+        tasks.append(asyncio.create_task(_connection(args, sources[i % len(sources)], piece, first, tally)))
         if i % 200 == 199:
             await asyncio.sleep(0.01)
     await asyncio.gather(*tasks)

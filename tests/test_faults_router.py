@@ -453,7 +453,9 @@ async def test_floods_on_the_front_door_never_take_the_model_offline(world, serv
     print(f"\n{scale}: steady {len(steady.answers)} asked, p99 {steady.p99_ms():.0f} ms; floods {tallies}; held {held}")
     assert steady.answers and not steady.failed(), steady.failed()[:5]
     assert not ejected(world) and not router.proxy.balancer.strikes
-    for tally in tallies[:3]:  # every slow or idle one ended by the router (408, or shed for a newcomer)
+    for tally in tallies[:2]:  # every slow one ended by the router (408, or shed for a newcomer)
         assert tally.made and tally.ended == tally.made
+    # Idle ones are not counted so: past the listen backlog the kernel completes a handshake the
+    # router never accepts, and a client that sends nothing never learns it was dropped.
     assert held["connections"] <= router.http.seats.most
     assert held["write buffer"] < 1 << 20 and held["requests waiting"] <= 1000 and held["bytes held"] <= 1 << 18

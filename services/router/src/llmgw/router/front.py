@@ -552,8 +552,8 @@ class _Client(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection (what is written still leaves)."""
         self.closed = True
+        self.front.seats.leave(self)  # at once, whatever the transport's state: a newcomer takes the seat
         if not self.transport.is_closing():
-            self.front.seats.leave(self)
             self.transport.close()
 
 
