@@ -6,12 +6,12 @@ import os
 import signal
 import time
 
-import nats.micro
 import pytest
 
 from llmgw.bus import (
     Context,
     CredentialsError,
+    add_service,
     connect,
     flushed,
     new_identity,
@@ -93,7 +93,7 @@ class AuthorizedNats:
         """Start `app` on a connection of its own with its role's credentials, the way
         `llmgw.bus.run` does: its (service, connection), its endpoints the server's once back."""
         conn = await self.connect_as(app, config)
-        service = await nats.micro.add_service(conn, name=f"llmgw-{app.name}", version=app.version)
+        service = await add_service(conn, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, conn, service))
         await flushed(conn)
         return service, conn

@@ -46,6 +46,13 @@ class Endpoint(Generic[Req, Rep]):
     """Each node's agent answers on its own subject (`llmgw.v1.agent.<node>.<name>`)."""
     every_instance: bool = False
     """Every instance answers (each in its own queue group): callers gather the replies."""
+    speaks_for: str = ""
+    """The request's field that names the asking node (`node`): the subject ends with that node
+    (`llmgw.v1.scheduler.node.register.<node>`), the server lets each agent ask only on its own,
+    and the service refuses a request whose field names another node than its subject."""
+    signed_by: str = ""
+    """The role whose key signs every request (`scheduler`): the service acts only on requests it
+    signed, for this subject and lately (llmgw.bus.Signer, Verifier)."""
 
     def group(self, node: str = "") -> str:
         """The nats.micro group (subject prefix) this endpoint is served under."""
@@ -56,8 +63,22 @@ class Endpoint(Generic[Req, Rep]):
         return f"{PREFIX}.{self.service}"
 
     def subject(self, node: str = "") -> str:
-        """The subject a request is sent on (`node` for per-node endpoints)."""
+        """The subject a request is sent on (`node` for per-node endpoints, and for those that
+        speak for a node: the asking one)."""
+        if self.speaks_for:
+            if not node:
+                raise ValueError(f"{self.service}.{self.name} speaks for a node: name the asking node")
+            return f"{self.group()}.{self.name}.{node}"
         return f"{self.group(node)}.{self.name}"
+
+    @property
+    def pattern(self) -> str:
+        """The subject for every node (`*` in the node's place): what a permission to ask it names."""
+        return self.subject("*") if self.per_node or self.speaks_for else self.subject()
+
+    def asker(self, subject: str) -> str:
+        """The node a subject of this endpoint speaks for ('' where it names none)."""
+        return subject.rsplit(".", 1)[-1] if self.speaks_for else ""
 
     @property
     def micro_name(self) -> str:

@@ -48,17 +48,26 @@ def subjects_markdown() -> str:
         "still decode it, and the engine's key is no longer in it. And a usage message (`evt.usage`)",
         "became a list of `UsageRecord`, the requests of one project and model that ended together;",
         "`llmgw.proto.usage_records` reads both, as the usage stream keeps older ones of one record.",
+        "And a node registers on a subject that names it, `node.register.<node>` (`node.register` let",
+        "any agent register any node).",
+        "",
+        "A service answers only on an inbox (a reply subject under `_INBOX.`): a request whose reply",
+        "subject is anything else is not run. A request signed by a role carries `Llmgw-Signed-At` (Unix",
+        "time) and `Llmgw-Signature` (its nkey's signature of the subject, that time and the payload's",
+        "sha256) headers; its service refuses one unsigned, signed by another key, for another subject,",
+        "seen before, or more than two minutes off.",
         "",
         "| subject | request → reply | served by | what it does |",
         "|---|---|---|---|",
     ]
     for module in _MODULES:
         for e in module.ENDPOINTS:
-            subject = e.subject("<node>") if e.per_node else e.subject()
+            subject = e.subject("<node>") if e.per_node or e.speaks_for else e.subject()
             who = (
                 "the agent of `<node>`" if e.per_node else ("every agent (gathered)" if e.every_instance else e.service)
             )
-            out.append(f"| `{subject}` | `{type_name(e.request)}` → `{type_name(e.reply)}` | {who} | {e.doc} |")
+            doc = f"{e.doc} Signed by the {e.signed_by}." if e.signed_by else e.doc
+            out.append(f"| `{subject}` | `{type_name(e.request)}` → `{type_name(e.reply)}` | {who} | {doc} |")
     out += ["", "| event | payload | from | what it says |", "|---|---|---|---|"]
     for module in _MODULES:
         for ev in getattr(module, "EVENTS", ()):

@@ -76,15 +76,35 @@ class WeightsCollect(Struct, kw_only=True):
 
 
 REPLICA_START = Endpoint(
-    "agent", "replica.start", ReplicaStart, ReplicaReport, "Run a replica on this node.", per_node=True
+    "agent",
+    "replica.start",
+    ReplicaStart,
+    ReplicaReport,
+    "Run a replica on this node.",
+    per_node=True,
+    signed_by="scheduler",
 )
 REPLICA_STOP = Endpoint(
-    "agent", "replica.stop", ReplicaStop, ReplicaReport, "Stop a replica on this node.", per_node=True
+    "agent",
+    "replica.stop",
+    ReplicaStop,
+    ReplicaReport,
+    "Stop a replica on this node.",
+    per_node=True,
+    signed_by="scheduler",
 )
 WORKER_START = Endpoint(
-    "agent", "worker.start", WorkerStart, Worker, "Run this node's RPC worker of a multi-node replica.", per_node=True
+    "agent",
+    "worker.start",
+    WorkerStart,
+    Worker,
+    "Run this node's RPC worker of a multi-node replica.",
+    per_node=True,
+    signed_by="scheduler",
 )
-WORKER_STOP = Endpoint("agent", "worker.stop", ReplicaStop, Empty, "Stop this node's RPC worker.", per_node=True)
+WORKER_STOP = Endpoint(
+    "agent", "worker.stop", ReplicaStop, Empty, "Stop this node's RPC worker.", per_node=True, signed_by="scheduler"
+)
 WEIGHTS_DELETE = Endpoint(
     "agent",
     "weights.delete",
@@ -102,7 +122,7 @@ WEIGHTS_COLLECT = Endpoint(
     every_instance=True,
 )
 ENDPOINTS = (REPLICA_START, REPLICA_STOP, WORKER_START, WORKER_STOP, WEIGHTS_DELETE, WEIGHTS_COLLECT)
-"""The endpoints every agent serves (the first four under its node's name)."""
+"""The endpoints every agent serves (the first four under its node's name, signed by the scheduler)."""
 
 HEARTBEAT = Event("node.heartbeat", Heartbeat, "A node's facts and its replicas' reports.", ("node",), "agent")
 REPLICA_CHANGED = Event(

@@ -76,7 +76,14 @@ class ReplicaList(Struct, kw_only=True):
     replicas: list[ReplicaState]
 
 
-NODE_REGISTER = Endpoint("scheduler", "node.register", NodeInfo, Empty, "A node's agent introduces itself.")
+NODE_REGISTER = Endpoint(
+    "scheduler",
+    "node.register",
+    NodeInfo,
+    Empty,
+    "A node's agent introduces itself (only on its own node's subject, naming that node).",
+    speaks_for="node",
+)
 REPLICA_LIST = Endpoint("scheduler", "replica.list", Empty, ReplicaList, "Every replica and its state.")
 NODE_LIST = Endpoint("scheduler", "node.list", Empty, NodeList, "Every node as last reported.")
 MODEL_STATUS = Endpoint("scheduler", "model.status", Empty, ModelStatusList, "How each model is doing.")

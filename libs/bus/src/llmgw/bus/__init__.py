@@ -35,13 +35,17 @@ from llmgw.bus._nats import (
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import collector_paused, delete_under, die_with_parent, free_port, meminfo_mb, write_private
-from llmgw.bus._service import Context, ServiceApp, entry_point, run
+from llmgw.bus._service import INBOX, Context, ServiceApp, add_service, answerable, entry_point, run
+from llmgw.bus._signing import SIGNATURE, SIGNED_AT, SignatureError, Signer, Verifier, public_key
 from llmgw.bus._tasks import spawn
 from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
 
 __all__ = [
     "ADMIN_PORTS",
+    "INBOX",
     "ROLES",
+    "SIGNATURE",
+    "SIGNED_AT",
     "BadRequest",
     "BusConfig",
     "BusError",
@@ -60,7 +64,12 @@ __all__ = [
     "NotFound",
     "Permissions",
     "ServiceApp",
+    "SignatureError",
+    "Signer",
     "TlsFiles",
+    "Verifier",
+    "add_service",
+    "answerable",
     "authorization_config",
     "call",
     "call_all",
@@ -83,6 +92,7 @@ __all__ = [
     "new_identity",
     "node_secret",
     "permissions",
+    "public_key",
     "read_identity",
     "request_raw",
     "run",

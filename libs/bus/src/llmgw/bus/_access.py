@@ -137,8 +137,8 @@ def _kv(bucket: str, write: bool) -> list[str]:
 
 
 def _calls(*endpoints) -> list[str]:
-    """Asking these endpoints (of any node, for per-node ones)."""
-    return [e.subject("*") if e.per_node else e.subject() for e in endpoints]
+    """Asking these endpoints (of any node, for per-node ones and those that speak for one)."""
+    return [e.pattern for e in endpoints]
 
 
 _MIRROR_ADMIN = (
@@ -200,7 +200,8 @@ def _role_publish(role: str, node: str) -> list[str]:
         return [
             agent.HEARTBEAT.subject(node),
             f"{PREFIX}.evt.replica.{node}.>",
-            *_calls(scheduler.NODE_REGISTER, mirror.FILE_STAT, mirror.FILE_WHERE),
+            scheduler.NODE_REGISTER.subject(node),  # it registers its own node only
+            *_calls(mirror.FILE_STAT, mirror.FILE_WHERE),
         ]
     if role == "ctl":
         endpoints = (
@@ -232,7 +233,8 @@ def _role_subscribe(role: str, node: str) -> list[str]:
 
 def permissions(identity: Identity) -> Permissions:
     """What `identity` may do: its role's subjects and buckets, nats.micro's discovery, and its own
-    inboxes; it may answer whoever asks it (the server allows one reply per request)."""
+    inboxes; it may answer whoever asks it (`allow_responses`: one reply per request delivered to
+    it, on the reply subject the asker named; the service runner answers only on inboxes)."""
     role, node = identity.role, identity.node
     publish = ["$JS.API.INFO", *_role_publish(role, node)]
     subscribe = [f"{inbox_prefix(identity.public)}.>", *_role_subscribe(role, node)]
@@ -249,7 +251,14 @@ def authorization_config(identities: list[Identity], unrestricted: tuple[str, ..
     """The nats-server `authorization` block that lets in only these identities, each with its
     role's permissions: part of `server_config`, and the file a cluster's servers `include`.
     `unrestricted` public keys may do anything (a break-glass identity kept offline; a test
-    harness that plays the attacker)."""
+    harness that plays the attacker).
+
+    Answers are let out by `allow_responses` (one reply per request delivered, within its reply
+    subject), not by a publish allow of `_INBOX.>`: that would let any role publish into any
+    other's inboxes, and an inbox's tokens can be guessed from one seen (nats-py's are a counter
+    and four random hex digits), so an agent asked once by the scheduler could forge the answers
+    of other nodes' agents. The server cannot limit a response to inboxes; llmgw's services do
+    (llmgw.bus.answerable)."""
     users = [f'    {{ nkey: "{public}" }}  # unrestricted' for public in unrestricted]
     for identity in identities:
         allowed = permissions(identity)

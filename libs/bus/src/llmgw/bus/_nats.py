@@ -26,6 +26,7 @@ from opentelemetry import trace
 
 from llmgw.bus._access import CredentialsError, inbox_prefix, read_identity
 from llmgw.bus._observe import get_logger, inject
+from llmgw.bus._signing import Signer
 from llmgw.proto import Endpoint, decode_json
 from llmgw.proto.errors import BusError, Internal, from_code
 
@@ -149,15 +150,18 @@ be heard yet (interest reaches a cluster's other servers a moment later; seen on
 too), and one restarting is back within it. Then it is an error."""
 
 
-async def request_raw(nc: Client, subject: str, data: bytes, timeout: float = 10.0) -> Msg:
+async def request_raw(
+    nc: Client, subject: str, data: bytes, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> Msg:
     """The reply message to raw `data` on `subject` (its headers unread: a service error is in
     them), sent again while nobody answers, NO_RESPONDERS_S at most. Where a test or tool must
-    send bytes no Struct would encode, this is the request to use, not `nc.request`."""
+    send bytes no Struct would encode, this is the request to use, not `nc.request`. `headers`
+    go with it (a signature's), beside the trace's."""
     deadline = time.monotonic() + min(NO_RESPONDERS_S, timeout)
     pause = 0.05
     while True:
         try:
-            return await nc.request(subject, data, timeout=timeout, headers=inject())
+            return await nc.request(subject, data, timeout=timeout, headers=inject(headers))
         except NoRespondersError:
             if time.monotonic() + pause > deadline:
                 raise
@@ -165,11 +169,21 @@ async def request_raw(nc: Client, subject: str, data: bytes, timeout: float = 10
             pause *= 2
 
 
-async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: type[T], timeout: float = 10.0) -> T:
-    """Send `message`, decode the reply as `reply`; a service error raises the matching BusError."""
+async def _request(
+    nc: Client,
+    subject: str,
+    message: msgspec.Struct,
+    reply: type[T],
+    timeout: float = 10.0,
+    signer: Signer | None = None,
+) -> T:
+    """Send `message` (signed by `signer`, when given), decode the reply as `reply`; a service
+    error raises the matching BusError."""
+    data = msgspec.json.encode(message)
+    signed = signer.headers(subject, data, time.time()) if signer else None
     with _tracer.start_as_current_span(f"request {subject}", kind=trace.SpanKind.CLIENT):
         try:
-            msg = await request_raw(nc, subject, msgspec.json.encode(message), timeout)
+            msg = await request_raw(nc, subject, data, timeout, signed)
         except NoRespondersError:
             raise Internal(f"nobody answers on {subject}: is that service running?") from None
         except TimeoutError:
@@ -183,10 +197,20 @@ async def _request(nc: Client, subject: str, message: msgspec.Struct, reply: typ
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
 
 
-async def call(nc: Client, endpoint: Endpoint[Req, Rep], message: Req, node: str = "", timeout: float = 10.0) -> Rep:
-    """Ask `endpoint` (of `node`, for per-node endpoints) and get its reply, typed as the endpoint
-    says; a service error raises the matching BusError."""
-    return await _request(nc, endpoint.subject(node), message, endpoint.reply, timeout)
+async def call(
+    nc: Client,
+    endpoint: Endpoint[Req, Rep],
+    message: Req,
+    node: str = "",
+    timeout: float = 10.0,
+    signer: Signer | None = None,
+) -> Rep:
+    """Ask `endpoint` (of `node`, for per-node endpoints; for one that speaks for a node, the node
+    its message names unless given) and get its reply, typed as the endpoint says; a service error
+    raises the matching BusError. `signer` signs it (an endpoint `signed_by` its role)."""
+    if endpoint.speaks_for and not node:
+        node = getattr(message, endpoint.speaks_for)
+    return await _request(nc, endpoint.subject(node), message, endpoint.reply, timeout, signer)
 
 
 async def call_all(

@@ -13,9 +13,11 @@ import msgspec
 import nats.micro
 import uvloop
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.micro.request import Request
+from nats.micro.service import ServiceConfig
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -23,10 +25,46 @@ from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._nats import connect, flushed, set_storage_replicas
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
+from llmgw.bus._signing import SignatureError, Verifier
 from llmgw.proto import Endpoint, decode_json, type_name
-from llmgw.proto.errors import BusError
+from llmgw.proto.errors import BadRequest, BusError
 
-__all__ = ["Context", "ServiceApp", "entry_point", "run"]
+__all__ = ["INBOX", "Context", "ServiceApp", "add_service", "answerable", "entry_point", "run"]
+
+INBOX = "_INBOX."
+"""Where every answer goes: an asker's inbox (each identity's are `_INBOX.<its public key>`)."""
+
+
+def answerable(reply: str) -> bool:
+    """Whether a service may answer on `reply`: an inbox, never a subject others act on (an event,
+    another service's request, a JetStream ack), which an asker could otherwise name as its reply
+    and have the service publish there under its own identity."""
+    return reply.startswith(INBOX)
+
+
+class _Service(nats.micro.Service):
+    """nats.micro's service, its discovery (PING, INFO, STATS) answered only on inboxes too."""
+
+    async def _handle_ping_request(self, msg: Msg) -> None:
+        if answerable(msg.reply):
+            await super()._handle_ping_request(msg)
+
+    async def _handle_info_request(self, msg: Msg) -> None:
+        if answerable(msg.reply):
+            await super()._handle_info_request(msg)
+
+    async def _handle_stats_request(self, msg: Msg) -> None:
+        if answerable(msg.reply):
+            await super()._handle_stats_request(msg)
+
+
+async def add_service(nc: Client, **config: Any) -> nats.micro.Service:
+    """A started nats.micro service (`nats.micro.add_service`'s settings) that answers its
+    discovery only on inboxes."""
+    service = _Service(nc, ServiceConfig(**config))
+    await service.start()
+    return service
+
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
 Req = TypeVar("Req")
@@ -69,43 +107,103 @@ class Context:
         self.started = time.time()
         self.admin_port = 0
         self._groups: dict[str, nats.micro.service.Group] = {}
-        self._unanswerable: set[str] = set()
-        """Subjects a request without a reply subject came on (each logged once)."""
+        self._unanswerable: set[tuple[str, str]] = set()
+        """(subject, what was wrong) of requests not run for their reply subject (each logged once)."""
+        self._foreign: set[str] = set()
+        """Subjects a request speaking for another node came on (each logged once)."""
 
     async def serve(
-        self, endpoint: Endpoint[Req, Rep], handler: Callable[[Req], Awaitable[Rep]], node: str = ""
+        self,
+        endpoint: Endpoint[Req, Rep],
+        handler: Callable[[Req], Awaitable[Rep]],
+        node: str = "",
+        verifier: Verifier | None = None,
     ) -> None:
         """Serve one endpoint of this service's table under its nats.micro group (`node`: for the
         agent's per-node endpoints). Endpoints every instance answers get the node's own queue
-        group, so each instance answers; the rest share one queue (a request goes to one)."""
+        group, so each instance answers; the rest share one queue (a request goes to one). One
+        that speaks for a node is served for every node (its subject's last token). `verifier`:
+        only requests it finds signed are run (an endpoint `signed_by` a role)."""
         group = endpoint.group(node)
         if group not in self._groups:
             self._groups[group] = self.service.add_group(name=group)
         queue = self.config.node_name() if endpoint.every_instance else None
-        serve = self._handler(endpoint.subject(node), endpoint.request, handler)
+        served = f"{endpoint.name}.*" if endpoint.speaks_for else endpoint.name
+        subject = endpoint.pattern if endpoint.speaks_for else endpoint.subject(node)  # one metrics label
+        serve = self._handler(endpoint, subject, handler, verifier)
         await self._groups[group].add_endpoint(
-            name=endpoint.micro_name, subject=endpoint.name, handler=serve, queue_group=queue
+            name=endpoint.micro_name, subject=served, handler=serve, queue_group=queue
         )
 
-    def _handler(self, subject: str, request_type: type, handler: Handler) -> Callable[[Request], Awaitable[None]]:
+    def _answerable(self, subject: str, req: Request) -> bool:
+        """Whether a request may be answered: it has a reply subject, and that is an inbox. Else it
+        is not run (nobody could learn its answer, or the answer would land where others act on
+        it): counted, and a warning the first time on each subject for each of the two."""
+        reply = req._msg.reply  # nats.micro's Request keeps its message private; only the reply is read
+        if reply and answerable(reply):
+            return True
+        why = "no_reply" if not reply else "not_inbox"
+        self._requests.labels(subject, why).inc()
+        if (subject, why) not in self._unanswerable:
+            self._unanswerable.add((subject, why))
+            if why == "no_reply":
+                self.log.warning(
+                    "request without a reply subject refused",
+                    subject=req.subject,
+                    hint="send it as a request (nats req), not a publish; later ones are counted, not logged",
+                )
+            else:
+                self.log.warning(
+                    "request whose reply subject is not an inbox refused",
+                    subject=req.subject,
+                    reply=reply[:200],
+                    hint=f"answers go only to {INBOX}...; later ones are counted, not logged",
+                )
+        return False
+
+    async def _signed(self, verifier: Verifier | None, subject: str, req: Request) -> bool:
+        """Whether a request may be run by its signature (`verifier` None: nothing is checked). One
+        not signed rightly gets a 400 saying why, and a warning each time: only the signing role
+        may send here, so a refusal is an attack or a fault."""
+        if verifier is None:
+            return True
+        try:
+            verifier.check(req.subject, req.data or b"", req.headers, time.time())
+        except SignatureError as exc:
+            self._requests.labels(subject, exc.code).inc()
+            self.log.warning("request refused: not signed rightly", subject=req.subject, why=exc.message)
+            await req.respond_error(exc.code, exc.message)
+            return False
+        return True
+
+    def _speaker(self, endpoint: Endpoint, subject: str, msg: object) -> None:
+        """Refuse (400) a request whose message speaks for another node than its subject names."""
+        named, asker = getattr(msg, endpoint.speaks_for), endpoint.asker(subject)
+        if named == asker:
+            return
+        if subject not in self._foreign:  # one per subject: the server lets only that node send here
+            self._foreign.add(subject)
+            self.log.warning("request for another node refused", subject=subject, claims=named)
+        raise BadRequest(
+            f"{type_name(endpoint.request)} on {subject} names node '{named}': a node speaks only for itself, "
+            f"on its own subject ({endpoint.subject(named or '<node>')})"
+        )
+
+    def _handler(
+        self, endpoint: Endpoint, subject: str, handler: Handler, verifier: Verifier | None
+    ) -> Callable[[Request], Awaitable[None]]:
         """`handler` as nats.micro calls it: the request decoded, the reply or the error sent back.
 
         A malformed or invalid message (JSON nested too deep among them) gets a 400 naming the
-        field; a BusError its own code; anything else a 500. A request without a reply subject is
-        not run (nobody could learn its answer): a warning the first time on each subject. The
-        service carries on in every case.
+        field, and so does one speaking for another node than its subject, or not signed rightly
+        (`_signed`); a BusError its own code; anything else a 500. A request without a reply
+        subject, or whose reply subject is not an inbox, is not run (`_answerable`). The service
+        carries on in every case.
         """
+        request_type = endpoint.request
 
         async def serve(req: Request) -> None:
-            if not req._msg.reply:  # nats.micro's Request keeps its message private; only the reply is read
-                self._requests.labels(subject, "no_reply").inc()
-                if subject not in self._unanswerable:
-                    self._unanswerable.add(subject)
-                    self.log.warning(
-                        "request without a reply subject refused",
-                        subject=req.subject,
-                        hint="send it as a request (nats req), not a publish; later ones are counted, not logged",
-                    )
+            if not self._answerable(subject, req) or not await self._signed(verifier, subject, req):
                 return
             with (
                 self._tracer.start_as_current_span(
@@ -118,6 +216,8 @@ class Context:
                 code = "200"
                 try:
                     msg = decode_json(req.data or b"{}", type=request_type)
+                    if endpoint.speaks_for:
+                        self._speaker(endpoint, req.subject, msg)
                     reply = await handler(msg)
                     await req.respond(msgspec.json.encode(reply))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -215,7 +315,7 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     port = admin.sockets[0].getsockname()[1]
     # Where Prometheus scrapes it: in nats.micro's INFO (`nats micro info llmgw-<name>`) and /info.
     metadata = {"admin": f"http://{config.admin_host}:{port}", "node": config.node_name()}
-    service = await nats.micro.add_service(
+    service = await add_service(
         nc, name=f"llmgw-{app.name}", version=app.version, description=app.description, metadata=metadata
     )
     ctx = Context(app, config, nc, service)

@@ -126,7 +126,7 @@ class NodeFacts:
                 info = self.info()
                 if not self.registered:
                     try:
-                        await call(ctx.nc, scheduler.NODE_REGISTER, info, timeout=5)
+                        await call(ctx.nc, scheduler.NODE_REGISTER, info, node=self.node, timeout=5)
                         self.registered = True
                         ctx.log.info("registered", node=self.node)
                     except BusError as exc:  # the scheduler may not be up (yet): heartbeats go on

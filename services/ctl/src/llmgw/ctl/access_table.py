@@ -27,7 +27,7 @@ def _asks(subjects: list[str]) -> list[str]:
     """The requests, with a service's whole endpoint table said in two words."""
     out, left = [], list(subjects)
     for service in _SERVICES:
-        every = [e.subject("*") if e.per_node else e.subject() for e in service.ENDPOINTS]
+        every = [e.pattern for e in service.ENDPOINTS]
         if all(s in left for s in every):
             out.append(f"every {service.__name__.rsplit('.', 1)[-1]} endpoint")
             left = [s for s in left if s not in every]
