@@ -20,7 +20,7 @@ import pytest
 from llmgw.agent import usage
 from llmgw.agent.cache import FetchError, WeightsCache
 from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import BusError, call, new_fleet_secret, node_secret, write_secret
+from llmgw.bus import BusError, Signer, call, new_fleet_secret, node_secret, read_identity, write_secret
 from llmgw.ctl.tables import replicas_table
 from llmgw.gguf import TinyLlama, write_random_llama
 from llmgw.mirror.service import Mirror, MirrorConfig
@@ -294,6 +294,8 @@ def _agent_command(nats, data_dir):
         "0.3",
         "--ports",
         "21100-21199",
+        "--scheduler-key",  # with credentials, it acts only on what the scheduler signed
+        read_identity(nats.creds("scheduler")).public,
     ]
 
 
@@ -342,12 +344,13 @@ async def test_an_agent_killed_hard_and_restarted_adopts_its_engine_no_duplicate
         replica=ReplicaSpec(id="h1", model="m", profile=profile.name, node="a"), model=model, profile=profile
     )
     agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    signer = Signer.from_creds(nats_server.creds("scheduler"))  # the harness asks as the scheduler would
     again = None
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                await call(nc, agent_api.REPLICA_START, asked, node="a")
+                await call(nc, agent_api.REPLICA_START, asked, node="a", signer=signer)
                 break
             except Exception:
                 assert time.monotonic() < deadline, "the agent never answered"
@@ -364,7 +367,7 @@ async def test_an_agent_killed_hard_and_restarted_adopts_its_engine_no_duplicate
         beat = await _beat_reporting(nc, "h1")
         adopted = next(r for r in beat.replicas if r.id == "h1")
         assert adopted.url == url and [p.pid for p in _engines(tmp_path)] == [engine.pid]  # the same one, no other
-        report = await call(nc, agent_api.REPLICA_START, asked, node="a")  # asked again: never started twice
+        report = await call(nc, agent_api.REPLICA_START, asked, node="a", signer=signer)  # never started twice
         assert report.state == "ready" and [p.pid for p in _engines(tmp_path)] == [engine.pid]
         print(f"engine {engine.pid} served through its agent's death; the restarted agent adopted it at {url}")
         again.terminate()  # a clean stop stops its engines: nothing is orphaned

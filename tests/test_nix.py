@@ -256,6 +256,15 @@ def test_the_router_gets_its_engine_secret_from_systemd_and_passes_it_on():
 
 
 @needs_nix
+def test_the_agent_gets_the_schedulers_public_key_from_systemd_and_passes_it_on():
+    got = _unit("agent", enable=True, schedulerKeyFile="/etc/llmgw/creds/scheduler.pub")
+    sc = got["config"]["systemd"]["services"]["llmgw-agent"]["serviceConfig"]
+    assert sc["LoadCredential"] == ["scheduler.pub:/etc/llmgw/creds/scheduler.pub"]
+    assert " --scheduler-key %d/scheduler.pub" in sc["ExecStart"]
+    assert "--scheduler-key" not in _exec_start(_unit("router", enable=True), "router")
+
+
+@needs_nix
 def test_the_mirror_gets_its_hub_token_from_systemd_never_from_the_nix_store():
     got = _unit("mirror", enable=True, hubTokenFile="/etc/llmgw/creds/hf.token")
     sc = got["config"]["systemd"]["services"]["llmgw-mirror"]["serviceConfig"]
@@ -307,10 +316,12 @@ def test_all_nix_runs_every_service_after_nats_with_credentials_from_one_directo
     assert sorted(name for names in got["imported"] for name in names) == SERVICES
     for name in SERVICES:
         engine = {"engineSecretFile": "/etc/llmgw/creds/engine.secret"} if name in ("router", "agent") else {}
+        scheduler = {"schedulerKeyFile": "/etc/llmgw/creds/scheduler.pub"} if name == "agent" else {}
         assert got["config"]["services"]["llmgw"][name] == {
             "enable": True,
             "credentialsFile": f"/etc/llmgw/creds/{name}.nk",
             **engine,
+            **scheduler,
         }
         unit = got["config"]["systemd"]["services"][f"llmgw-{name}"]
         assert unit["after"] == unit["wants"] == ["nats.service"]

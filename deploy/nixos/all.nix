@@ -5,8 +5,9 @@
 # seed file in that directory named after its role: catalog.nk, scheduler.nk, mirror.nk,
 # router.nk, and agent.nk, this node's agent identity (the one `llmgw up` names agent-<node>.nk);
 # root's, 0600, never in the Nix store; the router and the agent also read engine.secret there
-# (`llmgw access write` makes engine-fleet.secret for the router, engine-<node>.secret per node). One service's file can still be set apart:
-# services.llmgw.<name>.credentialsFile.
+# (`llmgw access write` makes engine-fleet.secret for the router, engine-<node>.secret per node),
+# and the agent scheduler.pub, the scheduler's public key (it acts only on starts and stops the
+# scheduler signed). One service's file can still be set apart: services.llmgw.<name>.credentialsFile.
 flake:
 { config, lib, ... }:
 let
@@ -32,6 +33,8 @@ in
     } // lib.optionalAttrs (name == "router" || name == "agent") {
       # engine-fleet.secret (router) or this node's engine-<node>.secret (agent), as engine.secret
       engineSecretFile = lib.mkIf (dir != null) (lib.mkDefault "${dir}/engine.secret");
+    } // lib.optionalAttrs (name == "agent") {
+      schedulerKeyFile = lib.mkIf (dir != null) (lib.mkDefault "${dir}/scheduler.pub");
     });
     systemd.services = lib.mkIf config.services.nats.enable (
       lib.genAttrs (map (name: "llmgw-${name}") services) (_: {

@@ -96,6 +96,17 @@ in
       description = "The config file the unit runs with.";
     };
   } // lib.optionalAttrs (name == "agent") {
+    schedulerKeyFile = lib.mkOption {
+      type = lib.types.nullOr (lib.types.strMatching "/.+");
+      default = null;
+      example = "/etc/llmgw/creds/scheduler.pub";
+      description = ''
+        The scheduler's public key (scheduler.pub from `llmgw access write`): the agent starts and
+        stops engines only on requests the scheduler signed. Passed as `--scheduler-key` through
+        LoadCredential=. Needed with credentialsFile (the agent refuses to start without it); it is
+        public, so `settings.scheduler_key = "U..."` does as well.
+      '';
+    };
     llamaCpp = lib.mkOption {
       type = lib.types.package;
       default = pkgs.llama-cpp.override { rpcSupport = true; };
@@ -130,6 +141,7 @@ in
           ++ lib.optional (cfg.credentialsFile != null) "--creds %d/nats.nk"
           ++ lib.optional (cfg.engineSecretFile != null) "--engine-secret %d/engine.secret"
           ++ lib.optional (cfg.hubTokenFile != null) "--token-file %d/hf.token"
+          ++ lib.optional (cfg.schedulerKeyFile or null != null) "--scheduler-key %d/scheduler.pub"
           ++ lib.optional (cfg.extraFlags != [ ]) (utils.escapeSystemdExecArgs cfg.extraFlags)
         );
         User = unit;
@@ -151,7 +163,8 @@ in
         LoadCredential =
           lib.optional (cfg.credentialsFile != null) "nats.nk:${cfg.credentialsFile}"
           ++ lib.optional (cfg.engineSecretFile != null) "engine.secret:${cfg.engineSecretFile}"
-          ++ lib.optional (cfg.hubTokenFile != null) "hf.token:${cfg.hubTokenFile}";
+          ++ lib.optional (cfg.hubTokenFile != null) "hf.token:${cfg.hubTokenFile}"
+          ++ lib.optional (cfg.schedulerKeyFile or null != null) "scheduler.pub:${cfg.schedulerKeyFile}";
       };
     };
   };

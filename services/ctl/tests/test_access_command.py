@@ -53,7 +53,10 @@ def test_the_access_command_writes_every_identity_readable_by_its_owner_alone(tm
     assert _write(tmp_path, "gpu-1", "gpu-2") == 0
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "creds").iterdir()}
     engine = {"engine-fleet.secret", "engine-gpu-1.secret", "engine-gpu-2.secret"}
-    assert modes == dict.fromkeys(SERVICES | {"agent-gpu-1.nk", "agent-gpu-2.nk"} | engine, 0o600)
+    assert modes == dict.fromkeys(SERVICES | {"agent-gpu-1.nk", "agent-gpu-2.nk"} | engine, 0o600) | {
+        "scheduler.pub": 0o644  # public: every agent checks the scheduler's signature with it
+    }
+    assert (tmp_path / "creds" / "scheduler.pub").read_text() == _publics(tmp_path)["scheduler.nk"] + "\n"
     conf = _authorization(tmp_path)
     assert "\nauthorization {\n" in conf
     assert all(f'nkey: "{public}"' in conf for public in _publics(tmp_path).values())

@@ -58,3 +58,17 @@ def test_an_agent_whose_engines_listen_off_the_loopback_needs_its_engine_secret(
     out = done.stdout + done.stderr
     assert done.returncode == 2 and "keys anyone can work out" in out and "engine-<node>.secret" in out, out
     assert "Traceback" not in out
+
+
+def test_an_agent_with_credentials_but_no_scheduler_key_is_one_line_and_exit_2(tmp_path):
+    from llmgw.bus import new_identity, write_identity
+
+    write_identity(tmp_path / "agent.nk", new_identity("agent", "n"))
+    common = ("--data-dir", str(tmp_path), "--nats-url", "nats://127.0.0.1:1", "--creds", str(tmp_path / "agent.nk"))
+    done = _service("agent", *common)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "scheduler_key is not set" in out and "scheduler.pub" in out, out
+    assert "Traceback" not in out
+    done = _service("agent", *common, "--scheduler-key", str(tmp_path / "none.pub"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "none.pub" in out and "No such file" in out, out

@@ -20,6 +20,10 @@ class AgentConfig(BusConfig, kw_only=True):
     """File with the secret engines' keys are worked out from (this node's own, `engine-<node>.secret`; `llmgw up` and
     `llmgw access write` make it); empty: keys anyone who reads a replica's id can work out, for one
     machine with its engines on the loopback only. See llmgw.bus.EngineKeys."""
+    scheduler_key: str = ""
+    """The scheduler's public nkey (U..., 56 characters) or a file holding it (`llmgw access write`
+    writes creds/scheduler.pub; `llmgw up` passes it): engines are started and stopped only on
+    requests it signed. Needed whenever `creds` is set; empty without credentials: nothing checked."""
     cache_dir: str = ""
     """Where weights are kept on this node (default: <data_dir>/agent/cache)."""
     llama_server: str = ""

@@ -18,10 +18,34 @@ from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.workers import Workers
-from llmgw.bus import ConfigError, Context, EngineKeys, EngineSecretError, entry_point, find_llamacpp
+from llmgw.bus import (
+    ConfigError,
+    Context,
+    CredentialsError,
+    EngineKeys,
+    EngineSecretError,
+    Verifier,
+    entry_point,
+    find_llamacpp,
+    public_key,
+)
 from llmgw.proto import WeightsCollect, WeightsDelete, WeightsDeleted, agent
 
 __all__ = ["Agent", "AgentConfig", "main"]
+
+
+def _scheduler(config: AgentConfig) -> Verifier | None:
+    """What checks that a start or stop comes from the scheduler: its public key's verifier. None
+    only where NATS has no credentials (one machine, tests): then nothing is checked."""
+    if config.scheduler_key:
+        return Verifier(public_key(config.scheduler_key))
+    if config.creds:
+        raise CredentialsError(
+            "scheduler_key is not set: give this agent the scheduler's public key (`llmgw access write` "
+            "writes creds/scheduler.pub; --scheduler-key FILE or LLMGW_SCHEDULER_KEY), so that only the "
+            "scheduler can start and stop engines here"
+        )
+    return None
 
 
 def _loopback(address: str) -> bool:
@@ -66,6 +90,8 @@ class Agent:
                 f"engines would listen on {config.address} with keys anyone can work out: give this agent "
                 "its node's engine secret (engine_secret; `llmgw access write` makes engine-<node>.secret)"
             )
+        self.scheduler = _scheduler(config)  # before connecting too: a missing key starts nothing
+        """Checks the scheduler's signature on every start and stop (None: nothing is checked)."""
         self.replicas = Replicas(self.facts, self.supervisor, self.room, self.weights, keys)
         self.workers = Workers(self.facts, self.supervisor, self.room)
         self.ctx: Context | None = None
@@ -86,10 +112,16 @@ class Agent:
         for engine in left:  # before the first heartbeat, which reports them as they are
             said = await self.replicas.adopt(engine)
             ctx.log.warning("an engine a previous agent left", replica=engine.name, pid=engine.pid, what=said)
-        await ctx.serve(agent.REPLICA_START, self.replicas.start, node=self.node)
-        await ctx.serve(agent.REPLICA_STOP, self.replicas.stop, node=self.node)
-        await ctx.serve(agent.WORKER_START, self.workers.start, node=self.node)
-        await ctx.serve(agent.WORKER_STOP, self.workers.stop, node=self.node)
+        if self.scheduler is None:
+            ctx.log.warning("no scheduler_key: starts and stops are not checked for the scheduler's signature")
+        signed = {
+            agent.REPLICA_START: self.replicas.start,
+            agent.REPLICA_STOP: self.replicas.stop,
+            agent.WORKER_START: self.workers.start,
+            agent.WORKER_STOP: self.workers.stop,
+        }
+        for endpoint, handler in signed.items():
+            await ctx.serve(endpoint, handler, node=self.node, verifier=self.scheduler)
         await ctx.serve(agent.WEIGHTS_DELETE, self.delete_weights)
         await ctx.serve(agent.WEIGHTS_COLLECT, self.collect_weights)
         self.tasks += self.facts.start(ctx, self._work)

@@ -2,9 +2,10 @@
 
 `llmgw access write DIR --node NAME ...` keeps one nkey seed per service, per agent node and for
 the operator in DIR/creds (0600; those already there are kept, so a second run changes no one's
-key, and the nodes written before stay in), and writes DIR/nats/authorization.conf, the block every
-cluster server `include`s: public keys and permissions, no secret. `llmgw access table` prints who
-may do what (docs/security.md shows it).
+key, and the nodes written before stay in), the scheduler's public key for the agents
+(DIR/creds/scheduler.pub: they act only on starts and stops it signed), and writes
+DIR/nats/authorization.conf, the block every cluster server `include`s: public keys and
+permissions, no secret. `llmgw access table` prints who may do what (docs/security.md shows it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "engine_secret_file",
     "ensure_engine_secrets",
     "ensure_identities",
+    "scheduler_key_file",
     "write_access",
 ]
 
@@ -44,8 +46,9 @@ NEXT_STEPS = """\
 next:
   every NATS server: {conf} beside its cluster.conf (/etc/nats/), then `nats-server --signal reload`
   each service's machine: its seed as /etc/llmgw/creds/<role>.nk (root's, 0600)
-  each agent node: {creds}/agent-<node>.nk as /etc/llmgw/creds/agent.nk on that node, and
-    {creds}/engine-<node>.secret as /etc/llmgw/creds/engine.secret (its engine_secret)
+  each agent node: {creds}/agent-<node>.nk as /etc/llmgw/creds/agent.nk on that node,
+    {creds}/engine-<node>.secret as /etc/llmgw/creds/engine.secret (its engine_secret), and
+    {creds}/scheduler.pub as /etc/llmgw/creds/scheduler.pub (its scheduler_key: public)
   the router's machine: {creds}/engine-fleet.secret as /etc/llmgw/creds/engine.secret
   the operator: `llmgw ctl --creds {creds}/ctl.nk` (or LLMGW_CREDS); see docs/security.md"""
 
@@ -55,9 +58,16 @@ def _file(folder: Path, role: str, node: str = "") -> Path:
     return folder / (f"agent-{node}.nk" if node else f"{role}.nk")
 
 
+def scheduler_key_file(folder: Path) -> Path:
+    """Where the scheduler's public key is kept for the agents (their `scheduler_key`)."""
+    return folder / "scheduler.pub"
+
+
 def ensure_identities(folder: Path, wanted: list[tuple[str, str]]) -> list[tuple[Identity, Path, bool]]:
     """Each (role, node) wanted: read from its seed file in `folder`, or made and written (0600) when
-    there is none; with its file and whether it is new. A kept file is made 0600 again."""
+    there is none; with its file and whether it is new. A kept file is made 0600 again. The
+    scheduler's public key goes beside them (`scheduler_key_file`, 0644: the agents check its
+    signature with it)."""
     out = []
     for role, node in wanted:
         path = _file(folder, role, node)
@@ -68,6 +78,11 @@ def ensure_identities(folder: Path, wanted: list[tuple[str, str]]) -> list[tuple
         else:
             identity = read_identity(path, role, node)
             path.chmod(0o600)
+        if role == "scheduler":
+            public = scheduler_key_file(folder)
+            if not public.exists() or public.read_text().strip() != identity.public:
+                public.write_text(identity.public + "\n")
+            public.chmod(0o644)
         out.append((identity, path, new))
     return out
 
@@ -160,6 +175,8 @@ def _write(args: argparse.Namespace) -> int:
     for path, new in secrets:
         whose = "the router's" if path.stem.endswith("fleet") else "its node's agent's"
         print(f"{'new ' if new else 'kept'}  {path}  (engine keys: {whose})")
+    public = scheduler_key_file(Path(args.dir) / "creds")
+    print(f"pub   {public}  (the scheduler's public key: every agent's scheduler_key)")
     print(f"wrote {conf}: these {len(written)} identities may sign in, each with its role's permissions")
     print(NEXT_STEPS.format(conf=conf, creds=Path(args.dir) / "creds"))
     return 0

@@ -32,7 +32,7 @@ from llmgw.bus import (
     server_config,
     start_nats_server,
 )
-from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities
+from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities, scheduler_key_file
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, how_it_ended
 from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
@@ -276,7 +276,14 @@ def up(opts: UpOptions) -> int:
                 "--engine-secret",
                 str(engine_secret_file(home / "creds")),
             ],
-            "agent": ["--membw-delay-max-s", "3", "--engine-secret", str(engine_secret_file(home / "creds", node))],
+            "agent": [
+                "--membw-delay-max-s",
+                "3",
+                "--engine-secret",
+                str(engine_secret_file(home / "creds", node)),
+                "--scheduler-key",  # it acts only on starts and stops the scheduler signed
+                str(scheduler_key_file(home / "creds")),
+            ],
             "scheduler": ["--drain-s", "2"],
             "mirror": ["--config", str(mirror_toml)],
         }

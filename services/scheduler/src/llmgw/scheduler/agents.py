@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 import msgspec
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, call, spawn
+from llmgw.bus import BusError, Signer, call, spawn
 from llmgw.proto import Model, Profile, ReplicaReport, ReplicaStart, ReplicaState, ReplicaStop, WorkerStart, agent
 from llmgw.scheduler.core import AgentStop, Stop, spec_of
 from llmgw.scheduler.inbox import Inbox, Stopped, WorkersUp
@@ -25,8 +25,10 @@ __all__ = ["Agents"]
 class Agents:
     """The scheduler's side of the agent contract (`llmgw.proto.agent`)."""
 
-    def __init__(self, nc: Client, inbox: Inbox, log) -> None:
+    def __init__(self, nc: Client, inbox: Inbox, log, signer: Signer | None = None) -> None:
         self.nc, self.inbox, self.log = nc, inbox, log
+        self.signer = signer
+        """Signs every ask (an agent acts only on the scheduler's signature); None without credentials."""
         self.tasks: set[asyncio.Task] = set()
         """Asks in flight (drains in their grace among them)."""
         self.asking: set[AgentStop] = set()
@@ -56,7 +58,7 @@ class Agents:
     async def _ask(self, endpoint, message, node: str) -> object | None:
         """An agent's answer, or None when it could not be had, for whatever reason (logged)."""
         try:
-            return await call(self.nc, endpoint, message, node=node)
+            return await call(self.nc, endpoint, message, node=node, signer=self.signer)
         except Exception as exc:
             self.log.warning("agent did not answer", subject=endpoint.subject(node), error=_why(exc))
             return None
@@ -92,13 +94,24 @@ class Agents:
             if spec.workers:
                 asked = WorkerStart(replica=spec, model=model, profile=profile)
                 workers = [
-                    await call(self.nc, agent.WORKER_START, asked, node=w.node, timeout=profile.startup_timeout_s)
+                    await call(
+                        self.nc,
+                        agent.WORKER_START,
+                        asked,
+                        node=w.node,
+                        timeout=profile.startup_timeout_s,
+                        signer=self.signer,
+                    )
                     for w in spec.workers
                 ]
                 spec = msgspec.structs.replace(spec, workers=workers)
                 self.inbox.put(WorkersUp(id=spec.id, workers=workers))
             report = await call(
-                self.nc, agent.REPLICA_START, ReplicaStart(replica=spec, model=model, profile=profile), node=spec.node
+                self.nc,
+                agent.REPLICA_START,
+                ReplicaStart(replica=spec, model=model, profile=profile),
+                node=spec.node,
+                signer=self.signer,
             )
         except Exception as exc:  # refused, unanswered, or the ask itself broke: never left pending
             report = ReplicaReport(

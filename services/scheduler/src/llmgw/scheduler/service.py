@@ -17,7 +17,7 @@ from typing import Annotated
 import httpx
 import msgspec
 
-from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, call, entry_point, kv_bucket
+from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, Signer, call, entry_point, kv_bucket
 from llmgw.gguf import GGUFError, read_model
 from llmgw.modelplan import Shape, shape_from_gguf
 from llmgw.proto import (
@@ -86,6 +86,8 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
+        self.signer = Signer.from_creds(config.creds) if config.creds else None
+        """Signs what it asks agents (they act only on its signature); its NATS identity's nkey."""
         self.nodes: dict[str, NodeView] = {}
         """The inventory: every node as its last heartbeat (or registration) said."""
         self.hearing = Hearing()
@@ -129,7 +131,7 @@ class Scheduler:
         self.lease = Lease(lease_kv, self.instance, self.config.lease_s, log)
         self.catalog = await KvTable.open(js, BUCKETS["catalog"], CatalogRecord, history=5)
         self.demand = await KvTable.open(js, BUCKETS["demand"], Demand)
-        self.agents = Agents(ctx.nc, self.inbox, log)
+        self.agents = Agents(ctx.nc, self.inbox, log, self.signer)
         self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log, self._listen)
         await ctx.serve(scheduler_api.NODE_REGISTER, self.register)
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
