@@ -188,7 +188,7 @@ async def test_a_client_leaving_mid_stream_closes_its_relay():
 
 
 async def test_a_kept_connection_left_idle_is_closed(monkeypatch):
-    monkeypatch.setattr("llmgw.router.front.IDLE_S", 0.2)
+    monkeypatch.setattr("llmgw.router.connection.IDLE_S", 0.2)
     async with front() as (server, _):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(post("/v1/completions", b"{}"))
@@ -366,37 +366,6 @@ async def test_pipelined_requests_whose_answers_are_not_read_stop_the_router_rea
 
 async def open_from(server: Front, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", server.port, local_addr=(source, 0))
-
-
-async def test_a_client_address_past_its_connections_sheds_its_own_oldest_idle_one():
-    async with front(max_connections=100, max_connections_per_client=3) as (server, _):
-        first = await open_from(server, "127.0.0.2")
-        others = [await open_from(server, "127.0.0.2") for _ in range(2)]
-        beside = await open_from(server, "127.0.0.3")  # another address is not touched
-        fourth = await open_from(server, "127.0.0.2")
-        assert await closed_within(first[0]) == b""  # the oldest idle one went
-        for reader, writer in [*others[1:], beside, fourth]:
-            writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
-            assert (await read_answer(reader))[0] == 200
-        for _, writer in [first, *others, beside, fourth]:
-            writer.close()
-
-
-async def test_past_the_connection_limit_the_oldest_idle_go_first_and_one_being_answered_never():
-    async with front(max_connections=4, max_connections_per_client=4) as (server, stand_in):
-        stand_in.gate = asyncio.Event()
-        streaming = await open_from(server, "127.0.0.2")
-        streaming[1].write(post("/v1/chat/completions", b"1"))
-        await streaming[0].readuntil(b"data: 1\n\n")  # being answered from here on
-        idle = [await open_from(server, f"127.0.0.{i}") for i in (3, 4, 5)]
-        newcomer = await open_from(server, "127.0.0.6")
-        assert await closed_within(idle[0][0]) == b""  # the oldest idle, not the stream
-        newcomer[1].write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
-        assert (await read_answer(newcomer[0]))[0] == 200
-        stand_in.gate.set()
-        assert (await streaming[0].readuntil(b"0\r\n\r\n")).endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
-        for _, writer in [streaming, *idle, newcomer]:
-            writer.close()
 
 
 async def test_with_every_connection_busy_a_newcomer_is_told_503_and_closed():

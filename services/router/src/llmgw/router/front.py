@@ -10,148 +10,20 @@ client goes away."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import http
 import resource
 import socket
 import tempfile
 from pathlib import Path
 
-import httptools
-
 from llmgw.bus import HttpServer, get_logger
+from llmgw.router import connection
 from llmgw.router.config import RouterConfig
-from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, OpenAIEndpoint, request_id, response_head
-from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.connection import Client
+from llmgw.router.endpoint import OpenAIEndpoint
+from llmgw.router.seats import Seats
 
 __all__ = ["Front"]
-
-IDLE_S = 5.0
-"""A kept connection idle this long is closed."""
-MOST_HEAD_BYTES = 64 * 1024
-"""A request's line and headers beyond this get 431 (counted as they arrive)."""
-SLICE = 8 * 1024
-"""Bytes are read into the parser this many at a time, so that requests pipelined behind the one
-being answered are read no further ahead than this."""
-LINGER_S = 2.0
-"""A connection refused for what its client sent is closed this long after the answer (its
-client's further bytes read and dropped meanwhile)."""
-TUNNEL_SILENT_S = 300.0
-"""A connection handed to the app's server with no byte either way for this long is closed (the
-longest operator operation, a purge, waits 150 s)."""
-_DONE = b"data: [DONE]\n\n"
-
-
-class _Request:
-    __slots__ = ("body", "chunked", "headers", "keep", "method", "path", "refused")
-
-    def __init__(self, method: str, path: str, headers: dict[str, str]) -> None:
-        self.method, self.path, self.headers = method, path, headers
-        self.body = bytearray()
-        """What came of its body: one buffer, so a body in tiny pieces costs its size, not an
-        object a piece."""
-        self.keep = True
-        self.chunked = True
-        """Whether its client reads chunks (HTTP/1.1); an HTTP/1.0 one gets a stream unframed,
-        ended by closing the connection."""
-        self.refused: ApiError | None = None
-        """Refused while it arrived (its body too large, its head ambiguous): answered so, then
-        the connection closed."""
-
-    async def read(self) -> bytes:
-        """Its body (it came whole before it was answered)."""
-        return bytes(self.body)
-
-
-class _Resting:
-    """Connections not being answered, in the order they came to rest, those never answered apart
-    (shed before any that was: a flood's fresh connections go before a client's kept one)."""
-
-    __slots__ = ("fresh", "kept")
-
-    def __init__(self) -> None:
-        self.fresh: dict[_Client, None] = {}
-        self.kept: dict[_Client, None] = {}
-
-    def add(self, client: _Client) -> None:
-        (self.kept if client.answered else self.fresh)[client] = None
-
-    def remove(self, client: _Client) -> bool:
-        """Whether it was here."""
-        return self.fresh.pop(client, 0) is None or self.kept.pop(client, 0) is None
-
-    def first(self) -> _Client | None:
-        """The one to shed first."""
-        return next(iter(self.fresh or self.kept), None)
-
-    def __bool__(self) -> bool:
-        return bool(self.fresh or self.kept)
-
-
-class _Seats:
-    """The client connections held, in all and per client address, and which of them are not
-    being answered (idle, or their request still arriving): those are shed when a newcomer would
-    pass a limit, the never answered first, then the longest resting. One being answered is never
-    shed."""
-
-    def __init__(self, most: int, most_per_client: int) -> None:
-        self.most, self.most_per_client = most, most_per_client
-        self.held: set[_Client] = set()
-        self.per_client: dict[str, int] = {}
-        self.resting = _Resting()
-        self.resting_of: dict[str, _Resting] = {}
-        self.shed = 0
-        """How many were shed to make room."""
-
-    def admit(self, client: _Client) -> bool:
-        """Seat a newcomer, shedding a resting connection of its address, then of all, where it
-        would pass a limit; False where none could be shed (every one is busy)."""
-        address = client.address
-        if self.per_client.get(address, 0) >= self.most_per_client and not self._shed(self.resting_of.get(address)):
-            return False
-        if len(self.held) >= self.most and not self._shed(self.resting):
-            return False
-        self.held.add(client)
-        self.per_client[address] = self.per_client.get(address, 0) + 1
-        self.rest(client)
-        return True
-
-    def _shed(self, resting: _Resting | None) -> bool:
-        victim = resting.first() if resting else None
-        if victim is None:
-            return False
-        victim.close()  # leaves its seat at once
-        self.shed += 1
-        return True
-
-    def rest(self, client: _Client) -> None:
-        """Not being answered (again), from now: the last of its kind to be shed."""
-        self.busy(client)
-        self.resting.add(client)
-        if (own := self.resting_of.get(client.address)) is None:
-            own = self.resting_of[client.address] = _Resting()
-        own.add(client)
-
-    def busy(self, client: _Client) -> None:
-        """Being answered, or handed to the app's server: not shed."""
-        if self.resting.remove(client):
-            own = self.resting_of[client.address]
-            own.remove(client)
-            if not own:
-                del self.resting_of[client.address]
-
-    def leave(self, client: _Client) -> None:
-        """The connection closed (once, whoever closed it)."""
-        if client in self.held:
-            self.held.discard(client)
-            self.busy(client)
-            left = self.per_client[client.address] - 1
-            if left:
-                self.per_client[client.address] = left
-            else:
-                del self.per_client[client.address]
 
 
 class Front:
@@ -178,7 +50,7 @@ class Front:
         self.private = str(Path(self.folder.name) / "rest.sock")
         self.rest = HttpServer(endpoint, path=self.private)
         self.server: asyncio.Server | None = None
-        self.seats = _Seats(config.max_connections or _connections_by_descriptors(), config.max_connections_per_client)
+        self.seats = Seats(config.max_connections or _connections_by_descriptors(), config.max_connections_per_client)
         self.sweeper: asyncio.Task | None = None
         self.log = get_logger("router")
 
@@ -188,7 +60,7 @@ class Front:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def clients(self) -> set[_Client]:
+    def clients(self) -> set[Client]:
         """The client connections open now."""
         return self.seats.held
 
@@ -196,7 +68,7 @@ class Front:
         """Start serving; returns once it listens."""
         await self.rest.start()
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: _Client(self), sock=self.sock, backlog=1024)
+        self.server = await loop.create_server(lambda: Client(self), sock=self.sock, backlog=1024)
         self.sweeper = loop.create_task(self._sweep())
         self.log.info("front door", connections=self.seats.most, per_client=self.seats.most_per_client)
 
@@ -204,7 +76,12 @@ class Front:
         """End the connections past a deadline (one timer for all): kept ones idle for `IDLE_S`,
         heads and bodies too slow (408), tunnels silent for `TUNNEL_SILENT_S`."""
         loop, config = asyncio.get_running_loop(), self.config
-        times = (IDLE_S, config.client_header_timeout_s, config.client_body_timeout_s, config.client_body_total_s)
+        times = (
+            connection.IDLE_S,
+            config.client_header_timeout_s,
+            config.client_body_timeout_s,
+            config.client_body_total_s,
+        )
         every = max(0.05, min(1.0, *times) / 3)
         while True:
             await asyncio.sleep(every)
@@ -244,383 +121,3 @@ def _connections_by_descriptors() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return max(64, (soft - min(1024, soft // 4)) // 2)
-
-
-class _Client(asyncio.Protocol):
-    """One client's connection: its requests answered one after another."""
-
-    def __init__(self, front: Front) -> None:
-        self.front, self.endpoint, self.config = front, front.endpoint, front.config
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.address = ""
-        self.closed = False
-        self.answered = False
-        """Whether a request of its was answered (it is shed after those never answered)."""
-        self.task: asyncio.Task | None = None
-        """The request being answered."""
-        self.waiting: collections.deque[_Request] = collections.deque()
-        """Requests that came while another was answered (pipelined), at most a `SLICE` of them."""
-        self.held = b""
-        """Bytes not read into the parser yet: those behind a pipelined request (reading stops
-        while there are any)."""
-        self.request: _Request | None = None
-        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
-        """The head's bytes read (exact, once read) and arrived (a slice at a time); the body's."""
-        self.chunk, self.raw = b"", None
-        """This slice's bytes; the bytes of a request not yet known to be an OpenAI route."""
-        self.ended_here = False
-        """A request ended in this slice (one that begins after it is pipelined)."""
-        self.tunnel: _Tunnel | None = None
-        self.writable: asyncio.Future | None = None
-        self.stage = "idle"
-        """What it waits for while nothing is answered on it: 'idle' (a request), 'head' (the
-        rest of a request's head), 'body' (the rest of its body)."""
-        self.since = self.last = 0.0
-        """When the stage began; when a byte of the body last came (loop time)."""
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        self.address = peer[0] if isinstance(peer, tuple) else str(peer)
-        self.since = asyncio.get_running_loop().time()
-        if not self.front.seats.admit(self):
-            answer = self.endpoint.refused(
-                HttpError(
-                    503,
-                    f"The router has {self.front.seats.most} connections open, every one being answered; "
-                    "try again shortly.",
-                )
-            )
-            self.closed = True
-            transport.write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
-            transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        if self.tunnel is not None:
-            self.tunnel.send(data)
-            return
-        if self.held:
-            self.held += data
-        elif not self.closed:
-            self._feed(data)
-
-    def _feed(self, data: bytes) -> None:
-        """Read `data` into the parser a `SLICE` at a time; stop (holding the rest, and reading
-        no more) once a request waits behind the one being answered."""
-        for start in range(0, len(data), SLICE):
-            piece = data[start : start + SLICE] if len(data) > SLICE else data
-            self.chunk, self.ended_here = piece, False
-            if self.raw is not None:
-                self.raw.append(piece)
-            try:
-                self.parser.feed_data(piece)
-            except httptools.HttpParserUpgrade:
-                pass  # an Upgrade: its connection went to the app's server when its headers came
-            except httptools.HttpParserError as exc:
-                if self.tunnel is None:
-                    self._refuse(HttpError(400, f"The request is not HTTP/1.1 the router can read ({exc})."))
-            if self.tunnel is not None:  # handed over in this slice: the rest is the app's too
-                if rest := data[start + SLICE :]:
-                    self.tunnel.send(rest)
-                return
-            if self.closed:
-                return
-            if self.stage == "head":  # a head still arriving is counted as it arrives
-                self.arrived += len(piece)
-                if self.arrived > MOST_HEAD_BYTES:
-                    self._refuse(HttpError(431, "The request's headers are too large."))
-                    return
-            if self.waiting and start + SLICE < len(data):
-                self.held = data[start + SLICE :]
-                self.transport.pause_reading()
-                return
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.front.seats.leave(self)
-        if self.task is not None:
-            self.task.cancel()  # the client went away: what it waits on stops (a stream ends as 499)
-        if self.tunnel is not None:
-            self.tunnel.close()
-        self._wake()
-
-    def pause_writing(self) -> None:
-        self.writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        self._wake()
-
-    # httptools callbacks
-    def on_message_begin(self) -> None:
-        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
-        self.request = _Request("", "", {})
-        self.raw = None if self.ended_here or self.task is not None else [self.chunk]
-        self._stage("head")
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-        self.head_bytes += len(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self.stage != "head":
-            return  # a chunked body's trailer: never one of the request's headers
-        self.head_bytes += len(name) + len(value)
-        name = name.lower()
-        if name in REQUEST_HEADERS or name == b"expect":
-            headers = self.request.headers
-            key = name.decode()
-            if key == "authorization" and key in headers:
-                self.request.refused = HttpError(400, "The request has more than one Authorization header; send one.")
-                self.request.keep = False
-            headers[key] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self._stage("body")
-        if self.tunnel is not None or self.closed:
-            return
-        if self.head_bytes > MOST_HEAD_BYTES:
-            self._refuse(HttpError(431, "The request's headers are too large."))
-            return
-        path = self.url.split(b"?", 1)[0].decode("latin-1")
-        if len(path) > 1 and path.endswith("/"):
-            path = path[:-1]  # /v1/models/ is /v1/models
-        request = self.request
-        request.method, request.path = self.parser.get_method().decode(), path
-        request.keep = request.keep and self.parser.should_keep_alive()
-        request.chunked = self.parser.get_http_version() != "1.0"
-        app_s = path not in OPENAI_ROUTES or request.method not in ("GET", "POST") or self.parser.should_upgrade()
-        if app_s:  # HEAD and such, and an Upgrade (h2c, websocket): the app's server answers
-            if self.raw is None:  # pipelined behind another: where it begins is not known here
-                request.refused = HttpError(400, "Send requests outside /v1 on a connection of their own, unpipelined.")
-                request.keep = False
-            else:
-                self._hand_over()
-            return
-        self.raw = None
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.endpoint.most:
-            if self.task is None:  # told at once: the client need not send the body
-                self._refuse(self._too_large())
-            else:
-                request.refused, request.keep = self._too_large(), False
-        elif request.headers.get("expect", "").lower() == "100-continue" and request.chunked and self.task is None:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # not while another's answer is written
-
-    def on_body(self, body: bytes) -> None:
-        request = self.request
-        self.last = asyncio.get_running_loop().time()
-        if self.tunnel is not None or request.refused is not None:
-            return
-        self.size += len(body)
-        if self.size > self.endpoint.most:
-            request.refused = self._too_large()
-            request.keep, request.body = False, bytearray()
-            return
-        request.body += body
-
-    def on_message_complete(self) -> None:
-        self._stage("idle")
-        if self.tunnel is not None or self.closed:
-            return
-        self.ended_here = True
-        if self.task is None:
-            self._answer(self.request)
-        else:
-            self.waiting.append(self.request)
-
-    # deadlines
-    def _stage(self, stage: str) -> None:
-        self.stage = stage
-        self.since = self.last = asyncio.get_running_loop().time()
-
-    def check(self, now: float) -> None:
-        """End it where it is past a deadline (the sweep asks every connection)."""
-        if self.tunnel is not None:
-            if now - self.tunnel.last > TUNNEL_SILENT_S:
-                self.close()
-            return
-        if self.task is not None or self.closed:
-            return  # being answered: the engine's deadlines hold
-        config, stage = self.config, self.stage
-        if stage == "idle":
-            if now - self.since > IDLE_S:
-                self.close()
-        elif stage == "head":
-            if now - self.since > config.client_header_timeout_s:
-                self._refuse(
-                    HttpError(408, f"The request's headers did not arrive within {config.client_header_timeout_s:g} s.")
-                )
-        elif now - self.last > config.client_body_timeout_s:
-            self._refuse(
-                HttpError(408, f"Nothing of the request's body arrived for {config.client_body_timeout_s:g} s.")
-            )
-        elif now - self.since > config.client_body_total_s:
-            self._refuse(HttpError(408, f"The request's body did not arrive within {config.client_body_total_s:g} s."))
-
-    # answering
-    def _answer(self, request: _Request) -> None:
-        self.front.seats.busy(self)
-        self.task = asyncio.get_running_loop().create_task(self._serve(request))
-
-    async def _serve(self, request: _Request) -> None:
-        keep = request.keep
-        try:
-            rid = request.headers.get("x-request-id") or request_id()
-            if request.refused is not None:
-                answer = self.endpoint.refused(request.refused)
-            else:
-                answer = await self.endpoint.respond(request.method, request.path, request.headers, request.read, rid)
-            if isinstance(answer, Relay):
-                keep = keep and request.chunked  # unframed, a stream ends with its connection
-                await self._stream(answer, rid, keep, request.chunked)
-            else:
-                self._write(_head(answer, rid, keep, len(answer.body)) + answer.body)
-                if self.writable is not None:  # its client does not read: answer no more until it does
-                    await self.writable
-        except asyncio.CancelledError:
-            keep = False  # cut: the client went away, or the router stops
-        except Exception:
-            self.front.log.exception("the router failed writing an answer", path=request.path)
-            keep = False
-        self.task, self.answered = None, True
-        if not keep or self.closed:
-            self.close()
-            return
-        self.front.seats.rest(self)
-        self.since = self.last = asyncio.get_running_loop().time()  # its clocks run from now
-        if self.waiting:
-            self._answer(self.waiting.popleft())
-        elif self.held:
-            held, self.held = self.held, b""
-            self._feed(held)
-            if not self.held and not self.closed:
-                self.transport.resume_reading()
-
-    async def _stream(self, relay: Relay, rid: str, keep: bool, chunked: bool) -> None:
-        """The relay in chunks (unframed where not `chunked`): its head leaves with its first
-        piece, `[DONE]` with the end."""
-        head, held = _head(relay, rid, keep, None, chunked), b""
-        try:
-            async for piece in relay.chunks:
-                framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
-                out = head + held + framed if piece else head + held
-                head, held = b"", b""
-                if piece.endswith(_DONE):  # most likely the last: held to leave with the end
-                    out, held = b"", out
-                if out:
-                    self._write(out)
-                    if self.writable is not None:
-                        await self.writable
-            self._write(head + held + (b"0\r\n\r\n" if chunked else b""))
-        finally:
-            await relay.close()
-
-    def _write(self, data: bytes) -> None:
-        if not self.closed:
-            self.transport.write(data)
-
-    def _refuse(self, error: ApiError) -> None:
-        """A request that cannot be read: answered so, and the connection closed once its client
-        has had `LINGER_S` to read that (closing at once with its bytes unread would send a reset
-        that may overtake the answer)."""
-        if self.closed:
-            return
-        if self.task is None:
-            answer = self.endpoint.refused(error)
-            self._write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
-        self.closed = True  # what else it sends is read and dropped
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        asyncio.get_running_loop().call_later(LINGER_S, self.close)
-
-    def _too_large(self) -> BodyTooLarge:
-        return BodyTooLarge(f"The request body is over {self.endpoint.most} bytes, the most this router takes.")
-
-    def _hand_over(self) -> None:
-        """This connection goes to the app's server, from this request on."""
-        self.tunnel = _Tunnel(self, b"".join(self.raw))
-        self.raw = None
-        self.front.seats.busy(self)
-
-    def _wake(self) -> None:
-        if self.writable is not None and not self.writable.done():
-            self.writable.set_result(None)
-        self.writable = None
-
-    def close(self) -> None:
-        """Close the connection (what is written still leaves)."""
-        self.closed = True
-        self.front.seats.leave(self)  # at once, whatever the transport's state: a newcomer takes the seat
-        if not self.transport.is_closing():
-            self.transport.close()
-
-
-class _Tunnel(asyncio.Protocol):
-    """A client's bytes to the app's server and back, once its connection was handed over."""
-
-    def __init__(self, client: _Client, first: bytes) -> None:
-        self.client = client
-        self.pending = [first]
-        self.last = asyncio.get_running_loop().time()
-        """When a byte last passed, either way."""
-        self.transport: asyncio.Transport | None = None
-        self.task = asyncio.get_running_loop().create_task(self._open())
-
-    async def _open(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.create_unix_connection(lambda: self, self.client.front.private)
-        except OSError as exc:
-            self.client.front.log.error("the router's own app server is not there", error=str(exc))
-            self.client.close()
-
-    def send(self, data: bytes) -> None:
-        """Bytes from the client."""
-        self.last = asyncio.get_running_loop().time()
-        if self.transport is None:
-            self.pending.append(data)
-        else:
-            self.transport.write(data)
-
-    def close(self) -> None:
-        """The client went away."""
-        if self.transport is not None:
-            self.transport.close()
-        else:
-            self.task.cancel()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        if self.client.closed:
-            transport.close()
-            return
-        transport.write(b"".join(self.pending))
-        self.pending = []
-
-    def data_received(self, data: bytes) -> None:
-        self.last = asyncio.get_running_loop().time()
-        self.client._write(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.client.close()
-
-
-def _head(answer: Answer | Relay, rid: str, keep: bool, length: int | None, chunked: bool = True) -> bytes:
-    """An answer's status line and headers: its length, or chunked where it is streamed (to an
-    HTTP/1.0 client: neither, the connection's end ends it)."""
-    status = answer.status
-    lines = [b"HTTP/1.1 %d %b\r\n" % (status, _REASONS.get(status, b"Status"))]
-    lines += [b"%b: %b\r\n" % pair for pair in response_head(answer, rid)]
-    if length is not None:
-        lines.append(b"content-length: %d\r\n" % length)
-    elif chunked:
-        lines.append(b"transfer-encoding: chunked\r\n")
-    if not keep:
-        lines.append(b"connection: close\r\n")
-    lines.append(b"\r\n")
-    return b"".join(lines)
-
-
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}

@@ -1,0 +1,397 @@
+"""One client connection to the router's front (`front.py`): its requests read with httptools a
+slice at a time, answered one after another (whole or streamed), its deadlines checked when the
+front's sweep asks, and the connection handed to the app's server where a request is not an
+OpenAI route."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import http
+from typing import TYPE_CHECKING
+
+import httptools
+
+from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, request_id, response_head
+from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
+from llmgw.router.relay import Answer, Relay
+from llmgw.router.tunnel import TUNNEL_SILENT_S, Tunnel
+
+if TYPE_CHECKING:
+    from llmgw.router.front import Front
+
+__all__ = ["IDLE_S", "MOST_HEAD_BYTES", "Client"]
+
+IDLE_S = 5.0
+"""A kept connection idle this long is closed."""
+MOST_HEAD_BYTES = 64 * 1024
+"""A request's line and headers beyond this get 431 (counted as they arrive)."""
+SLICE = 8 * 1024
+"""Bytes are read into the parser this many at a time, so that requests pipelined behind the one
+being answered are read no further ahead than this."""
+LINGER_S = 2.0
+"""A connection refused for what its client sent is closed this long after the answer (its
+client's further bytes read and dropped meanwhile)."""
+_DONE = b"data: [DONE]\n\n"
+
+
+class _Request:
+    __slots__ = ("body", "chunked", "headers", "keep", "method", "path", "refused")
+
+    def __init__(self, method: str, path: str, headers: dict[str, str]) -> None:
+        self.method, self.path, self.headers = method, path, headers
+        self.body = bytearray()
+        """What came of its body: one buffer, so a body in tiny pieces costs its size, not an
+        object a piece."""
+        self.keep = True
+        self.chunked = True
+        """Whether its client reads chunks (HTTP/1.1); an HTTP/1.0 one gets a stream unframed,
+        ended by closing the connection."""
+        self.refused: ApiError | None = None
+        """Refused while it arrived (its body too large, its head ambiguous): answered so, then
+        the connection closed."""
+
+    async def read(self) -> bytes:
+        """Its body (it came whole before it was answered)."""
+        return bytes(self.body)
+
+
+class Client(asyncio.Protocol):
+    """One client's connection: its requests answered one after another."""
+
+    def __init__(self, front: Front) -> None:
+        self.front, self.endpoint, self.config = front, front.endpoint, front.config
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.address = ""
+        self.closed = False
+        self.answered = False
+        """Whether a request of its was answered (it is shed after those never answered)."""
+        self.task: asyncio.Task | None = None
+        """The request being answered."""
+        self.waiting: collections.deque[_Request] = collections.deque()
+        """Requests that came while another was answered (pipelined), at most a `SLICE` of them."""
+        self.held = b""
+        """Bytes not read into the parser yet: those behind a pipelined request (reading stops
+        while there are any)."""
+        self.request: _Request | None = None
+        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
+        """The head's bytes read (exact, once read) and arrived (a slice at a time); the body's."""
+        self.chunk, self.raw = b"", None
+        """This slice's bytes; the bytes of a request not yet known to be an OpenAI route."""
+        self.ended_here = False
+        """A request ended in this slice (one that begins after it is pipelined)."""
+        self.tunnel: Tunnel | None = None
+        self.writable: asyncio.Future | None = None
+        self.stage = "idle"
+        """What it waits for while nothing is answered on it: 'idle' (a request), 'head' (the
+        rest of a request's head), 'body' (the rest of its body)."""
+        self.since = self.last = 0.0
+        """When the stage began; when a byte of the body last came (loop time)."""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Seated, or told 503 where every seat is busy."""
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.address = peer[0] if isinstance(peer, tuple) else str(peer)
+        self.since = asyncio.get_running_loop().time()
+        if not self.front.seats.admit(self):
+            answer = self.endpoint.refused(
+                HttpError(
+                    503,
+                    f"The router has {self.front.seats.most} connections open, every one being answered; "
+                    "try again shortly.",
+                )
+            )
+            self.closed = True
+            transport.write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the client: to the parser, the tunnel, or held."""
+        if self.tunnel is not None:
+            self.tunnel.send(data)
+            return
+        if self.held:
+            self.held += data
+        elif not self.closed:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Read `data` into the parser a `SLICE` at a time; stop (holding the rest, and reading
+        no more) once a request waits behind the one being answered."""
+        for start in range(0, len(data), SLICE):
+            piece = data[start : start + SLICE] if len(data) > SLICE else data
+            self.chunk, self.ended_here = piece, False
+            if self.raw is not None:
+                self.raw.append(piece)
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade:
+                pass  # an Upgrade: its connection went to the app's server when its headers came
+            except httptools.HttpParserError as exc:
+                if self.tunnel is None:
+                    self._refuse(HttpError(400, f"The request is not HTTP/1.1 the router can read ({exc})."))
+            if self.tunnel is not None:  # handed over in this slice: the rest is the app's too
+                if rest := data[start + SLICE :]:
+                    self.tunnel.send(rest)
+                return
+            if self.closed:
+                return
+            if self.stage == "head":  # a head still arriving is counted as it arrives
+                self.arrived += len(piece)
+                if self.arrived > MOST_HEAD_BYTES:
+                    self._refuse(HttpError(431, "The request's headers are too large."))
+                    return
+            if self.waiting and start + SLICE < len(data):
+                self.held = data[start + SLICE :]
+                self.transport.pause_reading()
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Gone: its seat freed, what it waited on cut."""
+        self.closed = True
+        self.front.seats.leave(self)
+        if self.task is not None:
+            self.task.cancel()  # the client went away: what it waits on stops (a stream ends as 499)
+        if self.tunnel is not None:
+            self.tunnel.close()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        """Its client reads slower than it is answered: the next write waits."""
+        self.writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        """Its client caught up."""
+        self._wake()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        """A request begins: its head is timed from here."""
+        self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
+        self.request = _Request("", "", {})
+        self.raw = None if self.ended_here or self.task is not None else [self.chunk]
+        self._stage("head")
+
+    def on_url(self, url: bytes) -> None:
+        """A piece of the request line."""
+        self.url += url
+        self.head_bytes += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """A header the gateway reads (never a trailer)."""
+        if self.stage != "head":
+            return  # a chunked body's trailer: never one of the request's headers
+        self.head_bytes += len(name) + len(value)
+        name = name.lower()
+        if name in REQUEST_HEADERS or name == b"expect":
+            headers = self.request.headers
+            key = name.decode()
+            if key == "authorization" and key in headers:
+                self.request.refused = HttpError(400, "The request has more than one Authorization header; send one.")
+                self.request.keep = False
+            headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        """The head is in: an OpenAI route read here, anything else handed over."""
+        self._stage("body")
+        if self.tunnel is not None or self.closed:
+            return
+        if self.head_bytes > MOST_HEAD_BYTES:
+            self._refuse(HttpError(431, "The request's headers are too large."))
+            return
+        path = self.url.split(b"?", 1)[0].decode("latin-1")
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]  # /v1/models/ is /v1/models
+        request = self.request
+        request.method, request.path = self.parser.get_method().decode(), path
+        request.keep = request.keep and self.parser.should_keep_alive()
+        request.chunked = self.parser.get_http_version() != "1.0"
+        app_s = path not in OPENAI_ROUTES or request.method not in ("GET", "POST") or self.parser.should_upgrade()
+        if app_s:  # HEAD and such, and an Upgrade (h2c, websocket): the app's server answers
+            if self.raw is None:  # pipelined behind another: where it begins is not known here
+                request.refused = HttpError(400, "Send requests outside /v1 on a connection of their own, unpipelined.")
+                request.keep = False
+            else:
+                self._hand_over()
+            return
+        self.raw = None
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.endpoint.most:
+            if self.task is None:  # told at once: the client need not send the body
+                self._refuse(self._too_large())
+            else:
+                request.refused, request.keep = self._too_large(), False
+        elif request.headers.get("expect", "").lower() == "100-continue" and request.chunked and self.task is None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # not while another's answer is written
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the body, kept up to the most the router takes."""
+        request = self.request
+        self.last = asyncio.get_running_loop().time()
+        if self.tunnel is not None or request.refused is not None:
+            return
+        self.size += len(body)
+        if self.size > self.endpoint.most:
+            request.refused = self._too_large()
+            request.keep, request.body = False, bytearray()
+            return
+        request.body += body
+
+    def on_message_complete(self) -> None:
+        """The request is in: answered now, or after the one being answered."""
+        self._stage("idle")
+        if self.tunnel is not None or self.closed:
+            return
+        self.ended_here = True
+        if self.task is None:
+            self._answer(self.request)
+        else:
+            self.waiting.append(self.request)
+
+    # deadlines
+    def _stage(self, stage: str) -> None:
+        self.stage = stage
+        self.since = self.last = asyncio.get_running_loop().time()
+
+    def check(self, now: float) -> None:
+        """End it where it is past a deadline (the sweep asks every connection)."""
+        if self.tunnel is not None:
+            if now - self.tunnel.last > TUNNEL_SILENT_S:
+                self.close()
+            return
+        if self.task is not None or self.closed:
+            return  # being answered: the engine's deadlines hold
+        config, stage = self.config, self.stage
+        if stage == "idle":
+            if now - self.since > IDLE_S:
+                self.close()
+        elif stage == "head":
+            if now - self.since > config.client_header_timeout_s:
+                self._refuse(
+                    HttpError(408, f"The request's headers did not arrive within {config.client_header_timeout_s:g} s.")
+                )
+        elif now - self.last > config.client_body_timeout_s:
+            self._refuse(
+                HttpError(408, f"Nothing of the request's body arrived for {config.client_body_timeout_s:g} s.")
+            )
+        elif now - self.since > config.client_body_total_s:
+            self._refuse(HttpError(408, f"The request's body did not arrive within {config.client_body_total_s:g} s."))
+
+    # answering
+    def _answer(self, request: _Request) -> None:
+        self.front.seats.busy(self)
+        self.task = asyncio.get_running_loop().create_task(self._serve(request))
+
+    async def _serve(self, request: _Request) -> None:
+        keep = request.keep
+        try:
+            rid = request.headers.get("x-request-id") or request_id()
+            if request.refused is not None:
+                answer = self.endpoint.refused(request.refused)
+            else:
+                answer = await self.endpoint.respond(request.method, request.path, request.headers, request.read, rid)
+            if isinstance(answer, Relay):
+                keep = keep and request.chunked  # unframed, a stream ends with its connection
+                await self._stream(answer, rid, keep, request.chunked)
+            else:
+                self._write(_head(answer, rid, keep, len(answer.body)) + answer.body)
+                if self.writable is not None:  # its client does not read: answer no more until it does
+                    await self.writable
+        except asyncio.CancelledError:
+            keep = False  # cut: the client went away, or the router stops
+        except Exception:
+            self.front.log.exception("the router failed writing an answer", path=request.path)
+            keep = False
+        self.task, self.answered = None, True
+        if not keep or self.closed:
+            self.close()
+            return
+        self.front.seats.rest(self)
+        self.since = self.last = asyncio.get_running_loop().time()  # its clocks run from now
+        if self.waiting:
+            self._answer(self.waiting.popleft())
+        elif self.held:
+            held, self.held = self.held, b""
+            self._feed(held)
+            if not self.held and not self.closed:
+                self.transport.resume_reading()
+
+    async def _stream(self, relay: Relay, rid: str, keep: bool, chunked: bool) -> None:
+        """The relay in chunks (unframed where not `chunked`): its head leaves with its first
+        piece, `[DONE]` with the end."""
+        head, held = _head(relay, rid, keep, None, chunked), b""
+        try:
+            async for piece in relay.chunks:
+                framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
+                out = head + held + framed if piece else head + held
+                head, held = b"", b""
+                if piece.endswith(_DONE):  # most likely the last: held to leave with the end
+                    out, held = b"", out
+                if out:
+                    self._write(out)
+                    if self.writable is not None:
+                        await self.writable
+            self._write(head + held + (b"0\r\n\r\n" if chunked else b""))
+        finally:
+            await relay.close()
+
+    def _write(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+
+    def _refuse(self, error: ApiError) -> None:
+        """A request that cannot be read: answered so, and the connection closed once its client
+        has had `LINGER_S` to read that (closing at once with its bytes unread would send a reset
+        that may overtake the answer)."""
+        if self.closed:
+            return
+        if self.task is None:
+            answer = self.endpoint.refused(error)
+            self._write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
+        self.closed = True  # what else it sends is read and dropped
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, self.close)
+
+    def _too_large(self) -> BodyTooLarge:
+        return BodyTooLarge(f"The request body is over {self.endpoint.most} bytes, the most this router takes.")
+
+    def _hand_over(self) -> None:
+        """This connection goes to the app's server, from this request on."""
+        self.tunnel = Tunnel(self, b"".join(self.raw))
+        self.raw = None
+        self.front.seats.busy(self)
+
+    def _wake(self) -> None:
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+        self.writable = None
+
+    def close(self) -> None:
+        """Close the connection (what is written still leaves)."""
+        self.closed = True
+        self.front.seats.leave(self)  # at once, whatever the transport's state: a newcomer takes the seat
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def _head(answer: Answer | Relay, rid: str, keep: bool, length: int | None, chunked: bool = True) -> bytes:
+    """An answer's status line and headers: its length, or chunked where it is streamed (to an
+    HTTP/1.0 client: neither, the connection's end ends it)."""
+    status = answer.status
+    lines = [b"HTTP/1.1 %d %b\r\n" % (status, _REASONS.get(status, b"Status"))]
+    lines += [b"%b: %b\r\n" % pair for pair in response_head(answer, rid)]
+    if length is not None:
+        lines.append(b"content-length: %d\r\n" % length)
+    elif chunked:
+        lines.append(b"transfer-encoding: chunked\r\n")
+    if not keep:
+        lines.append(b"connection: close\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
