@@ -37,6 +37,7 @@ PURE = (
     "llmgw.router.limits",
     "llmgw.router.outcome",
     "llmgw.router.prepare",
+    "llmgw.router.rollup",
     "llmgw.router.seats",
     "llmgw.scheduler.core",
     "llmgw.scheduler.placement",

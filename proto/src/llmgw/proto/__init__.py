@@ -71,7 +71,9 @@ from llmgw.proto.router import (
     UsageRecord,
     UsageRecords,
     UsageReport,
+    UsageRolled,
     UsageRow,
+    UsageSlot,
     usage_records,
 )
 from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeHealth, NodeList, ReplicaList
@@ -153,7 +155,9 @@ __all__ = [
     "UsageRecord",
     "UsageRecords",
     "UsageReport",
+    "UsageRolled",
     "UsageRow",
+    "UsageSlot",
     "WeightsCollect",
     "WeightsDelete",
     "WeightsDeleted",

@@ -53,6 +53,13 @@ BUCKET_TABLE = (
         "(compare-and-set; values expire after 32 days)",
         "every router",
     ),
+    Bucket(
+        "usage_slots",
+        "llmgw_usage_slots",
+        "`<slot start>.<part>` or `rolled`",
+        "`UsageSlot` (a 5-minute slot's usage sums, from the usage stream; values expire with it) or `UsageRolled`",
+        "every router (the same entries from the same stream)",
+    ),
 )
 """Every bucket, as docs/subjects.md lists them."""
 

@@ -18,6 +18,9 @@ __all__ = [
     "KEY_REVOKE",
     "PROJECT_PUT",
     "USAGE",
+    "USAGE_MOST_LATE_S",
+    "USAGE_SLOT_GRACE_S",
+    "USAGE_SLOT_S",
     "USAGE_SUM",
     "Demand",
     "KeyCreate",
@@ -31,7 +34,9 @@ __all__ = [
     "UsageRecord",
     "UsageRecords",
     "UsageReport",
+    "UsageRolled",
     "UsageRow",
+    "UsageSlot",
     "usage_records",
 ]
 
@@ -157,6 +162,52 @@ class UsageReport(Struct, kw_only=True):
     """Usage sums, one row per group."""
 
     rows: list[UsageRow]
+
+
+USAGE_SLOT_S = 300
+"""The usage stream is summed as it arrives in slots this many seconds long (from a multiple of it
+since 1970): a report reads a day as 288 slots' sums and only the stream's last minutes."""
+USAGE_SLOT_GRACE_S = 60.0
+"""A slot is closed (its sums written once) at the first message holding a request that ended this
+long after the slot; a request of it that comes later is added to its sums then. Also the most a
+request's `time` may be ahead of the stream's clock: a request is counted at the earlier of its
+`time` and this long after the stream kept it (a router's clock far ahead moves nothing else)."""
+USAGE_MOST_LATE_S = 7 * 86400.0
+"""The most a request's `time` may be behind the stream's clock: one the stream kept later than
+this after it ended (held by a router through a week's outage) counts this long before it was
+kept, so a report looks for slots no further back than this before the first message it reads."""
+
+UsageSums = Annotated[list[NonNegative], Meta(min_length=5, max_length=5, title="UsageSums")]
+"""requests, errors, prompt_tokens, cached_tokens, completion_tokens."""
+
+
+class UsageSlot(Struct, kw_only=True):
+    """One slot's usage sums (or one part of them, where they are too big for one entry), as the
+    usage-slots bucket keeps them under `<start>.<part>`: every request of this slot and part
+    (`usage_part`) in the usage stream's messages from `first` to `upto`. Every router writes the
+    same entries from the same stream; a report adds the stream's requests after `upto`."""
+
+    start: int
+    """Unix time the slot starts (a multiple of `USAGE_SLOT_S`)."""
+    first: int
+    """Stream sequence of the first message holding a request of this slot."""
+    upto: int
+    """Every request of this slot and part in messages up to this sequence is summed here."""
+    part: NonNegative = 0
+    parts: Positive = 1
+    """How many entries the slot's sums are split over (each group's value in one: `usage_part`)."""
+    sums: dict[str, dict[str, UsageSums]] = field(default_factory=dict)
+    """What a report groups by (model, project, key, replica) -> its value -> sums."""
+
+
+class UsageRolled(Struct, kw_only=True):
+    """How far the routers have summed the usage stream into slots (key `rolled`)."""
+
+    resume: int
+    """Every request in messages before this sequence is in a slot's sums (a report reads the
+    stream from here on, and a router summing starts here)."""
+    horizon: float = 0.0
+    """The latest request end seen before `resume`: which slots were closed there."""
 
 
 class Demand(Struct, kw_only=True):

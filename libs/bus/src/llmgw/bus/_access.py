@@ -193,7 +193,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 *catalog.ENDPOINTS, *_MIRROR_ADMIN, scheduler.NODE_LIST, scheduler.REPLICA_LIST, scheduler.MODEL_STATUS
             ),
             *_usage_stream(),
-            *(s for name in ("keys", "projects", "limits", "demand") for s in _kv(b[name], write=True)),
+            *(s for name in ("keys", "projects", "limits", "demand", "usage_slots") for s in _kv(b[name], write=True)),
             *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
         ]
     if role == "agent":

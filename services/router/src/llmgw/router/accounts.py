@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 
 import msgspec
+from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.api import StreamConfig
 from nats.js.errors import BadRequestError
 
 from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn, storage_replicas
@@ -28,13 +29,13 @@ from llmgw.proto import (
     UsageQuery,
     UsageRecord,
     UsageReport,
-    usage_records,
 )
 from llmgw.proto import router as router_api
-from llmgw.router.core import key_hash, sum_usage
+from llmgw.router.core import key_hash
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
+from llmgw.router.usage import UsageBook
 
 __all__ = ["USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
 
@@ -50,9 +51,16 @@ class Accounts:
     """Keys, projects, limits and usage."""
 
     def __init__(
-        self, js: JetStreamContext, keys: KvTable[KeyRecord], projects: KvTable[Project], quota: Quota
+        self,
+        js: JetStreamContext,
+        keys: KvTable[KeyRecord],
+        projects: KvTable[Project],
+        quota: Quota,
+        book: UsageBook | None = None,
     ) -> None:
         self.js, self.keys, self.projects, self.quota = js, keys, projects, quota
+        self.book = book
+        """The usage stream's reports and its summing into slots (None: no reports, as in tests of the rest)."""
         self.usage: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=100_000)
         """Finished requests, on their way to the usage stream."""
         self.tasks: set[asyncio.Task] = set()
@@ -60,11 +68,18 @@ class Accounts:
 
     @classmethod
     async def open(
-        cls, js: JetStreamContext, router: str, usage_days: int, online: Callable[[], bool] = lambda: True
+        cls,
+        js: JetStreamContext,
+        router: str,
+        usage_days: int,
+        online: Callable[[], bool] = lambda: True,
+        *,
+        nc: Client,
     ) -> Accounts:
         """Watch the keys and projects buckets, open the limit counters (`router`: this instance's
         id in them; `online`: whether NATS is there now, else they count locally) and make sure
-        the usage stream exists; start publishing usage."""
+        the usage stream exists; start publishing usage and summing it into slots (`nc`: the
+        connection `js` is on, which reads the stream)."""
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
@@ -78,7 +93,8 @@ class Accounts:
             await js.add_stream(usage)
         except BadRequestError as exc:  # there already, made otherwise (fewer copies, other max_age)
             get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
-        accounts = cls(js, keys, projects, quota)
+        book = await UsageBook.open(nc, js, usage_days)
+        accounts = cls(js, keys, projects, quota, book)
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
         spawn(accounts.tasks, quota.keep_alive(20.0), accounts.log, "keeping this router's requests in flight counted")
         return accounts
@@ -95,6 +111,8 @@ class Accounts:
         """Stop watching and publishing."""
         for task in self.tasks:
             task.cancel()
+        if self.book:
+            self.book.stop()
         self.quota.stop()
         self.keys.stop()
         self.projects.stop()
@@ -218,33 +236,6 @@ class Accounts:
         return project
 
     async def sum_usage(self, query: UsageQuery) -> UsageReport:
-        """Read the usage stream from `since` to its end and sum it."""
-        info = await self.js.stream_info(USAGE_STREAM)
-        if info.state.messages == 0:
-            return UsageReport(rows=[])
-        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(query.since))
-        sub = await self.js.pull_subscribe(
-            router_api.USAGE.all,
-            stream=USAGE_STREAM,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, inactive_threshold=30.0
-            ),
-        )
-        records = []
-        try:
-            while True:
-                try:
-                    batch = await sub.fetch(1000, timeout=1.0)
-                except TimeoutError:
-                    break
-                for msg in batch:
-                    try:
-                        records.extend(usage_records(msg.data))
-                    except msgspec.DecodeError:
-                        continue
-                if batch[-1].metadata.num_pending == 0 or batch[-1].metadata.sequence.stream >= info.state.last_seq:
-                    break
-        finally:
-            await sub.unsubscribe()
-        kept = [r for r in records if r.time >= query.since]
-        return UsageReport(rows=sum_usage(kept, query.group_by, query.bucket_s))
+        """Every request since `query.since`, summed (`UsageBook.report`)."""
+        assert self.book is not None, "Accounts made without a UsageBook answer no usage reports"
+        return await self.book.report(query, time.time())

@@ -1,0 +1,365 @@
+"""The usage stream read back: its requests summed into slots as they arrive (every router), and
+reports from those sums and the stream after them (`rollup.py` decides; this reads and writes).
+
+The stream is read with pull consumers that acknowledge nothing (`AckPolicy.NONE`): one that
+waits for acknowledgements stops at NATS's `max_ack_pending` (1,000 messages), which is how
+reports once ended there. Pulls are asked for by hand, not with nats-py's `fetch`, which costs a
+task and a timer a message (three times slower here)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from llmgw.bus import get_logger, kv_bucket, spawn
+from llmgw.proto import BUCKETS, USAGE_STREAM, UsageQuery, UsageRecord, UsageReport, UsageRolled, UsageSlot
+from llmgw.proto import usage_records as decode_usage
+from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
+from llmgw.router.rollup import Closed, Late, Roller, Tally, add_late, slot_of
+
+__all__ = ["PULL", "ROLL_IDLE_S", "ROLL_PULL", "StreamMessage", "StreamReader", "UsageBook"]
+
+PULL = 2000
+"""Messages asked for in one pull."""
+ROLL_PULL = 500
+"""Messages summed at a time (a few milliseconds of the router's loop each)."""
+ROLL_IDLE_S = 1.0
+"""How long summing waits before asking again once it has read the whole stream."""
+_PULL_BYTES = 16 * 1024 * 1024
+"""Most bytes in one pull (a usage message is at most ~100 KB)."""
+_ROLLED = "rolled"
+_GETS = 64
+"""Slots' entries asked for at once."""
+_AHEAD_S = 3600.0
+"""Slots looked for after this router's clock's now (the stream's clock may be ahead of it)."""
+_TRIES = 20
+"""Compare-and-set tries before giving up (another router writing the same entry each time)."""
+
+StreamMessage = tuple[int, float, bytes]
+"""A stream message: its sequence, when the stream kept it (Unix time), its data."""
+
+
+class StreamReader:
+    """A stream's messages in order, from a sequence or a time, through an ephemeral pull consumer
+    that acknowledges nothing (so no `max_ack_pending` ends it)."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, stream: str) -> None:
+        self.nc, self.js, self.stream = nc, js, stream
+        self.consumer = ""
+        self._sub: Subscription | None = None
+        self._held: list[StreamMessage] = []
+        """Messages read by `peek`, given by the next `pull`."""
+        self._got: list[Msg] = []
+        self._want = 0
+        self._ended = asyncio.Event()
+        self._status = ""
+
+    async def open(self, seq: int = 1, since: float | None = None) -> StreamReader:
+        """Start at sequence `seq`, or at the first message kept at or after time `since`."""
+        if since is None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(seq, 1))
+        else:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=_rfc3339(since))
+        config.ack_policy = AckPolicy.NONE
+        config.inactive_threshold = 60.0
+        config.mem_storage = True
+        self.consumer = (await self.js.add_consumer(self.stream, config)).name
+        self._sub = await self.nc.subscribe(
+            self.nc.new_inbox(), cb=self._take, pending_msgs_limit=4 * PULL, pending_bytes_limit=4 * _PULL_BYTES
+        )
+        return self
+
+    async def _take(self, msg: Msg) -> None:
+        if not msg.data and msg.headers and "Status" in msg.headers:
+            self._status = msg.headers["Status"]
+            self._ended.set()
+            return
+        self._got.append(msg)
+        if len(self._got) >= self._want:
+            self._ended.set()
+
+    async def peek(self) -> StreamMessage | None:
+        """The next message, left to be given again by the next `pull`; None at the end."""
+        if not self._held:
+            self._held = await self.pull(1)
+        return self._held[0] if self._held else None
+
+    async def pull(self, batch: int = PULL, timeout: float = 10.0) -> list[StreamMessage]:
+        """The next messages there are now, up to `batch` ([] at the end)."""
+        if self._held:
+            held, self._held = self._held, []
+            return held
+        assert self._sub is not None, "StreamReader.pull before open"
+        self._got, self._want, self._status = [], batch, ""
+        self._ended.clear()
+        ask = {
+            "batch": batch,
+            "no_wait": True,
+            "max_bytes": _PULL_BYTES,
+        }  # no `expires`: with it, an empty pull waits it out
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
+        await self.nc.publish(subject, json.dumps(ask).encode(), reply=self._sub.subject)
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"stream {self.stream}: no answer to a pull within {timeout:g} s; is NATS up?") from None
+        if self._status not in ("", "404", "408") and not self._got:
+            why = f"stream {self.stream}: a pull was answered with status {self._status} (its consumer gone?)"
+            raise ConnectionError(why)
+        got, self._got = self._got, []
+        return [_message(m) for m in got]
+
+    async def close(self) -> None:
+        """Drop the consumer and the subscription."""
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+        if self.consumer:
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(self.stream, self.consumer)
+            self.consumer = ""
+
+
+def _rfc3339(t: float) -> str:
+    """Unix time `t` as JetStream's start times are written (not before 1970)."""
+    t = max(t, 0.0)
+    whole = int(t)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((t - whole) * 1e9):09d}Z"
+
+
+def _message(msg: Msg) -> StreamMessage:
+    """Sequence and time from the reply subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<seq>.
+    <consumer seq>.<ns>.<pending>`, or with a domain and account hash and a trailing token."""
+    tokens = msg.reply.split(".")
+    seq, ns = (tokens[5], tokens[7]) if len(tokens) == 9 else (tokens[7], tokens[9])
+    return int(seq), int(ns) / 1e9, msg.data
+
+
+def _records(data: bytes) -> list[UsageRecord]:
+    try:
+        return decode_usage(data)
+    except msgspec.DecodeError:
+        return []  # not a usage message: nothing to count
+
+
+class UsageBook:
+    """Reports of the usage stream, and summing it into slots as it arrives (`roll`)."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, slots: KeyValue) -> None:
+        self.nc, self.js, self.slots = nc, js, slots
+        self.log = get_logger("router")
+        self.tasks: set[asyncio.Task] = set()
+        self.roller: Roller | None = None
+        """The summing's state (None until it starts)."""
+        self.summed = 0
+        """The sequence after the last message summed, with what it closed written."""
+        self.read = 0
+        """How many stream messages the last report read."""
+
+    @classmethod
+    async def open(cls, nc: Client, js: JetStreamContext, usage_days: int, roll: bool = True) -> UsageBook:
+        """Open the slots bucket (its values expire with the stream's) and, with `roll`, start summing."""
+        slots = await kv_bucket(js, BUCKETS["usage_slots"], ttl=(usage_days + 1) * 86400.0)
+        book = cls(nc, js, slots)
+        if roll:
+            spawn(book.tasks, book.roll(), book.log, "summing the usage stream into slots")
+        return book
+
+    def stop(self) -> None:
+        """Stop summing."""
+        for task in self.tasks:
+            task.cancel()
+
+    # -- reports ---------------------------------------------------------------------------------
+    async def report(self, query: UsageQuery, now: float) -> UsageReport:
+        """Every request since `query.since`: the slots' sums where they hold it, the stream where
+        not (`Tally` says which); each stream message read once."""
+        if query.bucket_s % USAGE_SLOT_S:  # buckets that cut slots: every request from the stream
+            return await self.scan(query)
+        self.read = 0
+        rolled = await self._rolled()
+        resume = rolled.resume if rolled else 0
+        # the first message that may hold a request since `since` (kept at most the grace before it)
+        tail = await StreamReader(self.nc, self.js, USAGE_STREAM).open(since=query.since - USAGE_SLOT_GRACE_S)
+        try:
+            if (head := await tail.peek()) is None:
+                return UsageReport(rows=[])
+            lowest = slot_of(max(query.since, head[1] - USAGE_MOST_LATE_S))  # no request counts before
+            starts = range(lowest, slot_of(now + _AHEAD_S) + USAGE_SLOT_S, USAGE_SLOT_S)
+            tally = Tally(query, await self._entries(list(starts)), resume)
+            if head[0] < resume:  # what is before `resume` is in the slots' sums
+                await tail.close()
+                tail = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=resume)
+                head = await tail.peek()
+            if (edge := tally.edge_range()) is not None:  # up to where the tail starts: each message once
+                first, last = edge
+                await self._read(tally, first, last if head is None else min(last, head[0] - 1))
+            await self._drain(tally, tail)
+        finally:
+            await tail.close()
+        return UsageReport(rows=tally.report())
+
+    async def scan(self, query: UsageQuery) -> UsageReport:
+        """Every request since `query.since` read from the stream alone (no slot's sums): the
+        reference a report equals, and what answers buckets that cut slots."""
+        self.read, tally = 0, Tally(query, {}, 0)
+        reader = await StreamReader(self.nc, self.js, USAGE_STREAM).open(since=query.since - USAGE_SLOT_GRACE_S)
+        try:
+            await self._drain(tally, reader)
+        finally:
+            await reader.close()
+        return UsageReport(rows=tally.report())
+
+    async def _drain(self, tally: Tally, reader: StreamReader) -> None:
+        """Every message from `reader` on given to `tally`."""
+        while batch := await reader.pull():
+            self.read += len(batch)
+            for seq, stored, data in batch:
+                tally.count(seq, stored, _records(data))
+
+    async def _read(self, tally: Tally, first: int, last: int) -> None:
+        """Messages `first` to `last` given to `tally`."""
+        if last < first:
+            return
+        reader = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=first)
+        try:
+            at = first
+            while at <= last and (batch := await reader.pull(min(PULL, last + 1 - at))):
+                self.read += len(batch)
+                for seq, stored, data in batch:
+                    if seq > last:
+                        return
+                    tally.count(seq, stored, _records(data))
+                at = batch[-1][0] + 1
+        finally:
+            await reader.close()
+
+    async def _rolled(self) -> UsageRolled | None:
+        try:
+            entry = await self.slots.get(_ROLLED)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        return msgspec.json.decode(entry.value, type=UsageRolled)
+
+    async def _entries(self, starts: list[int]) -> dict[int, list[UsageSlot]]:
+        """The entries of the slots at `starts` that have them (every part)."""
+        out: dict[int, list[UsageSlot]] = {}
+        for i in range(0, len(starts), _GETS):
+            chunk = starts[i : i + _GETS]
+            for start, parts in zip(chunk, await asyncio.gather(*map(self._parts, chunk)), strict=True):
+                if parts:
+                    out[start] = [entry for entry, _ in parts]
+        return out
+
+    async def _parts(self, start: int) -> list[tuple[UsageSlot, int]]:
+        """A slot's entries (every part) with their revisions, [] where it has none."""
+        first = await self._get(f"{start}.0")
+        if first is None:
+            return []
+        rest = await asyncio.gather(*(self._get(f"{start}.{i}") for i in range(1, first[0].parts)))
+        return [first, *(r for r in rest if r is not None)]
+
+    async def _get(self, key: str) -> tuple[UsageSlot, int] | None:
+        try:
+            entry = await self.slots.get(key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        return msgspec.json.decode(entry.value, type=UsageSlot), entry.revision
+
+    # -- summing as it arrives -------------------------------------------------------------------
+    async def roll(self) -> None:
+        """Sum the stream into slots from where the routers left off, for as long as it runs;
+        on a failure (NATS gone a while), start again from the rolled mark."""
+        while True:
+            try:
+                await self._roll()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.warning("summing usage into slots stopped; starting again", error=str(exc))
+                await asyncio.sleep(5.0)
+
+    async def _roll(self) -> None:
+        rolled = await self._rolled() or UsageRolled(resume=1)
+        first = (await self.js.stream_info(USAGE_STREAM)).state.first_seq
+        self.roller = roller = Roller(max(rolled.resume, first), rolled.horizon)
+        reader = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=roller.next)
+        try:
+            while True:
+                batch = await reader.pull(ROLL_PULL)
+                if not batch:
+                    await asyncio.sleep(ROLL_IDLE_S)
+                    continue
+                late: dict[int, list[tuple[int, UsageRecord]]] = {}
+                closed: list[Closed] = []
+                for seq, stored, data in batch:
+                    some_late, some_closed = roller.feed(seq, stored, _records(data))
+                    for item in some_late:
+                        late.setdefault(item.start, []).extend(item.records)
+                    closed += some_closed
+                for c in closed:  # first: a late request of a slot closed in this batch comes after
+                    await self._write(c.entries)
+                for start, records in late.items():  # before the mark moves past them
+                    await self._add_late(Late(start, records))
+                if closed:
+                    await self._mark(roller.rolled())
+                self.summed = roller.next
+        finally:
+            await reader.close()
+
+    async def _write(self, entries: list[UsageSlot]) -> None:
+        """A closed slot's entries, written once (where another router wrote them: the same)."""
+        for entry in entries:
+            with contextlib.suppress(KeyWrongLastSequenceError):
+                await self.slots.create(f"{entry.start}.{entry.part}", msgspec.json.encode(entry))
+
+    async def _add_late(self, late: Late) -> None:
+        """Add requests that came after their slot closed to its entries (compare-and-set; one
+        entry made where the slot closed empty)."""
+        for _ in range(_TRIES):
+            parts = await self._parts(late.start)
+            try:
+                if not parts:
+                    first = late.records[0][0]
+                    new = add_late(UsageSlot(start=late.start, first=first, upto=first - 1), late.records)
+                    await self.slots.create(f"{late.start}.0", msgspec.json.encode(new))
+                    return
+                for entry, revision in parts:
+                    if (new := add_late(entry, late.records)) is not None:
+                        await self.slots.update(f"{late.start}.{entry.part}", msgspec.json.encode(new), last=revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue  # another router added them first (or some): read again
+        raise RuntimeError(f"usage slot {late.start}: its entries kept changing over {_TRIES} tries to add to them")
+
+    async def _mark(self, rolled: UsageRolled) -> None:
+        """Move the rolled mark forward to `rolled` (never back: another router may be ahead)."""
+        for _ in range(_TRIES):
+            try:
+                entry = await self.slots.get(_ROLLED)
+            except (KeyNotFoundError, KeyDeletedError):
+                try:
+                    await self.slots.create(_ROLLED, msgspec.json.encode(rolled))
+                    return
+                except KeyWrongLastSequenceError:
+                    continue
+            if msgspec.json.decode(entry.value, type=UsageRolled).resume >= rolled.resume:
+                return
+            try:
+                await self.slots.update(_ROLLED, msgspec.json.encode(rolled), last=entry.revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue
+        raise RuntimeError(f"usage slots: the rolled mark kept changing over {_TRIES} tries")

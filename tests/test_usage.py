@@ -1,0 +1,170 @@
+"""Usage reports on a real nats-server and a real router (no engines: the records are published
+the way routers publish them): every record in the window is counted, however many messages the
+stream holds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import msgspec
+import pytest
+
+from llmgw.proto import USAGE_STREAM, UsageQuery, UsageRecord
+from llmgw.proto import router as router_api
+from llmgw.router.service import Router, RouterConfig
+
+PROJECTS = ("alpha", "beta", "gamma")
+
+
+def _batch(i: int, at: float) -> list[UsageRecord]:
+    """The records of message `i`: one, or three where routers batched requests that ended together."""
+    return [
+        UsageRecord(
+            request_id=f"r{i}.{j}",
+            time=at,
+            key=f"{i % 7:016x}",
+            project=PROJECTS[i % 3],
+            model="m",
+            status=500 if i % 11 == 0 else 200,
+            prompt_tokens=10,
+            completion_tokens=j + 1,
+        )
+        for j in range(3 if i % 4 == 0 else 1)
+    ]
+
+
+async def _publish(nc, batches: list[list[UsageRecord]]) -> None:
+    """Publish each batch as one usage message, as a router does, and wait for the stream to keep them all."""
+    js = nc.jetstream()
+    before = (await js.stream_info(USAGE_STREAM)).state.messages
+    acks = [
+        await js.publish_async(router_api.USAGE.subject(b[0].project, b[0].model), msgspec.json.encode(b))
+        for b in batches
+    ]
+    await asyncio.gather(*acks)
+    assert (await js.stream_info(USAGE_STREAM)).state.messages == before + len(batches)
+
+
+@pytest.fixture
+async def router(serve):
+    config = RouterConfig(http_port=0)
+    return await serve(Router(config), config)
+
+
+async def test_a_usage_report_counts_every_record_past_a_thousand_messages(router, nc, nats_server):
+    """1,600 messages holding 2,400 records: the report (in the router, and through `llmgw ctl
+    usage`) counts all of them, not the 1,000 messages a consumer that acks nothing stops at."""
+    now = time.time()
+    batches = [_batch(i, now) for i in range(1600)]
+    await _publish(nc, batches)
+    records = [r for b in batches for r in b]
+    want = {p: sum(r.project == p for r in records) for p in PROJECTS}
+    assert sum(want.values()) == 2400
+
+    rows = (await router.accounts.sum_usage(UsageQuery(since=now - 60, group_by="project"))).rows
+    assert {r.group: r.requests for r in rows} == want
+    assert sum(r.completion_tokens for r in rows) == sum(r.completion_tokens for r in records)
+    assert sum(r.errors for r in rows) == sum(r.status >= 400 for r in records)
+
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl")]
+    asked = [*ctl, "usage", "--json", "--by", "project", "--since-hours", "1"]
+    done = await asyncio.to_thread(subprocess.run, asked, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert {r["group"]: r["requests"] for r in json.loads(done.stdout)["rows"]} == want
+
+
+async def _caught_up(*books, timeout: float = 60.0) -> None:
+    """Wait until every book's summing has read the whole stream."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = (await books[0].js.stream_info(USAGE_STREAM)).state.last_seq
+        if all(b.summed > last for b in books):
+            return
+        assert time.monotonic() < deadline, f"summing never reached message {last}"
+        await asyncio.sleep(0.1)
+
+
+def _plain(records: list[UsageRecord], since: float, group_by: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for r in records:
+        if r.time >= since:
+            row = out.setdefault(getattr(r, group_by), [0, 0, 0])
+            row[0] += 1
+            row[1] += r.status >= 400
+            row[2] += r.completion_tokens
+    return out
+
+
+def _table(report) -> dict:
+    return {(r.start, r.group): (r.requests, r.errors, r.prompt_tokens, r.completion_tokens) for r in report.rows}
+
+
+async def test_reports_from_slots_equal_the_stream_summed_one_by_one_as_two_routers_sum_it(serve, nc):
+    """Two routers sum the stream into 5-minute slots (one stopped halfway and started again); an
+    hour of requests, some late for their slot: every report (from slots and the stream after
+    them) equals the stream summed request by request, and reads little of it."""
+    from llmgw.proto.router import USAGE_SLOT_S
+    from llmgw.router.usage import UsageBook
+
+    a = await serve(Router(RouterConfig(http_port=0)), RouterConfig(http_port=0))
+    b = await serve(Router(RouterConfig(http_port=0)), RouterConfig(http_port=0))
+    now = time.time()
+    start = (now // USAGE_SLOT_S - 12) * USAGE_SLOT_S  # an hour back, on a slot
+    batches = []
+    for i in range(1200):
+        batch = _batch(i, start + i * 3.0)
+        if i % 50 == 7:  # a router whose clock is behind, or a message held up: late for its slot
+            batch.append(msgspec.structs.replace(batch[0], request_id=f"late{i}", time=start + i * 3.0 - 900))
+        batches.append(batch)
+    records = [r for batch in batches for r in batch]
+    await _publish(nc, batches[:600])
+    await _caught_up(a.accounts.book, b.accounts.book)
+    b.accounts.book.stop()  # router b stops summing; starts again below from the rolled mark
+    await _publish(nc, batches[600:])
+    await _caught_up(a.accounts.book)
+    b.accounts.book = await UsageBook.open(b.ctx.nc, b.ctx.js, 90)
+    await _caught_up(a.accounts.book, b.accounts.book)
+
+    slots = b.accounts.book.slots
+    assert len(await slots.keys()) > 8, "the routers wrote no slots"
+    messages = (await nc.jetstream().stream_info(USAGE_STREAM)).state.messages
+    for since in (0.0, start + 7.5, start + 3 * USAGE_SLOT_S, start + 1234.5, now - 200):
+        for group_by in ("model", "project", "key", "replica"):
+            for bucket_s in (0, USAGE_SLOT_S, 3600, 60):
+                query = UsageQuery(since=since, group_by=group_by, bucket_s=bucket_s)
+                every = await a.accounts.book.scan(query)
+                for router in (a, b):
+                    got = await router.accounts.sum_usage(query)
+                    assert _table(got) == _table(every), (since, group_by, bucket_s)
+                if bucket_s == 0:
+                    plain = {r.group: [r.requests, r.errors, r.completion_tokens] for r in every.rows}
+                    assert plain == _plain(records, since, group_by)
+                    read = b.accounts.book.read  # the stream after the slots, and the edge slot's
+                    assert read < messages / 2, f"a report since {since} read {read} of {messages} messages"
+
+
+async def test_a_slot_too_big_for_one_entry_is_split_and_still_counted_whole(router, nc):
+    """12,000 keys in one slot: its sums are split over several entries, each key in one."""
+    from llmgw.proto.router import USAGE_SLOT_GRACE_S, USAGE_SLOT_S
+
+    start = (time.time() // USAGE_SLOT_S - 3) * USAGE_SLOT_S
+    batches = [
+        [
+            UsageRecord(request_id=f"r{i}.{j}", time=start + 10 + i, key=f"{i * 200 + j:016x}", project="p", model="m")
+            for j in range(200)
+        ]
+        for i in range(60)
+    ]
+    later = start + USAGE_SLOT_S + USAGE_SLOT_GRACE_S + 1
+    closing = UsageRecord(request_id="c", time=later, key="k", project="p", model="m")
+    await _publish(nc, [*batches, [closing]])
+    await _caught_up(router.accounts.book)
+    first = msgspec.json.decode((await router.accounts.book.slots.get(f"{int(start)}.0")).value)
+    assert first["parts"] > 1
+    rows = (await router.accounts.sum_usage(UsageQuery(since=start, group_by="key"))).rows
+    assert len(rows) == 12_001 and all(r.requests == 1 for r in rows)
+    assert router.accounts.book.read == 1  # the closing message: the slot's 12,000 come from its entries
