@@ -8,7 +8,7 @@ import re
 import msgspec
 
 from llmgw.bus import call
-from llmgw.proto import CpuCalibration, Empty, GpuInfo, Model, ModelPut, catalog, scheduler
+from llmgw.proto import CpuCalibration, Empty, Filesystem, GpuInfo, Model, ModelPut, catalog, scheduler
 from tests.fleets import SOURCE, cpu_node
 
 
@@ -29,6 +29,10 @@ async def _register(stack) -> None:
         labels={"zone": "<b>eu</b>"},
         hostname="<i>host-b</i>",
         gpus=[card],
+        filesystems=[
+            Filesystem(path="/var/lib/llmgw", total_mb=102400, free_mb=800),  # under 1 GiB: nearly full
+            Filesystem(path="/data", total_mb=204800, free_mb=150000),
+        ],
     )
     await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("cpu-a", 40.0))
     await call(stack.nc, scheduler.NODE_REGISTER, calibrated)
@@ -51,6 +55,9 @@ async def test_every_node_with_its_memory_rate_cards_calibration_and_state(stack
     assert "zone=&lt;b&gt;eu&lt;/b&gt;" in b and "&lt;i&gt;host-b&lt;/i&gt;" in b
     assert "<b>eu</b>" not in page.text and "<i>host-b</i>" not in page.text
     assert "is suspect (it gets no new replicas); after 30 s it is lost" in page.text  # the scheduler's
+    disks = b[b.index('<dd class="disks">') :].split("</dd>", 1)[0].split("<br>")
+    assert "<code>/var/lib/llmgw</code> 800 MiB free of 100.0 GiB · nearly full" in disks[0]
+    assert 'class="disk mark-slow"' in disks[0] and "nearly full" not in disks[1] and "146.5 GiB free" in disks[1]
 
 
 async def test_a_node_not_heard_from_is_what_the_scheduler_judges_it_leaving_out_its_deaf_time(stack):

@@ -6,7 +6,7 @@ from msgspec import Struct, field
 
 from llmgw.proto._types import Name, NonNegative, Positive
 
-__all__ = ["CpuCalibration", "Filesystem", "GpuInfo", "NodeInfo"]
+__all__ = ["CpuCalibration", "Filesystem", "GpuInfo", "NodeInfo", "disk_nearly_full"]
 
 
 class CpuCalibration(Struct, kw_only=True):
@@ -72,6 +72,21 @@ class Filesystem(Struct, kw_only=True):
     path: str
     total_mb: NonNegative
     free_mb: NonNegative
+
+    @property
+    def nearly_full(self) -> bool:
+        """Whether it is nearly full (`disk_nearly_full`)."""
+        return disk_nearly_full(self.total_mb, self.free_mb)
+
+
+NEARLY_FULL_SHARE = 0.05
+NEARLY_FULL_MB = 1024
+
+
+def disk_nearly_full(total_mb: float, free_mb: float) -> bool:
+    """A disk is nearly full with less than 5% of it or less than 1 GiB free: said before it is
+    full (NATS stops storing, usage waits in the routers' spools) so there is time to free some."""
+    return free_mb < NEARLY_FULL_SHARE * total_mb or free_mb < NEARLY_FULL_MB
 
 
 # gc=False: plain data, never part of a reference cycle (see GpuInfo in llmgw.proto.node)

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
+from llmgw.bus._disk import DiskCollector, disk_note
 from llmgw.bus._nats import connect, flushed, set_storage_replicas
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.bus._signing import SignatureError, Verifier
@@ -103,6 +104,7 @@ class Context:
         self.metrics = CollectorRegistry()
         self._requests = Counter("llmgw_requests", "NATS requests handled", ["subject", "code"], registry=self.metrics)
         self._latency = Histogram("llmgw_request_seconds", "NATS request latency", ["subject"], registry=self.metrics)
+        self.metrics.register(DiskCollector(config.home()))
         self._tracer = trace.get_tracer(f"llmgw.{app.name}")
         self.started = time.time()
         self.admin_port = 0
@@ -274,9 +276,11 @@ def _admin_answer(ctx: Context, path: str) -> tuple[str, str, bytes]:
         return "200 OK", "text/plain", b"ok\n"
     if path == "/readyz":
         ok = ctx.nc.is_connected and ctx.app.ready()
+        disk = disk_note(ctx.config.home())  # said either way: ready or not, it serves on until full
         if ok:
-            return "200 OK", "text/plain", b"ready\n"
+            return "200 OK", "text/plain", f"ready{'; ' + disk if disk else ''}\n".encode()
         why = "NATS is away" if not ctx.nc.is_connected else getattr(ctx.app, "why_not_ready", lambda: "")()
+        why = "; ".join(w for w in (why, disk) if w)
         return "503 Service Unavailable", "text/plain", f"not ready{': ' + why if why else ''}\n".encode()
     if path == "/metrics":
         return "200 OK", "text/plain; version=0.0.4", generate_latest(ctx.metrics)
