@@ -44,3 +44,16 @@ def test_how_a_process_ended_names_its_signal_or_its_exit_code():
     assert how_it_ended(3) == "exited with code 3"
     assert how_it_ended(0) == "exited with code 0"
     assert how_it_ended(-200) == "was killed by signal 200"
+
+
+def test_nats_is_started_again_for_its_store_only_once_it_said_so_and_the_disk_has_room():
+    from llmgw.ctl.keeper import StoreWatch
+
+    watch = StoreWatch(room_mb=64)
+    watch.read(["[INF] Server is ready", "[ERR] JetStream failed to store a msg"])
+    assert not watch.due(free_mb=10_000)  # a failure to store alone is not the store stopped
+    watch.read(["[ERR] Filestore [usage] Critical write error: write ...: no space left on device"])
+    assert not watch.due(free_mb=10)  # no room yet: starting it again would fail the same way
+    assert watch.due(free_mb=64)
+    watch.restarted()
+    assert not watch.due(free_mb=10_000)

@@ -7,7 +7,7 @@ import signal
 
 import msgspec
 
-__all__ = ["Backoff", "Keeper", "how_it_ended"]
+__all__ = ["Backoff", "Keeper", "StoreWatch", "how_it_ended"]
 
 
 class Backoff(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +48,32 @@ class Keeper:
         """It was started again at `now`."""
         self.started_at = now
         self.due_at = None
+
+
+class StoreWatch:
+    """Whether nats-server must be started again for its store: a write that failed (a full disk)
+    leaves JetStream's file store refusing every write until the server starts again, even once
+    there is room (seen: still failing 180 s after space was freed). It is due once the server
+    said so in its log and the disk has `room_mb` free again."""
+
+    SIGN = "Critical write error"
+    """What nats-server logs when its file store stops writing."""
+
+    def __init__(self, room_mb: float = 64.0) -> None:
+        self.room_mb = room_mb
+        self.broken = False
+
+    def read(self, lines: list[str]) -> None:
+        """The server's new log lines."""
+        self.broken = self.broken or any(self.SIGN in line for line in lines)
+
+    def due(self, free_mb: float) -> bool:
+        """Whether to start it again now, with `free_mb` free on its store's disk."""
+        return self.broken and free_mb >= self.room_mb
+
+    def restarted(self) -> None:
+        """It was started again: its store writes."""
+        self.broken = False
 
 
 def how_it_ended(returncode: int) -> str:

@@ -8,8 +8,10 @@ finish for `drain_s`), then the agent (its engines) and the other services, NATS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +36,7 @@ from llmgw.bus import (
 )
 from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities, scheduler_key_file
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
-from llmgw.ctl.keeper import Backoff, Keeper, how_it_ended
+from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
 from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
 
 __all__ = ["Kept", "UpOptions", "up"]
@@ -89,6 +91,17 @@ class Kept:
         self.proc = running or start()
         self.keeper = Keeper(policy, time.monotonic())
 
+    def restart(self, now: float) -> None:
+        """Stop it (SIGTERM, then SIGKILL after 10 s) and start it again at once."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.keeper.started(now)
+        self.proc = self.start()
+
     def tend(self, now: float) -> None:
         """Notice that it died (said in one line), or start it again once its wait is over."""
         if self.keeper.due(now):
@@ -106,6 +119,39 @@ class Kept:
                 f"starting it again in {wait:g} s (its log: {self.log})",
                 flush=True,
             )
+
+
+class StoreKeeper:
+    """Starts nats-server again where its file store stopped writing (a full disk) and there is
+    room again (`keeper.StoreWatch`), reading its log as it grows; says so in one line."""
+
+    def __init__(self, nats: Kept, store: Path) -> None:
+        self.nats, self.store, self.watch = nats, store, StoreWatch()
+        self.read_to = nats.log.stat().st_size if nats.log.exists() else 0
+        self.next_at = 0.0
+
+    def tend(self, now: float) -> None:
+        """Once a second: the log's new lines, then the disk, then perhaps a restart."""
+        if now < self.next_at:
+            return
+        self.next_at = now + 1.0
+        with contextlib.suppress(OSError), self.nats.log.open("rb") as log:
+            log.seek(self.read_to)
+            data = log.read()
+            self.read_to += len(data)
+            self.watch.read(data.decode(errors="replace").splitlines())
+        try:
+            free_mb = shutil.disk_usage(self.store).free / 2**20
+        except OSError:
+            return
+        if self.watch.due(free_mb):
+            print(
+                f"llmgw up: nats-server stopped writing its store when the disk was full; with "
+                f"{free_mb:,.0f} MB free again, starting it again (its log: {self.nats.log})",
+                flush=True,
+            )
+            self.nats.restart(now)
+            self.watch.restarted()
 
 
 def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
@@ -242,11 +288,12 @@ def up(opts: UpOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     kept: dict[str, Kept] = {}
+    watches: list[StoreKeeper] = []
 
     def tend() -> None:
         if stopping:
             raise _Stopped
-        for process in kept.values():
+        for process in [*kept.values(), *watches]:
             process.tend(time.monotonic())
 
     try:
@@ -287,6 +334,7 @@ def up(opts: UpOptions) -> int:
             "scheduler": ["--drain-s", "2"],
             "mirror": ["--config", str(mirror_toml)],
         }
+        watches.append(StoreKeeper(kept["nats-server"], home / "nats"))
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], extra.get(name, []))

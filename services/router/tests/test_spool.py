@@ -1,0 +1,106 @@
+"""Usage the stream does not take is kept on the router's disk and sent again (`spool.py`), on a
+real nats-server: nothing lost while the stream is away, nothing counted twice once it is back,
+what a router that died kept is sent by the next, and a full disk keeps it in memory meanwhile."""
+
+import asyncio
+import contextlib
+import subprocess
+
+import msgspec
+import pytest
+from nats.js.api import StreamConfig
+
+from llmgw.proto import USAGE_STREAM, UsageRecord
+from llmgw.proto import router as router_api
+from llmgw.router import spool as spool_module
+from llmgw.router.spool import Spooled, UsageSpool, message_id
+
+
+def message(*ids: str) -> Spooled:
+    records = [UsageRecord(request_id=i, time=1.0, key="k", project="p", model="m") for i in ids]
+    return Spooled(id=message_id(records), subject=router_api.USAGE.subject("p", "m"), records=records)
+
+
+async def stream_messages(js) -> int:
+    return (await js.stream_info(USAGE_STREAM)).state.messages
+
+
+async def resend_once(spool: UsageSpool) -> None:
+    task = asyncio.create_task(spool.resend())
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if not spool.pending:
+            break
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(spool_module, "RESEND_S", 0.05)
+
+
+async def test_usage_kept_while_the_stream_is_away_is_taken_once_when_it_is_back(nc, tmp_path):
+    js = nc.jetstream()
+    spool = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
+    spool.open()
+    one, two = message("r1", "r2"), message("r3")
+    spool.keep(one)
+    spool.keep(two)
+    spool.keep(one)  # kept once
+    await resend_once(spool)  # no stream yet: nothing taken, nothing dropped
+    assert set(spool.pending) == {one.id, two.id}
+    await js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all]))
+    await js.publish(one.subject, msgspec.json.encode(one.records), headers={"Nats-Msg-Id": one.id})  # taken, ack lost
+    await resend_once(spool)
+    assert not spool.pending and await stream_messages(js) == 2  # one's resend deduplicated
+    assert (tmp_path / "spool").glob("*.jsonl") and all(p.stat().st_size == 0 for p in (tmp_path / "spool").iterdir())
+    spool.close()
+
+
+async def test_what_a_stopped_router_kept_is_sent_by_the_next_and_what_it_sent_is_not(nc, tmp_path):
+    js = nc.jetstream()
+    first = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
+    first.open()
+    sent, unsent = message("a"), message("b")
+    first.keep(sent)
+    first.keep(unsent)
+    first.keep(message("c"))
+    first._sent(sent.id)  # as resend marks it
+    running = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
+    running.open()  # the first still runs: its file is not taken
+    assert not running.pending
+    first.close()
+    second = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
+    second.open()
+    assert set(second.pending) == {unsent.id, message("c").id}
+    assert len(list((tmp_path / "spool").glob("*.jsonl"))) == 2  # the running one's and its own
+    await js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all]))
+    await resend_once(second)
+    assert await stream_messages(js) == 2
+    for spool in (running, second):
+        spool.close()
+
+
+async def test_a_full_disk_keeps_usage_in_memory_until_it_can_write_it(nc, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        spool = UsageSpool(small / "spool", nc.jetstream(), ack_s=1.0)
+        spool.open()
+        with contextlib.suppress(OSError), (small / "filler").open("wb", buffering=0) as f:
+            while True:
+                f.write(b"x" * 4096)
+        kept = [message(f"r{i}") for i in range(3)]
+        for m in kept:
+            spool.keep(m)
+        assert len(spool.unwritten) == 3 and set(spool.pending) == {m.id for m in kept}
+        (small / "filler").unlink()
+        spool.keep(message("after"))
+        assert not spool.unwritten
+        (path,) = (small / "spool").glob("*.jsonl")
+        assert set(spool_module._read(path.read_bytes())) == {m.id for m in kept} | {message("after").id}
+        spool.close()
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
