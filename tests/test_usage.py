@@ -163,8 +163,38 @@ async def test_a_slot_too_big_for_one_entry_is_split_and_still_counted_whole(rou
     closing = UsageRecord(request_id="c", time=later, key="k", project="p", model="m")
     await _publish(nc, [*batches, [closing]])
     await _caught_up(router.accounts.book)
-    first = msgspec.json.decode((await router.accounts.book.slots.get(f"{int(start)}.0")).value)
+    first = msgspec.json.decode((await router.accounts.book.slots.get(f"{int(start)}.key.0")).value)
     assert first["parts"] > 1
     rows = (await router.accounts.sum_usage(UsageQuery(since=start, group_by="key"))).rows
     assert len(rows) == 12_001 and all(r.requests == 1 for r in rows)
     assert router.accounts.book.read == 1  # the closing message: the slot's 12,000 come from its entries
+
+
+async def test_summing_carries_on_after_nats_stops_and_starts_again(router, nc, nats_server):
+    """NATS stopped and started again (the consumer summing read through, in memory, gone with
+    it): the router sums on from the rolled mark, and a report still counts every request."""
+    from llmgw.proto.router import USAGE_SLOT_S
+
+    start = (time.time() // USAGE_SLOT_S - 6) * USAGE_SLOT_S
+    batches = [_batch(i, start + i * 1.0) for i in range(1500)]  # 25 minutes of requests
+    await _publish(nc, batches[:700])
+    await _caught_up(router.accounts.book)
+    nats_server.stop()
+    nats_server.restart()
+    deadline = time.monotonic() + 30
+    while True:  # connected again, and JetStream answering (it recovers its streams first)
+        assert time.monotonic() < deadline, "NATS never came back"
+        if nc.is_connected and router.ctx.nc.is_connected:
+            try:
+                await nc.jetstream().stream_info(USAGE_STREAM)
+                break
+            except Exception:
+                pass
+        await asyncio.sleep(0.1)
+    await _publish(nc, batches[700:])
+    await _caught_up(router.accounts.book, timeout=90)
+    query = UsageQuery(since=start + 100.5, group_by="key")
+    assert _table(await router.accounts.sum_usage(query)) == _table(await router.accounts.book.scan(query))
+    assert sum(r.requests for r in (await router.accounts.sum_usage(UsageQuery(since=start))).rows) == sum(
+        len(b) for b in batches
+    )

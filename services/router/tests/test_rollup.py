@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from llmgw.proto import UsageQuery, UsageRecord, UsageRolled, UsageSlot
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
-from llmgw.router.rollup import Roller, Tally, add_late, at, slot_of, slot_parts, usage_part
+from llmgw.router.rollup import GROUPS, Roller, Tally, add_late, at, slot_of, slot_parts, usage_part
 
 T0 = 1_800_000_000.0
 """A slot start (a multiple of USAGE_SLOT_S)."""
@@ -25,18 +25,22 @@ class Bucket:
     (compare-and-set, made where the slot closed empty), the rolled mark moved forward only."""
 
     def __init__(self) -> None:
-        self.entries: dict[int, list[UsageSlot]] = {}
+        self.entries: dict[tuple[int, str], list[UsageSlot]] = {}
+        """(slot start, group) -> its parts."""
         self.rolled: UsageRolled | None = None
 
     def write(self, entries: list[UsageSlot]) -> None:
-        self.entries.setdefault(entries[0].start, entries)
+        for group in GROUPS:
+            self.entries.setdefault((entries[0].start, group), [e for e in entries if e.group == group])
 
     def add_late(self, start: int, records: list[tuple[int, UsageRecord]]) -> None:
-        if start not in self.entries:
-            first = records[0][0]
-            self.entries[start] = [add_late(UsageSlot(start=start, first=first, upto=first - 1), records)]
-            return
-        self.entries[start] = [add_late(e, records) or e for e in self.entries[start]]
+        for group in GROUPS:
+            if (start, group) not in self.entries:
+                first = records[0][0]
+                empty = UsageSlot(start=start, group=group, first=first, upto=first - 1)
+                self.entries[start, group] = [add_late(empty, records)]
+            else:
+                self.entries[start, group] = [add_late(e, records) or e for e in self.entries[start, group]]
 
     def mark(self, rolled: UsageRolled) -> None:
         if self.rolled is None or rolled.resume > self.rolled.resume:
@@ -76,7 +80,8 @@ def report(bucket: Bucket, stream: list[Message], query: UsageQuery, now: float)
         return {}
     lowest = slot_of(max(query.since, head[1] - USAGE_MOST_LATE_S))
     starts = range(lowest, slot_of(now + 3600) + USAGE_SLOT_S, USAGE_SLOT_S)
-    tally = Tally(query, {s: bucket.entries[s] for s in starts if s in bucket.entries}, resume)
+    slots = {s: bucket.entries[s, query.group_by] for s in starts if (s, query.group_by) in bucket.entries}
+    tally = Tally(query, slots, resume)
     tail = max(head[0], resume)
     if (edge := tally.edge_range()) is not None:
         first, last = edge
@@ -175,13 +180,14 @@ def test_a_slot_closes_at_the_first_request_past_it_and_its_grace():
     past = msgspec_replace(r, time=T0 + USAGE_SLOT_S + USAGE_SLOT_GRACE_S)
     late, [closed] = roller.feed(3, past.time, [past])
     assert not late and closed.start == T0
-    [entry] = closed.entries
-    assert (entry.first, entry.upto, entry.sums["model"]["m"]) == (1, 3, [1, 0, 0, 0, 2])
+    assert [e.group for e in closed.entries] == list(GROUPS)  # one entry a group: a report reads one
+    entry = closed.entries[GROUPS.index("key")]
+    assert (entry.first, entry.upto, entry.sums["k"]) == (1, 3, [1, 0, 0, 0, 2])
     assert roller.rolled().resume == 2  # the slot of the second request is still open
     behind = msgspec_replace(r, time=T0 + 5)
     [late], closed = roller.feed(4, T0 + 400, [behind])
     assert (late.start, late.records, closed) == (T0, [(4, behind)], [])
-    assert add_late(entry, late.records).upto == 4 and add_late(entry, late.records).sums["key"]["k"][0] == 2
+    assert add_late(entry, late.records).upto == 4 and add_late(entry, late.records).sums["k"][0] == 2
     assert add_late(add_late(entry, late.records), late.records) is None  # added once
 
 
@@ -197,10 +203,12 @@ def test_a_request_stamped_far_off_the_stream_clock_counts_within_its_bounds():
 
 def test_big_sums_are_split_over_parts_each_value_in_one():
     sums = {"key": {f"{i:016x}": [1, 0, 10, 0, 5] for i in range(12_000)}, "model": {"m": [12_000, 0, 0, 0, 0]}}
-    parts = slot_parts(int(T0), 1, 9, sums, most=256 * 1024)
-    assert len(parts) > 1 and all(p.parts == len(parts) for p in parts)
-    assert sum(len(p.sums.get("key", {})) for p in parts) == 12_000
-    assert all(usage_part("key", k, len(parts)) == p.part for p in parts for k in p.sums.get("key", {}))
+    entries = slot_parts(int(T0), 1, 9, sums, most=256 * 1024)
+    [model] = [e for e in entries if e.group == "model"]
+    keys = [e for e in entries if e.group == "key"]
+    assert model.parts == 1 and len(keys) > 1 and all(p.parts == len(keys) for p in keys)
+    assert sum(len(p.sums) for p in keys) == 12_000
+    assert all(usage_part("key", k, len(keys)) == p.part for p in keys for k in p.sums)
 
 
 def msgspec_replace(record: UsageRecord, **changes) -> UsageRecord:

@@ -56,7 +56,7 @@ BUCKET_TABLE = (
     Bucket(
         "usage_slots",
         "llmgw_usage_slots",
-        "`<slot start>.<part>` or `rolled`",
+        "`<slot start>.<group>.<part>` or `rolled`",
         "`UsageSlot` (a 5-minute slot's usage sums, from the usage stream; values expire with it) or `UsageRolled`",
         "every router (the same entries from the same stream)",
     ),

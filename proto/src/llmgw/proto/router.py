@@ -182,22 +182,25 @@ UsageSums = Annotated[list[NonNegative], Meta(min_length=5, max_length=5, title=
 
 
 class UsageSlot(Struct, kw_only=True):
-    """One slot's usage sums (or one part of them, where they are too big for one entry), as the
-    usage-slots bucket keeps them under `<start>.<part>`: every request of this slot and part
-    (`usage_part`) in the usage stream's messages from `first` to `upto`. Every router writes the
-    same entries from the same stream; a report adds the stream's requests after `upto`."""
+    """One slot's usage sums by one group (or one part of them, where they are too big for one
+    entry), as the usage-slots bucket keeps them under `<start>.<group>.<part>`: every request of
+    this slot and part (`usage_part`) in the usage stream's messages from `first` to `upto`. Every
+    router writes the same entries from the same stream; a report adds the stream's requests after
+    `upto`."""
 
     start: int
     """Unix time the slot starts (a multiple of `USAGE_SLOT_S`)."""
+    group: Literal["model", "project", "key", "replica"]
+    """What these sums are by."""
     first: int
     """Stream sequence of the first message holding a request of this slot."""
     upto: int
     """Every request of this slot and part in messages up to this sequence is summed here."""
     part: NonNegative = 0
     parts: Positive = 1
-    """How many entries the slot's sums are split over (each group's value in one: `usage_part`)."""
-    sums: dict[str, dict[str, UsageSums]] = field(default_factory=dict)
-    """What a report groups by (model, project, key, replica) -> its value -> sums."""
+    """How many entries the slot's sums by this group are split over (each value in one: `usage_part`)."""
+    sums: dict[str, UsageSums] = field(default_factory=dict)
+    """The group's value (a model's name, a key's id...) -> its sums."""
 
 
 class UsageRolled(Struct, kw_only=True):

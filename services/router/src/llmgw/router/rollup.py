@@ -81,27 +81,34 @@ def _add(sums: Sums, record: UsageRecord, groups: Iterable[str] = GROUPS) -> Non
 
 
 def slot_parts(start: int, first: int, upto: int, sums: Sums, most: int = PART_BYTES) -> list[UsageSlot]:
-    """A closed slot's entries: one, or its sums split by `usage_part` where they are bigger than
-    `most` bytes (the same split on every router: it depends on the sums alone)."""
-    size = len(msgspec.json.encode(sums))
-    parts = 1 if size <= most else math.ceil(size * 1.5 / most)
-    split: list[Sums] = [{} for _ in range(parts)]
-    for group, values in sums.items():
+    """A closed slot's entries: per group, one, or its sums split by `usage_part` where they are
+    bigger than `most` bytes (the same split on every router: it depends on the sums alone)."""
+    entries = []
+    for group in GROUPS:
+        values = sums.get(group, {})
+        size = len(msgspec.json.encode(values))
+        parts = 1 if size <= most else math.ceil(size * 1.5 / most)
+        split: list[dict[str, list[int]]] = [{} for _ in range(parts)]
         for value, row in values.items():
-            split[usage_part(group, value, parts)].setdefault(group, {})[value] = row
-    return [UsageSlot(start=start, first=first, upto=upto, part=i, parts=parts, sums=s) for i, s in enumerate(split)]
+            split[usage_part(group, value, parts)][value] = row
+        entries += [
+            UsageSlot(start=start, group=group, first=first, upto=upto, part=i, parts=parts, sums=s)
+            for i, s in enumerate(split)
+        ]
+    return entries
 
 
 def add_late(entry: UsageSlot, late: list[tuple[int, UsageRecord]]) -> UsageSlot | None:
-    """`entry` with the late requests (stream sequence, request) of its part that it does not hold
-    yet added, `upto` moved to the last; None where it holds them all already."""
+    """`entry` with the late requests (stream sequence, request) of its group's part that it does
+    not hold yet added, `upto` moved to the last; None where it holds them all already."""
     new = [(seq, r) for seq, r in late if seq > entry.upto]
     if not new:
         return None
-    sums = {group: {value: list(row) for value, row in values.items()} for group, values in entry.sums.items()}
+    sums = {entry.group: {value: list(row) for value, row in entry.sums.items()}}
     for _, record in new:
-        _add(sums, record, [g for g in GROUPS if usage_part(g, getattr(record, g), entry.parts) == entry.part])
-    return msgspec.structs.replace(entry, upto=max(seq for seq, _ in new), sums=sums)
+        if usage_part(entry.group, getattr(record, entry.group), entry.parts) == entry.part:
+            _add(sums, record, (entry.group,))
+    return msgspec.structs.replace(entry, upto=max(seq for seq, _ in new), sums=sums[entry.group])
 
 
 @dataclass
@@ -179,8 +186,8 @@ class Roller:
 class Tally:
     """A report being summed from slots' entries and the stream's requests they do not hold.
 
-    `slots`: the entries read (slot start -> its parts, in part order), for every slot from the
-    one holding `since` on; `resume`: the rolled mark read before them. A request read from the
+    `slots`: the entries by the report's group read (slot start -> its parts, in part order), for
+    every slot from the one holding `since` on; `resume`: the rolled mark read before them. A request read from the
     stream is counted where no entry holds it: in the slot `since` falls in (the edge, whose
     entries cannot be split at `since`), always; in a slot with entries, past its part's `upto`;
     in one without, from `resume` on. Each message must be given once."""
@@ -193,7 +200,7 @@ class Tally:
         for start, parts in slots.items():
             if start != self.edge and start >= query.since:
                 for part in parts:
-                    for value, sums in part.sums.get(query.group_by, {}).items():
+                    for value, sums in part.sums.items():
                         self._add(start, value, sums)
 
     def edge_range(self) -> tuple[int, int] | None:

@@ -26,7 +26,7 @@ from llmgw.bus import get_logger, kv_bucket, spawn
 from llmgw.proto import BUCKETS, USAGE_STREAM, UsageQuery, UsageRecord, UsageReport, UsageRolled, UsageSlot
 from llmgw.proto import usage_records as decode_usage
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
-from llmgw.router.rollup import Closed, Late, Roller, Tally, add_late, slot_of
+from llmgw.router.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
 
 __all__ = ["PULL", "ROLL_IDLE_S", "ROLL_PULL", "StreamMessage", "StreamReader", "UsageBook"]
 
@@ -82,7 +82,9 @@ class StreamReader:
 
     async def _take(self, msg: Msg) -> None:
         if not msg.data and msg.headers and "Status" in msg.headers:
-            self._status = msg.headers["Status"]
+            status, why = msg.headers["Status"], msg.headers.get("Description", "")
+            done = status == "408" or (status == "404" and why == "No Messages")  # no more there now
+            self._status = "" if done else f"{status} {why}".strip()
             self._ended.set()
             return
         self._got.append(msg)
@@ -114,7 +116,7 @@ class StreamReader:
             await asyncio.wait_for(self._ended.wait(), timeout)
         except TimeoutError:
             raise TimeoutError(f"stream {self.stream}: no answer to a pull within {timeout:g} s; is NATS up?") from None
-        if self._status not in ("", "404", "408") and not self._got:
+        if self._status and not self._got:
             why = f"stream {self.stream}: a pull was answered with status {self._status} (its consumer gone?)"
             raise ConnectionError(why)
         got, self._got = self._got, []
@@ -198,7 +200,7 @@ class UsageBook:
                 return UsageReport(rows=[])
             lowest = slot_of(max(query.since, head[1] - USAGE_MOST_LATE_S))  # no request counts before
             starts = range(lowest, slot_of(now + _AHEAD_S) + USAGE_SLOT_S, USAGE_SLOT_S)
-            tally = Tally(query, await self._entries(list(starts)), resume)
+            tally = Tally(query, await self._entries(list(starts), query.group_by), resume)
             if head[0] < resume:  # what is before `resume` is in the slots' sums
                 await tail.close()
                 tail = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=resume)
@@ -253,22 +255,22 @@ class UsageBook:
             return None
         return msgspec.json.decode(entry.value, type=UsageRolled)
 
-    async def _entries(self, starts: list[int]) -> dict[int, list[UsageSlot]]:
-        """The entries of the slots at `starts` that have them (every part)."""
+    async def _entries(self, starts: list[int], group: str) -> dict[int, list[UsageSlot]]:
+        """The entries by `group` of the slots at `starts` that have them (every part)."""
         out: dict[int, list[UsageSlot]] = {}
         for i in range(0, len(starts), _GETS):
             chunk = starts[i : i + _GETS]
-            for start, parts in zip(chunk, await asyncio.gather(*map(self._parts, chunk)), strict=True):
+            for start, parts in zip(chunk, await asyncio.gather(*(self._parts(s, group) for s in chunk)), strict=True):
                 if parts:
                     out[start] = [entry for entry, _ in parts]
         return out
 
-    async def _parts(self, start: int) -> list[tuple[UsageSlot, int]]:
-        """A slot's entries (every part) with their revisions, [] where it has none."""
-        first = await self._get(f"{start}.0")
+    async def _parts(self, start: int, group: str) -> list[tuple[UsageSlot, int]]:
+        """A slot's entries by `group` (every part) with their revisions, [] where it has none."""
+        first = await self._get(f"{start}.{group}.0")
         if first is None:
             return []
-        rest = await asyncio.gather(*(self._get(f"{start}.{i}") for i in range(1, first[0].parts)))
+        rest = await asyncio.gather(*(self._get(f"{start}.{group}.{i}") for i in range(1, first[0].parts)))
         return [first, *(r for r in rest if r is not None)]
 
     async def _get(self, key: str) -> tuple[UsageSlot, int] | None:
@@ -323,26 +325,33 @@ class UsageBook:
         """A closed slot's entries, written once (where another router wrote them: the same)."""
         for entry in entries:
             with contextlib.suppress(KeyWrongLastSequenceError):
-                await self.slots.create(f"{entry.start}.{entry.part}", msgspec.json.encode(entry))
+                await self.slots.create(f"{entry.start}.{entry.group}.{entry.part}", msgspec.json.encode(entry))
 
     async def _add_late(self, late: Late) -> None:
-        """Add requests that came after their slot closed to its entries (compare-and-set; one
-        entry made where the slot closed empty)."""
+        """Add requests that came after their slot closed to its entries of every group
+        (compare-and-set; made, one part, where the slot closed empty)."""
+        for group in GROUPS:
+            await self._add_late_by(late, group)
+
+    async def _add_late_by(self, late: Late, group: str) -> None:
         for _ in range(_TRIES):
-            parts = await self._parts(late.start)
+            parts = await self._parts(late.start, group)
             try:
                 if not parts:
                     first = late.records[0][0]
-                    new = add_late(UsageSlot(start=late.start, first=first, upto=first - 1), late.records)
-                    await self.slots.create(f"{late.start}.0", msgspec.json.encode(new))
+                    empty = UsageSlot(start=late.start, group=group, first=first, upto=first - 1)
+                    await self.slots.create(
+                        f"{late.start}.{group}.0", msgspec.json.encode(add_late(empty, late.records))
+                    )
                     return
                 for entry, revision in parts:
                     if (new := add_late(entry, late.records)) is not None:
-                        await self.slots.update(f"{late.start}.{entry.part}", msgspec.json.encode(new), last=revision)
+                        key = f"{late.start}.{group}.{entry.part}"
+                        await self.slots.update(key, msgspec.json.encode(new), last=revision)
                 return
             except KeyWrongLastSequenceError:
                 continue  # another router added them first (or some): read again
-        raise RuntimeError(f"usage slot {late.start}: its entries kept changing over {_TRIES} tries to add to them")
+        raise RuntimeError(f"usage slot {late.start} by {group}: its entries kept changing over {_TRIES} tries")
 
     async def _mark(self, rolled: UsageRolled) -> None:
         """Move the rolled mark forward to `rolled` (never back: another router may be ahead)."""
