@@ -23,6 +23,13 @@ from llmgw.bus import (
 KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
 
 
+@pytest.fixture(autouse=True)
+def own_home(tmp_path_factory, monkeypatch):
+    """Each test's services keep their files (a router's usage spool, say) in a data directory of
+    the test's own, never the user's ~/.local/share/llmgw nor another test's."""
+    monkeypatch.setenv("LLMGW_HOME", str(tmp_path_factory.mktemp("home")))
+
+
 class AuthorizedNats:
     """A nats-server that lets in only llmgw's identities, each with its role's permissions (as
     `llmgw up` configures it), and the tests' own harness identity, which may do anything: it

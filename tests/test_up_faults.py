@@ -7,6 +7,7 @@ the catalog case and the drained stop run in `./dev test`; the other kills are `
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -352,3 +353,77 @@ def test_a_stop_under_load_lets_a_stream_in_flight_finish_then_stops_everything(
     time.sleep(0.5)
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert left == [] and _engines(up) == [], [p.cmdline() for p in left]
+
+
+def _usage_requests(up: Up) -> int:
+    """Requests the usage reports count since the epoch (every group summed)."""
+    from llmgw.proto import UsageQuery
+    from llmgw.proto import router as router_api
+
+    async def ask(nc):
+        return await call(nc, router_api.USAGE_SUM, UsageQuery(since=0.0, group_by="model"), timeout=10)
+
+    return sum(row.requests for row in up.nats(ask).rows)
+
+
+def _fill(folder: Path) -> Path:
+    """A file that takes every free byte of `folder`'s disk."""
+    filler = folder / "filler"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as f:
+        while True:
+            f.write(b"\0" * (1 << 20))
+    with contextlib.suppress(OSError), filler.open("ab", buffering=0) as f:
+        while True:
+            f.write(b"\0" * 4096)
+    return filler
+
+
+def test_a_full_disk_loses_no_usage_and_everything_comes_back_by_itself(tmp_path):
+    """The data directory's disk full for 15 s under steady clients (issue 31): every request
+    answered, every one counted in usage once the disk has room (kept by the router meanwhile, none
+    twice), nats-server started again by `up` (its store stops writing for good on a full disk)
+    and said in one line, the scheduler leading again, the disk nearly full said in /readyz."""
+    home = tmp_path / "disk"
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(home)], check=True)
+    up = None
+    try:
+        up = Up(home)
+        _keep_reading(up)
+        up.wait_ready()
+        time.sleep(3)  # the warm-up's usage in
+        before = _usage_requests(up)
+        with Load(up) as load:
+            time.sleep(3)
+            filler = _fill(home)
+            full_at = time.monotonic()
+            assert "disk nearly full" in httpx.get(f"{_admin(up, 'router')}/readyz", timeout=5).text
+            time.sleep(15)
+            filler.unlink()
+            freed_at = time.monotonic()
+            deadline = freed_at + RECOVER_S
+            while not any("starting it again (its log" in line for line in up.lines):
+                assert time.monotonic() < deadline, "".join(up.lines)
+                time.sleep(0.5)
+            restarted_s = time.monotonic() - freed_at
+            time.sleep(5)
+        figures = load.figures()
+        deadline = time.monotonic() + RECOVER_S
+        while (counted := _usage_requests(up) - before) < figures.get("ok", 0) and time.monotonic() < deadline:
+            time.sleep(1)
+        leases = [
+            json.loads(line)["event"]
+            for line in (home / "logs" / "scheduler.log").read_text().splitlines()
+            if line.startswith("{") and '"event": "lease' in line
+        ]
+        print(
+            f"\nfull disk: {figures}, counted {counted}, nats restarted {restarted_s:.1f} s after space was freed "
+            f"({freed_at - full_at:.0f} s full), scheduler lease events {leases[-3:]}"
+        )
+        assert figures.get("ok", 0) == figures["sent"], figures
+        assert counted == figures["ok"], (counted, figures)
+        assert leases and leases[-1] == "lease taken", leases
+    finally:
+        if up is not None and up.proc.poll() is None:
+            up.stop()
+        subprocess.run(["umount", "-l", str(home)], check=False)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
@@ -35,12 +37,16 @@ from llmgw.router.core import key_hash
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
 from llmgw.router.quota import Quota, Scope
+from llmgw.router.spool import Spooled, UsageSpool, message_id
 from llmgw.router.usage import UsageBook
 
-__all__ = ["USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
+__all__ = ["DEDUP_S", "USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
 
 USAGE_ACK_S = 5.0
 """How long a usage message's publish waits for the stream's acknowledgement."""
+DEDUP_S = 600.0
+"""How long the usage stream remembers a message's id: one sent again within it (its first
+acknowledgement lost) is taken once."""
 USAGE_LINGER_S = 0.02
 """How long the first finished request's usage waits for others to go in one message with it."""
 USAGE_BATCH = 256
@@ -64,6 +70,8 @@ class Accounts:
         self.usage: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=100_000)
         """Finished requests, on their way to the usage stream."""
         self.tasks: set[asyncio.Task] = set()
+        self.spool: UsageSpool | None = None
+        """Usage the stream did not take, kept until it does (`open` makes it)."""
         self.log = get_logger("router")
 
     @classmethod
@@ -75,11 +83,13 @@ class Accounts:
         online: Callable[[], bool] = lambda: True,
         *,
         nc: Client,
+        spool: Path | None = None,
     ) -> Accounts:
         """Watch the keys and projects buckets, open the limit counters (`router`: this instance's
         id in them; `online`: whether NATS is there now, else they count locally) and make sure
         the usage stream exists; start publishing usage and summing it into slots (`nc`: the
-        connection `js` is on, which reads the stream)."""
+        connection `js` is on, which reads the stream; `spool`: the folder where usage the stream
+        does not take waits, None: a temporary one)."""
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
@@ -88,6 +98,7 @@ class Accounts:
             subjects=[router_api.USAGE.all],
             max_age=usage_days * 86400.0,
             num_replicas=storage_replicas(),
+            duplicate_window=DEDUP_S,
         )
         try:
             await js.add_stream(usage)
@@ -95,7 +106,10 @@ class Accounts:
             get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
         book = await UsageBook.open(nc, js, usage_days)
         accounts = cls(js, keys, projects, quota, book)
+        accounts.spool = UsageSpool(spool or Path(tempfile.mkdtemp(prefix="llmgw-usage-spool-")), js, USAGE_ACK_S)
+        accounts.spool.open()
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
+        spawn(accounts.tasks, accounts.spool.resend(), accounts.log, "sending kept usage again")
         spawn(accounts.tasks, quota.keep_alive(20.0), accounts.log, "keeping this router's requests in flight counted")
         return accounts
 
@@ -108,9 +122,11 @@ class Accounts:
         await ctx.serve(router_api.USAGE_SUM, self.sum_usage)
 
     def stop(self) -> None:
-        """Stop watching and publishing."""
+        """Stop watching and publishing (usage not yet taken stays in the spool's file)."""
         for task in self.tasks:
             task.cancel()
+        if self.spool:
+            self.spool.close()
         if self.book:
             self.book.stop()
         self.quota.stop()
@@ -174,23 +190,33 @@ class Accounts:
             for r in records:
                 batches.setdefault(router_api.USAGE.subject(r.project, r.model), []).append(r)
             for subject, batch in batches.items():
-                ids = [r.request_id for r in batch]
+                message = Spooled(id=message_id(batch), subject=subject, records=batch)
                 try:
-                    acked = await self.js.publish_async(subject, msgspec.json.encode(batch))
+                    acked = await self.js.publish_async(
+                        subject, msgspec.json.encode(batch), headers={"Nats-Msg-Id": message.id}
+                    )
                 except Exception as exc:
-                    self.log.warning("usage not recorded", requests=ids, error=str(exc))
+                    self._kept(message, str(exc))
                     continue
                 late = loop.call_later(USAGE_ACK_S, acked.cancel)
-                acked.add_done_callback(lambda done, ids=ids, late=late: self._acked(done, ids, late))
+                acked.add_done_callback(lambda done, message=message, late=late: self._acked(done, message, late))
 
-    def _acked(self, done: asyncio.Future, request_ids: list[str], late: asyncio.TimerHandle) -> None:
-        """A usage message's publish was answered (or given up on)."""
+    def _acked(self, done: asyncio.Future, message: Spooled, late: asyncio.TimerHandle) -> None:
+        """A usage message's publish was answered (or given up on: then it is kept to send again)."""
         late.cancel()
         if done.cancelled():
-            why = f"no acknowledgement within {USAGE_ACK_S:g} s"
-            self.log.warning("usage not recorded", requests=request_ids, error=why)
+            self._kept(message, f"no acknowledgement within {USAGE_ACK_S:g} s")
         elif (exc := done.exception()) is not None:
-            self.log.warning("usage not recorded", requests=request_ids, error=str(exc))
+            self._kept(message, str(exc))
+
+    def _kept(self, message: Spooled, why: str) -> None:
+        """The stream did not take a usage message: kept (on disk) and sent again until it does."""
+        if self.spool is None:
+            self.log.warning("usage not recorded", requests=[r.request_id for r in message.records], error=why)
+            return
+        if not self.spool.pending:
+            self.log.warning("usage kept to send again: the stream did not take it", error=why)
+        self.spool.keep(message)
 
     # -- keys, projects, usage (NATS and the admin API) --------------------------------------------
     async def create_key(self, req: KeyCreate) -> KeyCreated:

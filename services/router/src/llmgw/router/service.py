@@ -86,8 +86,9 @@ class Router:
         metrics = Metrics(ctx.metrics)
         balancer = Balancer(index_blocks=config.index_blocks, overload=config.affinity_overload)
         self.directory = await Directory.open(ctx.js, balancer.keep_only, self.keys)
+        spool = config.home() / "router" / "usage-spool"
         self.accounts = await Accounts.open(
-            ctx.js, self.instance, config.usage_days, lambda: ctx.nc.is_connected, nc=ctx.nc
+            ctx.js, self.instance, config.usage_days, lambda: ctx.nc.is_connected, nc=ctx.nc, spool=spool
         )
         await self.accounts.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
