@@ -53,10 +53,14 @@ class RouterConfig(BusConfig, kw_only=True):
     client_body_timeout)."""
     client_body_total_s: float = 60.0
     """Longest a request's body may take to arrive whole, however it trickles (408 past it)."""
+    client_send_timeout_s: float = 60.0
+    """Longest a client may leave its answer unread (the router's send buffer full) before its
+    connection is closed (nginx's send_timeout)."""
     max_connections: int = 0
     """Most client connections held at once; past it a newcomer sheds the longest idle one (or,
-    with every one being answered, gets 503). 0: half of the descriptors the process may open,
-    less a reserve for its engines, NATS and probes (each request answered holds two)."""
+    with every one being answered, gets 503). 0: a third of the descriptors the process may open,
+    less a reserve for NATS and probes (a request answered holds two, its engine's and its own; a
+    connection handed to the admin API and console three, uvicorn being in this process)."""
     max_connections_per_client: int = 512
     """Most connections from one client address; past it that address's longest idle one is
     shed (behind a load balancer every client shares its address: raise this)."""

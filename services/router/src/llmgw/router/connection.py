@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import http
 from typing import TYPE_CHECKING
 
 import httptools
 
-from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, request_id, response_head
+from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, request_id
 from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.http1 import Arrived, answer_head
+from llmgw.router.relay import Relay
 from llmgw.router.tunnel import TUNNEL_SILENT_S, Tunnel
 
 if TYPE_CHECKING:
@@ -35,27 +35,6 @@ client's further bytes read and dropped meanwhile)."""
 _DONE = b"data: [DONE]\n\n"
 
 
-class _Request:
-    __slots__ = ("body", "chunked", "headers", "keep", "method", "path", "refused")
-
-    def __init__(self, method: str, path: str, headers: dict[str, str]) -> None:
-        self.method, self.path, self.headers = method, path, headers
-        self.body = bytearray()
-        """What came of its body: one buffer, so a body in tiny pieces costs its size, not an
-        object a piece."""
-        self.keep = True
-        self.chunked = True
-        """Whether its client reads chunks (HTTP/1.1); an HTTP/1.0 one gets a stream unframed,
-        ended by closing the connection."""
-        self.refused: ApiError | None = None
-        """Refused while it arrived (its body too large, its head ambiguous): answered so, then
-        the connection closed."""
-
-    async def read(self) -> bytes:
-        """Its body (it came whole before it was answered)."""
-        return bytes(self.body)
-
-
 class Client(asyncio.Protocol):
     """One client's connection: its requests answered one after another."""
 
@@ -69,12 +48,15 @@ class Client(asyncio.Protocol):
         """Whether a request of its was answered (it is shed after those never answered)."""
         self.task: asyncio.Task | None = None
         """The request being answered."""
-        self.waiting: collections.deque[_Request] = collections.deque()
+        self.waiting: collections.deque[Arrived] = collections.deque()
         """Requests that came while another was answered (pipelined), at most a `SLICE` of them."""
         self.held = b""
-        """Bytes not read into the parser yet: those behind a pipelined request (reading stops
-        while there are any)."""
-        self.request: _Request | None = None
+        """Bytes not read into the parser yet: those behind a pipelined request."""
+        self.paused = False
+        """Reading stopped: a request waits behind the one being answered."""
+        self.blind = False
+        """A tunnel whose bytes are no longer HTTP (an Upgrade): only its silence is watched."""
+        self.request: Arrived | None = None
         self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
         """The head's bytes read (exact, once read) and arrived (a slice at a time); the body's."""
         self.chunk, self.raw = b"", None
@@ -86,8 +68,9 @@ class Client(asyncio.Protocol):
         self.stage = "idle"
         """What it waits for while nothing is answered on it: 'idle' (a request), 'head' (the
         rest of a request's head), 'body' (the rest of its body)."""
-        self.since = self.last = 0.0
-        """When the stage began; when a byte of the body last came (loop time)."""
+        self.since = self.last = self.stalled_at = 0.0
+        """When the stage began; when a byte of the body last came; when its client last stopped
+        reading (loop time)."""
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -105,25 +88,25 @@ class Client(asyncio.Protocol):
                 )
             )
             self.closed = True
-            transport.write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
+            transport.write(answer_head(answer, request_id(), False, len(answer.body)) + answer.body)
             transport.close()
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client: to the parser, the tunnel, or held."""
         if self.tunnel is not None:
             self.tunnel.send(data)
-            return
-        if self.held:
+            self._watch(data)
+        elif self.paused:
             self.held += data
         elif not self.closed:
             self._feed(data)
 
     def _feed(self, data: bytes) -> None:
-        """Read `data` into the parser a `SLICE` at a time; stop (holding the rest, and reading
-        no more) once a request waits behind the one being answered."""
+        """Read `data` into the parser a `SLICE` at a time; once a request waits behind the one
+        being answered, stop reading (the rest held) until it is answered."""
         for start in range(0, len(data), SLICE):
             piece = data[start : start + SLICE] if len(data) > SLICE else data
-            self.chunk, self.ended_here = piece, False
+            self.chunk, self.ended_here, size = piece, False, self.size
             if self.raw is not None:
                 self.raw.append(piece)
             try:
@@ -137,17 +120,36 @@ class Client(asyncio.Protocol):
                 if rest := data[start + SLICE :]:
                     self.tunnel.send(rest)
                 return
-            if self.closed:
+            if self.closed or self._too_much(len(piece), size):
                 return
-            if self.stage == "head":  # a head still arriving is counted as it arrives
-                self.arrived += len(piece)
-                if self.arrived > MOST_HEAD_BYTES:
-                    self._refuse(HttpError(431, "The request's headers are too large."))
-                    return
-            if self.waiting and start + SLICE < len(data):
+            if self.waiting:
                 self.held = data[start + SLICE :]
+                self.paused = True
                 self.transport.pause_reading()
                 return
+
+    def _too_much(self, arrived: int, size: int) -> bool:
+        """Whether what arrived passes what a request may send unread: a head past
+        `MOST_HEAD_BYTES` as it arrives, or as much again of a chunked body's framing, extensions
+        or trailer with no body in it (431, then closed)."""
+        if self.stage == "head":
+            self.arrived += arrived
+        elif self.stage == "body":
+            self.arrived = 0 if self.size > size else self.arrived + arrived
+        if self.stage == "idle" or self.arrived <= MOST_HEAD_BYTES:
+            return False
+        what = "headers are" if self.stage == "head" else "chunked body's trailer (or its chunks' extensions) is"
+        self._refuse(HttpError(431, f"The request's {what} too large."))
+        return True
+
+    def _watch(self, data: bytes) -> None:
+        """A tunnel's bytes read for their deadlines alone (the app's server answers them); an
+        Upgrade's (a websocket) are not HTTP after it, and only its silence is watched."""
+        if not self.blind:
+            try:
+                self.parser.feed_data(data)
+            except (httptools.HttpParserUpgrade, httptools.HttpParserError):
+                self.blind = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Gone: its seat freed, what it waited on cut."""
@@ -162,6 +164,7 @@ class Client(asyncio.Protocol):
     def pause_writing(self) -> None:
         """Its client reads slower than it is answered: the next write waits."""
         self.writable = asyncio.get_running_loop().create_future()
+        self.stalled_at = asyncio.get_running_loop().time()
 
     def resume_writing(self) -> None:
         """Its client caught up."""
@@ -171,7 +174,7 @@ class Client(asyncio.Protocol):
     def on_message_begin(self) -> None:
         """A request begins: its head is timed from here."""
         self.url, self.head_bytes, self.arrived, self.size = b"", 0, 0, 0
-        self.request = _Request("", "", {})
+        self.request = Arrived("", "", {})
         self.raw = None if self.ended_here or self.task is not None else [self.chunk]
         self._stage("head")
 
@@ -231,9 +234,11 @@ class Client(asyncio.Protocol):
         """A piece of the body, kept up to the most the router takes."""
         request = self.request
         self.last = asyncio.get_running_loop().time()
-        if self.tunnel is not None or request.refused is not None:
+        if self.tunnel is not None:
             return
         self.size += len(body)
+        if request.refused is not None:
+            return
         if self.size > self.endpoint.most:
             request.refused = self._too_large()
             request.keep, request.body = False, bytearray()
@@ -258,34 +263,39 @@ class Client(asyncio.Protocol):
 
     def check(self, now: float) -> None:
         """End it where it is past a deadline (the sweep asks every connection)."""
-        if self.tunnel is not None:
-            if now - self.tunnel.last > TUNNEL_SILENT_S:
-                self.close()
-            return
-        if self.task is not None or self.closed:
-            return  # being answered: the engine's deadlines hold
         config, stage = self.config, self.stage
-        if stage == "idle":
+        if self.writable is not None and now - self.stalled_at > config.client_send_timeout_s:
+            self.close()  # its client reads nothing of its answer
+        elif self.tunnel is not None:
+            late = stage != "idle" and not self.blind and self._late(now) is not None
+            if late or now - self.tunnel.last > TUNNEL_SILENT_S:
+                self.close()  # the app's server has no deadlines of its own for a head or body
+        elif self.task is not None or self.closed:
+            return  # being answered: the engine's deadlines hold
+        elif stage == "idle":
             if now - self.since > IDLE_S:
                 self.close()
-        elif stage == "head":
+        elif (why := self._late(now)) is not None:
+            self._refuse(HttpError(408, why))
+
+    def _late(self, now: float) -> str | None:
+        """Why a head or body still arriving is past its deadline; None while it is not."""
+        config = self.config
+        if self.stage == "head":
             if now - self.since > config.client_header_timeout_s:
-                self._refuse(
-                    HttpError(408, f"The request's headers did not arrive within {config.client_header_timeout_s:g} s.")
-                )
+                return f"The request's headers did not arrive within {config.client_header_timeout_s:g} s."
         elif now - self.last > config.client_body_timeout_s:
-            self._refuse(
-                HttpError(408, f"Nothing of the request's body arrived for {config.client_body_timeout_s:g} s.")
-            )
+            return f"Nothing of the request's body arrived for {config.client_body_timeout_s:g} s."
         elif now - self.since > config.client_body_total_s:
-            self._refuse(HttpError(408, f"The request's body did not arrive within {config.client_body_total_s:g} s."))
+            return f"The request's body did not arrive within {config.client_body_total_s:g} s."
+        return None
 
     # answering
-    def _answer(self, request: _Request) -> None:
+    def _answer(self, request: Arrived) -> None:
         self.front.seats.busy(self)
         self.task = asyncio.get_running_loop().create_task(self._serve(request))
 
-    async def _serve(self, request: _Request) -> None:
+    async def _serve(self, request: Arrived) -> None:
         keep = request.keep
         try:
             rid = request.headers.get("x-request-id") or request_id()
@@ -297,7 +307,7 @@ class Client(asyncio.Protocol):
                 keep = keep and request.chunked  # unframed, a stream ends with its connection
                 await self._stream(answer, rid, keep, request.chunked)
             else:
-                self._write(_head(answer, rid, keep, len(answer.body)) + answer.body)
+                self._write(answer_head(answer, rid, keep, len(answer.body)) + answer.body)
                 if self.writable is not None:  # its client does not read: answer no more until it does
                     await self.writable
         except asyncio.CancelledError:
@@ -313,16 +323,16 @@ class Client(asyncio.Protocol):
         self.since = self.last = asyncio.get_running_loop().time()  # its clocks run from now
         if self.waiting:
             self._answer(self.waiting.popleft())
-        elif self.held:
-            held, self.held = self.held, b""
+        elif self.paused:  # what came behind it, then the client again
+            held, self.held, self.paused = self.held, b"", False
             self._feed(held)
-            if not self.held and not self.closed:
+            if not self.paused and not self.closed:
                 self.transport.resume_reading()
 
     async def _stream(self, relay: Relay, rid: str, keep: bool, chunked: bool) -> None:
         """The relay in chunks (unframed where not `chunked`): its head leaves with its first
         piece, `[DONE]` with the end."""
-        head, held = _head(relay, rid, keep, None, chunked), b""
+        head, held = answer_head(relay, rid, keep, None, chunked), b""
         try:
             async for piece in relay.chunks:
                 framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
@@ -350,7 +360,7 @@ class Client(asyncio.Protocol):
             return
         if self.task is None:
             answer = self.endpoint.refused(error)
-            self._write(_head(answer, request_id(), False, len(answer.body)) + answer.body)
+            self._write(answer_head(answer, request_id(), False, len(answer.body)) + answer.body)
         self.closed = True  # what else it sends is read and dropped
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -376,22 +386,3 @@ class Client(asyncio.Protocol):
         self.front.seats.leave(self)  # at once, whatever the transport's state: a newcomer takes the seat
         if not self.transport.is_closing():
             self.transport.close()
-
-
-def _head(answer: Answer | Relay, rid: str, keep: bool, length: int | None, chunked: bool = True) -> bytes:
-    """An answer's status line and headers: its length, or chunked where it is streamed (to an
-    HTTP/1.0 client: neither, the connection's end ends it)."""
-    status = answer.status
-    lines = [b"HTTP/1.1 %d %b\r\n" % (status, _REASONS.get(status, b"Status"))]
-    lines += [b"%b: %b\r\n" % pair for pair in response_head(answer, rid)]
-    if length is not None:
-        lines.append(b"content-length: %d\r\n" % length)
-    elif chunked:
-        lines.append(b"transfer-encoding: chunked\r\n")
-    if not keep:
-        lines.append(b"connection: close\r\n")
-    lines.append(b"\r\n")
-    return b"".join(lines)
-
-
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}

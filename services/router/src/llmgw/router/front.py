@@ -113,11 +113,12 @@ class Front:
 
 def _connections_by_descriptors() -> int:
     """The most client connections the descriptors allow (the soft limit raised to the hard one):
-    two for each (its own, its engine's or the app's), less a reserve for NATS, the engines'
-    health probes and the rest, so a flood never leaves the router unable to reach its engines."""
+    three for each (its own, and its engine's or both ends of the app's), less a reserve for NATS,
+    the engines' health probes and the rest, so a flood never leaves the router unable to reach
+    its engines."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return max(64, (soft - min(1024, soft // 4)) // 2)
+    return max(64, (soft - min(1024, soft // 4)) // 3)
