@@ -397,7 +397,8 @@ def test_a_full_disk_loses_no_usage_and_everything_comes_back_by_itself(tmp_path
             time.sleep(3)
             filler = _fill(home)
             full_at = time.monotonic()
-            assert "disk nearly full" in httpx.get(f"{_admin(up, 'router')}/readyz", timeout=5).text
+            said = httpx.get(f"{_admin(up, 'router')}/readyz", timeout=5).text
+            assert f"disk nearly full: {home} has 0 MB free of 400 MB" in said, said
             time.sleep(15)
             filler.unlink()
             freed_at = time.monotonic()

@@ -57,3 +57,5 @@ def test_nats_is_started_again_for_its_store_only_once_it_said_so_and_the_disk_h
     assert watch.due(free_mb=64)
     watch.restarted()
     assert not watch.due(free_mb=10_000)
+    assert not watch.due(free_mb=0.5)  # seen full: the log may not have taken the line
+    assert watch.due(free_mb=100)

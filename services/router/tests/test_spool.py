@@ -2,12 +2,10 @@
 real nats-server: nothing lost while the stream is away, nothing counted twice once it is back,
 what a router that died kept is sent by the next, and a full disk keeps it in memory meanwhile."""
 
-import asyncio
 import contextlib
 import subprocess
 
 import msgspec
-import pytest
 from nats.js.api import StreamConfig
 
 from llmgw.proto import USAGE_STREAM, UsageRecord
@@ -25,21 +23,6 @@ async def stream_messages(js) -> int:
     return (await js.stream_info(USAGE_STREAM)).state.messages
 
 
-async def resend_once(spool: UsageSpool) -> None:
-    task = asyncio.create_task(spool.resend())
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if not spool.pending:
-            break
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-@pytest.fixture(autouse=True)
-def quick(monkeypatch):
-    monkeypatch.setattr(spool_module, "RESEND_S", 0.05)
-
-
 async def test_usage_kept_while_the_stream_is_away_is_taken_once_when_it_is_back(nc, tmp_path):
     js = nc.jetstream()
     spool = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
@@ -48,13 +31,16 @@ async def test_usage_kept_while_the_stream_is_away_is_taken_once_when_it_is_back
     spool.keep(one)
     spool.keep(two)
     spool.keep(one)  # kept once
-    await resend_once(spool)  # no stream yet: nothing taken, nothing dropped
-    assert set(spool.pending) == {one.id, two.id}
+    await spool.resend()  # no stream yet: nothing taken, nothing dropped
+    await spool.flush()
+    (path,) = list((tmp_path / "spool").glob("*.jsonl"))
+    assert set(spool.pending) == {one.id, two.id} == set(spool_module._read(path.read_bytes()))
     await js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all]))
     await js.publish(one.subject, msgspec.json.encode(one.records), headers={"Nats-Msg-Id": one.id})  # taken, ack lost
-    await resend_once(spool)
+    await spool.resend()
     assert not spool.pending and await stream_messages(js) == 2  # one's resend deduplicated
-    assert (tmp_path / "spool").glob("*.jsonl") and all(p.stat().st_size == 0 for p in (tmp_path / "spool").iterdir())
+    await spool.flush()
+    assert path.stat().st_size == 0  # all taken: the file starts over
     spool.close()
 
 
@@ -62,24 +48,40 @@ async def test_what_a_stopped_router_kept_is_sent_by_the_next_and_what_it_sent_i
     js = nc.jetstream()
     first = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
     first.open()
-    sent, unsent = message("a"), message("b")
-    first.keep(sent)
-    first.keep(unsent)
-    first.keep(message("c"))
+    sent, unsent, third = message("a"), message("b"), message("c")
+    for m in (sent, unsent, third):
+        first.keep(m)
     first._sent(sent.id)  # as resend marks it
+    await first.flush()
     running = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
     running.open()  # the first still runs: its file is not taken
     assert not running.pending
     first.close()
     second = UsageSpool(tmp_path / "spool", js, ack_s=1.0)
     second.open()
-    assert set(second.pending) == {unsent.id, message("c").id}
+    assert set(second.pending) == {unsent.id, third.id}
     assert len(list((tmp_path / "spool").glob("*.jsonl"))) == 2  # the running one's and its own
     await js.add_stream(StreamConfig(name=USAGE_STREAM, subjects=[router_api.USAGE.all]))
-    await resend_once(second)
+    await second.resend()
     assert await stream_messages(js) == 2
     for spool in (running, second):
         spool.close()
+
+
+async def test_a_file_mostly_of_sent_messages_is_written_anew_with_what_is_pending(nc, tmp_path):
+    spool = UsageSpool(tmp_path / "spool", nc.jetstream(), ack_s=1.0)
+    spool.open()
+    kept = [message(f"r{i}") for i in range(1500)]
+    for m in kept:
+        spool.keep(m)
+    await spool.flush()
+    for m in kept[:1400]:
+        spool._sent(m.id)
+    await spool.flush()
+    (path,) = list((tmp_path / "spool").glob("*.jsonl"))
+    assert spool.lines == 100 and len(path.read_bytes().splitlines()) == 100
+    assert set(spool_module._read(path.read_bytes())) == {m.id for m in kept[1400:]}
+    spool.close()
 
 
 async def test_a_full_disk_keeps_usage_in_memory_until_it_can_write_it(nc, tmp_path):
@@ -95,11 +97,14 @@ async def test_a_full_disk_keeps_usage_in_memory_until_it_can_write_it(nc, tmp_p
         kept = [message(f"r{i}") for i in range(3)]
         for m in kept:
             spool.keep(m)
-        assert len(spool.unwritten) == 3 and set(spool.pending) == {m.id for m in kept}
+        await spool.flush()
+        assert len(spool.unwritten) == 3 and spool.failing and set(spool.pending) == {m.id for m in kept}
+        (path,) = list((small / "spool").glob("*.jsonl"))
+        assert path.read_bytes() == b""  # nothing half written
         (small / "filler").unlink()
         spool.keep(message("after"))
-        assert not spool.unwritten
-        (path,) = (small / "spool").glob("*.jsonl")
+        await spool.flush()
+        assert not spool.unwritten and not spool.failing
         assert set(spool_module._read(path.read_bytes())) == {m.id for m in kept} | {message("after").id}
         spool.close()
     finally:

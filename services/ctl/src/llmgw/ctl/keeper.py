@@ -54,7 +54,7 @@ class StoreWatch:
     """Whether nats-server must be started again for its store: a write that failed (a full disk)
     leaves JetStream's file store refusing every write until the server starts again, even once
     there is room (seen: still failing 180 s after space was freed). It is due once the server
-    said so in its log and the disk has `room_mb` free again."""
+    said so in its log (or its disk was seen full) and the disk has `room_mb` free again."""
 
     SIGN = "Critical write error"
     """What nats-server logs when its file store stops writing."""
@@ -68,7 +68,9 @@ class StoreWatch:
         self.broken = self.broken or any(self.SIGN in line for line in lines)
 
     def due(self, free_mb: float) -> bool:
-        """Whether to start it again now, with `free_mb` free on its store's disk."""
+        """Whether to start it again now, with `free_mb` free on its store's disk (a disk seen
+        full counts as the sign too: the server's log is on it, and may not have taken the line)."""
+        self.broken = self.broken or free_mb < 1
         return self.broken and free_mb >= self.room_mb
 
     def restarted(self) -> None:

@@ -100,7 +100,11 @@ class Kept:
             self.proc.kill()
             self.proc.wait()
         self.keeper.started(now)
-        self.proc = self.start()
+        try:
+            self.proc = self.start()
+        except BusError as exc:  # not listening yet: `tend` tries again after the backoff
+            wait = self.keeper.ended(now)
+            print(f"llmgw up: {self.name} did not start: {exc.message}; trying again in {wait:g} s", flush=True)
 
     def tend(self, now: float) -> None:
         """Notice that it died (said in one line), or start it again once its wait is over."""
@@ -152,6 +156,8 @@ class StoreKeeper:
             )
             self.nats.restart(now)
             self.watch.restarted()
+            with contextlib.suppress(OSError):  # what the stopped server wrote on its way out is read
+                self.read_to = self.nats.log.stat().st_size
 
 
 def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:

@@ -5,6 +5,7 @@ router's NATS endpoints for keys, projects and usage sums."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import tempfile
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import BadRequestError
@@ -51,6 +53,16 @@ USAGE_LINGER_S = 0.02
 """How long the first finished request's usage waits for others to go in one message with it."""
 USAGE_BATCH = 256
 """The most requests' usage in one message (~350 bytes each: well under NATS's 1 MB a message)."""
+
+
+async def _remember_ids(js: JetStreamContext) -> None:
+    """An older usage stream remembers ids for NATS's default 2 minutes: `DEDUP_S`, so usage sent
+    again from a spool later than that is still taken once."""
+    with contextlib.suppress(NatsError):
+        config = (await js.stream_info(USAGE_STREAM)).config
+        if (config.duplicate_window or 0) < DEDUP_S:
+            config.duplicate_window = DEDUP_S
+            await js.update_stream(config)
 
 
 class Accounts:
@@ -104,12 +116,13 @@ class Accounts:
             await js.add_stream(usage)
         except BadRequestError as exc:  # there already, made otherwise (fewer copies, other max_age)
             get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
+            await _remember_ids(js)
         book = await UsageBook.open(nc, js, usage_days)
         accounts = cls(js, keys, projects, quota, book)
         accounts.spool = UsageSpool(spool or Path(tempfile.mkdtemp(prefix="llmgw-usage-spool-")), js, USAGE_ACK_S)
         accounts.spool.open()
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
-        spawn(accounts.tasks, accounts.spool.resend(), accounts.log, "sending kept usage again")
+        spawn(accounts.tasks, accounts.spool.run(), accounts.log, "keeping usage the stream has not taken")
         spawn(accounts.tasks, quota.keep_alive(20.0), accounts.log, "keeping this router's requests in flight counted")
         return accounts
 

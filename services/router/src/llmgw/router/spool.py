@@ -26,10 +26,14 @@ from nats.js import JetStreamContext
 from llmgw.bus import get_logger
 from llmgw.proto import UsageRecord
 
-__all__ = ["RESEND_S", "Spooled", "UsageSpool", "message_id"]
+__all__ = ["FLUSH_S", "RESEND_S", "Spooled", "UsageSpool", "message_id"]
 
 RESEND_S = 2.0
 """How often what is kept is sent again."""
+FLUSH_S = 0.2
+"""How often what was kept (or sent) since is written to the file."""
+COMPACT_LINES = 1000
+"""The file is written anew once it holds this many lines more than twice what is pending."""
 
 
 class Spooled(msgspec.Struct, kw_only=True):
@@ -60,96 +64,152 @@ def message_id(records: list[UsageRecord]) -> str:
 
 
 class UsageSpool:
-    """The usage messages not yet taken by the stream, on disk and in memory."""
+    """The usage messages not yet taken by the stream, in memory and, a `FLUSH_S` later, on disk
+    (written, synced and compacted off the event loop)."""
 
     def __init__(self, folder: Path, js: JetStreamContext, ack_s: float) -> None:
         self.folder, self.js, self.ack_s = folder, js, ack_s
         self.pending: dict[str, Spooled] = {}
         self.unwritten: list[bytes] = []
-        """Lines the disk would not take (full): written before anything else once it does."""
+        """Lines not in the file yet: the next flush writes them (a full disk: a later one)."""
+        self.lines = 0
+        """Lines in the file: once far more than what is pending, it is written anew."""
+        self.path: Path | None = None
         self.file = None
+        self.failing = False
         self.log = get_logger("router")
 
     def open(self) -> None:
-        """Make and lock this router's file; take over the ones no running router holds."""
+        """Make and lock this router's file (locked before it has its name, so no other router
+        takes it over); take over the ones no running router holds."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.jsonl"
-        self.file = path.open("ab")
-        fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.path = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.jsonl"
+        self.file = _locked(self.path)
         for other in sorted(self.folder.glob("*.jsonl")):
-            if other != path:
+            if other != self.path:
                 self._take_over(other)
 
     def _take_over(self, path: Path) -> None:
         """A file whose router is gone: what it kept and never sent becomes this one's."""
-        with path.open("rb") as f:
+        try:
+            f = path.open("rb")
+        except FileNotFoundError:
+            return  # taken over by another router meanwhile
+        with f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return  # a running router's
+            if os.fstat(f.fileno()).st_nlink == 0:
+                return  # taken over and removed by another between our open and lock
             kept = _read(f.read())
-        for message in kept.values():
-            self.keep(message)
+            for message in kept.values():
+                self.keep(message)
+            path.unlink()  # while locked: no other router reads it after
         if kept:
             self.log.info("usage left by a router that stopped is sent again", messages=len(kept), file=str(path))
-        path.unlink()
 
     def keep(self, message: Spooled) -> None:
         """A message the stream did not take: kept until it does."""
         if message.id not in self.pending:
             self.pending[message.id] = message
-            self._write(msgspec.json.encode(message))
+            self.unwritten.append(msgspec.json.encode(message) + b"\n")
 
     def _sent(self, message_id: str) -> None:
         if self.pending.pop(message_id, None) is not None:
-            if self.pending:
-                self._write(msgspec.json.encode(_Sent(sent=message_id)))
-            else:
-                self._empty()
+            self.unwritten.append(msgspec.json.encode(_Sent(sent=message_id)) + b"\n")
 
-    def _write(self, line: bytes) -> None:
-        self.unwritten.append(line + b"\n")
-        try:
-            self.file.write(b"".join(self.unwritten))
-            self.file.flush()
-            os.fsync(self.file.fileno())
-        except OSError as exc:
-            if len(self.unwritten) == 1:
-                self.log.error("usage kept in memory only: the router's disk would not take it", error=str(exc))
-            with contextlib.suppress(OSError):  # a partial line is cut off by the next good write
-                self.file.truncate(self.file.tell())
+    async def flush(self) -> None:
+        """Write what is new, synced, off the loop; start the file over where it holds far more
+        than what is pending (emptied where nothing is)."""
+        lines, self.unwritten = self.unwritten, []
+        anew = self.lines + len(lines) > 2 * len(self.pending) + COMPACT_LINES or not self.pending
+        if anew and self.lines:
+            lines = [msgspec.json.encode(m) + b"\n" for m in self.pending.values()]
+        elif not lines:
             return
-        self.unwritten.clear()
+        try:
+            await asyncio.to_thread(self._write_out, lines, anew and self.lines > 0)
+        except OSError as exc:
+            self.unwritten = lines + self.unwritten if not anew else self.unwritten
+            if not self.failing:
+                self.log.error("usage kept in memory only: the router's disk would not take it", error=str(exc))
+            self.failing = True
+            return
+        if self.failing:
+            self.log.info("usage kept on disk again")
+        self.failing = False
 
-    def _empty(self) -> None:
-        """Everything was taken: the file starts over."""
-        self.unwritten.clear()
-        with contextlib.suppress(OSError):
-            self.file.truncate(0)
-            self.file.seek(0)
+    def _write_out(self, lines: list[bytes], anew: bool) -> None:
+        """(In a thread.) Append `lines`, or put a file of them alone in the file's place."""
+        if anew:
+            temporary = self.path.with_name(f".{self.path.name}.new")
+            fresh = temporary.open("wb", buffering=0)
+            fcntl.flock(fresh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _write_all(fresh.fileno(), b"".join(lines))
+            os.replace(temporary, self.path)
+            self.file.close()
+            self.file, self.lines = fresh, len(lines)
+            return
+        fd = self.file.fileno()
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            _write_all(fd, b"".join(lines))
+        except OSError:
+            with contextlib.suppress(OSError):  # no partial line left for a reader to stumble on
+                os.ftruncate(fd, end)
+            raise
+        self.lines += len(lines)
+
+    async def run(self) -> None:
+        """Flush every `FLUSH_S`; send what is kept again every `RESEND_S` (until cancelled)."""
+        loop = asyncio.get_running_loop()
+        resend_at = loop.time() + RESEND_S
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            await self.flush()
+            if loop.time() >= resend_at and self.pending:
+                await self.resend()
+                resend_at = loop.time() + RESEND_S
 
     async def resend(self) -> None:
-        """Send what is kept every `RESEND_S` until each is taken (runs until cancelled)."""
-        while True:
-            await asyncio.sleep(RESEND_S)
-            sent = 0
-            for message in list(self.pending.values()):
-                payload = msgspec.json.encode(message.records)
-                try:
-                    await self.js.publish(
-                        message.subject, payload, timeout=self.ack_s, headers={"Nats-Msg-Id": message.id}
-                    )
-                except Exception:
-                    break  # not yet: the rest wait for the next round
-                self._sent(message.id)
-                sent += 1
-            if sent:
-                self.log.info("kept usage taken by the stream", messages=sent, still_kept=len(self.pending))
+        """Send each kept message once more, until one is not taken (the rest wait)."""
+        sent = 0
+        for message in list(self.pending.values()):
+            payload = msgspec.json.encode(message.records)
+            try:
+                await self.js.publish(message.subject, payload, timeout=self.ack_s, headers={"Nats-Msg-Id": message.id})
+            except Exception:
+                break  # the stream is not taking: the rest wait for the next round
+            self._sent(message.id)
+            sent += 1
+        if sent:
+            self.log.info("kept usage taken by the stream", messages=sent, still_kept=len(self.pending))
 
     def close(self) -> None:
         """Stop (what is kept stays in the file for the next router)."""
         if self.file is not None:
+            with contextlib.suppress(OSError):
+                _write_all(self.file.fileno(), b"".join(self.unwritten))
             self.file.close()
+
+
+def _locked(path: Path):
+    """A new file at `path`, locked by this process: made under a name of its own first, so that
+    no other router can see it unlocked."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    f = temporary.open("ab", buffering=0)
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.replace(temporary, path)
+    return f
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte of `data` to `fd`, then synced (OSError where the disk will not take them)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
 
 
 def _read(data: bytes) -> dict[str, Spooled]:
