@@ -106,4 +106,4 @@ async def test_a_repo_a_model_uses_is_not_removed_409_naming_the_model(api, nc):
         await call(nc, catalog.MODEL_REMOVE, ModelRef(name="tiny"))
         removed = await http.delete("/mirror/demo/tiny")
         assert removed.status_code == 200 and [r["repo"] for r in removed.json()["repos"]] == ["demo/tiny"]
-        assert (await http.get("/mirror")).json() == {"repos": []}
+        assert (await http.get("/mirror")).json() == {"repos": [], "next": ""}  # the whole list: no page after

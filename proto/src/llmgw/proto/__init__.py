@@ -13,6 +13,7 @@ from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
+from llmgw.proto._page import PAGE_BYTES, WHOLE_BYTES, Page, PageFill, page_of, page_start
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
 from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._types import Empty, ReplicaStatus
@@ -84,10 +85,12 @@ SERVICES = (catalog, scheduler, mirror, router, agent)
 __all__ = [
     "BUCKETS",
     "JSON_MAX_DEPTH",
+    "PAGE_BYTES",
     "PREFIX",
     "SERVICES",
     "USAGE_STREAM",
     "VERSION",
+    "WHOLE_BYTES",
     "CatalogRecord",
     "ChangeSpec",
     "CpuCalibration",
@@ -123,6 +126,8 @@ __all__ = [
     "NodeHealth",
     "NodeInfo",
     "NodeList",
+    "Page",
+    "PageFill",
     "Profile",
     "Project",
     "PurgeReport",
@@ -172,6 +177,8 @@ __all__ = [
     "errors",
     "fingerprint",
     "mirror",
+    "page_of",
+    "page_start",
     "replica_totals",
     "router",
     "scheduler",

@@ -7,6 +7,7 @@ import msgspec
 from llmgw.proto import agent, catalog, mirror, node, replica, router, scheduler
 from llmgw.proto._buckets import BUCKET_TABLE, USAGE_STREAM
 from llmgw.proto._endpoint import type_name
+from llmgw.proto._page import Page
 from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
@@ -16,7 +17,7 @@ _MODULES = (catalog, scheduler, mirror, router, agent)
 
 def all_messages() -> list[type[msgspec.Struct]]:
     """Every message type, for the JSON Schema golden file."""
-    seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty}
+    seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty, "Page": Page}
     for module in (catalog, mirror, node, replica, agent, scheduler, router):
         for name in module.__all__:
             obj = getattr(module, name)
@@ -50,6 +51,11 @@ def subjects_markdown() -> str:
         "`llmgw.proto.usage_records` reads both, as the usage stream keeps older ones of one record.",
         "And a node registers on a subject that names it, `node.register.<node>` (`node.register` let",
         "any agent register any node).",
+        "",
+        "A list endpoint takes a `Page` (it took `Empty`: `{}` still decodes, as a `Page` asking for the",
+        'whole list) and its reply carries `next`, where the next page starts (`""`: the last). A list',
+        "too big for one NATS message is answered a page at a time; asked for whole, it is refused with",
+        "a 400 saying to ask in pages. `llmgw.bus.call` follows the pages for whoever asks for the whole.",
         "",
         "A service answers only on an inbox (a reply subject under `_INBOX.`): a request whose reply",
         "subject is anything else is not run. A request signed by a role carries `Llmgw-Signed-At` (Unix",

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import Endpoint, Event
-from llmgw.proto._types import Empty, Name, NonNegative, Positive, Source
+from llmgw.proto._page import Page
+from llmgw.proto._types import Name, NonNegative, Positive, Source
 from llmgw.proto.mirror import FilePlace
 
 __all__ = [
@@ -343,9 +344,11 @@ told apart by `action`. Its title is the name docs/subjects.md and a 400's messa
 
 
 class ModelList(Struct, kw_only=True):
-    """Every model in the catalog."""
+    """Every model in the catalog (or a page of them, by name)."""
 
     models: list[ModelEntry]
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 class ServePlanAsk(Struct, kw_only=True):
@@ -442,7 +445,7 @@ MODEL_PUT = Endpoint(
     "catalog", "model.put", ModelPut, ModelEntry, "Create or replace a model (compare-and-set on `revision`)."
 )
 MODEL_GET = Endpoint("catalog", "model.get", ModelRef, ModelEntry, "One model with its revision.")
-MODEL_LIST = Endpoint("catalog", "model.list", Empty, ModelList, "Every model in the catalog.")
+MODEL_LIST = Endpoint("catalog", "model.list", Page, ModelList, "Every model in the catalog, in pages by name.")
 MODEL_REMOVE = Endpoint("catalog", "model.remove", ModelRef, ModelEntry, "Remove a model (its files stay).")
 MODEL_CHANGE = Endpoint(
     "catalog", "model.change", ModelChange, ModelEntry, "Stop, start, restart, scale, resize one model."

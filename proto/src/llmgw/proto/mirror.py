@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import Endpoint, Event
-from llmgw.proto._types import Empty, NonNegative, RepoId, Source
+from llmgw.proto._page import Page
+from llmgw.proto._types import NonNegative, RepoId, Source
 
 __all__ = [
     "ENDPOINTS",
@@ -77,9 +78,11 @@ class FileInfo(Struct, kw_only=True):
 
 
 class FileList(Struct, kw_only=True):
-    """Every file the mirror holds."""
+    """Every file the mirror holds (or a page of them, by source)."""
 
     files: list[FileInfo]
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 class FilePlace(Struct, kw_only=True):
@@ -182,15 +185,19 @@ class MirroredRepo(Struct, kw_only=True):
 
 
 class RepoList(Struct, kw_only=True):
-    """Mirrored repos, each at one commit."""
+    """Mirrored repos, each at one commit (a list: a page of them, by repo, newest commit first)."""
 
     repos: list[MirroredRepo] = field(default_factory=list)
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 REPO_ADD = Endpoint(
     "mirror", "repo.add", RepoAdd, MirroredRepo, "Fetch a repo from Hugging Face, pinned to its revision's commit."
 )
-REPO_LIST = Endpoint("mirror", "repo.list", Empty, RepoList, "Every repo fetched or being fetched, at each commit.")
+REPO_LIST = Endpoint(
+    "mirror", "repo.list", Page, RepoList, "Every repo fetched or being fetched, at each commit; in pages."
+)
 REPO_SHOW = Endpoint("mirror", "repo.show", RepoRef, RepoList, "One repo, at one commit or at every commit held.")
 REPO_REMOVE = Endpoint(
     "mirror", "repo.remove", RepoRef, RepoList, "Delete a repo's files (one commit or all) that no model uses."
@@ -207,7 +214,7 @@ FILE_WHERE = Endpoint(
     every_instance=True,
 )
 FILE_STAT = Endpoint("mirror", "file.stat", FileRef, FileInfo, "One file's size, hash and HTTP URL.")
-FILE_LIST = Endpoint("mirror", "file.list", Empty, FileList, "Every file the mirror holds.")
+FILE_LIST = Endpoint("mirror", "file.list", Page, FileList, "Every file the mirror holds, in pages.")
 FILE_DELETE = Endpoint("mirror", "file.delete", WeightsDelete, WeightsDeleted, "Delete files from the mirror.")
 ENDPOINTS = (REPO_ADD, REPO_LIST, REPO_SHOW, REPO_REMOVE, REPO_UPDATE, FILE_STAT, FILE_WHERE, FILE_LIST, FILE_DELETE)
 """The mirror's endpoints."""

@@ -8,7 +8,8 @@ from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import Endpoint, Event
 from llmgw.proto._json import decode_json
-from llmgw.proto._types import Empty, Name, NonNegative, Positive
+from llmgw.proto._page import Page
+from llmgw.proto._types import Name, NonNegative, Positive
 
 __all__ = [
     "ENDPOINTS",
@@ -103,10 +104,12 @@ class KeyRecord(Struct, kw_only=True):
 
 
 class KeyList(Struct, kw_only=True):
-    """Every key (never the key itself: its id and what it may do)."""
+    """Every key (never the key itself: its id and what it may do), or a page of them, oldest first."""
 
     keys: dict[str, KeyRecord]
     """Key id -> record."""
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 class KeyRef(Struct, kw_only=True):
@@ -223,7 +226,7 @@ class Demand(Struct, kw_only=True):
 
 
 KEY_CREATE = Endpoint("router", "key.create", KeyCreate, KeyCreated, "Make an API key (shown once).")
-KEY_LIST = Endpoint("router", "key.list", Empty, KeyList, "Every key by id (never the key).")
+KEY_LIST = Endpoint("router", "key.list", Page, KeyList, "Every key by id (never the key), in pages.")
 KEY_REVOKE = Endpoint("router", "key.revoke", KeyRef, KeyList, "Revoke a key on every router.")
 PROJECT_PUT = Endpoint("router", "project.put", Project, Project, "Create a project or change its limits.")
 USAGE_SUM = Endpoint("router", "usage.sum", UsageQuery, UsageReport, "Requests and tokens since a time, summed.")

@@ -7,6 +7,7 @@ from typing import Literal
 from msgspec import Struct, field
 
 from llmgw.proto._endpoint import Endpoint
+from llmgw.proto._page import Page
 from llmgw.proto._types import Empty, Name, NonNegative
 from llmgw.proto.node import NodeInfo
 from llmgw.proto.replica import ReplicaState
@@ -46,6 +47,8 @@ class NodeList(Struct, kw_only=True):
     """The scheduler's `stale_s`: a node silent longer is suspect (it gets no new replicas)."""
     lost_s: float
     """The scheduler's `lost_s`: a node silent longer is lost (its replicas are replaced)."""
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 class ModelStatus(Struct, kw_only=True):
@@ -65,15 +68,19 @@ class ModelStatus(Struct, kw_only=True):
 
 
 class ModelStatusList(Struct, kw_only=True):
-    """Every model's status."""
+    """Every model's status (or a page of them, by model)."""
 
     models: list[ModelStatus]
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 class ReplicaList(Struct, kw_only=True):
-    """Replicas the scheduler keeps."""
+    """Replicas the scheduler keeps (or a page of them, by model and id)."""
 
     replicas: list[ReplicaState]
+    next: str = ""
+    """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
 NODE_REGISTER = Endpoint(
@@ -84,8 +91,8 @@ NODE_REGISTER = Endpoint(
     "A node's agent introduces itself (only on its own node's subject, naming that node).",
     speaks_for="node",
 )
-REPLICA_LIST = Endpoint("scheduler", "replica.list", Empty, ReplicaList, "Every replica and its state.")
-NODE_LIST = Endpoint("scheduler", "node.list", Empty, NodeList, "Every node as last reported.")
-MODEL_STATUS = Endpoint("scheduler", "model.status", Empty, ModelStatusList, "How each model is doing.")
+REPLICA_LIST = Endpoint("scheduler", "replica.list", Page, ReplicaList, "Every replica and its state, in pages.")
+NODE_LIST = Endpoint("scheduler", "node.list", Page, NodeList, "Every node as last reported, in pages.")
+MODEL_STATUS = Endpoint("scheduler", "model.status", Page, ModelStatusList, "How each model is doing, in pages.")
 ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS)
 """The scheduler's endpoints."""

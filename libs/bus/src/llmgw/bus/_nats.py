@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import ssl
@@ -27,10 +28,11 @@ from opentelemetry import trace
 from llmgw.bus._access import CredentialsError, inbox_prefix, read_identity
 from llmgw.bus._observe import get_logger, inject
 from llmgw.bus._signing import Signer
-from llmgw.proto import Endpoint, decode_json
+from llmgw.proto import Endpoint, Page, decode_json
 from llmgw.proto.errors import BusError, Internal, from_code
 
 __all__ = [
+    "PAGE_LIMIT",
     "NatsServer",
     "call",
     "call_all",
@@ -197,6 +199,11 @@ async def _request(
         raise Internal(f"reply on {subject} is not a {reply.__name__}: {exc}") from None
 
 
+PAGE_LIMIT = 5000
+"""The most entries `call` asks for in one page of a list (the service sends fewer where they
+would not fit in one message)."""
+
+
 async def call(
     nc: Client,
     endpoint: Endpoint[Req, Rep],
@@ -207,10 +214,37 @@ async def call(
 ) -> Rep:
     """Ask `endpoint` (of `node`, for per-node endpoints; for one that speaks for a node, the node
     its message names unless given) and get its reply, typed as the endpoint says; a service error
-    raises the matching BusError. `signer` signs it (an endpoint `signed_by` its role)."""
+    raises the matching BusError. `signer` signs it (an endpoint `signed_by` its role).
+
+    A list endpoint (one that takes a `Page`) asked for the whole list (`Page()`, or `Empty()` as
+    before pages) is asked a page at a time (`PAGE_LIMIT`), following each reply's `next`, and the
+    pages are joined into one reply; a `Page` with a `limit` asks for that one page."""
     if endpoint.speaks_for and not node:
         node = getattr(message, endpoint.speaks_for)
-    return await _request(nc, endpoint.subject(node), message, endpoint.reply, timeout, signer)
+    subject = endpoint.subject(node)
+    if endpoint.request is not Page or (isinstance(message, Page) and message.limit):
+        return await _request(nc, subject, message, endpoint.reply, timeout, signer)
+    whole, after, seen = None, "", set()
+    while True:
+        page = await _request(nc, subject, Page(after=after, limit=PAGE_LIMIT), endpoint.reply, timeout, signer)
+        whole = page if whole is None else _joined(whole, page)
+        if not page.next:
+            return whole
+        if page.next in seen:
+            raise Internal(
+                f"{subject}: the page after {after!r} named one already given as next; is it an llmgw reply?"
+            )
+        seen.add(after := page.next)
+
+
+def _joined(first: T, then: T) -> T:
+    """Two pages of a list reply as one: lists end to end, dicts merged, the rest (and `next`) as
+    the later page says."""
+    joined = {}
+    for name in first.__struct_fields__:
+        a, b = getattr(first, name), getattr(then, name)
+        joined[name] = a + b if isinstance(a, list) else {**a, **b} if isinstance(a, dict) else b
+    return msgspec.structs.replace(first, **joined)
 
 
 async def call_all(
@@ -327,9 +361,16 @@ async def kv_keys(kv: KeyValue) -> list[str]:
     last entry (a deleted key's is its delete marker: `kv_scan` leaves those out). Not nats-py's
     `keys()`: it watches the bucket and can end before an entry written just before it is
     delivered (a listing right after a put then missed it, or came back empty). The server lists
-    up to 100,000 subjects a stream info: far more than any bucket of ours holds."""
-    info = await kv._js.stream_info(kv._stream, subjects_filter=f"{kv._pre}>")
-    return [subject[len(kv._pre) :] for subject in info.state.subjects or {}]
+    up to 100,000 subjects a stream info: past that, the listing is asked for again from where
+    it ended (nats-py's `stream_info` asks once)."""
+    keys: list[str] = []
+    while True:
+        ask = {"subjects_filter": f"{kv._pre}>", "offset": len(keys)}
+        got = await kv._js._api_request(f"{kv._js._prefix}.STREAM.INFO.{kv._stream}", json.dumps(ask).encode())
+        subjects = (got.get("state") or {}).get("subjects") or {}
+        keys += [subject[len(kv._pre) :] for subject in subjects]
+        if not subjects or len(keys) >= got.get("total", 0):
+            return keys
 
 
 class NatsServer(msgspec.Struct):

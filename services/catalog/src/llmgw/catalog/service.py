@@ -23,6 +23,7 @@ from llmgw.bus import (
     call_all,
     entry_point,
     kv_bucket,
+    kv_keys,
 )
 from llmgw.catalog.core import (
     apply_change,
@@ -53,6 +54,8 @@ from llmgw.proto import (
     ModelPurge,
     ModelPut,
     ModelRef,
+    Page,
+    PageFill,
     PurgeReport,
     ReplicaState,
     WeightsDelete,
@@ -60,6 +63,7 @@ from llmgw.proto import (
     agent,
     catalog,
     mirror,
+    page_start,
     scheduler,
 )
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases
@@ -139,9 +143,22 @@ class Catalog:
         """One model with its revision."""
         return await self.store.entry(ref.name)
 
-    async def list(self, _: Empty) -> ModelList:
-        """Every model, by name."""
-        return ModelList(models=sorted((await self.store.all()).values(), key=lambda e: e.model.name))
+    async def list(self, ask: Page) -> ModelList:
+        """Every model, by name (a page of them: only its models are read from the bucket)."""
+        names = sorted(await kv_keys(self.store.kv))
+        fill = PageFill(ask, lambda e: (e.model.name,), "the model list")
+        for name in names[page_start(names, ask, lambda n: (n,), "the model list") :]:
+            try:
+                entry = await self.store.maybe(name)  # None: deleted since the listing
+            except msgspec.DecodeError as exc:  # left out, as every read of the whole bucket does
+                self.ctx.log.warning(
+                    "entry left out: it does not decode", bucket=BUCKETS["catalog"], key=name, error=str(exc)
+                )
+                continue
+            if entry is not None and not fill.add(entry):
+                models, after = fill.page(more=True)
+                return ModelList(models=models, next=after)
+        return ModelList(models=fill.items)
 
     async def put(self, req: ModelPut) -> ModelEntry:
         """Create or replace a model, checked alone and against the rest of the catalog."""

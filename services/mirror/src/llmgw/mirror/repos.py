@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from llmgw.bus import BusError, call
 from llmgw.mirror.fetches import key_of
 from llmgw.mirror.plan import Refused, check_room, choose
-from llmgw.proto import Empty, MirroredRepo, RepoAdd, RepoList, RepoRef
+from llmgw.proto import Empty, MirroredRepo, Page, RepoAdd, RepoList, RepoRef, page_of
 from llmgw.proto import catalog as catalog_api
 from llmgw.proto import mirror as mirror_api
 from llmgw.proto.errors import BadRequest, Conflict, Internal, NotFound
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from llmgw.mirror.service import Mirror
 
 __all__ = ["RepoDesk"]
+
+
+def _listed(repo: MirroredRepo) -> tuple[str, float, str]:
+    """How repos are listed: by name, newest commit first."""
+    return repo.repo, -repo.added_at, repo.commit
 
 
 class RepoDesk:
@@ -77,10 +82,11 @@ class RepoDesk:
         )
         return await fetches.queue(repo)
 
-    async def list(self, _: Empty) -> RepoList:
-        """Every repo held or being fetched, at each commit, newest first within a repo."""
-        repos = sorted(self.mirror.fetches.repos.values(), key=lambda r: (r.repo, -r.added_at))
-        return RepoList(repos=repos)
+    async def list(self, ask: Page) -> RepoList:
+        """Every repo held or being fetched, at each commit, newest first within a repo (a page)."""
+        repos = sorted(self.mirror.fetches.repos.values(), key=_listed)
+        page, after = page_of(repos, ask, _listed, "the repo list")
+        return RepoList(repos=page, next=after)
 
     def _matching(self, ref: RepoRef) -> list[MirroredRepo]:
         found = [

@@ -21,7 +21,7 @@ from llmgw.mirror.hub import Hub
 from llmgw.mirror.imports import Import, LocalFiles, import_entry
 from llmgw.mirror.peer import Peer
 from llmgw.mirror.repos import RepoDesk
-from llmgw.proto import Empty, FileInfo, FileList, FileRef, WeightsDelete, WeightsDeleted
+from llmgw.proto import FileInfo, FileList, FileRef, Page, WeightsDelete, WeightsDeleted, page_of
 from llmgw.proto import mirror as mirror_api
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
@@ -184,8 +184,8 @@ class Mirror:
         self._headers[path] = (size, mtime_ns, error)
         return error
 
-    async def list(self, _: Empty) -> FileList:
-        """Every file held, as '<owner>/<repo>/<file>'."""
+    async def list(self, ask: Page) -> FileList:
+        """Every file held, as '<owner>/<repo>/<file>', by source (a page of them)."""
         sources = sorted(
             str(p.relative_to(self.root))
             for p in self.root.rglob("*")
@@ -199,7 +199,8 @@ class Mirror:
                 files.append(await self.stat(FileRef(source=source)))
             except NotFound:  # a file in a pinned folder that no fetch verified: not offered
                 continue
-        return FileList(files=files)
+        page, after = page_of(files, ask, lambda f: (f.source,), "the file list")
+        return FileList(files=page, next=after)
 
     async def delete(self, req: WeightsDelete) -> WeightsDeleted:
         """Delete files (and their digests); those it does not hold are left out of the answer."""

@@ -29,10 +29,12 @@ from llmgw.proto import (
     KeyList,
     KeyRecord,
     KeyRef,
+    Page,
     Project,
     UsageQuery,
     UsageRecord,
     UsageReport,
+    page_of,
 )
 from llmgw.proto import router as router_api
 from llmgw.router.core import key_hash
@@ -129,7 +131,7 @@ class Accounts:
     async def serve(self, ctx: Context) -> None:
         """Answer the router's NATS endpoints (`llmgw ctl key ...`, `project`, `usage`)."""
         await ctx.serve(router_api.KEY_CREATE, self.create_key)
-        await ctx.serve(router_api.KEY_LIST, self.list_keys)
+        await ctx.serve(router_api.KEY_LIST, self.key_page)
         await ctx.serve(router_api.KEY_REVOKE, self.revoke_key)
         await ctx.serve(router_api.PROJECT_PUT, self.put_project)
         await ctx.serve(router_api.USAGE_SUM, self.sum_usage)
@@ -253,9 +255,18 @@ class Accounts:
         self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
         return KeyCreated(name=req.name, key=key, id=key_hash(key)[:16])
 
-    async def list_keys(self, _: Empty) -> KeyList:
-        """Every key by id, oldest first (never the key)."""
-        return KeyList(keys={h[:16]: r for h, r in sorted(self.keys.items.items(), key=lambda kv: kv[1].created)})
+    async def list_keys(self, _: Empty | None = None) -> KeyList:
+        """Every key by id, oldest first (never the key): for the admin API and the console."""
+        return KeyList(keys=dict(self._keys_oldest_first()))
+
+    async def key_page(self, ask: Page) -> KeyList:
+        """A page of the keys, oldest first (`llmgw ctl key list` asks for them all, page by page)."""
+        page, after = page_of(self._keys_oldest_first(), ask, lambda kv: (kv[1].created, kv[0]), "the key list")
+        return KeyList(keys=dict(page), next=after)
+
+    def _keys_oldest_first(self) -> list[tuple[str, KeyRecord]]:
+        """(id, record) of every key, oldest first (by id where made at once)."""
+        return sorted(((h[:16], r) for h, r in self.keys.items.items()), key=lambda kv: (kv[1].created, kv[0]))
 
     async def revoke_key(self, ref: KeyRef) -> KeyList:
         """Revoke a key by id on every router; 404 where no key has it."""

@@ -31,10 +31,13 @@ from llmgw.proto import (
     ModelStatusList,
     NodeInfo,
     NodeList,
+    Page,
     ReplicaList,
     ReplicaReport,
+    ReplicaState,
     agent,
     mirror,
+    page_of,
 )
 from llmgw.proto import scheduler as scheduler_api
 from llmgw.scheduler.agents import Agents
@@ -167,26 +170,33 @@ class Scheduler:
         self.ctx.log.info("node registered", node=info.node, cpus=info.cpus, memory_mb=info.memory_total_mb)
         return Empty()
 
-    async def list_replicas(self, _: Empty) -> ReplicaList:
-        """Every replica recorded (a standby: as the bucket holds them)."""
+    async def list_replicas(self, ask: Page) -> ReplicaList:
+        """Every replica recorded (a standby: as the bucket holds them), by model and id; a page."""
         replicas = self.book.listing() if self.leader else list((await self.book.stored()).values())
-        return ReplicaList(replicas=sorted(replicas, key=lambda r: (r.model, r.id)))
+        page, after = page_of(sorted(replicas, key=_by_model), ask, _by_model, "the replica list")
+        return ReplicaList(replicas=page, next=after)
 
-    async def model_status(self, _: Empty) -> ModelStatusList:
-        """Every model's status (a standby answers from what the leader keeps)."""
+    async def model_status(self, ask: Page) -> ModelStatusList:
+        """Every model's status (a standby answers from what the leader keeps), by model; a page."""
         statuses = self.book.statuses if self.leader else await self.book.stored_statuses()
-        return ModelStatusList(models=sorted(statuses.values(), key=lambda m: m.model))
+        ordered = sorted(statuses.values(), key=lambda m: m.model)
+        page, after = page_of(ordered, ask, lambda m: (m.model,), "the model status list")
+        return ModelStatusList(models=page, next=after)
 
-    async def list_nodes(self, _: Empty) -> NodeList:
+    async def list_nodes(self, ask: Page) -> NodeList:
         """Every node as last reported, and how each stands by the core's rule (`health`: its
-        silence less the time this scheduler could not hear)."""
+        silence less the time this scheduler could not hear), by name; a page."""
         now = time.time()
         deaf_s, policy = self._listen(now).deaf_s, self.config.policy()
+        page, after = page_of(
+            [v.info for _, v in sorted(self.nodes.items())], ask, lambda i: (i.node,), "the node list"
+        )
         return NodeList(
-            nodes=[v.info for _, v in sorted(self.nodes.items())],
-            health={n: health(v, now, deaf_s, policy) for n, v in self.nodes.items()},
+            nodes=page,
+            health={i.node: health(self.nodes[i.node], now, deaf_s, policy) for i in page},
             stale_s=self.config.stale_s,
             lost_s=self.config.lost_s,
+            next=after,
         )
 
     def _heard(self, info: NodeInfo, weights: list[str]) -> None:
@@ -317,6 +327,11 @@ def _shape_at(url: str) -> Shape:
     """The shape of the GGUF model at `url`, from its header alone (range requests)."""
     with httpx.Client(timeout=30, follow_redirects=True) as client:
         return shape_from_gguf(read_model(url, client))
+
+
+def _by_model(replica: ReplicaState) -> tuple[str, str]:
+    """How replicas are listed: by model, then id."""
+    return replica.model, replica.id
 
 
 main = entry_point(Scheduler, SchedulerConfig)
