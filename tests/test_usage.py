@@ -198,3 +198,36 @@ async def test_summing_carries_on_after_nats_stops_and_starts_again(router, nc, 
     assert sum(r.requests for r in (await router.accounts.sum_usage(UsageQuery(since=start))).rows) == sum(
         len(b) for b in batches
     )
+
+
+async def test_llmgw_ctl_usage_by_key_gets_a_hundred_thousand_rows_in_pages(router, nc, nats_server):
+    """100,000 keys' usage: a report by key is ~11 MB of rows, more than a NATS message takes
+    (once: MaxPayloadError); `llmgw ctl usage --by key` gets every row in pages, biggest first,
+    and a caller from before pages asking for it whole is told to ask in pages."""
+    from llmgw.bus import request_raw
+
+    now, n = time.time(), 100_000
+    keys = [f"{i:016x}" for i in range(n)]
+    batches = [
+        [
+            UsageRecord(
+                request_id=f"r{k}", time=now - 30, key=k, project="p", model="m", completion_tokens=int(k, 16) % 97
+            )
+            for k in keys[i : i + 200]
+        ]
+        for i in range(0, n, 200)
+    ]
+    await _publish(nc, batches)
+
+    whole = UsageQuery(since=now - 3600, group_by="key")
+    refused = await request_raw(nc, router_api.USAGE_SUM.subject(), msgspec.json.encode(whole), timeout=60)
+    assert (refused.headers or {}).get("Nats-Service-Error-Code") == "400"
+    assert "ask for them in pages" in refused.headers["Nats-Service-Error"]
+
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl")]
+    asked = [*ctl, "usage", "--json", "--by", "key", "--since-hours", "1"]
+    done = await asyncio.to_thread(subprocess.run, asked, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout)["rows"]
+    assert sorted(r["group"] for r in rows) == keys and all(r["requests"] == 1 for r in rows)
+    assert [r["completion_tokens"] for r in rows] == sorted((int(k, 16) % 97 for k in keys), reverse=True)

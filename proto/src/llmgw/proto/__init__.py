@@ -75,6 +75,7 @@ from llmgw.proto.router import (
     UsageRolled,
     UsageRow,
     UsageSlot,
+    usage_order,
     usage_records,
 )
 from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeHealth, NodeList, ReplicaList
@@ -185,5 +186,6 @@ __all__ = [
     "schema_json",
     "subjects_markdown",
     "type_name",
+    "usage_order",
     "usage_records",
 ]

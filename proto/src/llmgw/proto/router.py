@@ -38,6 +38,7 @@ __all__ = [
     "UsageRolled",
     "UsageRow",
     "UsageSlot",
+    "usage_order",
     "usage_records",
 ]
 
@@ -138,8 +139,9 @@ class UsageRecord(Struct, kw_only=True):
     """Time to the first token, for streams."""
 
 
-class UsageQuery(Struct, kw_only=True):
-    """Sum usage since a time, grouped by one field."""
+class UsageQuery(Page, kw_only=True):
+    """Sum usage since a time, grouped by one field; over NATS, in pages of rows (`after`,
+    `limit`: by bucket start, then group) where there are too many for one message."""
 
     since: float = 0.0
     group_by: Literal["model", "project", "key", "replica"] = "model"
@@ -162,9 +164,16 @@ class UsageRow(Struct, kw_only=True):
 
 
 class UsageReport(Struct, kw_only=True):
-    """Usage sums, one row per group."""
+    """Usage sums, one row per group (`usage_order`; a page of them: by bucket start, then group)."""
 
     rows: list[UsageRow]
+    next: str = ""
+    """Where the next page of rows starts (ask again with it as `after`); "": this is the last."""
+
+
+def usage_order(rows: list[UsageRow]) -> list[UsageRow]:
+    """Rows as a report lists them: oldest bucket first, within one the most tokens first."""
+    return sorted(rows, key=lambda row: (row.start, -(row.prompt_tokens + row.completion_tokens), row.group))
 
 
 USAGE_SLOT_S = 300

@@ -216,17 +216,21 @@ async def call(
     its message names unless given) and get its reply, typed as the endpoint says; a service error
     raises the matching BusError. `signer` signs it (an endpoint `signed_by` its role).
 
-    A list endpoint (one that takes a `Page`) asked for the whole list (`Page()`, or `Empty()` as
-    before pages) is asked a page at a time (`PAGE_LIMIT`), following each reply's `next`, and the
-    pages are joined into one reply; a `Page` with a `limit` asks for that one page."""
+    A list endpoint (one that takes a `Page`, or a request that is one: `UsageQuery`) asked for
+    the whole list (`limit` 0, or `Empty()` as before pages) is asked a page at a time
+    (`PAGE_LIMIT`), following each reply's `next`, and the pages are joined into one reply; a
+    `limit` asks for that one page."""
     if endpoint.speaks_for and not node:
         node = getattr(message, endpoint.speaks_for)
     subject = endpoint.subject(node)
-    if endpoint.request is not Page or (isinstance(message, Page) and message.limit):
+    paged = isinstance(endpoint.request, type) and issubclass(endpoint.request, Page)
+    if not paged or (isinstance(message, Page) and message.limit):
         return await _request(nc, subject, message, endpoint.reply, timeout, signer)
+    first = message if isinstance(message, Page) else Page()
     whole, after, seen = None, "", set()
     while True:
-        page = await _request(nc, subject, Page(after=after, limit=PAGE_LIMIT), endpoint.reply, timeout, signer)
+        ask = msgspec.structs.replace(first, after=after, limit=PAGE_LIMIT)
+        page = await _request(nc, subject, ask, endpoint.reply, timeout, signer)
         whole = page if whole is None else _joined(whole, page)
         if not page.next:
             return whole

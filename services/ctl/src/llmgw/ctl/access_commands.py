@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from llmgw.bus import call
 from llmgw.ctl.tables import keys_table, limits_text, usage_table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
-from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, UsageQuery, router
+from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, UsageQuery, router, usage_order
 
 __all__ = ["KEY", "PROJECT", "USAGE"]
 
@@ -90,7 +90,8 @@ def _project_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _usage(nc: Client, args: argparse.Namespace) -> int:
     query = UsageQuery(since=time.time() - args.since_hours * 3600, group_by=args.by)
-    report = await call(nc, router.USAGE_SUM, query, timeout=60.0)
+    report = await call(nc, router.USAGE_SUM, query, timeout=60.0)  # every page of rows, joined
+    report.rows = usage_order(report.rows)  # pages come by bucket and group: biggest first again
     return show(args, report, usage_table(report, args.by))
 
 

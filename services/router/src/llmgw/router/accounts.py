@@ -134,7 +134,7 @@ class Accounts:
         await ctx.serve(router_api.KEY_LIST, self.key_page)
         await ctx.serve(router_api.KEY_REVOKE, self.revoke_key)
         await ctx.serve(router_api.PROJECT_PUT, self.put_project)
-        await ctx.serve(router_api.USAGE_SUM, self.sum_usage)
+        await ctx.serve(router_api.USAGE_SUM, self.usage_page)
 
     def stop(self) -> None:
         """Stop watching and publishing (usage not yet taken stays in the spool's file)."""
@@ -286,6 +286,11 @@ class Accounts:
         return project
 
     async def sum_usage(self, query: UsageQuery) -> UsageReport:
-        """Every request since `query.since`, summed (`UsageBook.report`)."""
+        """Every request since `query.since`, summed (`UsageBook.report`): for the admin API and the console."""
         assert self.book is not None, "Accounts made without a UsageBook answer no usage reports"
         return await self.book.report(query, time.time())
+
+    async def usage_page(self, query: UsageQuery) -> UsageReport:
+        """The same over NATS (`llmgw ctl usage`), in pages where it does not fit in one message."""
+        assert self.book is not None, "Accounts made without a UsageBook answer no usage reports"
+        return await self.book.report_page(query, time.time())

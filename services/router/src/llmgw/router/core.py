@@ -8,7 +8,7 @@ import hashlib
 
 import msgspec
 
-from llmgw.proto import Model, Profile, UsageRecord, UsageRow
+from llmgw.proto import Model, Profile, UsageRecord, UsageRow, usage_order
 from llmgw.router.balance import prompt_blocks
 from llmgw.router.errors import ContextTooLong, InvalidBody, InvalidRequest, MaxTokensTooLarge, MissingField
 
@@ -325,7 +325,7 @@ def sum_usage(records: list[UsageRecord], group_by: str, bucket_s: int = 0) -> l
         row.prompt_tokens += r.prompt_tokens
         row.cached_tokens += r.cached_tokens
         row.completion_tokens += r.completion_tokens
-    return sorted(rows.values(), key=lambda row: (row.start, -(row.prompt_tokens + row.completion_tokens), row.group))
+    return usage_order(list(rows.values()))
 
 
 def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from llmgw.proto import UsageQuery, UsageRecord, UsageRolled, UsageRow, UsageSlot
-from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
+from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S, usage_order
 
 __all__ = [
     "GROUPS",
@@ -244,7 +244,5 @@ class Tally:
         row.completion_tokens += sums[4]
 
     def report(self) -> list[UsageRow]:
-        """The rows, as `core.sum_usage` orders them."""
-        return sorted(
-            self.rows.values(), key=lambda row: (row.start, -(row.prompt_tokens + row.completion_tokens), row.group)
-        )
+        """The rows, as a report lists them (`usage_order`)."""
+        return usage_order(list(self.rows.values()))

@@ -23,7 +23,17 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from llmgw.bus import get_logger, kv_bucket, spawn
-from llmgw.proto import BUCKETS, USAGE_STREAM, UsageQuery, UsageRecord, UsageReport, UsageRolled, UsageSlot
+from llmgw.proto import (
+    BUCKETS,
+    USAGE_STREAM,
+    UsageQuery,
+    UsageRecord,
+    UsageReport,
+    UsageRolled,
+    UsageRow,
+    UsageSlot,
+    page_of,
+)
 from llmgw.proto import usage_records as decode_usage
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
 from llmgw.router.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
@@ -43,6 +53,10 @@ _GETS = 64
 """Slots' entries asked for at once."""
 _AHEAD_S = 3600.0
 """Slots looked for after this router's clock's now (the stream's clock may be ahead of it)."""
+_KEPT_S = 60.0
+"""How long a report paged through is kept for the pages after the first."""
+_KEPT = 8
+"""The most reports kept so."""
 _TRIES = 20
 """Compare-and-set tries before giving up (another router writing the same entry each time)."""
 
@@ -149,6 +163,11 @@ def _message(msg: Msg) -> StreamMessage:
     return int(seq), int(ns) / 1e9, msg.data
 
 
+def _row_place(row: UsageRow) -> tuple[float, str]:
+    """Where a row is in a report's pages: its bucket's start, then its group."""
+    return row.start, row.group
+
+
 def _records(data: bytes) -> list[UsageRecord]:
     try:
         return decode_usage(data)
@@ -169,6 +188,8 @@ class UsageBook:
         """The sequence after the last message summed, with what it closed written."""
         self.read = 0
         """How many stream messages the last report read."""
+        self._kept: dict[bytes, tuple[float, list[UsageRow]]] = {}
+        """Reports lately paged through, by query: when summed, their rows."""
 
     @classmethod
     async def open(cls, nc: Client, js: JetStreamContext, usage_days: int, roll: bool = True) -> UsageBook:
@@ -212,6 +233,23 @@ class UsageBook:
         finally:
             await tail.close()
         return UsageReport(rows=tally.report())
+
+    async def report_page(self, query: UsageQuery, now: float) -> UsageReport:
+        """A report as NATS answers it: whole where it fits in one message (`limit` 0), else a page
+        of its rows by bucket start, then group. The pages after a caller's first come from the
+        report that first one was summed into (kept `_KEPT_S`), so they add up to one report."""
+        whole = msgspec.structs.replace(query, after="", limit=0)
+        key = msgspec.json.encode(whole)
+        kept = self._kept.get(key) if query.after else None
+        if kept is None or time.monotonic() - kept[0] > _KEPT_S:
+            kept = self._kept[key] = (time.monotonic(), (await self.report(whole, now)).rows)
+            while len(self._kept) > _KEPT:
+                self._kept.pop(next(iter(self._kept)))
+        rows = kept[1]
+        if query.limit or query.after:
+            rows = sorted(rows, key=_row_place)
+        page, after = page_of(rows, query, _row_place, "the usage report")
+        return UsageReport(rows=page, next=after)
 
     async def scan(self, query: UsageQuery) -> UsageReport:
         """Every request since `query.since` read from the stream alone (no slot's sums): the
