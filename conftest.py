@@ -24,10 +24,13 @@ KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
 
 
 @pytest.fixture(autouse=True)
-def own_home(tmp_path_factory, monkeypatch):
+def own_home(tmp_path_factory):
     """Each test's services keep their files (a router's usage spool, say) in a data directory of
-    the test's own, never the user's ~/.local/share/llmgw nor another test's."""
-    monkeypatch.setenv("LLMGW_HOME", str(tmp_path_factory.mktemp("home")))
+    the test's own, never the user's ~/.local/share/llmgw nor another test's. (A MonkeyPatch of
+    its own: the test's `monkeypatch` is undone in its usual place, before the fixtures it used.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMGW_HOME", str(tmp_path_factory.mktemp("home")))
+        yield
 
 
 class AuthorizedNats:

@@ -28,7 +28,7 @@
           dir = "libs/bus";
           buildSystem = [ "uv-build" ];
           requires = [
-            "llmgw-proto" "nats-py" "nkeys" "msgspec" "structlog" "opentelemetry-api" "opentelemetry-sdk"
+            "llmgw-proto" "nats-py" "nkeys" "pynacl" "msgspec" "structlog" "opentelemetry-api" "opentelemetry-sdk"
             "prometheus-client" "litestar" "uvicorn" "httptools" "uvloop" "httpx"
           ];
         };

@@ -71,7 +71,7 @@ def test_a_repo_added_on_the_mirror_page_is_followed_live_to_ready(chromium, hub
         chromium.fill("#add-repo", REPO)
         chromium.find("form[action='/console/mirror'] button[type=submit]").click()
         chromium.wait_for(lambda: chromium.path == "/console/mirror")
-        assert REPO in chromium.text()
+        assert chromium.wait_for(lambda: REPO in chromium.text())  # read again where the live part redrew it
         chromium.wait_for(lambda: chromium.all("#mirror-repos progress"), timeout=30)
         chromium.shot("mirror-fetching")
         chromium.fill("#add-repo", "half/typed")  # a form being filled in while the page follows the fetch

@@ -64,9 +64,10 @@ class StandIn:
 
 
 @contextlib.asynccontextmanager
-async def front(most: int = 100, **limits):
-    """The front on a free port; `limits` are RouterConfig's fields for the front door."""
-    stand_in = StandIn()
+async def front(most: int = 100, stand_in: StandIn | None = None, **limits):
+    """The front on a free port before `stand_in` (a StandIn); `limits` are RouterConfig's fields
+    for the front door."""
+    stand_in = stand_in or StandIn()
     stand_in.most = most
     server = Front(stand_in, RouterConfig(http_port=0, **limits))
     await server.start()

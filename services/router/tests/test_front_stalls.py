@@ -6,9 +6,8 @@ trailer is bounded like a head (issue 31, and a review of its first fix)."""
 import asyncio
 import contextlib
 
-from llmgw.router.config import RouterConfig
-from llmgw.router.front import Front
 from services.router.tests.test_front import StandIn, chunked, post, read_answer
+from services.router.tests.test_front import front as base_front
 
 
 class Reading(StandIn):
@@ -22,16 +21,8 @@ class Reading(StandIn):
         await super().__call__(scope, receive, send)
 
 
-@contextlib.asynccontextmanager
-async def front(most: int = 100, **limits):
-    stand_in = Reading()
-    stand_in.most = most
-    server = Front(stand_in, RouterConfig(http_port=0, **limits))
-    await server.start()
-    try:
-        yield server, stand_in
-    finally:
-        await server.stop(1.0)
+def front(most: int = 100, **limits):
+    return base_front(most, Reading(), **limits)
 
 
 async def test_requests_pipelined_in_small_pieces_behind_a_slow_answer_stop_the_reading():
