@@ -40,6 +40,7 @@ class Client(asyncio.Protocol):
 
     def __init__(self, front: Front) -> None:
         self.front, self.endpoint, self.config = front, front.endpoint, front.config
+        self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.address = ""
@@ -78,7 +79,7 @@ class Client(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.address = peer[0] if isinstance(peer, tuple) else str(peer)
-        self.since = asyncio.get_running_loop().time()
+        self.since = self.loop.time()
         if not self.front.seats.admit(self):
             answer = self.endpoint.refused(
                 HttpError(
@@ -163,8 +164,8 @@ class Client(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """Its client reads slower than it is answered: the next write waits."""
-        self.writable = asyncio.get_running_loop().create_future()
-        self.stalled_at = asyncio.get_running_loop().time()
+        self.writable = self.loop.create_future()
+        self.stalled_at = self.loop.time()
 
     def resume_writing(self) -> None:
         """Its client caught up."""
@@ -233,7 +234,7 @@ class Client(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         """A piece of the body, kept up to the most the router takes."""
         request = self.request
-        self.last = asyncio.get_running_loop().time()
+        self.last = self.loop.time()
         if self.tunnel is not None:
             return
         self.size += len(body)
@@ -259,7 +260,7 @@ class Client(asyncio.Protocol):
     # deadlines
     def _stage(self, stage: str) -> None:
         self.stage = stage
-        self.since = self.last = asyncio.get_running_loop().time()
+        self.since = self.last = self.loop.time()
 
     def check(self, now: float) -> None:
         """End it where it is past a deadline (the sweep asks every connection)."""
@@ -293,7 +294,7 @@ class Client(asyncio.Protocol):
     # answering
     def _answer(self, request: Arrived) -> None:
         self.front.seats.busy(self)
-        self.task = asyncio.get_running_loop().create_task(self._serve(request))
+        self.task = self.loop.create_task(self._serve(request))
 
     async def _serve(self, request: Arrived) -> None:
         keep = request.keep
@@ -320,7 +321,7 @@ class Client(asyncio.Protocol):
             self.close()
             return
         self.front.seats.rest(self)
-        self.since = self.last = asyncio.get_running_loop().time()  # its clocks run from now
+        self.since = self.last = self.loop.time()  # its clocks run from now
         if self.waiting:
             self._answer(self.waiting.popleft())
         elif self.paused:  # what came behind it, then the client again
@@ -364,7 +365,7 @@ class Client(asyncio.Protocol):
         self.closed = True  # what else it sends is read and dropped
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        asyncio.get_running_loop().call_later(LINGER_S, self.close)
+        self.loop.call_later(LINGER_S, self.close)
 
     def _too_large(self) -> BodyTooLarge:
         return BodyTooLarge(f"The request body is over {self.endpoint.most} bytes, the most this router takes.")
