@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client
@@ -37,6 +35,7 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import router as router_api
+from llmgw.router.config import RouterConfig
 from llmgw.router.core import key_hash
 from llmgw.router.limits import Verdict
 from llmgw.router.prepare import authorize
@@ -93,17 +92,17 @@ class Accounts:
         cls,
         js: JetStreamContext,
         router: str,
-        usage_days: int,
+        config: RouterConfig,
         online: Callable[[], bool] = lambda: True,
         *,
         nc: Client,
-        spool: Path | None = None,
     ) -> Accounts:
         """Watch the keys and projects buckets, open the limit counters (`router`: this instance's
         id in them; `online`: whether NATS is there now, else they count locally) and make sure
-        the usage stream exists; start publishing usage and summing it into slots (`nc`: the
-        connection `js` is on, which reads the stream; `spool`: the folder where usage the stream
-        does not take waits, None: a temporary one)."""
+        the usage stream exists (kept `config.usage_days`); start publishing usage, kept under
+        the data folder while the stream does not take it, and, where `config.usage_summing` says
+        so, summing it into slots on this loop (`nc`: the connection `js` is on)."""
+        usage_days = config.usage_days
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
@@ -119,9 +118,9 @@ class Accounts:
         except BadRequestError as exc:  # there already, made otherwise (fewer copies, other max_age)
             get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
             await _remember_ids(js)
-        book = await UsageBook.open(nc, js, usage_days)
+        book = await UsageBook.open(nc, js, usage_days, roll=config.usage_summing == "inline")
         accounts = cls(js, keys, projects, quota, book)
-        accounts.spool = UsageSpool(spool or Path(tempfile.mkdtemp(prefix="llmgw-usage-spool-")), js, USAGE_ACK_S)
+        accounts.spool = UsageSpool(config.home() / "router" / "usage-spool", js, USAGE_ACK_S)
         accounts.spool.open()
         spawn(accounts.tasks, accounts._publish_usage(), accounts.log, "publishing usage")
         spawn(accounts.tasks, accounts.spool.run(), accounts.log, "keeping usage the stream has not taken")

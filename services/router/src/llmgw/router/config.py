@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from llmgw.bus import ADMIN_PORTS, BusConfig
 
 __all__ = ["RouterConfig"]
@@ -81,6 +83,10 @@ class RouterConfig(BusConfig, kw_only=True):
     """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
     usage_days: int = 90
     """How long the usage stream keeps each request."""
+    usage_summing: Literal["process", "inline", "off"] = "process"
+    """Where the usage stream is summed into slots (what reports read): in a process of its own at
+    idle priority (`summing.py`), on the router's own loop (one process: tests), or not by this
+    router (another sums: every router summing writes the same slots)."""
     tokenize_timeout_s: float = 5.0
     """How long a replica with KV events has to tokenize a prompt before the router routes
     without it (by its own prefix index)."""

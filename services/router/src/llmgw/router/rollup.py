@@ -147,6 +147,8 @@ class Roller:
         self.horizon = horizon
         """The latest request end seen: slots that ended `USAGE_SLOT_GRACE_S` before it are closed."""
         self.open: dict[int, _Open] = {}
+        self.requests = 0
+        """Requests summed since it started."""
 
     def closed(self, start: int) -> bool:
         """Whether the slot at `start` is closed (its entries written or to be)."""
@@ -170,6 +172,7 @@ class Roller:
                 _add(slot.sums, record)
         self.horizon = latest
         self.next = seq + 1
+        self.requests += len(records)
         done = sorted(s for s in self.open if self.closed(s))
         closed = [Closed(s, slot_parts(s, (o := self.open.pop(s)).first, seq, o.sums)) for s in done]
         return [Late(s, rs) for s, rs in late.items()], closed

@@ -36,6 +36,7 @@ from llmgw.router.health import Health
 from llmgw.router.metrics import Metrics
 from llmgw.router.oracle import PrefixOracle
 from llmgw.router.proxy import Proxy
+from llmgw.router.summing import Summing
 from llmgw.router.upstream import Upstream
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -62,6 +63,8 @@ class Router:
         """To the engines, for the requests forwarded (`upstream.py` says why not aiohttp)."""
         self.directory: Directory | None = None
         self.accounts: Accounts | None = None
+        self.summing: Summing | None = None
+        """The usage stream summed into slots in a process of its own (`summing.py`)."""
         self.oracle: PrefixOracle | None = None
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
@@ -86,10 +89,10 @@ class Router:
         metrics = Metrics(ctx.metrics)
         balancer = Balancer(index_blocks=config.index_blocks, overload=config.affinity_overload)
         self.directory = await Directory.open(ctx.js, balancer.keep_only, self.keys)
-        spool = config.home() / "router" / "usage-spool"
-        self.accounts = await Accounts.open(
-            ctx.js, self.instance, config.usage_days, lambda: ctx.nc.is_connected, nc=ctx.nc, spool=spool
-        )
+        self.accounts = await Accounts.open(ctx.js, self.instance, config, lambda: ctx.nc.is_connected, nc=ctx.nc)
+        if config.usage_summing == "process":
+            self.summing = Summing(config)
+            self.summing.start()
         await self.accounts.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
@@ -114,7 +117,7 @@ class Router:
         self.draining = True
         if self.http:
             await self.http.stop(grace_s=self.config.drain_s)
-        for part in (self.health, self.oracle, self.demand, self.accounts, self.directory):
+        for part in (self.health, self.oracle, self.demand, self.accounts, self.directory, self.summing):
             if part:
                 part.stop()
         if self.client:

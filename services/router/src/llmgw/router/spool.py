@@ -192,6 +192,7 @@ class UsageSpool:
             with contextlib.suppress(OSError):
                 _write_all(self.file.fileno(), b"".join(self.unwritten))
             self.file.close()
+            self.file, self.unwritten = None, []
 
 
 def _locked(path: Path):

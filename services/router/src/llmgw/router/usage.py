@@ -31,12 +31,15 @@ from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT
 from llmgw.router.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
 from llmgw.router.stream_reader import PULL, StreamReader
 
-__all__ = ["ROLL_IDLE_S", "ROLL_PULL", "UsageBook"]
+__all__ = ["GIVE_BACK", "ROLL_IDLE_S", "ROLL_PULL", "UsageBook"]
 
 ROLL_PULL = 500
 """Messages summed at a time (a few milliseconds of the router's loop each)."""
 ROLL_IDLE_S = 1.0
 """How long summing waits before asking again once it has read the whole stream."""
+GIVE_BACK = 256
+"""Requests summed (or counted for a report) before the event loop is given back to whatever
+else the process does: about a millisecond."""
 _ROLLED = "rolled"
 _GETS = 64
 """Slots' entries asked for at once."""
@@ -60,6 +63,19 @@ def _records(data: bytes) -> list[UsageRecord]:
         return decode_usage(data)
     except msgspec.DecodeError:
         return []  # not a usage message: nothing to count
+
+
+class _Pace:
+    """Gives the event loop back every `GIVE_BACK` requests summed."""
+
+    def __init__(self) -> None:
+        self.owed = 0
+
+    async def done(self, requests: int) -> None:
+        self.owed += requests
+        if self.owed >= GIVE_BACK:
+            self.owed = 0
+            await asyncio.sleep(0)
 
 
 class UsageBook:
@@ -151,10 +167,12 @@ class UsageBook:
 
     async def _drain(self, tally: Tally, reader: StreamReader) -> None:
         """Every message from `reader` on given to `tally`."""
+        pace = _Pace()
         while batch := await reader.pull():
             self.read += len(batch)
             for seq, stored, data in batch:
-                tally.count(seq, stored, _records(data))
+                tally.count(seq, stored, records := _records(data))
+                await pace.done(len(records))
 
     async def _read(self, tally: Tally, first: int, last: int) -> None:
         """Messages `first` to `last` given to `tally`."""
@@ -162,13 +180,14 @@ class UsageBook:
             return
         reader = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=first)
         try:
-            at = first
+            at, pace = first, _Pace()
             while at <= last and (batch := await reader.pull(min(PULL, last + 1 - at))):
                 self.read += len(batch)
                 for seq, stored, data in batch:
                     if seq > last:
                         return
-                    tally.count(seq, stored, _records(data))
+                    tally.count(seq, stored, records := _records(data))
+                    await pace.done(len(records))
                 at = batch[-1][0] + 1
         finally:
             await reader.close()
@@ -223,6 +242,7 @@ class UsageBook:
         first = (await self.js.stream_info(USAGE_STREAM)).state.first_seq
         self.roller = roller = Roller(max(rolled.resume, first), rolled.horizon)
         reader = await StreamReader(self.nc, self.js, USAGE_STREAM).open(seq=roller.next)
+        pace = _Pace()
         try:
             while True:
                 batch = await reader.pull(ROLL_PULL)
@@ -232,7 +252,8 @@ class UsageBook:
                 late: dict[int, list[tuple[int, UsageRecord]]] = {}
                 closed: list[Closed] = []
                 for seq, stored, data in batch:
-                    some_late, some_closed = roller.feed(seq, stored, _records(data))
+                    some_late, some_closed = roller.feed(seq, stored, records := _records(data))
+                    await pace.done(len(records))
                     for item in some_late:
                         late.setdefault(item.start, []).extend(item.records)
                     closed += some_closed
