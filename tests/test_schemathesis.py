@@ -17,6 +17,7 @@ from schemathesis import GenerationMode
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.service import Mirror, MirrorConfig
+from llmgw.scheduler.service import Scheduler, SchedulerConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_router as base  # found on the path set just above
@@ -118,6 +119,8 @@ async def _fuzzed(world, serve, examples: int, root: Path, hub: HubStandIn) -> l
     await serve(Mirror(mirror), mirror)
     config = CatalogConfig(file_check_s=1.0)  # a put's file check waits no longer
     await serve(Catalog(config), config)
+    placer = SchedulerConfig(tick_s=3600.0)  # answers the fleet's lists; places nothing while fuzzed
+    await serve(Scheduler(placer), placer)
     await world.model(MODEL)
     await world.replica(MODEL, CPU)
     admin = await world.router.accounts.create_key(base.KeyCreate(name="fuzz", admin=True))

@@ -2,7 +2,8 @@
 
 Each service's proto module declares its endpoints in one table (`ENDPOINTS`); the bus
 serves them as nats.micro groups and callers get the reply type from them, so a subject,
-its request and its reply are written once.
+its request, its reply, how long a caller waits and (for an operator's operation) its admin API
+route are written once: `ctl`, the admin API and the consoles all ask through it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Generic, TypeVar, get_args
 
 import msgspec
 
-__all__ = ["PREFIX", "VERSION", "Endpoint", "Event", "type_name"]
+__all__ = ["PREFIX", "VERSION", "AdminRoute", "Endpoint", "Event", "type_name"]
 
 VERSION = "v1"
 PREFIX = f"llmgw.{VERSION}"
@@ -28,6 +29,27 @@ def type_name(tp: object) -> str:
         return tp.__name__
     titles = [m.title for m in getattr(tp, "__metadata__", ()) if isinstance(m, msgspec.Meta) and m.title]
     return titles[0] if titles else " | ".join(type_name(a) for a in get_args(tp)) or repr(tp)
+
+
+@dataclass(frozen=True)
+class AdminRoute:
+    """Where the router's admin API (`/api/v1`, admin keys only) serves an operator's endpoint.
+
+    The request is made of the path's parameters (each into the field of its name, or as
+    `fields` says), then the query string (GET, DELETE) or the JSON body (POST, PUT); a request
+    with a `by` field gets the asking key's name there.
+    """
+
+    method: str
+    """GET, POST, PUT or DELETE."""
+    path: str
+    """Under /api/v1, with `{name}` parameters: `/mirror/{owner}/{name}`."""
+    status: int = 200
+    """The status of a success (202: accepted and under way)."""
+    fields: tuple[tuple[str, str], ...] = ()
+    """Request fields made of path parameters: `(("repo", "{owner}/{name}"),)`."""
+    body: bool = True
+    """POST, PUT: the request's other fields come from a JSON body (False: the query string)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +75,10 @@ class Endpoint(Generic[Req, Rep]):
     signed_by: str = ""
     """The role whose key signs every request (`scheduler`): the service acts only on requests it
     signed, for this subject and lately (llmgw.bus.Signer, Verifier)."""
+    timeout_s: float = 10.0
+    """How long a caller waits for the reply (each page of a list)."""
+    admin: AdminRoute | None = None
+    """Its route on the router's admin API, for an operator's operation (None: not there)."""
 
     def group(self, node: str = "") -> str:
         """The nats.micro group (subject prefix) this endpoint is served under."""

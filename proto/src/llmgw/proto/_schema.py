@@ -64,8 +64,11 @@ def subjects_markdown() -> str:
         "sha256) headers; its service refuses one unsigned, signed by another key, for another subject,",
         "seen before, or more than two minutes off.",
         "",
-        "| subject | request → reply | served by | what it does |",
-        "|---|---|---|---|",
+        "A caller waits 10 s for a reply unless the table says otherwise; an operator's operation with a",
+        "route on the router's admin API (`/api/v1`, admin keys) names it.",
+        "",
+        "| subject | request → reply | served by | what it does | waits | admin API |",
+        "|---|---|---|---|---|---|",
     ]
     for module in _MODULES:
         for e in module.ENDPOINTS:
@@ -74,7 +77,10 @@ def subjects_markdown() -> str:
                 "the agent of `<node>`" if e.per_node else ("every agent (gathered)" if e.every_instance else e.service)
             )
             doc = f"{e.doc} Signed by the {e.signed_by}." if e.signed_by else e.doc
-            out.append(f"| `{subject}` | `{type_name(e.request)}` → `{type_name(e.reply)}` | {who} | {doc} |")
+            route = f"`{e.admin.method} {e.admin.path}`" if e.admin else ""
+            waits = f"{e.timeout_s:g} s"
+            messages = f"`{type_name(e.request)}` → `{type_name(e.reply)}`"
+            out.append(f"| `{subject}` | {messages} | {who} | {doc} | {waits} | {route} |")
     out += ["", "| event | payload | from | what it says |", "|---|---|---|---|"]
     for module in _MODULES:
         for ev in getattr(module, "EVENTS", ()):

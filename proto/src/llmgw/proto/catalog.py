@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
-from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._page import Page
 from llmgw.proto._types import Name, NonNegative, Positive, Source
 from llmgw.proto.mirror import FilePlace
@@ -444,24 +444,53 @@ class ServeModel(Struct, kw_only=True):
 MODEL_PUT = Endpoint(
     "catalog", "model.put", ModelPut, ModelEntry, "Create or replace a model (compare-and-set on `revision`)."
 )
-MODEL_GET = Endpoint("catalog", "model.get", ModelRef, ModelEntry, "One model with its revision.")
-MODEL_LIST = Endpoint("catalog", "model.list", Page, ModelList, "Every model in the catalog, in pages by name.")
+MODEL_GET = Endpoint(
+    "catalog",
+    "model.get",
+    ModelRef,
+    ModelEntry,
+    "One model with its revision.",
+    admin=AdminRoute("GET", "/models/{name}"),
+)
+MODEL_LIST = Endpoint(
+    "catalog",
+    "model.list",
+    Page,
+    ModelList,
+    "Every model in the catalog, in pages by name.",
+    admin=AdminRoute("GET", "/models"),
+)
 MODEL_REMOVE = Endpoint("catalog", "model.remove", ModelRef, ModelEntry, "Remove a model (its files stay).")
 MODEL_CHANGE = Endpoint(
     "catalog", "model.change", ModelChange, ModelEntry, "Stop, start, restart, scale, resize one model."
 )
 MODEL_PURGE = Endpoint(
-    "catalog", "model.purge", ModelPurge, PurgeReport, "Remove a model and delete the files no other model uses."
+    "catalog",
+    "model.purge",
+    ModelPurge,
+    PurgeReport,
+    "Remove a model and delete the files no other model uses.",
+    timeout_s=150.0,  # its replicas stopped first, then files deleted on the mirror and every node
 )
+_PLAN_S = 60.0
+"""A plan reads the file's header from the mirror and asks the scheduler for its nodes."""
 SERVE_PLAN = Endpoint(
-    "catalog", "serve.plan", ServePlanAsk, ServePlan, "Every way a mirrored file can run on the fleet now, best first."
+    "catalog",
+    "serve.plan",
+    ServePlanAsk,
+    ServePlan,
+    "Every way a mirrored file can run on the fleet now, best first: memory, nodes, tokens a second, slow marks.",
+    timeout_s=_PLAN_S,
+    admin=AdminRoute("GET", "/serve/plan"),
 )
 SERVE = Endpoint(
     "catalog",
     "serve.model",
     ServeModel,
     ModelEntry,
-    "Put a mirrored file into service: the way chosen becomes its profiles.",
+    "Put a mirrored file into service: the way chosen becomes its profiles (a very slow CPU way needs cpu_anyway).",
+    timeout_s=_PLAN_S,
+    admin=AdminRoute("POST", "/serve", 201),
 )
 ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE)
 """The catalog's endpoints."""

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
-from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._page import Page
 from llmgw.proto._types import NonNegative, RepoId, Source
 
@@ -192,18 +192,51 @@ class RepoList(Struct, kw_only=True):
     """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
+_RESOLVE_S = 60.0
+"""An add or update resolves the revision on the Hub and lists its files before it answers."""
+_REPO = (("repo", "{owner}/{name}"),)
+
 REPO_ADD = Endpoint(
-    "mirror", "repo.add", RepoAdd, MirroredRepo, "Fetch a repo from Hugging Face, pinned to its revision's commit."
+    "mirror",
+    "repo.add",
+    RepoAdd,
+    MirroredRepo,
+    "Fetch a repo from Hugging Face, pinned to its revision's commit (queued: its state says how far).",
+    timeout_s=_RESOLVE_S,
+    admin=AdminRoute("POST", "/mirror", 202),
 )
 REPO_LIST = Endpoint(
-    "mirror", "repo.list", Page, RepoList, "Every repo fetched or being fetched, at each commit; in pages."
+    "mirror",
+    "repo.list",
+    Page,
+    RepoList,
+    "Every repo fetched or being fetched, at each commit; in pages.",
+    admin=AdminRoute("GET", "/mirror"),
 )
-REPO_SHOW = Endpoint("mirror", "repo.show", RepoRef, RepoList, "One repo, at one commit or at every commit held.")
+REPO_SHOW = Endpoint(
+    "mirror",
+    "repo.show",
+    RepoRef,
+    RepoList,
+    "One repo, at one commit or at every commit held: each file's size, hash and state.",
+    admin=AdminRoute("GET", "/mirror/{owner}/{name}", fields=_REPO),
+)
 REPO_REMOVE = Endpoint(
-    "mirror", "repo.remove", RepoRef, RepoList, "Delete a repo's files (one commit or all) that no model uses."
+    "mirror",
+    "repo.remove",
+    RepoRef,
+    RepoList,
+    "Delete a repo's files (one commit or all) that no model uses; says what was removed.",
+    admin=AdminRoute("DELETE", "/mirror/{owner}/{name}", fields=_REPO),
 )
 REPO_UPDATE = Endpoint(
-    "mirror", "repo.update", RepoRef, MirroredRepo, "Fetch the newest commit of a repo's branch beside the old."
+    "mirror",
+    "repo.update",
+    RepoRef,
+    MirroredRepo,
+    "Fetch the newest commit of a repo's branch beside the old.",
+    timeout_s=_RESOLVE_S,
+    admin=AdminRoute("POST", "/mirror/{owner}/{name}/update", 202, fields=_REPO, body=False),
 )
 FILE_WHERE = Endpoint(
     "mirror",

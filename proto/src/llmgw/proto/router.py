@@ -238,7 +238,14 @@ KEY_CREATE = Endpoint("router", "key.create", KeyCreate, KeyCreated, "Make an AP
 KEY_LIST = Endpoint("router", "key.list", Page, KeyList, "Every key by id (never the key), in pages.")
 KEY_REVOKE = Endpoint("router", "key.revoke", KeyRef, KeyList, "Revoke a key on every router.")
 PROJECT_PUT = Endpoint("router", "project.put", Project, Project, "Create a project or change its limits.")
-USAGE_SUM = Endpoint("router", "usage.sum", UsageQuery, UsageReport, "Requests and tokens since a time, summed.")
+USAGE_SUM = Endpoint(
+    "router",
+    "usage.sum",
+    UsageQuery,
+    UsageReport,
+    "Requests and tokens since a time, summed.",
+    timeout_s=60.0,  # a day's slots and the stream after them, each page
+)
 ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM)
 """The router's endpoints."""
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from msgspec import Struct, field
 
-from llmgw.proto._endpoint import Endpoint
+from llmgw.proto._endpoint import AdminRoute, Endpoint
 from llmgw.proto._page import Page
 from llmgw.proto._types import Empty, Name, NonNegative
 from llmgw.proto.node import NodeInfo
@@ -91,8 +91,34 @@ NODE_REGISTER = Endpoint(
     "A node's agent introduces itself (only on its own node's subject, naming that node).",
     speaks_for="node",
 )
-REPLICA_LIST = Endpoint("scheduler", "replica.list", Page, ReplicaList, "Every replica and its state, in pages.")
-NODE_LIST = Endpoint("scheduler", "node.list", Page, NodeList, "Every node as last reported, in pages.")
-MODEL_STATUS = Endpoint("scheduler", "model.status", Page, ModelStatusList, "How each model is doing, in pages.")
+_MEMORY_S = 3.0
+"""The scheduler answers these from memory: a page drawn without them sooner rather than later."""
+REPLICA_LIST = Endpoint(
+    "scheduler",
+    "replica.list",
+    Page,
+    ReplicaList,
+    "Every replica and its state, in pages.",
+    timeout_s=_MEMORY_S,
+    admin=AdminRoute("GET", "/fleet/replicas"),
+)
+NODE_LIST = Endpoint(
+    "scheduler",
+    "node.list",
+    Page,
+    NodeList,
+    "Every node as last reported (cards, memory, read rates, calibration), in pages.",
+    timeout_s=_MEMORY_S,
+    admin=AdminRoute("GET", "/fleet/nodes"),
+)
+MODEL_STATUS = Endpoint(
+    "scheduler",
+    "model.status",
+    Page,
+    ModelStatusList,
+    "How each model is doing (ready and wanted replicas, why not placed), in pages.",
+    timeout_s=_MEMORY_S,
+    admin=AdminRoute("GET", "/fleet/models"),
+)
 ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS)
 """The scheduler's endpoints."""

@@ -209,12 +209,13 @@ async def call(
     endpoint: Endpoint[Req, Rep],
     message: Req,
     node: str = "",
-    timeout: float = 10.0,
+    timeout: float | None = None,
     signer: Signer | None = None,
 ) -> Rep:
     """Ask `endpoint` (of `node`, for per-node endpoints; for one that speaks for a node, the node
-    its message names unless given) and get its reply, typed as the endpoint says; a service error
-    raises the matching BusError. `signer` signs it (an endpoint `signed_by` its role).
+    its message names unless given) and get its reply, typed as the endpoint says, within its
+    `timeout_s` (unless `timeout` says otherwise); a service error raises the matching BusError.
+    `signer` signs it (an endpoint `signed_by` its role).
 
     A list endpoint (one that takes a `Page`, or a request that is one: `UsageQuery`) asked for
     the whole list (`limit` 0, or `Empty()` as before pages) is asked a page at a time
@@ -223,6 +224,7 @@ async def call(
     if endpoint.speaks_for and not node:
         node = getattr(message, endpoint.speaks_for)
     subject = endpoint.subject(node)
+    timeout = endpoint.timeout_s if timeout is None else timeout
     paged = isinstance(endpoint.request, type) and issubclass(endpoint.request, Page)
     if not paged or (isinstance(message, Page) and message.limit):
         return await _request(nc, subject, message, endpoint.reply, timeout, signer)

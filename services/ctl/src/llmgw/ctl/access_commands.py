@@ -90,7 +90,7 @@ def _project_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _usage(nc: Client, args: argparse.Namespace) -> int:
     query = UsageQuery(since=time.time() - args.since_hours * 3600, group_by=args.by)
-    report = await call(nc, router.USAGE_SUM, query, timeout=60.0)  # every page of rows, joined
+    report = await call(nc, router.USAGE_SUM, query)  # every page of rows, joined
     report.rows = usage_order(report.rows)  # pages come by bucket and group: biggest first again
     return show(args, report, usage_table(report, args.by))
 

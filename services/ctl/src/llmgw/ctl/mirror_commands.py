@@ -24,8 +24,6 @@ __all__ = ["MIRROR", "progress_line", "repo_words", "repos_table"]
 
 _REF = re.compile(r"^(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<at>[^@\s]*))?$")
 _EXAMPLE = "Qwen/Qwen2.5-0.5B-Instruct-GGUF@main"
-_ADD_TIMEOUT_S = 60.0
-"""An add resolves the revision on the Hub and lists its files before it answers."""
 _QUIET_S = 10.0
 """With no event for this long, ask the mirror how the fetch is doing (events may be lost)."""
 _LINE_EVERY_S = 5.0
@@ -225,7 +223,7 @@ async def _add(nc: Client, args: argparse.Namespace) -> int:
     req = _checked(
         RepoAdd, args.repo, "OWNER/REPO[@REVISION]", repo=repo, revision=revision or "main", include=args.include, by=BY
     )
-    return await _follow(nc, args, lambda: call(nc, mirror.REPO_ADD, req, timeout=_ADD_TIMEOUT_S))
+    return await _follow(nc, args, lambda: call(nc, mirror.REPO_ADD, req))
 
 
 async def _update(nc: Client, args: argparse.Namespace) -> int:
@@ -233,7 +231,7 @@ async def _update(nc: Client, args: argparse.Namespace) -> int:
     if at:
         raise ValueError(f"update follows the branch {repo} was added at: name the repo alone, not '{args.repo}'")
     ref = _checked(RepoRef, args.repo, "OWNER/REPO", repo=repo)
-    return await _follow(nc, args, lambda: call(nc, mirror.REPO_UPDATE, ref, timeout=_ADD_TIMEOUT_S))
+    return await _follow(nc, args, lambda: call(nc, mirror.REPO_UPDATE, ref))
 
 
 def repos_table(listed: RepoList) -> str:

@@ -30,9 +30,6 @@ from llmgw.proto import (
 
 __all__ = ["MODEL", "MODELS"]
 
-_PURGE_TIMEOUT_S = 150.0
-"""A purge waits for the model's replicas to stop (the catalog's purge_wait_s, 60 s by default)."""
-
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:
     listed = await call(nc, catalog.MODEL_LIST, Empty())
@@ -67,7 +64,7 @@ async def _add(nc: Client, args: argparse.Namespace) -> int:
 
 async def _remove(nc: Client, args: argparse.Namespace) -> int:
     if args.purge:
-        report = await call(nc, catalog.MODEL_PURGE, ModelPurge(name=args.name, by=BY), timeout=_PURGE_TIMEOUT_S)
+        report = await call(nc, catalog.MODEL_PURGE, ModelPurge(name=args.name, by=BY))
         return done(args, report, purged(report))
     entry = await call(nc, catalog.MODEL_REMOVE, ModelRef(name=args.name))
     return done(args, entry, removed(entry))

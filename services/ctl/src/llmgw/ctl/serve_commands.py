@@ -18,9 +18,6 @@ from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
 
 __all__ = ["SERVE", "plan_table"]
 
-_PLAN_TIMEOUT_S = 60.0
-"""The catalog reads the file's header from the mirror and asks the scheduler for its nodes."""
-
 
 def _reply(seconds: float) -> str:
     if seconds < 90:
@@ -73,7 +70,7 @@ def plan_table(plan: ServePlan) -> str:
 async def _serve(nc: Client, args: argparse.Namespace) -> int:
     if args.plan:
         ask = ServePlanAsk(source=args.source, context=args.context, cores=args.cores)
-        plan = await call(nc, catalog.SERVE_PLAN, ask, timeout=_PLAN_TIMEOUT_S)
+        plan = await call(nc, catalog.SERVE_PLAN, ask)
         return show(args, plan, plan_table(plan))
     serve = ServeModel(
         source=args.source,
@@ -86,7 +83,7 @@ async def _serve(nc: Client, args: argparse.Namespace) -> int:
         cpu_anyway=args.cpu_anyway,
         by=BY,
     )
-    entry = await call(nc, catalog.SERVE, serve, timeout=_PLAN_TIMEOUT_S)
+    entry = await call(nc, catalog.SERVE, serve)
     for warning in entry.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return done(args, entry, added(entry))

@@ -1,8 +1,9 @@
-"""The admin API under /api/v1/, for admin keys only: the catalog's operations over HTTP, the
-mirror's repos (`mirror_admin`), and the router's own keys, projects and usage.
+"""The admin API under /api/v1/, for admin keys only: the operators' endpoints of the catalog and
+the mirror (their routes made from the endpoint tables: `operations.py`), the model changes that
+check more than a message can (the name in the path and the body, a revision's bounds), and the
+router's own keys, projects and usage.
 
-Each catalog route is a thin translation to the catalog's endpoint; its errors keep their
-meaning (400, 404, 409) and come back in the OpenAI error body.
+A service's errors keep their meaning (400, 404, 409) and come back in the OpenAI error body.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, call, get_logger
+from llmgw.bus import BusError, get_logger
 from llmgw.proto import (
     Empty,
-    Endpoint,
     KeyCreate,
     KeyCreated,
     KeyList,
@@ -26,7 +26,6 @@ from llmgw.proto import (
     Model,
     ModelChange,
     ModelEntry,
-    ModelList,
     ModelPurge,
     ModelPut,
     ModelRef,
@@ -35,21 +34,13 @@ from llmgw.proto import (
     UsageQuery,
     UsageReport,
     catalog,
+    mirror,
+    scheduler,
 )
 from llmgw.router.accounts import Accounts
-from llmgw.router.errors import (
-    BadKeyId,
-    BadName,
-    BadQuery,
-    BadRevision,
-    InvalidChange,
-    KeyNotFound,
-    NameMismatch,
-    catalog_error,
-)
-from llmgw.router.mirror_admin import MIRROR_ROUTES
+from llmgw.router.errors import BadKeyId, BadName, BadQuery, BadRevision, InvalidChange, KeyNotFound, NameMismatch
+from llmgw.router.operations import ask, operator_routes
 from llmgw.router.prepare import check_body
-from llmgw.router.serve_admin import SERVE_ROUTES
 
 __all__ = ["admin_api"]
 
@@ -70,8 +61,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
     return Router(
         "/api/v1",
         route_handlers=[
-            list_models,
-            get_model,
+            *operator_routes((*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS)),
             put_model,
             change_model,
             remove_model,
@@ -81,8 +71,6 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
             revoke_key,
             put_project,
             usage,
-            *MIRROR_ROUTES,
-            *SERVE_ROUTES,
         ],
         guards=[admin_only],
         before_request=_readable_body,
@@ -100,36 +88,14 @@ async def _readable_body(request: Request) -> None:
         check_body(request.headers.get("content-type"), await request.body())
 
 
-async def _ask(nc: Client, request: Request, endpoint: Endpoint, message: msgspec.Struct, timeout: float = 10.0):
-    """The catalog's reply, or its error as the admin API answers it."""
-    _log.info("admin call", subject=endpoint.subject(), key=request.state.key.name)
-    try:
-        return await call(nc, endpoint, message, timeout=timeout)
-    except BusError as exc:
-        raise catalog_error(exc.code, exc.message) from None
-
-
-@get("/models")
-async def list_models(request: Request, nc: Client) -> ModelList:
-    """Every model in the catalog."""
-    return await _ask(nc, request, catalog.MODEL_LIST, Empty())
-
-
-@get("/models/{name:str}")
-async def get_model(request: Request, nc: Client, name: str) -> ModelEntry:
-    """One model with its revision."""
-    return await _ask(nc, request, catalog.MODEL_GET, _ref(name))
-
-
 @put("/models/{name:str}")
 async def put_model(request: Request, nc: Client, name: str, data: Model, revision: int | None = None) -> ModelEntry:
     """Create or replace a model; `?revision=` makes it compare-and-set (0: must not exist)."""
     if data.name != name:
         raise NameMismatch(f"the body names model '{data.name}' but the path '{name}'")
     _check_revision(revision)
-    return await _ask(
-        nc, request, catalog.MODEL_PUT, ModelPut(model=data, revision=revision, by=request.state.key.name)
-    )
+    by = request.state.key.name
+    return await ask(nc, catalog.MODEL_PUT, ModelPut(model=data, revision=revision, by=by), by)
 
 
 @post("/models/{name:str}/change", status_code=200)
@@ -137,7 +103,8 @@ async def change_model(request: Request, nc: Client, name: str, data: dict[str, 
     """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases: the
     body is one change, `{"action": "scale", "scaling": {...}}`, as `catalog.model.change` takes it
     without the name (the path gives it) and who asks (the key's name)."""
-    return await _ask(nc, request, catalog.MODEL_CHANGE, _change(name, data, request.state.key.name))
+    by = request.state.key.name
+    return await ask(nc, catalog.MODEL_CHANGE, _change(name, data, by), by)
 
 
 @delete("/models/{name:str}", status_code=200)
@@ -145,7 +112,8 @@ async def remove_model(request: Request, nc: Client, name: str, revision: int | 
     """Remove a model from the catalog (its files stay); `?revision=` removes it only at that
     revision (409 else)."""
     _check_revision(revision)
-    return await _ask(nc, request, catalog.MODEL_REMOVE, msgspec.structs.replace(_ref(name), revision=revision))
+    ref = msgspec.structs.replace(_ref(name), revision=revision)
+    return await ask(nc, catalog.MODEL_REMOVE, ref, request.state.key.name)
 
 
 @post("/models/{name:str}/purge", status_code=200)
@@ -155,7 +123,7 @@ async def purge_model(request: Request, nc: Client, name: str, revision: int | N
     only at that revision (409 else)."""
     _check_revision(revision)
     purge = ModelPurge(name=_ref(name).name, by=request.state.key.name, revision=revision)
-    return await _ask(nc, request, catalog.MODEL_PURGE, purge, timeout=150.0)
+    return await ask(nc, catalog.MODEL_PURGE, purge, purge.by)
 
 
 @get("/keys")

@@ -19,10 +19,6 @@ __all__ = [
     "BadRevision",
     "BodyTooLarge",
     "BudgetSpent",
-    "CatalogConflict",
-    "CatalogFailed",
-    "CatalogInvalid",
-    "CatalogNotFound",
     "ContextTooLong",
     "ExpiredKey",
     "Forbidden",
@@ -46,12 +42,13 @@ __all__ = [
     "NotAdmin",
     "NotServed",
     "RateLimited",
+    "ServiceRefused",
     "Unauthorized",
     "UnsupportedMediaType",
     "UpstreamFailed",
-    "catalog_error",
     "described",
     "http_error",
+    "refused",
 ]
 
 
@@ -260,36 +257,30 @@ class NoReadyReplica(ApiError):
     status, code = 503, "no_ready_replica"
 
 
-class CatalogInvalid(ApiError):
-    """The catalog refused the request as malformed or impossible."""
+class ServiceRefused(ApiError):
+    """A service behind the router refused an operator's request, failed or did not answer:
+    its words, with the status and `type` its bus code means (`refused`)."""
 
-    status, type, code = 400, "invalid_request_error", "catalog_400"
-
-
-class CatalogNotFound(ApiError):
-    """The catalog has no such model."""
-
-    status, type, code = 404, "not_found_error", "catalog_404"
+    def __init__(self, status: int, type_: str, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.type, self.code = status, type_, code
 
 
-class CatalogConflict(ApiError):
-    """Someone changed it first, or it exists already."""
-
-    status, type, code = 409, "conflict_error", "catalog_409"
-
-
-class CatalogFailed(ApiError):
-    """The catalog failed, or did not answer."""
-
-    code = "catalog_500"
+_BY_BUS_CODE = {
+    "400": (400, "invalid_request_error"),
+    "404": (404, "not_found_error"),
+    "409": (409, "conflict_error"),
+    "429": (429, "rate_limit_exceeded"),
+}
+"""A bus error's code -> the HTTP status and OpenAI `type` every face answers it with; any other
+(a service that failed, or none that answered) is a 502."""
 
 
-_CATALOG = {"400": CatalogInvalid, "404": CatalogNotFound, "409": CatalogConflict}
-
-
-def catalog_error(code: str, message: str) -> ApiError:
-    """A catalog's error reply (its nats.micro code) as the admin API answers it."""
-    return _CATALOG.get(code, CatalogFailed)(message)
+def refused(service: str, code: str, message: str) -> ServiceRefused:
+    """A service's error reply (its nats.micro `code`) as every face of the router answers it (the
+    admin API, the web console): `<service>_<code>` in OpenAI's body (`catalog_404`)."""
+    status, type_ = _BY_BUS_CODE.get(code, (502, "server_error"))
+    return ServiceRefused(status, type_, f"{service}_{code}", message)
 
 
 class HttpError(ApiError):

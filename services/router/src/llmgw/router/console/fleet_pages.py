@@ -33,8 +33,8 @@ class FleetNode(NamedTuple):
 async def fleet_page(view: View) -> Response:
     """Every node, its state and the replicas on it; says so where the scheduler does not answer."""
     try:
-        listed = await view.ask(scheduler.NODE_LIST, Empty(), timeout=3.0)
-        replicas = (await view.ask(scheduler.REPLICA_LIST, Empty(), timeout=3.0)).replicas
+        listed = await view.ask(scheduler.NODE_LIST, Empty())
+        replicas = (await view.ask(scheduler.REPLICA_LIST, Empty())).replicas
     except Refused as exc:
         return view.render("fleet.html", active="fleet", nodes=None, why=exc.message)
     nodes = [

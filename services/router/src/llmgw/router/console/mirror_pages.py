@@ -20,8 +20,6 @@ from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES", "source_of"]
 
-_RESOLVE_S = 60.0
-"""An add (or update) resolves the revision on the Hub and lists its files before it answers."""
 _CHECKED = ("repo", "revision", "include")
 """The add form's fields, named as RepoAdd's: a refused check names the one that is not right."""
 
@@ -34,7 +32,7 @@ def source_of(repo: MirroredRepo, path: str) -> str:
 async def _users(view: View) -> dict[str, list[str]] | None:
     """The models serving each source, by source; None while the catalog does not answer."""
     try:
-        listed = await view.ask(catalog.MODEL_LIST, Empty(), timeout=3.0)
+        listed = await view.ask(catalog.MODEL_LIST, Empty(), optional=True)
     except Refused:
         return None
     users: dict[str, list[str]] = {}
@@ -87,7 +85,7 @@ def _add_message(view: View) -> RepoAdd:
 async def add_repo(view: View) -> Response:
     """Fetch a repo from the Hub at the commit its revision names now: the page follows it."""
     try:
-        queued = await view.ask(mirror.REPO_ADD, _add_message(view), timeout=_RESOLVE_S)
+        queued = await view.ask(mirror.REPO_ADD, _add_message(view))
     except Refused as exc:
         return await _page(view, exc.status, exc.message, "add", view.form)
     return view.done(f"{PREFIX}/mirror", _queued_words(view, queued))
@@ -112,7 +110,7 @@ def _ref(view: View) -> RepoRef:
 async def update_repo(view: View) -> Response:
     """Fetch the commit the repo's branch names now beside the one held."""
     try:
-        fetched = await view.ask(mirror.REPO_UPDATE, _ref(view), timeout=_RESOLVE_S)
+        fetched = await view.ask(mirror.REPO_UPDATE, _ref(view))
     except Refused as exc:
         return await _page(view, exc.status, exc.message, "update")
     return view.done(f"{PREFIX}/mirror", _queued_words(view, fetched))

@@ -52,8 +52,6 @@ MOST_REPLICAS = 64
 MOST_CARDS = 64
 MOST_CPU_MB = 4 << 20
 """The most host memory a CPU replica reserves, MiB (4 TiB)."""
-PURGE_TIMEOUT_S = 150.0
-"""A purge waits for the model's replicas to stop (the catalog's purge_wait_s, 60 s by default)."""
 _KEPT_SAID = 3
 """Files kept that the note after a purge names one by one (it travels in a cookie)."""
 
@@ -62,8 +60,8 @@ async def _scheduler(view: View) -> tuple[dict[str, Any] | None, list[Any] | Non
     """Each model's status by name and every replica; None for either while the scheduler does
     not answer (the page says so)."""
     answers = await asyncio.gather(
-        view.ask(scheduler.MODEL_STATUS, Empty(), timeout=3.0),
-        view.ask(scheduler.REPLICA_LIST, Empty(), timeout=3.0),
+        view.ask(scheduler.MODEL_STATUS, Empty()),
+        view.ask(scheduler.REPLICA_LIST, Empty()),
         return_exceptions=True,
     )
     for answer in answers:
@@ -94,7 +92,7 @@ async def _cpu_way(view: View, model: Model) -> tuple[ServeWay | None, str]:
     base = cpu or next((p for p in model.profiles if p.engine == "llamacpp"), model.profiles[0])
     ask = ServePlanAsk(source=model.source, context=model.context, cores=base.cpu_cores or 0, slots=base.slots)
     try:
-        plan = await view.ask(catalog.SERVE_PLAN, ask, timeout=5.0)
+        plan = await view.ask(catalog.SERVE_PLAN, ask, optional=True)
     except Refused as exc:
         return None, view.t("model.cpu.unknown", why=exc.message)
     way = next((w for w in plan.ways if w.kind in ("cpu", "across-nodes")), None)
@@ -285,7 +283,7 @@ async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
 
 async def _purge(view: View, entry: ModelEntry, revision: int) -> Response:
     purge = ModelPurge(**_spec(view, entry, revision))
-    report: PurgeReport = await view.ask(catalog.MODEL_PURGE, purge, timeout=PURGE_TIMEOUT_S)
+    report: PurgeReport = await view.ask(catalog.MODEL_PURGE, purge)
     return view.done(f"{PREFIX}/models", _purged(view, report))
 
 

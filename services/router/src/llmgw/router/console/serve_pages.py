@@ -25,8 +25,6 @@ from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES", "way_key"]
 
-_PLAN_S = 60.0
-"""A plan reads the file's header from the mirror over HTTP and asks the scheduler for its nodes."""
 _FIELDS = ("source", "name", "context", "cores", "slots", "way", "cpu_anyway")
 """The form's fields (a GET's query, a POST's body)."""
 MOST_SLOTS = 256
@@ -69,7 +67,7 @@ def _plan_ask(view: View) -> ServePlanAsk:
 async def _plan(view: View) -> tuple[ServePlan | None, str, int]:
     """The catalog's plan for the form's values, or why there is none (and its status)."""
     try:
-        return await view.ask(catalog.SERVE_PLAN, _plan_ask(view), timeout=_PLAN_S), "", 200
+        return await view.ask(catalog.SERVE_PLAN, _plan_ask(view)), "", 200
     except Refused as exc:
         return None, exc.message, exc.status
 
@@ -149,7 +147,7 @@ async def serve(view: View) -> Response:
         values = {f: view.form[f] for f in _FIELDS if view.form.get(f)}
         return Redirect(f"{PREFIX}/serve?{urlencode(values)}", status_code=303)
     try:
-        entry = await view.ask(catalog.SERVE, _serve_message(view), timeout=_PLAN_S)
+        entry = await view.ask(catalog.SERVE, _serve_message(view))
     except Refused as exc:
         return await _form(view, exc.status, exc.message)
     name = entry.model.name

@@ -22,11 +22,13 @@ from litestar.enums import MediaType
 from litestar.response import Redirect, Response
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, call, get_logger
+from llmgw.bus import get_logger
 from llmgw.proto import Endpoint, KeyRecord
 from llmgw.router.accounts import Accounts
 from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
 from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions, same
+from llmgw.router.errors import ApiError
+from llmgw.router.operations import ask
 
 __all__ = ["PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
 
@@ -37,8 +39,10 @@ OPEN_PATHS = (f"{PREFIX}/signin", f"{PREFIX}/lang", f"{PREFIX}/static/")
 
 _NOTE_MOST = 1200
 """Characters of a note kept (a cookie past ~4 KB is dropped by the browser, the note with it)."""
-_STATUS = {"400": 400, "404": 404, "409": 409, "429": 429}
 _log = get_logger("router")
+
+OPTIONAL_S = 3.0
+"""How long a page waits for a part it can be drawn without (a plan, the models using a repo)."""
 
 
 def next_page(target: str | None) -> str:
@@ -129,13 +133,14 @@ class View:
 
     # the services
 
-    async def ask(self, endpoint: Endpoint, message: msgspec.Struct, timeout: float = 10.0) -> Any:
-        """What `endpoint` answers; Refused with its words (and the status they mean) if it refuses."""
-        _log.debug("console call", subject=endpoint.subject(), key=self.by)
+    async def ask(self, endpoint: Endpoint, message: msgspec.Struct, optional: bool = False) -> Any:
+        """What `endpoint` answers; Refused with its words (and the status they mean, as the admin
+        API answers it) if it refuses. `optional`: a part the page is drawn without, waited for
+        `OPTIONAL_S` at most."""
         try:
-            return await call(self.console.nc, endpoint, message, timeout=timeout)
-        except BusError as exc:
-            raise Refused(_STATUS.get(exc.code, 502), exc.message) from None
+            return await ask(self.console.nc, endpoint, message, self.by, OPTIONAL_S if optional else None)
+        except ApiError as exc:
+            raise Refused(exc.status, exc.message) from None
 
     # answers
 
