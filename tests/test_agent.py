@@ -39,9 +39,7 @@ from llmgw.proto import (
     WorkerStart,
 )
 from llmgw.proto import agent as agent_api
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "services" / "agent" / "tests"))
-from fake_nvml import FakeCard, FakeNvml
+from services.agent.tests.fake_nvml import FakeCard, FakeNvml
 
 STANDIN = Path(__file__).parent / "standins" / "vllm_standin.py"
 SOURCE = "test/tiny/m.gguf"

@@ -7,9 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import msgspec
@@ -18,9 +16,7 @@ import pytest
 
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, KeyCreate, Limits
-
-sys.path.insert(0, str(Path(__file__).parent))
-import test_router as base  # found on the path set just above
+from tests import test_router as base
 
 CPU, HELLO, MODEL, World = base.CPU, base.HELLO, base.MODEL, base.World
 engines, world = base.engines, base.world

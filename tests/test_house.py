@@ -4,6 +4,7 @@ contract between packages, and rooms of a size a newcomer can read."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -15,40 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("agent", "catalog", "ctl", "mirror", "router", "scheduler")
 RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
 
-PURE = (
-    "llmgw.proto",
-    "llmgw.modelplan",
-    "llmgw.agent.core",
-    "llmgw.catalog.core",
-    "llmgw.catalog.declared",
-    "llmgw.ctl.access_table",
-    "llmgw.ctl.changes",
-    "llmgw.ctl.keeper",
-    "llmgw.ctl.sentences",
-    "llmgw.ctl.tables",
-    "llmgw.mirror.checks",
-    "llmgw.mirror.core",
-    "llmgw.mirror.plan",
-    "llmgw.router.balance",
-    "llmgw.router.core",
-    "llmgw.router.counters",
-    "llmgw.router.errors",
-    "llmgw.router.kvevents",
-    "llmgw.router.limits",
-    "llmgw.router.outcome",
-    "llmgw.router.prepare",
-    "llmgw.router.rollup",
-    "llmgw.router.seats",
-    "llmgw.scheduler.core",
-    "llmgw.scheduler.placement",
-)
-"""Modules (and packages) that decide without I/O: no network, no event loop, no clock they read."""
-
 IMPURE = ("nats", "aiohttp", "httpx", "litestar", "asyncio", "zmq", "uvicorn", "socket", "subprocess", "llmgw.bus")
 """What a pure module never imports (llmgw.bus is the NATS shell's: errors are in llmgw.proto.errors)."""
 
 MAX_LINES = 400
-"""The longest file under services/."""
+"""The longest source file (services, libs, proto)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -80,6 +52,18 @@ def _within(name: str, package: str) -> bool:
 
 
 MODULES = _modules()
+
+PURE_MARK = re.compile(r"\b(?i:without|no)\s+I/O\b|\b[Pp]ure\b[^.\n]{0,24}[:(]")
+"""How a module says it decides without I/O, in its docstring ("The catalog's rules, without
+I/O: ...", "Pure: no I/O."); a package that says so says it of every module under it."""
+
+
+def _docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+PURE = tuple(sorted(name for name, path in MODULES.items() if PURE_MARK.search(_docstring(path))))
+"""The modules (and packages) that say they are pure: no network, no event loop, no clock read."""
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.split(".")[1:2] and n.split(".")[1] in SERVICES))
@@ -124,26 +108,56 @@ def test_libs_and_proto_never_import_a_service():
     assert not {k: v for k, v in wrong.items() if v}
 
 
-def test_every_pure_module_named_here_exists():
-    assert all(any(_within(n, p) for n in MODULES) for p in PURE)
+def test_every_service_and_the_contracts_have_a_pure_core():
+    cores = ["llmgw.proto", "llmgw.modelplan", *(f"llmgw.{s}.core" for s in SERVICES if s != "ctl")]
+    assert [c for c in cores if c not in PURE] == [], "say so in its docstring: 'without I/O'"
 
 
-def test_no_file_under_services_is_longer_than_a_newcomer_reads():
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in (ROOT / "services").rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
+def test_no_source_file_is_longer_than_a_newcomer_reads():
+    long = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by what they do (at most {MAX_LINES} lines): {long}"
 
 
-def test_every_module_declares_all():
-    missing = sorted(
-        name
-        for name, path in MODULES.items()
-        if not path.name.startswith("__") and "__all__" not in path.read_text() and path.stat().st_size
-    )
-    assert not missing
+def _declared_all(path: Path) -> list[str] | None:
+    """The names a module's `__all__` lists (None: it has none)."""
+    for node in ast.parse(path.read_text()).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+            return [ast.literal_eval(e) for e in node.value.elts]
+    return None
+
+
+def test_every_module_declares_all_and_has_what_it_lists():
+    missing, absent = [], {}
+    for name, path in MODULES.items():
+        if path.name.startswith("__") or not path.stat().st_size:
+            continue
+        listed = _declared_all(path)
+        if listed is None:
+            missing.append(name)
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {
+            n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+        defined |= {
+            t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+        }
+        defined |= {
+            n.target.id for n in ast.walk(tree) if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+        defined |= {
+            a.asname or a.name.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import | ast.ImportFrom)
+            for a in n.names
+        }
+        if wrong := [n for n in listed if n not in defined]:
+            absent[name] = wrong
+    assert not missing, f"declare __all__ in {sorted(missing)}"
+    assert not absent, f"__all__ lists names these modules do not have: {absent}"
 
 
 def test_the_tree_is_formatted():

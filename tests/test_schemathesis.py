@@ -3,7 +3,6 @@
 is sent, the answer is never a 5xx. The short run is part of `./dev test`; the long one is chaos."""
 
 import asyncio
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,9 +17,7 @@ from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.hubstandin import HubStandIn
 from llmgw.mirror.service import Mirror, MirrorConfig
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
-
-sys.path.insert(0, str(Path(__file__).parent))
-import test_router as base  # found on the path set just above
+from tests import test_router as base
 
 CPU, MODEL = base.CPU, base.MODEL
 engines, world = base.engines, base.world

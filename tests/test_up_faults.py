@@ -25,9 +25,7 @@ import pytest
 from llmgw.bus import call
 from llmgw.proto import Empty, scheduler
 from llmgw.proto.errors import BusError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_up import DEMO, Up  # the running `llmgw up` the other tests use
+from tests.test_up import DEMO, Up  # the running `llmgw up` the other tests use
 
 CLIENTS = 4
 STREAM_TOKENS = 200

@@ -7,19 +7,14 @@ build/screenshots/."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import httpx
 import pytest
 from selenium.webdriver.common.by import By
 
 from llmgw.ctl.demo import wheel_gguf
 from llmgw.hubstandin import HubStandIn
-
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]
-from chromium_driver import Chromium  # noqa: E402
-from test_up import Up  # noqa: E402  the running `llmgw up` the other tests use
+from tests.console.chromium_driver import Chromium
+from tests.test_up import Up  # the running `llmgw up` the other tests use
 
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 """Named as on the Hub; the stand-in holds it."""

@@ -8,18 +8,14 @@ box is ticked, and ticking it serves the model."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
 from llmgw.bus import call
 from llmgw.proto import Empty, ModelRef, catalog, scheduler
 from llmgw.proto.catalog import ServePlanAsk
+from tests.console.chromium_driver import Chromium
 from tests.fleets import SOURCE, cpu_node
-
-sys.path.insert(0, str(Path(__file__).parent))
-from chromium_driver import Chromium
 
 
 @pytest.fixture

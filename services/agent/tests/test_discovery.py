@@ -1,8 +1,7 @@
 """GPU discovery on a fake NVML (a stand-in for pynvml, named so), and the host's facts."""
 
-from fake_nvml import FakeCard, FakeNvml
-
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, os_release
+from services.agent.tests.fake_nvml import FakeCard, FakeNvml
 
 
 def test_one_card_with_its_class_capability_and_foreign_memory():

@@ -4,9 +4,8 @@
 import os
 import subprocess
 
-from fake_nvml import FakeCard, FakeNvml
-
 from llmgw.agent.usage import card_mb_by_pid, engine_memory_mb
+from services.agent.tests.fake_nvml import FakeCard, FakeNvml
 
 
 def test_card_memory_is_summed_per_process_over_the_cards_and_is_nothing_without_a_driver():

@@ -3,7 +3,6 @@
 
 import msgspec
 import pytest
-from serve_fleet import BIG, GIB, SOURCE, l40s, node
 
 from llmgw.bus import BadRequest
 from llmgw.catalog.serve import (
@@ -16,6 +15,7 @@ from llmgw.catalog.served import default_name, parse_replicas, served_model
 from llmgw.modelplan import CardGroup
 from llmgw.proto import CpuCalibration
 from llmgw.proto.catalog import ServeModel, ServePlanAsk
+from services.catalog.tests.serve_fleet import BIG, GIB, SOURCE, l40s, node
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,11 @@
 words or taken with these warnings; and each plan way saying whether it takes `cpu_anyway`."""
 
 import pytest
-from serve_fleet import SOURCE
 
 from llmgw.bus import BadRequest
 from llmgw.catalog.serve import check_serve, takes_cpu_anyway
 from llmgw.proto.catalog import ServePlan, ServeWay
+from services.catalog.tests.serve_fleet import SOURCE
 
 
 def cpu_way(tps, node_name="big"):

@@ -4,10 +4,10 @@ was connected to NATS and hearing from at least one node."""
 import itertools
 
 import msgspec
-from fake_nodes import CPU, GB, NOW, Node
 
 from llmgw.proto import Model, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import Actual, Desired, Hearing, Policy, heard, listen, reconcile
+from services.scheduler.tests.fake_nodes import CPU, GB, NOW, Node
 
 POLICY = Policy()  # suspect after 10 s, lost after 30 s
 MODEL = Model(name="m", source="o/r/m.gguf", scaling=Scaling(min=2, max=2))

@@ -6,11 +6,11 @@ starts moved or traded where they answer faster."""
 import itertools
 
 import msgspec
-from fake_nodes import GB, NOW, Node, states
 
 from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core import Actual, Desired, Plan, Policy, Start, _reconcile, improve, reconcile
 from llmgw.scheduler.placement import cards_for, claim, need_of, speed_of
+from services.scheduler.tests.fake_nodes import GB, NOW, Node, states
 
 
 def _model(name, profile):

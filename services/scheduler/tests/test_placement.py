@@ -3,11 +3,11 @@ nodes takes a share on each of a group that fits together."""
 
 import msgspec
 import pytest
-from fake_nodes import CPU, GB, GPU, MODEL, NOW, Node, states
-from fake_nodes import run_model as _run
 
 from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.placement import Search, Weights, need_of, place, speed_of
+from services.scheduler.tests.fake_nodes import CPU, GB, GPU, MODEL, NOW, Node, states
+from services.scheduler.tests.fake_nodes import run_model as _run
 
 
 @pytest.mark.parametrize(

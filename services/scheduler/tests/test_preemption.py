@@ -2,10 +2,10 @@
 
 import msgspec
 import pytest
-from fake_nodes import NOW, Node
-from fake_nodes import run_models as _pass
 
 from llmgw.proto import Model, Profile, ReplicaState, Scaling, fingerprint
+from services.scheduler.tests.fake_nodes import NOW, Node
+from services.scheduler.tests.fake_nodes import run_models as _pass
 
 
 def _two(critical_class="critical"):

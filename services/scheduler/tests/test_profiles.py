@@ -4,14 +4,14 @@ keep their counts without ever running fewer, lost nodes are replaced, schedules
 import itertools
 
 import pytest
-from fake_nodes import CPU, GB, GPU, NOW, Node
-from fake_nodes import run_model as _run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, Profile, ReplicaState, Scaling, fingerprint
 from llmgw.scheduler.core import Actual, Desired, reconcile
+from services.scheduler.tests.fake_nodes import CPU, GB, GPU, NOW, Node
+from services.scheduler.tests.fake_nodes import run_model as _run
+from services.scheduler.tests.scheduler_sim import simulate as run_ticks
 
 
 def test_the_highest_priority_profile_that_fits_wins_else_the_next():

@@ -8,7 +8,6 @@ import msgspec
 import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from scheduler_sim import simulate as run_ticks
 
 from llmgw.proto import Model, NodeInfo, Profile, ReplicaState, Scaling, Worker, fingerprint
 from llmgw.scheduler.core import (
@@ -25,6 +24,7 @@ from llmgw.scheduler.core import (
     wanted,
 )
 from llmgw.scheduler.placement import need_of
+from services.scheduler.tests.scheduler_sim import simulate as run_ticks
 
 NOW = 1_000_000.0
 GB = 2**30

@@ -8,13 +8,13 @@ import random
 
 import msgspec
 import pytest
-from fake_nodes import GB, MODEL, NOW, Node, run_model, states
 
 from llmgw.modelplan import DEFAULT_CPU
 from llmgw.proto import GpuInfo, Profile, ReplicaState, Scaling
 from llmgw.scheduler.placement import FILTERS, Index, cards_for, claim, hold, need_of, release
 from llmgw.scheduler.placement._scan import JUDGED, STATIC, scan
 from llmgw.scheduler.placement._scorers import Weights, _speed, speed_of
+from services.scheduler.tests.fake_nodes import GB, MODEL, NOW, Node, run_model, states
 
 CLASSES = [("h100-80g", 81559), ("a100-80g", 81920), ("l40s-48g", 46068), ("l4-24g", 23034)]
 PROFILES = [

@@ -7,12 +7,12 @@ import time
 
 import msgspec
 import pytest
-from fake_agents import FakeAgent, fake_mirror, put_model
 
 from llmgw.bus import call, kv_bucket
 from llmgw.proto import BUCKETS, Empty, Model, NodeInfo, Profile, ReplicaReport, ReplicaState, Scaling, agent, scheduler
 from llmgw.scheduler.core import Hearing, NodeView, health
 from llmgw.scheduler.service import Scheduler, SchedulerConfig
+from services.scheduler.tests.fake_agents import FakeAgent, fake_mirror, put_model
 
 
 def config(**changes):

@@ -4,10 +4,10 @@ that this pass frees waits for the stops that free it; a ready replica drains fi
 import itertools
 
 import pytest
-from fake_nodes import GB, NOW, Node
 
 from llmgw.proto import Model, Profile, ReplicaState, Scaling, Worker, fingerprint
 from llmgw.scheduler.core import Actual, Desired, Policy, reconcile
+from services.scheduler.tests.fake_nodes import GB, NOW, Node
 
 
 def _model(profile, name="m", replicas=1, capacity_class="standard"):

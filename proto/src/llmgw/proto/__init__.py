@@ -1,5 +1,6 @@
 """llmgw's contracts: every NATS message as a msgspec Struct, by the service that answers for it,
 each module with its endpoint table (`ENDPOINTS`: subject, request, reply) and its events.
+Without I/O, as every module under it.
 
     from llmgw.proto import catalog
     entry = await call(nc, catalog.MODEL_GET, ModelRef(name="qwen"))   # a ModelEntry

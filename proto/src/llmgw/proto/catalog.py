@@ -6,8 +6,24 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
+from llmgw.proto._change import (
+    ChangeSpec,
+    ModelChange,
+    RestartModel,
+    ScaleModel,
+    SetAliases,
+    SetClass,
+    SetContext,
+    SetGpus,
+    SetOwner,
+    SetReplicas,
+    StartModel,
+    StopModel,
+)
 from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._page import Page
+from llmgw.proto._scaling import LEAST_CONTEXT, Scaling, ScheduleWindow
+from llmgw.proto._serve import ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto._types import Name, NonNegative, Positive, Source
 from llmgw.proto.mirror import FilePlace
 
@@ -55,32 +71,8 @@ __all__ = [
 ]
 
 
-LEAST_CONTEXT = 128
-"""The shortest context a model in the catalog may have, in tokens."""
 MOST_REVISION = 2**63 - 1
 """The largest KV revision a caller may name (compare-and-set): the largest int64."""
-
-
-class ScheduleWindow(Struct, kw_only=True):
-    """A scaling that holds during part of the day (UTC, "HH:MM")."""
-
-    start: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
-    end: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
-    min: NonNegative
-    max: NonNegative
-
-
-class Scaling(Struct, kw_only=True):
-    """How many replicas of a model run."""
-
-    min: NonNegative = 1
-    """Replicas kept running at all times."""
-    max: NonNegative = 1
-    """Most replicas run at once."""
-    idle_timeout_s: NonNegative | None = None
-    """On-demand: scale to zero after this long without requests."""
-    schedule: list[ScheduleWindow] = field(default_factory=list)
-    """Scalings by time of day; outside every window min/max hold."""
 
 
 class Profile(Struct, kw_only=True, frozen=True):  # frozen as its model is
@@ -236,209 +228,12 @@ class PurgeReport(Struct, kw_only=True):
     kept: list[FilePlace] = field(default_factory=list)
 
 
-class ChangeSpec(Struct, kw_only=True):
-    """What every change to a model says: which model, who asks, and the revision it expects.
-
-    Each kind of change is a subclass tagged by `action` that carries only its own fields; on
-    the wire a change is one flat object (`{"action": "scale", "name": "m", ..., "scaling": ...}`).
-    This base is never sent alone: `ModelChange` is the union of the kinds.
-    """
-
-    name: Name
-    """The model to change."""
-    by: str = ""
-    """Who is making the change (recorded)."""
-    revision: int | None = None
-    """Expected current revision; None: the latest."""
-
-
-class StopModel(ChangeSpec, kw_only=True, tag_field="action", tag="stop"):
-    """Stop every replica; the scaling (and counts) are kept for start."""
-
-
-class StartModel(ChangeSpec, kw_only=True, tag_field="action", tag="start"):
-    """Bring a stopped model back exactly as it was."""
-
-
-class RestartModel(ChangeSpec, kw_only=True, tag_field="action", tag="restart"):
-    """Start every replica again, one at a time."""
-
-    in_place: bool = False
-    """Stop each replica before its replacement starts (no room beside it)."""
-
-
-class ScaleModel(ChangeSpec, kw_only=True, tag_field="action", tag="scale"):
-    """A new scaling (a stopped model starts with it)."""
-
-    scaling: Scaling
-
-
-class SetReplicas(ChangeSpec, kw_only=True, tag_field="action", tag="replicas"):
-    """Replicas per profile; the scaling becomes their sum."""
-
-    counts: dict[str, NonNegative] = field(default_factory=dict)
-    """Profile name -> replicas; profiles not named keep theirs."""
-    cpu_memory_mb: Positive | None = None
-    """Add a CPU profile 'cpu' reserving this much host memory."""
-    cpu_cores: Positive | None = None
-    """The cores that CPU profile reserves."""
-
-
-class SetContext(ChangeSpec, kw_only=True, tag_field="action", tag="context"):
-    """A new context length and/or longest answer."""
-
-    context: Annotated[int, Meta(ge=LEAST_CONTEXT)] | None = None
-    """The new context length (its replicas restart)."""
-    max_output: Positive | None = None
-    """The new longest answer (applied at once)."""
-    in_place: bool = False
-    """Stop each replica before its replacement starts (no room beside it)."""
-
-
-class SetGpus(ChangeSpec, kw_only=True, tag_field="action", tag="gpus"):
-    """GPUs per replica of the profiles named."""
-
-    gpus: dict[str, NonNegative] = field(default_factory=dict)
-    """Profile name -> GPUs per replica."""
-    in_place: bool = False
-    """Stop each replica before its replacement starts (no room beside it)."""
-
-
-class SetClass(ChangeSpec, kw_only=True, tag_field="action", tag="class"):
-    """The capacity class: a higher class may take room from a lower one."""
-
-    capacity_class: Literal["critical", "standard", "batch"]
-
-
-class SetOwner(ChangeSpec, kw_only=True, tag_field="action", tag="owner"):
-    """The team or person responsible."""
-
-    owner: str = ""
-    """Empty: nobody."""
-
-
-class SetAliases(ChangeSpec, kw_only=True, tag_field="action", tag="alias"):
-    """Aliases added and dropped."""
-
-    add_aliases: list[Name] = field(default_factory=list)
-    """Names to add."""
-    remove_aliases: list[Name] = field(default_factory=list)
-    """Names to drop."""
-
-
-ModelChange = Annotated[
-    StopModel
-    | StartModel
-    | RestartModel
-    | ScaleModel
-    | SetReplicas
-    | SetContext
-    | SetGpus
-    | SetClass
-    | SetOwner
-    | SetAliases,
-    Meta(title="ModelChange"),
-]
-"""An operator's change to one model, by name, recorded with who made it: one of the kinds above,
-told apart by `action`. Its title is the name docs/subjects.md and a 400's message give it."""
-
-
 class ModelList(Struct, kw_only=True):
     """Every model in the catalog (or a page of them, by name)."""
 
     models: list[ModelEntry]
     next: str = ""
     """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
-
-
-class ServePlanAsk(Struct, kw_only=True):
-    """Every way a mirrored file can run on the fleet as it is now."""
-
-    source: Source
-    """The file as the mirror holds it ('OWNER/REPO@COMMIT/FILE')."""
-    context: NonNegative = 0
-    """Context in tokens, shared by the slots; 0: the model's trained context, at most 8192
-    (4096 when the file does not say)."""
-    cores: NonNegative = 0
-    """Threads a CPU replica gets; 0: half a node's cores."""
-    slots: Positive = 2
-    """Requests one replica serves at once (llama-server -np)."""
-
-
-class ServeWay(Struct, kw_only=True):
-    """One way to run the file: where, the memory it needs, where it fits, how fast it answers."""
-
-    kind: Literal["cpu", "gpu", "multi-gpu", "across-nodes"]
-    cards: NonNegative = 0
-    """Cards one replica takes (0 on the CPU)."""
-    card_class: str = ""
-    """Their class ("h100-80g"); empty on the CPU."""
-    threads: NonNegative = 0
-    """CPU threads (on the CPU; on each node, across nodes)."""
-    nodes: Positive = 1
-    """Nodes one replica spans (across nodes: its layers split, llama.cpp's RPC workers on all but one)."""
-    memory_mb: NonNegative = 0
-    """Memory one replica needs: host RAM on the CPU (on each node, across nodes), per card on cards."""
-    weights_mb: NonNegative = 0
-    kv_mb: NonNegative = 0
-    """The KV cache for the context and slots."""
-    buffers_mb: NonNegative = 0
-    """Compute buffers and a margin."""
-    node: str = ""
-    """The node its speed was reckoned on (the fastest where it fits now, if any)."""
-    nodes_fit: list[str] = field(default_factory=list)
-    """Nodes where it fits now."""
-    more_replicas: NonNegative = 0
-    """Replicas of it that fit now, over those nodes."""
-    tokens_per_s: float = 0.0
-    """About how many tokens a second one reply gets; 0: unknown (no measured memory rate)."""
-    mark: Literal["", "slow", "very slow"] = ""
-    """Slow: under 15 tokens a second; very slow: under 5."""
-    reply_500_s: float = 0.0
-    """Seconds a reply of 500 tokens takes at that speed (0: unknown)."""
-    on_purpose: bool = False
-    """Serving this way alone takes `cpu_anyway` (the CPU chosen on purpose): a CPU way under 5
-    tokens a second, or the CPU while cards that fit are free. The catalog refuses it without."""
-    calibrated: bool = False
-    """The speed comes from the node's own calibration (`llmgw plan calibrate`), not the defaults."""
-
-
-class ServePlan(Struct, kw_only=True):
-    """The ways a file can run on the fleet, best first."""
-
-    source: str
-    context: NonNegative
-    """The context the ways were sized for."""
-    trained_context: NonNegative = 0
-    """What the model was trained for (0: the file does not say)."""
-    slots: Positive = 2
-    ways: list[ServeWay] = field(default_factory=list)
-    """Best first: fits now, then fastest, then fewest cards."""
-    warnings: list[str] = field(default_factory=list)
-
-
-class ServeModel(Struct, kw_only=True):
-    """Put a mirrored file into service the way asked (or the plan's best): a model in the catalog."""
-
-    source: Source
-    name: Annotated[str, Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,62})?$")] = ""
-    """The model's name; empty: from the file's name."""
-    cpu: bool = False
-    """A profile on the CPU (below the cards' when `gpus` is given too)."""
-    gpus: NonNegative = 0
-    """A profile on this many cards a replica."""
-    cores: NonNegative = 0
-    """Threads of the CPU profile; 0: half a node's."""
-    context: NonNegative = 0
-    """As the plan takes it."""
-    slots: Positive = 2
-    replicas: dict[str, NonNegative] | str = field(default_factory=dict)
-    """Replicas per profile ('gpu', 'cpu'), as a map or as 'gpu=7,cpu=4'; empty: one replica,
-    on the best profile that fits."""
-    cpu_anyway: bool = False
-    """The CPU is chosen on purpose: taken even when very slow, or while cards that fit are free."""
-    by: str = ""
-    """Who is serving it (recorded)."""
 
 
 MODEL_PUT = Endpoint(

@@ -14,6 +14,7 @@ from llmgw.bus._access import (
     server_config,
     write_identity,
 )
+from llmgw.bus._call import call, call_all, request_raw
 from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
 from llmgw.bus._http import HttpServer
@@ -21,14 +22,11 @@ from llmgw.bus._kvtable import KvTable
 from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
 from llmgw.bus._nats import (
     NatsServer,
-    call,
-    call_all,
     connect,
     flushed,
     kv_bucket,
     kv_keys,
     kv_scan,
-    request_raw,
     set_storage_replicas,
     start_nats_server,
     storage_replicas,

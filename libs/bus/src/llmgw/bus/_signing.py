@@ -8,7 +8,7 @@ subject. A signature cannot be made that way: only the holder of the seed signs.
 
 A signature covers the subject, the time it was made and the payload's sha256 (headers SIGNED_AT
 and SIGNATURE): moved to another subject, changed, older than WINDOW_S, or seen before, it is
-refused. Pure: the clock is passed in.
+refused. The clock is passed in.
 """
 
 from __future__ import annotations

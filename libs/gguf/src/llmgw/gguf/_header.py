@@ -8,16 +8,16 @@ constants (value types, tensor types and their block sizes, file types, key name
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import httpx
 import msgspec
 
 import gguf
+from llmgw.gguf._sources import ByteSource, GGUFError, open_bytes
 
 __all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model", "split_parts"]
 
@@ -42,13 +42,6 @@ _SCALARS = {
     gguf.GGUFValueType.INT64: "<q",
     gguf.GGUFValueType.FLOAT64: "<d",
 }
-
-
-class GGUFError(ValueError):
-    """A file that is not GGUF, is cut short, or is of a version this reader does not read.
-
-    The message names the file and the byte where reading stopped.
-    """
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,75 +101,10 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
         return self.dense_bytes + self.expert_bytes * self.expert_used_count // self.expert_count
 
 
-class _Bytes(Protocol):
-    where: str
-
-    def size(self) -> int | None:
-        """The whole file's size, where known."""
-
-    def read(self, offset: int, n: int) -> bytes:
-        """`n` bytes at `offset`, or fewer at the end of the file."""
-
-
-class _LocalBytes:
-    def __init__(self, path: Path) -> None:
-        self.where = str(path)
-        try:
-            self.file = open(path, "rb")  # closed by read_header
-        except OSError as exc:
-            raise GGUFError(f"{path}: {exc.strerror}") from None
-
-    def read(self, offset: int, n: int) -> bytes:
-        self.file.seek(offset)
-        return self.file.read(n)
-
-    def size(self) -> int | None:
-        return os.fstat(self.file.fileno()).st_size
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class _RemoteBytes:
-    """Range requests in a window that doubles, so a header of megabytes takes a handful."""
-
-    def __init__(self, url: str, client: httpx.Client) -> None:
-        self.where, self.client = url, client
-        self.start, self.data, self.window, self.fetched = 0, b"", 1 << 16, 0
-        self.total: int | None = None
-
-    def size(self) -> int | None:
-        return self.total
-
-    def read(self, offset: int, n: int) -> bytes:
-        end = offset + n
-        if not (self.start <= offset and end <= self.start + len(self.data)):
-            if self.total is not None and offset >= self.total:
-                return b""
-            want = max(n, self.window)
-            self.window = min(self.window * 2, 1 << 24)
-            r = self.client.get(self.where, headers={"range": f"bytes={offset}-{offset + want - 1}"})
-            if r.status_code == 416:
-                return b""
-            if r.status_code != 206:
-                raise GGUFError(
-                    f"{self.where}: the server answered {r.status_code} to a range request; "
-                    "it must serve byte ranges (206) for the header to be read without the whole file"
-                )
-            self.start, self.data = offset, r.content
-            self.fetched += len(r.content)
-            total = r.headers.get("content-range", "").rpartition("/")[2]
-            self.total = int(total) if total.isdigit() else None
-        return self.data[offset - self.start : end - self.start]
-
-    def close(self) -> None:
-        pass
-
-
 class _Reader:
     """Reads the header front to back, knowing at every step what it is reading and where."""
 
-    def __init__(self, src: _Bytes) -> None:
+    def __init__(self, src: ByteSource) -> None:
         self.src, self.pos = src, 0
 
     def take(self, n: int, what: str) -> bytes:
@@ -267,7 +195,7 @@ class _Parsed(NamedTuple):
     type_bytes: dict[str, int]
 
 
-def _parse(src: _Bytes) -> _Parsed:
+def _parse(src: ByteSource) -> _Parsed:
     """The metadata and the tensors' sizes, read front to back."""
     r = _Reader(src)
     magic = r.take(4, "the magic number")
@@ -319,16 +247,9 @@ def _parse(src: _Bytes) -> _Parsed:
     return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, header_bytes, type_bytes)
 
 
-def _open(where: str | Path, client: httpx.Client | None) -> _Bytes:
-    text = str(where)
-    if text.startswith(("http://", "https://")):
-        return _RemoteBytes(text, client or httpx.Client(timeout=30, follow_redirects=True))
-    return _LocalBytes(Path(where))
-
-
 def read_header(where: str | Path, client: httpx.Client | None = None) -> Header:
     """The facts of one GGUF file (one part, for a split model: see `read_model`)."""
-    src = _open(where, client)
+    src = open_bytes(where, client)
     try:
         parsed = _parse(src)
     finally:

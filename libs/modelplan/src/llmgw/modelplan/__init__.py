@@ -1,4 +1,5 @@
-"""How much memory and how fast, before a model is served: pure estimates and the ways to run.
+"""How much memory and how fast, before a model is served: estimates and the ways to run, without
+I/O (as every module under it).
 
 - memory: weights + KV cache for the context + compute buffer + a stated margin, on the CPU or
   per card; vLLM's KV blocks; tensor parallel only where it splits the KV heads.

@@ -1,4 +1,5 @@
-"""Models declared in a YAML file given to the catalog at start: parsed strictly, nothing guessed."""
+"""Models declared in a YAML file given to the catalog at start: parsed strictly, nothing guessed;
+without I/O (the shell reads the file)."""
 
 from __future__ import annotations
 

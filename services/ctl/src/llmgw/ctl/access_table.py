@@ -1,5 +1,5 @@
 """Who may do what on NATS, as a table people read (docs/security.md, `llmgw access table`): each
-role's subjects and buckets, summed up from the permissions the server enforces."""
+role's subjects and buckets, summed up from the permissions the server enforces; without I/O."""
 
 from __future__ import annotations
 

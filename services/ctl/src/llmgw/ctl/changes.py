@@ -1,5 +1,5 @@
 """The change each `llmgw ctl model VERB` asks for, made from its parsed words and checked like
-any message before it is sent."""
+any message before it is sent; without I/O."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """When `llmgw up` starts a process that died again: a backoff decided from the times passed in
-(no clock read here), and how a process ended, in words."""
+(no clock read here), and how a process ended, in words; without I/O."""
 
 from __future__ import annotations
 

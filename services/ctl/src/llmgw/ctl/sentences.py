@@ -1,4 +1,5 @@
-"""One sentence for each change `llmgw ctl` makes: what changed, and what happens next."""
+"""One sentence for each change `llmgw ctl` makes: what changed, and what happens next; without
+I/O."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The rows `llmgw ctl` shows: as a table for people, and the same fields as JSON (`--json`).
+"""The rows `llmgw ctl` shows, without I/O: as a table for people, and the same fields as JSON
+(`--json`).
 
 No engine key is ever in a row: what the replicas bucket holds is copied field by field.
 """

@@ -25,9 +25,7 @@ __all__ = [
     "fold_usage",
     "key_hash",
     "may_exceed",
-    "plain_events",
     "prompt_bound",
-    "relay_line",
     "reservation",
     "rewrite_chunk",
     "sum_usage",
@@ -339,50 +337,6 @@ def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:
     prompt, cached, completion = usage_of(answer)  # before the rewrite, which drops the timings
     usage = Usage(prompt=prompt, cached=cached, completion=completion)
     return rewrite_chunk(answer, model, include_usage=True) or raw, usage
-
-
-def plain_events(data: bytes, marker: bytes) -> tuple[int, int]:
-    """How many leading bytes of `data` (an engine's stream, cut after a line) are whole events
-    that leave exactly as they came, and how many chunks those hold: `data: ` lines, each event
-    a chunk already named as asked (`marker`: `"model":` and the name, in JSON) or `[DONE]`, up
-    to the first event that mentions usage or timings (those are read, `relay_line`). Anything
-    else (comments, carriage returns, a name to rewrite) makes it (0, 0): read line by line."""
-    stop = len(data)
-    for word in (b'"usage"', b'"timings"'):
-        at = data.find(word, 0, stop)
-        if at >= 0:
-            stop = at
-    stop = data.rfind(b"\n\n", 0, stop) + 2
-    if stop < 2 or data.find(b"\r", 0, stop) >= 0:
-        return 0, 0
-    events = data.count(b"data: ", 0, stop)
-    chunks = events - data.count(b"data: [DONE]", 0, stop)
-    if data.count(b"\n", 0, stop) != 2 * events or data.count(marker, 0, stop) != chunks:
-        return 0, 0
-    return stop, chunks
-
-
-def relay_line(line: bytes, model: str, include_usage: bool, seen: Usage) -> tuple[bytes | None, Usage, bool]:
-    """One line of an engine's SSE stream as the client gets it (None: nothing to send), the
-    stream's usage with what the line says, and whether it carried a chunk (for the time to the
-    first token)."""
-    line = line.rstrip(b"\r")
-    if not line.startswith(b"data:"):
-        return None, seen, False
-    data = line[5:].strip()
-    if data == b"[DONE]":
-        return b"data: [DONE]\n\n", seen, False
-    if b'"usage"' not in data and b'"timings"' not in data and b'"model":' + msgspec.json.encode(model) in data:
-        return b"data: " + data + b"\n\n", seen, True  # already as the client gets it (most chunks)
-    try:
-        chunk = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return b"data: " + data + b"\n\n", seen, True
-    if not isinstance(chunk, dict):
-        return b"data: " + data + b"\n\n", seen, True
-    seen = fold_usage(seen, chunk)  # before the rewrite: it drops what the client did not ask for
-    out = rewrite_chunk(chunk, model, include_usage)
-    return (b"data: " + out + b"\n\n" if out is not None else None), seen, True
 
 
 def engine_headers(api_key: str) -> dict[str, str]:

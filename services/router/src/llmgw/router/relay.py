@@ -10,11 +10,12 @@ from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
-from llmgw.router.core import Prepared, Usage, cut_usage, plain_events, relay_line
+from llmgw.router.core import Prepared, Usage, cut_usage
 from llmgw.router.errors import UpstreamFailed
 from llmgw.router.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.metrics import Metrics
 from llmgw.router.outcome import Served
+from llmgw.router.sse import StreamRelay
 from llmgw.router.upstream import EngineAnswer, EngineError
 
 __all__ = ["FAILED", "Answer", "Finish", "Relay", "Try"]
@@ -97,36 +98,21 @@ class Relay:
         self.resp.fail(ReplicaDown(WHY_DOWN))
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
-        name, include = self.one.prepared.body["model"], self.one.prepared.include_usage
-        marker = b'"model":' + msgspec.json.encode(name)
-        usage, first, status, relayed = Usage(), None, 499, 0  # until it ends well: the client went away
+        relay = StreamRelay(self.one.prepared.body["model"], self.one.prepared.include_usage)
+        first, status = None, 499  # until it ends well: the client went away
         outage = self.one.outage
         outage.cuts.add(self._cut)
         if outage.out:
             self._cut()
         try:
-            pending = b""
             while piece := await self.resp.next():
-                data = pending + piece if pending else piece
-                end = data.rfind(b"\n") + 1
-                data, pending = (data, b"") if end == len(data) else (data[:end], data[end:])
-                plain, chunks = plain_events(data, marker)  # most events leave untouched
-                if chunks and first is None:
+                out = relay.feed(piece)
+                if relay.chunks and first is None:
                     first = time.perf_counter()
-                relayed += chunks
-                out = [data[:plain]] if plain else []
-                for line in data[plain : end - 1].split(b"\n") if plain < end else ():
-                    event, usage, chunk = relay_line(line, name, include, usage)
-                    if chunk and first is None:
-                        first = time.perf_counter()
-                    relayed += chunk
-                    if event:
-                        out.append(event)
                 if out:
-                    yield b"".join(out)
-            if pending.strip():
-                event, usage, _ = relay_line(pending, name, include, usage)
-                yield event or b""
+                    yield out
+            if last := relay.end():
+                yield last
             status = 200
         except FAILED as exc:
             status = 502
@@ -134,7 +120,7 @@ class Relay:
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
         finally:  # also when the client went away: its slot and its concurrency count are freed now
             outage.cuts.discard(self._cut)
-            self._end(status, usage, first, relayed)
+            self._end(status, relay.usage, first, relay.chunks)
 
     def _end(self, status: int, usage: Usage, first: float | None, relayed: int) -> None:
         """The stream ended with `status`; billed what its engine said it used or, where it never
