@@ -20,7 +20,7 @@ from llmgw.proto._change import (
     StartModel,
     StopModel,
 )
-from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
+from llmgw.proto._endpoint import AdminRoute, Endpoint
 from llmgw.proto._page import Page
 from llmgw.proto._scaling import LEAST_CONTEXT, Scaling, ScheduleWindow
 from llmgw.proto._serve import ServeModel, ServePlan, ServePlanAsk, ServeWay
@@ -29,10 +29,8 @@ from llmgw.proto.mirror import FilePlace
 
 __all__ = [
     "ENDPOINTS",
-    "EVENTS",
     "LEAST_CONTEXT",
     "MODEL_CHANGE",
-    "MODEL_CHANGED",
     "MODEL_GET",
     "MODEL_LIST",
     "MODEL_PURGE",
@@ -289,9 +287,3 @@ SERVE = Endpoint(
 )
 ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE)
 """The catalog's endpoints."""
-
-MODEL_CHANGED = Event(
-    "model", CatalogRecord, "A model was put or changed (the stored record; empty when removed).", ("name",), "catalog"
-)
-EVENTS = (MODEL_CHANGED,)
-"""What the catalog publishes."""

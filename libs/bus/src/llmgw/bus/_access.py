@@ -174,7 +174,6 @@ def _role_publish(role: str, node: str) -> list[str]:
     b = BUCKETS
     if role == "catalog":
         return [
-            catalog.MODEL_CHANGED.all,
             # stat: a model's file reads; the nodes: what a serve plan sizes its ways on
             *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT, scheduler.NODE_LIST),
             *_kv(b["catalog"], write=True),

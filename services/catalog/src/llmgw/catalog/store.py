@@ -10,7 +10,7 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from llmgw.bus import Conflict, NotFound, kv_scan
-from llmgw.proto import CatalogRecord, Model, ModelEntry, catalog
+from llmgw.proto import CatalogRecord, Model, ModelEntry
 
 __all__ = ["ModelStore"]
 
@@ -68,16 +68,14 @@ class ModelStore:
             raise Conflict(
                 f"model '{name}' changed since revision {expected}: get it again and reapply your change"
             ) from None
-        await self.nc.publish(catalog.MODEL_CHANGED.subject(name), stored)
         self.log.info("model changed", model=name, action=action, revision=revision, by=by)
         return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)
 
     async def delete(self, entry: ModelEntry) -> None:
-        """Remove the model at exactly `entry`'s revision, then announce it (an empty event)."""
+        """Remove the model at exactly `entry`'s revision."""
         name = entry.model.name
         try:
             await self.kv.delete(name, last=entry.revision)
         except KeyWrongLastSequenceError:
             raise Conflict(f"model '{name}' changed while being removed: try again") from None
-        await self.nc.publish(catalog.MODEL_CHANGED.subject(name), b"")
         self.log.info("model removed", model=name)

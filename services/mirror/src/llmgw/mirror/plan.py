@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from llmgw.proto import MirroredFile, SkippedFile
@@ -90,12 +90,6 @@ def _pickled(path: str) -> bool:
 
 def _weights(path: str) -> bool:
     return path.lower().endswith(WEIGHTS)
-
-
-@dataclass
-class _Choice:
-    chosen: list[Published] = field(default_factory=list)
-    skipped: list[SkippedFile] = field(default_factory=list)
 
 
 def choose(

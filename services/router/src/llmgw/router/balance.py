@@ -81,10 +81,6 @@ class _Index:
         while len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
 
-    def forget(self, blocks: list[bytes]) -> None:
-        for b in blocks:
-            self.blocks.pop(b, None)
-
 
 class Balancer:
     """Keeps what each replica is doing and picks the one for the next request.
