@@ -403,7 +403,7 @@ async def test_floods_on_the_front_door_never_take_the_model_offline(world, serv
     all at once from their own processes, with a steady client beside them: every one of its
     requests is answered, the replica stays in rotation, the slow ones get 408, and what the
     router holds for any one connection stays bounded."""
-    from floods import Steady, flood
+    from tests.floods import Steady, flood
 
     heads, bodies, (idle, sources), pipelined, hold_s = FLOODS[scale]
     await world.model(MODEL)
