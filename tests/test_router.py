@@ -23,7 +23,7 @@ from llmgw.agent.core import EngineSetup, launch
 from llmgw.bus import find_llamacpp, free_port, kv_bucket, new_fleet_secret, write_secret
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Limits, Model, Profile, ReplicaState, Scaling
-from llmgw.router.kvevents import token_blocks
+from llmgw.router.routing.kvevents import token_blocks
 from llmgw.router.service import Router, RouterConfig
 
 CARD = Profile(name="card", priority=10, slots=1)
@@ -482,7 +482,7 @@ async def test_two_routers_share_one_limit_and_metrics_count_what_happened(world
 
 
 async def test_requests_in_flight_count_across_routers_and_a_dead_routers_stop_counting(nc):
-    from llmgw.router.quota import Quota
+    from llmgw.router.accounts.quota import Quota
 
     kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
     a, b = Quota(kv, "router-a", stale_s=30), Quota(kv, "router-b", stale_s=30)
@@ -577,7 +577,7 @@ async def test_vllm_kv_events_are_the_truth_of_what_each_replica_holds(world, vl
 
 
 async def test_an_admission_given_back_frees_its_request_of_the_minute_and_its_place_in_flight(nc):
-    from llmgw.router.quota import Quota
+    from llmgw.router.accounts.quota import Quota
 
     kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
     quota = Quota(kv, "router-a")
@@ -593,7 +593,7 @@ async def test_an_admission_given_back_frees_its_request_of_the_minute_and_its_p
 
 
 async def test_a_request_its_project_refuses_spends_nothing_of_its_keys_limits(nc):
-    from llmgw.router.quota import Quota
+    from llmgw.router.accounts.quota import Quota
 
     kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
     quota = Quota(kv, "router-a")

@@ -108,7 +108,7 @@ async def test_reports_from_slots_equal_the_stream_summed_one_by_one_as_two_rout
     hour of requests, some late for their slot: every report (from slots and the stream after
     them) equals the stream summed request by request, and reads little of it."""
     from llmgw.proto.router import USAGE_SLOT_S
-    from llmgw.router.usage import UsageBook
+    from llmgw.router.usage.book import UsageBook
 
     config = RouterConfig(http_port=0, usage_summing="inline")
     a = await serve(Router(config), config)
@@ -175,8 +175,8 @@ async def test_summing_gives_the_loop_back_to_the_requests_being_served(router, 
     """A second of usage at 7,000 requests a second summed at once held the router's loop ~30 ms,
     its p99 with it: between two turns of the loop, summing takes at most `GIVE_BACK` requests
     (and one message) more."""
-    from llmgw.router.accounts import USAGE_BATCH
-    from llmgw.router.usage import GIVE_BACK
+    from llmgw.router.accounts.accounts import USAGE_BATCH
+    from llmgw.router.usage.book import GIVE_BACK
 
     book = router.accounts.book
     while book.roller is None:  # summing started
@@ -217,7 +217,7 @@ async def test_a_router_sums_in_a_process_of_its_own_at_idle_priority(serve, nc)
 
     from llmgw.proto import BUCKETS, UsageRolled
     from llmgw.proto.router import USAGE_SLOT_GRACE_S, USAGE_SLOT_S
-    from llmgw.router.summing import RESTART_S
+    from llmgw.router.usage.summing import RESTART_S
 
     config = RouterConfig(http_port=0)
     assert config.usage_summing == "process"

@@ -1,5 +1,5 @@
 """A day's usage report at 1 million and 10 million requests: from the 5-minute slots the routers
-sum the usage stream into (`llmgw.router.usage.UsageBook.report`) against reading every request
+sum the usage stream into (`llmgw.router.usage.book.UsageBook.report`) against reading every request
 back from the stream (`UsageBook.scan`, what reports did before the slots, without the 1,000
 message stop), in the same run on the same stream.
 
@@ -35,7 +35,7 @@ from nats.js.api import StreamConfig
 from llmgw.bus import start_nats_server
 from llmgw.proto import USAGE_STREAM, UsageQuery, UsageRecord
 from llmgw.proto import router as router_api
-from llmgw.router.usage import UsageBook
+from llmgw.router.usage.book import UsageBook
 
 SIZES = (1_000_000, 10_000_000)
 MODELS, PROJECTS, KEYS, REPLICAS = 20, 50, 2000, 60

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 from llmgw.proto import Empty, UsageRecord
-from llmgw.router.core import bucket_start
+from llmgw.router.request.core import bucket_start
 
 
 async def _publish(stack, records: list[UsageRecord]) -> None:

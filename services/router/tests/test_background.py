@@ -6,8 +6,8 @@ import asyncio
 from structlog.testing import capture_logs
 
 from llmgw.proto import Limits, Model, Scaling
-from llmgw.router.accounts import Accounts
-from llmgw.router.demand import DemandSignal
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.routing.demand import DemandSignal
 
 
 class Unreachable:

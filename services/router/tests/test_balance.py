@@ -6,7 +6,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.router.balance import Balancer, Candidate, prompt_blocks
+from llmgw.router.routing.balance import Balancer, Candidate, prompt_blocks
 
 CARD = Candidate(id="card", priority=10, slots=2)
 CPU1 = Candidate(id="cpu1", priority=0, slots=2)

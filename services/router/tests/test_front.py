@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from llmgw.router.config import RouterConfig
-from llmgw.router.front import Front
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.http.front import Front
+from llmgw.router.request.relay import Answer, Relay
 
 
 class Streamed(Relay):
@@ -189,7 +189,7 @@ async def test_a_client_leaving_mid_stream_closes_its_relay():
 
 
 async def test_a_kept_connection_left_idle_is_closed(monkeypatch):
-    monkeypatch.setattr("llmgw.router.connection.IDLE_S", 0.2)
+    monkeypatch.setattr("llmgw.router.http.connection.IDLE_S", 0.2)
     async with front() as (server, _):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(post("/v1/completions", b"{}"))

@@ -12,9 +12,9 @@ import aiohttp
 from aiohttp import web
 
 from llmgw.proto import ReplicaState
-from llmgw.router.balance import Balancer
 from llmgw.router.config import RouterConfig
-from llmgw.router.health import Health
+from llmgw.router.routing.balance import Balancer
+from llmgw.router.routing.health import Health
 
 
 @contextlib.contextmanager

@@ -4,10 +4,10 @@ import msgspec
 import pytest
 
 from llmgw.proto import Model, Profile
-from llmgw.router.balance import Balancer, Candidate
-from llmgw.router.core import check_context, check_request, context_of, may_exceed, tokenize_request
 from llmgw.router.errors import ApiError
-from llmgw.router.kvevents import BlockRemoved, BlockStored, CacheView, decode_batch, token_blocks
+from llmgw.router.request.core import check_context, check_request, context_of, may_exceed, tokenize_request
+from llmgw.router.routing.balance import Balancer, Candidate
+from llmgw.router.routing.kvevents import BlockRemoved, BlockStored, CacheView, decode_batch, token_blocks
 
 PROMPT = list(range(100, 164))  # four blocks of 16
 

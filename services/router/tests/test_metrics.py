@@ -3,9 +3,9 @@ what a scrape shows is what prometheus_client's own counters and histograms woul
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from llmgw.router.core import Usage
 from llmgw.router.metrics import Metrics
-from llmgw.router.outcome import Outcome, Served, Ticket
+from llmgw.router.request.core import Usage
+from llmgw.router.request.outcome import Outcome, Served, Ticket
 
 TICKET = Ticket(request_id="r", key_id="k", project="p", model="m", started=0.0)
 LABELS = {"model": "m", "pool": "priority 0"}

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from llmgw.router.health import Outage, ReplicaDown, unless_out
+from llmgw.router.routing.health import Outage, ReplicaDown, unless_out
 
 
 async def test_a_replica_already_out_is_refused_at_once():

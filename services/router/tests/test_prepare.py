@@ -5,7 +5,7 @@ import msgspec
 import pytest
 
 from llmgw.proto import JSON_MAX_DEPTH, KeyRecord, Model, Profile, ReplicaState
-from llmgw.router.core import key_hash
+from llmgw.router.accounts.limits import Verdict
 from llmgw.router.errors import (
     BodyTooLarge,
     BudgetSpent,
@@ -21,8 +21,8 @@ from llmgw.router.errors import (
     RateLimited,
     UnsupportedMediaType,
 )
-from llmgw.router.limits import Verdict
-from llmgw.router.prepare import (
+from llmgw.router.request.core import key_hash
+from llmgw.router.request.prepare import (
     authorize,
     check_body,
     check_prompts,

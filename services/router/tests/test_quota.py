@@ -8,10 +8,10 @@ import msgspec
 
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
-from llmgw.router.core import check_request, cut_usage, reservation
-from llmgw.router.counters import counted
-from llmgw.router.limits import Counts, judge, standing
-from llmgw.router.quota import Quota
+from llmgw.router.accounts.counters import counted
+from llmgw.router.accounts.limits import Counts, judge, standing
+from llmgw.router.accounts.quota import Quota
+from llmgw.router.request.core import check_request, cut_usage, reservation
 
 NOW = 1764720030.0
 MODEL = Model(name="m", source="o/r/m.gguf", context=4096, max_output=512)

@@ -5,10 +5,10 @@ import asyncio
 
 import msgspec
 
-from llmgw.router.core import Usage, answer_of
 from llmgw.router.errors import ContextTooLong, NoReadyReplica
-from llmgw.router.outcome import Outcome, Served, Ticket, ended_by, status_of
-from llmgw.router.sse import relay_line
+from llmgw.router.request.core import Usage, answer_of
+from llmgw.router.request.outcome import Outcome, Served, Ticket, ended_by, status_of
+from llmgw.router.request.sse import relay_line
 
 
 def test_a_whole_answer_is_named_as_asked_and_its_usage_read_before_the_timings_go():
@@ -93,7 +93,7 @@ def test_a_streams_time_to_its_first_token_counts_from_when_the_request_arrived(
 
 
 def test_the_events_that_leave_untouched_end_where_one_mentions_usage_or_anything_else_is_there():
-    from llmgw.router.sse import plain_events
+    from llmgw.router.request.sse import plain_events
 
     marker = b'"model":"m"'
     chunk = b'data: {"choices":[{"delta":{"content":"hi"}}],"model":"m"}\n\n'

@@ -1,4 +1,4 @@
-"""Usage summed into slots (`llmgw.router.rollup`): a report from slots and the stream after them
+"""Usage summed into slots (`llmgw.router.usage.rollup`): a report from slots and the stream after them
 equals a plain sum of every request, however the stream's requests came (late, ahead of the
 stream's clock) and however the routers summing it were stopped, restarted or run side by side.
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from llmgw.proto import UsageQuery, UsageRecord, UsageRolled, UsageSlot
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
-from llmgw.router.rollup import GROUPS, Roller, Tally, add_late, at, slot_of, slot_parts, usage_part
+from llmgw.router.usage.rollup import GROUPS, Roller, Tally, add_late, at, slot_of, slot_parts, usage_part
 
 T0 = 1_800_000_000.0
 """A slot start (a multiple of USAGE_SLOT_S)."""

@@ -3,7 +3,7 @@ address its own, past the limit in all anyone's; never answered before answered,
 first; one being answered never. The same on real sockets: test_front.py (the 503) and the floods
 in tests/test_faults_router.py."""
 
-from llmgw.router.seats import Seats
+from llmgw.router.http.seats import Seats
 
 
 class Conn:

@@ -10,8 +10,8 @@ from nats.js.api import StreamConfig
 
 from llmgw.proto import USAGE_STREAM, UsageRecord
 from llmgw.proto import router as router_api
-from llmgw.router import spool as spool_module
-from llmgw.router.spool import Spooled, UsageSpool, message_id
+from llmgw.router.usage import spool as spool_module
+from llmgw.router.usage.spool import Spooled, UsageSpool, message_id
 
 
 def message(*ids: str) -> Spooled:

@@ -6,8 +6,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw.router.core import Usage
-from llmgw.router.sse import StreamRelay, relay_line
+from llmgw.router.request.core import Usage
+from llmgw.router.request.sse import StreamRelay, relay_line
 
 ASKED = "m"
 """The name the client asked for; engines also answer as 'engine-name'."""

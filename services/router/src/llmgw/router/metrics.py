@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from llmgw.router.outcome import Outcome
+from llmgw.router.request.outcome import Outcome
 
 __all__ = ["LATENCY_BUCKETS", "TTFT_BUCKETS", "Metrics"]
 

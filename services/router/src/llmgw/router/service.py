@@ -21,23 +21,23 @@ import aiohttp
 
 from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
-from llmgw.router.accounts import Accounts
-from llmgw.router.admin import admin_api
-from llmgw.router.app import http_app
-from llmgw.router.balance import Balancer
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.admin.api import admin_api
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
-from llmgw.router.demand import DemandSignal
-from llmgw.router.directory import Directory
-from llmgw.router.endpoint import OpenAIEndpoint
-from llmgw.router.front import Front
-from llmgw.router.gateway import Gateway
-from llmgw.router.health import Health
+from llmgw.router.http.app import http_app
+from llmgw.router.http.endpoint import OpenAIEndpoint
+from llmgw.router.http.front import Front
+from llmgw.router.http.upstream import Upstream
 from llmgw.router.metrics import Metrics
-from llmgw.router.oracle import PrefixOracle
-from llmgw.router.proxy import Proxy
-from llmgw.router.summing import Summing
-from llmgw.router.upstream import Upstream
+from llmgw.router.request.gateway import Gateway
+from llmgw.router.request.proxy import Proxy
+from llmgw.router.routing.balance import Balancer
+from llmgw.router.routing.demand import DemandSignal
+from llmgw.router.routing.directory import Directory
+from llmgw.router.routing.health import Health
+from llmgw.router.routing.oracle import PrefixOracle
+from llmgw.router.usage.summing import Summing
 
 __all__ = ["Router", "RouterConfig", "main"]
 

@@ -20,7 +20,7 @@ from litestar.static_files import create_static_files_router
 from nats.aio.client import Client
 
 from llmgw.bus import get_logger
-from llmgw.router.accounts import Accounts
+from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.console.web import PREFIX, Console, Refused, View, check_request
 
 __all__ = ["console_routes"]

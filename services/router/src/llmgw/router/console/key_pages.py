@@ -18,9 +18,9 @@ from litestar.response import Response
 
 from llmgw.bus import NotFound, get_logger
 from llmgw.proto import Empty, KeyCreate, KeyCreated, KeyRef, Limits, Project
+from llmgw.router.accounts.limits import standing
+from llmgw.router.accounts.quota import Scope
 from llmgw.router.console.web import PREFIX, Refused, View
-from llmgw.router.limits import standing
-from llmgw.router.quota import Scope
 
 __all__ = ["LIMITS", "ROUTES"]
 

@@ -15,7 +15,7 @@ from markupsafe import Markup
 from llmgw.proto import Empty, UsageQuery, UsageRow
 from llmgw.router.console.charts import Chart, Series, line_chart
 from llmgw.router.console.web import View
-from llmgw.router.core import bucket_start
+from llmgw.router.request.core import bucket_start
 
 __all__ = ["GROUPS", "RANGES", "ROUTES", "Range"]
 

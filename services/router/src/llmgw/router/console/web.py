@@ -24,11 +24,11 @@ from nats.aio.client import Client
 
 from llmgw.bus import get_logger
 from llmgw.proto import Endpoint, KeyRecord
-from llmgw.router.accounts import Accounts
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.admin.operations import ask
 from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
 from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions, same
 from llmgw.router.errors import ApiError
-from llmgw.router.operations import ask
 
 __all__ = ["PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
 

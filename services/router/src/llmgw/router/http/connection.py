@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from llmgw.router.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, request_id
 from llmgw.router.errors import ApiError, BodyTooLarge, HttpError
-from llmgw.router.http1 import Arrived, answer_head
-from llmgw.router.relay import Relay
-from llmgw.router.tunnel import TUNNEL_SILENT_S, Tunnel
+from llmgw.router.http.endpoint import OPENAI_ROUTES, REQUEST_HEADERS, request_id
+from llmgw.router.http.http1 import Arrived, answer_head
+from llmgw.router.http.tunnel import TUNNEL_SILENT_S, Tunnel
+from llmgw.router.request.relay import Relay
 
 if TYPE_CHECKING:
-    from llmgw.router.front import Front
+    from llmgw.router.http.front import Front
 
 __all__ = ["IDLE_S", "MOST_HEAD_BYTES", "Client"]
 

@@ -35,13 +35,13 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import router as router_api
+from llmgw.router.accounts.limits import Verdict
+from llmgw.router.accounts.quota import Quota, Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.core import key_hash
-from llmgw.router.limits import Verdict
-from llmgw.router.prepare import authorize
-from llmgw.router.quota import Quota, Scope
-from llmgw.router.spool import Spooled, UsageSpool, message_id
-from llmgw.router.usage import UsageBook
+from llmgw.router.request.core import key_hash
+from llmgw.router.request.prepare import authorize
+from llmgw.router.usage.book import UsageBook
+from llmgw.router.usage.spool import Spooled, UsageSpool, message_id
 
 __all__ = ["DEDUP_S", "USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
 

@@ -14,9 +14,9 @@ import msgspec
 
 from llmgw.bus import get_logger
 from llmgw.router.errors import ApiError, BodyTooLarge, HttpError, Internal
-from llmgw.router.gateway import Gateway
 from llmgw.router.metrics import Metrics
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.request.gateway import Gateway
+from llmgw.router.request.relay import Answer, Relay
 
 __all__ = ["OPENAI_ROUTES", "REQUEST_HEADERS", "OpenAIEndpoint", "request_id", "response_head"]
 

@@ -33,9 +33,9 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
-from llmgw.router import counters
-from llmgw.router.counters import Mine, Op, Terms, counts_tokens, holds
-from llmgw.router.limits import Counts, Lease, Verdict, judge
+from llmgw.router.accounts import counters
+from llmgw.router.accounts.counters import Mine, Op, Terms, counts_tokens, holds
+from llmgw.router.accounts.limits import Counts, Lease, Verdict, judge
 
 __all__ = ["RETRY_S", "Quota", "Scope"]
 

@@ -9,8 +9,8 @@ from nats.js import JetStreamContext
 
 from llmgw.bus import EngineKeys, KvTable
 from llmgw.proto import BUCKETS, CatalogRecord, Model, Profile, ReplicaState
-from llmgw.router.balance import Candidate
-from llmgw.router.core import engine_headers
+from llmgw.router.request.core import engine_headers
+from llmgw.router.routing.balance import Candidate
 
 __all__ = ["Directory", "Ready", "names_of", "ready_by_model"]
 

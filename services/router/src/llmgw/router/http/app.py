@@ -12,10 +12,10 @@ from litestar.response import Response
 
 from llmgw.bus import get_logger
 from llmgw.router.config import RouterConfig
-from llmgw.router.endpoint import OPENAI_ROUTES, OpenAIEndpoint, request_id
 from llmgw.router.errors import ApiError, Internal, InvalidBody, http_error
-from llmgw.router.gateway import Gateway
+from llmgw.router.http.endpoint import OPENAI_ROUTES, OpenAIEndpoint, request_id
 from llmgw.router.metrics import Metrics
+from llmgw.router.request.gateway import Gateway
 
 __all__ = ["http_app"]
 

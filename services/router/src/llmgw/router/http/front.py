@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 
 from llmgw.bus import HttpServer, get_logger
-from llmgw.router import connection
 from llmgw.router.config import RouterConfig
-from llmgw.router.connection import Client
-from llmgw.router.endpoint import OpenAIEndpoint
-from llmgw.router.seats import Seats
+from llmgw.router.http import connection
+from llmgw.router.http.connection import Client
+from llmgw.router.http.endpoint import OpenAIEndpoint
+from llmgw.router.http.seats import Seats
 
 __all__ = ["Front"]
 

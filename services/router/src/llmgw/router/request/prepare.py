@@ -13,7 +13,7 @@ from typing import NamedTuple
 import msgspec
 
 from llmgw.proto import JSON_MAX_DEPTH, JsonTooDeep, KeyRecord, Model, Profile, ReplicaState, check_depth, decode_json
-from llmgw.router.core import Prepared, check_request, context_of, key_hash, may_exceed
+from llmgw.router.accounts.limits import Verdict
 from llmgw.router.errors import (
     ApiError,
     BodyTooLarge,
@@ -31,7 +31,7 @@ from llmgw.router.errors import (
     RateLimited,
     UnsupportedMediaType,
 )
-from llmgw.router.limits import Verdict
+from llmgw.router.request.core import Prepared, check_request, context_of, key_hash, may_exceed
 
 __all__ = [
     "Measure",

@@ -13,16 +13,16 @@ import msgspec
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
-from llmgw.router.core import Prepared, Usage, answer_of
-from llmgw.router.demand import DemandSignal
-from llmgw.router.directory import Directory, Ready
 from llmgw.router.errors import NoReadyReplica, NotServed, UpstreamFailed, described
-from llmgw.router.health import Health, unless_out
+from llmgw.router.http.upstream import EngineAnswer, Upstream
 from llmgw.router.metrics import Metrics
-from llmgw.router.oracle import PrefixOracle
-from llmgw.router.outcome import Served, ended_by
-from llmgw.router.relay import FAILED, Answer, Finish, Relay, Try
-from llmgw.router.upstream import EngineAnswer, Upstream
+from llmgw.router.request.core import Prepared, Usage, answer_of
+from llmgw.router.request.outcome import Served, ended_by
+from llmgw.router.request.relay import FAILED, Answer, Finish, Relay, Try
+from llmgw.router.routing.demand import DemandSignal
+from llmgw.router.routing.directory import Directory, Ready
+from llmgw.router.routing.health import Health, unless_out
+from llmgw.router.routing.oracle import PrefixOracle
 
 __all__ = ["RETRIES", "Proxy"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.router.core import Usage, fold_usage, rewrite_chunk
+from llmgw.router.request.core import Usage, fold_usage, rewrite_chunk
 
 __all__ = ["StreamRelay", "plain_events", "relay_line"]
 

@@ -37,10 +37,10 @@ from llmgw.proto import (
     mirror,
     scheduler,
 )
-from llmgw.router.accounts import Accounts
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.admin.operations import ask, operator_routes
 from llmgw.router.errors import BadKeyId, BadName, BadQuery, BadRevision, InvalidChange, KeyNotFound, NameMismatch
-from llmgw.router.operations import ask, operator_routes
-from llmgw.router.prepare import check_body
+from llmgw.router.request.prepare import check_body
 
 __all__ = ["admin_api"]
 

@@ -11,18 +11,18 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 
 from llmgw.proto import KeyRecord, Model
-from llmgw.router.accounts import Accounts
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.core import Prepared, reservation
-from llmgw.router.directory import Directory
 from llmgw.router.errors import ApiError
 from llmgw.router.metrics import Metrics
-from llmgw.router.oracle import PrefixOracle
-from llmgw.router.outcome import Outcome, Served, Ticket
-from llmgw.router.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
-from llmgw.router.proxy import Proxy
-from llmgw.router.quota import Scope
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.request.core import Prepared, reservation
+from llmgw.router.request.outcome import Outcome, Served, Ticket
+from llmgw.router.request.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
+from llmgw.router.request.proxy import Proxy
+from llmgw.router.request.relay import Answer, Relay
+from llmgw.router.routing.directory import Directory
+from llmgw.router.routing.oracle import PrefixOracle
 
 __all__ = ["Gateway"]
 

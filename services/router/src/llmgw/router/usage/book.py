@@ -28,8 +28,8 @@ from llmgw.proto import (
 )
 from llmgw.proto import usage_records as decode_usage
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
-from llmgw.router.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
-from llmgw.router.stream_reader import PULL, StreamReader
+from llmgw.router.usage.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
+from llmgw.router.usage.stream_reader import PULL, StreamReader
 
 __all__ = ["GIVE_BACK", "ROLL_IDLE_S", "ROLL_PULL", "UsageBook"]
 

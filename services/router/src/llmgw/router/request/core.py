@@ -9,8 +9,8 @@ import hashlib
 import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow, usage_order
-from llmgw.router.balance import prompt_blocks
 from llmgw.router.errors import ContextTooLong, InvalidBody, InvalidRequest, MaxTokensTooLarge, MissingField
+from llmgw.router.routing.balance import prompt_blocks
 
 __all__ = [
     "Prepared",

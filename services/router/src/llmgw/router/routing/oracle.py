@@ -14,11 +14,11 @@ import zmq.asyncio
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.router.core import Prepared, check_context, tokenize_request
-from llmgw.router.directory import Directory
 from llmgw.router.errors import described
-from llmgw.router.kvevents import CacheView, decode_batch, token_blocks
-from llmgw.router.prepare import measure_plan
+from llmgw.router.request.core import Prepared, check_context, tokenize_request
+from llmgw.router.request.prepare import measure_plan
+from llmgw.router.routing.directory import Directory
+from llmgw.router.routing.kvevents import CacheView, decode_batch, token_blocks
 
 __all__ = ["PrefixOracle"]
 

@@ -11,7 +11,7 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Demand, Model
-from llmgw.router.directory import Directory
+from llmgw.router.routing.directory import Directory
 
 __all__ = ["DemandSignal"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import msgspec
 
 from llmgw.proto import UsageRecord
-from llmgw.router.core import Usage
 from llmgw.router.errors import InvalidRequest
+from llmgw.router.request.core import Usage
 
 __all__ = ["Outcome", "Served", "Ticket", "ended_by", "status_of"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from llmgw.proto import Limits
-from llmgw.router.limits import Counts, Lease, grant, window_ids, windows
+from llmgw.router.accounts.limits import Counts, Lease, grant, window_ids, windows
 
 __all__ = [
     "Mine",

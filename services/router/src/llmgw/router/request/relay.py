@@ -10,13 +10,13 @@ from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
-from llmgw.router.core import Prepared, Usage, cut_usage
 from llmgw.router.errors import UpstreamFailed
-from llmgw.router.health import WHY_DOWN, Health, ReplicaDown
+from llmgw.router.http.upstream import EngineAnswer, EngineError
 from llmgw.router.metrics import Metrics
-from llmgw.router.outcome import Served
-from llmgw.router.sse import StreamRelay
-from llmgw.router.upstream import EngineAnswer, EngineError
+from llmgw.router.request.core import Prepared, Usage, cut_usage
+from llmgw.router.request.outcome import Served
+from llmgw.router.request.sse import StreamRelay
+from llmgw.router.routing.health import WHY_DOWN, Health, ReplicaDown
 
 __all__ = ["FAILED", "Answer", "Finish", "Relay", "Try"]
 

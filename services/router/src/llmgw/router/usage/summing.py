@@ -17,7 +17,7 @@ import uvloop
 
 from llmgw.bus import connect, die_with_parent, get_logger, load_config, setup_logging
 from llmgw.router.config import RouterConfig
-from llmgw.router.usage import UsageBook
+from llmgw.router.usage.book import UsageBook
 
 __all__ = ["RESTART_S", "Summing", "main"]
 
@@ -45,8 +45,8 @@ class Summing:
     def argv(self) -> list[str]:
         """How it is started: the router's connection and usage settings, as flags."""
         c = self.config
-        argv = [sys.executable, "-m", "llmgw.router.summing", "--nats-url", c.nats_url, "--log-level", c.log_level]
-        argv += ["--usage-days", str(c.usage_days), "--node", c.node_name()]
+        argv = [sys.executable, "-m", "llmgw.router.usage.summing", "--nats-url", c.nats_url]
+        argv += ["--log-level", c.log_level, "--usage-days", str(c.usage_days), "--node", c.node_name()]
         for flag, value in (("--creds", c.creds), ("--tls-ca", c.tls_ca), ("--data-dir", c.data_dir)):
             if value:
                 argv += [flag, value]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import http
 
-from llmgw.router.endpoint import response_head
 from llmgw.router.errors import ApiError
-from llmgw.router.relay import Answer, Relay
+from llmgw.router.http.endpoint import response_head
+from llmgw.router.request.relay import Answer, Relay
 
 __all__ = ["Arrived", "answer_head"]
 

@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmgw.router.connection import Client
+    from llmgw.router.http.connection import Client
 
 __all__ = ["TUNNEL_SILENT_S", "Tunnel"]
 

@@ -15,7 +15,7 @@ from array import array
 
 import msgspec
 
-from llmgw.router.balance import leading
+from llmgw.router.routing.balance import leading
 
 __all__ = [
     "AllBlocksCleared",

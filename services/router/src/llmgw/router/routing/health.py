@@ -15,10 +15,10 @@ import aiohttp
 
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import ReplicaState
-from llmgw.router.balance import Balancer
 from llmgw.router.config import RouterConfig
-from llmgw.router.directory import Directory
 from llmgw.router.errors import described
+from llmgw.router.routing.balance import Balancer
+from llmgw.router.routing.directory import Directory
 
 __all__ = ["WHY_DOWN", "Health", "Outage", "ReplicaDown", "unless_out"]
 

@@ -1,0 +1,1 @@
+"""The admin API (`api`) and the operators' operations every face asks (`operations`)."""
