@@ -104,10 +104,9 @@ class AuthorizedNats:
         """Start `app` on a connection of its own with its role's credentials, the way
         `llmgw.bus.run` does: its (service, connection), its endpoints the server's once back."""
         conn = await self.connect_as(app, config)
-        own = getattr(app, "config", config)  # where a process of its own connects (the router's summing)
-        if own.nats_url == BusConfig().nats_url:
-            node = own.node_name() if app.name == "agent" else ""
-            own.nats_url, own.creds = self.url, str(self.creds(app.name, node))
+        own = getattr(app, "config", config)
+        if app.name == "router" and own.nats_url == BusConfig().nats_url:  # where its summing process connects
+            own.nats_url, own.creds = self.url, str(self.creds(app.name))
         service = await add_service(conn, name=f"llmgw-{app.name}", version=app.version)
         await app.start(Context(app, config, conn, service))
         await flushed(conn)

@@ -54,7 +54,7 @@
         llmgw-mirror = {
           dir = "services/mirror";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "huggingface-hub" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "huggingface-hub" ];
         };
         llmgw-router = {
           dir = "services/router";

@@ -4,6 +4,8 @@ nodes registered as agents would, and a router's admin API. The plan lists the C
 writes the model, a very slow way is refused unless asked for on purpose; bad input leaves the
 catalog untouched."""
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -17,8 +19,8 @@ BY_HAND = "hand/placed/m.gguf"
 
 
 class Fleet:
-    def __init__(self, nc, url, admin):
-        self.nc, self.url, self.admin = nc, url, admin
+    def __init__(self, nc, url, admin, placer):
+        self.nc, self.url, self.admin, self.placer = nc, url, admin, placer
 
     def http(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=f"{self.url}/api/v1", headers=self.admin, timeout=60)
@@ -32,7 +34,7 @@ async def fleet(serve, nc, tmp_path):
     tiny = write_random_llama(tmp_path / "tiny.gguf")
     write_random_llama(tmp_path / "mirror" / BY_HAND)
     served = await serve_router(serve, nc, tmp_path, tiny, scheduler=True)
-    return Fleet(nc, served.router.http.url, {"authorization": f"Bearer {served.admin_key}"})
+    return Fleet(nc, served.router.http.url, {"authorization": f"Bearer {served.admin_key}"}, served.scheduler)
 
 
 async def test_the_plan_lists_the_cpu_way_and_serve_writes_the_model(fleet):
@@ -111,16 +113,35 @@ async def test_bad_input_is_refused_saying_what_to_write_and_the_catalog_is_unto
     assert await fleet.models() == []
 
 
-async def test_a_plan_asked_again_does_not_read_the_files_header_again(fleet, monkeypatch):
-    import llmgw.catalog.service as catalog_service
+async def test_a_files_facts_are_asked_once_and_the_scheduler_places_a_served_model_at_once(fleet, monkeypatch):
+    """Two plans and a serve: the mirror reads the file's header once and answers each ask with
+    its facts; the catalog reads no header and asks once a plan (the serve's put asks no more);
+    the scheduler asks nothing, placing the model with what the catalog recorded. Before, a serve
+    asked the mirror 3-4 times, the header was read 4-5 times across four services, and the
+    scheduler's first pass could not place the model."""
+    import llmgw.mirror.service as mirror_service
+    from llmgw.proto import ModelStatusList
 
-    reads = []
-    real = catalog_service.read_model
-    monkeypatch.setattr(catalog_service, "read_model", lambda url: reads.append(url) or real(url))
+    reads, asks = [], []  # each ask of the mirror looks its file's hash up once (`known_digest` or `digest`)
+    real_read, real_known, real_digest = mirror_service.read_header, mirror_service.known_digest, mirror_service.digest
+    monkeypatch.setattr(mirror_service, "read_header", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(mirror_service, "known_digest", lambda path: asks.append(path.name) or real_known(path))
+    monkeypatch.setattr(mirror_service, "digest", lambda path: asks.append(path.name) or real_digest(path))
     await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
-    first = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=2), timeout=30)
-    again = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=1), timeout=30)
-    assert len(reads) == 1 and first.ways and again.ways[0].threads == 1
+    first = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=2))
+    again = await call(fleet.nc, catalog.SERVE_PLAN, ServePlanAsk(source=SOURCE, cores=1))
+    assert first.ways and again.ways[0].threads == 1
+    entry = await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, cores=2, by="t"))
+    assert entry.file is not None and entry.file.facts is not None and entry.file.facts.shape.layers > 0
+    for _ in range(100):  # the scheduler's passes after the serve: placed with the facts recorded
+        statuses: ModelStatusList = await call(fleet.nc, scheduler.MODEL_STATUS, Empty())
+        if any(s.model == "tiny" for s in statuses.models):
+            break
+        await asyncio.sleep(0.05)
+    [status] = [s for s in statuses.models if s.model == "tiny"]
+    assert "has not confirmed" not in status.reason, status
+    assert fleet.placer.shapes[SOURCE] == entry.file.facts.shape
+    assert (len(reads), asks) == (1, ["tiny.gguf"] * 3)
 
 
 async def test_the_admin_api_removes_a_model_only_at_the_revision_it_names(fleet):

@@ -16,6 +16,7 @@ from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
 from llmgw.proto._page import PAGE_BYTES, WHOLE_BYTES, Page, PageFill, page_of, page_start
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
+from llmgw.proto._shape import ModelFacts, Shape
 from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._types import Empty, ReplicaStatus
 from llmgw.proto.agent import Heartbeat, ReplicaStart, ReplicaStop, WeightsCollect, WorkerStart
@@ -119,6 +120,7 @@ __all__ = [
     "Model",
     "ModelChange",
     "ModelEntry",
+    "ModelFacts",
     "ModelList",
     "ModelPurge",
     "ModelPut",
@@ -154,6 +156,7 @@ __all__ = [
     "SetGpus",
     "SetOwner",
     "SetReplicas",
+    "Shape",
     "SkippedFile",
     "StartModel",
     "StopModel",

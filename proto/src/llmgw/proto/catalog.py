@@ -25,7 +25,7 @@ from llmgw.proto._page import Page
 from llmgw.proto._scaling import LEAST_CONTEXT, Scaling, ScheduleWindow
 from llmgw.proto._serve import ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto._types import Name, NonNegative, Positive, Source
-from llmgw.proto.mirror import FilePlace
+from llmgw.proto.mirror import FileInfo, FilePlace
 
 __all__ = [
     "ENDPOINTS",
@@ -172,6 +172,9 @@ class CatalogRecord(Struct, kw_only=True):
     """Unix time of the last change."""
     declared_in: str = ""
     """The YAML file that declares this model; changes go there, not through the API."""
+    file: FileInfo | None = None
+    """Its file as the mirror answered for it when it was put or served (size, hash and what its
+    header says): the scheduler places it with these facts, not asking again. None: not known."""
 
 
 class ModelEntry(Struct, kw_only=True):
@@ -187,6 +190,8 @@ class ModelEntry(Struct, kw_only=True):
     warnings: list[str] = field(default_factory=list)
     """What the catalog warned of as it took this change (a slow way, a context past the
     model's training); empty on reads."""
+    file: FileInfo | None = None
+    """Its file as the mirror answered for it (`CatalogRecord.file`)."""
 
 
 class ModelPut(Struct, kw_only=True):

@@ -9,6 +9,7 @@ from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._page import Page
+from llmgw.proto._shape import ModelFacts
 from llmgw.proto._types import NonNegative, RepoId, Source
 
 __all__ = [
@@ -75,6 +76,9 @@ class FileInfo(Struct, kw_only=True):
     """Which mirror answered (its node name)."""
     site: str = ""
     """The site that mirror is at (agents prefer a mirror at their own site)."""
+    facts: ModelFacts | None = None
+    """What a `.gguf` file's header says the model is (read once by the mirror; None for other
+    files, a header that does not read, or a part of a split model after the first)."""
 
 
 class FileList(Struct, kw_only=True):

@@ -8,6 +8,7 @@ from typing import Literal
 import msgspec
 
 from llmgw.gguf import Header
+from llmgw.proto import ModelFacts, Shape
 
 __all__ = [
     "KV_CACHE_TYPES",
@@ -15,6 +16,7 @@ __all__ = [
     "Shape",
     "active_type_bytes",
     "compute_buffer_bytes",
+    "facts_from_gguf",
     "kv_bytes_per_token",
     "llamacpp_memory",
     "shape_from_config",
@@ -40,26 +42,9 @@ VLLM_ACTIVATION_BYTES = 2 * 2**30
 """What vLLM keeps per card beside weights and KV (activations, CUDA graphs): about 2 GiB."""
 
 
-class Shape(msgspec.Struct, frozen=True, kw_only=True):
-    """What the memory and speed estimates need of a model, from a GGUF header or a config.json."""
-
-    layers: int
-    embedding: int
-    feed_forward: int = 0
-    heads: int
-    kv_heads: int
-    key_length: int
-    value_length: int
-    vocab: int = 0
-    parameters: int = 0
-    weight_bytes: int = 0
-    """Bytes of every weight."""
-    active_bytes: int = 0
-    """Bytes one token reads (the experts' share for a model of experts)."""
-    type_bytes: dict[str, int] = msgspec.field(default_factory=dict)
-    """Bytes of every weight by tensor type ("Q4_1": ...): each type's arithmetic costs its own."""
-    experts: int = 0
-    experts_used: int = 0
+def facts_from_gguf(h: Header) -> ModelFacts:
+    """What a GGUF header says a model is: its shape, quantization and trained context."""
+    return ModelFacts(shape=shape_from_gguf(h), quant=h.file_type, trained_context=h.context_length)
 
 
 def shape_from_gguf(h: Header) -> Shape:

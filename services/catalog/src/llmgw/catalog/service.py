@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections import OrderedDict
 from pathlib import Path
 
-import httpx
 import msgspec
 
 from llmgw.bus import (
@@ -40,8 +38,7 @@ from llmgw.catalog.declared import declared_changes, load_declared
 from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards
 from llmgw.catalog.served import served_model
 from llmgw.catalog.store import ModelStore
-from llmgw.gguf import GGUFError, Header, read_model
-from llmgw.modelplan import FileFacts, node_facts, shape_from_gguf
+from llmgw.modelplan import FileFacts, node_facts
 from llmgw.proto import (
     BUCKETS,
     Empty,
@@ -69,9 +66,6 @@ from llmgw.proto import (
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
-
-_HEADERS_KEPT = 64
-"""GGUF headers the catalog keeps for serve plans (a few KB each)."""
 
 
 class CatalogConfig(BusConfig, kw_only=True):
@@ -109,9 +103,6 @@ class Catalog:
         self.store: ModelStore | None = None
         self.replicas: KvTable[ReplicaState] | None = None
         self.ctx: Context | None = None
-        self.headers: OrderedDict[tuple[str, int, str], Header] = OrderedDict()
-        """GGUF headers read for serve plans, by (source, size, sha256), the latest used last: a plan
-        asked again (a console page refreshing) does not read the file again."""
 
     async def start(self, ctx: Context) -> None:
         """Open the bucket, write the declared models, then answer."""
@@ -160,22 +151,24 @@ class Catalog:
                 return ModelList(models=models, next=after)
         return ModelList(models=fill.items)
 
-    async def put(self, req: ModelPut) -> ModelEntry:
-        """Create or replace a model, checked alone and against the rest of the catalog."""
+    async def put(self, req: ModelPut, file: FileInfo | None = None) -> ModelEntry:
+        """Create or replace a model, checked alone and against the rest of the catalog (`file`:
+        what the mirror answered for its file, where the caller asked already)."""
         check_model(req.model, self.config.engine_args_allowed)
         current = await self.store.maybe(req.model.name)
         if current:
             check_editable(current)
         check_catalog(req.model, await self.store.others(req.model.name))
-        await self._check_file(req.model)
+        file = file or await self._check_file(req.model)
         expected = req.revision if req.revision is not None else (current.revision if current else 0)
-        return await self.store.write(req.model, expected, req.by, "put")
+        return await self.store.write(req.model, expected, req.by, "put", file=file)
 
-    async def _check_file(self, model: Model) -> None:
+    async def _check_file(self, model: Model) -> FileInfo | None:
         """The mirror reads the model's file header: one that does not read is refused now. A source
         pinned to a commit ('OWNER/REPO@COMMIT/FILE') must be on the mirror and verified, else it is
         refused with what the mirror holds of that repo. A file placed by hand ('OWNER/REPO/FILE')
-        not on the mirror yet is accepted (it may be put there later; the agent's fetch says so)."""
+        not on the mirror yet is accepted (it may be put there later; the agent's fetch says so). What
+        the mirror answered, None where it did not."""
         ask = FileRef(source=model.source, digest=False)
         pinned = is_pinned(model.source)
         try:
@@ -183,7 +176,7 @@ class Catalog:
         except NotFound as exc:
             if pinned:
                 raise BadRequest(f"model '{model.name}': {exc.message}") from None
-            return
+            return None
         except BusError as exc:
             if pinned:
                 raise BadRequest(
@@ -191,8 +184,9 @@ class Catalog:
                     "checked before it is accepted: start the mirror and try again"
                 ) from None
             self.ctx.log.warning("model file not checked", model=model.name, source=model.source, error=exc.message)
-            return
+            return None
         check_file(model, info)
+        return info
 
     async def serve_plan(self, ask: ServePlanAsk) -> ServePlan:
         """Every way a mirrored file runs on the fleet's nodes now, best first."""
@@ -202,13 +196,13 @@ class Catalog:
         """Put a mirrored file into service the way asked, under the rule that makes the CPU a
         choice made on purpose; written as a put of a new model (the catalog untouched on refusal)."""
         ask = ServePlanAsk(source=req.source, context=req.context, cores=req.cores, slots=req.slots)
-        plan, cards = await self._plan(ask, gpus=req.gpus)
+        plan, cards, info = await self._plan(ask, gpus=req.gpus)
         card, cpu = choose_ways(plan, req, cards)
         model = served_model(req, plan, card, cpu)
         warnings = list(plan.warnings)
         for way in (w for w in (card, cpu) if w):
             warnings += check_serve(way, plan, req.cpu_anyway, alone=card is None)
-        entry = await self.put(ModelPut(model=model, revision=0, by=req.by))
+        entry = await self.put(ModelPut(model=model, revision=0, by=req.by), file=info)
         for way in (w for w in (card, cpu) if w):
             self.ctx.log.info(
                 "model served",
@@ -222,9 +216,10 @@ class Catalog:
             )
         return msgspec.structs.replace(entry, warnings=warnings)
 
-    async def _plan(self, ask: ServePlanAsk, gpus: int = 0) -> tuple[ServePlan, int]:
-        """The plan of `ask` from the mirror's file (verified, its GGUF header read over HTTP) and the
-        scheduler's nodes (with `gpus`: its context fitted to that many cards), and how many cards the fleet has."""
+    async def _plan(self, ask: ServePlanAsk, gpus: int = 0) -> tuple[ServePlan, int, FileInfo]:
+        """The plan of `ask` from the mirror's file (verified, with what its header says) and the
+        scheduler's nodes (with `gpus`: its context fitted to that many cards), how many cards the
+        fleet has, and what the mirror answered for the file."""
         if not ask.source.endswith(".gguf"):
             raise BadRequest(f"{ask.source} is not a .gguf file: serve runs GGUF files on llama.cpp")
         try:
@@ -240,32 +235,20 @@ class Catalog:
             )
         if info.header_error:
             raise BadRequest(f"{ask.source}: its file {info.header_error}; serve a GGUF model")
-        header = await self._header(info)
+        if info.facts is None:
+            raise BadRequest(
+                f"the mirror did not say what {ask.source} holds (a part of a split model after the first, or one "
+                "with a part missing): serve its first part once every part is on the mirror"
+            )
         try:
             listed = await call(self.ctx.nc, scheduler.NODE_LIST, Empty())
         except BusError as exc:
             raise BadRequest(f"the scheduler did not answer ({exc.message}): start it and ask again") from None
         name = ask.source.rsplit("/", 1)[-1]
-        facts = FileFacts(name=name, format="gguf", quant=header.file_type, shape=shape_from_gguf(header))
+        facts = FileFacts(name=name, format="gguf", quant=info.facts.quant, shape=info.facts.shape)
         nodes = [node_facts(n) for n in listed.nodes]
-        plan = plan_for_cards(ask, facts, header.context_length, nodes, gpus)
-        return plan, sum(len(n.gpus) for n in listed.nodes)
-
-    async def _header(self, info: FileInfo) -> Header:
-        """The GGUF header of a mirrored file, read over the mirror's URL once per file (kept for the
-        last `_HEADERS_KEPT` files)."""
-        key = (info.source, info.size, info.sha256)
-        if key in self.headers:
-            self.headers.move_to_end(key)
-            return self.headers[key]
-        try:
-            header = await asyncio.to_thread(read_model, info.url)
-        except (GGUFError, OSError, httpx.HTTPError) as exc:
-            raise BadRequest(f"{info.source}: its header did not read from the mirror ({exc}); try again") from None
-        self.headers[key] = header
-        while len(self.headers) > _HEADERS_KEPT:
-            self.headers.popitem(last=False)
-        return header
+        plan = plan_for_cards(ask, facts, info.facts.trained_context, nodes, gpus)
+        return plan, sum(len(n.gpus) for n in listed.nodes), info
 
     async def change(self, req: ModelChange) -> ModelEntry:
         """Apply an operator's change (the core says what it makes of the model)."""
@@ -275,7 +258,8 @@ class Catalog:
         if isinstance(req, SetAliases):
             check_catalog(changed, await self.store.others(req.name))
         action = type(req).__struct_config__.tag
-        return await self.store.write(changed, entry.revision, req.by, action)
+        file = entry.file if changed.source == entry.model.source else None
+        return await self.store.write(changed, entry.revision, req.by, action, file=file)
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
         """Remove a model no other falls back to (at `ref.revision`, if given); its replicas stop,

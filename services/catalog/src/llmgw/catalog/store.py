@@ -1,4 +1,4 @@
-"""The catalog bucket: reads, compare-and-set writes and removals, each announced as evt.model.<name>."""
+"""The catalog bucket: reads, compare-and-set writes and removals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from llmgw.bus import Conflict, NotFound, kv_scan
-from llmgw.proto import CatalogRecord, Model, ModelEntry
+from llmgw.proto import CatalogRecord, FileInfo, Model, ModelEntry
 
 __all__ = ["ModelStore"]
 
@@ -29,10 +29,7 @@ class ModelStore:
             got = await self.kv.get(name)
         except (KeyNotFoundError, KeyDeletedError):
             raise NotFound(f"model '{name}' is not in the catalog; `llmgw ctl models` shows what is") from None
-        record = msgspec.json.decode(got.value, type=CatalogRecord)
-        return ModelEntry(
-            model=record.model, revision=got.revision, changed_by=record.changed_by, declared_in=record.declared_in
-        )
+        return _entry(msgspec.json.decode(got.value, type=CatalogRecord), got.revision)
 
     async def maybe(self, name: str) -> ModelEntry | None:
         """The model called `name`, or None."""
@@ -43,20 +40,20 @@ class ModelStore:
 
     async def all(self) -> dict[str, ModelEntry]:
         """Every model by name."""
-        return {
-            name: ModelEntry(model=r.model, revision=rev, changed_by=r.changed_by, declared_in=r.declared_in)
-            for name, (r, rev) in (await kv_scan(self.kv, CatalogRecord)).items()
-        }
+        return {name: _entry(r, rev) for name, (r, rev) in (await kv_scan(self.kv, CatalogRecord)).items()}
 
     async def others(self, name: str) -> dict[str, Model]:
         """Every model but `name`, by name: what a change to `name` is checked against."""
         return {n: e.model for n, e in (await self.all()).items() if n != name}
 
-    async def write(self, model: Model, expected: int, by: str, action: str, declared_in: str = "") -> ModelEntry:
-        """Compare-and-set `model` over revision `expected` (0: must not exist), then announce it."""
+    async def write(
+        self, model: Model, expected: int, by: str, action: str, declared_in: str = "", file: FileInfo | None = None
+    ) -> ModelEntry:
+        """Compare-and-set `model` over revision `expected` (0: must not exist), with what the
+        mirror answered for its file (`file`, where known)."""
         name, by = model.name, by or "unknown"
         stored = msgspec.json.encode(
-            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in)
+            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in, file=file)
         )
         try:
             revision = await (
@@ -69,7 +66,7 @@ class ModelStore:
                 f"model '{name}' changed since revision {expected}: get it again and reapply your change"
             ) from None
         self.log.info("model changed", model=name, action=action, revision=revision, by=by)
-        return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in)
+        return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in, file=file)
 
     async def delete(self, entry: ModelEntry) -> None:
         """Remove the model at exactly `entry`'s revision."""
@@ -79,3 +76,13 @@ class ModelStore:
         except KeyWrongLastSequenceError:
             raise Conflict(f"model '{name}' changed while being removed: try again") from None
         self.log.info("model removed", model=name)
+
+
+def _entry(record: CatalogRecord, revision: int) -> ModelEntry:
+    return ModelEntry(
+        model=record.model,
+        revision=revision,
+        changed_by=record.changed_by,
+        declared_in=record.declared_in,
+        file=record.file,
+    )

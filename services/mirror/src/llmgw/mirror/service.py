@@ -13,7 +13,7 @@ from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
 from llmgw.bus import ADMIN_PORTS, BusConfig, Context, HttpServer, NotFound, delete_under, entry_point
-from llmgw.gguf import GGUFError, read_header
+from llmgw.gguf import GGUFError, read_header, read_model, split_parts
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.mirror.digests import CHUNK, Digest, digest, known_digest
 from llmgw.mirror.fetches import Fetches
@@ -21,7 +21,8 @@ from llmgw.mirror.hub import Hub
 from llmgw.mirror.imports import Import, LocalFiles, import_entry
 from llmgw.mirror.peer import Peer
 from llmgw.mirror.repos import RepoDesk
-from llmgw.proto import FileInfo, FileList, FileRef, Page, WeightsDelete, WeightsDeleted, page_of
+from llmgw.modelplan import facts_from_gguf
+from llmgw.proto import FileInfo, FileList, FileRef, ModelFacts, Page, WeightsDelete, WeightsDeleted, page_of
 from llmgw.proto import mirror as mirror_api
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
@@ -80,8 +81,9 @@ class Mirror:
         self.root = Path(config.root) if config.root else config.home() / "mirror"
         self.http: HttpServer | None = None
         self.ctx: Context | None = None
-        self._headers: dict[Path, tuple[int, int, str]] = {}
-        """What reading each file's header found, as of its (size, mtime_ns)."""
+        self._headers: dict[Path, tuple[int, int, str, ModelFacts | None]] = {}
+        """What reading each file's header found (why it does not read, what the model is), as of
+        its (size, mtime_ns): read once per file, and every caller gets it from `stat`."""
         self.hub = Hub(config.hub_url(), config.hub_token())
         self.fetches = Fetches(self.root, self._published, config.parallel_files)
         self.fetches.origins = {self.hub.endpoint: self.hub, "file:": LocalFiles()}
@@ -141,7 +143,8 @@ class Mirror:
 
     async def stat(self, ref: FileRef) -> FileInfo:
         """One file's size, sha256 (unless `ref.digest` is False and it is not known yet), URL,
-        and what is wrong with its GGUF header; NotFound when the mirror does not hold it."""
+        and what its GGUF header says (the model's facts, or what is wrong with it); NotFound when
+        the mirror does not hold it."""
         path = self._file(ref.source)
         st = path.stat()
         found: Digest | None = await asyncio.to_thread(digest if ref.digest else known_digest, path)
@@ -151,15 +154,17 @@ class Mirror:
                 f"{ref.source} changed on the mirror's disk since it was verified (sha256 {found.sha256}, verified "
                 f"{verified.sha256}); remove it and fetch it again"
             )
+        error, facts = await self._header(path, ref.source, st.st_size, st.st_mtime_ns)
         return FileInfo(
             source=ref.source,
             size=st.st_size,
             sha256=verified.sha256 if verified else found.sha256 if found else "",
             url=f"{self.http.url}/files/{ref.source}",
-            header_error=await self._header_error(path, ref.source, st.st_size, st.st_mtime_ns),
+            header_error=error,
             verified=verified is not None,
             mirror=self.config.node_name(),
             site=self.config.site,
+            facts=facts,
         )
 
     async def where(self, ref: FileRef) -> FileInfo:
@@ -169,20 +174,19 @@ class Mirror:
             raise NotFound(f"mirror {info.mirror} holds no verified copy of {ref.source}")
         return info
 
-    async def _header_error(self, path: Path, source: str, size: int, mtime_ns: int) -> str:
-        """Why the GGUF header of `path` does not read (its path said as `source`), or empty."""
+    async def _header(self, path: Path, source: str, size: int, mtime_ns: int) -> tuple[str, ModelFacts | None]:
+        """Why the GGUF header of `path` does not read (its path said as `source`), or empty; and
+        what it says the model is (None where it does not read, for a part after the first, and
+        for a split model while a part is missing: kept only once known)."""
         if not path.name.endswith(".gguf"):
-            return ""
+            return "", None
         known = self._headers.get(path)
         if known and known[:2] == (size, mtime_ns):
-            return known[2]
-        try:
-            await asyncio.to_thread(read_header, path)
-            error = ""
-        except GGUFError as exc:
-            error = str(exc).replace(str(path), source)
-        self._headers[path] = (size, mtime_ns, error)
-        return error
+            return known[2], known[3]
+        error, facts, final = await asyncio.to_thread(_read_header, path, source)
+        if final:
+            self._headers[path] = (size, mtime_ns, error, facts)
+        return error, facts
 
     async def list(self, ask: Page) -> FileList:
         """Every file held, as '<owner>/<repo>/<file>', by source (a page of them)."""
@@ -263,3 +267,21 @@ main = entry_point(Mirror, MirrorConfig)
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _read_header(path: Path, source: str) -> tuple[str, ModelFacts | None, bool]:
+    """(In a thread.) What `path`'s header says: why it does not read, the model's facts (read from
+    every part of a split model, from its first), and whether that is final."""
+    try:
+        header = read_header(path)
+    except GGUFError as exc:
+        return str(exc).replace(str(path), source), None, True
+    parts = split_parts(str(path))
+    if parts[0] != str(path):
+        return "", None, True  # a later part: the first part's facts are the model's
+    if len(parts) > 1:
+        try:
+            header = read_model(path)
+        except (GGUFError, OSError):
+            return "", None, False  # a part not there (yet): asked again next time
+    return "", facts_from_gguf(header), True

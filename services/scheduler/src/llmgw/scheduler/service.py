@@ -12,14 +12,13 @@ import asyncio
 import secrets
 import sys
 import time
+from collections.abc import Iterable
 from typing import Annotated
 
-import httpx
 import msgspec
 
 from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, Signer, call, entry_point, kv_bucket
-from llmgw.gguf import GGUFError, read_model
-from llmgw.modelplan import Shape, shape_from_gguf
+from llmgw.modelplan import Shape
 from llmgw.proto import (
     BUCKETS,
     CatalogRecord,
@@ -264,6 +263,7 @@ class Scheduler:
                 continue
             try:
                 models = {name: record.model for name, record in self.catalog.items.items()}
+                self._known_files(self.catalog.items.values())
                 self._learn_weights(models)
                 demand = {name: d.last_asked for name, d in self.demand.items.items()}
                 self.inbox.put_latest(
@@ -289,6 +289,18 @@ class Scheduler:
         for e in events:  # the pass reads the tables after this: it sees every change so far
             e.clear()
 
+    def _known_files(self, records: Iterable[CatalogRecord]) -> None:
+        """What the catalog recorded of each model's file when it was put (as the mirror answered
+        it): a model served is placed on the first pass after, its file not asked for again."""
+        for record in records:
+            file = record.file
+            if file is None or file.source != record.model.source or file.source in self.weights:
+                continue
+            if file.facts is not None:
+                self.shapes[file.source] = file.facts.shape
+            self.weights[file.source] = file.size
+            self.unconfirmed.pop(file.source, None)
+
     def _learn_weights(self, models: dict[str, Model]) -> None:
         """Ask the mirror, in the background, the size of each model's file not known yet (one
         ask per file at a time); a pass uses what is known, and the next one what it learnt."""
@@ -299,18 +311,13 @@ class Scheduler:
             task.add_done_callback(self._stats.discard)
 
     async def _stat(self, source: str) -> None:
-        """The size of one file, once the mirror holds it, and for a GGUF file its model's shape,
-        its header read over HTTP from the mirror (a few ranges, not the file); what it learnt
-        wakes a pass. A file whose header the mirror says does not read is sized by its bytes."""
+        """The size of one file, once the mirror holds it, and for a GGUF file its model's shape
+        as the mirror read it; what it learnt wakes a pass. A file whose header does not read is
+        sized by its bytes."""
         try:
-            info = await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source))
-            if source.endswith(".gguf") and not info.header_error:
-                try:
-                    self.shapes[source] = await asyncio.to_thread(_shape_at, info.url)
-                except GGUFError as exc:  # the mirror read it, this copy does not: sized by its bytes
-                    self.ctx.log.warning(
-                        "a file's header does not read: sized by its bytes", source=source, error=str(exc)
-                    )
+            info = await call(self.ctx.nc, mirror.FILE_STAT, FileRef(source=source, digest=False))
+            if info.facts is not None:
+                self.shapes[source] = info.facts.shape
             self.weights[source] = info.size
             self.unconfirmed.pop(source, None)
             self.applier.wake.set()
@@ -321,12 +328,6 @@ class Scheduler:
             self.unconfirmed[source] = why
         finally:
             self._stating.discard(source)
-
-
-def _shape_at(url: str) -> Shape:
-    """The shape of the GGUF model at `url`, from its header alone (range requests)."""
-    with httpx.Client(timeout=30, follow_redirects=True) as client:
-        return shape_from_gguf(read_model(url, client))
 
 
 def _by_model(replica: ReplicaState) -> tuple[str, str]:
