@@ -99,6 +99,30 @@ def test_a_pure_module_never_reads_the_clock(name):
     assert not read, f"{name} is a pure core but reads the clock: {read}; take `now` as an argument"
 
 
+ROUTER_ROOMS = {"console": 6, "admin": 5, "http": 4, "request": 3, "routing": 2, "accounts": 2, "usage": 1}
+"""The router's rooms, top down: a request goes down them, and a room imports only rooms below it
+(or beside it, where their level is the same only for none: routing and accounts never meet)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n for n in MODULES if n.split(".")[2:3] and n.split(".")[2] in ROUTER_ROOMS and n.startswith("llmgw.router.")
+    ),
+)
+def test_a_router_room_imports_only_rooms_below_it(name):
+    mine = ROUTER_ROOMS[name.split(".")[2]]
+    up = sorted(
+        i
+        for i in _imports(MODULES[name])
+        if i.startswith("llmgw.router.")
+        and i.split(".")[2] in ROUTER_ROOMS
+        and i.split(".")[2] != name.split(".")[2]
+        and ROUTER_ROOMS[i.split(".")[2]] >= mine
+    )
+    assert not up, f"{name} imports {up}, a room at its level or above: pass what it needs down instead"
+
+
 def test_libs_and_proto_never_import_a_service():
     wrong = {
         name: sorted(i for i in _imports(path) if any(_within(i, f"llmgw.{s}") for s in SERVICES))

@@ -10,7 +10,7 @@ import httpx
 import msgspec
 
 from llmgw.proto import Empty, KeyRecord
-from llmgw.router.request.core import key_hash
+from llmgw.router.accounts.keys import key_hash
 
 
 async def _keys(stack) -> dict[str, KeyRecord]:

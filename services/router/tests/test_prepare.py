@@ -5,6 +5,7 @@ import msgspec
 import pytest
 
 from llmgw.proto import JSON_MAX_DEPTH, KeyRecord, Model, Profile, ReplicaState
+from llmgw.router.accounts.keys import authorize, key_hash
 from llmgw.router.accounts.limits import Verdict
 from llmgw.router.errors import (
     BodyTooLarge,
@@ -21,9 +22,7 @@ from llmgw.router.errors import (
     RateLimited,
     UnsupportedMediaType,
 )
-from llmgw.router.request.core import key_hash
 from llmgw.router.request.prepare import (
-    authorize,
     check_body,
     check_prompts,
     check_size,

@@ -4,9 +4,10 @@ import msgspec
 import pytest
 
 from llmgw.proto import Limits, Model, UsageRecord
+from llmgw.router.accounts.keys import key_hash
 from llmgw.router.accounts.limits import Counts, judge, windows
 from llmgw.router.errors import ApiError, ModelNotFound
-from llmgw.router.request.core import bucket_start, check_request, key_hash, rewrite_chunk, sum_usage, usage_of
+from llmgw.router.request.core import bucket_start, check_request, rewrite_chunk, sum_usage, usage_of
 
 MODEL = Model(name="m", source="o/r/m.gguf", context=4096, max_output=512)
 CHAT = "/v1/chat/completions"

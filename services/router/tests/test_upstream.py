@@ -6,8 +6,8 @@ import contextlib
 
 import pytest
 
-from llmgw.router.http.upstream import EngineError, Upstream
 from llmgw.router.routing.health import ReplicaDown
+from llmgw.router.routing.upstream import EngineError, Upstream
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -16,22 +16,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 import msgspec
 from litestar import Response, get
 
 from llmgw.bus import delete_under, get_logger
+from llmgw.mirror.config import MirrorParts
 from llmgw.mirror.digests import CHUNK
 from llmgw.mirror.fetches import key_of
 from llmgw.mirror.hub import Stopped
 from llmgw.mirror.plan import Refused, check_room, safe_path
 from llmgw.proto import MirroredFile, MirroredRepo, RepoList
 from llmgw.proto.errors import Internal
-
-if TYPE_CHECKING:
-    from llmgw.mirror.service import Mirror
 
 __all__ = ["Peer", "PeerOrigin"]
 
@@ -96,7 +93,7 @@ class Peer:
     here, removes the copies of repos gone from the primary; a copy that failed is tried again
     later, less often each time."""
 
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: MirrorParts) -> None:
         self.mirror = mirror
         self.url = mirror.config.primary.rstrip("/")
         if self.url:  # ahead of the Hub's: origins match by prefix

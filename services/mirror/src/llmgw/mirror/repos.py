@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from typing import TYPE_CHECKING
 
 from llmgw.bus import BusError, call
+from llmgw.mirror.config import MirrorParts
 from llmgw.mirror.fetches import key_of
 from llmgw.mirror.plan import Refused, check_room, choose
 from llmgw.proto import Empty, MirroredRepo, Page, RepoAdd, RepoList, RepoRef, page_of
 from llmgw.proto import catalog as catalog_api
 from llmgw.proto import mirror as mirror_api
 from llmgw.proto.errors import BadRequest, Conflict, Internal, NotFound
-
-if TYPE_CHECKING:
-    from llmgw.mirror.service import Mirror
 
 __all__ = ["RepoDesk"]
 
@@ -29,7 +26,7 @@ def _listed(repo: MirroredRepo) -> tuple[str, float, str]:
 class RepoDesk:
     """Answers the operator's requests about repos for one mirror."""
 
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: MirrorParts) -> None:
         self.mirror = mirror
 
     def handlers(self) -> dict:

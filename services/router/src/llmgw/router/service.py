@@ -28,7 +28,6 @@ from llmgw.router.console import console_routes
 from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
-from llmgw.router.http.upstream import Upstream
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.gateway import Gateway
 from llmgw.router.request.proxy import Proxy
@@ -37,6 +36,7 @@ from llmgw.router.routing.demand import DemandSignal
 from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.health import Health
 from llmgw.router.routing.oracle import PrefixOracle
+from llmgw.router.routing.upstream import Upstream
 from llmgw.router.usage.summing import Summing
 
 __all__ = ["Router", "RouterConfig", "main"]

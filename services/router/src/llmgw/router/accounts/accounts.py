@@ -35,11 +35,10 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import router as router_api
+from llmgw.router.accounts.keys import authorize, key_hash
 from llmgw.router.accounts.limits import Verdict
 from llmgw.router.accounts.quota import Quota, Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.request.core import key_hash
-from llmgw.router.request.prepare import authorize
 from llmgw.router.usage.book import UsageBook
 from llmgw.router.usage.spool import Spooled, UsageSpool, message_id
 

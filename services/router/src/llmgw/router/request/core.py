@@ -4,8 +4,6 @@ errors `errors.py`."""
 
 from __future__ import annotations
 
-import hashlib
-
 import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow, usage_order
@@ -21,9 +19,7 @@ __all__ = [
     "check_request",
     "context_of",
     "cut_usage",
-    "engine_headers",
     "fold_usage",
-    "key_hash",
     "may_exceed",
     "prompt_bound",
     "reservation",
@@ -32,11 +28,6 @@ __all__ = [
     "tokenize_request",
     "usage_of",
 ]
-
-
-def key_hash(key: str) -> str:
-    """How an API key is stored: its sha256, hex."""
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 class Prepared(msgspec.Struct, kw_only=True):
@@ -337,8 +328,3 @@ def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:
     prompt, cached, completion = usage_of(answer)  # before the rewrite, which drops the timings
     usage = Usage(prompt=prompt, cached=cached, completion=completion)
     return rewrite_chunk(answer, model, include_usage=True) or raw, usage
-
-
-def engine_headers(api_key: str) -> dict[str, str]:
-    """The headers of a request to an engine (its key: never logged)."""
-    return {"authorization": f"Bearer {api_key}", "content-type": "application/json"}

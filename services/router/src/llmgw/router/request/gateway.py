@@ -17,6 +17,7 @@ from llmgw.router.config import RouterConfig
 from llmgw.router.errors import ApiError
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
+from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Outcome, Served, Ticket
 from llmgw.router.request.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
 from llmgw.router.request.proxy import Proxy
@@ -85,7 +86,7 @@ class Gateway:
         prepared = prepare(path, body, asked, model, key, self.config.max_n)
         check_prompts(prepared, self.config.max_prompts)
         _, ready = self.directory.ready(model)
-        tokens = await self.oracle.measure(prepared, model, ready.values(), primary=True)
+        tokens = await measure(self.oracle, prepared, model, ready.values(), primary=True)
         return msgspec.structs.replace(prepared, measured=bool(ready), tokens=tokens)
 
     def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float, reserve: int) -> None:

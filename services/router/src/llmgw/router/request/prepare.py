@@ -6,8 +6,7 @@ spends none of its key's. The clock is passed in.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import msgspec
@@ -18,24 +17,19 @@ from llmgw.router.errors import (
     ApiError,
     BodyTooLarge,
     BudgetSpent,
-    ExpiredKey,
     InvalidJson,
-    InvalidKey,
     InvalidRequest,
-    MissingKey,
     MissingModel,
     ModelNotAllowed,
     ModelNotFound,
     NestedTooDeep,
-    NotAdmin,
     RateLimited,
     UnsupportedMediaType,
 )
-from llmgw.router.request.core import Prepared, check_request, context_of, key_hash, may_exceed
+from llmgw.router.request.core import Prepared, check_request, context_of, may_exceed
 
 __all__ = [
     "Measure",
-    "authorize",
     "check_body",
     "check_prompts",
     "check_size",
@@ -44,24 +38,6 @@ __all__ = [
     "refusal",
     "resolve",
 ]
-
-
-def authorize(header: str, keys: Mapping[str, KeyRecord], now: float, admin: bool = False) -> tuple[str, KeyRecord]:
-    """The key an `Authorization` header names: (its id, its record); 401 or 403 saying why not."""
-    if not header.lower().startswith("bearer "):
-        raise MissingKey("Missing API key: send 'Authorization: Bearer <key>'.")
-    digest = key_hash(header[7:].strip())
-    record = keys.get(digest)
-    if record is None:
-        raise InvalidKey("Incorrect API key provided.")
-    if record.expires is not None and record.expires < now:
-        raise ExpiredKey(
-            f"This API key expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record.expires))}; "
-            "ask for a new one."
-        )
-    if admin and not record.admin:
-        raise NotAdmin("This key may not use the admin API; use an admin key.")
-    return digest[:16], record
 
 
 def check_size(content_length: str | None, most: int) -> None:

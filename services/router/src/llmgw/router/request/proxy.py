@@ -14,15 +14,16 @@ import msgspec
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
 from llmgw.router.errors import NoReadyReplica, NotServed, UpstreamFailed, described
-from llmgw.router.http.upstream import EngineAnswer, Upstream
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, Usage, answer_of
+from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Served, ended_by
 from llmgw.router.request.relay import FAILED, Answer, Finish, Relay, Try
 from llmgw.router.routing.demand import DemandSignal
 from llmgw.router.routing.directory import Directory, Ready
 from llmgw.router.routing.health import Health, unless_out
 from llmgw.router.routing.oracle import PrefixOracle
+from llmgw.router.routing.upstream import EngineAnswer, Upstream
 
 __all__ = ["RETRIES", "Proxy"]
 
@@ -88,7 +89,7 @@ class Proxy:
         if primary and prepared.measured:  # measured before admission: nothing to wait for
             held = self._held_of(prepared.tokens, ready)
         else:
-            held = self._held_of(await self.oracle.measure(prepared, model, ready.values(), primary), ready)
+            held = self._held_of(await measure(self.oracle, prepared, model, ready.values(), primary), ready)
         exclude: set[str] = set()
         for attempt in range(1 + RETRIES):
             choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held)

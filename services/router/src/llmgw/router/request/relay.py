@@ -11,12 +11,12 @@ from collections.abc import AsyncGenerator, Callable
 import msgspec
 
 from llmgw.router.errors import UpstreamFailed
-from llmgw.router.http.upstream import EngineAnswer, EngineError
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, Usage, cut_usage
 from llmgw.router.request.outcome import Served
 from llmgw.router.request.sse import StreamRelay
 from llmgw.router.routing.health import WHY_DOWN, Health, ReplicaDown
+from llmgw.router.routing.upstream import EngineAnswer, EngineError
 
 __all__ = ["FAILED", "Answer", "Finish", "Relay", "Try"]
 

@@ -1,3 +1,3 @@
-"""Where a request goes: the models and ready replicas (`directory`), the choice of a replica
-(`balance`, pure), prefixes engines hold (`oracle`, `kvevents`), engines' health (`health`),
-and demand for on-demand models (`demand`)."""
+"""Where a request goes and how it gets there: the models and ready replicas (`directory`), the
+choice of a replica (`balance`), prefixes engines hold (`oracle`, `kvevents`), engines' health
+(`health`), demand for on-demand models (`demand`), and the connections to engines (`upstream`)."""

@@ -9,10 +9,9 @@ from nats.js import JetStreamContext
 
 from llmgw.bus import EngineKeys, KvTable
 from llmgw.proto import BUCKETS, CatalogRecord, Model, Profile, ReplicaState
-from llmgw.router.request.core import engine_headers
 from llmgw.router.routing.balance import Candidate
 
-__all__ = ["Directory", "Ready", "names_of", "ready_by_model"]
+__all__ = ["Directory", "Ready", "engine_headers", "names_of", "ready_by_model"]
 
 Ready = dict[str, tuple[ReplicaState, Profile]]
 """A model's ready replicas by id, each with its profile."""
@@ -126,3 +125,8 @@ class Directory:
         """Wait for the next change of the replicas bucket (one waiter: the prefix oracle)."""
         await self.replicas.changed.wait()
         self.replicas.changed.clear()
+
+
+def engine_headers(api_key: str) -> dict[str, str]:
+    """The headers of a request to an engine (its key: never logged)."""
+    return {"authorization": f"Bearer {api_key}", "content-type": "application/json"}

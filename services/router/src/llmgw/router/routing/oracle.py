@@ -5,7 +5,7 @@ the context check and for matching prompts against those caches."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import aiohttp
 import msgspec
@@ -13,10 +13,8 @@ import zmq
 import zmq.asyncio
 
 from llmgw.bus import get_logger
-from llmgw.proto import Model, Profile, ReplicaState
+from llmgw.proto import Profile, ReplicaState
 from llmgw.router.errors import described
-from llmgw.router.request.core import Prepared, check_context, tokenize_request
-from llmgw.router.request.prepare import measure_plan
 from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.kvevents import CacheView, decode_batch, token_blocks
 
@@ -99,28 +97,10 @@ class PrefixOracle:
         return held
 
     # -- tokens ---------------------------------------------------------------------------------
-    async def measure(
-        self, prepared: Prepared, model: Model, ready: Iterable[tuple[ReplicaState, Profile]], primary: bool
-    ) -> list[int] | None:
-        """The prompt's tokens where `model`'s ready replicas need them (`prepare.measure_plan`),
-        and for the asked-for model (`primary`) a 400 where they and the answer asked for do not
-        fit its context. None: not needed, or not to be had now (the engine checks then)."""
-        plan = measure_plan(prepared, model, ready, primary)
-        if plan is None:
-            return None
-        tokens = await self.tokens(prepared, model, plan.replica, plan.profile)
-        if tokens is not None and plan.check:
-            check_context(len(tokens), prepared.max_tokens, plan.limit, model.name, prepared.path)
-        return tokens
-
-    async def tokens(
-        self, prepared: Prepared, model: Model, replica: ReplicaState, profile: Profile
-    ) -> list[int] | None:
-        """The prompt as the engine will see it, tokenized by `replica` (vLLM's /tokenize;
-        llama-server's /apply-template, then /tokenize); None where it cannot be had now."""
-        asked = tokenize_request(prepared.path, prepared.body, model.name)
-        if asked is None or isinstance(asked, list):
-            return asked
+    async def tokens(self, asked: dict, replica: ReplicaState, profile: Profile) -> list[int] | None:
+        """The prompt of a tokenize request (`request.core.tokenize_request`) as the engine will
+        see it, tokenized by `replica` (vLLM's /tokenize; llama-server's /apply-template, then
+        /tokenize); None where it cannot be had now."""
         try:
             if profile.engine == "vllm":
                 return (await self._post(replica, "/tokenize", asked))["tokens"]
