@@ -317,6 +317,28 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     assert unknown.returncode == 1 and "has no profile tpu" in unknown.stderr
 
 
+def test_llmgw_ctl_finds_a_running_up_by_its_data_directory(up, tmp_path):
+    """`llmgw up --data-dir D --nats-port N` then `llmgw ctl --data-dir D models` (or with
+    LLMGW_HOME=D): ctl finds that up's NATS and credentials in D, no --nats-url, no --creds. Before,
+    it dialled 4222 and was refused without credentials. Where no up runs it says so, naming D."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMGW_HOME", "LLMGW_CREDS", "LLMGW_NATS_URL")}
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl"]
+    for argv, extra in (
+        ([*ctl, "--data-dir", str(up.home), "model", "list", "--json"], {}),
+        ([*ctl, "model", "list", "--json", "--data-dir", str(up.home)], {}),
+        ([*ctl, "model", "list", "--json"], {"LLMGW_HOME": str(up.home)}),
+    ):
+        found = subprocess.run(argv, capture_output=True, text=True, env={**env, **extra}, timeout=60)
+        assert found.returncode == 0, (argv, found.stderr)
+        assert [e["model"]["name"] for e in json.loads(found.stdout)["models"]] == [DEMO]
+    assert f"llmgw ctl --data-dir {up.home}" in "".join(up.lines)  # up says how ctl reaches it
+    empty = tmp_path / "nothing-here"
+    none = subprocess.run([*ctl, "--data-dir", str(empty), "model", "list"], capture_output=True, text=True, env=env)
+    assert none.returncode != 0 and f"no `llmgw up` is running over {empty}" in none.stderr, none.stderr
+
+
 def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
     ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", up.nats_url, "--creds", up.ctl_creds]
     typo = tmp_path / "typo.yaml"

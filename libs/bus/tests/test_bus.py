@@ -180,6 +180,22 @@ async def test_a_client_reconnects_when_nats_restarts_on_the_same_port(tmp_path)
         await nc.close()
 
 
+def test_a_nats_port_taken_is_one_sentence_naming_the_port_and_the_flag(tmp_path):
+    """A second `llmgw up` on the default port: the cause was the last line of a log dump after
+    'did not start listening within 20.0s'."""
+    from llmgw.bus import BusError, start_nats_server
+
+    first = start_nats_server(tmp_path / "first")
+    try:
+        with pytest.raises(BusError) as taken:
+            start_nats_server(tmp_path / "second", port=first.port)
+        message = taken.value.message
+        assert f"could not listen on 127.0.0.1:{first.port}" in message and "--nats-port" in message, message
+        assert "\n" not in message
+    finally:
+        first.stop()
+
+
 async def test_gather_hears_every_instance_in_its_own_queue_and_errors_as_errors(nc):
     services = []
     for node in ("a", "b", "c"):

@@ -145,4 +145,28 @@ def test_every_command_of_before_still_parses_to_something_to_run(words):
 def test_the_nats_url_may_come_before_the_noun_or_after_the_verb():
     assert parser().parse_args(["ctl", "--nats-url", "nats://a:1", "models"]).nats_url == "nats://a:1"
     assert parser().parse_args(["ctl", "models", "--nats-url", "nats://b:2"]).nats_url == "nats://b:2"
-    assert parser().parse_args(["ctl", "models"]).nats_url == "nats://127.0.0.1:4222"
+    assert parser().parse_args(["ctl", "models"]).nats_url is None  # found at connect time: `reach`
+
+
+def test_ctl_reaches_the_up_running_over_its_data_directory(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from llmgw.ctl.tree import DEFAULT_NATS_URL, reach
+
+    monkeypatch.delenv("LLMGW_CREDS", raising=False)
+    home = tmp_path / "d"
+    args = parser().parse_args(["ctl", "models", "--data-dir", str(home)])
+    assert reach(args) == (DEFAULT_NATS_URL, "", home, False)  # nothing there
+    (home / "up").mkdir(parents=True)
+    (home / "creds").mkdir()
+    (home / "creds" / "ctl.nk").write_text("x")
+    (home / "up" / "up.json").write_text(json.dumps({"nats_url": "nats://127.0.0.1:9", "pid": os.getpid()}))
+    assert reach(args) == ("nats://127.0.0.1:9", str(home / "creds" / "ctl.nk"), home, True)
+    monkeypatch.setenv("LLMGW_HOME", str(home))
+    assert reach(parser().parse_args(["ctl", "models"])).url == "nats://127.0.0.1:9"
+    given = parser().parse_args(["ctl", "--nats-url", "nats://a:1", "models", "--creds", "c.nk"])
+    assert reach(given)[:2] == ("nats://a:1", "c.nk")
+    dead = 2**22 + 7  # no process has this id (pid_max is lower)
+    (home / "up" / "up.json").write_text(json.dumps({"nats_url": "nats://127.0.0.1:9", "pid": dead}))
+    assert reach(args).url == DEFAULT_NATS_URL and not reach(args).up

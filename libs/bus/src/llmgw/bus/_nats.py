@@ -275,6 +275,13 @@ def start_nats_server(
         if proc.poll() is not None:
             break
         time.sleep(0.05)
+    exited = proc.poll() is not None
     proc.kill()
     tail = log_path.read_bytes()[start:].decode(errors="replace")[-2000:]
-    raise BusError(f"nats-server did not start listening within {timeout}s; its log:\n{tail}")
+    if "address already in use" in tail:
+        raise BusError(
+            f"nats-server could not listen on {host}:{port}: something else holds that port (another `llmgw up`?); "
+            "stop it, or give this one another port (--nats-port, -1 for a free one)"
+        )
+    ended = "exited" if exited else f"did not start listening within {timeout:g} s"
+    raise BusError(f"nats-server {ended}; the end of its log ({log_path}):\n{tail}")

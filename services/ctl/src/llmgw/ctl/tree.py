@@ -9,16 +9,19 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, CredentialsError, connect
 
-__all__ = ["DEFAULT_NATS_URL", "Noun", "Verb", "add_nouns", "done", "emit", "operator_creds", "run_ctl", "show"]
+__all__ = ["DEFAULT_NATS_URL", "Noun", "Reach", "Verb", "add_nouns", "done", "emit", "reach", "run_ctl", "show"]
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 _CREDS_HELP = "$LLMGW_CREDS, else <data>/creds/ctl.nk where `llmgw up` writes it"
+_URL_HELP = f"the NATS to operate (default: the running `llmgw up`'s over the data directory, else {DEFAULT_NATS_URL})"
+_DATA_HELP = "the data directory of the `llmgw up` to operate (default: $LLMGW_HOME, else ~/.local/share/llmgw)"
 
 Run = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
@@ -60,9 +63,8 @@ class Noun:
 def _common() -> argparse.ArgumentParser:
     """Options every verb takes after its words as well as before the noun."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--nats-url", default=argparse.SUPPRESS, help=f"the NATS of the llmgw to operate (default {DEFAULT_NATS_URL})"
-    )
+    common.add_argument("--nats-url", default=argparse.SUPPRESS, help=_URL_HELP)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help=_DATA_HELP)
     common.add_argument(
         "--creds", default=argparse.SUPPRESS, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")"
     )
@@ -89,7 +91,8 @@ def _leaf(sub: argparse._SubParsersAction, verb: Verb, common: argparse.Argument
 
 def add_nouns(ctl: argparse.ArgumentParser, nouns: list[Noun | Verb]) -> None:
     """Give `ctl` a subcommand for each noun (with its verbs) and each verb that stands alone."""
-    ctl.add_argument("--nats-url", default=DEFAULT_NATS_URL, help="the NATS of the llmgw to operate")
+    ctl.add_argument("--nats-url", default=None, help=_URL_HELP)
+    ctl.add_argument("--data-dir", default=None, help=_DATA_HELP)
     ctl.add_argument("--creds", default=None, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")")
     ctl.add_argument("--tls-ca", default="", help="CA file of the NATS server's certificate (TLS)")
     ctl.add_argument("--json", action="store_true", default=False, help="JSON on stdout instead of words for people")
@@ -132,15 +135,40 @@ def done(args: argparse.Namespace, data: object, sentence: str) -> int:
     return 0
 
 
-def operator_creds(given: str | None) -> str:
-    """The operator's credentials file: as given, else $LLMGW_CREDS, else the one `llmgw up` wrote
-    in the data directory ($LLMGW_HOME or ~/.local/share/llmgw), if there is one."""
-    if given is not None:
-        return given
-    if os.environ.get("LLMGW_CREDS"):
-        return os.environ["LLMGW_CREDS"]
-    home = Path(os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
-    return str(home / "creds" / "ctl.nk") if (home / "creds" / "ctl.nk").exists() else ""
+class Reach(NamedTuple):
+    """Where `llmgw ctl` connects and how it signs in; `up`: the running `llmgw up` it found."""
+
+    url: str
+    creds: str
+    home: Path
+    up: bool
+
+
+def reach(args: argparse.Namespace) -> Reach:
+    """The NATS and credentials of the llmgw to operate: as given (`--nats-url`, `--creds`,
+    $LLMGW_CREDS), else what the `llmgw up` running over the data directory (`--data-dir`,
+    $LLMGW_HOME, ~/.local/share/llmgw) wrote there: its NATS URL (<data>/up/up.json, while its
+    process lives) and the operator's credentials (<data>/creds/ctl.nk)."""
+    home = Path(args.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
+    running = _running_up(home)
+    url = args.nats_url or running or DEFAULT_NATS_URL
+    if args.creds is not None:
+        creds = args.creds
+    elif os.environ.get("LLMGW_CREDS"):
+        creds = os.environ["LLMGW_CREDS"]
+    else:
+        creds = str(home / "creds" / "ctl.nk") if (home / "creds" / "ctl.nk").exists() else ""
+    return Reach(url, creds, home, running is not None)
+
+
+def _running_up(home: Path) -> str | None:
+    """The NATS URL of the `llmgw up` running over `home` (None: none is)."""
+    try:
+        state = msgspec.json.decode((home / "up" / "up.json").read_bytes())
+        os.kill(int(state["pid"]), 0)
+        return str(state["nats_url"])
+    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        return None
 
 
 async def run_ctl(args: argparse.Namespace) -> int:
@@ -149,15 +177,14 @@ async def run_ctl(args: argparse.Namespace) -> int:
         args.noun_parser.print_usage(sys.stderr)
         print(f"{args.noun_parser.prog}: name what to do; `--help` lists it", file=sys.stderr)
         return 2
+    where = reach(args)
     try:
-        nc = await connect(
-            args.nats_url, "llmgw-ctl", patient=False, creds=operator_creds(args.creds), tls_ca=args.tls_ca
-        )
+        nc = await connect(where.url, "llmgw-ctl", patient=False, creds=where.creds, tls_ca=args.tls_ca)
     except CredentialsError as exc:
-        print(f"llmgw ctl: {exc.message}", file=sys.stderr)
+        print(f"llmgw ctl: {exc.message}{_not_up(args, where)}", file=sys.stderr)
         return 2
     except BusError as exc:
-        print(f"llmgw ctl: {exc.message}", file=sys.stderr)
+        print(f"llmgw ctl: {exc.message}{_not_up(args, where)}", file=sys.stderr)
         return 1
     try:
         return await args.run(nc, args)
@@ -166,3 +193,13 @@ async def run_ctl(args: argparse.Namespace) -> int:
         return 1
     finally:
         await nc.close()
+
+
+def _not_up(args: argparse.Namespace, where: Reach) -> str:
+    """What to add to a failed connection where ctl looked for a running `llmgw up` and found none."""
+    if args.nats_url or where.up:
+        return ""
+    return (
+        f"; no `llmgw up` is running over {where.home}: start one, or name its data directory "
+        "(--data-dir, or LLMGW_HOME) or its NATS (--nats-url)"
+    )

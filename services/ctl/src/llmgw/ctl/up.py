@@ -255,7 +255,8 @@ def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, mode
     print(f"  API key:         {key}", flush=True)
     print(f"  web console:     {base.removesuffix('/v1')}/console (sign in with the API key, an admin's)", flush=True)
     print(f"  NATS:            {nats_url}", flush=True)
-    print(f"  operator creds:  {operator} (llmgw ctl finds it under LLMGW_HOME)", flush=True)
+    print(f"  operator creds:  {operator}", flush=True)
+    print(f"  operate it:      llmgw ctl --data-dir {home} models (or LLMGW_HOME={home})", flush=True)
     # SmolLM2 names Paris given a system message; without one it rambles.
     system = '{"role": "system", "content": "You are a helpful assistant."}'
     question = (
