@@ -315,6 +315,11 @@ def test_llmgw_ctl_lists_models_and_replicas_and_says_what_is_unknown(up):
     assert bad.returncode == 1 and "'cpu=lots' is not PROFILE=COUNT" in bad.stderr
     unknown = subprocess.run([*ctl, "model", "replicas", DEMO, "tpu=1"], capture_output=True, text=True)
     assert unknown.returncode == 1 and "has no profile tpu" in unknown.stderr
+    below = subprocess.run([*ctl, "model", "scale", DEMO, "-1"], capture_output=True, text=True)
+    assert below.returncode == 1 and below.stderr.strip() == "llmgw ctl: scaling.min must be 0 or more", below.stderr
+    typo = subprocess.run([*ctl, "model", "serve", "org/repo@nothex/f.gguf", "--plan"], capture_output=True, text=True)
+    assert typo.returncode == 1 and "source must be '<owner>/<repo>@<commit>/<file>'" in typo.stderr, typo.stderr
+    assert "Expected" not in typo.stderr and "regex" not in typo.stderr
 
 
 def test_llmgw_ctl_finds_a_running_up_by_its_data_directory(up, tmp_path):

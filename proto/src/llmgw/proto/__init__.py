@@ -15,6 +15,7 @@ from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
 from llmgw.proto._page import PAGE_BYTES, WHOLE_BYTES, Page, PageFill, page_of, page_start
+from llmgw.proto._plainly import plainly
 from llmgw.proto._schema import all_messages, schema_json, subjects_markdown
 from llmgw.proto._shape import ModelFacts, Shape
 from llmgw.proto._strict import StrictError, convert_strict
@@ -184,6 +185,7 @@ __all__ = [
     "mirror",
     "page_of",
     "page_start",
+    "plainly",
     "replica_totals",
     "router",
     "scheduler",

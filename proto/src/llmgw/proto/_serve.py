@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from msgspec import Meta, Struct, field
+from msgspec import Struct, field
 
-from llmgw.proto._types import NonNegative, Positive, Source
+from llmgw.proto._types import NameOrEmpty, NonNegative, Positive, Source
 
 __all__ = ["ServeModel", "ServePlan", "ServePlanAsk", "ServeWay"]
 
@@ -82,7 +82,7 @@ class ServeModel(Struct, kw_only=True):
     """Put a mirrored file into service the way asked (or the plan's best): a model in the catalog."""
 
     source: Source
-    name: Annotated[str, Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,62})?$")] = ""
+    name: NameOrEmpty = ""
     """The model's name; empty: from the file's name."""
     cpu: bool = False
     """A profile on the CPU (below the cards' when `gpus` is given too)."""

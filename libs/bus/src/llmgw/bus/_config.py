@@ -11,6 +11,8 @@ from typing import TypeVar
 
 import msgspec
 
+from llmgw.proto import plainly
+
 __all__ = ["ADMIN_PORTS", "BusConfig", "ConfigError", "load_config"]
 
 ADMIN_PORTS = {"catalog": 9461, "scheduler": 9462, "mirror": 9463, "router": 9464, "agent": 9465}
@@ -98,4 +100,4 @@ def load_config(
     try:
         return msgspec.convert(values, cls, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{cls.__name__}: {exc}") from None
+        raise ConfigError(f"{cls.__name__}: {plainly(exc, 'the config')}") from None

@@ -27,7 +27,7 @@ from llmgw.bus._disk import DiskCollector, disk_note
 from llmgw.bus._nats import connect, flushed, set_storage_replicas
 from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
 from llmgw.bus._signing import SignatureError, Verifier
-from llmgw.proto import Endpoint, decode_json, type_name
+from llmgw.proto import Endpoint, decode_json, plainly, type_name
 from llmgw.proto.errors import BadRequest, BusError
 
 __all__ = ["INBOX", "Context", "ServiceApp", "add_service", "answerable", "entry_point", "run"]
@@ -224,7 +224,8 @@ class Context:
                     await req.respond(msgspec.json.encode(reply))
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     code = "400"
-                    await req.respond_error(code, f"{type_name(request_type)} on {req.subject}: {exc}")
+                    said = plainly(exc, type_name(request_type))  # a DecodeError: its own words
+                    await req.respond_error(code, f"{said} ({type_name(request_type)} on {req.subject})")
                 except BusError as exc:
                     code = exc.code
                     await req.respond_error(code, exc.message)

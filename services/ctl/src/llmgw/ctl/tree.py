@@ -15,6 +15,7 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, CredentialsError, connect
+from llmgw.proto import plainly
 
 __all__ = ["DEFAULT_NATS_URL", "Noun", "Reach", "Verb", "add_nouns", "done", "emit", "reach", "run_ctl", "show"]
 
@@ -188,7 +189,10 @@ async def run_ctl(args: argparse.Namespace) -> int:
         return 1
     try:
         return await args.run(nc, args)
-    except (BusError, msgspec.ValidationError, msgspec.DecodeError, OSError, ValueError) as exc:
+    except msgspec.ValidationError as exc:
+        print(f"llmgw ctl: {plainly(exc)}", file=sys.stderr)
+        return 1
+    except (BusError, msgspec.DecodeError, OSError, ValueError) as exc:
         print(f"llmgw ctl: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -20,7 +20,7 @@ from litestar.handlers import HTTPRouteHandler
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, call, get_logger
-from llmgw.proto import Endpoint
+from llmgw.proto import Endpoint, plainly
 from llmgw.router.errors import ApiError, InvalidRequest, refused
 
 __all__ = ["ask", "operator_routes"]
@@ -73,7 +73,7 @@ def _route(endpoint: Endpoint) -> HTTPRouteHandler:
         try:
             message = msgspec.convert(raw, endpoint.request, strict=False)
         except msgspec.ValidationError as exc:
-            raise _bad(bad, f"{endpoint.name}: {exc}") from None
+            raise _bad(bad, f"{endpoint.name}: {plainly(exc)}") from None
         return await ask(nc, endpoint, message, request.state.key.name)
 
     signature = [
