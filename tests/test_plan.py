@@ -123,6 +123,14 @@ def test_plan_prints_each_way_the_best_and_the_kv_cost(tmp_path):
     assert plan["files"][0]["head_count_kv"] == 2 and plan["context"] == 4096
 
 
+def test_plan_exits_1_when_no_way_fits(tmp_path):
+    """It said 'No way to run it' and exited 0, as if it had found one."""
+    model = write_random_llama(tmp_path / "m.gguf")
+    argv = [*PLAN, str(model), "--node-bandwidth", "40,10", "--context", "100000000", "--data-dir", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1 and "No way to run it at context 100000000" in done.stdout, done
+
+
 @pytest.mark.parametrize(
     ("args", "code", "said"),
     [

@@ -248,6 +248,24 @@ async def test_a_model_without_replicas_answers_from_its_fallback_else_503_with_
     assert caught.value.body["code"] == "no_ready_replica"
 
 
+async def test_a_stopped_model_says_it_is_stopped_and_how_to_start_it(world):
+    """It answered 503 'has no ready replica now; try again shortly' with a retry-after, as if
+    waiting could help."""
+    from llmgw.proto import Scaling
+
+    stopped = Model(
+        name="resting", source="o/r/s.gguf", context=2048, scaling=Scaling(min=0, max=0), stopped=Scaling(min=1, max=1)
+    )
+    await world.model(stopped)
+    client = await world.client()
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.chat.completions.create(model="resting", messages=HELLO, max_tokens=2)
+    said = caught.value.body
+    assert caught.value.status_code == 503 and said["code"] == "model_stopped", said
+    assert "'resting' is stopped" in said["message"] and "llmgw ctl model start resting" in said["message"]
+    assert "retry-after" not in caught.value.response.headers
+
+
 async def test_a_replica_that_refuses_is_retried_on_another(world):
     await world.model(MODEL)
     dead = await world.replica(MODEL, CPU, url=f"http://127.0.0.1:{free_port()}")

@@ -35,7 +35,7 @@ async def test_two_changes_from_one_revision_one_wins_the_other_gets_409(client)
     await call(client, catalog.MODEL_PUT, ModelPut(model=changed, revision=first.revision))
     with pytest.raises(Conflict, match="changed since revision"):
         await call(client, catalog.MODEL_PUT, ModelPut(model=M, revision=first.revision))
-    with pytest.raises(Conflict, match="already exists"):
+    with pytest.raises(Conflict, match=r"already exists: give the new one another name \(serve --name\)"):
         await call(client, catalog.MODEL_PUT, ModelPut(model=M, revision=0))
     got = await call(client, catalog.MODEL_GET, ModelRef(name="tiny"))
     assert got.model.context == 8192

@@ -61,7 +61,11 @@ class ModelStore:
             )
         except KeyWrongLastSequenceError:
             if expected == 0:
-                raise Conflict(f"model '{name}' already exists: get it and pass its revision to change it") from None
+                raise Conflict(
+                    f"model '{name}' already exists: give the new one another name (serve --name), change that "
+                    "one (`llmgw ctl model` scale, context, replicas...), or remove it first "
+                    f"(`llmgw ctl model remove {name}`)"
+                ) from None
             raise Conflict(
                 f"model '{name}' changed since revision {expected}: get it again and reapply your change"
             ) from None

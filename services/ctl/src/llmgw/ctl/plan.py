@@ -165,8 +165,9 @@ def run_plan(
     bandwidth: tuple[float, float] | None,
     as_json: bool,
 ) -> int:
-    """`llmgw plan FILE_OR_URL` on this machine: 0, or 2 with one line saying why not (a file
-    that is not a GGUF model llmgw reads, a server that does not serve it)."""
+    """`llmgw plan FILE_OR_URL` on this machine: 0 where a way fits, 1 where none does (the plan
+    says so), or 2 with one line saying why not (a file that is not a GGUF model llmgw reads, a
+    server that does not serve it)."""
     try:
         plan = make_plan([where], [local_node(home, bandwidth)], context, threads)
     except GGUFError as exc:
@@ -177,7 +178,7 @@ def run_plan(
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(plan)) + b"\n")
     else:
         print(plan_text(plan))
-    return 0
+    return 0 if plan.options else 1
 
 
 def _refused(sentence: str) -> int:

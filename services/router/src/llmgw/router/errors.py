@@ -36,6 +36,7 @@ __all__ = [
     "MissingModel",
     "ModelNotAllowed",
     "ModelNotFound",
+    "ModelStopped",
     "NameMismatch",
     "NestedTooDeep",
     "NoReadyReplica",
@@ -255,6 +256,12 @@ class NoReadyReplica(ApiError):
     """Neither the model nor its fallbacks has a ready replica."""
 
     status, code = 503, "no_ready_replica"
+
+
+class ModelStopped(ApiError):
+    """The model was stopped by an operator (and has no fallback that answers): waiting will not help."""
+
+    status, code = 503, "model_stopped"
 
 
 class ServiceRefused(ApiError):

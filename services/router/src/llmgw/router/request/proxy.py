@@ -13,7 +13,7 @@ import msgspec
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
-from llmgw.router.errors import NoReadyReplica, NotServed, UpstreamFailed, described
+from llmgw.router.errors import ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, Usage, answer_of
 from llmgw.router.request.measure import measure
@@ -61,13 +61,19 @@ class Proxy:
         try:
             for i, model in enumerate(models):
                 answer, tried = await self._on_model(prepared, model, i == 0, finish, tried)
-                if answer is None and i == 0:
+                if answer is None and i == 0 and model.stopped is None:  # a stopped model has nothing coming
                     answer, tried = await self._on_replacement(prepared, model, finish, tried)
                 if answer is not None:
                     return answer
                 if i == 0 and len(models) > 1:
                     self.log.info("answering from a fallback", model=model.name, fallbacks=primary.fallbacks)
             names = " or its fallbacks" if len(models) > 1 else ""
+            if primary.stopped is not None:
+                also = " and its fallbacks have no ready replica" if names else ""
+                raise ModelStopped(
+                    f"The model '{primary.name}' is stopped{also}; "
+                    f"an operator starts it with `llmgw ctl model start {primary.name}`."
+                )
             raise NoReadyReplica(
                 f"The model '{primary.name}'{names} has no ready replica now; try again shortly "
                 "(`llmgw ctl model list` shows why).",
