@@ -82,6 +82,36 @@ def test_a_replica_across_nodes_reserves_its_share_on_each():
     assert "8xgpu on each of 2 nodes" in rows[2]
 
 
+def test_one_core_is_one_core():
+    """'1 cores' was noise a newcomer saw."""
+    one = Model(name="one", source="o/r/o.gguf", profiles=[Profile(name="cpu", cpu_cores=1, host_memory_mb=1024)])
+    four = Model(name="four", source="o/r/f.gguf", profiles=[Profile(name="cpu", cpu_cores=4, host_memory_mb=1024)])
+    rows = models_table(ModelList(models=[entry(one), entry(four)]), ReplicaList(replicas=[])).splitlines()
+    assert "1 core, 1.0 GiB" in rows[1] and "4 cores, 1.0 GiB" in rows[2]
+
+
+def test_model_get_shows_the_yaml_add_takes_with_what_was_set_only():
+    """`ctl model get` printed the whole entry as JSON, every default included."""
+    import msgspec
+
+    from llmgw.ctl.tables import model_yaml
+    from llmgw.proto import ModelEntry, Scaling
+
+    model = Model(
+        name="m",
+        source="o/r/m.gguf",
+        context=8192,
+        profiles=[Profile(name="cpu", cpu_cores=2, host_memory_mb=2048)],
+        scaling=Scaling(min=1, max=3),
+        aliases=["mm"],
+    )
+    text = model_yaml(ModelEntry(model=model, revision=7, changed_by="ops", declared_in="models.yaml"))
+    header, body = text.split("\n", 1)
+    assert header == "# m: revision 7, changed by ops, declared in models.yaml (change it there)"
+    assert msgspec.yaml.decode(body.encode(), type=Model) == model  # what `add` takes back
+    assert "engine:" not in body and "slots:" not in body and "- name: cpu" in body
+
+
 def test_a_purge_says_what_it_deleted_where_and_what_it_kept():
     report = PurgeReport(
         entry=entry(Model(name="m", source="o/r/m.gguf")),

@@ -81,7 +81,7 @@ def progress_line(repo: MirroredRepo) -> str:
     """One line of a fetch's progress: state, bytes done of all, rate and time left."""
     line = f"{_key(repo, short=True)}: {repo.state} {_size(repo.done)} of {_size(repo.size)} ({_percent(repo)})"
     if repo.state == "fetching":
-        line += f", {_size(int(repo.rate))}/s, {_left(repo)}"
+        line += f", {_size(int(repo.rate))}/s, {_left(repo)}" if repo.rate > 0 else ", measuring the rate"
     return line
 
 
@@ -89,7 +89,7 @@ class _Lines:
     """Progress as plain lines (a log, a pipe): one at each new state, else one every few seconds."""
 
     def __init__(self, out) -> None:
-        self.out, self.state, self.last = out, "", 0.0
+        self.out, self.state, self.last, self.done = out, "", 0.0, -1
 
     def __enter__(self) -> _Lines:
         return self
@@ -99,9 +99,11 @@ class _Lines:
 
     def show(self, repo: MirroredRepo) -> None:
         now = time.monotonic()
+        if repo.state == self.state and repo.done < self.done:
+            return  # an event that came after a later one: the line said more already
         if repo.state != self.state or now - self.last >= _LINE_EVERY_S:
             print(progress_line(repo), file=self.out, flush=True)
-            self.state, self.last = repo.state, now
+            self.state, self.last, self.done = repo.state, now, repo.done
 
 
 class _Bar:

@@ -14,8 +14,8 @@ from llmgw.ctl.changes import BY, change_of
 from llmgw.ctl.fleet_commands import PLAN
 from llmgw.ctl.sentences import added, purged, removed, said
 from llmgw.ctl.serve_commands import SERVE
-from llmgw.ctl.tables import model_rows, models_table
-from llmgw.ctl.tree import Noun, Verb, done, emit, show
+from llmgw.ctl.tables import model_rows, model_yaml, models_table
+from llmgw.ctl.tree import Noun, Verb, done, show
 from llmgw.proto import (
     Empty,
     Model,
@@ -43,8 +43,8 @@ async def _list(nc: Client, args: argparse.Namespace) -> int:
 
 
 async def _get(nc: Client, args: argparse.Namespace) -> int:
-    emit(await call(nc, catalog.MODEL_GET, ModelRef(name=args.name)))
-    return 0
+    entry = await call(nc, catalog.MODEL_GET, ModelRef(name=args.name))
+    return show(args, entry, model_yaml(entry))
 
 
 def model_file(path: Path) -> Model:
@@ -242,7 +242,7 @@ MODEL = Noun(
         _LIST,
         Verb(
             "get",
-            "one model whole, with its revision, as JSON",
+            "one model whole, as the YAML `add` takes (--json: with its revision and file, as JSON)",
             "llmgw ctl model get qwen",
             "change it with `add` (a file) or a change verb",
             _get,

@@ -14,6 +14,7 @@ from llmgw.proto import (
     KeyList,
     Limits,
     Model,
+    ModelEntry,
     ModelList,
     ModelStatusList,
     Profile,
@@ -32,6 +33,7 @@ __all__ = [
     "limits_text",
     "memory_cell",
     "model_rows",
+    "model_yaml",
     "models_table",
     "replica_rows",
     "replicas_table",
@@ -110,12 +112,44 @@ def table(header: list[str], rows: list) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+def model_yaml(entry: ModelEntry) -> str:
+    """A model as people read it: the YAML `llmgw ctl model add` takes, under a comment saying its
+    revision, who changed it last and where it is declared."""
+    said = [f"revision {entry.revision}", f"changed by {entry.changed_by or 'unknown'}"]
+    if entry.declared_in:
+        said.append(f"declared in {entry.declared_in} (change it there)")
+    body = msgspec.yaml.encode(_set(entry.model)).decode().rstrip()
+    return f"# {entry.model.name}: {', '.join(said)}\n{body}"
+
+
+def _set(value: object) -> object:
+    """`value` with every Struct field left at its default left out (what a person wrote)."""
+    if isinstance(value, msgspec.Struct):
+        out = {}
+        for f in msgspec.structs.fields(value):
+            got = getattr(value, f.name)
+            default = f.default_factory() if f.default_factory is not msgspec.NODEFAULT else f.default
+            if got != default or default is msgspec.NODEFAULT or f.name == "name":
+                out[f.encode_name] = _set(got)
+        return out
+    if isinstance(value, list | tuple):
+        return [_set(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _set(v) for k, v in value.items()}
+    return value
+
+
+def _count(n: int, thing: str) -> str:
+    """`n` things, in the plural where there are not one ("1 core", "4 cores")."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
 def _reserves(profile: Profile) -> str:
     """What one replica of `profile` holds: cards, or cores and host memory (on each of its nodes)."""
     across = f" on each of {profile.nodes} nodes" if profile.nodes > 1 else ""
     if profile.gpus:
         return f"{profile.gpus}x{profile.gpu_class or 'gpu'}{across}"
-    cores = f"{profile.cpu_cores} cores" if profile.cpu_cores else "half the cores"
+    cores = _count(profile.cpu_cores, "core") if profile.cpu_cores else "half the cores"
     share = f"weights/{profile.nodes}" if profile.nodes > 1 else "weights"
     memory = f"{profile.host_memory_mb / 1024:.1f} GiB" if profile.host_memory_mb else f"{share}+10%"
     return f"{cores}, {memory}{across}"
