@@ -13,9 +13,9 @@ from nats.aio.client import Client
 from llmgw.bus import BusError, call, call_all
 from llmgw.ctl.tables import replica_rows, replicas_table
 from llmgw.ctl.tree import Noun, Verb, show
-from llmgw.proto import Empty, FileRef, WeightsCollect, agent, catalog, mirror, scheduler
+from llmgw.proto import Empty, FileInfo, FileRef, WeightsCollect, agent, catalog, mirror, scheduler
 
-__all__ = ["PLAN", "REPLICA", "WEIGHTS"]
+__all__ = ["PLAN", "REPLICA", "WEIGHTS", "gguf_files"]
 
 
 async def _replicas(nc: Client, args: argparse.Namespace) -> int:
@@ -48,16 +48,24 @@ async def _files_to_plan(nc: Client, target: str) -> list[str]:
     if target.count("/") != 1:
         return [(await call(nc, mirror.FILE_STAT, FileRef(source=target))).url]
     held = await call(nc, mirror.FILE_LIST, Empty())
-    wheres = [
-        f.url
-        for f in held.files
-        if f.source.startswith(target + "/")
+    wheres = [f.url for f in gguf_files(held.files, target)]
+    if not wheres:
+        raise ValueError(
+            f"the mirror holds no GGUF file under '{target}' (`llmgw ctl mirror list` shows what it holds)"
+        )
+    return wheres
+
+
+def gguf_files(files: list[FileInfo], repo: str) -> list[FileInfo]:
+    """The GGUF models among `files` of `repo` ('OWNER/REPO', at every commit held, or
+    'OWNER/REPO@COMMIT'): each file, or a split model's first part."""
+    return [
+        f
+        for f in files
+        if f.source.startswith((repo + "/", repo + "@") if "@" not in repo else (repo + "/",))
         and f.source.endswith(".gguf")
         and ("-of-" not in f.source or "-00001-of-" in f.source)
     ]
-    if not wheres:
-        raise ValueError(f"the mirror holds no GGUF file under '{target}'")
-    return wheres
 
 
 async def _plan(nc: Client, args: argparse.Namespace) -> int:

@@ -169,8 +169,9 @@ class Peer:
             self._failures.pop(key, None)
             kept = {f.path for f in theirs.files}
             for gone in [f.path for f in held.files if f.path not in kept]:  # purged on the primary
-                await self.mirror.fetches.forget_file(f"{key}/{gone}")
+                # deleted, then forgotten: a file the manifest no longer lists is never left on disk
                 await asyncio.to_thread(delete_under, self.mirror.root, f"{key}/{gone}")
+                await self.mirror.fetches.forget_file(f"{key}/{gone}")
             return
         if held is not None:  # failed: tried again after a wait that doubles each time
             count, after = self._failures.get(key, (0, 0.0))
