@@ -161,12 +161,16 @@ def test_ctl_reaches_the_up_running_over_its_data_directory(tmp_path, monkeypatc
     (home / "up").mkdir(parents=True)
     (home / "creds").mkdir()
     (home / "creds" / "ctl.nk").write_text("x")
-    (home / "up" / "up.json").write_text(json.dumps({"nats_url": "nats://127.0.0.1:9", "pid": os.getpid()}))
+    (home / "up" / "up.json").write_text(
+        json.dumps({"base_url": "http://127.0.0.1:8/v1", "nats_url": "nats://127.0.0.1:9", "pid": os.getpid()})
+    )
     assert reach(args) == ("nats://127.0.0.1:9", str(home / "creds" / "ctl.nk"), home, True)
     monkeypatch.setenv("LLMGW_HOME", str(home))
     assert reach(parser().parse_args(["ctl", "models"])).url == "nats://127.0.0.1:9"
     given = parser().parse_args(["ctl", "--nats-url", "nats://a:1", "models", "--creds", "c.nk"])
     assert reach(given)[:2] == ("nats://a:1", "c.nk")
     dead = 2**22 + 7  # no process has this id (pid_max is lower)
-    (home / "up" / "up.json").write_text(json.dumps({"nats_url": "nats://127.0.0.1:9", "pid": dead}))
+    (home / "up" / "up.json").write_text(
+        json.dumps({"base_url": "http://127.0.0.1:8/v1", "nats_url": "nats://127.0.0.1:9", "pid": dead})
+    )
     assert reach(args).url == DEFAULT_NATS_URL and not reach(args).up

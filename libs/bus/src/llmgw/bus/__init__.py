@@ -15,7 +15,7 @@ from llmgw.bus._access import (
     write_identity,
 )
 from llmgw.bus._call import call, call_all, request_raw
-from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, load_config
+from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, data_home, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
@@ -73,6 +73,7 @@ __all__ = [
     "call_all",
     "collector_paused",
     "connect",
+    "data_home",
     "delete_under",
     "die_with_parent",
     "entry_point",

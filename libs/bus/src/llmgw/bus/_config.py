@@ -13,7 +13,7 @@ import msgspec
 
 from llmgw.proto import plainly
 
-__all__ = ["ADMIN_PORTS", "BusConfig", "ConfigError", "load_config"]
+__all__ = ["ADMIN_PORTS", "BusConfig", "ConfigError", "data_home", "load_config"]
 
 ADMIN_PORTS = {"catalog": 9461, "scheduler": 9462, "mirror": 9463, "router": 9464, "agent": 9465}
 """Each service's admin HTTP port unless set: fixed, so Prometheus can be pointed at them."""
@@ -23,6 +23,11 @@ C = TypeVar("C", bound="BusConfig")
 
 class ConfigError(Exception):
     """A config file, variable or flag that cannot be used; the message says which."""
+
+
+def data_home(given: str | None = None) -> Path:
+    """The data directory: `given`, else $LLMGW_HOME, else ~/.local/share/llmgw."""
+    return Path(given or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
 
 
 class BusConfig(msgspec.Struct, kw_only=True):
@@ -54,7 +59,7 @@ class BusConfig(msgspec.Struct, kw_only=True):
 
     def home(self) -> Path:
         """The data directory, resolved."""
-        return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
+        return data_home(self.data_dir)
 
     def node_name(self) -> str:
         """The node name, safe for subjects."""

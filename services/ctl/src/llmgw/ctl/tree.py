@@ -14,7 +14,8 @@ from typing import NamedTuple
 import msgspec
 from nats.aio.client import Client
 
-from llmgw.bus import BusError, CredentialsError, connect
+from llmgw.bus import BusError, CredentialsError, connect, data_home
+from llmgw.ctl.upstate import running_up
 from llmgw.proto import plainly
 
 __all__ = ["DEFAULT_NATS_URL", "Noun", "Reach", "Verb", "add_nouns", "done", "emit", "reach", "run_ctl", "show"]
@@ -150,9 +151,9 @@ def reach(args: argparse.Namespace) -> Reach:
     $LLMGW_CREDS), else what the `llmgw up` running over the data directory (`--data-dir`,
     $LLMGW_HOME, ~/.local/share/llmgw) wrote there: its NATS URL (<data>/up/up.json, while its
     process lives) and the operator's credentials (<data>/creds/ctl.nk)."""
-    home = Path(args.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw")
-    running = _running_up(home)
-    url = args.nats_url or running or DEFAULT_NATS_URL
+    home = data_home(args.data_dir)
+    running = running_up(home)
+    url = args.nats_url or (running.nats_url if running else DEFAULT_NATS_URL)
     if args.creds is not None:
         creds = args.creds
     elif os.environ.get("LLMGW_CREDS"):
@@ -160,16 +161,6 @@ def reach(args: argparse.Namespace) -> Reach:
     else:
         creds = str(home / "creds" / "ctl.nk") if (home / "creds" / "ctl.nk").exists() else ""
     return Reach(url, creds, home, running is not None)
-
-
-def _running_up(home: Path) -> str | None:
-    """The NATS URL of the `llmgw up` running over `home` (None: none is)."""
-    try:
-        state = msgspec.json.decode((home / "up" / "up.json").read_bytes())
-        os.kill(int(state["pid"]), 0)
-        return str(state["nats_url"])
-    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
-        return None
 
 
 async def run_ctl(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from llmgw.bus import (
     NotFound,
     call,
     connect,
+    data_home,
     die_with_parent,
     free_port,
     server_config,
@@ -37,6 +38,7 @@ from llmgw.bus import (
 from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities, scheduler_key_file
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
+from llmgw.ctl.upstate import UpState, write_up_state
 from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
 
 __all__ = ["Kept", "UpOptions", "up"]
@@ -58,7 +60,7 @@ class UpOptions(msgspec.Struct, kw_only=True):
 
     def home(self) -> Path:
         """The data directory."""
-        return Path(self.data_dir or os.environ.get("LLMGW_HOME") or Path.home() / ".local/share/llmgw").resolve()
+        return data_home(self.data_dir).resolve()
 
 
 def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
@@ -245,11 +247,7 @@ def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
 
 def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, model: str) -> None:
     """Write <home>/up/up.json (where it is) and print how to use it."""
-    state = home / "up" / "up.json"
-    state.with_suffix(".part").write_bytes(
-        msgspec.json.encode({"base_url": base, "nats_url": nats_url, "pid": os.getpid()})
-    )
-    state.with_suffix(".part").replace(state)
+    write_up_state(home, UpState(base_url=base, nats_url=nats_url, pid=os.getpid()))
     print(f"llmgw is up (data in {home})", flush=True)
     print(f"  OpenAI base URL: {base}", flush=True)
     print(f"  API key:         {key}", flush=True)
