@@ -130,7 +130,21 @@ async def test_an_engine_that_dies_is_reported_failed_with_its_status_and_last_l
     await until(agent, "k1", "ready")
     os.kill(agent.replicas.runs["k1"].child.pid, signal.SIGKILL)
     failed = await until(agent, "k1", "failed")
-    assert failed.error == "engine exited with status -9" and failed.log_tail
+    assert failed.error.startswith("engine exited with status -9") and failed.log_tail
+    assert f"(its whole log: {agent.supervisor.logs / 'k1'}.log on node a)" in failed.error
+
+
+async def test_an_engine_that_fails_at_start_says_what_it_printed_and_its_log_stays(node, nc):
+    """A setting llama-server refuses: before, the report said only "exited at start with
+    status 1", and the model's reason backed off with no word of why."""
+    agent, _ = node
+    await start(
+        nc, "c1", Model(name="m", source=SOURCE, context=512), Profile(slots=1, args=["--cache-type-k", "bogus"])
+    )
+    failed = await until(agent, "c1", "failed")
+    assert failed.error.startswith("engine exited at start with status 1; it printed: "), failed.error
+    assert "Unsupported cache type: bogus" in failed.error and "its whole log: " in failed.error
+    assert "Unsupported cache type" in (agent.supervisor.logs / "c1.log").read_text()
 
 
 async def test_two_replicas_never_share_a_port_and_a_stop_frees_it(node, nc):
@@ -154,7 +168,7 @@ async def test_the_engines_key_never_leaves_the_node_in_a_report_an_event_a_log_
     events = await nc.subscribe(agent_api.REPLICA_CHANGED.all)
     reply = await start(nc, "x1", Model(name="m", source=SOURCE), Profile(name="gpu", engine="vllm", gpus=1))
     failed = await until(agent, "x1", "failed")
-    assert failed.error == "engine exited with status 1"
+    assert failed.error.startswith("engine exited with status 1")
     assert any(line.startswith("non-default args:") and "***" in line for line in failed.log_tail)
     said = [reply, failed, *agent.replicas.reports()]
     assert all(isinstance(r, ReplicaReport) and key not in msgspec.json.encode(r).decode() for r in said)

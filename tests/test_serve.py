@@ -156,3 +156,21 @@ async def test_the_admin_api_removes_a_model_only_at_the_revision_it_names(fleet
         removed = await http.delete("/models/tiny", params={"revision": entry.revision})
         assert removed.status_code == 200, removed.text
     assert await fleet.models() == []
+
+
+async def test_a_context_change_is_held_to_the_rule_serve_holds_context_to(fleet):
+    """`ctl model context smol 99999999` was taken while `serve --context 99999999` refused it;
+    the replacement replica then failed at start for ever. One rule (the serve plan's) for both."""
+    from llmgw.proto.catalog import SetContext
+
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("a", 40.0))
+    with pytest.raises(BadRequest) as served:
+        await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, context=99_999_999), timeout=30)
+    await call(fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, by="t"), timeout=30)
+    with pytest.raises(BadRequest) as changed:
+        await call(fleet.nc, catalog.MODEL_CHANGE, SetContext(name="tiny", context=99_999_999, by="t"), timeout=30)
+    assert changed.value.message == f"model 'tiny': {served.value.message}"
+    assert "write --context" in changed.value.message
+    assert (await call(fleet.nc, catalog.MODEL_GET, ModelRef(name="tiny"))).model.context != 99_999_999
+    taken = await call(fleet.nc, catalog.MODEL_CHANGE, SetContext(name="tiny", context=1024, by="t"), timeout=30)
+    assert taken.model.context == 1024

@@ -5,7 +5,8 @@ opt-in), which cached weights may go, and what never leaves the node (the engine
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -27,6 +28,7 @@ __all__ = [
     "parse_ports",
     "pick_port",
     "redact",
+    "what_it_said",
     "worker_launch",
 ]
 
@@ -186,6 +188,18 @@ def worker_launch(  # noqa: PLR0913 (the worker's program, where it listens, and
     check_profile(profile, allowed)
     argv = [binary, "--host", host, "--port", str(port), "--threads", str(cpu_threads(profile.cpu_cores, node_cpus))]
     return Launch(argv=argv, env=_cards_env(profile, cards))
+
+
+_TELLING = re.compile(r"error|fail|cannot|unable|invalid|abort|out of memory|not enough|too large", re.I)
+
+
+def what_it_said(error: str, tail: Sequence[str], log: str = "") -> str:
+    """Why a child failed, with the last lines it printed that tell why (those naming an error,
+    else its last two) and where its whole log stays (`log`, where one is kept)."""
+    lines = [line.strip()[:240] for line in tail if line.strip()]
+    telling = [line for line in lines if _TELLING.search(line)] or lines
+    said = f"; it printed: {' | '.join(telling[-2:])}" if telling else ""
+    return f"{error}{said}{f' (its whole log: {log})' if log else ''}"
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

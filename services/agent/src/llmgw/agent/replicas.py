@@ -15,7 +15,7 @@ import msgspec
 
 from llmgw.agent import adoption, usage
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact
+from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact, what_it_said
 from llmgw.agent.mirrors import fetch_nearest
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
@@ -268,8 +268,12 @@ class Replicas:
         await self._fail(run, f"engine exited with status {code}", list(child.tail))
 
     async def _fail(self, run: Run, error: str, tail: list[str]) -> None:
+        """Failed: its room freed; its report says why with what the engine printed that tells
+        (the model's reason carries it) and where its log stays on this node."""
         self.room.release(run.spec.id)
-        await self._set(run, state="failed", error=redact(error, [self._key(run)]), log_tail=tail)
+        log = f"{self.supervisor.logs / run.spec.id}.log on node {self.facts.node}" if tail else ""
+        said = redact(what_it_said(error, tail, log), [self._key(run)])
+        await self._set(run, state="failed", error=said, log_tail=tail)
 
     async def _set(self, run: Run, **changes) -> None:
         run.report = msgspec.structs.replace(run.report, updated=time.time(), **changes)

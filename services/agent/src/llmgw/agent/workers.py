@@ -10,7 +10,7 @@ import os
 
 import msgspec
 
-from llmgw.agent.core import worker_launch
+from llmgw.agent.core import what_it_said, worker_launch
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Child, ChildSpec, StartFailed, Supervisor
@@ -96,8 +96,8 @@ class Workers:
         except Exception as exc:
             self._drop(rid)
             said = exc.tail if isinstance(exc, StartFailed) else []
-            tail = f"; it printed: {' | '.join(said[-3:])}" if said else ""
-            raise Internal(f"the worker of replica {rid} on {self.facts.node} did not start: {exc}{tail}") from None
+            why = what_it_said(f"the worker of replica {rid} on {self.facts.node} did not start: {exc}", said)
+            raise Internal(why) from None
         endpoint = f"{address}:{port}"
         log.info("worker ready", endpoint=endpoint)
         return endpoint

@@ -23,11 +23,12 @@ from llmgw.modelplan import (
     llamacpp_memory,
     options,
 )
-from llmgw.proto.catalog import LEAST_CONTEXT, ServeModel, ServePlan, ServePlanAsk, ServeWay
+from llmgw.proto.catalog import LEAST_CONTEXT, Model, ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto.errors import BadRequest
 
 __all__ = [
     "MOST_DEFAULT_CONTEXT",
+    "check_context",
     "check_serve",
     "choose_ways",
     "fit_to_cards",
@@ -219,6 +220,22 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
     return ServePlan(
         source=ask.source, context=context, trained_context=trained, slots=ask.slots, ways=ways, warnings=warnings
     )
+
+
+def check_context(model: Model, facts: FileFacts, trained: int, nodes: list[NodeFacts]) -> list[str]:
+    """A model's context held to the rule a serve plan holds --context to (one rule for every
+    verb): refused where the plan has no way at it, saying what the plan says; else the plan's
+    warnings (a context past the training, say). Sized for its profile of fewest slots."""
+    slots = min((p.slots for p in model.profiles), default=1)
+    ask = ServePlanAsk(source=model.source, context=model.context, slots=slots)
+    try:
+        plan = serve_plan(ask, facts, trained, nodes)
+    except BadRequest as exc:
+        raise BadRequest(f"model '{model.name}': {exc.message}") from None
+    if not plan.ways:
+        said = "; ".join(plan.warnings) or f"no node holds it at context {model.context}"
+        raise BadRequest(f"model '{model.name}': {said}")
+    return plan.warnings
 
 
 def fit_to_cards(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[NodeFacts], gpus: int) -> int:

@@ -35,7 +35,7 @@ from llmgw.catalog.core import (
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
-from llmgw.catalog.serve import check_serve, choose_ways, plan_for_cards
+from llmgw.catalog.serve import check_context, check_serve, choose_ways, plan_for_cards
 from llmgw.catalog.served import served_model
 from llmgw.catalog.store import ModelStore
 from llmgw.modelplan import FileFacts, node_facts
@@ -51,6 +51,7 @@ from llmgw.proto import (
     ModelPurge,
     ModelPut,
     ModelRef,
+    NodeList,
     Page,
     PageFill,
     PurgeReport,
@@ -240,15 +241,25 @@ class Catalog:
                 f"the mirror did not say what {ask.source} holds (a part of a split model after the first, or one "
                 "with a part missing): serve its first part once every part is on the mirror"
             )
+        listed = await self._nodes()
+        nodes = [node_facts(n) for n in listed.nodes]
+        plan = plan_for_cards(ask, _file_facts(ask.source, info), info.facts.trained_context, nodes, gpus)
+        return plan, sum(len(n.gpus) for n in listed.nodes), info
+
+    async def _nodes(self) -> NodeList:
         try:
-            listed = await call(self.ctx.nc, scheduler.NODE_LIST, Empty())
+            return await call(self.ctx.nc, scheduler.NODE_LIST, Empty())
         except BusError as exc:
             raise BadRequest(f"the scheduler did not answer ({exc.message}): start it and ask again") from None
-        name = ask.source.rsplit("/", 1)[-1]
-        facts = FileFacts(name=name, format="gguf", quant=info.facts.quant, shape=info.facts.shape)
-        nodes = [node_facts(n) for n in listed.nodes]
-        plan = plan_for_cards(ask, facts, info.facts.trained_context, nodes, gpus)
-        return plan, sum(len(n.gpus) for n in listed.nodes), info
+
+    async def _context_warnings(self, entry: ModelEntry, changed: Model) -> list[str]:
+        """A new context held to the serve plan's rule (`check_context`), where the file's header
+        was read; what the plan warns of."""
+        info = entry.file
+        if changed.context == entry.model.context or info is None or info.facts is None:
+            return []
+        nodes = [node_facts(n) for n in (await self._nodes()).nodes]
+        return check_context(changed, _file_facts(changed.source, info), info.facts.trained_context, nodes)
 
     async def change(self, req: ModelChange) -> ModelEntry:
         """Apply an operator's change (the core says what it makes of the model)."""
@@ -257,9 +268,11 @@ class Catalog:
         changed = apply_change(entry.model, req, self.config.engine_args_allowed)
         if isinstance(req, SetAliases):
             check_catalog(changed, await self.store.others(req.name))
+        warnings = await self._context_warnings(entry, changed)
         action = type(req).__struct_config__.tag
         file = entry.file if changed.source == entry.model.source else None
-        return await self.store.write(changed, entry.revision, req.by, action, file=file)
+        written = await self.store.write(changed, entry.revision, req.by, action, file=file)
+        return msgspec.structs.replace(written, warnings=warnings) if warnings else written
 
     async def remove(self, ref: ModelRef) -> ModelEntry:
         """Remove a model no other falls back to (at `ref.revision`, if given); its replicas stop,
@@ -309,6 +322,13 @@ class Catalog:
             await self.store.write(model, revision, f"declared in {path}", "declare", str(path))
         for entry in gone:
             await self.store.delete(entry)
+
+
+def _file_facts(source: str, info: FileInfo) -> FileFacts:
+    """What the plan reckons with of a file, from what the mirror read of its header."""
+    assert info.facts is not None
+    name = source.rsplit("/", 1)[-1]
+    return FileFacts(name=name, format="gguf", quant=info.facts.quant, shape=info.facts.shape)
 
 
 main = entry_point(Catalog, CatalogConfig)
