@@ -258,6 +258,31 @@ def test_every_service_serves_its_admin_endpoints(up, home):
         assert "llmgw_requests" in httpx.get(f"{base}/metrics").text
 
 
+def test_it_says_where_prometheus_finds_each_service_and_the_fleet_is_in_gauges(up, home):
+    """Under `up` each admin port was random, said nowhere, and /metrics on the HTTP port was a
+    404; there were no fleet gauges."""
+    printed = "".join(up.lines)
+    sd = re.search(r"Prometheus file_sd: (\S+)", printed).group(1)
+    targets = {t["labels"]["service"]: t["targets"][0] for t in json.loads(Path(sd).read_text())}
+    names = ["catalog", "scheduler", "mirror", "router", "agent"]
+    assert sorted(targets) == sorted(names) and all(f" {name} " in printed for name in names)
+    state = json.loads((home / "up" / "up.json").read_text())
+    assert state["metrics"] == {name: f"http://{where}/metrics" for name, where in targets.items()}
+    for _ in range(60):  # an engine's memory comes with its agent's next heartbeat
+        fleet = httpx.get(state["metrics"]["scheduler"]).text
+        if f'llmgw_replica_memory_bytes{{model="{DEMO}"' in fleet:
+            break
+        time.sleep(0.5)
+    assert f'llmgw_model_replicas{{model="{DEMO}",state="ready"}} 1.0' in fleet, fleet
+    assert f'llmgw_replica_memory_bytes{{model="{DEMO}"' in fleet and "llmgw_node_memory_bytes{" in fleet
+    assert 'llmgw_mirror_repos{state="ready"}' in httpx.get(state["metrics"]["mirror"]).text
+    root = up.base_url.removesuffix("/v1")
+    refused = httpx.get(f"{root}/metrics")
+    assert refused.status_code == 401 and "key" in refused.json()["error"]["message"]
+    scraped = httpx.get(f"{root}/metrics", headers={"authorization": f"Bearer {up.key}"})
+    assert scraped.status_code == 200 and "llmgw_router_requests_total{" in scraped.text, scraped.text[:500]
+
+
 def _engine_keys(up):
     """Every engine's key, worked out as the router does: from the fleet secret and each replica."""
 
@@ -539,7 +564,7 @@ def test_the_admin_api_changes_the_catalog_for_admin_keys_only(up):
 
 
 def test_a_service_with_a_bad_flag_or_declared_file_says_why_without_a_traceback(up, tmp_path):
-    svc = [sys.executable, "-m", "llmgw.ctl", "service", "catalog", "--nats-url", up.nats_url]
+    svc = [sys.executable, "-m", "llmgw.ctl", "service", "catalog", "--nats-url", up.nats_url, "--admin-port", "0"]
     svc += ["--creds", str(up.home / "creds" / "catalog.nk")]
     flag = subprocess.run([*svc, "--histroy", "3"], capture_output=True, text=True, timeout=30)
     assert flag.returncode == 2 and "unknown flag --histroy" in flag.stderr and "Traceback" not in flag.stderr

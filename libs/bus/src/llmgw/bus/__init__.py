@@ -17,6 +17,7 @@ from llmgw.bus._access import (
 from llmgw.bus._call import call, call_all, request_raw
 from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, data_home, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
+from llmgw.bus._gauges import ScrapeCollector, family
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
 from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
@@ -61,6 +62,7 @@ __all__ = [
     "NatsServer",
     "NotFound",
     "Permissions",
+    "ScrapeCollector",
     "ServiceApp",
     "SignatureError",
     "Signer",
@@ -77,6 +79,7 @@ __all__ = [
     "delete_under",
     "die_with_parent",
     "entry_point",
+    "family",
     "find_llamacpp",
     "flushed",
     "free_port",

@@ -38,7 +38,7 @@ from llmgw.bus import (
 from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities, scheduler_key_file
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
-from llmgw.ctl.upstate import UpState, write_up_state
+from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
 from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
 
 __all__ = ["Kept", "UpOptions", "up"]
@@ -162,10 +162,9 @@ class StoreKeeper:
                 self.read_to = self.nats.log.stat().st_size
 
 
-def _spawn(name: str, home: Path, nats_url: str, creds: Path, extra: list[str]) -> subprocess.Popen:
+def _spawn(name: str, home: Path, nats_url: str, creds: Path, admin: int, extra: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
-    cmd += ["--admin-port", "0"]  # several `llmgw up` may run on one machine: each says where in nats.micro
-    cmd += ["--creds", str(creds), *extra]
+    cmd += ["--admin-port", str(admin), "--creds", str(creds), *extra]
     with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
         # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
         return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
@@ -245,9 +244,10 @@ def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
             proc.wait()
 
 
-def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, model: str) -> None:
+def _say_up(home: Path, state: UpState, key: str, operator: Path, model: str, ports: dict[str, int]) -> None:
     """Write <home>/up/up.json (where it is) and print how to use it."""
-    write_up_state(home, UpState(base_url=base, nats_url=nats_url, pid=os.getpid()))
+    sd = write_up_state(home, state, ports)
+    base, nats_url = state.base_url, state.nats_url
     print(f"llmgw is up (data in {home})", flush=True)
     print(f"  OpenAI base URL: {base}", flush=True)
     print(f"  API key:         {key}", flush=True)
@@ -255,6 +255,8 @@ def _say_up(home: Path, base: str, key: str, nats_url: str, operator: Path, mode
     print(f"  NATS:            {nats_url}", flush=True)
     print(f"  operator creds:  {operator}", flush=True)
     print(f"  operate it:      llmgw ctl --data-dir {home} models (or LLMGW_HOME={home})", flush=True)
+    shown = ", ".join(f"{name} {port}" for name, port in ports.items())
+    print(f"  metrics:         /metrics on 127.0.0.1 ports {shown}; Prometheus file_sd: {sd}", flush=True)
     # SmolLM2 names Paris given a system message; without one it rambles.
     system = '{"role": "system", "content": "You are a helpful assistant."}'
     question = (
@@ -340,14 +342,16 @@ def up(opts: UpOptions) -> int:
             "mirror": ["--config", str(mirror_toml)],
         }
         watches.append(StoreKeeper(kept["nats-server"], home / "nats"))
+        ports = admin_ports(list(SERVICES))
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
-            args = (name, home, nats.url, creds[who], extra.get(name, []))
+            args = (name, home, nats.url, creds[who], ports[name], extra.get(name, []))
             kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
         key = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", tend)
-        _say_up(home, base, key, nats.url, creds["ctl"], demo.model.name if demo else "<model>")
+        state = UpState(base_url=base, nats_url=nats.url, pid=os.getpid())
+        _say_up(home, state, key, creds["ctl"], demo.model.name if demo else "<model>", ports)
         while True:
             tend()
             time.sleep(0.1)

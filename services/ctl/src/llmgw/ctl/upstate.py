@@ -1,14 +1,19 @@
 """Where a running `llmgw up` is: the state it writes in its data directory (<data>/up/up.json),
-read by `llmgw ctl` to reach it."""
+read by `llmgw ctl` to reach it, and where Prometheus finds its services (<data>/up/prometheus.json,
+a file-based service discovery file)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from pathlib import Path
 
 import msgspec
 
-__all__ = ["UpState", "running_up", "write_up_state"]
+from llmgw.bus import ADMIN_PORTS, free_port
+
+__all__ = ["UpState", "admin_ports", "running_up", "write_up_state"]
 
 
 class UpState(msgspec.Struct, kw_only=True):
@@ -17,17 +22,44 @@ class UpState(msgspec.Struct, kw_only=True):
     base_url: str
     nats_url: str
     pid: int
+    metrics: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each service's Prometheus endpoint (its admin port's /metrics), by service."""
 
 
 def _path(home: Path) -> Path:
     return home / "up" / "up.json"
 
 
-def write_up_state(home: Path, state: UpState) -> None:
-    """Write `state` whole (a reader never sees half of it)."""
-    part = _path(home).with_suffix(".part")
-    part.write_bytes(msgspec.json.encode(state))
-    part.replace(_path(home))
+def _taken(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return False
+    return True
+
+
+def admin_ports(services: list[str]) -> dict[str, int]:
+    """Each service's admin port: its fixed one (ADMIN_PORTS, where Prometheus is pointed) where
+    free, else any free one (another `llmgw up` on this machine holds it); kept for its restarts."""
+    return {name: free_port() if _taken(ADMIN_PORTS[name]) else ADMIN_PORTS[name] for name in services}
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write `data` whole (a reader never sees half of it)."""
+    part = path.with_suffix(".part")
+    part.write_bytes(data)
+    part.replace(path)
+
+
+def write_up_state(home: Path, state: UpState, ports: dict[str, int]) -> Path:
+    """Write `state` with where each service's metrics are (`ports`), and the Prometheus file
+    (`file_sd_configs: [{files: [PATH]}]`) naming them; that file's path."""
+    state.metrics = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
+    _write(_path(home), msgspec.json.encode(state))
+    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"service": name}} for name, port in ports.items()]
+    _write(sd := home / "up" / "prometheus.json", msgspec.json.encode(targets))
+    return sd
 
 
 def running_up(home: Path) -> UpState | None:

@@ -82,6 +82,10 @@ class Fetches:
         """Each fetch in flight's stop: set by remove (that repo) and by stop (every one)."""
         self._running: dict[str, asyncio.Task] = {}
         self._stopping = False
+        self.fetched: dict[str, int] = {}
+        """Repo fetches ended since this mirror started, by how: ready, failed."""
+        self.fetched_bytes = 0
+        """Bytes of files fetched and verified since this mirror started."""
         self._worker: asyncio.Task | None = None
 
     def load(self) -> None:
@@ -223,6 +227,8 @@ class Fetches:
         if any(isinstance(r, Stopped) for r in results) or self.repos.get(key) is not repo:
             raise Stopped()
         errors = [r for r in results if isinstance(r, BaseException)]
+        ended = "failed" if errors else "ready"
+        self.fetched[ended] = self.fetched.get(ended, 0) + 1
         if errors:
             await self._set(repo, state="failed", error="; ".join(str(e) for e in errors[:3]))
         elif any(f.state != "ready" for f in repo.files):  # files added while it ran
@@ -259,6 +265,7 @@ class Fetches:
                     f.state, f.error = "failed", str(exc)
                 raise
             f.state, f.done = "ready", f.size
+            self.fetched_bytes += f.size
             await self._changed(repo)
 
     def _verify_and_place(self, key: str, repo: MirroredRepo, f: MirroredFile, got: Path) -> None:

@@ -11,12 +11,13 @@ import msgspec
 from litestar import Litestar, Request, get
 from litestar.response import Response, Stream
 
-from llmgw.bus import Context, HttpServer, NotFound, delete_under, entry_point
+from llmgw.bus import Context, HttpServer, NotFound, ScrapeCollector, delete_under, entry_point
 from llmgw.gguf import GGUFError, read_header, read_model, split_parts
 from llmgw.mirror.config import MirrorConfig
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.mirror.digests import CHUNK, Digest, digest, known_digest
 from llmgw.mirror.fetches import Fetches
+from llmgw.mirror.gauges import mirror_series
 from llmgw.mirror.hub import Hub
 from llmgw.mirror.imports import LocalFiles, import_entry
 from llmgw.mirror.peer import Peer
@@ -55,6 +56,7 @@ class Mirror:
         self.http = HttpServer(self._app(), self.config.http_host, self.config.http_port)
         await self.http.start()
         self.ctx = ctx
+        ctx.metrics.register(ScrapeCollector(mirror_series(self.fetches)))
         await asyncio.to_thread(self.fetches.load)
         for item in self.config.imports:
             await self.fetches.queue(await asyncio.to_thread(import_entry, item))

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from llmgw.bus import family
 from llmgw.router.request.outcome import Outcome
 
 __all__ = ["LATENCY_BUCKETS", "TTFT_BUCKETS", "Metrics"]
@@ -106,30 +107,23 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         m = self.m
-        yield _family(CounterMetricFamily, "llmgw_router_requests", "Requests answered", m.requests, "model pool code")
-        yield _family(CounterMetricFamily, "llmgw_router_tokens", "Tokens", m.tokens, "model kind")
+        yield family(CounterMetricFamily, "llmgw_router_requests", "Requests answered", m.requests, "model pool code")
+        yield family(CounterMetricFamily, "llmgw_router_tokens", "Tokens", m.tokens, "model kind")
         yield _histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", m.ttft, TTFT_BUCKETS)
         yield _histogram("llmgw_router_latency_seconds", "Whole request latency", m.latency, LATENCY_BUCKETS)
         in_flight = m.in_flight_now
-        yield _family(
+        yield family(
             GaugeMetricFamily, "llmgw_router_in_flight", "Requests in flight per replica", in_flight, "model replica"
         )
         retried = {(k,): v for k, v in list(m.retries.items())}
-        yield _family(
+        yield family(
             CounterMetricFamily, "llmgw_router_retries", "Requests retried on another replica", retried, "model"
         )
         refused = {(k,): v for k, v in list(m.rejections.items())}
-        yield _family(
+        yield family(
             CounterMetricFamily, "llmgw_router_rejections", "Requests refused before any engine", refused, "reason"
         )
-        yield _family(CounterMetricFamily, "llmgw_router_picks", "How replicas were chosen", m.picks, "model how")
-
-
-def _family(kind: type, name: str, doc: str, values: dict[tuple, int], labels: str) -> Metric:
-    family = kind(name, doc, labels=labels.split())
-    for key, value in list(values.items()):
-        family.add_metric(list(key), value)
-    return family
+        yield family(CounterMetricFamily, "llmgw_router_picks", "How replicas were chosen", m.picks, "model how")
 
 
 def _histogram(name: str, doc: str, series: dict[tuple[str, str], _Histogram], bounds: tuple) -> Metric:

@@ -22,7 +22,7 @@ import aiohttp
 from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
 from llmgw.router.accounts.accounts import Accounts
-from llmgw.router.admin.api import admin_api
+from llmgw.router.admin.api import admin_api, metrics_route
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
 from llmgw.router.http.app import http_app
@@ -104,7 +104,7 @@ class Router:
         self.health.start()
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
-        admin = admin_api(self.accounts, ctx.nc)
+        admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
         self.http = Front(self.app, config)

@@ -17,7 +17,18 @@ from typing import Annotated
 
 import msgspec
 
-from llmgw.bus import ADMIN_PORTS, BusConfig, BusError, Context, KvTable, Signer, call, entry_point, kv_bucket
+from llmgw.bus import (
+    ADMIN_PORTS,
+    BusConfig,
+    BusError,
+    Context,
+    KvTable,
+    ScrapeCollector,
+    Signer,
+    call,
+    entry_point,
+    kv_bucket,
+)
 from llmgw.modelplan import Shape
 from llmgw.proto import (
     BUCKETS,
@@ -43,6 +54,7 @@ from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.applier import Applier
 from llmgw.scheduler.book import Book
 from llmgw.scheduler.core import Desired, Hearing, NodeView, Policy, health, heard, listen
+from llmgw.scheduler.gauges import fleet_series
 from llmgw.scheduler.inbox import Adopt, Inbox, Pass
 from llmgw.scheduler.lease import Lease
 
@@ -135,6 +147,7 @@ class Scheduler:
         self.demand = await KvTable.open(js, BUCKETS["demand"], Demand)
         self.agents = Agents(ctx.nc, self.inbox, log, self.signer)
         self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log, self._listen)
+        ctx.metrics.register(ScrapeCollector(fleet_series(self.book, self.nodes, lambda: self.leader)))
         await ctx.serve(scheduler_api.NODE_REGISTER, self.register)
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
         await ctx.serve(scheduler_api.NODE_LIST, self.list_nodes)

@@ -15,6 +15,7 @@ from litestar import Request, Router, delete, get, post, put
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from nats.aio.client import Client
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from llmgw.bus import BusError, get_logger
 from llmgw.proto import (
@@ -42,7 +43,7 @@ from llmgw.router.admin.operations import ask, operator_routes
 from llmgw.router.errors import BadKeyId, BadName, BadQuery, BadRevision, InvalidChange, KeyNotFound, NameMismatch
 from llmgw.router.request.prepare import check_body
 
-__all__ = ["admin_api"]
+__all__ = ["admin_api", "metrics_route"]
 
 _log = get_logger("router")
 
@@ -50,13 +51,31 @@ _LATEST = 253_402_300_799.0
 """The last second of the year 9999: the latest `since` a usage query may name."""
 
 
-def admin_api(accounts: Accounts, nc: Client) -> Router:
-    """The /api/v1 routes: the catalog's over `nc`, the keys, projects and usage of `accounts`
-    (both given to the routes as dependencies)."""
-
+def _admin_only(accounts: Accounts):
     def admin_only(connection: ASGIConnection, _handler) -> None:
         """Runs before the body is read: no admin key, no further."""
         connection.state.key = accounts.authorize(connection.headers.get("authorization", ""), admin=True)[1]
+
+    return admin_only
+
+
+def metrics_route(accounts: Accounts, registry: CollectorRegistry) -> Router:
+    """GET /metrics on the HTTP port, for an admin key (Prometheus: `authorization:
+    {credentials_file: ...}`): the router's series, as its admin port serves them. The fleet's
+    gauges are the scheduler's and the mirror's, on their admin ports."""
+
+    @get("/", media_type=CONTENT_TYPE_LATEST)
+    async def scrape() -> bytes:
+        """The router's Prometheus series."""
+        return generate_latest(registry)
+
+    return Router("/metrics", route_handlers=[scrape], guards=[_admin_only(accounts)], include_in_schema=False)
+
+
+def admin_api(accounts: Accounts, nc: Client) -> Router:
+    """The /api/v1 routes: the catalog's over `nc`, the keys, projects and usage of `accounts`
+    (both given to the routes as dependencies)."""
+    admin_only = _admin_only(accounts)
 
     return Router(
         "/api/v1",

@@ -21,9 +21,9 @@ __all__ = ["http_app"]
 
 
 def http_app(
-    gateway: Gateway, admin: Router, console: Router, metrics: Metrics, config: RouterConfig, version: str
+    gateway: Gateway, admin: list[Router], console: Router, metrics: Metrics, config: RouterConfig, version: str
 ) -> OpenAIEndpoint:
-    """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin API `admin`, the web
+    """The router's HTTP app: the OpenAI routes answered by `gateway`, the admin routes `admin`, the web
     console `console` (its own error pages); refusals counted in `metrics`; bodies up to
     `config.max_body_bytes`; `version` in its schema."""
     log = get_logger("router")
@@ -49,7 +49,7 @@ def http_app(
             message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
 
     rest = Litestar(
-        [admin, console],
+        [*admin, console],
         exception_handlers={
             ApiError: on_api_error,
             ValidationException: on_invalid,
