@@ -143,6 +143,24 @@ async def test_a_repo_the_hub_does_not_have_is_one_line_and_exit_1(held, nats_se
     assert "the mirror holds no org/nothing" in said(capsys)[1]
 
 
+async def test_hf_endpoint_and_token_set_for_ctl_are_said_not_to_reach_the_mirror(
+    held, nats_server, tiny, capsys, monkeypatch
+):
+    """HF_ENDPOINT and HF_TOKEN set on `ctl mirror add` had no effect, and the error said "check
+    hub_endpoint or HF_ENDPOINT" to a user who had."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.example.invalid")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_sent")
+    assert await ctl(nats_server, "mirror", "add", "org/nothing") == 1
+    err = said(capsys)[1]
+    assert err.count("\n") == 1 and "HF_ENDPOINT and HF_TOKEN set here do not reach the mirror" in err, err
+    assert "hf_not_sent" not in err
+    held.add_repo("org/tiny", {"m.gguf": tiny})
+    assert await ctl(nats_server, "mirror", "add", "org/tiny", "--detach") == 0
+    err = said(capsys)[1]
+    note = "note: HF_ENDPOINT set here does not reach the mirror: the mirror service reads its own environment"
+    assert f"{note} (it fetches from {held.url})" in err, err
+
+
 @pytest.mark.parametrize(
     ("words", "message"),
     [

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 from nats.aio.client import Client
 from rich.filesize import decimal
 
-from llmgw.bus import call, flushed
+from llmgw.bus import BusError, call, flushed
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Noun, Verb, done, show
 from llmgw.proto import Empty, MirroredRepo, RepoAdd, RepoList, RepoRef, mirror
 
-__all__ = ["MIRROR", "progress_line", "repo_words", "repos_table"]
+__all__ = ["MIRROR", "hub_env_note", "progress_line", "repo_words", "repos_table"]
 
 _REF = re.compile(r"^(?P<repo>[^/@\s]+/[^/@\s]+)(?:@(?P<at>[^@\s]*))?$")
 _EXAMPLE = "Qwen/Qwen2.5-0.5B-Instruct-GGUF@main"
@@ -220,12 +221,43 @@ async def _follow(nc: Client, args: argparse.Namespace, ask: Callable[[], Awaita
         await sub.unsubscribe()
 
 
+def hub_env_note(env: Mapping[str, str], origin: str | None) -> str:
+    """What to tell an operator who set HF_ENDPOINT or HF_TOKEN for `ctl` (`env`): the mirror
+    service reads its own. `origin`: where the mirror said it fetches from (None: the add failed,
+    and either may be why); '' where there is nothing to say."""
+    endpoint, token = env.get("HF_ENDPOINT", "").rstrip("/"), env.get("HF_TOKEN", "")
+    if origin is not None:
+        token = ""  # it worked: the mirror's own token (or none) was enough
+        if not endpoint or origin.rstrip("/") == endpoint or origin.startswith("file:"):
+            return ""
+    names = [n for n, v in (("HF_ENDPOINT", endpoint), ("HF_TOKEN", token)) if v]
+    if not names:
+        return ""
+    where = f" (it fetches from {origin})" if origin else ""
+    return (
+        f"{' and '.join(names)} set here {'do' if len(names) > 1 else 'does'} not reach the mirror: "
+        f"the mirror service reads its own environment{where}; set "
+        "them where it runs (or before `llmgw up`), or hub_endpoint and token_file in its config"
+    )
+
+
 async def _add(nc: Client, args: argparse.Namespace) -> int:
     repo, revision = repo_words(args.repo)
     req = _checked(
         RepoAdd, args.repo, "OWNER/REPO[@REVISION]", repo=repo, revision=revision or "main", include=args.include, by=BY
     )
-    return await _follow(nc, args, lambda: call(nc, mirror.REPO_ADD, req))
+
+    async def ask() -> MirroredRepo:
+        try:
+            added = await call(nc, mirror.REPO_ADD, req)
+        except BusError as exc:
+            note = hub_env_note(os.environ, None)
+            raise type(exc)(f"{exc.message}; {note}" if note else exc.message) from None
+        if note := hub_env_note(os.environ, added.origin):
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        return added
+
+    return await _follow(nc, args, ask)
 
 
 async def _update(nc: Client, args: argparse.Namespace) -> int:

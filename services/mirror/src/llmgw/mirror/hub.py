@@ -29,6 +29,10 @@ from llmgw.proto.errors import BadRequest, BusError, Internal, NotFound
 __all__ = ["Hub", "Stopped"]
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_WHERE_SET = (
+    "the mirror service fetches from its hub_endpoint, else HF_ENDPOINT in its own environment (set it "
+    "where the mirror runs, or before `llmgw up`; not in the shell `llmgw ctl` runs in)"
+)
 
 
 class Stopped(Exception):
@@ -117,13 +121,13 @@ class Hub:
         if isinstance(exc, hf_errors.GatedRepoError):
             return BadRequest(
                 f"{repo} is gated: accept its licence at {self.endpoint}/{repo} with your account, then give the "
-                "mirror that account's token (HF_TOKEN, or token_file in its config)"
+                "mirror that account's token (HF_TOKEN where the mirror service runs, or token_file in its config)"
             )
         if isinstance(exc, hf_errors.RepositoryNotFoundError):
             hint = (
                 "check the name, and that the token's account may read it"
                 if self._token
-                else "check the name; a private repo needs a token (HF_TOKEN)"
+                else "check the name; a private repo needs a token (HF_TOKEN where the mirror service runs)"
             )
             return NotFound(f"{self.endpoint} has no repo {repo} ({hint})")
         if isinstance(exc, hf_errors.RevisionNotFoundError):
@@ -134,18 +138,18 @@ class Hub:
         if status in (401, 403):
             return BadRequest(
                 f"{self.endpoint} refused {where} ({status}): the token is missing, wrong, or its account may not "
-                "read this repo; set HF_TOKEN or token_file"
+                "read this repo; set HF_TOKEN where the mirror service runs, or token_file in its config"
             )
         if status == 429 or status >= 500:
             return Internal(f"{self.endpoint} is not answering {where} now ({status}); try again later")
         if isinstance(exc, hf_errors.HfHubHTTPError | ValueError | KeyError | TypeError):
             return BadRequest(
                 f"{self.endpoint} did not answer as a Hugging Face Hub does ({type(exc).__name__}: "
-                f"{_short(exc)}): check hub_endpoint or HF_ENDPOINT"
+                f"{_short(exc)}): {_WHERE_SET}"
             )
         if isinstance(exc, OSError) or "ConnectError" in type(exc).__name__:
             if not path:
-                return Internal(f"cannot reach {self.endpoint} ({_short(exc)}): check hub_endpoint or HF_ENDPOINT")
+                return Internal(f"cannot reach {self.endpoint} ({_short(exc)}): {_WHERE_SET}")
             return Internal(f"fetching {where}/{path} from {self.endpoint} failed: {_short(exc)}")
         return Internal(f"fetching {where} from {self.endpoint} failed: {type(exc).__name__}: {_short(exc)}")
 
