@@ -389,6 +389,9 @@ def test_llmgw_ctl_adds_a_model_from_yaml_and_shows_the_table(up, tmp_path):
         subprocess.run([*ctl, "model", "remove", "extra"], capture_output=True, text=True)
 
 
+TEXT = {"capture_output": True, "text": True}
+
+
 def _show_and_change(ctl):
     table = subprocess.run([*ctl, "models"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert table[0].split()[:3] == ["MODEL", "READY", "STATUS"]
@@ -408,6 +411,11 @@ def _show_and_change(ctl):
         [*ctl, "model", "context", "extra", "4096", "--max-output", "512"], capture_output=True, text=True, check=True
     )
     assert "context 4096, max output 512" in said.stderr
+    got = json.loads(subprocess.run([*ctl, "model", "get", "extra", "--json"], capture_output=True, text=True).stdout)
+    stale = subprocess.run([*ctl, "model", "owner", "extra", "ml", "--revision", str(got["revision"] - 1)], **TEXT)
+    assert stale.returncode == 1 and f"reapply your change at revision {got['revision']}" in stale.stderr
+    owned = subprocess.run([*ctl, "model", "owner", "extra", "ml", "--revision", str(got["revision"])], **TEXT)
+    assert owned.returncode == 0, owned.stderr
 
 
 def _demo_replicas(up):

@@ -189,7 +189,10 @@ def check_editable(entry: ModelEntry, revision: int | None = None) -> None:
     if entry.declared_in:
         raise BadRequest(f"model '{name}' is declared in {entry.declared_in}; change it there and restart the catalog")
     if revision is not None and revision != entry.revision:
-        raise Conflict(f"model '{name}' is at revision {entry.revision}, not {revision}: get it again")
+        raise Conflict(
+            f"model '{name}' is at revision {entry.revision}, not {revision}: someone changed it since; see how "
+            f"(`llmgw ctl model get {name}`) and reapply your change at revision {entry.revision}"
+        )
 
 
 def check_removable(name: str, others: dict[str, Model]) -> None:

@@ -74,5 +74,5 @@ _BUILD = {
 def change_of(args: argparse.Namespace) -> ModelChange:
     """The change `llmgw ctl model VERB NAME ...` asks for, validated as the catalog will (a
     ValueError or msgspec.ValidationError says what is wrong)."""
-    change = _BUILD[args.verb](args)
+    change = msgspec.structs.replace(_BUILD[args.verb](args), revision=getattr(args, "revision", None))
     return msgspec.convert(msgspec.to_builtins(change), type(change))

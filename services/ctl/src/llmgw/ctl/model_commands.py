@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -58,15 +59,17 @@ def model_file(path: Path) -> Model:
 
 
 async def _add(nc: Client, args: argparse.Namespace) -> int:
-    entry = await call(nc, catalog.MODEL_PUT, ModelPut(model=model_file(Path(args.file)), by=BY))
+    entry = await call(
+        nc, catalog.MODEL_PUT, ModelPut(model=model_file(Path(args.file)), revision=args.revision, by=BY)
+    )
     return done(args, entry, added(entry))
 
 
 async def _remove(nc: Client, args: argparse.Namespace) -> int:
     if args.purge:
-        report = await call(nc, catalog.MODEL_PURGE, ModelPurge(name=args.name, by=BY))
+        report = await call(nc, catalog.MODEL_PURGE, ModelPurge(name=args.name, revision=args.revision, by=BY))
         return done(args, report, purged(report))
-    entry = await call(nc, catalog.MODEL_REMOVE, ModelRef(name=args.name))
+    entry = await call(nc, catalog.MODEL_REMOVE, ModelRef(name=args.name, revision=args.revision))
     return done(args, entry, removed(entry))
 
 
@@ -78,6 +81,26 @@ async def _change(nc: Client, args: argparse.Namespace) -> int:
 
 def _name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the model (as `llmgw ctl models` lists it)")
+
+
+def _revision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--revision",
+        type=int,
+        metavar="N",
+        help="only if the model is still at revision N (`model get` says it): a change made since is refused; "
+        "0 with add: only if it does not exist yet",
+    )
+
+
+def _guarded(add: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    """A verb's arguments with --revision beside them (a compare-and-set)."""
+
+    def both(parser: argparse.ArgumentParser) -> None:
+        add(parser)
+        _revision(parser)
+
+    return both
 
 
 def _in_place(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +194,7 @@ _CHANGES = (
         "llmgw ctl model stop qwen",
         "`start` brings it back",
         _change,
-        _name,
+        _guarded(_name),
     ),
     Verb(
         "start",
@@ -179,16 +202,23 @@ _CHANGES = (
         "llmgw ctl model start qwen",
         "the scheduler places its replicas",
         _change,
-        _name,
+        _guarded(_name),
     ),
-    Verb("restart", "start every replica again", "llmgw ctl model restart qwen", _RESTARTS, _change, _name_in_place),
+    Verb(
+        "restart",
+        "start every replica again",
+        "llmgw ctl model restart qwen",
+        _RESTARTS,
+        _change,
+        _guarded(_name_in_place),
+    ),
     Verb(
         "scale",
         "keep MIN..MAX replicas running",
         "llmgw ctl model scale qwen 1 3",
         "the scheduler starts or stops replicas to match (counts per profile end unless the total is theirs)",
         _change,
-        _scale_arguments,
+        _guarded(_scale_arguments),
     ),
     Verb(
         "replicas",
@@ -196,7 +226,7 @@ _CHANGES = (
         "llmgw ctl model replicas qwen gpu=7 cpu=4 --cpu-memory 16 --cpu-cores 8",
         "those short start first, then those over stop; `stop` keeps the counts for `start`",
         _change,
-        _replicas_arguments,
+        _guarded(_replicas_arguments),
     ),
     Verb(
         "context",
@@ -204,10 +234,15 @@ _CHANGES = (
         "llmgw ctl model context qwen 8192 --max-output 1024",
         f"a new context: {_RESTARTS}; a new longest answer applies at once",
         _change,
-        _context_arguments,
+        _guarded(_context_arguments),
     ),
     Verb(
-        "gpus", "GPUs per replica of a profile", "llmgw ctl model gpus qwen gpu=2", _RESTARTS, _change, _gpus_arguments
+        "gpus",
+        "GPUs per replica of a profile",
+        "llmgw ctl model gpus qwen gpu=2",
+        _RESTARTS,
+        _change,
+        _guarded(_gpus_arguments),
     ),
     Verb(
         "class",
@@ -215,7 +250,7 @@ _CHANGES = (
         "llmgw ctl model class qwen critical",
         "nothing restarts; placement uses it from now on",
         _change,
-        _class_arguments,
+        _guarded(_class_arguments),
     ),
     Verb(
         "owner",
@@ -223,7 +258,7 @@ _CHANGES = (
         "llmgw ctl model owner qwen ml-platform",
         "nothing restarts",
         _change,
-        _owner_arguments,
+        _guarded(_owner_arguments),
     ),
     Verb(
         "alias",
@@ -231,7 +266,7 @@ _CHANGES = (
         "llmgw ctl model alias qwen --add qwen-small --drop old",
         "routers answer to the new names at once",
         _change,
-        _alias_arguments,
+        _guarded(_alias_arguments),
     ),
 )
 
@@ -255,7 +290,7 @@ MODEL = Noun(
             "llmgw ctl model add qwen.yaml",
             "the scheduler places its replicas; `llmgw ctl models` shows them come up",
             _add,
-            _file,
+            _guarded(_file),
             ("put",),
         ),
         Verb(
@@ -264,7 +299,7 @@ MODEL = Noun(
             "llmgw ctl model remove qwen --purge",
             "its replicas stop; its files stay unless --purge",
             _remove,
-            _remove_arguments,
+            _guarded(_remove_arguments),
         ),
         *_CHANGES,
         PLAN,
