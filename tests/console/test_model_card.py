@@ -310,3 +310,17 @@ async def test_a_user_or_a_forged_form_never_reaches_a_model(stack):
     forged = await admin.post("/console/models/tiny/stop", {"revision": revision_on(page.text)}, csrf="forged")
     assert forged.status_code == 403
     assert (await get(stack)).revision == before.revision
+
+
+async def test_in_place_is_offered_on_the_card_where_the_scheduler_advises_it(stack):
+    """A rolling change on a small machine parks, advising `--in-place`: the card had no way to ask
+    for it. Context, cards and restart each take it now."""
+    await put(stack)
+    browser, page = await card(stack)
+    assert page.text.count('name="in_place" value="1"') == 2  # context and restart (no card profile here)
+    done = await browser.post(
+        "/console/models/tiny/context", {"revision": revision_on(page.text), "context": "1024", "in_place": "1"}
+    )
+    assert done.status_code == 200 and (await get(stack)).model.rollout == "in-place"
+    again = await browser.post("/console/models/tiny/restart", {"revision": revision_on(done.text)})
+    assert again.status_code == 200 and (await get(stack)).model.rollout == "surge"

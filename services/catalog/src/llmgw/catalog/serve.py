@@ -225,7 +225,10 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
 def check_context(model: Model, facts: FileFacts, trained: int, nodes: list[NodeFacts]) -> list[str]:
     """A model's context held to the rule a serve plan holds --context to (one rule for every
     verb): refused where the plan has no way at it, saying what the plan says; else the plan's
-    warnings (a context past the training, say). Sized for its profile of fewest slots."""
+    warnings (a context past the training, say). Sized for its profile of fewest slots; with no
+    node registered, taken."""
+    if not nodes:  # nothing to hold it against yet: the scheduler parks it until a node fits
+        return []
     slots = min((p.slots for p in model.profiles), default=1)
     ask = ServePlanAsk(source=model.source, context=model.context, slots=slots)
     try:

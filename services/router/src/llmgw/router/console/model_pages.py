@@ -198,9 +198,14 @@ async def _start(view: View, entry: ModelEntry, revision: int) -> Response:
 async def _restart(view: View, entry: ModelEntry, revision: int) -> Response:
     return await _change(
         view,
-        RestartModel(**_spec(view, entry, revision)),
+        RestartModel(**_spec(view, entry, revision), in_place=_in_place(view)),
         lambda m: view.t("model.msg.restarting", name=m.name, replicas=_replicas(view, m.scaling.max)),
     )
+
+
+def _in_place(view: View) -> bool:
+    """Whether the form asks for each replica to be stopped before its replacement starts."""
+    return view.form.get("in_place", "") == "1"
 
 
 def _on(view: View, profile: Profile) -> str:
@@ -240,6 +245,7 @@ async def _context(view: View, entry: ModelEntry, revision: int) -> Response:
     longest = view.number("max_output", 1, MOST_CONTEXT, m.max_output or 0, view.t("model.max_output"))
     change = SetContext(
         **_spec(view, entry, revision),
+        in_place=_in_place(view),
         context=context if context != m.context else None,
         max_output=longest if longest and longest != m.max_output else None,
     )
@@ -273,7 +279,7 @@ async def _gpus(view: View, entry: ModelEntry, revision: int) -> Response:
         cards = ", ".join(view.t("model.msg.cards_on", profile=p, n=n) for p, n in changed.items())
         return view.t("model.msg.gpus", name=after.name, cards=cards, replicas=_replicas(view, after.scaling.max))
 
-    return await _change(view, SetGpus(**_spec(view, entry, revision), gpus=changed), said)
+    return await _change(view, SetGpus(**_spec(view, entry, revision), gpus=changed, in_place=_in_place(view)), said)
 
 
 async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
