@@ -11,7 +11,7 @@ default:
 
 # Run llmgw on this machine: NATS, every service, an agent and a demo model
 up *args:
-    llmgw up "$@"
+    @llmgw up "$@"
 
 # Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
 # each package, cross-service tests in tests/

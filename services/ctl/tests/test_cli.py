@@ -63,7 +63,8 @@ def test_the_table_shows_counts_what_a_replica_reserves_and_why_replicas_failed(
         "STATUS",
         "CLASS",
         "RESERVES",
-        "MEMORY",
+        "MIB",
+        "PLANNED/USED",
         "~TOK/S",
         "PROFILES",
         "ALIASES",
@@ -168,7 +169,7 @@ def test_the_replica_table_shows_each_replica_and_the_first_line_of_its_error():
         ]
     )
     rows = replicas_table(replicas).splitlines()
-    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "~TOK/S", "URL", "ERROR"]
+    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MIB", "PLANNED/USED", "~TOK/S", "URL", "ERROR"]
     assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "-", "-", "http://n1:9000"]
     assert rows[2].split()[:5] == ["r2", "n2", "m", "gpu", "failed"] and rows[2].endswith("exited 1")
     assert [row.id for row in replica_rows(replicas).replicas] == ["r1", "r2"]
@@ -182,10 +183,10 @@ def test_the_replica_and_model_tables_show_the_estimate_beside_the_measured_memo
         ]
     )
     rows = replicas_table(replicas).splitlines()
-    assert rows[1].split()[5] == "812/640MiB" and rows[2].split()[5] == "812/-MiB"
+    assert rows[1].split()[5] == "812/640" and rows[2].split()[5] == "812/-"
     assert [(r.estimate_mb, r.measured_mb) for r in replica_rows(replicas).replicas] == [(812, 640), (812, 0)]
     listed = ModelList(models=[entry(Model(name="m", source="o/r/m.gguf"))])
-    assert "812/640MiB" in models_table(listed, replicas).splitlines()[1]
+    assert "812/640" in models_table(listed, replicas).splitlines()[1]
     [row] = msgspec.to_builtins(model_rows(listed, replicas))["models"]
     assert (row["estimate_mb"], row["measured_mb"]) == (812, 640)
 
@@ -263,7 +264,7 @@ def test_each_change_says_what_changed_and_what_happens_next(change, after, sent
 
 def test_adding_a_model_says_where_it_is_and_what_the_scheduler_does_next():
     assert added(changed()) == (
-        "m is in the catalog at revision 7: the scheduler places 3 replicas (gpu=2, cpu=1); "
+        "m is in the catalog: the scheduler places 3 replicas (gpu=2, cpu=1); "
         "`llmgw ctl models` shows how it is doing."
     )
     on_demand = ModelEntry(

@@ -92,7 +92,7 @@ def added(entry: ModelEntry) -> str:
         then = f"none runs until a request asks for it (then up to {_replicas(Scaling(min=1, max=m.scaling.max))})"
     else:
         then = f"the scheduler places {_replicas(m.scaling)}{_counts(m)}"
-    return f"{m.name} is in the catalog at revision {entry.revision}: {then}; `llmgw ctl models` shows how it is doing."
+    return f"{m.name} is in the catalog: {then}; `llmgw ctl models` shows how it is doing."
 
 
 def removed(entry: ModelEntry) -> str:

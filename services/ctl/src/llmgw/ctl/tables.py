@@ -219,7 +219,7 @@ def models_table(listed: ModelList, replicas: ReplicaList, statuses: ModelStatus
             "STATUS",
             "CLASS",
             "RESERVES",
-            "MEMORY",
+            "MIB PLANNED/USED",
             "~TOK/S",
             "PROFILES",
             "ALIASES",
@@ -267,15 +267,16 @@ def replicas_table(replicas: ReplicaList) -> str:
         )
         for r in replica_rows(replicas).replicas
     ]
-    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "MEMORY", "~TOK/S", "URL", "ERROR"], rows)
+    return table(["ID", "NODE", "MODEL", "PROFILE", "STATE", "MIB PLANNED/USED", "~TOK/S", "URL", "ERROR"], rows)
 
 
 def memory_cell(estimate_mb: int, measured_mb: int) -> str:
     """A replica's memory as the scheduler reckoned it and as its agent measured it:
-    "estimate/measured MiB" ("?" where not reckoned, "-" where not measured), "-" for neither."""
+    "estimate/measured" in MiB, under the column "MIB PLANNED/USED" ("?" where not reckoned,
+    "-" where not measured), "-" for neither."""
     if not estimate_mb and not measured_mb:
         return "-"
-    return f"{estimate_mb or '?'}/{measured_mb or '-'}MiB"
+    return f"{estimate_mb or '?'}/{measured_mb or '-'}"
 
 
 def speed_cell(tokens_per_s: float) -> str:
