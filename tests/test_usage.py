@@ -322,3 +322,41 @@ async def test_llmgw_ctl_usage_by_key_gets_a_hundred_thousand_rows_in_pages(rout
     rows = json.loads(done.stdout)["rows"]
     assert sorted(r["group"] for r in rows) == keys and all(r["requests"] == 1 for r in rows)
     assert [r["completion_tokens"] for r in rows] == sorted((int(k, 16) % 97 for k in keys), reverse=True)
+
+
+async def test_the_request_log_pages_back_through_the_stream_newest_first_filtered(router, nc, nats_server):
+    """The request log (one operation: NATS, the admin API, `llmgw ctl requests`, the console)
+    reads the stream's end backwards: newest first, whole messages a page, each page starting
+    where the last stopped, filters by model, key and errors; nothing of a prompt."""
+    from llmgw.proto import RequestLogAsk
+
+    now = time.time()
+    batches = [_batch(i, now - 1000 + i) for i in range(1200)]  # message i ends at now-1000+i
+    await _publish(nc, batches)
+    records = [r for b in batches for r in b]
+    seen, before = [], 0
+    while True:  # the whole log, page by page
+        page = await router.accounts.request_log(RequestLogAsk(limit=500, before=before))
+        seen += page.requests
+        if not page.next:
+            break
+        before = page.next
+    assert sorted(r.request_id for r in seen) == sorted(r.request_id for r in records)
+    assert [r.time for r in seen] == sorted((r.time for r in records), reverse=True)
+    first = await router.accounts.request_log(RequestLogAsk(limit=5))
+    assert first.requests[0].request_id == records[-1].request_id and len(first.requests) >= 5
+    errors = await router.accounts.request_log(RequestLogAsk(limit=20, errors=True, key=f"{0:016x}"))
+    assert errors.requests and all(r.status == 500 and r.key == f"{0:016x}" for r in errors.requests)
+    assert [r.time for r in errors.requests] == sorted((r.time for r in errors.requests), reverse=True)
+
+    ctl = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl")]
+    done = await asyncio.to_thread(
+        subprocess.run, [*ctl, "requests", "--limit", "3"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["TIME", "(UTC)", "KEY", "MODEL"] and lines[-1].startswith("older: --before ")
+    bad = await asyncio.to_thread(
+        subprocess.run, [*ctl, "requests", "--key", "nope"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode != 0 and "key" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -169,7 +169,18 @@ def test_the_replica_table_shows_each_replica_and_the_first_line_of_its_error():
         ]
     )
     rows = replicas_table(replicas).splitlines()
-    assert rows[0].split() == ["ID", "NODE", "MODEL", "PROFILE", "STATE", "MIB", "PLANNED/USED", "~TOK/S", "URL", "ERROR"]
+    assert rows[0].split() == [
+        "ID",
+        "NODE",
+        "MODEL",
+        "PROFILE",
+        "STATE",
+        "MIB",
+        "PLANNED/USED",
+        "~TOK/S",
+        "URL",
+        "ERROR",
+    ]
     assert rows[1].split() == ["r1", "n1", "m", "cpu", "ready", "-", "-", "http://n1:9000"]
     assert rows[2].split()[:5] == ["r2", "n2", "m", "gpu", "failed"] and rows[2].endswith("exited 1")
     assert [row.id for row in replica_rows(replicas).replicas] == ["r1", "r2"]
@@ -264,8 +275,7 @@ def test_each_change_says_what_changed_and_what_happens_next(change, after, sent
 
 def test_adding_a_model_says_where_it_is_and_what_the_scheduler_does_next():
     assert added(changed()) == (
-        "m is in the catalog: the scheduler places 3 replicas (gpu=2, cpu=1); "
-        "`llmgw ctl models` shows how it is doing."
+        "m is in the catalog: the scheduler places 3 replicas (gpu=2, cpu=1); `llmgw ctl models` shows how it is doing."
     )
     on_demand = ModelEntry(
         model=Model(name="o", source="o/r/o.gguf", scaling=Scaling(min=0, max=1, idle_timeout_s=60)), revision=1

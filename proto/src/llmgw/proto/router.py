@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
-from llmgw.proto._endpoint import Endpoint, Event
+from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._json import decode_json
 from llmgw.proto._page import Page
 from llmgw.proto._types import Name, NonNegative, Positive
@@ -139,6 +139,33 @@ class UsageRecord(Struct, kw_only=True):
     """Time to the first token, for streams."""
 
 
+class RequestLogAsk(Struct, kw_only=True):
+    """The latest requests, newest first, as the usage stream keeps them (never a prompt or an
+    answer: who asked, which model and replica, tokens, times, status)."""
+
+    limit: Annotated[int, Meta(ge=1, le=500)] = 100
+    """How many (a page holds whole usage messages: a few more where the last one had more)."""
+    model: str = ""
+    """Only this model's ("": every model)."""
+    key: Annotated[str, Meta(pattern=r"^([0-9a-f]{16})?$")] = ""
+    """Only this key's, by its id ("": every key)."""
+    errors: bool = False
+    """Only those that did not end with a 200."""
+    before: NonNegative = 0
+    """The page older than this stream sequence (a page's `next`); 0: the latest."""
+
+
+class RequestLog(Struct, kw_only=True):
+    """A page of the request log, newest first."""
+
+    requests: list[UsageRecord]
+    next: NonNegative = 0
+    """Ask again with this as `before` for older ones (also where a filtered page stopped at the
+    most messages one page reads, short of `limit`); 0: there are none older."""
+    scanned: NonNegative = 0
+    """Usage messages read for this page."""
+
+
 class UsageQuery(Page, kw_only=True):
     """Sum usage since a time, grouped by one field; over NATS, in pages of rows (`after`,
     `limit`: by bucket start, then group) where there are too many for one message."""
@@ -246,7 +273,16 @@ USAGE_SUM = Endpoint(
     "Requests and tokens since a time, summed.",
     timeout_s=60.0,  # a day's slots and the stream after them, each page
 )
-ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM)
+REQUEST_LOG = Endpoint(
+    "router",
+    "request.log",
+    RequestLogAsk,
+    RequestLog,
+    "The latest requests, newest first (who, model, replica, tokens, times, status; never a prompt).",
+    timeout_s=30.0,
+    admin=AdminRoute("GET", "/requests"),
+)
+ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM, REQUEST_LOG)
 """The router's endpoints."""
 
 UsageRecords = Annotated[list[UsageRecord], Meta(title="list[UsageRecord]")]

@@ -187,9 +187,15 @@ def _role_publish(role: str, node: str) -> list[str]:
         ]
     if role == "router":
         return [
-            # its admin API and console: the catalog's and the mirror's; the fleet as the scheduler sees it
+            # its admin API and console: the catalog's and the mirror's; the fleet as the scheduler
+            # sees it; the request log, which any router answers
             *_calls(
-                *catalog.ENDPOINTS, *_MIRROR_ADMIN, scheduler.NODE_LIST, scheduler.REPLICA_LIST, scheduler.MODEL_STATUS
+                *catalog.ENDPOINTS,
+                *_MIRROR_ADMIN,
+                scheduler.NODE_LIST,
+                scheduler.REPLICA_LIST,
+                scheduler.MODEL_STATUS,
+                router.REQUEST_LOG,
             ),
             *_usage_stream(),
             *(s for name in ("keys", "projects", "limits", "demand", "usage_slots") for s in _kv(b[name], write=True)),

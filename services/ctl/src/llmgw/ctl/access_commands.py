@@ -10,11 +10,11 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import call
-from llmgw.ctl.tables import keys_table, limits_text, usage_table
+from llmgw.ctl.tables import keys_table, limits_text, requests_table, usage_table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
-from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, UsageQuery, router, usage_order
+from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, RequestLogAsk, UsageQuery, router, usage_order
 
-__all__ = ["KEY", "PROJECT", "USAGE"]
+__all__ = ["KEY", "PROJECT", "REQUESTS", "USAGE"]
 
 _LIMITS = (
     ("rpm", "requests_per_minute", "requests a minute"),
@@ -100,6 +100,25 @@ def _usage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", default="model", choices=["model", "project", "key", "replica"], help="one row per")
 
 
+async def _requests(nc: Client, args: argparse.Namespace) -> int:
+    ask = _checked_ask(args)
+    log = await call(nc, router.REQUEST_LOG, ask)
+    return show(args, log, requests_table(log))
+
+
+def _checked_ask(args: argparse.Namespace) -> RequestLogAsk:
+    fields = {"limit": args.limit, "model": args.model, "key": args.key, "errors": args.errors, "before": args.before}
+    return msgspec.convert(fields, RequestLogAsk)
+
+
+def _requests_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=50, metavar="N", help="how many (default 50, at most 500)")
+    parser.add_argument("--model", default="", help="only this model's")
+    parser.add_argument("--key", default="", metavar="ID", help="only this key's (its id, as `key list` shows it)")
+    parser.add_argument("--errors", action="store_true", help="only those that did not end with a 200")
+    parser.add_argument("--before", type=int, default=0, metavar="SEQ", help="older ones (the 'older:' line says)")
+
+
 _KEY_LIST = Verb(
     "list",
     "every key: id, name, project, models, limits, expiry (never the key itself)",
@@ -159,3 +178,13 @@ USAGE = Verb(
     _usage_arguments,
 )
 """`llmgw ctl usage`."""
+
+REQUESTS = Verb(
+    "requests",
+    "the latest requests, newest first: when, key, model, replica, status, tokens, TTFT, duration",
+    "llmgw ctl requests --model qwen --errors",
+    "prompts and answers are never kept; `llmgw ctl usage` sums them",
+    _requests,
+    _requests_arguments,
+)
+"""`llmgw ctl requests`."""

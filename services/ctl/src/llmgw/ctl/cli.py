@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
-from llmgw.ctl.access_commands import KEY, PROJECT, USAGE
+from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
@@ -123,7 +123,7 @@ def parser() -> argparse.ArgumentParser:
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )
-    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REPLICA, WEIGHTS, MIRROR])
+    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, REPLICA, WEIGHTS, MIRROR])
     return top
 
 

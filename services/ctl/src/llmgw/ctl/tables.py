@@ -20,6 +20,7 @@ from llmgw.proto import (
     Profile,
     ReplicaList,
     ReplicaTotals,
+    RequestLog,
     UsageReport,
     replica_totals,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "models_table",
     "replica_rows",
     "replicas_table",
+    "requests_table",
     "speed_cell",
     "table",
     "usage_table",
@@ -314,3 +316,24 @@ def usage_table(report: UsageReport, by: str) -> str:
     """`llmgw ctl usage`: requests, errors and tokens, one row per `by`."""
     rows = [(r.group, r.requests, r.errors, r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in report.rows]
     return table([by.upper(), "REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION"], rows)
+
+
+def requests_table(log: RequestLog) -> str:
+    """`llmgw ctl requests`: the latest requests, newest first, and how to see older ones."""
+    rows = [
+        (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.time)),
+            r.key,
+            r.model,
+            r.replica or "-",
+            r.status,
+            r.prompt_tokens,
+            r.completion_tokens,
+            f"{r.ttft_s * 1000:.0f}" if r.ttft_s is not None else "-",
+            f"{r.latency_s * 1000:.0f}",
+        )
+        for r in log.requests
+    ]
+    head = ["TIME (UTC)", "KEY", "MODEL", "REPLICA", "STATUS", "PROMPT", "COMPLETION", "TTFT MS", "MS"]
+    older = f"\nolder: --before {log.next}" if log.next else ""
+    return table(head, rows) + older

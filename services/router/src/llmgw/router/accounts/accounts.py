@@ -29,6 +29,8 @@ from llmgw.proto import (
     KeyRef,
     Page,
     Project,
+    RequestLog,
+    RequestLogAsk,
     UsageQuery,
     UsageRecord,
     UsageReport,
@@ -40,6 +42,7 @@ from llmgw.router.accounts.limits import Verdict
 from llmgw.router.accounts.quota import Quota, Scope
 from llmgw.router.config import RouterConfig
 from llmgw.router.usage.book import UsageBook
+from llmgw.router.usage.recent import request_log
 from llmgw.router.usage.spool import Spooled, UsageSpool, message_id
 
 __all__ = ["DEDUP_S", "USAGE_ACK_S", "USAGE_BATCH", "USAGE_LINGER_S", "Accounts"]
@@ -133,6 +136,7 @@ class Accounts:
         await ctx.serve(router_api.KEY_REVOKE, self.revoke_key)
         await ctx.serve(router_api.PROJECT_PUT, self.put_project)
         await ctx.serve(router_api.USAGE_SUM, self.usage_page)
+        await ctx.serve(router_api.REQUEST_LOG, self.request_log)
 
     def stop(self) -> None:
         """Stop watching and publishing (usage not yet taken stays in the spool's file)."""
@@ -287,6 +291,11 @@ class Accounts:
         """Every request since `query.since`, summed (`UsageBook.report`): for the admin API and the console."""
         assert self.book is not None, "Accounts made without a UsageBook answer no usage reports"
         return await self.book.report(query, time.time())
+
+    async def request_log(self, ask: RequestLogAsk) -> RequestLog:
+        """The latest requests, newest first (`usage.recent`): for ctl, the admin API, the console."""
+        assert self.book is not None, "Accounts made without a UsageBook answer no request log"
+        return await request_log(self.book.nc, self.book.js, ask)
 
     async def usage_page(self, query: UsageQuery) -> UsageReport:
         """The same over NATS (`llmgw ctl usage`), in pages where it does not fit in one message."""

@@ -36,6 +36,7 @@ from llmgw.proto import (
     UsageReport,
     catalog,
     mirror,
+    router,
     scheduler,
 )
 from llmgw.router.accounts.accounts import Accounts
@@ -80,7 +81,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
     return Router(
         "/api/v1",
         route_handlers=[
-            *operator_routes((*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS)),
+            *operator_routes((*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS, *router.ENDPOINTS)),
             put_model,
             change_model,
             remove_model,
