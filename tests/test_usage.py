@@ -360,3 +360,13 @@ async def test_the_request_log_pages_back_through_the_stream_newest_first_filter
         subprocess.run, [*ctl, "requests", "--key", "nope"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode != 0 and "key" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+async def test_the_request_log_of_an_empty_stream_is_empty_with_nothing_older(router):
+    """An empty stream says its first sequence is 0: the log once answered "older: before 1"
+    there, and a reader following it asked for ever."""
+    from llmgw.proto import RequestLogAsk
+
+    for before in (0, 1, 5):
+        page = await router.accounts.request_log(RequestLogAsk(before=before))
+        assert (page.requests, page.next) == ([], 0)

@@ -174,6 +174,58 @@ def test_the_fleet_and_usage_pages_draw(chromium):
     chromium.shot("usage")
 
 
+def test_the_playground_streams_an_answer_with_its_tokens_ttft_and_speed(chromium):
+    """What users of other consoles look for first: a chat with any model the key may use,
+    streamed through the gateway under the signed-in key."""
+    chromium.open("/console/playground")
+    chromium.fill("#play-system", "You are a helpful assistant.")
+    chromium.fill("#play-prompt", "What is the capital of France?")
+    chromium.fill("#play-temp", "0")
+    chromium.find("#play-form button[type=submit]").click()
+    chromium.wait_for(lambda: chromium.find("#play-answer").get_attribute("data-done") == "1")
+    assert "Paris" in chromium.find("#play-answer").text
+    stats = chromium.find("#play-stats").text
+    assert "answer tokens" in stats and "first token after" in stats and "tokens a second" in stats, stats
+    chromium.shot("playground")
+
+
+def test_the_playground_with_javascript_off_answers_the_form_whole(up):
+    import asyncio
+
+    from tests.console.conftest import Browserless
+
+    async def ask():
+        browser = Browserless(_site(up))
+        await browser.sign_in(up.key)
+        await browser.page("/console/playground")
+        form = {"model": "smollm2", "system": "You are a helpful assistant.", "max_tokens": "40"}
+        form |= {"prompt": "What is the capital of France?", "temperature": "0"}
+        answered = await browser.post("/console/playground", form)
+        refused = await browser.post("/console/playground", {**form, "model": "nope"})
+        return answered, refused
+
+    answered, refused = asyncio.run(ask())
+    assert answered.status_code == 200 and "Paris" in answered.text, answered.text[-2000:]
+    assert 'id="stat-speed"' in answered.text and "tokens a second" in answered.text
+    assert refused.status_code == 400 and "&#39;nope&#39; is not a model your key may use" in refused.text
+
+
+def test_the_dashboard_and_the_request_log_show_the_playgrounds_requests(chromium):
+    chromium.open("/console/dashboard")
+    assert chromium.find("#tile-replicas").text.startswith("1/1")
+    assert int(chromium.find("#tile-requests .big").text.replace(",", "")) >= 2
+    assert "ms" in chromium.find("#tile-ttft").text and len(chromium.all("figure svg")) == 3
+    chromium.shot("dashboard")
+    chromium.open("/console/requests")
+    rows = chromium.all("#requests-table tbody tr")
+    assert rows and "smollm2" in rows[0].text and "llmgw-up" in rows[0].text
+    chromium.shot("requests")
+    chromium.find("nav a[href='/console/serve']").click()
+    chromium.wait_for(lambda: chromium.path == "/console/serve")
+    assert FILE in chromium.find("#serve-files").text
+    chromium.shot("serve-choose")
+
+
 def test_switching_to_turkish_speaks_turkish_on_every_page(chromium):
     chromium.find('a[hreflang="tr"]').click()
     chromium.wait_for(lambda: chromium.find("html").get_attribute("lang") == "tr")

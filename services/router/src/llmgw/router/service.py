@@ -105,7 +105,8 @@ class Router:
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
-        console = console_routes(self.accounts, ctx.nc, self.keys.derive("console sessions"), config.console_session_s)
+        sessions = self.keys.derive("console sessions")
+        console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
         self.http = Front(self.app, config)
         await self.http.start()

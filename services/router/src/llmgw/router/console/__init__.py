@@ -22,16 +22,18 @@ from nats.aio.client import Client
 from llmgw.bus import get_logger
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.console.web import PREFIX, Console, Refused, View, check_request
+from llmgw.router.request.gateway import Gateway
 
 __all__ = ["console_routes"]
 
 _log = get_logger("router")
 
 
-def console_routes(accounts: Accounts, nc: Client, secret: bytes, session_s: int) -> Router:
-    """The console's routes: its pages over `nc` and `accounts`; sessions signed with `secret` (a
-    random one where empty) that end after `session_s` seconds."""
-    console = Console(accounts, nc, secret, session_s)
+def console_routes(accounts: Accounts, nc: Client, gateway: Gateway, secret: bytes, session_s: int) -> Router:
+    """The console's routes: its pages over `nc` and `accounts`, the playground's requests through
+    `gateway`; sessions signed with `secret` (a random one where empty) that end after
+    `session_s` seconds."""
+    console = Console(accounts, nc, gateway, secret, session_s)
 
     async def before(request: Request) -> Response | None:
         return await check_request(console, request)

@@ -18,9 +18,10 @@ import msgspec
 from litestar import Request, get, post
 from litestar.response import Redirect, Response
 
-from llmgw.proto import catalog
+from llmgw.proto import Empty, catalog, mirror
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
+from llmgw.router.console.mirror_pages import source_of
 from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES", "way_key"]
@@ -84,6 +85,7 @@ def _context(view: View, plan: ServePlan | None, error: str) -> dict:
         "most_context": MOST_CONTEXT,
         "most_cores": MOST_CORES,
         "most_slots": MOST_SLOTS,
+        "active": "serve",
     }
 
 
@@ -101,8 +103,21 @@ async def serve_form(view: View, request: Request) -> Response:
     """The serve form for `?source=` (and the context, cores, slots and way in the query)."""
     _query_form(view, request)
     if not view.form.get("source"):
-        raise Refused(400, view.t("serve.err.no_source"))
+        return await _choose(view)
     return await _form(view)
+
+
+async def _choose(view: View) -> Response:
+    """The serve form reached from the navigation, no file named yet: every GGUF file the mirror
+    holds verified, each with its way to the form."""
+    repos = (await view.ask(mirror.REPO_LIST, Empty())).repos
+    files = [
+        (source_of(r, f.path), f.size)
+        for r in repos
+        for f in r.files
+        if f.state == "ready" and f.path.endswith(".gguf")
+    ]
+    return view.render("serve_choose.html", active="serve", files=files)
 
 
 @get("/serve/plan")

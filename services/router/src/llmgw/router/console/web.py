@@ -29,6 +29,7 @@ from llmgw.router.admin.operations import ask
 from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
 from llmgw.router.console.session import BadSession, ExpiredSession, Session, Sessions, same
 from llmgw.router.errors import ApiError
+from llmgw.router.request.gateway import Gateway
 
 __all__ = ["PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
 
@@ -64,8 +65,8 @@ class Refused(Exception):
 class Console:
     """The console's parts, made once per router."""
 
-    def __init__(self, accounts: Accounts, nc: Client, secret: bytes, session_s: int) -> None:
-        self.accounts, self.nc = accounts, nc
+    def __init__(self, accounts: Accounts, nc: Client, gateway: Gateway, secret: bytes, session_s: int) -> None:
+        self.accounts, self.nc, self.gateway = accounts, nc, gateway
         self.sessions = Sessions(secret, session_s)
         self.messages = Messages.load()
         self.templates = Environment(
@@ -130,6 +131,10 @@ class View:
     def when(self, unix: float | None) -> str:
         """A Unix time as UTC, to the minute."""
         return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unix)) if unix else "—"
+
+    def when_s(self, unix: float) -> str:
+        """A Unix time as UTC, to the second (the zone said in the column's head)."""
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(unix))
 
     # the services
 

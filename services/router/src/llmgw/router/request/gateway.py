@@ -44,23 +44,32 @@ class Gateway:
         self.accounts, self.directory, self.oracle = accounts, directory, oracle
         self.proxy, self.metrics, self.config = proxy, metrics, config
 
+    def model_names(self, key: KeyRecord) -> list[str]:
+        """The models (and aliases) `key` may use, sorted."""
+        return sorted(n for n in self.directory.names() if not key.models or n in key.models)
+
     def models(self, authorization: str) -> dict:
         """The models (and aliases) the key in this `Authorization` header may use, as OpenAI
         lists them."""
-        _, key = self.accounts.authorize(authorization)
-        names = sorted(n for n in self.directory.names() if not key.models or n in key.models)
+        names = self.model_names(self.accounts.authorize(authorization)[1])
         return {
             "object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "llmgw"} for n in names],
         }
 
     async def handle(
-        self, path: str, headers: Mapping[str, str], read: Callable[[], Awaitable[bytes]], rid: str
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        rid: str,
+        signed_in: tuple[str, KeyRecord] | None = None,
     ) -> Answer | Relay:
         """One request to `path` with these (lower-case) `headers`, its body from `read`, known
-        by `rid`: refused saying why (an `ApiError`), or the replica's answer."""
+        by `rid`: refused saying why (an `ApiError`), or the replica's answer. `signed_in`: the
+        key (its id and record) of a console session, where no `Authorization` header comes."""
         started = time.perf_counter()
-        key_id, key = self.accounts.authorize(headers.get("authorization", ""))
+        key_id, key = signed_in or self.accounts.authorize(headers.get("authorization", ""))
         check_size(headers.get("content-length"), self.config.max_body_bytes)
         raw = await read()
         check_body(headers.get("content-type"), raw)

@@ -54,11 +54,12 @@ async def request_log(nc: Client, js: JetStreamContext, ask: RequestLogAsk) -> R
         state = (await js.stream_info(USAGE_STREAM)).state
     except NotFoundError:
         return RequestLog(requests=[])
-    first, end = state.first_seq, state.last_seq if not ask.before else min(ask.before - 1, state.last_seq)
+    first = max(state.first_seq, 1)  # an empty stream says 0
+    end = state.last_seq if not ask.before else min(ask.before - 1, state.last_seq)
     got: list[UsageRecord] = []
     scanned = 0
-    while end >= max(first, 1) and scanned < MOST_SCANNED:
-        start = max(first, end - WINDOW + 1, 1)
+    while end >= first and scanned < MOST_SCANNED:
+        start = max(first, end - WINDOW + 1)
         scanned += end + 1 - start
         for seq, records in reversed(await _window(nc, js, start, end)):
             got += sorted((r for r in records if _wanted(ask, r)), key=lambda r: r.time, reverse=True)
