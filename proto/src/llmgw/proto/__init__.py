@@ -9,8 +9,8 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
-from llmgw.proto import agent, catalog, errors, mirror, router, scheduler
-from llmgw.proto._buckets import BUCKETS, USAGE_STREAM
+from llmgw.proto import agent, catalog, errors, mirror, people, router, scheduler
+from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
@@ -89,6 +89,7 @@ SERVICES = (catalog, scheduler, mirror, router, agent)
 """Every service's contract module, in the order docs/subjects.md lists them."""
 
 __all__ = [
+    "AUDIT_STREAM",
     "BUCKETS",
     "JSON_MAX_DEPTH",
     "PAGE_BYTES",
@@ -189,6 +190,7 @@ __all__ = [
     "mirror",
     "page_of",
     "page_start",
+    "people",
     "plainly",
     "replica_totals",
     "router",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BUCKETS", "BUCKET_TABLE", "USAGE_STREAM", "Bucket"]
+__all__ = ["AUDIT_STREAM", "BUCKETS", "BUCKET_TABLE", "USAGE_STREAM", "Bucket"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ BUCKET_TABLE = (
         "`UsageSlot` (a 5-minute slot's usage sums, from the usage stream; values expire with it) or `UsageRolled`",
         "every router (the same entries from the same stream)",
     ),
+    Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
+    Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
 )
 """Every bucket, as docs/subjects.md lists them."""
 
@@ -68,3 +70,5 @@ BUCKETS = {b.role: b.name for b in BUCKET_TABLE}
 
 USAGE_STREAM = "llmgw_usage"
 """The stream that keeps `evt.usage.>` (every finished request)."""
+AUDIT_STREAM = "llmgw_audit"
+"""The stream that keeps `evt.audit.*` (every change: who, when, from what to what)."""

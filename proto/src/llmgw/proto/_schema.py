@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.proto import agent, catalog, mirror, node, replica, router, scheduler
-from llmgw.proto._buckets import BUCKET_TABLE, USAGE_STREAM
+from llmgw.proto import agent, catalog, mirror, node, people, replica, router, scheduler
+from llmgw.proto._buckets import AUDIT_STREAM, BUCKET_TABLE, USAGE_STREAM
 from llmgw.proto._endpoint import type_name
 from llmgw.proto._page import Page
 from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
 
-_MODULES = (catalog, scheduler, mirror, router, agent)
+_MODULES = (catalog, scheduler, mirror, router, people, agent)
 
 
 def all_messages() -> list[type[msgspec.Struct]]:
     """Every message type, for the JSON Schema golden file."""
     seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty, "Page": Page}
-    for module in (catalog, mirror, node, replica, agent, scheduler, router):
+    for module in (catalog, mirror, node, replica, agent, scheduler, router, people):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and issubclass(obj, msgspec.Struct):
@@ -87,7 +87,11 @@ def subjects_markdown() -> str:
             subject = ev.subject(*(f"<{i}>" for i in ev.ids))
             payload = f"`{type_name(ev.message)}`" if ev.message else "empty"
             out.append(f"| `{subject}` | {payload} | {ev.publisher} | {ev.doc} |")
-    out += ["", f"The stream `{USAGE_STREAM}` keeps `llmgw.v1.evt.usage.>`.", ""]
+    out += [
+        "",
+        f"The stream `{USAGE_STREAM}` keeps `llmgw.v1.evt.usage.>`; `{AUDIT_STREAM}` keeps `llmgw.v1.evt.audit.*`.",
+    ]
+    out += [""]
     out += ["| KV bucket | key → value | writer |", "|---|---|---|"]
     out += [f"| `{b.name}` | {b.key} → {b.value} | {b.writer} |" for b in BUCKET_TABLE]
     return "\n".join(out) + "\n"

@@ -210,6 +210,8 @@ class ModelRef(Struct, kw_only=True):
     name: Name
     revision: int | None = None
     """On remove: the revision it must be at (compare-and-set, else 409); None: any. Get ignores it."""
+    by: str = ""
+    """On remove: who removes it (the audit trail says)."""
 
 
 class ModelPurge(Struct, kw_only=True):

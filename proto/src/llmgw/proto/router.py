@@ -18,6 +18,7 @@ __all__ = [
     "KEY_LIST",
     "KEY_REVOKE",
     "PROJECT_PUT",
+    "REQUEST_LOG",
     "USAGE",
     "USAGE_MOST_LATE_S",
     "USAGE_SLOT_GRACE_S",
@@ -31,6 +32,8 @@ __all__ = [
     "KeyRef",
     "Limits",
     "Project",
+    "RequestLog",
+    "RequestLogAsk",
     "UsageQuery",
     "UsageRecord",
     "UsageRecords",
@@ -74,6 +77,10 @@ class KeyCreate(Struct, kw_only=True):
     """Whether it may use the admin API (/api/v1/)."""
     project: Name = "default"
     """The project it belongs to (made if missing, with no limits)."""
+    tenant: Name = "default"
+    """The tenant it belongs to (its project is that tenant's)."""
+    owner: str = ""
+    """The user it belongs to ("": a service account of its tenant)."""
     expires_in_s: Positive | None = None
     """Seconds until it stops working; None: never."""
     models: list[Name] = field(default_factory=list)
@@ -98,6 +105,10 @@ class KeyRecord(Struct, kw_only=True):
     admin: bool = False
     """Admin keys may use /api/v1/."""
     project: str = "default"
+    tenant: str = "default"
+    """The tenant it belongs to (keys made before tenants: the default one)."""
+    owner: str = ""
+    """The user it belongs to, who sees it and whose removal ends it; "": a service account's."""
     expires: float | None = None
     """Unix time it stops working."""
     models: list[str] = field(default_factory=list)
@@ -127,6 +138,7 @@ class UsageRecord(Struct, kw_only=True):
     key: str
     """The key's id."""
     project: str
+    tenant: str = "default"
     model: str
     replica: str = ""
     status: int = 200
@@ -151,6 +163,8 @@ class RequestLogAsk(Struct, kw_only=True):
     """Only this key's, by its id ("": every key)."""
     errors: bool = False
     """Only those that did not end with a 200."""
+    tenants: list[str] = field(default_factory=list)
+    """Only these tenants' (empty: every tenant's): what the asker may see."""
     before: NonNegative = 0
     """The page older than this stream sequence (a page's `next`); 0: the latest."""
 
@@ -162,8 +176,6 @@ class RequestLog(Struct, kw_only=True):
     next: NonNegative = 0
     """Ask again with this as `before` for older ones (also where a filtered page stopped at the
     most messages one page reads, short of `limit`); 0: there are none older."""
-    scanned: NonNegative = 0
-    """Usage messages read for this page."""
 
 
 class UsageQuery(Page, kw_only=True):

@@ -20,7 +20,7 @@ import msgspec
 import nkeys
 
 from llmgw.bus._proc import write_private
-from llmgw.proto import BUCKETS, PREFIX, USAGE_STREAM, agent, catalog, mirror, router, scheduler
+from llmgw.proto import AUDIT_STREAM, BUCKETS, PREFIX, USAGE_STREAM, agent, catalog, mirror, people, router, scheduler
 from llmgw.proto.errors import BusError
 
 __all__ = [
@@ -153,19 +153,19 @@ _MIRROR_ADMIN = (
 """What an operator asks the mirror (`llmgw ctl mirror`, the admin API)."""
 
 
-def _usage_stream() -> list[str]:
-    """The router's usage stream: publishing to it, and reading it back to sum."""
+def _stream(name: str, subject: str) -> list[str]:
+    """A stream the router keeps: publishing to it, and reading it back."""
     return [
-        router.USAGE.all,
-        f"$JS.API.STREAM.CREATE.{USAGE_STREAM}",
-        f"$JS.API.STREAM.UPDATE.{USAGE_STREAM}",
-        f"$JS.API.STREAM.INFO.{USAGE_STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{USAGE_STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{USAGE_STREAM}.>",
-        f"$JS.API.CONSUMER.DELETE.{USAGE_STREAM}.>",
-        f"$JS.API.CONSUMER.INFO.{USAGE_STREAM}.>",
-        f"$JS.API.CONSUMER.MSG.NEXT.{USAGE_STREAM}.>",
-        f"$JS.ACK.{USAGE_STREAM}.>",
+        subject,
+        f"$JS.API.STREAM.CREATE.{name}",
+        f"$JS.API.STREAM.UPDATE.{name}",
+        f"$JS.API.STREAM.INFO.{name}",
+        f"$JS.API.CONSUMER.CREATE.{name}",
+        f"$JS.API.CONSUMER.CREATE.{name}.>",
+        f"$JS.API.CONSUMER.DELETE.{name}.>",
+        f"$JS.API.CONSUMER.INFO.{name}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{name}.>",
+        f"$JS.ACK.{name}.>",
     ]
 
 
@@ -176,6 +176,7 @@ def _role_publish(role: str, node: str) -> list[str]:
         return [
             # stat: a model's file reads; the nodes: what a serve plan sizes its ways on
             *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT, scheduler.NODE_LIST),
+            people.AUDIT.subject("catalog"),  # every change to a model, for the audit trail
             *_kv(b["catalog"], write=True),
             *_kv(b["replicas"], write=False),
         ]
@@ -197,8 +198,13 @@ def _role_publish(role: str, node: str) -> list[str]:
                 scheduler.MODEL_STATUS,
                 router.REQUEST_LOG,
             ),
-            *_usage_stream(),
-            *(s for name in ("keys", "projects", "limits", "demand", "usage_slots") for s in _kv(b[name], write=True)),
+            *_stream(USAGE_STREAM, router.USAGE.all),
+            *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
+            *(
+                s
+                for name in ("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants")
+                for s in _kv(b[name], write=True)
+            ),
             *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
         ]
     if role == "agent":
@@ -213,6 +219,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *catalog.ENDPOINTS,
             *(e for e in scheduler.ENDPOINTS if e is not scheduler.NODE_REGISTER),  # nodes register themselves
             *router.ENDPOINTS,
+            *people.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
         )

@@ -280,12 +280,12 @@ class Catalog:
         entry = await self.store.entry(ref.name)
         check_editable(entry, ref.revision)
         check_removable(ref.name, await self.store.others(ref.name))
-        await self.store.delete(entry)
+        await self.store.delete(entry, ref.by)
         return entry
 
     async def purge(self, req: ModelPurge) -> PurgeReport:
         """Remove the model, wait for its replicas to stop, then delete its files where no other model needs them."""
-        entry = await self.remove(ModelRef(name=req.name, revision=req.revision))
+        entry = await self.remove(ModelRef(name=req.name, revision=req.revision, by=req.by))
         sources, kept = files_to_purge(entry.model, await self.store.others(req.name))
         if not sources:
             return tally_purge(entry, sources, kept, [])
@@ -321,7 +321,7 @@ class Catalog:
         for model, revision in writes:
             await self.store.write(model, revision, f"declared in {path}", "declare", str(path))
         for entry in gone:
-            await self.store.delete(entry)
+            await self.store.delete(entry, f"declared in {path}")
 
 
 def _file_facts(source: str, info: FileInfo) -> FileFacts:

@@ -11,6 +11,7 @@ from nats.js.kv import KeyValue
 
 from llmgw.bus import Conflict, NotFound, kv_scan
 from llmgw.proto import CatalogRecord, FileInfo, Model, ModelEntry
+from llmgw.proto.people import AUDIT, AuditEntry
 
 __all__ = ["ModelStore"]
 
@@ -52,6 +53,7 @@ class ModelStore:
         """Compare-and-set `model` over revision `expected` (0: must not exist), with what the
         mirror answered for its file (`file`, where known)."""
         name, by = model.name, by or "unknown"
+        before = (await self.maybe(name)) if expected else None
         stored = msgspec.json.encode(
             CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in, file=file)
         )
@@ -70,16 +72,31 @@ class ModelStore:
                 f"model '{name}' changed since revision {expected}: get it again and reapply your change"
             ) from None
         self.log.info("model changed", model=name, action=action, revision=revision, by=by)
+        await self._audit(by, action, name, before.model if before else None, model)
         return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in, file=file)
 
-    async def delete(self, entry: ModelEntry) -> None:
-        """Remove the model at exactly `entry`'s revision."""
+    async def _audit(self, who: str, action: str, name: str, before: Model | None, after: Model | None) -> None:
+        """The change on the audit trail (the router's stream keeps it; a publish is not waited on)."""
+        entry = AuditEntry(
+            time=time.time(),
+            who=who,
+            area="catalog",
+            action=action,
+            subject=name,
+            before=msgspec.json.encode(before).decode() if before else "",
+            after=msgspec.json.encode(after).decode() if after else "",
+        )
+        await self.nc.publish(AUDIT.subject("catalog"), msgspec.json.encode(entry))
+
+    async def delete(self, entry: ModelEntry, by: str = "") -> None:
+        """Remove the model at exactly `entry`'s revision (`by`: who, for the audit trail)."""
         name = entry.model.name
         try:
             await self.kv.delete(name, last=entry.revision)
         except KeyWrongLastSequenceError:
             raise Conflict(f"model '{name}' changed while being removed: try again") from None
         self.log.info("model removed", model=name)
+        await self._audit(by or "unknown", "remove", name, entry.model, None)
 
 
 def _entry(record: CatalogRecord, revision: int) -> ModelEntry:

@@ -40,6 +40,8 @@ async def _create(nc: Client, args: argparse.Namespace) -> int:
             "name": args.name,
             "admin": args.admin,
             "project": args.project,
+            "tenant": args.tenant,
+            "owner": args.owner,
             "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
             "models": [m for m in (args.models or "").split(",") if m],
             "limits": msgspec.to_builtins(_limits(args)),
@@ -58,6 +60,8 @@ async def _create(nc: Client, args: argparse.Namespace) -> int:
 def _create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="what the key is for")
     parser.add_argument("--project", default="default", help="its project, whose limits it shares (default: default)")
+    parser.add_argument("--tenant", default="default", help="its tenant (default: default)")
+    parser.add_argument("--owner", default="", metavar="USER", help="the user it belongs to (default: none)")
     parser.add_argument("--models", metavar="A,B", help="the models it may use, comma-separated (default: all)")
     parser.add_argument("--admin", action="store_true", help="it may use the admin API")
     parser.add_argument("--expires-days", type=float, metavar="D", help="days until it stops working (default: never)")

@@ -14,6 +14,7 @@ from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
+from llmgw.ctl.people_commands import AUDIT, TENANT, USER
 from llmgw.ctl.tree import add_nouns, run_ctl
 
 __all__ = ["main", "parser"]
@@ -123,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )
-    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, REPLICA, WEIGHTS, MIRROR])
+    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, AUDIT, REPLICA, WEIGHTS, MIRROR])
     return top
 
 

@@ -69,7 +69,7 @@ async def _remove(nc: Client, args: argparse.Namespace) -> int:
     if args.purge:
         report = await call(nc, catalog.MODEL_PURGE, ModelPurge(name=args.name, revision=args.revision, by=BY))
         return done(args, report, purged(report))
-    entry = await call(nc, catalog.MODEL_REMOVE, ModelRef(name=args.name, revision=args.revision))
+    entry = await call(nc, catalog.MODEL_REMOVE, ModelRef(name=args.name, revision=args.revision, by=BY))
     return done(args, entry, removed(entry))
 
 

@@ -22,6 +22,8 @@ import aiohttp
 from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
 from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.accounts.audit import Audit
+from llmgw.router.accounts.people import People
 from llmgw.router.admin.api import admin_api, metrics_route
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
@@ -94,6 +96,8 @@ class Router:
             self.summing = Summing(config)
             self.summing.start()
         await self.accounts.serve(ctx)
+        self.accounts.people = await People.open(ctx.js, self.accounts.keys, await Audit.open(ctx.nc, ctx.js))
+        await self.accounts.people.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
@@ -118,7 +122,8 @@ class Router:
         self.draining = True
         if self.http:
             await self.http.stop(grace_s=self.config.drain_s)
-        for part in (self.health, self.oracle, self.demand, self.accounts, self.directory, self.summing):
+        people = self.accounts.people if self.accounts else None
+        for part in (self.health, self.oracle, self.demand, self.accounts, people, self.directory, self.summing):
             if part:
                 part.stop()
         if self.client:

@@ -39,6 +39,7 @@ from llmgw.proto import (
 from llmgw.proto import router as router_api
 from llmgw.router.accounts.keys import authorize, key_hash
 from llmgw.router.accounts.limits import Verdict
+from llmgw.router.accounts.people import People
 from llmgw.router.accounts.quota import Quota, Scope
 from llmgw.router.config import RouterConfig
 from llmgw.router.usage.book import UsageBook
@@ -88,6 +89,8 @@ class Accounts:
         self.spool: UsageSpool | None = None
         """Usage the stream did not take, kept until it does (`open` makes it)."""
         self.log = get_logger("router")
+        self.people: People | None = None
+        """Users and tenants (the service opens them after the accounts: tests of the rest go without)."""
 
     @classmethod
     async def open(
@@ -240,11 +243,15 @@ class Accounts:
         """A new key (its project made if missing), usable at once on this router."""
         key = "sk-llmgw-" + secrets.token_urlsafe(32)
         now = time.time()
+        if self.people is not None:
+            self.people.known_tenant(req.tenant)
         record = KeyRecord(
             name=req.name,
             created=now,
             admin=req.admin,
             project=req.project,
+            tenant=req.tenant,
+            owner=req.owner,
             expires=now + req.expires_in_s if req.expires_in_s else None,
             models=req.models,
             limits=req.limits,

@@ -132,7 +132,7 @@ async def remove_model(request: Request, nc: Client, name: str, revision: int | 
     """Remove a model from the catalog (its files stay); `?revision=` removes it only at that
     revision (409 else)."""
     _check_revision(revision)
-    ref = msgspec.structs.replace(_ref(name), revision=revision)
+    ref = msgspec.structs.replace(_ref(name), revision=revision, by=request.state.key.name)
     return await ask(nc, catalog.MODEL_REMOVE, ref, request.state.key.name)
 
 

@@ -283,7 +283,7 @@ async def _gpus(view: View, entry: ModelEntry, revision: int) -> Response:
 
 
 async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
-    await view.ask(catalog.MODEL_REMOVE, ModelRef(name=entry.model.name, revision=revision))
+    await view.ask(catalog.MODEL_REMOVE, ModelRef(name=entry.model.name, revision=revision, by=view.by))
     return view.done(f"{PREFIX}/models", view.t("model.msg.removed", name=entry.model.name))
 
 

@@ -19,7 +19,15 @@ from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Outcome, Served, Ticket
-from llmgw.router.request.prepare import check_body, check_prompts, check_size, prepare, refusal, resolve
+from llmgw.router.request.prepare import (
+    check_body,
+    check_prompts,
+    check_size,
+    check_tenant,
+    prepare,
+    refusal,
+    resolve,
+)
 from llmgw.router.request.proxy import Proxy
 from llmgw.router.request.relay import Answer, Relay
 from llmgw.router.routing.directory import Directory
@@ -44,9 +52,17 @@ class Gateway:
         self.accounts, self.directory, self.oracle = accounts, directory, oracle
         self.proxy, self.metrics, self.config = proxy, metrics, config
 
+    def _tenant_models(self, key: KeyRecord) -> list[str]:
+        """The models `key`'s tenant may use (empty: every one)."""
+        people = self.accounts.people
+        return people.tenant(key.tenant).models if people is not None else []
+
     def model_names(self, key: KeyRecord) -> list[str]:
-        """The models (and aliases) `key` may use, sorted."""
-        return sorted(n for n in self.directory.names() if not key.models or n in key.models)
+        """The models (and aliases) `key` (and its tenant) may use, sorted."""
+        tenant = self._tenant_models(key)
+        return sorted(
+            n for n in self.directory.names() if (not key.models or n in key.models) and (not tenant or n in tenant)
+        )
 
     def models(self, authorization: str) -> dict:
         """The models (and aliases) the key in this `Authorization` header may use, as OpenAI
@@ -74,7 +90,9 @@ class Gateway:
         raw = await read()
         check_body(headers.get("content-type"), raw)
         body, asked, model = resolve(raw, self.directory.model)
-        ticket = Ticket(request_id=rid, key_id=key_id, project=key.project, model=model.name, started=started)
+        ticket = Ticket(
+            request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
+        )
         try:
             prepared = await self._prepare(path, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
@@ -92,6 +110,7 @@ class Gateway:
     async def _prepare(self, path: str, body: dict, asked: str, model: Model, key: KeyRecord) -> Prepared:
         """The request checked and, where its model has ready replicas, its prompt measured (a 400
         where it does not fit the context); else it is measured once the model woke."""
+        check_tenant(asked, model, key, self._tenant_models(key))
         prepared = prepare(path, body, asked, model, key, self.config.max_n)
         check_prompts(prepared, self.config.max_prompts)
         _, ready = self.directory.ready(model)

@@ -22,6 +22,7 @@ class Ticket(msgspec.Struct, frozen=True, kw_only=True):
     project: str
     model: str
     """The model it asked for."""
+    tenant: str = "default"
     started: float
     """`time.perf_counter()` when it arrived."""
 
@@ -69,6 +70,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
             time=now,
             key=self.ticket.key_id,
             project=self.ticket.project,
+            tenant=self.ticket.tenant,
             model=self.model,
             replica=self.served.replica,
             status=self.served.status,

@@ -33,6 +33,7 @@ __all__ = [
     "check_body",
     "check_prompts",
     "check_size",
+    "check_tenant",
     "measure_plan",
     "prepare",
     "refusal",
@@ -85,6 +86,14 @@ def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, st
     if model is None:
         raise ModelNotFound(f"The model '{asked}' does not exist; GET /v1/models lists them.", "model")
     return body, asked, model
+
+
+def check_tenant(asked: str, model: Model, key: KeyRecord, tenant_models: list[str]) -> None:
+    """Whether the key's tenant may use the model (`tenant_models`: what it may use; empty: every one)."""
+    if tenant_models and asked not in tenant_models and model.name not in tenant_models:
+        raise ModelNotAllowed(
+            f"The tenant '{key.tenant}' may not use model '{asked}'; it may use {', '.join(tenant_models)}.", "model"
+        )
 
 
 def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max_n: int) -> Prepared:
