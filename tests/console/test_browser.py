@@ -52,7 +52,7 @@ def test_signing_in_opens_the_models_with_the_demo_model(chromium, up):
     chromium.open("/console/models")
     assert chromium.path == "/console/signin"
     chromium.fill("#key", up.key)
-    chromium.find("form button[type=submit]").click()
+    chromium.find("#signin-key button[type=submit]").click()
     chromium.wait_for(lambda: chromium.path == "/console/models")
     assert "smollm2" in chromium.text()
     chromium.wait_for(lambda: "1 ready of 1" in chromium.text())

@@ -27,7 +27,7 @@ async def signed_in(stack):
     def sign_in():
         browser.open("/console/signin")
         browser.fill("#key", stack.admin_key)
-        browser.find("form button[type=submit]").click()
+        browser.find("#signin-key button[type=submit]").click()
         browser.wait_for(lambda: browser.path == "/console/models")
 
     await asyncio.to_thread(sign_in)

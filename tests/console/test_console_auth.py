@@ -24,7 +24,9 @@ async def test_an_admin_key_signs_in_with_a_strict_httponly_cookie_that_does_not
     token = re.search(r'name="csrf" value="([^"]*)"', (await browser.get("/console/signin")).text).group(1)
     form = {"csrf": token, "key": stack.admin_key}
     raw = await browser.http.post("/console/signin", data=form, follow_redirects=False)
-    assert raw.status_code == 303 and raw.headers["location"] == "/console/models"
+    assert (
+        raw.status_code == 303 and raw.headers["location"] == "/console/dashboard"
+    )  # an admin lands on the fleet at a glance
     cookie = next(c for c in raw.headers.get_list("set-cookie") if c.startswith("llmgw_console="))
     assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower() and "Max-Age=" in cookie
     assert stack.admin_key not in cookie

@@ -165,6 +165,8 @@ class RequestLogAsk(Struct, kw_only=True):
     """Only those that did not end with a 200."""
     tenants: list[str] = field(default_factory=list)
     """Only these tenants' (empty: every tenant's): what the asker may see."""
+    keys: list[str] = field(default_factory=list)
+    """Only these keys' (empty: every key's): what the asker may see."""
     before: NonNegative = 0
     """The page older than this stream sequence (a page's `next`); 0: the latest."""
 

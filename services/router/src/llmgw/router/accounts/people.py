@@ -54,9 +54,13 @@ class SignInRefused(BusError):
 
 
 class Locked(BusError):
-    """Too many wrong passwords in a row for a name: it waits."""
+    """Too many wrong passwords in a row for a name: it waits `wait_s`."""
 
     code = "429"
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(message)
+        self.wait_s = wait_s
 
 
 class People:
@@ -192,7 +196,8 @@ class People:
         count, until = self.failures.get(name, (0, 0.0))
         if until > now:
             raise Locked(
-                f"too many wrong passwords for '{name}' in a row: signing in as it waits {until - now:.0f} s more"
+                f"too many wrong passwords for '{name}' in a row: signing in as it waits {until - now:.0f} s more",
+                until - now,
             )
         user = self.user(name)
         stored = user.password if user is not None and user.source == "local" else ""

@@ -14,9 +14,10 @@ from litestar.datastructures import Cookie
 from litestar.response import Redirect, Response
 
 from llmgw.bus import get_logger
+from llmgw.router.accounts.people import Locked, SignInRefused
 from llmgw.router.console.i18n import LANGUAGES
 from llmgw.router.console.session import same
-from llmgw.router.console.web import LANG_COOKIE, PRE_COOKIE, PREFIX, SESSION_COOKIE, View, next_page
+from llmgw.router.console.web import LANG_COOKIE, NAVIGATION, PRE_COOKIE, PREFIX, SESSION_COOKIE, View, next_page
 from llmgw.router.errors import ApiError
 
 __all__ = ["ROUTES"]
@@ -41,16 +42,28 @@ async def signin(request: Request, view: View) -> Response:
     back = str(form.get("next", ""))
     if not nonce or not same(token, view.console.sessions.anonymous_csrf(nonce)):
         return view.signin_page(403, view.t("signin.err.csrf"), back)
-    key = str(form.get("key", "")).strip()
-    try:
-        key_id, record = view.console.accounts.authorize(f"Bearer {key}", admin=True)
-    except ApiError as exc:
-        reason = _KEY_ERRORS.get(exc.code, "not_admin")
-        _log.warning("console sign-in refused", why=exc.code)
-        return view.signin_page(401 if reason != "not_admin" else 403, view.t(f"signin.err.{reason}"), back)
-    _log.info("console sign-in", key=record.name, key_id=key_id)
-    cookie, _session = view.console.sessions.issue(key_id, time.time())
-    response = view.done(next_page(back), view.t("signin.done", name=record.name))
+    name = str(form.get("name", "")).strip()
+    if name:
+        signed = await _as_user(view, name, str(form.get("password", "")), back)
+        if isinstance(signed, Response):
+            return signed
+        subject, who = signed
+    else:
+        key = str(form.get("key", "")).strip()
+        try:
+            subject, record = view.console.accounts.authorize(f"Bearer {key}", admin=True)
+        except ApiError as exc:
+            reason = _KEY_ERRORS.get(exc.code, "not_admin")
+            _log.warning("console sign-in refused", why=exc.code)
+            return view.signin_page(401 if reason != "not_admin" else 403, view.t(f"signin.err.{reason}"), back)
+        who = record.name
+        _log.info("console sign-in", key=who, key_id=subject)
+    cookie, _session = view.console.sessions.issue(subject, time.time())
+    principal = view.console.principal(subject, time.time())
+    first = next((p for p in NAVIGATION if principal is not None and principal.opens(p)), "playground")
+    asked = next_page(back).removeprefix(f"{PREFIX}/").split("/", 1)[0] if back else ""
+    target = next_page(back) if asked and principal is not None and principal.opens(asked) else f"{PREFIX}/{first}"
+    response = view.done(target, view.t("signin.done", name=who))
     response.set_cookie(
         SESSION_COOKIE,
         cookie,
@@ -62,6 +75,24 @@ async def signin(request: Request, view: View) -> Response:
     )
     response.delete_cookie(PRE_COOKIE, path=PREFIX)
     return response
+
+
+async def _as_user(view: View, name: str, password: str, back: str) -> tuple[str, str] | Response:
+    """A user's sign-in: its session's subject and name, or the page that says why not (the same
+    words for a wrong name or password; a lock said as such)."""
+    people = view.console.accounts.people
+    try:
+        if people is None:
+            raise SignInRefused("no users here")
+        user = await people.sign_in(name, password, time.time())
+    except Locked as exc:
+        _log.warning("console sign-in refused", user=name, why="locked")
+        return view.signin_page(429, view.t("signin.err.locked", name=name, seconds=f"{exc.wait_s:.0f}"), back)
+    except SignInRefused:
+        _log.warning("console sign-in refused", user=name, why="wrong name or password")
+        return view.signin_page(401, view.t("signin.err.user"), back)
+    _log.info("console sign-in", user=user.name)
+    return f"u-{user.name}", user.name
 
 
 @post("/signout")
@@ -83,9 +114,9 @@ async def switch_language(to: str, next: str = "") -> Redirect:
 
 
 @get("/")
-async def home() -> Redirect:
-    """The console opens on the models."""
-    return Redirect(f"{PREFIX}/models", status_code=303)
+async def home(view: View) -> Redirect:
+    """The console opens on the first page the signed-in principal opens."""
+    return Redirect(f"{PREFIX}/{(view.pages or ['models'])[0]}", status_code=303)
 
 
 @get("/{rest:path}")

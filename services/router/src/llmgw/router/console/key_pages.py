@@ -42,9 +42,10 @@ async def _standing(view: View, scope: Scope, now: float) -> list[tuple[str, int
 
 async def _page(view: View, status: int = 200, error: str = "", **context: object) -> Response:
     """The page, with `error` at the top and `context` (a form's values kept, a key just made)."""
-    accounts, now = view.console.accounts, time.time()
-    keys = (await accounts.list_keys(Empty())).keys
-    projects = sorted(accounts.projects.items.values(), key=lambda p: p.name)
+    accounts, now, who = view.console.accounts, time.time(), view.principal
+    assert who is not None
+    keys = {kid: k for kid, k in (await accounts.list_keys(Empty())).keys.items() if who.sees_key(k)}
+    projects = sorted(accounts.projects.items.values(), key=lambda p: p.name) if who.admin else []
     key_scopes = [accounts.scopes(kid, record)[0] for kid, record in keys.items()]
     project_scopes = [accounts.project_scope(p.name) for p in projects]
     read = await asyncio.gather(*(_standing(view, scope, now) for scope in [*key_scopes, *project_scopes]))
@@ -90,7 +91,9 @@ def _key_create(view: View) -> KeyCreate:
     project = _name(view, "key_project") if view.form.get("key_project", "").strip() else "default"
     models = [_name(view, "key_models", m) for m in view.form.get("key_models", "").replace(",", " ").split()]
     days = view.number("key_expires_days", 1, _MOST_DAYS) if view.form.get("key_expires_days", "").strip() else 0
-    return KeyCreate(
+    who = view.principal
+    assert who is not None
+    asked = KeyCreate(
         name=name,
         admin="key_admin" in view.form,
         project=project,
@@ -98,6 +101,10 @@ def _key_create(view: View) -> KeyCreate:
         models=models,
         limits=_limits(view),
     )
+    if who.admin:
+        return asked
+    # anyone else's key is its own, in its tenant, with no admin rights
+    return msgspec.structs.replace(asked, admin=False, tenant=who.tenant, owner=who.name)
 
 
 @get("/keys")
@@ -128,9 +135,13 @@ async def create_key(view: View) -> Response:
 async def revoke_key(view: View) -> Response:
     """Revoke a key by its id, on every router; an id no key has changes nothing and says so."""
     raw = view.form.get("id", "")
+    accounts, who = view.console.accounts, view.principal
     try:
         ref = msgspec.convert({"id": raw}, KeyRef)
-        record = (await view.console.accounts.revoke_key(ref)).keys[ref.id]
+        seen = [k for kid, k in (await accounts.list_keys(Empty())).keys.items() if kid == ref.id]
+        if not seen or who is None or not who.sees_key(seen[0]):
+            raise NotFound(ref.id)  # one it does not see is one it cannot name
+        record = (await accounts.revoke_key(ref)).keys[ref.id]
     except (msgspec.ValidationError, NotFound):
         return await _page(view, 404, view.t("keys.err.unknown", id=raw))
     _log.info("key revoked", name=record.name, key_id=ref.id, by=view.by, where="console")

@@ -24,8 +24,13 @@ async def requests_page(view: View, model: str = "", key: str = "", errors: str 
     except msgspec.ValidationError:
         message = view.t("requests.err.filter", named=key, before=before)
         return view.render("requests.html", status=400, active="requests", form=form, log=None, names={}, error=message)
+    who = view.principal
+    assert who is not None
+    seen = {kid: k for kid, k in (await view.console.accounts.list_keys(Empty())).keys.items() if who.sees_key(k)}
+    if not who.admin:  # its own keys' requests (and the playground's under its name), nobody else's
+        ask = msgspec.structs.replace(ask, keys=[*seen, f"user-{who.name}"])
     log = await view.ask(router.REQUEST_LOG, ask)
-    names = {kid: k.name for kid, k in (await view.console.accounts.list_keys(Empty())).keys.items()}
+    names = {kid: k.name for kid, k in seen.items()} | {f"user-{who.name}": who.name}
     return view.render("requests.html", active="requests", form=form, log=log, names=names, error="")
 
 

@@ -56,6 +56,9 @@ def _series(rows: list[UsageRow], groups: list[str], starts: list[float], label:
 @get("/usage")
 async def usage_page(view: View, since: str = "hour", group_by: str = "model") -> Response:
     """Usage over the range `since` grouped by `group_by`: a table and charts over time."""
+    who = view.principal
+    assert who is not None
+    group_by = group_by if who.admin else "key"  # anyone else sees its own keys' usage only
     form = {"since": since, "group_by": group_by}
     if since not in RANGES or group_by not in GROUPS:
         error = view.t("usage.err.choice", since=since, group_by=group_by)
@@ -69,6 +72,11 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
     label = {r.group: r.group for r in total.rows}
     if group_by == "key":
         names = (await accounts.list_keys(Empty())).keys
+        if not who.admin:
+            mine = {kid for kid, k in names.items() if who.sees_key(k)} | {f"user-{who.name}"}
+            total.rows = [r for r in total.rows if r.group in mine]
+            bucketed.rows = [r for r in bucketed.rows if r.group in mine]
+            label = {g: g for g in label if g in mine}
         label = {g: view.t("usage.key_label", name=names[g].name, id=g) if g in names else g for g in label}
     first, last = bucket_start(start, chosen.bucket_s), bucket_start(now, chosen.bucket_s)
     starts = [float(s) for s in range(int(first), int(last) + 1, chosen.bucket_s)]
@@ -91,7 +99,8 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
 def _render(view: View, form: dict[str, str], status: int = 200, **data: object) -> Response:
     """The page with the range form (`form`: what was asked) and what there is of `data`."""
     shown = {"error": "", "rows": [], "label": {}, "charts": list[tuple[str, Markup]](), "more": 0, **data}
-    return view.render("usage.html", status=status, active="usage", form=form, ranges=RANGES, groups=GROUPS, **shown)
+    groups = GROUPS if view.principal is not None and view.principal.admin else ("key",)
+    return view.render("usage.html", status=status, active="usage", form=form, ranges=RANGES, groups=groups, **shown)
 
 
 ROUTES = (usage_page,)

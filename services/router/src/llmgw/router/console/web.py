@@ -24,6 +24,7 @@ from nats.aio.client import Client
 
 from llmgw.bus import get_logger
 from llmgw.proto import Endpoint, KeyRecord
+from llmgw.router.accounts.access import Principal, key_principal, user_principal
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.admin.operations import ask
 from llmgw.router.console.i18n import LANGUAGES, Messages, choose_language
@@ -31,13 +32,17 @@ from llmgw.router.console.session import BadSession, ExpiredSession, Session, Se
 from llmgw.router.errors import ApiError
 from llmgw.router.request.gateway import Gateway
 
-__all__ = ["PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
+__all__ = ["NAVIGATION", "PREFIX", "Console", "Refused", "View", "check_request", "next_page"]
 
 PREFIX = "/console"
 SESSION_COOKIE, LANG_COOKIE, NOTE_COOKIE, PRE_COOKIE = "llmgw_console", "llmgw_lang", "llmgw_note", "llmgw_pre"
 OPEN_PATHS = (f"{PREFIX}/signin", f"{PREFIX}/lang", f"{PREFIX}/static/")
 """Reached without a session: the sign-in page, the language switch, the styles and script."""
 
+NAVIGATION = ("dashboard", "models", "serve", "playground", "mirror", "fleet", "keys", "usage", "requests")
+"""The pages the navigation lists, in order (each principal sees those it opens)."""
+_EVERYONE = ("", "signout", "lang", "signin", "static")
+"""Pages every signed-in principal opens."""
 _NOTE_MOST = 1200
 """Characters of a note kept (a cookie past ~4 KB is dropped by the browser, the note with it)."""
 _log = get_logger("router")
@@ -77,6 +82,25 @@ class Console:
             lstrip_blocks=True,
         )
 
+    def principal(self, subject: str, now: float) -> Principal | None:
+        """Who a session names, as it is now: a user not removed or disabled ('u-' and its name),
+        or an admin key alive; None: neither (the session ends)."""
+        if subject.startswith("u-"):
+            people = self.accounts.people
+            user = people.user(subject[2:]) if people is not None else None
+            return user_principal(user) if user is not None else None
+        key = self.admin(subject, now)
+        return key_principal(subject, key) if key is not None else None
+
+    def key_of(self, who: Principal) -> KeyRecord:
+        """What `who` acts as: the admin key's record, or a user's own key (`Principal.as_key`)."""
+        if who.subject.startswith("u-"):
+            return who.as_key()
+        for digest, record in self.accounts.keys.items.items():
+            if digest[:16] == who.subject:
+                return record
+        return who.as_key()
+
     def admin(self, key_id: str, now: float) -> KeyRecord | None:
         """The admin key with this id, while it exists, is an admin's and has not expired."""
         for digest, record in self.accounts.keys.items.items():
@@ -89,9 +113,11 @@ class Console:
 class View:
     """One request as a page sees it."""
 
-    def __init__(self, console: Console, request: Request, session: Session | None, key: KeyRecord | None) -> None:
+    def __init__(self, console: Console, request: Request, session: Session | None, who: Principal | None) -> None:
         self.console, self.request = console, request
-        self.session, self.key = session, key
+        self.session, self.principal = session, who
+        self.key: KeyRecord | None = None if who is None else console.key_of(who)
+        """What it acts as: the admin key signed in, or a user's own (`Principal.as_key`)."""
         self.lang = choose_language(request.cookies.get(LANG_COOKIE), request.headers.get("accept-language"))
         raw_note = request.cookies.get(NOTE_COOKIE)
         self.note = console.sessions.read_note(raw_note) if raw_note else None
@@ -103,8 +129,13 @@ class View:
 
     @property
     def by(self) -> str:
-        """Who is acting, as the services record it: the signed-in key's name."""
-        return self.key.name if self.key else ""
+        """Who is acting, as the services record it: the signed-in user's or key's name."""
+        return self.principal.name if self.principal else ""
+
+    @property
+    def pages(self) -> list[str]:
+        """The navigation's pages this principal opens."""
+        return [p for p in NAVIGATION if self.principal is not None and self.principal.opens(p)]
 
     # words and numbers
 
@@ -221,34 +252,38 @@ async def check_request(console: Console, request: Request) -> Response | None:
     is not the session's). Nothing is changed by a request stopped here."""
     now = time.time()
     path = request.url.path
-    session = key = None
+    session = who = None
     raw = request.cookies.get(SESSION_COOKIE)
     why = ""
     if raw:
         try:
             session = console.sessions.open(raw, now)
-            key = console.admin(session.key_id, now)
-            why = "" if key else "revoked"
+            who = console.principal(session.key_id, now)
+            why = "" if who else "revoked"
         except ExpiredSession:
             why = "expired"
         except BadSession:
             why = "bad"
     else:
         why = "none"
-    if key is None:
+    if who is None:
         session = None
-    view = request.state.view = View(console, request, session, key)
+    view = request.state.view = View(console, request, session, who)
     if path.startswith(OPEN_PATHS):
         return None
-    if session is None:
+    if session is None or who is None:
         if request.method == "GET":
             return Redirect(f"{PREFIX}/signin?next={quote(path)}&why={why}", status_code=303)
         return view.signin_page(401, view.t(f"signin.why.{why}"), view.refresh_url())
+    page = path.removeprefix(f"{PREFIX}/").split("/", 1)[0]
+    if page not in _EVERYONE and not who.opens(page):
+        role = view.t(f"role.{who.role}")
+        return view.render("error.html", status=403, message=view.t("error.role", name=who.name, role=role))
     if request.method == "POST":
         form = await request.form()
         view.forms = {name: [str(x) for x in form.getall(name)] for name in form}
         view.form = {name: values[-1] for name, values in view.forms.items()}
         if not same(view.form.get("csrf", ""), session.csrf):
-            _log.warning("console form refused: CSRF token", path=path, key=key.name if key else "")
+            _log.warning("console form refused: CSRF token", path=path, who=who.name)
             return view.render("error.html", status=403, message=view.t("error.csrf"))
     return None

@@ -94,6 +94,7 @@ async def request_log(nc: Client, js: JetStreamContext, ask: RequestLogAsk) -> R
             and (not ask.key or r.key == ask.key)
             and (not ask.errors or r.status != 200)
             and (not ask.tenants or r.tenant in ask.tenants)
+            and (not ask.keys or r.key in ask.keys)
         )
 
     got, after = await read_back(nc, js, _USAGE, (ask.before, ask.limit), wanted)

@@ -1,0 +1,76 @@
+"""The console for people with JavaScript off, against the real router and catalog: users sign
+in with a name and password, each role sees its own pages and nothing else (a member its own
+keys), a lock after wrong passwords is said as such, a role changed counts from the next
+request, a user removed is signed out at once."""
+
+from __future__ import annotations
+
+from llmgw.bus import call
+from llmgw.proto import people
+from llmgw.proto.people import Tenant, UserCreate, UserRef, UserRole
+from tests.console.conftest import Browserless, csrf_of
+
+PASSWORD = "correct horse battery staple"
+
+
+async def _user(stack, name: str, role: str = "member") -> None:
+    await call(stack.nc, people.TENANT_PUT, Tenant(name="research", by="t"))
+    ask = UserCreate(name=name, tenant="research", role=role, password=PASSWORD, by="t")
+    await call(stack.nc, people.USER_CREATE, ask)
+
+
+async def _sign_in(stack, name: str, password: str = PASSWORD):
+    browser = Browserless(stack.url)
+    page = await browser.get("/console/signin")
+    form = {"csrf": csrf_of(page.text), "name": name, "password": password, "next": ""}
+    answered = await browser.http.post("/console/signin", data=form)
+    if 'name="csrf"' in answered.text and answered.status_code == 200:
+        browser._csrf = csrf_of(answered.text)
+    return browser, answered
+
+
+async def test_a_member_signs_in_and_sees_only_its_own_pages_and_keys(stack):
+    await _user(stack, "mia")
+    browser, landed = await _sign_in(stack, "mia")
+    assert landed.status_code == 200 and str(landed.url).endswith("/console/playground"), landed.url
+    nav = landed.text[landed.text.index("<nav") : landed.text.index("</nav>")]
+    assert [p in nav for p in ("Playground", "Keys", "Usage", "Requests")] == [True] * 4
+    assert "Models" not in nav and "Fleet" not in nav and "Mirror" not in nav and "Dashboard" not in nav
+    refused = await browser.get("/console/models")
+    assert refused.status_code == 403 and "mia is a member, whose console does not open this page" in refused.text
+    page = await browser.page("/console/keys")
+    assert "ops" not in page.text and 'name="key_admin"' not in page.text and 'id="projects"' not in page.text
+    made = await browser.post("/console/keys", {"key_name": "mias-key", "key_admin": "1"})
+    assert made.status_code == 201 and "sk-llmgw-" in made.text
+    mine = [k for k in stack.router.accounts.keys.items.values() if k.name == "mias-key"]
+    assert [(k.owner, k.tenant, k.admin) for k in mine] == [("mia", "research", False)]
+    ops = next(kid for kid, k in (await stack.router.accounts.list_keys()).keys.items() if k.name == "ops")
+    gone = await browser.post("/console/keys/revoke", {"id": ops})
+    assert gone.status_code == 404 and any(k.name == "ops" for k in stack.router.accounts.keys.items.values())
+    assert (await browser.post("/console/projects", {"project_name": "x"})).status_code == 403
+
+
+async def test_wrong_passwords_lock_the_name_and_the_words_never_say_which_was_wrong(stack):
+    await _user(stack, "lee")
+    for _ in range(5):
+        _, refused = await _sign_in(stack, "lee", "not the password!")
+        assert refused.status_code == 401 and "That name and password do not sign in" in refused.text
+    _, nobody = await _sign_in(stack, "nobody-here", "not the password!")
+    assert nobody.status_code == 401 and "That name and password do not sign in" in nobody.text
+    _, locked = await _sign_in(stack, "lee")
+    assert (
+        locked.status_code == 429
+        and "Too many wrong passwords for lee in a row: try again in 30 seconds" in locked.text
+    )
+
+
+async def test_a_role_changed_counts_from_the_next_request_and_a_user_removed_is_signed_out(stack):
+    await _user(stack, "otto")
+    browser, _ = await _sign_in(stack, "otto")
+    assert (await browser.get("/console/models")).status_code == 403
+    await call(stack.nc, people.USER_ROLE, UserRole(name="otto", tenant="research", role="operator", by="t"))
+    models = await browser.get("/console/models")
+    assert models.status_code == 200 and "Fleet" in models.text and "Dashboard" in models.text
+    await call(stack.nc, people.USER_REMOVE, UserRef(name="otto", by="t"))
+    after = await browser.get("/console/models")
+    assert str(after.url).startswith(f"{stack.url}/console/signin") and "why=revoked" in str(after.url)
