@@ -134,13 +134,33 @@ def test_it_prints_the_base_url_a_key_and_a_curl_line_that_asks_a_real_question(
     assert "Paris" in answered.json()["choices"][0]["message"]["content"], answered.text
 
 
+def test_it_makes_a_first_admin_user_whose_password_it_prints_once_and_which_signs_in(up):
+    printed = "".join(up.lines)
+    password = re.search(r"console user:\s+admin, password (\S+) \(shown this once", printed).group(1)
+
+    async def sign_in():
+        from tests.console.conftest import Browserless, csrf_of
+
+        browser = Browserless(up.base_url.removesuffix("/v1"))
+        page = await browser.get("/console/signin")
+        form = {"csrf": csrf_of(page.text), "name": "admin", "password": password, "next": ""}
+        return await browser.http.post("/console/signin", data=form)
+
+    landed = asyncio.run(sign_in())
+    assert landed.status_code == 200 and "Signed in as admin." in landed.text and "Dashboard" in landed.text
+    listed = subprocess.run(
+        [sys.executable, "-m", "llmgw.ctl", "ctl", "--data-dir", str(up.home), "user", "list"], **TEXT, timeout=60
+    )
+    assert "admin of default" in listed.stdout and password not in listed.stdout
+
+
 def test_it_prints_where_the_web_console_is_and_its_key_signs_in_there(up):
     console = re.search(r"web console:\s+(\S+)", "".join(up.lines)).group(1)
     assert console == up.base_url.removesuffix("/v1") + "/console"
     with httpx.Client(base_url=console, follow_redirects=True, timeout=30) as browser:
         token = re.search(r'name="csrf" value="([^"]*)"', browser.get("/signin").text).group(1)
-        models = browser.post("/signin", data={"csrf": token, "key": up.key})
-        assert models.url.path == "/console/models" and f">{DEMO}</a>" in models.text, models.text
+        landed = browser.post("/signin", data={"csrf": token, "key": up.key})
+        assert landed.url.path == "/console/dashboard" and f">{DEMO}</a>" in landed.text, landed.text
 
 
 def test_the_demo_model_came_in_through_the_mirrors_verified_path(up, home):

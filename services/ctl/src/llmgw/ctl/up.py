@@ -39,7 +39,8 @@ from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_i
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
-from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, router
+from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, people, router
+from llmgw.proto.people import UserCreate, UserRef
 
 __all__ = ["Kept", "UpOptions", "up"]
 
@@ -174,8 +175,19 @@ class _Stopped(Exception):
     """A signal came while `up` was starting."""
 
 
-async def _setup(nats_url: str, home: Path, demo: Demo | None, creds: Path, tend: Callable[[], None]) -> str:
-    """Put the demo model in the catalog if absent; make the local API key once (as the operator).
+async def _first_admin(nc) -> str:
+    """The first admin user, made where there is no user yet: its password (shown once), else ""."""
+    if (await call(nc, people.USER_LIST, UserRef(name="all"))).users:
+        return ""
+    made = await call(nc, people.USER_CREATE, UserCreate(name="admin", role="admin", by="llmgw up"))
+    return made.password
+
+
+async def _setup(
+    nats_url: str, home: Path, demo: Demo | None, creds: Path, tend: Callable[[], None]
+) -> tuple[str, str]:
+    """Put the demo model in the catalog if absent; make the local API key once (as the operator),
+    and the first admin user where there is none (its password, shown once; else "").
     `tend` keeps the processes between tries. The catalog takes the demo's plain source while the
     mirror is still verifying its import (the scheduler places it once the mirror holds it)."""
     nc = await connect(nats_url, "llmgw-up", creds=str(creds))
@@ -196,7 +208,7 @@ async def _setup(nats_url: str, home: Path, demo: Demo | None, creds: Path, tend
                     tmp.write_text(created.key + "\n")
                     tmp.chmod(0o600)
                     tmp.replace(key_file)
-                return key_file.read_text().strip()
+                return key_file.read_text().strip(), await _first_admin(nc)
             except BusError:
                 if time.monotonic() > deadline:
                     raise
@@ -244,8 +256,12 @@ def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
             proc.wait()
 
 
-def _say_up(home: Path, state: UpState, key: str, operator: Path, model: str, ports: dict[str, int]) -> None:
-    """Write <home>/up/up.json (where it is) and print how to use it."""
+def _say_up(
+    home: Path, state: UpState, access: tuple[str, str], operator: Path, model: str, ports: dict[str, int]
+) -> None:
+    """Write <home>/up/up.json (where it is) and print how to use it (`access`: the API key, and
+    the first admin user's password where it was just made)."""
+    key, password = access
     sd = write_up_state(home, state, ports)
     base, nats_url = state.base_url, state.nats_url
     print(f"llmgw is up (data in {home})", flush=True)
@@ -254,6 +270,8 @@ def _say_up(home: Path, state: UpState, key: str, operator: Path, model: str, po
     print(f"  web console:     {base.removesuffix('/v1')}/console (sign in with the API key, an admin's)", flush=True)
     print(f"  NATS:            {nats_url}", flush=True)
     print(f"  operator creds:  {operator}", flush=True)
+    if password:
+        print(f"  console user:    admin, password {password} (shown this once; `llmgw ctl user` makes more)")
     print(f"  operate it:      llmgw ctl --data-dir {home} models (or LLMGW_HOME={home})", flush=True)
     shown = ", ".join(f"{name} {port}" for name, port in ports.items())
     print(f"  metrics:         /metrics on 127.0.0.1 ports {shown}; Prometheus file_sd: {sd}", flush=True)
@@ -347,11 +365,11 @@ def up(opts: UpOptions) -> int:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], ports[name], extra.get(name, []))
             kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
-        key = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
+        key, password = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", tend)
         state = UpState(base_url=base, nats_url=nats.url, pid=os.getpid())
-        _say_up(home, state, key, creds["ctl"], demo.model.name if demo else "<model>", ports)
+        _say_up(home, state, (key, password), creds["ctl"], demo.model.name if demo else "<model>", ports)
         while True:
             tend()
             time.sleep(0.1)
