@@ -27,6 +27,8 @@ __all__ = [
     "AuditEntry",
     "AuditLog",
     "AuditQuery",
+    "GroupRole",
+    "LdapSettings",
     "Role",
     "Tenant",
     "TenantList",
@@ -68,6 +70,41 @@ class User(Struct, kw_only=True):
     disabled: bool = False
     created: float = 0.0
     by: str = ""
+
+
+class GroupRole(Struct, kw_only=True):
+    """A directory group's members get this role in this tenant."""
+
+    group: str
+    """The group's DN (compared without regard to case)."""
+    tenant: Name
+    role: Role
+
+
+class LdapSettings(Struct, kw_only=True):
+    """Signing in with an LDAP directory or Active Directory: the user found with a search made as
+    `bind_dn`, its password checked by binding as it, its groups mapped to roles per tenant."""
+
+    url: str
+    """ldap://host:389 (StartTLS with `starttls`) or ldaps://host:636."""
+    starttls: bool = False
+    ca_file: str = ""
+    """The CA that signed the directory's certificate (ldaps or StartTLS); "": the system's."""
+    bind_dn: str = ""
+    """Who searches ("": anonymously)."""
+    bind_password_file: str = ""
+    """A file (0600) holding that account's password: never in a message, a log or the config."""
+    user_base: str
+    user_filter: str = "(uid={name})"
+    """`{name}`: the name signed in with, escaped. Active Directory:
+    `(&(sAMAccountName={name})(!(userAccountControl:1.2.840.113556.1.4.803:=2)))` (disabled
+    accounts left out); a filter is where a directory's disabled accounts are left out."""
+    group_base: str = ""
+    """Where groups are searched ("": `user_base`)."""
+    group_filter: str = "(member={dn})"
+    """`{dn}`: the user's DN, escaped. Active Directory: `(member:1.2.840.113556.1.4.1941:={dn})`."""
+    groups: list[GroupRole] = field(default_factory=list)
+    timeout_s: Annotated[float, Meta(gt=0, le=60)] = 5.0
 
 
 class UserCreate(Struct, kw_only=True):

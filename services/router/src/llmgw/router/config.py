@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from llmgw.bus import ADMIN_PORTS, BusConfig
+from llmgw.proto.people import LdapSettings
 
 __all__ = ["RouterConfig"]
 
@@ -93,6 +94,9 @@ class RouterConfig(BusConfig, kw_only=True):
     console_session_s: int = 8 * 3600
     """How long a web console session lasts after signing in (/console; sessions are signed with
     a secret derived from `engine_secret`, so every router of a fleet accepts them)."""
+    ldap: LdapSettings | None = None
+    """Sign-in with an LDAP directory or Active Directory (its `[ldap]` table in the config file;
+    docs/people.md): users not made here sign in with it, their groups mapped to tenants."""
     drain_s: float = 10.0
     """At a stop, how long the requests in flight may take to finish before they are cut (new
     ones are refused from the start of the stop)."""

@@ -16,7 +16,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
-from llmgw.bus import BadRequest, Conflict, Context, KvTable, NotFound
+from llmgw.bus import BadRequest, Conflict, Context, KvTable, NotFound, get_logger
 from llmgw.proto import BUCKETS, KeyRecord
 from llmgw.proto import people as people_api
 from llmgw.proto.errors import BusError
@@ -25,6 +25,7 @@ from llmgw.proto.people import (
     AuditEntry,
     AuditLog,
     AuditQuery,
+    LdapSettings,
     Tenant,
     TenantList,
     User,
@@ -35,6 +36,7 @@ from llmgw.proto.people import (
     UserRole,
 )
 from llmgw.router.accounts.audit import Audit, as_json
+from llmgw.router.accounts.ldap import DirectoryError, find_user
 
 __all__ = ["LEAST_PASSWORD", "LOCK_AFTER", "LOCK_S", "Locked", "People", "SignInRefused"]
 
@@ -53,6 +55,12 @@ class SignInRefused(BusError):
     code = "401"
 
 
+class DirectoryDown(BusError):
+    """The directory users sign in with did not answer."""
+
+    code = "503"
+
+
 class Locked(BusError):
     """Too many wrong passwords in a row for a name: it waits `wait_s`."""
 
@@ -66,20 +74,32 @@ class Locked(BusError):
 class People:
     """Users and tenants; signing in."""
 
-    def __init__(self, users: KvTable[User], tenants: KvTable[Tenant], keys: KvTable[KeyRecord], audit: Audit) -> None:
+    def __init__(
+        self,
+        users: KvTable[User],
+        tenants: KvTable[Tenant],
+        keys: KvTable[KeyRecord],
+        audit: Audit,
+        ldap: LdapSettings | None = None,
+    ) -> None:
         self.users, self.tenants, self.keys, self.audit = users, tenants, keys, audit
+        self.ldap = ldap
+        """The directory users not made here sign in with (None: local users only)."""
         self.hasher = PasswordHasher()
+        self.log = get_logger("router")
         self.failures: dict[str, tuple[int, float]] = {}
         """Name -> wrong passwords in a row, and until when it is locked (on this router)."""
         self._dummy = self.hasher.hash(secrets.token_hex(16))
         """Checked against for a name that does not exist, so both take as long."""
 
     @classmethod
-    async def open(cls, js: JetStreamContext, keys: KvTable[KeyRecord], audit: Audit) -> People:
+    async def open(
+        cls, js: JetStreamContext, keys: KvTable[KeyRecord], audit: Audit, ldap: LdapSettings | None = None
+    ) -> People:
         """Watch the users and tenants buckets."""
         users = await KvTable.open(js, BUCKETS["users"], User)
         tenants = await KvTable.open(js, BUCKETS["tenants"], Tenant)
-        return cls(users, tenants, keys, audit)
+        return cls(users, tenants, keys, audit, ldap)
 
     async def serve(self, ctx: Context) -> None:
         """Answer the people endpoints (`llmgw ctl user|tenant|audit`, the admin API)."""
@@ -200,18 +220,45 @@ class People:
                 until - now,
             )
         user = self.user(name)
-        stored = user.password if user is not None and user.source == "local" else ""
-        try:
-            await asyncio.to_thread(self.hasher.verify, stored or self._dummy, password)
-            ok = bool(stored)
-        except (VerificationError, InvalidHashError):
-            ok = False
+        if (user is None or user.source == "ldap") and self.ldap is not None:
+            user = await self._from_directory(self.ldap, name, password)
+            ok = user is not None
+        else:
+            stored = user.password if user is not None and user.source == "local" else ""
+            try:
+                await asyncio.to_thread(self.hasher.verify, stored or self._dummy, password)
+                ok = bool(stored)
+            except (VerificationError, InvalidHashError):
+                ok = False
         if not ok or user is None:
             count += 1
             wait = min(LOCK_S * 2 ** (count - LOCK_AFTER), LOCK_MOST_S) if count >= LOCK_AFTER else 0.0
             self.failures[name] = (count, now + wait)
             raise SignInRefused("that name and password do not sign in")
         self.failures.pop(name, None)
+        return user
+
+    async def _from_directory(self, ldap: LdapSettings, name: str, password: str) -> User | None:
+        """The directory's user `name` where its password binds, its roles those its groups map
+        to (recorded, and audited where they changed); None: no such user or a wrong password."""
+        try:
+            found = await asyncio.to_thread(find_user, ldap, name, password)
+        except DirectoryError as exc:
+            self.log.warning("the directory did not answer a sign-in", user=name, error=str(exc))
+            raise DirectoryDown(
+                "the company directory did not answer; try again, or ask an admin (the router's log says why)"
+            ) from None
+        if found is None:
+            return None
+        if not found.roles:
+            raise SignInRefused(f"{name} is in the directory but in no group mapped to a tenant here: ask an admin")
+        was = self.users.items.get(name)
+        user = User(name=name, roles=found.roles, source="ldap", created=was.created if was else time.time())
+        if was is None or was.roles != user.roles or was.source != "ldap":
+            await self.users.kv.put(name, msgspec.json.encode(user))
+            self.users.items[name] = user
+            change = AuditEntry(time=0, who=f"directory ({ldap.url})", area="users", action="sign-in", subject=name)
+            await self._audit(change, was, user)
         return user
 
     async def audit_log(self, query: AuditQuery) -> AuditLog:

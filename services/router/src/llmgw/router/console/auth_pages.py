@@ -14,7 +14,7 @@ from litestar.datastructures import Cookie
 from litestar.response import Redirect, Response
 
 from llmgw.bus import get_logger
-from llmgw.router.accounts.people import Locked, SignInRefused
+from llmgw.router.accounts.people import DirectoryDown, Locked, SignInRefused
 from llmgw.router.console.i18n import LANGUAGES
 from llmgw.router.console.session import same
 from llmgw.router.console.web import LANG_COOKIE, NAVIGATION, PRE_COOKIE, PREFIX, SESSION_COOKIE, View, next_page
@@ -91,6 +91,8 @@ async def _as_user(view: View, name: str, password: str, back: str) -> tuple[str
     except SignInRefused:
         _log.warning("console sign-in refused", user=name, why="wrong name or password")
         return view.signin_page(401, view.t("signin.err.user"), back)
+    except DirectoryDown:
+        return view.signin_page(503, view.t("signin.err.directory"), back)
     _log.info("console sign-in", user=user.name)
     return f"u-{user.name}", user.name
 

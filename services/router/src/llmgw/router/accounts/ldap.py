@@ -1,0 +1,109 @@
+"""Signing in with an LDAP directory (OpenLDAP, Active Directory), with ldap3: the user found by
+a search made as the service account (the name escaped: no filter can be injected through it),
+its password checked by binding as it, its groups searched and mapped to a role per tenant.
+Blocking: callers run it in a thread."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import NamedTuple
+
+from ldap3 import NONE, SUBTREE, Connection, Server, Tls
+from ldap3.core.exceptions import LDAPException
+from ldap3.utils.conv import escape_filter_chars
+
+from llmgw.proto.people import ROLES, LdapSettings, Role
+
+__all__ = ["DirectoryError", "Found", "find_user", "try_settings"]
+
+_RANK = {role: i for i, role in enumerate(reversed(ROLES))}
+
+
+class DirectoryError(Exception):
+    """The directory could not be asked (unreachable, the service account refused, TLS): said plainly."""
+
+
+class Found(NamedTuple):
+    """A user the directory knows, whose password bound: its DN, groups and the roles they map to."""
+
+    dn: str
+    groups: list[str]
+    roles: dict[str, Role]
+
+
+def _server(s: LdapSettings) -> Server:
+    tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=s.ca_file or None)
+    return Server(s.url, connect_timeout=s.timeout_s, get_info=NONE, tls=tls)
+
+
+def _connect(s: LdapSettings, user: str, password: str) -> Connection:
+    """A connection bound as `user` (StartTLS first where set); DirectoryError where it cannot be made."""
+    conn = Connection(
+        _server(s), user=user or None, password=password or None, receive_timeout=max(1, round(s.timeout_s))
+    )  # whole seconds: ldap3 packs it
+    try:
+        conn.open()
+        if s.starttls and not conn.start_tls():
+            raise DirectoryError(f"{s.url} refused StartTLS: {conn.result.get('description', '')}")
+        if not conn.bind():
+            raise DirectoryError(f"binding as {user or 'anonymous'} was refused ({conn.result.get('description', '')})")
+    except LDAPException as exc:
+        raise DirectoryError(f"{s.url}: {exc}") from None
+    return conn
+
+
+def _service(s: LdapSettings) -> Connection:
+    password = Path(s.bind_password_file).read_text().strip() if s.bind_password_file else ""
+    return _connect(s, s.bind_dn, password)
+
+
+def _groups(s: LdapSettings, conn: Connection, dn: str) -> list[str]:
+    conn.search(s.group_base or s.user_base, s.group_filter.format(dn=escape_filter_chars(dn)), SUBTREE, attributes=[])
+    return [e.entry_dn for e in conn.entries]
+
+
+def _roles(s: LdapSettings, groups: list[str]) -> dict[str, Role]:
+    """The highest role each tenant gets from the groups mapped."""
+    held = {g.lower() for g in groups}
+    roles: dict[str, Role] = {}
+    for mapped in s.groups:
+        if mapped.group.lower() in held and _RANK[mapped.role] > _RANK.get(roles.get(mapped.tenant, ""), -1):
+            roles[mapped.tenant] = mapped.role
+    return roles
+
+
+def find_user(s: LdapSettings, name: str, password: str) -> Found | None:
+    """The directory's user `name` where `password` binds as it (None: no such user, more than one,
+    or a wrong password: the caller says the same for each); DirectoryError where the directory
+    cannot be asked."""
+    if not password:  # an empty password is an anonymous bind, which "succeeds"
+        return None
+    with _service(s) as conn:
+        conn.search(s.user_base, s.user_filter.format(name=escape_filter_chars(name)), SUBTREE, attributes=[])
+        if len(conn.entries) != 1:
+            return None
+        dn = conn.entries[0].entry_dn
+        try:
+            _connect(s, dn, password).unbind()
+        except DirectoryError:
+            return None
+        groups = _groups(s, conn, dn)
+    return Found(dn=dn, groups=groups, roles=_roles(s, groups))
+
+
+def try_settings(s: LdapSettings, name: str = "") -> str:
+    """What settings do, in one sentence (an admin tries them before they are kept): the service
+    account's bind, and with `name` that user's DN and groups. DirectoryError where it fails."""
+    who = s.bind_dn or "anonymous"
+    with _service(s) as conn:
+        if not name:
+            conn.search(s.group_base or s.user_base, "(objectClass=*)", SUBTREE, attributes=[], size_limit=1000)
+            return f"bind as {who} worked; {len(conn.entries)} entries under {s.group_base or s.user_base}"
+        conn.search(s.user_base, s.user_filter.format(name=escape_filter_chars(name)), SUBTREE, attributes=[])
+        if len(conn.entries) != 1:
+            return f"bind as {who} worked; {len(conn.entries)} users match '{name}' (one is needed)"
+        dn = conn.entries[0].entry_dn
+        groups = _groups(s, conn, dn)
+    roles = ", ".join(f"{r} of {t}" for t, r in sorted(_roles(s, groups).items())) or "no role (no group is mapped)"
+    return f"bind as {who} worked; {name} is {dn}, in {len(groups)} groups: {roles}"
