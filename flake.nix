@@ -59,7 +59,7 @@
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" "httptools" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" "httptools" "argon2-cffi" "ldap3" ];
         };
         llmgw-agent = {
           dir = "services/agent";
@@ -154,7 +154,7 @@
 
       devShells = forAll (pkgs: {
         default = pkgs.mkShell {
-          packages = [ pkgs.python3 pkgs.uv pkgs.just pkgs.nats-server self.packages.${pkgs.stdenv.hostPlatform.system}.llama-cpp pkgs.gcc pkgs.ruff ];
+          packages = [ pkgs.python3 pkgs.uv pkgs.just pkgs.nats-server self.packages.${pkgs.stdenv.hostPlatform.system}.llama-cpp pkgs.gcc pkgs.ruff pkgs.openldap ];
           shellHook = "export UV_PROJECT_ENVIRONMENT=.venv";
         };
       });

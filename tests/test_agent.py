@@ -505,4 +505,4 @@ async def test_a_running_engine_reports_its_measured_memory_and_on_cards_what_nv
     [gpu] = [r for r in agent._work().replicas if r.id == "g1"]
     assert gpu.measured_mb >= 700 and [r.measured_mb for r in agent._work().replicas if r.id == "c1"][0] < 700
     ctl_rows = replicas_table(ReplicaList(replicas=[ReplicaState(**msgspec.to_builtins(cpu), estimate_mb=400)]))
-    assert f"400/{cpu.measured_mb}MiB" in ctl_rows.splitlines()[1]
+    assert f"400/{cpu.measured_mb} " in ctl_rows.splitlines()[1]

@@ -107,13 +107,18 @@ def _child(up: Up, name: str) -> psutil.Process:
     raise AssertionError(f"`llmgw up` runs no {name}")
 
 
-def _admin(up: Up, name: str) -> str | None:
-    """The admin URL in `name`'s newest 'started' log line."""
-    started = [
+def _started(up: Up, name: str) -> list[dict]:
+    """`name`'s 'started' log lines, oldest first."""
+    return [
         json.loads(line)
         for line in (up.home / "logs" / f"{name}.log").read_text().splitlines()
         if line.startswith("{") and '"event": "started"' in line
     ]
+
+
+def _admin(up: Up, name: str) -> str | None:
+    """The admin URL in `name`'s newest 'started' log line."""
+    started = _started(up, name)
     return f"http://127.0.0.1:{started[-1]['admin_port']}" if started else None
 
 
@@ -177,14 +182,14 @@ SERVICES = ["catalog", "mirror", "scheduler", "router", "agent"]
 def _kill_and_watch(up: Up, name: str) -> dict:
     """kill -9 `name` under steady clients; its figures once it is back and serving."""
     before = _child(up, name)
-    old_admin = None if name == "nats-server" else _admin(up, name)
+    starts = 0 if name == "nats-server" else len(_started(up, name))
 
-    def back() -> bool:
+    def back() -> bool:  # a new process that said it started (its admin port is the same one: up keeps it)
         try:
             now = _child(up, name)
         except AssertionError:
             return False
-        fresh = now.pid != before.pid and (name == "nats-server" or _admin(up, name) != old_admin)
+        fresh = now.pid != before.pid and (name == "nats-server" or len(_started(up, name)) > starts)
         return fresh and _ready(up, SERVICES)
 
     with Load(up) as load:
