@@ -188,3 +188,16 @@ async def test_remove_is_refused_while_a_model_uses_the_repo_and_names_that_mode
     assert await ctl(nats_server, "mirror", "remove", "demo/tiny") == 0
     assert said(capsys)[1].startswith("Removed from the mirror: demo/tiny (1 file, 436.7 kB)")
     assert (await call(nc, mirror.REPO_LIST, Empty())).repos == []
+
+
+async def test_adding_and_removing_a_repo_is_put_on_the_audit_trail_with_who(held, nats_server, nc, tiny):
+    from llmgw.proto.people import AUDIT, AuditEntry
+
+    heard = await nc.subscribe(AUDIT.subject("mirror"))
+    commit = held.add_repo("org/tiny", {"m.gguf": tiny})
+    assert await ctl(nats_server, "mirror", "add", "org/tiny", "--detach") == 0
+    assert await ctl(nats_server, "mirror", "remove", f"org/tiny@{commit}") == 0
+    added, removed = [msgspec.json.decode((await heard.next_msg(10)).data, type=AuditEntry) for _ in range(2)]
+    assert (added.action, added.who, added.subject, added.before) == ("add", "ctl", f"org/tiny@{commit}", "")
+    assert '"files":["m.gguf"]' in added.after
+    assert (removed.action, removed.who, removed.after) == ("remove", "ctl", "") and "m.gguf" in removed.before

@@ -133,6 +133,8 @@ class RepoRef(Struct, kw_only=True):
     repo: RepoId
     commit: Annotated[str, Meta(pattern=r"^([0-9a-f]{40})?$")] = ""
     """Empty: every commit of it the mirror holds (for update: the newest)."""
+    by: str = ""
+    """On remove and update: who asks (the audit trail says)."""
 
 
 class MirroredFile(Struct, kw_only=True):

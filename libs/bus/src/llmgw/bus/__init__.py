@@ -14,6 +14,7 @@ from llmgw.bus._access import (
     server_config,
     write_identity,
 )
+from llmgw.bus._audit import as_json, audited, record_change
 from llmgw.bus._call import call, call_all, request_raw
 from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, data_home, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
@@ -70,6 +71,8 @@ __all__ = [
     "Verifier",
     "add_service",
     "answerable",
+    "as_json",
+    "audited",
     "authorization_config",
     "call",
     "call_all",
@@ -96,6 +99,7 @@ __all__ = [
     "permissions",
     "public_key",
     "read_identity",
+    "record_change",
     "request_raw",
     "run",
     "server_config",

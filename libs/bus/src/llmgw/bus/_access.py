@@ -225,8 +225,9 @@ def _role_publish(role: str, node: str) -> list[str]:
         )
         return ["$SRV.>", *_calls(*endpoints)]  # and nats.micro's discovery: `nats micro ls`
     if role == "mirror":
-        # its fetches' progress; the catalog's models (a repo a model uses is not removed)
-        return [mirror.FETCH_CHANGED.all, *_calls(catalog.MODEL_LIST)]
+        # its fetches' progress; repos added and removed, for the audit trail; the catalog's
+        # models (a repo a model uses is not removed)
+        return [mirror.FETCH_CHANGED.all, people.AUDIT.subject("mirror"), *_calls(catalog.MODEL_LIST)]
     return []
 
 

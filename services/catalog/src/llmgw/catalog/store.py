@@ -9,9 +9,9 @@ from nats.aio.client import Client
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from llmgw.bus import Conflict, NotFound, kv_scan
+from llmgw.bus import Conflict, NotFound, kv_scan, record_change
 from llmgw.proto import CatalogRecord, FileInfo, Model, ModelEntry
-from llmgw.proto.people import AUDIT, AuditEntry
+from llmgw.proto.people import AuditEntry
 
 __all__ = ["ModelStore"]
 
@@ -76,17 +76,10 @@ class ModelStore:
         return ModelEntry(model=model, revision=revision, changed_by=by, declared_in=declared_in, file=file)
 
     async def _audit(self, who: str, action: str, name: str, before: Model | None, after: Model | None) -> None:
-        """The change on the audit trail (the router's stream keeps it; a publish is not waited on)."""
-        entry = AuditEntry(
-            time=time.time(),
-            who=who,
-            area="catalog",
-            action=action,
-            subject=name,
-            before=msgspec.json.encode(before).decode() if before else "",
-            after=msgspec.json.encode(after).decode() if after else "",
+        """The change on the audit trail (the router's stream keeps it)."""
+        await record_change(
+            self.nc, AuditEntry(time=0, who=who, area="catalog", action=action, subject=name), before, after
         )
-        await self.nc.publish(AUDIT.subject("catalog"), msgspec.json.encode(entry))
 
     async def delete(self, entry: ModelEntry, by: str = "") -> None:
         """Remove the model at exactly `entry`'s revision (`by`: who, for the audit trail)."""

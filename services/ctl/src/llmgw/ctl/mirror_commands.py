@@ -50,7 +50,7 @@ def _checked(kind: type, text: str, form: str, **fields: object):
 
 def _commit_ref(text: str) -> RepoRef:
     repo, commit = repo_words(text, "COMMIT")
-    return _checked(RepoRef, text, "OWNER/REPO[@COMMIT] with a 40-hex commit", repo=repo, commit=commit)
+    return _checked(RepoRef, text, "OWNER/REPO[@COMMIT] with a 40-hex commit", repo=repo, commit=commit, by=BY)
 
 
 def _key(repo: MirroredRepo, short: bool = False) -> str:
@@ -264,7 +264,7 @@ async def _update(nc: Client, args: argparse.Namespace) -> int:
     repo, at = repo_words(args.repo, "COMMIT")
     if at:
         raise ValueError(f"update follows the branch {repo} was added at: name the repo alone, not '{args.repo}'")
-    ref = _checked(RepoRef, args.repo, "OWNER/REPO", repo=repo)
+    ref = _checked(RepoRef, args.repo, "OWNER/REPO", repo=repo, by=BY)
     return await _follow(nc, args, lambda: call(nc, mirror.REPO_UPDATE, ref))
 
 

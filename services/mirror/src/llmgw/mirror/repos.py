@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 
-from llmgw.bus import BusError, call
+from llmgw.bus import BusError, call, record_change
 from llmgw.mirror.config import MirrorParts
 from llmgw.mirror.fetches import key_of
 from llmgw.mirror.plan import Refused, check_room, choose
@@ -14,8 +14,23 @@ from llmgw.proto import Empty, MirroredRepo, Page, RepoAdd, RepoList, RepoRef, p
 from llmgw.proto import catalog as catalog_api
 from llmgw.proto import mirror as mirror_api
 from llmgw.proto.errors import BadRequest, Conflict, Internal, NotFound
+from llmgw.proto.people import AuditEntry
 
 __all__ = ["RepoDesk"]
+
+
+def _summary(repo: MirroredRepo | None) -> dict | None:
+    """What the audit trail keeps of a repo: where it came from and which files, not their progress."""
+    if repo is None:
+        return None
+    return {
+        "repo": repo.repo,
+        "commit": repo.commit,
+        "revision": repo.revision,
+        "origin": repo.origin,
+        "files": [f.path for f in repo.files],
+        "size": repo.size,
+    }
 
 
 def _listed(repo: MirroredRepo) -> tuple[str, float, str]:
@@ -77,7 +92,10 @@ class RepoDesk:
             files=len(chosen),
             by=req.by or "unknown",
         )
-        return await fetches.queue(repo)
+        queued = await fetches.queue(repo)
+        change = AuditEntry(time=0, who=req.by, area="mirror", action="add", subject=key_of(req.repo, commit))
+        await record_change(self.mirror.ctx.nc, change, held, _summary(queued))
+        return queued
 
     async def list(self, ask: Page) -> RepoList:
         """Every repo held or being fetched, at each commit, newest first within a repo (a page)."""
@@ -122,6 +140,8 @@ class RepoDesk:
         for r in repos:
             await self.mirror.fetches.remove(key_of(r.repo, r.commit))
             self.mirror.ctx.log.info("repo removed", repo=r.repo, commit=r.commit)
+            change = AuditEntry(time=0, who=ref.by, area="mirror", action="remove", subject=key_of(r.repo, r.commit))
+            await record_change(self.mirror.ctx.nc, change, _summary(r), None)
         return RepoList(repos=repos)
 
     async def update(self, ref: RepoRef) -> MirroredRepo:
@@ -134,7 +154,9 @@ class RepoDesk:
             )
         if len(newest.revision) == 40 and newest.revision == newest.commit:
             raise BadRequest(f"{ref.repo} was added at a commit, which never moves; add a branch to follow it")
-        return await self.add(RepoAdd(repo=ref.repo, revision=newest.revision, include=newest.include, by="update"))
+        return await self.add(
+            RepoAdd(repo=ref.repo, revision=newest.revision, include=newest.include, by=ref.by or "update")
+        )
 
     def held_hint(self, what: str) -> str:
         """'; it holds …' listing what the mirror holds of the repo named in `what` (or of all)."""

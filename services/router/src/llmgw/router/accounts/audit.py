@@ -5,33 +5,20 @@ change was and became."""
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import BadRequestError
 
-from llmgw.bus import get_logger, storage_replicas
+from llmgw.bus import audited, get_logger, storage_replicas
 from llmgw.proto import AUDIT_STREAM
 from llmgw.proto.people import AUDIT, AuditEntry, AuditLog, AuditQuery
 from llmgw.router.usage.recent import Tail, read_back
 
-__all__ = ["AUDIT_DAYS", "Audit", "as_json"]
+__all__ = ["AUDIT_DAYS", "Audit"]
 
 AUDIT_DAYS = 400
 """How long the audit stream keeps a change (a year and a bit)."""
-_SECRET_FIELDS = frozenset({"password"})
-
-
-def as_json(value: msgspec.Struct | None) -> str:
-    """A value as an audit entry keeps it: JSON, its secret fields blanked; "" for none."""
-    if value is None:
-        return ""
-    plain = msgspec.to_builtins(value)
-    if isinstance(plain, dict):
-        plain = {k: ("***" if k in _SECRET_FIELDS and v else v) for k, v in plain.items()}
-    return msgspec.json.encode(plain).decode()
 
 
 def _entries(data: bytes) -> list[AuditEntry]:
@@ -60,9 +47,10 @@ class Audit:
             get_logger("router").warning("audit stream kept as it is", stream=AUDIT_STREAM, why=exc.description)
         return cls(nc, js)
 
-    async def record(self, entry: AuditEntry) -> None:
-        """Keep `entry` (logged where the stream does not take it: the change itself stands)."""
-        entry = msgspec.structs.replace(entry, time=entry.time or time.time())
+    async def record(self, change: AuditEntry, before: object = None, after: object = None) -> None:
+        """Keep `change` with what it was and became (logged where the stream does not take it:
+        the change itself stands)."""
+        entry = audited(change, before, after)
         try:
             await self.js.publish(AUDIT.subject(entry.area), msgspec.json.encode(entry), timeout=5)
         except Exception as exc:  # the change was made: say that its record was not

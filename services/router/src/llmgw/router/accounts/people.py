@@ -35,7 +35,7 @@ from llmgw.proto.people import (
     UserRef,
     UserRole,
 )
-from llmgw.router.accounts.audit import Audit, as_json
+from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.ldap import DirectoryError, find_user
 
 __all__ = ["LEAST_PASSWORD", "LOCK_AFTER", "LOCK_S", "Locked", "People", "SignInRefused"]
@@ -266,11 +266,7 @@ class People:
         return await self.audit.read(query)
 
     async def _audit(self, change: AuditEntry, before: msgspec.Struct | None, after: msgspec.Struct | None) -> None:
-        """`change` (who, what, to which) kept with what it was and became (no secret)."""
-        done = msgspec.structs.replace(
-            change, before=as_json(before), after=as_json(after), who=change.who or "unknown"
-        )
-        await self.audit.record(done)
+        await self.audit.record(change, before, after)
 
 
 def _shown(user: User) -> User:

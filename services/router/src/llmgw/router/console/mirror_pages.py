@@ -101,7 +101,7 @@ def _ref(view: View) -> RepoRef:
     """The repo (and commit) a row's button names, checked as the mirror checks it."""
     repo, commit = view.form.get("repo", ""), view.form.get("commit", "")
     try:
-        return msgspec.convert({"repo": repo, "commit": commit}, RepoRef)
+        return msgspec.convert({"repo": repo, "commit": commit, "by": view.by}, RepoRef)
     except msgspec.ValidationError:
         raise Refused(400, view.t("mirror.err.ref", repo=repo, commit=commit)) from None
 
