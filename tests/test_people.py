@@ -112,3 +112,21 @@ async def test_a_key_from_before_tenants_lands_in_the_default_tenant_and_works(s
             f"{served.router.http.url}/v1/models", headers={"authorization": "Bearer sk-llmgw-from-before"}
         )
     assert listed.status_code == 200 and {"one", "two"} <= {m["id"] for m in listed.json()["data"]}
+
+
+async def test_the_admin_api_serves_users_tenants_and_the_audit_trail_for_admin_keys_only(served):
+    api = f"{served.router.http.url}/api/v1"
+    async with httpx.AsyncClient(timeout=30) as http:
+        admin = {"authorization": f"Bearer {served.admin_key}"}
+        made = await http.post(f"{api}/users", headers=admin, json={"name": "cat", "role": "member"})
+        assert made.status_code == 201 and len(made.json()["password"]) >= 12, made.text
+        listed = await http.get(f"{api}/users", headers=admin)
+        assert [u["name"] for u in listed.json()["users"]] == ["cat"] and listed.json()["users"][0]["password"] == ""
+        put = await http.put(f"{api}/tenants/lab", headers=admin, json={"models": ["one"]})
+        assert put.status_code == 200, put.text
+        trail = (await http.get(f"{api}/audit", headers=admin, params={"area": "users"})).json()["entries"]
+        assert [(e["action"], e["subject"], e["who"]) for e in trail] == [("create", "cat", "ops")]
+        user = {"authorization": f"Bearer {served.user_key}"}
+        for path in ("/users", "/tenants", "/audit"):
+            refused = await http.get(f"{api}{path}", headers=user)
+            assert refused.status_code == 403 and "cat" not in refused.text

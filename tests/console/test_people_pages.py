@@ -74,3 +74,31 @@ async def test_a_role_changed_counts_from_the_next_request_and_a_user_removed_is
     await call(stack.nc, people.USER_REMOVE, UserRef(name="otto", by="t"))
     after = await browser.get("/console/models")
     assert str(after.url).startswith(f"{stack.url}/console/signin") and "why=revoked" in str(after.url)
+
+
+async def test_an_admin_makes_users_and_tenants_on_the_people_page_and_the_audit_page_says_who(stack):
+    import re
+
+    admin = await stack.signed_in()
+    await admin.page("/console/people")
+    tenant = await admin.post("/console/people/tenants", {"tenant_name": "lab", "models": "tiny, other"})
+    assert tenant.status_code == 200 and "Tenant lab saved." in tenant.text
+    made = await admin.post("/console/people/users", {"name": "zed", "tenant": "lab", "role": "member"})
+    assert made.status_code == 201 and 'id="made-password"' in made.text
+    password = re.search(r'<code id="made-password">([^<]+)</code>', made.text).group(1)
+    admin._csrf = csrf_of(made.text)
+    _, zed = await _sign_in(stack, "zed", password)
+    assert zed.status_code == 200 and "Signed in as zed." in zed.text
+    role = await admin.post("/console/people/role", {"name": "zed", "tenant": "lab", "role": "operator"})
+    assert "zed: operator in lab, from its next request." in role.text
+    bad = await admin.post("/console/people/users", {"name": "not a name!", "tenant": "lab", "role": "member"})
+    assert bad.status_code == 400 and "That form is not one the router takes" in bad.text
+    admin._csrf = csrf_of(bad.text)
+    gone = await admin.post("/console/people/remove", {"name": "zed"})
+    assert "zed was removed" in gone.text and stack.router.accounts.people.user("zed") is None
+    trail = await admin.page("/console/audit?area=users")
+    assert trail.status_code == 200 and trail.text.count("<td>ops</td>") >= 3 and password not in trail.text
+    await _user(stack, "mem")
+    member, _ = await _sign_in(stack, "mem")
+    assert (await member.get("/console/people")).status_code == 403
+    assert (await member.get("/console/audit")).status_code == 403

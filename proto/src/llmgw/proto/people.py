@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
-from llmgw.proto._types import Name, NonNegative
+from llmgw.proto._types import Empty, Name, NonNegative
 
 __all__ = [
     "AUDIT",
@@ -198,7 +198,7 @@ AUDIT = Event(
 USER_CREATE = Endpoint(
     "router", "user.create", UserCreate, UserCreated, "Make a local user.", admin=AdminRoute("POST", "/users", 201)
 )
-USER_LIST = Endpoint("router", "user.list", UserRef, UserList, "Every user.", admin=AdminRoute("GET", "/users"))
+USER_LIST = Endpoint("router", "user.list", Empty, UserList, "Every user.", admin=AdminRoute("GET", "/users"))
 USER_REMOVE = Endpoint(
     "router",
     "user.remove",
@@ -218,9 +218,7 @@ USER_ROLE = Endpoint(
 TENANT_PUT = Endpoint(
     "router", "tenant.put", Tenant, Tenant, "Make a tenant or change it.", admin=AdminRoute("PUT", "/tenants/{name}")
 )
-TENANT_LIST = Endpoint(
-    "router", "tenant.list", UserRef, TenantList, "Every tenant.", admin=AdminRoute("GET", "/tenants")
-)
+TENANT_LIST = Endpoint("router", "tenant.list", Empty, TenantList, "Every tenant.", admin=AdminRoute("GET", "/tenants"))
 AUDIT_LOG = Endpoint(
     "router",
     "audit.log",

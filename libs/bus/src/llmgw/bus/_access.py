@@ -189,7 +189,7 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "router":
         return [
             # its admin API and console: the catalog's and the mirror's; the fleet as the scheduler
-            # sees it; the request log, which any router answers
+            # sees it; the request log, users, tenants and the audit trail, which any router answers
             *_calls(
                 *catalog.ENDPOINTS,
                 *_MIRROR_ADMIN,
@@ -197,6 +197,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 scheduler.REPLICA_LIST,
                 scheduler.MODEL_STATUS,
                 router.REQUEST_LOG,
+                *people.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back

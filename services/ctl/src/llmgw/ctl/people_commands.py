@@ -14,7 +14,7 @@ from llmgw.bus import call
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
-from llmgw.proto import people
+from llmgw.proto import Empty, people
 from llmgw.proto.people import ROLES, AuditLog, AuditQuery, Tenant, UserCreate, UserRef, UserRole
 
 __all__ = ["AUDIT", "TENANT", "USER", "audit_table"]
@@ -46,7 +46,7 @@ def _create_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:
-    listed = await call(nc, people.USER_LIST, UserRef(name="all"))
+    listed = await call(nc, people.USER_LIST, Empty())
     rows = [
         (u.name, ", ".join(f"{r} of {t}" for t, r in sorted(u.roles.items())) or "-", u.source, u.disabled or "")
         for u in listed.users
@@ -89,7 +89,7 @@ def _tenant_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _tenants(nc: Client, args: argparse.Namespace) -> int:
-    listed = await call(nc, people.TENANT_LIST, UserRef(name="all"))
+    listed = await call(nc, people.TENANT_LIST, Empty())
     rows = [(t.name, ", ".join(t.models) or "every model") for t in listed.tenants]
     return show(args, listed, table(["TENANT", "MODELS"], rows))
 

@@ -39,8 +39,8 @@ from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_i
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
-from llmgw.proto import KeyCreate, ModelPut, ModelRef, catalog, people, router
-from llmgw.proto.people import UserCreate, UserRef
+from llmgw.proto import Empty, KeyCreate, ModelPut, ModelRef, catalog, people, router
+from llmgw.proto.people import UserCreate
 
 __all__ = ["Kept", "UpOptions", "up"]
 
@@ -177,7 +177,7 @@ class _Stopped(Exception):
 
 async def _first_admin(nc) -> str:
     """The first admin user, made where there is no user yet: its password (shown once), else ""."""
-    if (await call(nc, people.USER_LIST, UserRef(name="all"))).users:
+    if (await call(nc, people.USER_LIST, Empty())).users:
         return ""
     made = await call(nc, people.USER_CREATE, UserCreate(name="admin", role="admin", by="llmgw up"))
     return made.password

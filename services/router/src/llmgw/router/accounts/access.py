@@ -18,7 +18,7 @@ __all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "Principal", "key_principal", "user
 
 MEMBER_PAGES = ("playground", "keys", "usage", "requests")
 """The console pages a member opens."""
-OPERATOR_PAGES = ("dashboard", "models", "serve", "playground", "mirror", "fleet", "keys", "usage", "requests")
+OPERATOR_PAGES = ("dashboard", "models", "serve", "playground", "mirror", "fleet", "keys", "usage", "requests", "audit")
 """The console pages an operator opens; an admin opens every page."""
 
 

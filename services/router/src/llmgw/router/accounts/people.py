@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from llmgw.bus import BadRequest, Conflict, Context, KvTable, NotFound, get_logger
-from llmgw.proto import BUCKETS, KeyRecord
+from llmgw.proto import BUCKETS, Empty, KeyRecord
 from llmgw.proto import people as people_api
 from llmgw.proto.errors import BusError
 from llmgw.proto.people import (
@@ -139,7 +139,7 @@ class People:
         )
         return tenant
 
-    async def list_tenants(self, _: UserRef | None = None) -> TenantList:
+    async def list_tenants(self, _: Empty | None = None) -> TenantList:
         """Every tenant, the default one among them."""
         names = sorted({DEFAULT_TENANT, *self.tenants.items})
         return TenantList(tenants=[self.tenant(n) for n in names])
@@ -172,7 +172,7 @@ class People:
         )
         return UserCreated(user=_shown(user), password=made)
 
-    async def list_users(self, _: UserRef | None = None) -> UserList:
+    async def list_users(self, _: Empty | None = None) -> UserList:
         """Every user by name (no password hash)."""
         return UserList(users=[_shown(u) for _, u in sorted(self.users.items.items())])
 

@@ -36,6 +36,7 @@ from llmgw.proto import (
     UsageReport,
     catalog,
     mirror,
+    people,
     router,
     scheduler,
 )
@@ -81,7 +82,9 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
     return Router(
         "/api/v1",
         route_handlers=[
-            *operator_routes((*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS, *router.ENDPOINTS)),
+            *operator_routes(
+                (*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS, *router.ENDPOINTS, *people.ENDPOINTS)
+            ),
             put_model,
             change_model,
             remove_model,

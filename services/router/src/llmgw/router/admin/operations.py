@@ -81,8 +81,9 @@ def _route(endpoint: Endpoint) -> HTTPRouteHandler:
         inspect.Parameter("nc", inspect.Parameter.KEYWORD_ONLY, annotation=Client),
         *(inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in params),
     ]
-    if body:
-        signature.append(inspect.Parameter("data", inspect.Parameter.KEYWORD_ONLY, annotation=endpoint.request))
+    if body:  # a body whose message the path completes is read as JSON, then checked with the path's fields
+        shape = dict[str, Any] if made else endpoint.request
+        signature.append(inspect.Parameter("data", inspect.Parameter.KEYWORD_ONLY, annotation=shape))
     else:
         for name, f in fields.items():
             if name in made or name == "by":

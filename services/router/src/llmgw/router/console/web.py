@@ -39,7 +39,19 @@ SESSION_COOKIE, LANG_COOKIE, NOTE_COOKIE, PRE_COOKIE = "llmgw_console", "llmgw_l
 OPEN_PATHS = (f"{PREFIX}/signin", f"{PREFIX}/lang", f"{PREFIX}/static/")
 """Reached without a session: the sign-in page, the language switch, the styles and script."""
 
-NAVIGATION = ("dashboard", "models", "serve", "playground", "mirror", "fleet", "keys", "usage", "requests")
+NAVIGATION = (
+    "dashboard",
+    "models",
+    "serve",
+    "playground",
+    "mirror",
+    "fleet",
+    "keys",
+    "usage",
+    "requests",
+    "audit",
+    "people",
+)
 """The pages the navigation lists, in order (each principal sees those it opens)."""
 _EVERYONE = ("", "signout", "lang", "signin", "static")
 """Pages every signed-in principal opens."""
