@@ -226,6 +226,27 @@ def test_the_dashboard_and_the_request_log_show_the_playgrounds_requests(chromiu
     chromium.shot("serve-choose")
 
 
+def test_the_first_admin_user_signs_in_with_its_password_and_sees_people_and_the_audit_trail(chromium, up):
+    import re
+
+    password = re.search(r"console user:\s+admin, password (\S+) ", "".join(up.lines)).group(1)
+    chromium.find("form[action='/console/signout'] button").click()
+    chromium.wait_for(lambda: chromium.path == "/console/signin")
+    chromium.fill("#name", "admin")
+    chromium.fill("#password", password)
+    chromium.shot("signin")
+    chromium.find("#signin-user button[type=submit]").click()
+    chromium.wait_for(lambda: "Signed in as admin." in chromium.text())
+    chromium.find("nav a[href='/console/people']").click()
+    chromium.wait_for(lambda: chromium.path == "/console/people")
+    assert "admin of default" in chromium.find("#users").text
+    chromium.shot("people")
+    chromium.find("nav a[href='/console/audit']").click()
+    chromium.wait_for(lambda: chromium.path == "/console/audit")
+    assert "smollm2" in chromium.find("#audit").text  # the demo model put by `llmgw up`, and the changes since
+    chromium.shot("audit")
+
+
 def test_switching_to_turkish_speaks_turkish_on_every_page(chromium):
     chromium.find('a[hreflang="tr"]').click()
     chromium.wait_for(lambda: chromium.find("html").get_attribute("lang") == "tr")
