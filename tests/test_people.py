@@ -84,11 +84,15 @@ async def test_users_and_tenants_through_ctl_a_tenants_models_held_and_the_audit
     await call(
         nc, catalog.MODEL_PUT, ModelPut(model=Model(name="one", source=SOURCE, context=2048), revision=None, by="ops")
     )
+    made_key = await ctl("key", "create", "ci", "--json")
+    key_id = msgspec.json.decode(made_key.stdout)["id"]
+    assert (await ctl("key", "revoke", key_id)).returncode == 0
     trail = await ctl("audit", "--json")
     entries = msgspec.json.decode(trail.stdout)["entries"]
     seen = [(e["area"], e["action"], e["subject"], e["who"]) for e in entries]
     assert ("users", "create", "ada", "ctl") in seen and ("users", "remove", "ada", "ctl") in seen
     assert ("tenants", "put", "research", "ctl") in seen and ("catalog", "put", "one", "ops") in seen
+    assert ("keys", "create", f"ci ({key_id})", "ctl") in seen and ("keys", "revoke", f"ci ({key_id})", "ctl") in seen
     change = next(e for e in entries if e["area"] == "catalog" and e["who"] == "ops")
     assert '"context":2048' in change["after"] and '"context":2048' not in change["before"]
     assert "$argon2" not in trail.stdout and password not in trail.stdout
@@ -126,6 +130,8 @@ async def test_the_admin_api_serves_users_tenants_and_the_audit_trail_for_admin_
         assert put.status_code == 200, put.text
         trail = (await http.get(f"{api}/audit", headers=admin, params={"area": "users"})).json()["entries"]
         assert [(e["action"], e["subject"], e["who"]) for e in trail] == [("create", "cat", "ops")]
+        nowhere = await http.post(f"{api}/keys", headers=admin, json={"name": "k", "tenant": "nowhere"})
+        assert nowhere.status_code == 400 and "there is no tenant 'nowhere'" in nowhere.json()["error"]["message"]
         user = {"authorization": f"Bearer {served.user_key}"}
         for path in ("/users", "/tenants", "/audit"):
             refused = await http.get(f"{api}{path}", headers=user)

@@ -66,6 +66,8 @@ class Project(Struct, kw_only=True):
     name: Name
     limits: Limits = field(default_factory=Limits)
     created: float = 0.0
+    by: str = ""
+    """Who set its limits last."""
 
 
 class KeyCreate(Struct, kw_only=True):
@@ -86,6 +88,8 @@ class KeyCreate(Struct, kw_only=True):
     models: list[Name] = field(default_factory=list)
     """Models (or aliases) it may use; empty: all."""
     limits: Limits = field(default_factory=Limits)
+    by: str = ""
+    """Who makes it (the audit trail says)."""
 
 
 class KeyCreated(Struct, kw_only=True):
@@ -128,6 +132,8 @@ class KeyRef(Struct, kw_only=True):
     """One key by its id (the first 16 hex digits of its hash)."""
 
     id: Annotated[str, Meta(pattern=r"^[0-9a-f]{16}$")]
+    by: str = ""
+    """On revoke: who revokes it (the audit trail says)."""
 
 
 class UsageRecord(Struct, kw_only=True):

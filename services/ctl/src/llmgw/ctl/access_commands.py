@@ -10,6 +10,7 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import call
+from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import keys_table, limits_text, requests_table, usage_table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
 from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, RequestLogAsk, UsageQuery, router, usage_order
@@ -45,6 +46,7 @@ async def _create(nc: Client, args: argparse.Namespace) -> int:
             "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
             "models": [m for m in (args.models or "").split(",") if m],
             "limits": msgspec.to_builtins(_limits(args)),
+            "by": BY,
         },
         KeyCreate,
     )
@@ -74,7 +76,7 @@ async def _list(nc: Client, args: argparse.Namespace) -> int:
 
 
 async def _revoke(nc: Client, args: argparse.Namespace) -> int:
-    keys = await call(nc, router.KEY_REVOKE, msgspec.convert({"id": args.id}, KeyRef))
+    keys = await call(nc, router.KEY_REVOKE, msgspec.convert({"id": args.id, "by": BY}, KeyRef))
     return done(args, keys, f"key {args.id} revoked: it stops working at once on every router")
 
 
@@ -83,7 +85,7 @@ def _revoke_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _project(nc: Client, args: argparse.Namespace) -> int:
-    project = await call(nc, router.PROJECT_PUT, Project(name=args.name, limits=_limits(args)))
+    project = await call(nc, router.PROJECT_PUT, Project(name=args.name, limits=_limits(args), by=BY))
     return done(args, project, f"project {project.name}: {limits_text(project.limits)}")
 
 

@@ -37,6 +37,7 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import router as router_api
+from llmgw.proto.people import AuditEntry
 from llmgw.router.accounts.keys import authorize, key_hash
 from llmgw.router.accounts.limits import Verdict
 from llmgw.router.accounts.people import People
@@ -262,6 +263,7 @@ class Accounts:
             self.projects.items[req.project] = project
         await self.keys.kv.put(key_hash(key), msgspec.json.encode(record))
         self.keys.items[key_hash(key)] = record  # usable at once, before the watch delivers it
+        await self._audit("keys", "create", f"{req.name} ({key_hash(key)[:16]})", req.by, (None, record))
         return KeyCreated(name=req.name, key=key, id=key_hash(key)[:16])
 
     async def list_keys(self, _: Empty | None = None) -> KeyList:
@@ -285,14 +287,23 @@ class Accounts:
         record = self.keys.items[found[0]]
         await self.keys.kv.delete(found[0])
         self.keys.items.pop(found[0], None)  # gone at once here; the watch tells every other router
+        await self._audit("keys", "revoke", f"{record.name} ({ref.id})", ref.by, (record, None))
         return KeyList(keys={ref.id: record})
 
     async def put_project(self, project: Project) -> Project:
         """Create a project or change its limits."""
+        was = self.projects.items.get(project.name)
         project = msgspec.structs.replace(project, created=project.created or time.time())
         await self.projects.kv.put(project.name, msgspec.json.encode(project))
         self.projects.items[project.name] = project
+        await self._audit("projects", "put", project.name, project.by, (was, project))
         return project
+
+    async def _audit(self, area, action: str, subject: str, who: str, change: tuple) -> None:
+        """A change to keys or projects on the audit trail (`change`: what it was and became)."""
+        if self.people is not None:
+            entry = AuditEntry(time=0, who=who, area=area, action=action, subject=subject)
+            await self.people.audit.record(entry, *change)
 
     async def sum_usage(self, query: UsageQuery) -> UsageReport:
         """Every request since `query.since`, summed (`UsageBook.report`): for the admin API and the console."""

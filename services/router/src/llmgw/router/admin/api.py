@@ -42,7 +42,16 @@ from llmgw.proto import (
 )
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.admin.operations import ask, operator_routes
-from llmgw.router.errors import BadKeyId, BadName, BadQuery, BadRevision, InvalidChange, KeyNotFound, NameMismatch
+from llmgw.router.errors import (
+    BadKeyId,
+    BadName,
+    BadQuery,
+    BadRevision,
+    InvalidChange,
+    KeyNotFound,
+    NameMismatch,
+    refused,
+)
 from llmgw.router.request.prepare import check_body
 
 __all__ = ["admin_api", "metrics_route"]
@@ -158,15 +167,19 @@ async def list_keys(accounts: Accounts) -> KeyList:
 @post("/keys", status_code=201)
 async def create_key(request: Request, accounts: Accounts, data: KeyCreate) -> KeyCreated:
     """A new key: the answer is the only time it is shown."""
+    try:
+        made = await accounts.create_key(msgspec.structs.replace(data, by=request.state.key.name))
+    except BusError as exc:  # a tenant there is not
+        raise refused("router", exc.code, exc.message) from None
     _log.info("key created", name=data.name, project=data.project, by=request.state.key.name)
-    return await accounts.create_key(data)
+    return made
 
 
 @delete("/keys/{key_id:str}", status_code=200)
-async def revoke_key(accounts: Accounts, key_id: str) -> KeyList:
+async def revoke_key(request: Request, accounts: Accounts, key_id: str) -> KeyList:
     """Revoke a key by id: it stops working at once on every router."""
     try:
-        ref = msgspec.convert({"id": key_id}, KeyRef)
+        ref = msgspec.convert({"id": key_id, "by": request.state.key.name}, KeyRef)
     except msgspec.ValidationError:
         raise BadKeyId(f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)") from None
     try:
@@ -176,11 +189,11 @@ async def revoke_key(accounts: Accounts, key_id: str) -> KeyList:
 
 
 @put("/projects/{name:str}")
-async def put_project(accounts: Accounts, name: str, data: Project) -> Project:
+async def put_project(request: Request, accounts: Accounts, name: str, data: Project) -> Project:
     """Create a project or change its limits (they hold for all its keys together)."""
     if data.name != name:
         raise NameMismatch(f"the body names project '{data.name}' but the path '{name}'")
-    return await accounts.put_project(data)
+    return await accounts.put_project(msgspec.structs.replace(data, by=request.state.key.name))
 
 
 @get("/usage")

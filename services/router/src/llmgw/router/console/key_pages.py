@@ -100,6 +100,7 @@ def _key_create(view: View) -> KeyCreate:
         expires_in_s=days * 86400 or None,
         models=models,
         limits=_limits(view),
+        by=view.by,
     )
     if who.admin:
         return asked
@@ -137,7 +138,7 @@ async def revoke_key(view: View) -> Response:
     raw = view.form.get("id", "")
     accounts, who = view.console.accounts, view.principal
     try:
-        ref = msgspec.convert({"id": raw}, KeyRef)
+        ref = msgspec.convert({"id": raw, "by": view.by}, KeyRef)
         seen = [k for kid, k in (await accounts.list_keys(Empty())).keys.items() if kid == ref.id]
         if not seen or who is None or not who.sees_key(seen[0]):
             raise NotFound(ref.id)  # one it does not see is one it cannot name
@@ -157,7 +158,8 @@ async def put_project(view: View) -> Response:
     except Refused as exc:
         return await _page(view, exc.status, exc.message, project_form=view.form)
     known = view.console.accounts.projects.items.get(name)
-    await view.console.accounts.put_project(Project(name=name, limits=limits, created=known.created if known else 0.0))
+    project = Project(name=name, limits=limits, created=known.created if known else 0.0, by=view.by)
+    await view.console.accounts.put_project(project)
     _log.info("project limits set", project=name, by=view.by, where="console")
     return view.done(f"{PREFIX}/keys", view.t("keys.project_saved", name=name))
 
