@@ -31,6 +31,17 @@ class Principal(NamedTuple):
     """A console session's subject: an admin key's id, or 'u-' and the user's name."""
 
     @property
+    def is_user(self) -> bool:
+        """A signed-in user (not an admin key)."""
+        return self.subject.startswith("u-")
+
+    @property
+    def key_id(self) -> str:
+        """What its own requests (the playground's) count under in limits and usage: an admin
+        key's id, or 'user-' and a user's name (no key id is one)."""
+        return f"user-{self.name}" if self.is_user else self.subject
+
+    @property
     def admin(self) -> bool:
         """An admin of the whole fleet."""
         return "admin" in self.roles.values()

@@ -64,21 +64,15 @@ def _body(view: View, stream: bool) -> bytes:
     return msgspec.json.encode(body)
 
 
-def _subject(subject: str) -> str:
-    """The key id a session's requests count under: an admin key's own, or 'user-' and a user's
-    name (a limits and usage name: no key id is one)."""
-    return f"user-{subject[2:]}" if subject.startswith("u-") else subject
-
-
 async def _ask(view: View, body: bytes) -> Answer | Relay:
     """The request through the gateway under the signed-in key."""
-    assert view.session is not None and view.key is not None
+    assert view.principal is not None and view.key is not None
 
     async def read() -> bytes:
         return body
 
     return await view.console.gateway.handle(
-        _PATH, _HEADERS, read, request_id(), signed_in=(_subject(view.session.key_id), view.key)
+        _PATH, _HEADERS, read, request_id(), signed_in=(view.principal.key_id, view.key)
     )
 
 

@@ -28,9 +28,9 @@ async def requests_page(view: View, model: str = "", key: str = "", errors: str 
     assert who is not None
     seen = {kid: k for kid, k in (await view.console.accounts.list_keys(Empty())).keys.items() if who.sees_key(k)}
     if not who.admin:  # its own keys' requests (and the playground's under its name), nobody else's
-        ask = msgspec.structs.replace(ask, keys=[*seen, f"user-{who.name}"])
+        ask = msgspec.structs.replace(ask, keys=[*seen, who.key_id])
     log = await view.ask(router.REQUEST_LOG, ask)
-    names = {kid: k.name for kid, k in seen.items()} | {f"user-{who.name}": who.name}
+    names = {kid: k.name for kid, k in seen.items()} | {who.key_id: who.name}
     return view.render("requests.html", active="requests", form=form, log=log, names=names, error="")
 
 

@@ -73,7 +73,7 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
     if group_by == "key":
         names = (await accounts.list_keys(Empty())).keys
         if not who.admin:
-            mine = {kid for kid, k in names.items() if who.sees_key(k)} | {f"user-{who.name}"}
+            mine = {kid for kid, k in names.items() if who.sees_key(k)} | {who.key_id}
             total.rows = [r for r in total.rows if r.group in mine]
             bucketed.rows = [r for r in bucketed.rows if r.group in mine]
             label = {g: g for g in label if g in mine}

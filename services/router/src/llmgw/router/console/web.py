@@ -106,7 +106,7 @@ class Console:
 
     def key_of(self, who: Principal) -> KeyRecord:
         """What `who` acts as: the admin key's record, or a user's own key (`Principal.as_key`)."""
-        if who.subject.startswith("u-"):
+        if who.is_user:
             return who.as_key()
         for digest, record in self.accounts.keys.items.items():
             if digest[:16] == who.subject:
