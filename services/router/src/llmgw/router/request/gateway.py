@@ -55,7 +55,8 @@ class Gateway:
     def _tenant_models(self, key: KeyRecord) -> list[str]:
         """The models `key`'s tenant may use (empty: every one)."""
         people = self.accounts.people
-        return people.tenant(key.tenant).models if people is not None else []
+        tenant = people.tenants.items.get(key.tenant) if people is not None else None
+        return tenant.models if tenant is not None else []  # a dict read: nothing made per request
 
     def model_names(self, key: KeyRecord) -> list[str]:
         """The models (and aliases) `key` (and its tenant) may use, sorted."""
