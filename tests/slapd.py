@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from llmgw.bus import free_port
+from llmgw.bus import TlsFiles, free_port
 
 __all__ = ["BASE", "Slapd", "group", "user"]
 
@@ -60,7 +60,8 @@ def group(cn: str, *members: str) -> str:
 class Slapd:
     """slapd serving `entries` (LDIF records) on 127.0.0.1 at a free port."""
 
-    def __init__(self, home: Path, entries: list[str]) -> None:
+    def __init__(self, home: Path, entries: list[str], tls: TlsFiles | None = None) -> None:
+        """`tls`: its certificate and key, so that clients can StartTLS (ldaps is not served)."""
         assert shutil.which("slapd") or Path("/usr/sbin/slapd").exists(), (
             "Debian's slapd is missing: ./dev installs it (apt-get install slapd ldap-utils)"
         )
@@ -68,7 +69,8 @@ class Slapd:
         self.url = f"ldap://127.0.0.1:{self.port}"
         (home / "data").mkdir(parents=True, exist_ok=True)
         conf = home / "slapd.conf"
-        conf.write_text(_CONF.format(home=home, base=BASE))
+        tls_lines = f"TLSCertificateFile {tls.cert}\nTLSCertificateKeyFile {tls.key}\nTLSCACertificateFile {tls.ca}\n"
+        conf.write_text((tls_lines if tls else "") + _CONF.format(home=home, base=BASE))
         (home / "data.ldif").write_text("\n".join([_TOP, *entries]))
         slapadd = shutil.which("slapadd") or "/usr/sbin/slapadd"
         subprocess.run([slapadd, "-f", str(conf), "-l", str(home / "data.ldif")], check=True, capture_output=True)

@@ -16,7 +16,6 @@ from llmgw.bus import (
     BusError,
     Context,
     CredentialsError,
-    TlsFiles,
     call,
     connect,
     flushed,
@@ -44,6 +43,7 @@ from llmgw.proto import (
     catalog,
     router,
 )
+from tests.certs import certificates
 
 NODES = ("a", "b")
 
@@ -232,55 +232,6 @@ async def test_the_operator_can_ask_the_catalog_but_an_agent_cannot(secured):
             await nc.close()
 
 
-def _certificates(folder, days=30, expired=False):
-    """A CA, and a certificate for 127.0.0.1 it signed (already expired when `expired`)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    def name(cn):
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("llmgw test CA"))
-        .issuer_name(name("llmgw test CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    until = now - datetime.timedelta(hours=1) if expired else now + datetime.timedelta(days=days)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("nats"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=2))
-        .not_valid_after(until)
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    pem = serialization.Encoding.PEM
-    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (folder / "server.pem").write_bytes(cert.public_bytes(pem))
-    (folder / "server.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return TlsFiles(cert=str(folder / "server.pem"), key=str(folder / "server.key"), ca=str(folder / "ca.pem"))
-
-
 def _tls_server(tmp_path, tls):
     ops = new_identity("ctl")
     write_identity(tmp_path / "ctl.nk", ops)
@@ -290,7 +241,7 @@ def _tls_server(tmp_path, tls):
 
 
 async def test_with_tls_a_client_that_trusts_the_ca_gets_in_and_one_without_it_is_told_why(tmp_path):
-    tls = _certificates(tmp_path / "tls")
+    tls = certificates(tmp_path / "tls")
     server, creds = _tls_server(tmp_path, tls)
     try:
         nc = await connect(server.url, "tls", patient=False, creds=creds, tls_ca=tls.ca)
@@ -305,7 +256,7 @@ async def test_with_tls_a_client_that_trusts_the_ca_gets_in_and_one_without_it_i
 
 
 async def test_an_expired_server_certificate_is_refused_saying_so(tmp_path):
-    tls = _certificates(tmp_path / "tls", expired=True)
+    tls = certificates(tmp_path / "tls", expired=True)
     server, creds = _tls_server(tmp_path, tls)
     try:
         with pytest.raises(CredentialsError, match="certificate has expired"):

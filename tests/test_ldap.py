@@ -10,10 +10,11 @@ import pytest
 
 from llmgw.bus import call
 from llmgw.gguf import write_random_llama
-from llmgw.proto import people
+from llmgw.proto import BUCKETS, Empty, people
 from llmgw.proto.people import GroupRole, LdapSettings, Tenant
 from llmgw.router.accounts.ldap import DirectoryError, find_user, try_settings
 from llmgw.router.accounts.people import SignInRefused
+from tests.certs import certificates
 from tests.console.conftest import Browserless, csrf_of
 from tests.fleets import serve_router
 from tests.slapd import BASE, Slapd, group, user
@@ -92,25 +93,53 @@ def test_settings_are_tried_before_they_are_kept_and_a_wrong_one_says_why(slapd,
         find_user(settings(slapd, tmp_path, url="ldap://127.0.0.1:1", timeout_s=2.0), "ada", "ada-password-1")
 
 
-async def test_a_directory_user_signs_in_to_the_console_with_its_groups_roles(slapd, serve, nc, tmp_path):
+async def test_an_admin_sets_the_directory_up_on_the_console_and_its_user_signs_in(slapd, serve, nc, tmp_path):
     served = await serve_router(serve, nc, tmp_path, write_random_llama(tmp_path / "tiny.gguf"))
     await call(nc, people.TENANT_PUT, Tenant(name="research", by="t"))
+    admin = Browserless(served.router.http.url)
+    await admin.sign_in(served.admin_key)
+    form = {
+        "url": slapd.url,
+        "bind_dn": f"uid=svc,ou=people,{BASE}",
+        "bind_password": "not-the-password",
+        "user_base": f"ou=people,{BASE}",
+        "user_filter": "(&(uid={name})(!(employeeType=disabled)))",
+        "group_base": f"ou=groups,{BASE}",
+        "groups": f"cn=ml-team,ou=groups,{BASE}=research:member\nCN=ML-OPS,ou=groups,{BASE}=research:operator",
+        "try_name": "ada",
+    }
+    await admin.page("/console/identity")
+    wrong = await admin.post("/console/identity/ldap", {**form, "do": "keep"})
+    assert wrong.status_code == 400 and "not kept: directory: failed: binding as uid=svc" in wrong.text
+    assert (await call(nc, people.SIGNIN_SHOW, Empty())).ldap is None
+    bad_map = await admin.post("/console/identity/ldap", {**form, "groups": "ml-team", "do": "try"})
+    assert bad_map.status_code == 400 and "is not GROUP=TENANT:ROLE" in bad_map.text
+    form["bind_password"] = "service-password"
+    tried = await admin.post("/console/identity/ldap", {**form, "do": "try"})
+    assert tried.status_code == 200 and "in 2 groups: operator of research" in tried.text
+    kept = await admin.post("/console/identity/ldap", {**form, "do": "keep"})
+    assert kept.status_code == 200 and "Kept: directory: bind as" in kept.text
+    assert "service-password" not in kept.text and "A secret is kept" in kept.text
+    stored = (await (await nc.jetstream().key_value(BUCKETS["settings"])).get("signin")).value
+    assert b"service-password" not in stored and b"sealed.v1." in stored
+    # the password left empty on a change keeps the kept one
+    again = await admin.post("/console/identity/ldap", {**form, "bind_password": "", "do": "keep"})
+    assert again.status_code == 200 and "Kept: directory: bind as" in again.text
+
     directory = served.router.accounts.people
-    directory.ldap = settings(slapd, tmp_path)
     with pytest.raises(SignInRefused, match="no group mapped to a tenant"):
         await directory.sign_in("nogroup", "nogroup-password", 0.0)
     browser = Browserless(served.router.http.url)
     page = await browser.get("/console/signin")
-    form = {"csrf": csrf_of(page.text), "name": "ada", "password": "ada-password-1", "next": ""}
-    landed = await browser.http.post("/console/signin", data=form)
+    signin = {"csrf": csrf_of(page.text), "name": "ada", "password": "ada-password-1", "next": ""}
+    landed = await browser.http.post("/console/signin", data=signin)
     assert landed.status_code == 200 and "Signed in as ada." in landed.text and "Fleet" in landed.text
     recorded = directory.user("ada")
     assert (recorded.source, recorded.roles, recorded.password) == ("ldap", {"research": "operator"}, "")
-    wrong = {**form, "csrf": csrf_of((await browser.get("/console/signin")).text), "password": "nope"}
-    assert (await Browserless(served.router.http.url).http.post("/console/signin", data=wrong)).status_code in (
-        401,
-        403,
-    )
+    wrong = {**signin, "csrf": csrf_of((await browser.get("/console/signin")).text), "password": "nope"}
+    refused = await Browserless(served.router.http.url).http.post("/console/signin", data=wrong)
+    assert refused.status_code in (401, 403)
+    assert (await browser.get("/console/identity")).status_code == 403  # an operator does not set sign-in up
 
 
 def test_the_router_config_takes_an_ldap_table(tmp_path):
@@ -124,3 +153,21 @@ def test_the_router_config_takes_an_ldap_table(tmp_path):
     )
     got = load_config(RouterConfig, ["--config", str(path)], env={}).ldap
     assert got is not None and got.starttls and got.groups[0].tenant == "research"
+
+
+@pytest.fixture(scope="module")
+def slapd_tls(tmp_path_factory):
+    home = tmp_path_factory.mktemp("slapd-tls")
+    server = Slapd(home, [user("svc", "service-password"), user("ada", "ada-password-1")], certificates(home / "tls"))
+    yield server
+    server.stop()
+
+
+def test_starttls_checks_the_directorys_certificate_against_the_ca_given(slapd_tls, tmp_path):
+    ca = str(slapd_tls.home / "tls" / "ca.pem")
+    s = settings(slapd_tls, tmp_path, starttls=True, ca_file=ca, groups=[])
+    assert find_user(s, "ada", "ada-password-1").dn == f"uid=ada,ou=people,{BASE}"
+    assert try_settings(s).startswith(f"bind as uid=svc,ou=people,{BASE} worked;")
+    untrusted = settings(slapd_tls, tmp_path, starttls=True, groups=[])  # the system's CAs never signed it
+    with pytest.raises(DirectoryError, match="certificate|TLS|tls|ssl|SSL"):
+        find_user(untrusted, "ada", "ada-password-1")

@@ -14,6 +14,7 @@ from selenium.webdriver.common.by import By
 from llmgw.ctl.demo import wheel_gguf
 from llmgw.hubstandin import HubStandIn
 from tests.console.chromium_driver import Chromium
+from tests.oidc import Provider as OidcProvider
 from tests.test_up import Up  # the running `llmgw up` the other tests use
 
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
@@ -254,3 +255,35 @@ def test_switching_to_turkish_speaks_turkish_on_every_page(chromium):
     chromium.shot("models-tr")
     chromium.find('a[hreflang="en"]').click()
     chromium.wait_for(lambda: chromium.find("html").get_attribute("lang") == "en")
+
+
+@pytest.fixture(scope="module")
+def provider():
+    running = OidcProvider([{"sub": "ada-1", "preferred_username": "ada", "groups": ["ml-team"]}])
+    yield running
+    running.stop()
+
+
+def test_an_admin_sets_up_a_provider_and_a_person_signs_in_through_it(chromium, provider):
+    chromium.open("/console/identity")
+    chromium.fill("#issuer", provider.url)
+    chromium.fill("#client_id", "llmgw-console")
+    chromium.fill("#client_secret", "a-client-secret-never-shown")
+    chromium.fill("#label", "Example SSO")
+    chromium.fill("#oidc-groups", "ml-team=default:member")
+    chromium.shot("identity")
+    chromium.find("#oidc-form button[value=keep]").click()
+    chromium.wait_text("Kept: provider:")
+    assert "a-client-secret-never-shown" not in chromium.driver.page_source
+    chromium.find("form[action='/console/signout'] button").click()
+    chromium.wait_for(lambda: chromium.path == "/console/signin")
+    chromium.find("#signin-provider").click()
+    chromium.wait_for(lambda: "Authorize Client" in chromium.text())  # the provider's own page
+    chromium.fill("input[name=sub]", "ada-1")
+    chromium.driver.find_element(By.XPATH, "//button[text()='Authorize']").click()
+    chromium.wait_text("Signed in as ada.")
+    chromium.wait_for(lambda: chromium.path == "/console/playground")  # a member's first page
+    assert "People" not in chromium.find("nav").text
+    chromium.shot("signed-in-with-provider")
+    chromium.open("/console/signin/provider/back?code=stolen&state=forged")
+    chromium.wait_text("This sign-in was not started in this browser")

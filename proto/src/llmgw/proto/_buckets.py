@@ -62,6 +62,13 @@ BUCKET_TABLE = (
     ),
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
+    Bucket(
+        "settings",
+        "llmgw_settings",
+        "`signin`",
+        "`SignInSettings` (its secrets sealed under the fleet's secret)",
+        "router",
+    ),
 )
 """Every bucket, as docs/subjects.md lists them."""
 

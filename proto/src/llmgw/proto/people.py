@@ -18,6 +18,9 @@ __all__ = [
     "DEFAULT_TENANT",
     "ENDPOINTS",
     "ROLES",
+    "SIGNIN_PUT",
+    "SIGNIN_SHOW",
+    "SIGNIN_TRY",
     "TENANT_LIST",
     "TENANT_PUT",
     "USER_CREATE",
@@ -29,7 +32,11 @@ __all__ = [
     "AuditQuery",
     "GroupRole",
     "LdapSettings",
+    "OidcSettings",
     "Role",
+    "SignInSettings",
+    "SignInTried",
+    "SignInTry",
     "Tenant",
     "TenantList",
     "User",
@@ -67,6 +74,8 @@ class User(Struct, kw_only=True):
     password: str = ""
     """An argon2 hash of a local user's password; "": signs in only through the directory."""
     source: Literal["local", "ldap", "oidc"] = "local"
+    subject: str = ""
+    """A provider's user: its issuer and subject (`iss sub`), which no other may sign in as."""
     disabled: bool = False
     created: float = 0.0
     by: str = ""
@@ -76,9 +85,19 @@ class GroupRole(Struct, kw_only=True):
     """A directory group's members get this role in this tenant."""
 
     group: str
-    """The group's DN (compared without regard to case)."""
+    """The group's DN, or a provider's group name (compared without regard to case)."""
     tenant: Name
     role: Role
+
+    @classmethod
+    def parse(cls, text: str) -> GroupRole:
+        """`GROUP=TENANT:ROLE` (the role: member where left out); a DN holds '=' itself, so the
+        last one splits. ValueError saying the form where it is not one."""
+        group, _, target = text.strip().rpartition("=")
+        tenant, _, role = target.strip().partition(":")
+        if not group.strip() or not tenant.strip() or (role or "member").strip() not in ROLES:
+            raise ValueError(f"'{text.strip()}' is not GROUP=TENANT:ROLE (a role is admin, operator or member)")
+        return cls(group=group.strip(), tenant=tenant.strip(), role=(role or "member").strip())  # type: ignore[arg-type]
 
 
 class LdapSettings(Struct, kw_only=True):
@@ -93,7 +112,10 @@ class LdapSettings(Struct, kw_only=True):
     bind_dn: str = ""
     """Who searches ("": anonymously)."""
     bind_password_file: str = ""
-    """A file (0600) holding that account's password: never in a message, a log or the config."""
+    """A file (0600) holding that account's password (the config file's way)."""
+    bind_password: Annotated[str, Meta(max_length=1024)] = ""
+    """That password given from the console or `ctl` (kept sealed under the fleet's secret, never
+    shown back: "" in what is shown, and in a change "" keeps the one kept)."""
     user_base: str
     user_filter: str = "(uid={name})"
     """`{name}`: the name signed in with, escaped. Active Directory:
@@ -105,6 +127,55 @@ class LdapSettings(Struct, kw_only=True):
     """`{dn}`: the user's DN, escaped. Active Directory: `(member:1.2.840.113556.1.4.1941:={dn})`."""
     groups: list[GroupRole] = field(default_factory=list)
     timeout_s: Annotated[float, Meta(gt=0, le=60)] = 5.0
+
+
+class OidcSettings(Struct, kw_only=True):
+    """Signing in with an OpenID Connect provider (authorization code with PKCE, state and nonce;
+    the ID token checked against the provider's keys), its claims mapped to roles per tenant."""
+
+    issuer: str
+    """The provider's issuer URL: its settings are read from `<issuer>/.well-known/openid-configuration`."""
+    client_id: str
+    client_secret: Annotated[str, Meta(max_length=1024)] = ""
+    """Kept sealed under the fleet's secret, never shown back ("" in what is shown; in a change
+    "" keeps the one kept)."""
+    client_secret_file: str = ""
+    """A file (0600) holding it (the config file's way)."""
+    label: str = ""
+    """What the sign-in button says after "Sign in with" ("": the issuer's host)."""
+    scopes: list[str] = field(default_factory=lambda: ["openid", "profile", "email"])
+    name_claim: str = "preferred_username"
+    """The claim a user is named by (then `email`'s part before the @, then `sub`)."""
+    groups_claim: str = "groups"
+    """The claim listing the user's groups (or roles) that `groups` maps."""
+    groups: list[GroupRole] = field(default_factory=list)
+    timeout_s: Annotated[float, Meta(gt=0, le=60)] = 10.0
+
+
+class SignInSettings(Struct, kw_only=True):
+    """How people sign in besides local users: a directory, a provider, or both (None: not used).
+    Kept by the router (the settings bucket); shown without their secrets."""
+
+    ldap: LdapSettings | None = None
+    oidc: OidcSettings | None = None
+    secrets_kept: list[str] = field(default_factory=list)
+    """Shown: which secrets are kept ("ldap.bind_password", "oidc.client_secret"); never their values."""
+    by: str = ""
+
+
+class SignInTry(Struct, kw_only=True):
+    """Settings tried before they are kept: the directory bound and searched (with `name`, that
+    user found and its groups mapped), the provider's discovery document and keys read."""
+
+    settings: SignInSettings
+    name: str = ""
+    by: str = ""
+
+
+class SignInTried(Struct, kw_only=True):
+    """What trying each part said, one sentence each ("bind as X worked; 3 groups...")."""
+
+    said: list[str]
 
 
 class UserCreate(Struct, kw_only=True):
@@ -159,7 +230,7 @@ class AuditEntry(Struct, kw_only=True):
     time: float
     who: str
     """The user, key or service that changed it (as the change named it)."""
-    area: Literal["catalog", "mirror", "keys", "projects", "users", "tenants"]
+    area: Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin"]
     action: str
     subject: str
     """What was changed: a model's, key's, user's name..."""
@@ -228,5 +299,42 @@ AUDIT_LOG = Endpoint(
     timeout_s=30.0,
     admin=AdminRoute("GET", "/audit"),
 )
-ENDPOINTS = (USER_CREATE, USER_LIST, USER_REMOVE, USER_ROLE, TENANT_PUT, TENANT_LIST, AUDIT_LOG)
+SIGNIN_SHOW = Endpoint(
+    "router",
+    "signin.show",
+    Empty,
+    SignInSettings,
+    "How people sign in (directory, provider), without the secrets.",
+    admin=AdminRoute("GET", "/signin"),
+)
+SIGNIN_TRY = Endpoint(
+    "router",
+    "signin.try",
+    SignInTry,
+    SignInTried,
+    "Try sign-in settings without keeping them: what each part said.",
+    timeout_s=30.0,
+    admin=AdminRoute("POST", "/signin/try"),
+)
+SIGNIN_PUT = Endpoint(
+    "router",
+    "signin.put",
+    SignInSettings,
+    SignInTried,
+    "Keep sign-in settings, tried first (refused, saying why, where a part fails).",
+    timeout_s=30.0,
+    admin=AdminRoute("PUT", "/signin"),
+)
+ENDPOINTS = (
+    USER_CREATE,
+    USER_LIST,
+    USER_REMOVE,
+    USER_ROLE,
+    TENANT_PUT,
+    TENANT_LIST,
+    AUDIT_LOG,
+    SIGNIN_SHOW,
+    SIGNIN_TRY,
+    SIGNIN_PUT,
+)
 """The people endpoints (the router answers them)."""

@@ -203,7 +203,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
             *(
                 s
-                for name in ("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants")
+                for name in ("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants", "settings")
                 for s in _kv(b[name], write=True)
             ),
             *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),

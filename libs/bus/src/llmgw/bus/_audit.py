@@ -12,17 +12,23 @@ from llmgw.proto.people import AUDIT, AuditEntry
 
 __all__ = ["as_json", "audited", "record_change"]
 
-_SECRET_FIELDS = frozenset({"password"})
+_SECRET_FIELDS = frozenset({"password", "bind_password", "client_secret"})
+
+
+def _masked(plain: object) -> object:
+    """Builtins with every secret field's value written `***`, however deep."""
+    if isinstance(plain, dict):
+        return {k: ("***" if k in _SECRET_FIELDS and v else _masked(v)) for k, v in plain.items()}
+    if isinstance(plain, list):
+        return [_masked(v) for v in plain]
+    return plain
 
 
 def as_json(value: object) -> str:
     """A value as an audit entry keeps it: JSON, its secret fields written `***`; "" for None."""
     if value is None:
         return ""
-    plain = msgspec.to_builtins(value)
-    if isinstance(plain, dict):
-        plain = {k: ("***" if k in _SECRET_FIELDS and v else v) for k, v in plain.items()}
-    return msgspec.json.encode(plain).decode()
+    return msgspec.json.encode(_masked(msgspec.to_builtins(value))).decode()
 
 
 def audited(change: AuditEntry, before: object = None, after: object = None) -> AuditEntry:

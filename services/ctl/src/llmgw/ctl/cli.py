@@ -15,6 +15,7 @@ from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.people_commands import AUDIT, TENANT, USER
+from llmgw.ctl.signin_commands import SIGNIN
 from llmgw.ctl.tree import add_nouns, run_ctl
 
 __all__ = ["main", "parser"]
@@ -124,7 +125,9 @@ def parser() -> argparse.ArgumentParser:
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )
-    add_nouns(ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, AUDIT, REPLICA, WEIGHTS, MIRROR])
+    add_nouns(
+        ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, SIGNIN, AUDIT, REPLICA, WEIGHTS, MIRROR]
+    )
     return top
 
 

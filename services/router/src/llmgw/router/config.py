@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from llmgw.bus import ADMIN_PORTS, BusConfig
-from llmgw.proto.people import LdapSettings
+from llmgw.proto.people import LdapSettings, OidcSettings
 
 __all__ = ["RouterConfig"]
 
@@ -96,7 +96,10 @@ class RouterConfig(BusConfig, kw_only=True):
     a secret derived from `engine_secret`, so every router of a fleet accepts them)."""
     ldap: LdapSettings | None = None
     """Sign-in with an LDAP directory or Active Directory (its `[ldap]` table in the config file;
-    docs/people.md): users not made here sign in with it, their groups mapped to tenants."""
+    docs/people.md): users not made here sign in with it, their groups mapped to tenants.
+    Settings an admin keeps (console, `llmgw ctl signin`) win over it."""
+    oidc: OidcSettings | None = None
+    """Sign-in with an OpenID Connect provider (its `[oidc]` table; docs/people.md)."""
     drain_s: float = 10.0
     """At a stop, how long the requests in flight may take to finish before they are cut (new
     ones are refused from the start of the stop)."""

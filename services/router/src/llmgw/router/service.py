@@ -21,9 +21,11 @@ import aiohttp
 
 from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
 from llmgw.proto import BUCKETS
+from llmgw.proto.people import SignInSettings
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.people import People
+from llmgw.router.accounts.signin import SignIn
 from llmgw.router.admin.api import admin_api, metrics_route
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
@@ -97,7 +99,9 @@ class Router:
             self.summing.start()
         await self.accounts.serve(ctx)
         audit = await Audit.open(ctx.nc, ctx.js)
-        self.accounts.people = await People.open(ctx.js, self.accounts.keys, audit, config.ldap)
+        own = SignInSettings(ldap=config.ldap, oidc=config.oidc)
+        signin = await SignIn.open(ctx.js, self.keys.derive("sign-in secrets"), own, audit)
+        self.accounts.people = await People.open(ctx.js, self.accounts.keys, audit, signin)
         await self.accounts.people.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()

@@ -13,9 +13,9 @@ from ldap3 import NONE, SUBTREE, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 
-from llmgw.proto.people import ROLES, LdapSettings, Role
+from llmgw.proto.people import ROLES, GroupRole, LdapSettings, Role
 
-__all__ = ["DirectoryError", "Found", "find_user", "try_settings"]
+__all__ = ["DirectoryError", "Found", "best_roles", "find_user", "try_settings"]
 
 _RANK = {role: i for i, role in enumerate(reversed(ROLES))}
 
@@ -54,7 +54,8 @@ def _connect(s: LdapSettings, user: str, password: str) -> Connection:
 
 
 def _service(s: LdapSettings) -> Connection:
-    password = Path(s.bind_password_file).read_text().strip() if s.bind_password_file else ""
+    """Bound as the service account: its password given (unsealed), else read from its file."""
+    password = s.bind_password or (Path(s.bind_password_file).read_text().strip() if s.bind_password_file else "")
     return _connect(s, s.bind_dn, password)
 
 
@@ -63,11 +64,12 @@ def _groups(s: LdapSettings, conn: Connection, dn: str) -> list[str]:
     return [e.entry_dn for e in conn.entries]
 
 
-def _roles(s: LdapSettings, groups: list[str]) -> dict[str, Role]:
-    """The highest role each tenant gets from the groups mapped."""
+def best_roles(mapping: list[GroupRole], groups: list[str]) -> dict[str, Role]:
+    """The highest role each tenant gets from the groups held that `mapping` maps (compared
+    without regard to case): a directory's groups, or a provider's groups claim."""
     held = {g.lower() for g in groups}
     roles: dict[str, Role] = {}
-    for mapped in s.groups:
+    for mapped in mapping:
         if mapped.group.lower() in held and _RANK[mapped.role] > _RANK.get(roles.get(mapped.tenant, ""), -1):
             roles[mapped.tenant] = mapped.role
     return roles
@@ -89,7 +91,7 @@ def find_user(s: LdapSettings, name: str, password: str) -> Found | None:
         except DirectoryError:
             return None
         groups = _groups(s, conn, dn)
-    return Found(dn=dn, groups=groups, roles=_roles(s, groups))
+    return Found(dn=dn, groups=groups, roles=best_roles(s.groups, groups))
 
 
 def try_settings(s: LdapSettings, name: str = "") -> str:
@@ -105,5 +107,8 @@ def try_settings(s: LdapSettings, name: str = "") -> str:
             return f"bind as {who} worked; {len(conn.entries)} users match '{name}' (one is needed)"
         dn = conn.entries[0].entry_dn
         groups = _groups(s, conn, dn)
-    roles = ", ".join(f"{r} of {t}" for t, r in sorted(_roles(s, groups).items())) or "no role (no group is mapped)"
+    roles = (
+        ", ".join(f"{r} of {t}" for t, r in sorted(best_roles(s.groups, groups).items()))
+        or "no role (no group is mapped)"
+    )
     return f"bind as {who} worked; {name} is {dn}, in {len(groups)} groups: {roles}"

@@ -26,6 +26,7 @@ from llmgw.proto.people import (
     AuditLog,
     AuditQuery,
     LdapSettings,
+    OidcSettings,
     Tenant,
     TenantList,
     User,
@@ -37,6 +38,8 @@ from llmgw.proto.people import (
 )
 from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.ldap import DirectoryError, find_user
+from llmgw.router.accounts.oidc import who
+from llmgw.router.accounts.signin import SignIn
 
 __all__ = ["LEAST_PASSWORD", "LOCK_AFTER", "LOCK_S", "Locked", "People", "SignInRefused"]
 
@@ -80,11 +83,11 @@ class People:
         tenants: KvTable[Tenant],
         keys: KvTable[KeyRecord],
         audit: Audit,
-        ldap: LdapSettings | None = None,
+        signin: SignIn | None = None,
     ) -> None:
         self.users, self.tenants, self.keys, self.audit = users, tenants, keys, audit
-        self.ldap = ldap
-        """The directory users not made here sign in with (None: local users only)."""
+        self.signin = signin
+        """The directory and provider people not made here sign in with (None: local users only)."""
         self.hasher = PasswordHasher()
         self.log = get_logger("router")
         self.failures: dict[str, tuple[int, float]] = {}
@@ -94,12 +97,17 @@ class People:
 
     @classmethod
     async def open(
-        cls, js: JetStreamContext, keys: KvTable[KeyRecord], audit: Audit, ldap: LdapSettings | None = None
+        cls, js: JetStreamContext, keys: KvTable[KeyRecord], audit: Audit, signin: SignIn | None = None
     ) -> People:
         """Watch the users and tenants buckets."""
         users = await KvTable.open(js, BUCKETS["users"], User)
         tenants = await KvTable.open(js, BUCKETS["tenants"], Tenant)
-        return cls(users, tenants, keys, audit, ldap)
+        return cls(users, tenants, keys, audit, signin)
+
+    @property
+    def ldap(self) -> LdapSettings | None:
+        """The directory users not made here sign in with (None: none)."""
+        return self.signin.ldap if self.signin is not None else None
 
     async def serve(self, ctx: Context) -> None:
         """Answer the people endpoints (`llmgw ctl user|tenant|audit`, the admin API)."""
@@ -110,11 +118,15 @@ class People:
         await ctx.serve(people_api.TENANT_PUT, self.put_tenant)
         await ctx.serve(people_api.TENANT_LIST, self.list_tenants)
         await ctx.serve(people_api.AUDIT_LOG, self.audit_log)
+        if self.signin is not None:
+            await self.signin.serve(ctx)
 
     def stop(self) -> None:
         """Stop watching."""
         self.users.stop()
         self.tenants.stop()
+        if self.signin is not None:
+            self.signin.stop()
 
     # -- tenants -----------------------------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
@@ -219,9 +231,9 @@ class People:
                 f"too many wrong passwords for '{name}' in a row: signing in as it waits {until - now:.0f} s more",
                 until - now,
             )
-        user = self.user(name)
-        if (user is None or user.source == "ldap") and self.ldap is not None:
-            user = await self._from_directory(self.ldap, name, password)
+        user, ldap = self.user(name), self.ldap
+        if (user is None or user.source == "ldap") and ldap is not None:
+            user = await self._from_directory(ldap, name, password)
             ok = user is not None
         else:
             stored = user.password if user is not None and user.source == "local" else ""
@@ -252,12 +264,35 @@ class People:
             return None
         if not found.roles:
             raise SignInRefused(f"{name} is in the directory but in no group mapped to a tenant here: ask an admin")
+        return await self._keep_signed_in(User(name=name, roles=found.roles, source="ldap"), f"directory ({ldap.url})")
+
+    async def sign_in_provider(self, s: OidcSettings, claims: dict) -> User:
+        """The user a provider's checked ID token names, its roles those its groups claim maps to;
+        SignInRefused where it maps to none, or where its name is another's (a local user's, or
+        one bound to another subject)."""
+        name, roles = who(s, claims)
+        subject = f"{claims['iss']} {claims['sub']}"
         was = self.users.items.get(name)
-        user = User(name=name, roles=found.roles, source="ldap", created=was.created if was else time.time())
-        if was is None or was.roles != user.roles or was.source != "ldap":
-            await self.users.kv.put(name, msgspec.json.encode(user))
-            self.users.items[name] = user
-            change = AuditEntry(time=0, who=f"directory ({ldap.url})", area="users", action="sign-in", subject=name)
+        if not name or (was is not None and (was.source != "oidc" or was.subject != subject)):
+            self.log.warning("provider sign-in refused: the name is another user's", user=name)
+            raise SignInRefused(f"the provider's user is named '{name}', which is another user's here: ask an admin")
+        if not roles:
+            raise SignInRefused(
+                f"{name} signed in with the provider but is in no group mapped to a tenant: ask an admin"
+            )
+        if was is not None and was.disabled:
+            raise SignInRefused(f"{name} is disabled here: ask an admin")
+        return await self._keep_signed_in(User(name=name, roles=roles, source="oidc", subject=subject), s.issuer)
+
+    async def _keep_signed_in(self, user: User, where: str) -> User:
+        """A directory's or provider's user as it signs in: recorded where its roles changed (and
+        audited), its first sign-in's time kept."""
+        was = self.users.items.get(user.name)
+        user = msgspec.structs.replace(user, created=was.created if was else time.time())
+        if was is None or (was.roles, was.source, was.subject) != (user.roles, user.source, user.subject):
+            await self.users.kv.put(user.name, msgspec.json.encode(user))
+            self.users.items[user.name] = user
+            change = AuditEntry(time=0, who=where, area="users", action="sign-in", subject=user.name)
             await self._audit(change, was, user)
         return user
 

@@ -20,7 +20,7 @@ from llmgw.router.console.session import same
 from llmgw.router.console.web import LANG_COOKIE, NAVIGATION, PRE_COOKIE, PREFIX, SESSION_COOKIE, View, next_page
 from llmgw.router.errors import ApiError
 
-__all__ = ["ROUTES"]
+__all__ = ["ROUTES", "start_session"]
 
 _log = get_logger("router")
 _KEY_ERRORS = {"missing_api_key": "missing", "invalid_api_key": "invalid", "expired_api_key": "expired_key"}
@@ -58,12 +58,25 @@ async def signin(request: Request, view: View) -> Response:
             return view.signin_page(401 if reason != "not_admin" else 403, view.t(f"signin.err.{reason}"), back)
         who = record.name
         _log.info("console sign-in", key=who, key_id=subject)
+    return start_session(view, subject, who, back)
+
+
+def start_session(view: View, subject: str, who: str, back: str, page: bool = False) -> Response:
+    """A new session for `subject` (a fresh cookie, whatever the browser held before: no session
+    is fixed from outside), then the page asked for where the principal opens it, else its first.
+    `page`: answered with a page that goes on by itself (after a provider's redirect, a redirect
+    would not carry the Strict cookie to the next page)."""
     cookie, _session = view.console.sessions.issue(subject, time.time())
     principal = view.console.principal(subject, time.time())
     first = next((p for p in NAVIGATION if principal is not None and principal.opens(p)), "playground")
     asked = next_page(back).removeprefix(f"{PREFIX}/").split("/", 1)[0] if back else ""
     target = next_page(back) if asked and principal is not None and principal.opens(asked) else f"{PREFIX}/{first}"
-    response = view.done(target, view.t("signin.done", name=who))
+    said = view.t("signin.done", name=who)
+    if page:
+        response = view.render("signed_in.html", target=target, said=said)
+        response.cookies.append(view.note_cookie(said))
+    else:
+        response = view.done(target, said)
     response.set_cookie(
         SESSION_COOKIE,
         cookie,

@@ -83,15 +83,16 @@ class Sessions:
         """The token a sign-in form carries, bound to the browser's pre-session cookie `nonce`."""
         return self._mac("signin", nonce)
 
-    def note(self, kind: str, text: str) -> str:
-        """A signed note (what an action did, or why it failed) for the page after a redirect."""
+    def note(self, kind: str, text: str, purpose: str = "note") -> str:
+        """A signed note (what an action did, or why it failed) for the page after a redirect;
+        `purpose` keeps one kind of cookie from being taken for another."""
         body = _b64(json.dumps([kind, text]).encode())
-        return f"{body}.{self._mac('note', body)}"
+        return f"{body}.{self._mac(purpose, body)}"
 
-    def read_note(self, cookie: str) -> tuple[str, str] | None:
-        """The note a cookie carries, or None if it is not one this console signed."""
+    def read_note(self, cookie: str, purpose: str = "note") -> tuple[str, str] | None:
+        """The note a cookie carries, or None if it is not one this console signed for `purpose`."""
         body, _, mac = cookie.partition(".")
-        if not body or not same(mac, self._mac("note", body)):
+        if not body or not same(mac, self._mac(purpose, body)):
             return None
         try:
             kind, text = json.loads(_unb64(body))

@@ -51,6 +51,7 @@ NAVIGATION = (
     "requests",
     "audit",
     "people",
+    "identity",
 )
 """The pages the navigation lists, in order (each principal sees those it opens)."""
 _EVERYONE = ("", "signout", "lang", "signin", "static")
@@ -103,6 +104,12 @@ class Console:
             return user_principal(user) if user is not None else None
         key = self.admin(subject, now)
         return key_principal(subject, key) if key is not None else None
+
+    def provider_label(self) -> str:
+        """What the sign-in page's provider button names ("": no provider is set up)."""
+        people = self.accounts.people
+        s = people.signin.oidc if people is not None and people.signin is not None else None
+        return "" if s is None else s.label or urlsplit(s.issuer).netloc
 
     def key_of(self, who: Principal) -> KeyRecord:
         """What `who` acts as: the admin key's record, or a user's own key (`Principal.as_key`)."""
@@ -218,6 +225,7 @@ class View:
             error=error,
             next=next_page(next_),
             signin_csrf=self.console.sessions.anonymous_csrf(nonce),
+            provider=self.console.provider_label(),
         )
         response.set_cookie(PRE_COOKIE, nonce, path=PREFIX, httponly=True, samesite="strict", secure=self.secure)
         return response
@@ -241,9 +249,12 @@ class View:
 
     def done(self, path: str, text: str, kind: str = "ok") -> Redirect:
         """To `path` (under the console) with `text` shown at its top: what an action did."""
+        return Redirect(path, status_code=303, cookies=[self.note_cookie(text, kind)])
+
+    def note_cookie(self, text: str, kind: str = "ok") -> Cookie:
+        """The cookie that carries `text` to the next page drawn (shown at its top)."""
         note = self.console.sessions.note(kind, text if len(text) <= _NOTE_MOST else text[: _NOTE_MOST - 1] + "…")
-        cookie = Cookie(key=NOTE_COOKIE, value=note, path=PREFIX, httponly=True, samesite="strict", max_age=60)
-        return Redirect(path, status_code=303, cookies=[cookie])
+        return Cookie(key=NOTE_COOKIE, value=note, path=PREFIX, httponly=True, samesite="strict", max_age=60)
 
     def number(self, field: str, low: int, high: int, default: int | None = None, label: str = "") -> int:
         """The posted whole number `field`, from `low` to `high`; Refused (400) saying which field
