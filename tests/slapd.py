@@ -69,8 +69,12 @@ class Slapd:
         self.url = f"ldap://127.0.0.1:{self.port}"
         (home / "data").mkdir(parents=True, exist_ok=True)
         conf = home / "slapd.conf"
-        tls_lines = f"TLSCertificateFile {tls.cert}\nTLSCertificateKeyFile {tls.key}\nTLSCACertificateFile {tls.ca}\n"
-        conf.write_text((tls_lines if tls else "") + _CONF.format(home=home, base=BASE))
+        tls_lines = (
+            f"TLSCertificateFile {tls.cert}\nTLSCertificateKeyFile {tls.key}\nTLSCACertificateFile {tls.ca}\n"
+            if tls
+            else ""
+        )
+        conf.write_text(tls_lines + _CONF.format(home=home, base=BASE))
         (home / "data.ldif").write_text("\n".join([_TOP, *entries]))
         slapadd = shutil.which("slapadd") or "/usr/sbin/slapadd"
         subprocess.run([slapadd, "-f", str(conf), "-l", str(home / "data.ldif")], check=True, capture_output=True)

@@ -93,7 +93,7 @@ def test_settings_are_tried_before_they_are_kept_and_a_wrong_one_says_why(slapd,
         find_user(settings(slapd, tmp_path, url="ldap://127.0.0.1:1", timeout_s=2.0), "ada", "ada-password-1")
 
 
-async def test_an_admin_sets_the_directory_up_on_the_console_and_its_user_signs_in(slapd, serve, nc, tmp_path):
+async def test_an_admin_sets_the_directory_up_on_the_console_and_its_user_signs_in(slapd, serve, nc, tmp_path, capfd):
     served = await serve_router(serve, nc, tmp_path, write_random_llama(tmp_path / "tiny.gguf"))
     await call(nc, people.TENANT_PUT, Tenant(name="research", by="t"))
     admin = Browserless(served.router.http.url)
@@ -140,6 +140,12 @@ async def test_an_admin_sets_the_directory_up_on_the_console_and_its_user_signs_
     refused = await Browserless(served.router.http.url).http.post("/console/signin", data=wrong)
     assert refused.status_code in (401, 403)
     assert (await browser.get("/console/identity")).status_code == 403  # an operator does not set sign-in up
+    # no password in a log line, the audit trail or a KV value
+    out, err = capfd.readouterr()
+    trail = str(await call(nc, people.AUDIT_LOG, people.AuditQuery(limit=500)))
+    users = (await (await nc.jetstream().key_value(BUCKETS["users"])).get("ada")).value.decode()
+    for secret in ("service-password", "ada-password-1", "not-the-password"):
+        assert secret not in out + err and secret not in trail and secret not in users
 
 
 def test_the_router_config_takes_an_ldap_table(tmp_path):

@@ -18,7 +18,7 @@ import httpx
 import msgspec
 import pytest
 
-from llmgw.bus import call
+from llmgw.bus import BadRequest, call
 from llmgw.gguf import write_random_llama
 from llmgw.proto import BUCKETS, Empty, people
 from llmgw.proto.people import OidcSettings, SignInSettings, Tenant, UserCreate
@@ -173,6 +173,9 @@ async def test_settings_are_shown_without_secrets_and_kept_secrets_stay(served, 
     await call(nc, people.SIGNIN_PUT, changed)
     assert served.router.accounts.people.signin.oidc.client_secret == CLIENT_SECRET
     assert (await call(nc, people.SIGNIN_SHOW, Empty())).oidc.label == "Company SSO"
+    # a file named from afar would be read and sent to whatever provider came with it
+    with pytest.raises(BadRequest, match="not as a file: files are named in the router's config"):
+        await call(nc, people.SIGNIN_PUT, SignInSettings(oidc=_with(shown.oidc, client_secret_file="/etc/shadow")))
 
 
 def _with(s: OidcSettings, **changes) -> OidcSettings:

@@ -136,3 +136,21 @@ async def test_the_admin_api_serves_users_tenants_and_the_audit_trail_for_admin_
         for path in ("/users", "/tenants", "/audit"):
             refused = await http.get(f"{api}{path}", headers=user)
             assert refused.status_code == 403 and "cat" not in refused.text
+
+
+async def test_a_tenants_limits_hold_for_all_its_keys_together(served, nats_server):
+    put = await asyncio.to_thread(_ctl, nats_server, "tenant", "put", "lab", "--rpm", "2")
+    assert put.returncode == 0 and "its keys together: requests_per_minute=2" in put.stderr, put.stderr
+    listed = (await asyncio.to_thread(_ctl, nats_server, "tenant", "list")).stdout
+    assert "lab" in listed and "requests_per_minute=2" in listed
+    accounts = served.router.accounts
+    keys = [await accounts.create_key(KeyCreate(name=f"lab-{i}", tenant="lab", project=f"p{i}")) for i in range(2)]
+    ask = {"model": "one", "messages": [{"role": "user", "content": "hi"}]}
+    statuses = []
+    async with httpx.AsyncClient(timeout=30) as http:
+        for key in (keys[0], keys[1], keys[0]):
+            url, auth = f"{served.router.http.url}/v1/chat/completions", {"authorization": f"Bearer {key.key}"}
+            answer = await http.post(url, json=ask, headers=auth)
+            statuses.append((answer.status_code, answer.json()["error"]["message"]))
+    assert [s for s, _ in statuses[:2]] != [429, 429]  # each key alone is far from any limit of its own
+    assert statuses[2][0] == 429 and "tenant 'lab'" in statuses[2][1], statuses

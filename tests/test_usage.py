@@ -29,6 +29,7 @@ def _batch(i: int, at: float) -> list[UsageRecord]:
             time=at,
             key=f"{i % 7:016x}",
             project=PROJECTS[i % 3],
+            tenant=("default", "research")[i % 2],
             model="m",
             status=500 if i % 11 == 0 else 200,
             prompt_tokens=10,
@@ -135,7 +136,7 @@ async def test_reports_from_slots_equal_the_stream_summed_one_by_one_as_two_rout
     assert len(await kv_keys(slots)) > 8, "the routers wrote no slots"  # not nats-py's keys(): it races
     messages = (await nc.jetstream().stream_info(USAGE_STREAM)).state.messages
     for since in (0.0, start + 7.5, start + 3 * USAGE_SLOT_S, start + 1234.5, now - 200):
-        for group_by in ("model", "project", "key", "replica"):
+        for group_by in ("model", "project", "key", "replica", "tenant"):
             for bucket_s in (0, USAGE_SLOT_S, 3600, 60):
                 query = UsageQuery(since=since, group_by=group_by, bucket_s=bucket_s)
                 every = await a.accounts.book.scan(query)
@@ -170,6 +171,27 @@ async def test_a_slot_too_big_for_one_entry_is_split_and_still_counted_whole(rou
     rows = (await router.accounts.sum_usage(UsageQuery(since=start, group_by="key"))).rows
     assert len(rows) == 12_001 and all(r.requests == 1 for r in rows)
     assert router.accounts.book.read == 1  # the closing message: the slot's 12,000 come from its entries
+
+
+async def test_slots_summed_before_tenants_count_as_the_default_tenants(router, nc):
+    """Slots a router from before tenants summed have no entries by tenant: a report by tenant
+    counts what they hold as the default tenant's (every request then was)."""
+    from llmgw.proto.router import USAGE_SLOT_GRACE_S, USAGE_SLOT_S
+
+    start = (time.time() // USAGE_SLOT_S - 3) * USAGE_SLOT_S
+    old = [
+        [UsageRecord(request_id=f"o{i}", time=start + 10 + i, key="k", project="p", model=f"m{i % 3}")]
+        for i in range(30)
+    ]
+    later = start + USAGE_SLOT_S + USAGE_SLOT_GRACE_S + 1
+    await _publish(nc, [*old, [UsageRecord(request_id="c", time=later, key="k", project="p", model="m0")]])
+    await _caught_up(router.accounts.book)
+    slots = router.accounts.book.slots
+    for key in [k for k in await kv_keys(slots) if ".tenant." in k]:
+        await slots.purge(key)  # as a router from before tenants left the slot
+    rows = (await router.accounts.sum_usage(UsageQuery(since=start, group_by="tenant"))).rows
+    assert [(r.group, r.requests) for r in rows] == [("default", 31)]
+    assert router.accounts.book.read == 1  # the 30 from the slot's entries by model
 
 
 async def test_summing_gives_the_loop_back_to_the_requests_being_served(router, nc):

@@ -102,3 +102,41 @@ async def test_an_admin_makes_users_and_tenants_on_the_people_page_and_the_audit
     member, _ = await _sign_in(stack, "mem")
     assert (await member.get("/console/people")).status_code == 403
     assert (await member.get("/console/audit")).status_code == 403
+
+
+async def test_an_operator_runs_only_the_models_its_tenants_may_use(stack):
+    from llmgw.proto import Model, ModelPut, catalog
+    from tests.fleets import SOURCE
+
+    for name in ("tiny", "other"):
+        await call(stack.nc, catalog.MODEL_PUT, ModelPut(model=Model(name=name, source=SOURCE), by="t"))
+    await call(stack.nc, people.TENANT_PUT, Tenant(name="lab", models=["tiny"], by="t"))
+    await call(stack.nc, people.USER_CREATE, UserCreate(name="opa", tenant="lab", role="operator", password=PASSWORD))
+    browser, _ = await _sign_in(stack, "opa")
+    listed = await browser.get("/console/models")
+    assert listed.status_code == 200 and 'href="/console/models/tiny"' in listed.text
+    assert 'href="/console/models/other"' not in listed.text
+    assert (await browser.get("/console/models/tiny")).status_code == 200
+    refused = await browser.get("/console/models/other")
+    assert refused.status_code == 403 and "opa operates tenants that may not use this model" in refused.text
+    page = await browser.page("/console/models/tiny")  # its forms' token, then a change to the other
+    stopped = await browser.post("/console/models/other/stop", {"revision": "1"})
+    assert stopped.status_code == 403 and page.status_code == 200
+    assert (await call(stack.nc, catalog.MODEL_GET, catalog.ModelRef(name="other"))).revision == 2  # unchanged
+
+
+async def test_signing_in_always_gives_a_fresh_session_whatever_the_browser_held(stack):
+    """Session fixation: a cookie planted before signing in (forged, or another's) is replaced."""
+    await _user(stack, "fay")
+    browser = Browserless(stack.url)
+    planted = "v1.u-fay.9999999999.0000000000000000.forged"
+    browser.http.cookies.set("llmgw_console", planted, path="/console")
+    page = await browser.get("/console/signin")
+    form = {"csrf": csrf_of(page.text), "name": "fay", "password": PASSWORD, "next": ""}
+    signed = await browser.http.post("/console/signin", data=form, follow_redirects=False)
+    issued = [c for c in signed.headers.get_list("set-cookie") if c.startswith("llmgw_console=")]
+    assert len(issued) == 1 and planted not in issued[0] and "HttpOnly" in issued[0], issued
+    other, _ = await _sign_in(stack, "fay")
+    first = other.http.cookies.get("llmgw_console")
+    again, _ = await _sign_in(stack, "fay")
+    assert first and again.http.cookies.get("llmgw_console") != first  # each sign-in its own session

@@ -48,7 +48,7 @@ BUCKET_TABLE = (
     Bucket(
         "limits",
         "llmgw_limits",
-        "`key.<id>` or `project.<name>`",
+        "`key.<id>`, `project.<name>` or `tenant.<name>`",
         "`{m: [minute, requests, tokens], d: [day, tokens], mo: [month, tokens], c: {router: [in flight, time]}}` "
         "(compare-and-set; values expire after 32 days)",
         "every router",

@@ -11,6 +11,7 @@ from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._types import Empty, Name, NonNegative
+from llmgw.proto.router import Limits
 
 __all__ = [
     "AUDIT",
@@ -61,6 +62,8 @@ class Tenant(Struct, kw_only=True):
     name: Name
     models: list[Name] = field(default_factory=list)
     """The models (or aliases) its members and keys may use; empty: every model."""
+    limits: Limits = field(default_factory=Limits)
+    """What all its keys together may use (beside each key's and project's own limits)."""
     created: float = 0.0
     by: str = ""
 

@@ -191,7 +191,7 @@ class UsageQuery(Page, kw_only=True):
     `limit`: by bucket start, then group) where there are too many for one message."""
 
     since: float = 0.0
-    group_by: Literal["model", "project", "key", "replica"] = "model"
+    group_by: Literal["model", "project", "key", "replica", "tenant"] = "model"
     bucket_s: NonNegative = 0
     """Sum each group in time buckets this many seconds long (a row per group and bucket, from a
     multiple of `bucket_s` since 1970); 0: one row per group over the whole span."""
@@ -249,7 +249,7 @@ class UsageSlot(Struct, kw_only=True):
 
     start: int
     """Unix time the slot starts (a multiple of `USAGE_SLOT_S`)."""
-    group: Literal["model", "project", "key", "replica"]
+    group: Literal["model", "project", "key", "replica", "tenant"]
     """What these sums are by."""
     first: int
     """Stream sequence of the first message holding a request of this slot."""

@@ -15,7 +15,7 @@ from llmgw.ctl.tables import keys_table, limits_text, requests_table, usage_tabl
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
 from llmgw.proto import Empty, KeyCreate, KeyRef, Limits, Project, RequestLogAsk, UsageQuery, router, usage_order
 
-__all__ = ["KEY", "PROJECT", "REQUESTS", "USAGE"]
+__all__ = ["KEY", "PROJECT", "REQUESTS", "USAGE", "limit_arguments", "limits_of"]
 
 _LIMITS = (
     ("rpm", "requests_per_minute", "requests a minute"),
@@ -26,11 +26,13 @@ _LIMITS = (
 )
 
 
-def _limits(args: argparse.Namespace) -> Limits:
+def limits_of(args: argparse.Namespace) -> Limits:
+    """The limits the `limit_arguments` flags give (a flag not given: no limit)."""
     return Limits(**{field: getattr(args, flag.replace("-", "_")) for flag, field, _ in _LIMITS})
 
 
-def _limit_arguments(parser: argparse.ArgumentParser) -> None:
+def limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--rpm`... one flag per limit (a key's, a project's, a tenant's)."""
     for flag, _, what in _LIMITS:
         parser.add_argument(f"--{flag}", type=int, metavar="N", help=f"at most this many {what}")
 
@@ -45,7 +47,7 @@ async def _create(nc: Client, args: argparse.Namespace) -> int:
             "owner": args.owner,
             "expires_in_s": args.expires_days * 86400 if args.expires_days else None,
             "models": [m for m in (args.models or "").split(",") if m],
-            "limits": msgspec.to_builtins(_limits(args)),
+            "limits": msgspec.to_builtins(limits_of(args)),
             "by": BY,
         },
         KeyCreate,
@@ -67,7 +69,7 @@ def _create_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", metavar="A,B", help="the models it may use, comma-separated (default: all)")
     parser.add_argument("--admin", action="store_true", help="it may use the admin API")
     parser.add_argument("--expires-days", type=float, metavar="D", help="days until it stops working (default: never)")
-    _limit_arguments(parser)
+    limit_arguments(parser)
 
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:
@@ -85,13 +87,13 @@ def _revoke_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _project(nc: Client, args: argparse.Namespace) -> int:
-    project = await call(nc, router.PROJECT_PUT, Project(name=args.name, limits=_limits(args), by=BY))
+    project = await call(nc, router.PROJECT_PUT, Project(name=args.name, limits=limits_of(args), by=BY))
     return done(args, project, f"project {project.name}: {limits_text(project.limits)}")
 
 
 def _project_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the project")
-    _limit_arguments(parser)
+    limit_arguments(parser)
 
 
 async def _usage(nc: Client, args: argparse.Namespace) -> int:
@@ -103,7 +105,8 @@ async def _usage(nc: Client, args: argparse.Namespace) -> int:
 
 def _usage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since-hours", type=float, default=24.0, metavar="H", help="the last H hours (default 24)")
-    parser.add_argument("--by", default="model", choices=["model", "project", "key", "replica"], help="one row per")
+    groups = ["model", "project", "key", "replica", "tenant"]
+    parser.add_argument("--by", default="model", choices=groups, help="one row per")
 
 
 async def _requests(nc: Client, args: argparse.Namespace) -> int:

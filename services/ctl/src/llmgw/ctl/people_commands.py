@@ -11,8 +11,9 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import call
+from llmgw.ctl.access_commands import limit_arguments, limits_of
 from llmgw.ctl.changes import BY
-from llmgw.ctl.tables import table
+from llmgw.ctl.tables import limits_text, table
 from llmgw.ctl.tree import Noun, Verb, done, emit, show
 from llmgw.proto import Empty, people
 from llmgw.proto.people import ROLES, AuditLog, AuditQuery, Tenant, UserCreate, UserRef, UserRole
@@ -79,19 +80,22 @@ def _role_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _tenant_put(nc: Client, args: argparse.Namespace) -> int:
     models = [m for m in (args.models or "").split(",") if m]
-    tenant = await call(nc, people.TENANT_PUT, msgspec.convert({"name": args.name, "models": models, "by": BY}, Tenant))
-    return done(args, tenant, f"tenant {tenant.name}: {', '.join(tenant.models) or 'every model'}")
+    fields = {"name": args.name, "models": models, "limits": msgspec.to_builtins(limits_of(args)), "by": BY}
+    tenant = await call(nc, people.TENANT_PUT, msgspec.convert(fields, Tenant))
+    said = f"{', '.join(tenant.models) or 'every model'}; its keys together: {limits_text(tenant.limits)}"
+    return done(args, tenant, f"tenant {tenant.name}: {said}")
 
 
 def _tenant_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the tenant")
     parser.add_argument("--models", metavar="A,B", help="the models its members and keys may use (default: all)")
+    limit_arguments(parser)
 
 
 async def _tenants(nc: Client, args: argparse.Namespace) -> int:
     listed = await call(nc, people.TENANT_LIST, Empty())
-    rows = [(t.name, ", ".join(t.models) or "every model") for t in listed.tenants]
-    return show(args, listed, table(["TENANT", "MODELS"], rows))
+    rows = [(t.name, ", ".join(t.models) or "every model", limits_text(t.limits)) for t in listed.tenants]
+    return show(args, listed, table(["TENANT", "MODELS", "LIMITS"], rows))
 
 
 def audit_table(log: AuditLog) -> str:
@@ -154,9 +158,9 @@ TENANT = Noun(
     (
         Verb(
             "put",
-            "make a tenant or set the models it may use",
-            "llmgw ctl tenant put research --models qwen,smollm2",
-            "its keys may use only those models, at once on every router",
+            "make a tenant or set the models it may use and the limits its keys share",
+            "llmgw ctl tenant put research --models qwen,smollm2 --tokens-day 2000000",
+            "its keys may use only those models, within its limits, at once on every router",
             _tenant_put,
             _tenant_arguments,
         ),

@@ -2,17 +2,19 @@
 admin API and the NATS endpoints as they take people's credentials).
 
 A principal is a signed-in user (its role in each tenant) or an admin key (an admin of the
-whole fleet). An admin role anywhere makes a fleet admin; an operator runs the models, the
-mirror and the fleet (models are fleet-wide today) and sees its tenants' keys and usage; a
-member sees its own keys and usage and asks the models its tenant may use.
+whole fleet). An admin role anywhere makes a fleet admin; an operator runs the mirror, the fleet
+and the models its tenants may use (a tenant that names none may use every model) and sees its
+tenants' keys and usage; a member sees its own keys and usage and asks the models its tenant may
+use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from llmgw.proto import KeyRecord
-from llmgw.proto.people import DEFAULT_TENANT, Role, User
+from llmgw.proto.people import DEFAULT_TENANT, Role, Tenant, User
 
 __all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "Principal", "key_principal", "user_principal"]
 
@@ -70,6 +72,17 @@ class Principal(NamedTuple):
         if self.roles.get(key.tenant) == "operator":
             return True
         return bool(key.owner) and key.owner == self.name
+
+    def runs_model(self, model: str, tenants: Mapping[str, Tenant]) -> bool:
+        """Whether it sees and changes model `model`: an admin every model, an operator those one
+        of the tenants it operates may use."""
+        if self.admin:
+            return True
+        for name, role in self.roles.items():
+            allowed = tenants[name].models if name in tenants else []
+            if role == "operator" and (not allowed or model in allowed):
+                return True
+        return False
 
     def as_key(self) -> KeyRecord:
         """What its requests from the console (the playground) count under: its own limits and

@@ -27,6 +27,7 @@ from llmgw.proto import (
     KeyList,
     KeyRecord,
     KeyRef,
+    Limits,
     Page,
     Project,
     RequestLog,
@@ -58,6 +59,7 @@ USAGE_LINGER_S = 0.02
 """How long the first finished request's usage waits for others to go in one message with it."""
 USAGE_BATCH = 256
 """The most requests' usage in one message (~350 bytes each: well under NATS's 1 MB a message)."""
+_NO_LIMITS = Limits()
 
 
 async def _remember_ids(js: JetStreamContext) -> None:
@@ -160,8 +162,13 @@ class Accounts:
         return authorize(header, self.keys.items, time.time(), admin)
 
     def scopes(self, key_id: str, key: KeyRecord) -> list[Scope]:
-        """The limits a request with this key counts against: its own and its project's."""
-        return [(f"key.{key_id}", f"key '{key.name}'", key.limits), self.project_scope(key.project)]
+        """The limits a request with this key counts against: its own, its project's and, where
+        its tenant has limits, its tenant's."""
+        scopes = [(f"key.{key_id}", f"key '{key.name}'", key.limits), self.project_scope(key.project)]
+        tenant = self.people.tenants.items.get(key.tenant) if self.people is not None else None
+        if tenant is not None and tenant.limits != _NO_LIMITS:
+            scopes.append((f"tenant.{tenant.name}", f"tenant '{tenant.name}'", tenant.limits))
+        return scopes
 
     def project_scope(self, name: str) -> Scope:
         """The limits of project `name`, which all its keys' requests count against together."""

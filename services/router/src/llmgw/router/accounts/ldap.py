@@ -39,10 +39,10 @@ def _server(s: LdapSettings) -> Server:
 
 def _connect(s: LdapSettings, user: str, password: str) -> Connection:
     """A connection bound as `user` (StartTLS first where set); DirectoryError where it cannot be made."""
-    conn = Connection(
-        _server(s), user=user or None, password=password or None, receive_timeout=max(1, round(s.timeout_s))
-    )  # whole seconds: ldap3 packs it
     try:
+        conn = Connection(
+            _server(s), user=user or None, password=password or None, receive_timeout=max(1, round(s.timeout_s))
+        )  # whole seconds: ldap3 packs it
         conn.open()
         if s.starttls and not conn.start_tls():
             raise DirectoryError(f"{s.url} refused StartTLS: {conn.result.get('description', '')}")

@@ -119,7 +119,13 @@ class SignIn:
             return ""
 
     def _merged(self, given: SignInSettings) -> SignInSettings:
-        """`given` with each secret left empty taken from what is kept (opened)."""
+        """`given` with each secret left empty taken from what is kept (opened). Secrets come in
+        themselves, never as files: a file named from afar would have the router read any file
+        it may and send it to the directory or provider named with it."""
+        if (given.ldap and given.ldap.bind_password_file) or (given.oidc and given.oidc.client_secret_file):
+            raise BadRequest(
+                "a secret is given here itself (it is sealed), not as a file: files are named in the router's config"
+            )
         kept = self._kept()
         ldap, oidc = given.ldap, given.oidc
         if ldap is not None and not ldap.bind_password and kept.ldap is not None:
@@ -143,7 +149,7 @@ class SignIn:
         if s.ldap is not None:
             try:
                 said.append("directory: " + await asyncio.to_thread(try_settings, s.ldap, name))
-            except (DirectoryError, OSError) as exc:
+            except (DirectoryError, OSError, ValueError) as exc:  # ValueError: a path no file can have
                 said.append(f"directory: failed: {exc}")
                 ok = False
         if s.oidc is not None:

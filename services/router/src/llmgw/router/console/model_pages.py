@@ -74,7 +74,7 @@ async def _scheduler(view: View) -> tuple[dict[str, Any] | None, list[Any] | Non
 @get("/models")
 async def models_page(view: View) -> Response:
     """Every model: its file, state, replicas ready of wanted, memory, speed and profiles."""
-    entries = (await view.ask(catalog.MODEL_LIST, Empty())).models
+    entries = [m for m in (await view.ask(catalog.MODEL_LIST, Empty())).models if view.runs(m.model.name)]
     status, replicas = await _scheduler(view)
     return view.render("models.html", entries=entries, statuses=status, totals=replica_totals(replicas or []))
 

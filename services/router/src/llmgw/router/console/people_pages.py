@@ -87,10 +87,11 @@ async def remove_user(view: View) -> Response:
 async def put_tenant(view: View) -> Response:
     """Make a tenant or set the models it may use."""
     models = [m for m in view.form.get("models", "").replace(",", " ").split() if m]
+    name = view.form.get("tenant_name", "").strip()
     try:
-        tenant = _message(
-            view, Tenant, {"name": view.form.get("tenant_name", "").strip(), "models": models, "by": view.by}
-        )
+        kept = {t.name: t for t in (await view.ask(people.TENANT_LIST, Empty())).tenants}.get(name)
+        limits = msgspec.to_builtins(kept.limits) if kept else {}  # its limits (ctl's) stay as they are
+        tenant = _message(view, Tenant, {"name": name, "models": models, "limits": limits, "by": view.by})
         await view.ask(people.TENANT_PUT, tenant)
     except Refused as exc:
         return await _page(view, exc.status, exc.message, form=view.form)

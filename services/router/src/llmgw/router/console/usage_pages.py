@@ -13,6 +13,7 @@ from litestar.response import Response
 from markupsafe import Markup
 
 from llmgw.proto import Empty, UsageQuery, UsageRow
+from llmgw.router.accounts.access import Principal
 from llmgw.router.console.charts import Chart, Series, line_chart
 from llmgw.router.console.web import View
 from llmgw.router.request.core import bucket_start
@@ -35,7 +36,7 @@ RANGES = {
     "week": Range(7 * 86400, 6 * 3600, "%m-%d %H:%M"),
 }
 """The ranges, the first the default."""
-GROUPS = ("model", "project", "key")
+GROUPS = ("model", "project", "key", "tenant")
 """What usage is grouped by, the first the default."""
 _MOST_SERIES = 8
 """The charts draw the biggest groups, at most this many."""
@@ -58,7 +59,9 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
     """Usage over the range `since` grouped by `group_by`: a table and charts over time."""
     who = view.principal
     assert who is not None
-    group_by = group_by if who.admin else "key"  # anyone else sees its own keys' usage only
+    if group_by in GROUPS and group_by not in _groups(who):
+        group_by = "key"  # its own keys' usage, or its tenants'
+
     form = {"since": since, "group_by": group_by}
     if since not in RANGES or group_by not in GROUPS:
         error = view.t("usage.err.choice", since=since, group_by=group_by)
@@ -78,6 +81,10 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
             bucketed.rows = [r for r in bucketed.rows if r.group in mine]
             label = {g: g for g in label if g in mine}
         label = {g: view.t("usage.key_label", name=names[g].name, id=g) if g in names else g for g in label}
+    if group_by == "tenant" and not who.admin:  # an operator: its tenants' only
+        total.rows = [r for r in total.rows if r.group in who.roles]
+        bucketed.rows = [r for r in bucketed.rows if r.group in who.roles]
+        label = {g: g for g in label if g in who.roles}
     first, last = bucket_start(start, chosen.bucket_s), bucket_start(now, chosen.bucket_s)
     starts = [float(s) for s in range(int(first), int(last) + 1, chosen.bucket_s)]
     shown = [r.group for r in total.rows[:_MOST_SERIES]]
@@ -99,8 +106,16 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
 def _render(view: View, form: dict[str, str], status: int = 200, **data: object) -> Response:
     """The page with the range form (`form`: what was asked) and what there is of `data`."""
     shown = {"error": "", "rows": [], "label": {}, "charts": list[tuple[str, Markup]](), "more": 0, **data}
-    groups = GROUPS if view.principal is not None and view.principal.admin else ("key",)
+    groups = _groups(view.principal)
     return view.render("usage.html", status=status, active="usage", form=form, ranges=RANGES, groups=groups, **shown)
+
+
+def _groups(who: Principal | None) -> tuple[str, ...]:
+    """What `who` may group usage by: an admin anything, an operator its keys or its tenants, a
+    member its own keys."""
+    if who is not None and who.admin:
+        return GROUPS
+    return ("key", "tenant") if who is not None and who.role == "operator" else ("key",)
 
 
 ROUTES = (usage_page,)

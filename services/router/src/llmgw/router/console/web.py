@@ -151,6 +151,12 @@ class View:
         """Who is acting, as the services record it: the signed-in user's or key's name."""
         return self.principal.name if self.principal else ""
 
+    def runs(self, model: str) -> bool:
+        """Whether the signed-in principal sees and changes `model` (`Principal.runs_model`)."""
+        people = self.console.accounts.people
+        tenants = people.tenants.items if people is not None else {}
+        return self.principal is not None and self.principal.runs_model(model, tenants)
+
     @property
     def pages(self) -> list[str]:
         """The navigation's pages this principal opens."""
@@ -302,6 +308,8 @@ async def check_request(console: Console, request: Request) -> Response | None:
     if page not in _EVERYONE and not who.opens(page):
         role = view.t(f"role.{who.role}")
         return view.render("error.html", status=403, message=view.t("error.role", name=who.name, role=role))
+    if page == "models" and path.count("/") >= 3 and not view.runs(path.split("/")[3]):
+        return view.render("error.html", status=403, message=view.t("error.model_not_yours", name=who.name))
     if request.method == "POST":
         form = await request.form()
         view.forms = {name: [str(x) for x in form.getall(name)] for name in form}

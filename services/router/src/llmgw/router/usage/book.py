@@ -27,6 +27,7 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import usage_records as decode_usage
+from llmgw.proto.people import DEFAULT_TENANT
 from llmgw.proto.router import USAGE_MOST_LATE_S, USAGE_SLOT_GRACE_S, USAGE_SLOT_S
 from llmgw.router.usage.rollup import GROUPS, Closed, Late, Roller, Tally, add_late, slot_of
 from llmgw.router.usage.stream_reader import PULL, StreamReader
@@ -63,6 +64,14 @@ def _records(data: bytes) -> list[UsageRecord]:
         return decode_usage(data)
     except msgspec.DecodeError:
         return []  # not a usage message: nothing to count
+
+
+def _before_tenants(start: int, by_model: list[UsageSlot]) -> UsageSlot:
+    """A slot summed before tenants (by a router without them: it has no entries by tenant), as
+    its entry by tenant: every request it holds is the default tenant's."""
+    total = [sum(row[i] for part in by_model for row in part.sums.values()) for i in range(5)]
+    upto = max(part.upto for part in by_model)
+    return UsageSlot(start=start, group="tenant", first=by_model[0].first, upto=upto, sums={DEFAULT_TENANT: total})
 
 
 class _Pace:
@@ -207,6 +216,8 @@ class UsageBook:
             for start, parts in zip(chunk, await asyncio.gather(*(self._parts(s, group) for s in chunk)), strict=True):
                 if parts:
                     out[start] = [entry for entry, _ in parts]
+                elif group == "tenant" and (by_model := await self._parts(start, "model")):
+                    out[start] = [_before_tenants(start, [entry for entry, _ in by_model])]
         return out
 
     async def _parts(self, start: int, group: str) -> list[tuple[UsageSlot, int]]:

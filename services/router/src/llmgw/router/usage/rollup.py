@@ -44,7 +44,7 @@ __all__ = [
     "usage_part",
 ]
 
-GROUPS = ("model", "project", "key", "replica")
+GROUPS = ("model", "project", "key", "replica", "tenant")
 """What a report groups by: each slot keeps its sums per value of each."""
 PART_BYTES = 256 * 1024
 """A slot's sums bigger than this (JSON) are split over several entries (NATS takes 1 MB a message)."""
