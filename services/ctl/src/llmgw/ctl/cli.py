@@ -11,9 +11,10 @@ from pathlib import Path
 from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
 from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
-from llmgw.ctl.fleet_commands import REPLICA, WEIGHTS
+from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
+from llmgw.ctl.node_commands import add_node_parser
 from llmgw.ctl.people_commands import AUDIT, TENANT, USER
 from llmgw.ctl.signin_commands import SIGNIN
 from llmgw.ctl.tree import add_nouns, run_ctl
@@ -47,6 +48,7 @@ def _up(args: argparse.Namespace) -> int:
             nats_port=args.nats_port,
             http_port=args.http_port,
             demo=not args.no_demo,
+            listen=args.listen,
             drain_s=args.drain_s,
         )
     )
@@ -89,6 +91,12 @@ def _up_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--http-port", type=int, default=8080, help="the OpenAI endpoint's port (0: a free one)")
     up.add_argument("--no-demo", action="store_true", help="do not write and serve the demo model")
     up.add_argument(
+        "--listen",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="where NATS listens; off the loopback, other machines join here (`llmgw node invite`)",
+    )
+    up.add_argument(
         "--drain-s", type=float, default=10.0, help="at a stop, how long requests in flight may take to finish"
     )
     up.set_defaults(run=_up)
@@ -122,11 +130,13 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
     _plan_parser(sub)
     add_access_parser(sub)
+    add_node_parser(sub)
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )
     add_nouns(
-        ctl, [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, SIGNIN, AUDIT, REPLICA, WEIGHTS, MIRROR]
+        ctl,
+        [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, SIGNIN, AUDIT, NODES, REPLICA, WEIGHTS, MIRROR],
     )
     return top
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, call, call_all
-from llmgw.ctl.tables import replica_rows, replicas_table
+from llmgw.ctl.tables import replica_rows, replicas_table, table
 from llmgw.ctl.tree import Noun, Verb, show
 from llmgw.proto import Empty, FileInfo, FileRef, WeightsCollect, agent, catalog, mirror, scheduler
 
-__all__ = ["PLAN", "REPLICA", "WEIGHTS", "gguf_files"]
+__all__ = ["NODES", "PLAN", "REPLICA", "WEIGHTS", "gguf_files"]
 
 
 async def _replicas(nc: Client, args: argparse.Namespace) -> int:
@@ -104,6 +104,27 @@ PLAN = Verb(
     _plan_arguments,
 )
 """`llmgw ctl model plan TARGET`."""
+
+
+async def _nodes(nc: Client, args: argparse.Namespace) -> int:
+    listed = await call(nc, scheduler.NODE_LIST, Empty())
+    rows = []
+    for n in listed.nodes:
+        health = listed.health.get(n.node)
+        cards = ", ".join(f"{g.name} {g.memory_total_mb:,} MiB" for g in n.gpus) or "-"
+        memory = f"{n.memory_available_mb:,}/{n.memory_total_mb:,}"
+        rows.append((n.node, health.state if health else "-", n.hostname, n.cpus, memory, cards))
+    return show(args, listed, table(["NODE", "STATE", "HOST", "CPUS", "MIB FREE/TOTAL", "CARDS"], rows))
+
+
+NODES = Verb(
+    "nodes",
+    "the nodes the scheduler knows: state, host, cores, memory, cards",
+    "llmgw ctl nodes",
+    "a machine that joined (`llmgw node join`) is here once its agent registered",
+    _nodes,
+)
+"""`llmgw ctl nodes`."""
 
 _REPLICA_LIST = Verb(
     "list",

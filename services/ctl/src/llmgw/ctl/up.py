@@ -8,16 +8,15 @@ finish for `drain_s`), then the agent (its engines) and the other services, NATS
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 import msgspec
@@ -35,9 +34,17 @@ from llmgw.bus import (
     server_config,
     start_nats_server,
 )
-from llmgw.ctl.access import engine_secret_file, ensure_engine_secrets, ensure_identities, scheduler_key_file
+from llmgw.ctl.access import (
+    agent_nodes,
+    engine_secret_file,
+    ensure_engine_secrets,
+    ensure_identities,
+    scheduler_key_file,
+)
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
-from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
+from llmgw.ctl.join import JOIN_PORT, JoinServer
+from llmgw.ctl.keeper import Backoff
+from llmgw.ctl.supervise import Kept, StoreKeeper, spawn_service
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
 from llmgw.proto import Empty, KeyCreate, ModelPut, ModelRef, catalog, people, router
 from llmgw.proto.people import UserCreate
@@ -53,6 +60,8 @@ class UpOptions(msgspec.Struct, kw_only=True):
     data_dir: str | None = None
     nats_port: int = 4222
     http_port: int = 8080
+    listen: str = "127.0.0.1"
+    """Where NATS listens, and (off the loopback) where other machines join (`join.JOIN_PORT`)."""
     demo: bool = True
     drain_s: float = 10.0
     """At a stop, how long the router lets the requests in flight finish before it cuts them."""
@@ -64,111 +73,21 @@ class UpOptions(msgspec.Struct, kw_only=True):
         return data_home(self.data_dir).resolve()
 
 
-def _access(home: Path, node: str) -> tuple[Path, dict[str, Path]]:
-    """Every identity's credentials under <home>/creds (one per service, this node's agent and the
-    operator: written on first start, reused after) and the NATS configuration that lets in only
-    them, each with its role's permissions (<home>/nats/server.conf)."""
-    wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + [("agent", node)]
+def _access(home: Path, node: str, listen: str = "127.0.0.1", port: int = 4222) -> tuple[Path, dict[str, Path]]:
+    """Every identity's credentials under <home>/creds (one per service, this node's agent, the
+    agents of machines that joined, and the operator: written on first start, reused after) and
+    the NATS configuration that lets in only them, each with its role's permissions
+    (<home>/nats/server.conf)."""
+    agents = [("agent", n) for n in dict.fromkeys([node, *agent_nodes(home / "creds")])]
+    wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + agents
     written = ensure_identities(home / "creds", wanted)
-    ensure_engine_secrets(home / "creds", [node])  # engine keys are worked out from these
+    ensure_engine_secrets(home / "creds", [n for _, n in agents])  # engine keys are worked out from these
     identities = [identity for identity, _, _ in written]
     creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
-    conf.write_text(server_config(identities, home / "nats"))
+    conf.write_text(server_config(identities, home / "nats", host=listen, port=port))
     conf.chmod(0o600)
     return conf, creds
-
-
-class Kept:
-    """A process `up` started and starts again when it dies (`start` makes it)."""
-
-    def __init__(
-        self,
-        name: str,
-        start: Callable[[], subprocess.Popen],
-        log: Path,
-        policy: Backoff,
-        running: subprocess.Popen | None = None,
-    ) -> None:
-        self.name, self.start, self.log = name, start, log
-        self.proc = running or start()
-        self.keeper = Keeper(policy, time.monotonic())
-
-    def restart(self, now: float) -> None:
-        """Stop it (SIGTERM, then SIGKILL after 10 s) and start it again at once."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.keeper.started(now)
-        try:
-            self.proc = self.start()
-        except BusError as exc:  # not listening yet: `tend` tries again after the backoff
-            wait = self.keeper.ended(now)
-            print(f"llmgw up: {self.name} did not start: {exc.message}; trying again in {wait:g} s", flush=True)
-
-    def tend(self, now: float) -> None:
-        """Notice that it died (said in one line), or start it again once its wait is over."""
-        if self.keeper.due(now):
-            self.keeper.started(now)
-            try:
-                self.proc = self.start()
-            except BusError as exc:  # nats-server that did not listen: try again later
-                wait = self.keeper.ended(now)
-                print(f"llmgw up: {self.name} did not start: {exc.message}; trying again in {wait:g} s", flush=True)
-        elif self.keeper.due_at is None and self.proc.poll() is not None:
-            ran = now - self.keeper.started_at
-            wait = self.keeper.ended(now)
-            print(
-                f"llmgw up: {self.name} {how_it_ended(self.proc.returncode)} after {ran:.1f} s; "
-                f"starting it again in {wait:g} s (its log: {self.log})",
-                flush=True,
-            )
-
-
-class StoreKeeper:
-    """Starts nats-server again where its file store stopped writing (a full disk) and there is
-    room again (`keeper.StoreWatch`), reading its log as it grows; says so in one line."""
-
-    def __init__(self, nats: Kept, store: Path) -> None:
-        self.nats, self.store, self.watch = nats, store, StoreWatch()
-        self.read_to = nats.log.stat().st_size if nats.log.exists() else 0
-        self.next_at = 0.0
-
-    def tend(self, now: float) -> None:
-        """Once a second: the log's new lines, then the disk, then perhaps a restart."""
-        if now < self.next_at:
-            return
-        self.next_at = now + 1.0
-        with contextlib.suppress(OSError), self.nats.log.open("rb") as log:
-            log.seek(self.read_to)
-            data = log.read()
-            self.read_to += len(data)
-            self.watch.read(data.decode(errors="replace").splitlines())
-        try:
-            free_mb = shutil.disk_usage(self.store).free / 2**20
-        except OSError:
-            return
-        if self.watch.due(free_mb):
-            print(
-                f"llmgw up: nats-server stopped writing its store when the disk was full; with "
-                f"{free_mb:,.0f} MB free again, starting it again (its log: {self.nats.log})",
-                flush=True,
-            )
-            self.nats.restart(now)
-            self.watch.restarted()
-            with contextlib.suppress(OSError):  # what the stopped server wrote on its way out is read
-                self.read_to = self.nats.log.stat().st_size
-
-
-def _spawn(name: str, home: Path, nats_url: str, creds: Path, admin: int, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
-    cmd += ["--admin-port", str(admin), "--creds", str(creds), *extra]
-    with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
-        # Its own process group, so Ctrl-C reaches only `up`, which stops the services in order.
-        return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
 
 
 class _Stopped(Exception):
@@ -269,6 +188,8 @@ def _say_up(
     print(f"  API key:         {key}", flush=True)
     print(f"  web console:     {base.removesuffix('/v1')}/console (sign in with the API key, an admin's)", flush=True)
     print(f"  NATS:            {nats_url}", flush=True)
+    if state.join_url:
+        print(f"  machines join:   `llmgw node invite NAME` here, then the command it prints there ({state.join_url})")
     print(f"  operator creds:  {operator}", flush=True)
     if password:
         print(f"  console user:    admin, password {password} (shown this once; `llmgw ctl user` makes more)")
@@ -288,20 +209,94 @@ def _say_up(
     )
 
 
-def _nats(home: Path, port: int, conf: Path) -> NatsServer:
-    return start_nats_server(home / "nats", port=port, config=conf, start_new_session=True, preexec_fn=die_with_parent)
+def _nats(home: Path, port: int, conf: Path, host: str = "127.0.0.1") -> NatsServer:
+    return start_nats_server(
+        home / "nats", port=port, host=host, config=conf, start_new_session=True, preexec_fn=die_with_parent
+    )
+
+
+class _NoJoins:
+    """On the loopback no other machine can join."""
+
+    url = fingerprint = ""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+def _joins(home: Path, listen: str, nats: NatsServer, node: str, server: Kept) -> JoinServer | _NoJoins:
+    """Answer joins on `listen` (off the loopback): a machine let in gets its identity and engine
+    secret, and NATS reloads its authorization (SIGHUP) to take it in."""
+    if listen == "127.0.0.1":
+        return _NoJoins()
+
+    def admit(joined: str) -> None:
+        ensure_identities(home / "creds", [("agent", joined)])
+        _access(home, node, listen, nats.port)  # every agent in creds: the new one too
+        server.proc.send_signal(signal.SIGHUP)
+
+    return JoinServer(home, listen, JOIN_PORT, nats.url, admit).start()
+
+
+def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror_toml: Path) -> dict[str, list[str]]:
+    """Each service's own flags under `up`."""
+    # One agent on this host: nothing to keep its bandwidth measurement apart from.
+    agent_args = [
+        "--membw-delay-max-s",
+        "3",
+        "--engine-secret",
+        str(engine_secret_file(home / "creds", node)),
+        "--scheduler-key",  # it acts only on starts and stops the scheduler signed
+        str(scheduler_key_file(home / "creds")),
+    ]
+    if opts.listen != "127.0.0.1":  # its engines are reached by routers on other machines
+        agent_args += ["--address", opts.listen]
+    return {
+        "router": [
+            "--http-port",
+            str(http_port),
+            "--drain-s",
+            str(opts.drain_s),
+            "--engine-secret",
+            str(engine_secret_file(home / "creds")),
+        ],
+        "agent": agent_args,
+        "scheduler": ["--drain-s", "2"],
+        "mirror": ["--config", str(mirror_toml)],
+    }
+
+
+def _claim(home: Path) -> TextIO | None:
+    """The data directory's folders made and its lock taken (held while the file stays open);
+    None: another `up` holds it."""
+    for d in ("logs", "nats", "mirror", "up", "creds"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+    lock = open(home / "up" / "lock", "w")  # held open until `up` ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
+def _demo(opts: UpOptions, home: Path) -> tuple[Demo | None, Path]:
+    """The demo model (said where it comes from), and the mirror's config importing it (a list,
+    which only a config file gives)."""
+    demo = choose_demo(home) if opts.demo else None
+    if demo and demo.said:
+        print(demo.said, flush=True)
+    mirror_toml = home / "up" / "mirror.toml"
+    mirror_toml.write_text(mirror_config(demo.imports if demo else []))
+    return demo, mirror_toml
 
 
 def up(opts: UpOptions) -> int:
     """Run llmgw until SIGINT or SIGTERM, starting again what dies; then stop everything started,
     engines included, the router drained first."""
     home = opts.home()
-    for d in ("logs", "nats", "mirror", "up", "creds"):
-        (home / d).mkdir(parents=True, exist_ok=True)
-    lock = open(home / "up" / "lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    lock = _claim(home)
+    if lock is None:
         print(f"llmgw up: another `llmgw up` is running over {home}", file=sys.stderr)
         return 1
     stopping = False
@@ -314,6 +309,7 @@ def up(opts: UpOptions) -> int:
     signal.signal(signal.SIGINT, on_signal)
     kept: dict[str, Kept] = {}
     watches: list[StoreKeeper] = []
+    joins: JoinServer | _NoJoins = _NoJoins()
 
     def tend() -> None:
         if stopping:
@@ -322,53 +318,32 @@ def up(opts: UpOptions) -> int:
             process.tend(time.monotonic())
 
     try:
-        demo = choose_demo(home) if opts.demo else None
-        if demo and demo.said:
-            print(demo.said, flush=True)
-        mirror_toml = home / "up" / "mirror.toml"  # the imports: a list, which only a config file gives
-        mirror_toml.write_text(mirror_config(demo.imports if demo else []))
+        demo, mirror_toml = _demo(opts, home)
         node = BusConfig().node_name()
-        conf, creds = _access(home, node)
-        nats = _nats(home, opts.nats_port, conf)
+        conf, creds = _access(home, node, opts.listen, opts.nats_port)
+        nats = _nats(home, opts.nats_port, conf, opts.listen)
         kept["nats-server"] = Kept(
             "nats-server",
-            lambda: _nats(home, nats.port, conf).process,  # the same port: every client reconnects to it
+            lambda: _nats(home, nats.port, conf, opts.listen).process,  # the same port: clients reconnect to it
             home / "nats" / "nats-server.log",
             opts.backoff,
             running=nats.process,
         )
         http_port = opts.http_port or free_port()
-        # One agent on this host: nothing to keep its bandwidth measurement apart from.
-        extra = {
-            "router": [
-                "--http-port",
-                str(http_port),
-                "--drain-s",
-                str(opts.drain_s),
-                "--engine-secret",
-                str(engine_secret_file(home / "creds")),
-            ],
-            "agent": [
-                "--membw-delay-max-s",
-                "3",
-                "--engine-secret",
-                str(engine_secret_file(home / "creds", node)),
-                "--scheduler-key",  # it acts only on starts and stops the scheduler signed
-                str(scheduler_key_file(home / "creds")),
-            ],
-            "scheduler": ["--drain-s", "2"],
-            "mirror": ["--config", str(mirror_toml)],
-        }
+        extra = _service_args(opts, home, node, http_port, mirror_toml)
         watches.append(StoreKeeper(kept["nats-server"], home / "nats"))
         ports = admin_ports(list(SERVICES))
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], ports[name], extra.get(name, []))
-            kept[name] = Kept(name, lambda args=args: _spawn(*args), home / "logs" / f"{name}.log", opts.backoff)
+            kept[name] = Kept(name, lambda args=args: spawn_service(*args), home / "logs" / f"{name}.log", opts.backoff)
+        joins = _joins(home, opts.listen, nats, node, kept["nats-server"])
         key, password = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", tend)
-        state = UpState(base_url=base, nats_url=nats.url, pid=os.getpid())
+        state = UpState(
+            base_url=base, nats_url=nats.url, pid=os.getpid(), join_url=joins.url, join_fingerprint=joins.fingerprint
+        )
         _say_up(home, state, (key, password), creds["ctl"], demo.model.name if demo else "<model>", ports)
         while True:
             tend()
@@ -380,5 +355,6 @@ def up(opts: UpOptions) -> int:
         return 1
     finally:
         print("llmgw up: stopping", flush=True)
+        joins.stop()
         _stop(kept, opts.drain_s)
         print("llmgw up: stopped", flush=True)

@@ -24,6 +24,9 @@ class UpState(msgspec.Struct, kw_only=True):
     pid: int
     metrics: dict[str, str] = msgspec.field(default_factory=dict)
     """Each service's Prometheus endpoint (its admin port's /metrics), by service."""
+    join_url: str = ""
+    """Where other machines join (`up --listen ADDR`), and the fingerprint of its certificate."""
+    join_fingerprint: str = ""
 
 
 def _path(home: Path) -> Path:

@@ -1,0 +1,266 @@
+"""Machines that join the fleet a first machine's `llmgw up --listen ADDR` runs.
+
+On the first machine `llmgw node invite NAME` makes a one-time token (kept hashed, good for
+`TOKEN_S`) and prints the command the new machine runs. `up` answers joins on `ADDR:JOIN_PORT`
+over TLS with a certificate it made for itself, whose SHA-256 fingerprint the command carries:
+the joining machine checks it before it sends the token, so nothing crosses in the clear and no
+other server can take the token. A token taken once is gone; the first machine then makes the
+node's NATS identity and engine secret, lets the identity in (NATS reloads its authorization),
+and hands them over. `llmgw node join` writes them (0600) and keeps the node's agent running.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import http.client
+import http.server
+import json
+import secrets
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from llmgw.ctl.access import NODE_NAME, engine_secret_file, scheduler_key_file
+
+__all__ = [
+    "JOIN_PORT",
+    "TOKEN_S",
+    "JoinBundle",
+    "JoinError",
+    "JoinServer",
+    "fetch_bundle",
+    "invite",
+    "join_certificate",
+    "redeem",
+    "write_bundle",
+]
+
+JOIN_PORT = 9470
+"""Where `up --listen ADDR` answers joins (TLS)."""
+TOKEN_S = 900.0
+"""How long an invitation's token is good for."""
+
+
+class JoinError(Exception):
+    """An invitation or a join that cannot go on, said plainly (never with a token or a secret)."""
+
+
+class JoinBundle(msgspec.Struct, kw_only=True):
+    """What a joining machine is handed: its node's NATS identity and engine secret, the
+    scheduler's public key, and where NATS is."""
+
+    node: str
+    nats_url: str
+    agent_seed: str
+    engine_secret: str
+    scheduler_pub: str
+
+
+# -- the first machine -------------------------------------------------------------------------
+def _tokens(home: Path) -> Path:
+    folder = home / "join" / "tokens"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invite(home: Path, node: str, now: float, ttl_s: float = TOKEN_S) -> str:
+    """A one-time token for machine `node` to join (kept only as its hash); JoinError where the
+    name cannot be a node's or is one already (a node joined, or one invited and not yet joined)."""
+    if not NODE_NAME.fullmatch(node):
+        raise JoinError(f"'{node}' cannot name a node: use letters, digits, '-' and '_' (at most 63)")
+    if (home / "creds" / f"agent-{node}.nk").exists():
+        raise JoinError(f"there is already a node '{node}' in this fleet: give the new machine another name")
+    for pending in _tokens(home).glob("*.json"):
+        held = json.loads(pending.read_text())
+        if held["expires"] < now:
+            pending.unlink(missing_ok=True)
+        elif held["node"] == node:
+            raise JoinError(f"'{node}' is invited already (until {time.ctime(held['expires'])}): use that token")
+    token = f"llmgw-join-{secrets.token_urlsafe(24)}"
+    path = _tokens(home) / f"{_digest(token)}.json"
+    path.write_text(json.dumps({"node": node, "expires": now + ttl_s}))
+    path.chmod(0o600)
+    return token
+
+
+def redeem(home: Path, token: str, now: float) -> str:
+    """The node a token invites, the token gone with it (taken by one caller only); JoinError
+    where it is unknown, used already, or expired."""
+    path = _tokens(home) / f"{_digest(token)}.json"
+    taken = path.with_suffix(".taken")
+    try:
+        path.rename(taken)  # atomic: of two joins with one token, one gets it
+    except FileNotFoundError:
+        raise JoinError("that join token is not known here, or was used already: ask for a new invitation") from None
+    held = json.loads(taken.read_text())
+    taken.unlink()
+    if held["expires"] < now:
+        raise JoinError("that join token has expired: ask for a new invitation (`llmgw node invite`)")
+    return held["node"]
+
+
+def join_certificate(home: Path, address: str) -> tuple[Path, Path, str]:
+    """The join server's certificate and key (made once, for `address`) and its SHA-256
+    fingerprint, which invitations carry."""
+    folder = home / "join"
+    cert, key = folder / "tls.pem", folder / "tls.key"
+    if not cert.exists() or not key.exists():
+        now = datetime.datetime.now(datetime.UTC)
+        private = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"llmgw join {address}")])
+        made = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(private.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .sign(private, hashes.SHA256())
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        key.write_bytes(
+            private.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        key.chmod(0o600)
+        cert.write_bytes(made.public_bytes(serialization.Encoding.PEM))
+    der = x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(serialization.Encoding.DER)
+    return cert, key, hashlib.sha256(der).hexdigest()
+
+
+class JoinServer:
+    """Answers `POST /v1/join {"token": ...}` over TLS on `address:port` with the JoinBundle of
+    the node the token invites (`admit` makes it and lets it in), in a thread of its own."""
+
+    def __init__(self, home: Path, address: str, port: int, nats_url: str, admit: Callable[[str], None]) -> None:
+        self.home, self.nats_url, self.admit = home, nats_url, admit
+        cert, key, self.fingerprint = join_certificate(home, address)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                status, body = server.answer(
+                    self.path, self.rfile.read(min(int(self.headers["content-length"] or 0), 4096))
+                )
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:  # its lines would carry no more than `up` says
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((address, port), Handler)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"https://{address}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="join-server", daemon=True)
+
+    def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
+        """The answer to one join: 200 and the bundle, or 4xx and what was wrong."""
+        if path != "/v1/join":
+            return 404, b'{"error": "no such path: joins are POST /v1/join"}'
+        try:
+            token = json.loads(raw)["token"]
+            node = redeem(self.home, str(token), time.time())
+            self.admit(node)
+        except (ValueError, KeyError, TypeError):
+            return 400, b'{"error": "a join is {\\"token\\": \\"...\\"}"}'
+        except JoinError as exc:
+            return 403, json.dumps({"error": str(exc)}).encode()
+        print(f"llmgw up: machine {node} joined: its agent may now sign in to NATS", flush=True)
+        creds = self.home / "creds"
+        bundle = JoinBundle(
+            node=node,
+            nats_url=self.nats_url,
+            agent_seed=(creds / f"agent-{node}.nk").read_text(),
+            engine_secret=engine_secret_file(creds, node).read_text(),
+            scheduler_pub=scheduler_key_file(creds).read_text(),
+        )
+        return 200, msgspec.json.encode(bundle)
+
+    def start(self) -> JoinServer:
+        """Start answering."""
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop answering."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# -- the joining machine -----------------------------------------------------------------------
+def fetch_bundle(url: str, token: str, fingerprint: str, timeout: float = 30.0) -> JoinBundle:
+    """The bundle the first machine hands over for `token`, asked over TLS only once its
+    certificate is the one `fingerprint` names (the token is not sent otherwise); JoinError
+    saying what went wrong."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        raise JoinError(f"{url} is not the https:// address `llmgw node invite` printed")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # pinned below instead
+    conn = http.client.HTTPSConnection(parts.hostname, parts.port or JOIN_PORT, timeout=timeout, context=context)
+    try:
+        conn.connect()
+        seen = hashlib.sha256(conn.sock.getpeercert(binary_form=True) or b"").hexdigest()
+        if seen != fingerprint.lower().replace(":", ""):
+            raise JoinError(
+                f"{url} is not the machine that invited this one (its certificate's fingerprint is {seen}): "
+                "nothing was sent; check the address"
+            )
+        conn.request("POST", "/v1/join", json.dumps({"token": token}), {"content-type": "application/json"})
+        answer = conn.getresponse()
+        body = answer.read()
+    except OSError as exc:
+        raise JoinError(f"{url} did not answer ({exc})") from None
+    finally:
+        conn.close()
+    if answer.status != 200:
+        said = json.loads(body).get("error", "") if body.startswith(b"{") else body[:200].decode(errors="replace")
+        raise JoinError(f"the first machine refused: {said}")
+    return msgspec.json.decode(body, type=JoinBundle)
+
+
+def write_bundle(home: Path, bundle: JoinBundle) -> dict[str, Path]:
+    """The bundle's files in `home`/creds (0600; the scheduler's public key 0644): where each is."""
+    creds = home / "creds"
+    creds.mkdir(parents=True, exist_ok=True)
+    creds.chmod(0o700)
+    files = {
+        "seed": (creds / f"agent-{bundle.node}.nk", bundle.agent_seed, 0o600),
+        "engine": (engine_secret_file(creds, bundle.node), bundle.engine_secret, 0o600),
+        "scheduler": (scheduler_key_file(creds), bundle.scheduler_pub, 0o644),
+    }
+    for path, text, mode in files.values():
+        part = path.with_suffix(".part")
+        part.write_text(text)
+        part.chmod(mode)
+        part.replace(path)
+    return {name: path for name, (path, _, _) in files.items()}
+
+
+def own_address(host: str) -> str:
+    """This machine's address on the way to `host` (where engines here are reached from)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # no packet is sent: the kernel only picks the route
+        return probe.getsockname()[0]

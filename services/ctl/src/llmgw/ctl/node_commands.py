@@ -1,0 +1,103 @@
+"""`llmgw node invite NAME` (on the first machine, beside its `llmgw up --listen ADDR`) and
+`llmgw node join URL TOKEN --fingerprint FP` (on the machine that joins): see `join`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+from llmgw.bus import ADMIN_PORTS, data_home
+from llmgw.ctl.join import JoinError, fetch_bundle, invite, own_address, write_bundle
+from llmgw.ctl.keeper import Backoff
+from llmgw.ctl.supervise import Kept, spawn_service
+from llmgw.ctl.upstate import running_up
+
+__all__ = ["add_node_parser"]
+
+
+def _invite(args: argparse.Namespace) -> int:
+    home = data_home(args.data_dir).resolve()
+    state = running_up(home)
+    if state is None or not state.join_url:
+        print(
+            f"llmgw node invite: no `llmgw up --listen ADDR` runs over {home}: machines join one that listens "
+            "on an address they reach",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        token = invite(home, args.name, time.time(), args.ttl_min * 60)
+    except JoinError as exc:
+        print(f"llmgw node invite: {exc}", file=sys.stderr)
+        return 1
+    print(f"machine {args.name} may join for {args.ttl_min:g} minutes, once; run this on it:", file=sys.stderr)
+    print(f"llmgw node join {state.join_url} {token} --fingerprint {state.join_fingerprint}")
+    return 0
+
+
+def _join(args: argparse.Namespace) -> int:
+    home = data_home(args.data_dir).resolve()
+    for folder in ("logs", "creds"):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    try:
+        bundle = fetch_bundle(args.url, args.token, args.fingerprint)
+    except JoinError as exc:
+        print(f"llmgw node join: {exc}", file=sys.stderr)
+        return 1
+    files = write_bundle(home, bundle)
+    address = args.address or own_address(urlsplit(bundle.nats_url).hostname or "127.0.0.1")
+    print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {bundle.nats_url}", flush=True)
+    print(f"  NATS identity: {files['seed']} (its agent's; it may speak only for {bundle.node})", flush=True)
+    print(f"  engine secret: {files['engine']} (engines here take only the fleet's routers' keys)", flush=True)
+    print(f"  scheduler key: {files['scheduler']} (the agent acts only on what the scheduler signed)", flush=True)
+    print(f"  agent: started, its engines reached at {address} (its log: {home / 'logs' / 'agent.log'})", flush=True)
+    print("  left to the first machine: NATS, the services and the router (it runs them)", flush=True)
+    extra = ["--node", bundle.node, "--address", address]
+    extra += ["--engine-secret", str(files["engine"]), "--scheduler-key", str(files["scheduler"])]
+    port = args.admin_port or ADMIN_PORTS["agent"]
+
+    def start():
+        return spawn_service("agent", home, bundle.nats_url, files["seed"], port, extra)
+
+    return _keep(Kept("agent", start, home / "logs" / "agent.log", Backoff()))
+
+
+def _keep(agent: Kept) -> int:
+    """Keep the agent running (started again when it dies) until SIGINT or SIGTERM; then stop it
+    (its engines with it)."""
+    stopping = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.append(True))
+    while not stopping:
+        agent.tend(time.monotonic())
+        time.sleep(0.2)
+    print("llmgw node join: stopping the agent", flush=True)
+    agent.proc.terminate()
+    try:
+        agent.proc.wait(30)
+    except subprocess.TimeoutExpired:  # it did not stop in time
+        agent.proc.kill()
+    return 0
+
+
+def add_node_parser(sub: argparse._SubParsersAction) -> None:
+    """`llmgw node invite NAME` and `llmgw node join URL TOKEN --fingerprint FP`."""
+    node = sub.add_parser("node", help="machines that join the fleet: invite one here, join it there")
+    verbs = node.add_subparsers(dest="verb", required=True)
+    made = verbs.add_parser("invite", help="a one-time token for a machine to join (prints its command)")
+    made.add_argument("name", metavar="NAME", help="the new machine's node name")
+    made.add_argument("--ttl-min", type=float, default=15.0, help="how long the token is good for (default 15)")
+    made.add_argument("--data-dir", help="the data directory of the running `llmgw up --listen ADDR`")
+    made.set_defaults(run=_invite)
+    join = verbs.add_parser("join", help="join the fleet that invited this machine, and keep its agent running")
+    join.add_argument("url", metavar="URL", help="the https:// address `llmgw node invite` printed")
+    join.add_argument("token", metavar="TOKEN", help="the one-time token it printed")
+    join.add_argument("--fingerprint", required=True, help="the first machine's certificate's SHA-256 (printed)")
+    join.add_argument("--address", help="where routers reach engines here (default: the way to the first machine)")
+    join.add_argument("--admin-port", type=int, default=0, help="the agent's admin and metrics port")
+    join.add_argument("--data-dir", help="where this machine keeps its files (default: $LLMGW_HOME or ~/.local/...)")
+    join.set_defaults(run=_join)
