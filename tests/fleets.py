@@ -46,7 +46,9 @@ class Served(NamedTuple):
     scheduler: Scheduler | None
 
 
-async def serve_router(serve, nc, tmp_path: Path, tiny: Path, hub=None, scheduler: bool = False) -> Served:
+async def serve_router(
+    serve, nc, tmp_path: Path, tiny: Path, hub=None, scheduler: bool = False, **router: object
+) -> Served:
     """Serve a mirror importing `tiny` as `SOURCE` (under tmp_path/mirror; the Hub: `hub`'s
     stand-in, if given), the catalog, a scheduler if asked, and a router; return once the router
     is ready and the import verified."""
@@ -62,7 +64,7 @@ async def serve_router(serve, nc, tmp_path: Path, tiny: Path, hub=None, schedule
     placer = await serve(Scheduler(SchedulerConfig(tick_s=0.3)), SchedulerConfig(tick_s=0.3)) if scheduler else None
     secret = tmp_path / "engine-fleet.secret"
     write_secret(secret, new_fleet_secret())
-    router_config = RouterConfig(http_port=0, engine_secret=str(secret))
+    router_config = RouterConfig(http_port=0, engine_secret=str(secret), **router)
     router = await serve(Router(router_config), router_config)
     admin = await router.accounts.create_key(KeyCreate(name="ops", admin=True))
     user = await router.accounts.create_key(KeyCreate(name="user"))

@@ -99,7 +99,16 @@ def test_a_pure_module_never_reads_the_clock(name):
     assert not read, f"{name} is a pure core but reads the clock: {read}; take `now` as an argument"
 
 
-ROUTER_ROOMS = {"console": 6, "admin": 5, "http": 4, "request": 3, "routing": 2, "accounts": 2, "usage": 1}
+ROUTER_ROOMS = {
+    "console": 6,
+    "admin": 5,
+    "http": 4,
+    "request": 3,
+    "notify": 3,
+    "routing": 2,
+    "accounts": 2,
+    "usage": 1,
+}
 """The router's rooms, top down: a request goes down them, and a room imports only rooms below it
 (or beside it, where their level is the same only for none: routing and accounts never meet)."""
 

@@ -63,6 +63,16 @@ BUCKET_TABLE = (
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
     Bucket(
+        "hooks", "llmgw_hooks", "`<tenant>.<name>`", "`Hook` (its secret sealed under the fleet's secret)", "router"
+    ),
+    Bucket(
+        "hook_dead",
+        "llmgw_hook_dead",
+        "`<tenant>.<hook>.<time>`",
+        "`DeadLetter` (a notice that never got through; kept 7 days)",
+        "router",
+    ),
+    Bucket(
         "settings",
         "llmgw_settings",
         "`signin`",

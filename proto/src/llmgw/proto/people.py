@@ -233,7 +233,7 @@ class AuditEntry(Struct, kw_only=True):
     time: float
     who: str
     """The user, key or service that changed it (as the change named it)."""
-    area: Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin"]
+    area: Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks"]
     action: str
     subject: str
     """What was changed: a model's, key's, user's name..."""

@@ -20,7 +20,19 @@ import msgspec
 import nkeys
 
 from llmgw.bus._proc import write_private
-from llmgw.proto import AUDIT_STREAM, BUCKETS, PREFIX, USAGE_STREAM, agent, catalog, mirror, people, router, scheduler
+from llmgw.proto import (
+    AUDIT_STREAM,
+    BUCKETS,
+    PREFIX,
+    USAGE_STREAM,
+    agent,
+    catalog,
+    hooks,
+    mirror,
+    people,
+    router,
+    scheduler,
+)
 from llmgw.proto.errors import BusError
 
 __all__ = [
@@ -198,15 +210,27 @@ def _role_publish(role: str, node: str) -> list[str]:
                 scheduler.MODEL_STATUS,
                 router.REQUEST_LOG,
                 *people.ENDPOINTS,
+                *hooks.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
             *(
                 s
-                for name in ("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants", "settings")
+                for name in (
+                    "keys",
+                    "projects",
+                    "limits",
+                    "demand",
+                    "usage_slots",
+                    "users",
+                    "tenants",
+                    "settings",
+                    "hooks",
+                    "hook_dead",
+                )
                 for s in _kv(b[name], write=True)
             ),
-            *(s for name in ("catalog", "replicas") for s in _kv(b[name], write=False)),
+            *(s for name in ("catalog", "replicas", "status") for s in _kv(b[name], write=False)),
         ]
     if role == "agent":
         return [
@@ -221,6 +245,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *(e for e in scheduler.ENDPOINTS if e is not scheduler.NODE_REGISTER),  # nodes register themselves
             *router.ENDPOINTS,
             *people.ENDPOINTS,
+            *hooks.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
         )
@@ -238,7 +263,9 @@ def _role_subscribe(role: str, node: str) -> list[str]:
         return [f"{PREFIX}.agent.{node}.>", agent.WEIGHTS_DELETE.subject(), agent.WEIGHTS_COLLECT.subject()]
     if role == "scheduler":
         return [f"{PREFIX}.scheduler.>", agent.HEARTBEAT.all, f"{PREFIX}.evt.replica.>"]
-    if role in ("catalog", "mirror", "router"):
+    if role == "router":  # and what its notifier tells tenants of: replicas failing, fetches failing
+        return [f"{PREFIX}.router.>", agent.REPLICA_CHANGED.all, mirror.FETCH_CHANGED.all]
+    if role in ("catalog", "mirror"):
         return [f"{PREFIX}.{role}.>"]
     # The operator watches every event (`nats sub 'llmgw.v1.evt.>'`) but no service's requests:
     # it could answer them, speaking for the service.

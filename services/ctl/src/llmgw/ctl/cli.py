@@ -12,6 +12,7 @@ from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
 from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
+from llmgw.ctl.hook_commands import HOOK
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.node_commands import add_node_parser
@@ -136,7 +137,23 @@ def parser() -> argparse.ArgumentParser:
     )
     add_nouns(
         ctl,
-        [MODEL, MODELS, KEY, PROJECT, USAGE, REQUESTS, USER, TENANT, SIGNIN, AUDIT, NODES, REPLICA, WEIGHTS, MIRROR],
+        [
+            MODEL,
+            MODELS,
+            KEY,
+            PROJECT,
+            USAGE,
+            REQUESTS,
+            USER,
+            TENANT,
+            SIGNIN,
+            HOOK,
+            AUDIT,
+            NODES,
+            REPLICA,
+            WEIGHTS,
+            MIRROR,
+        ],
     )
     return top
 

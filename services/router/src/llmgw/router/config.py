@@ -100,6 +100,14 @@ class RouterConfig(BusConfig, kw_only=True):
     Settings an admin keeps (console, `llmgw ctl signin`) win over it."""
     oidc: OidcSettings | None = None
     """Sign-in with an OpenID Connect provider (its `[oidc]` table; docs/people.md)."""
+    hook_tries: int = 6
+    """How often a webhook is tried with a notice before it is a dead letter."""
+    hook_first_wait_s: float = 2.0
+    """The wait after a webhook's first failed try; each next one doubles it."""
+    hook_timeout_s: float = 10.0
+    """How long a webhook has to answer one try."""
+    notify_every_s: float = 2.0
+    """How often models' states and nodes' health are looked at for notices."""
     drain_s: float = 10.0
     """At a stop, how long the requests in flight may take to finish before they are cut (new
     ones are refused from the start of the stop)."""

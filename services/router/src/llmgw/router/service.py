@@ -33,6 +33,7 @@ from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
 from llmgw.router.metrics import Metrics
+from llmgw.router.notify.hooks import Hooks
 from llmgw.router.request.gateway import Gateway
 from llmgw.router.request.proxy import Proxy
 from llmgw.router.routing.balance import Balancer
@@ -70,6 +71,7 @@ class Router:
         self.summing: Summing | None = None
         """The usage stream summed into slots in a process of its own (`summing.py`)."""
         self.oracle: PrefixOracle | None = None
+        self.hooks: Hooks | None = None
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
         self.proxy: Proxy | None = None
@@ -103,6 +105,8 @@ class Router:
         signin = await SignIn.open(ctx.js, self.keys.derive("sign-in secrets"), own, audit)
         self.accounts.people = await People.open(ctx.js, self.accounts.keys, audit, signin)
         await self.accounts.people.serve(ctx)
+        self.hooks = await Hooks.open(ctx.js, self.accounts.people, self.keys.derive("hook secrets"), config)
+        await self.hooks.serve(ctx)
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
@@ -128,7 +132,8 @@ class Router:
         if self.http:
             await self.http.stop(grace_s=self.config.drain_s)
         people = self.accounts.people if self.accounts else None
-        for part in (self.health, self.oracle, self.demand, self.accounts, people, self.directory, self.summing):
+        parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.directory, self.summing)
+        for part in parts:
             if part:
                 part.stop()
         if self.client:

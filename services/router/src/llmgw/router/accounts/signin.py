@@ -11,15 +11,11 @@ are kept), never logged, and the audit trail writes `***` for them.
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import time
 from pathlib import Path
 
 import aiohttp
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.js import JetStreamContext
 
 from llmgw.bus import BadRequest, Context, KvTable
@@ -29,11 +25,11 @@ from llmgw.proto.people import AuditEntry, LdapSettings, OidcSettings, SignInSet
 from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.ldap import DirectoryError, try_settings
 from llmgw.router.accounts.oidc import OidcError, Provider
+from llmgw.router.accounts.sealed import Sealer
 
 __all__ = ["SignIn"]
 
 _KEY = "signin"
-_SEALED = "sealed.v1."
 _PROVIDER_KEPT_S = 600.0
 """How long a provider's discovery document and keys are used before they are read again (and
 at once when a token is signed by a key not among them)."""
@@ -44,7 +40,7 @@ class SignIn:
 
     def __init__(self, table: KvTable[SignInSettings], seal_key: bytes, config: SignInSettings, audit: Audit) -> None:
         self.table, self.audit = table, audit
-        self._aead = AESGCM(seal_key[:32]) if seal_key else None
+        self.sealer = Sealer(seal_key, "signin")
         self._config = config
         self._provider: tuple[bytes, float, Provider] | None = None
 
@@ -71,7 +67,7 @@ class SignIn:
     def ldap(self) -> LdapSettings | None:
         """The directory people sign in with, its bind password opened (None: none)."""
         s = self._kept().ldap
-        return None if s is None else msgspec.structs.replace(s, bind_password=self._open(s.bind_password))
+        return None if s is None else msgspec.structs.replace(s, bind_password=self.sealer.open(s.bind_password))
 
     @property
     def oidc(self) -> OidcSettings | None:
@@ -79,7 +75,7 @@ class SignIn:
         s = self._kept().oidc
         if s is None:
             return None
-        secret = self._open(s.client_secret)
+        secret = self.sealer.open(s.client_secret)
         if not secret and s.client_secret_file:
             secret = Path(s.client_secret_file).read_text().strip()
         return msgspec.structs.replace(s, client_secret=secret)
@@ -95,29 +91,7 @@ class SignIn:
                 self._provider = (tag, now, await Provider.discover(s, http))
         return self._provider[2]
 
-    # -- secrets -----------------------------------------------------------------------------------
-    def _seal(self, secret: str) -> str:
-        if not secret or secret.startswith(_SEALED):
-            return secret
-        if self._aead is None:
-            raise BadRequest(
-                "this router has no engine_secret to seal a secret with: give it one (`llmgw up` does), "
-                "or name a file holding the secret in the router's config"
-            )
-        nonce = os.urandom(12)
-        return (
-            _SEALED + base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, secret.encode(), b"signin")).decode()
-        )
-
-    def _open(self, sealed: str) -> str:
-        if not sealed.startswith(_SEALED):
-            return sealed
-        raw = base64.urlsafe_b64decode(sealed.removeprefix(_SEALED))
-        try:
-            return self._aead.decrypt(raw[:12], raw[12:], b"signin").decode() if self._aead else ""
-        except InvalidTag:  # sealed under another fleet's secret
-            return ""
-
+    # -- secrets ---------------------------------------------------------------------------------
     def _merged(self, given: SignInSettings) -> SignInSettings:
         """`given` with each secret left empty taken from what is kept (opened). Secrets come in
         themselves, never as files: a file named from afar would have the router read any file
@@ -129,9 +103,9 @@ class SignIn:
         kept = self._kept()
         ldap, oidc = given.ldap, given.oidc
         if ldap is not None and not ldap.bind_password and kept.ldap is not None:
-            ldap = msgspec.structs.replace(ldap, bind_password=self._open(kept.ldap.bind_password))
+            ldap = msgspec.structs.replace(ldap, bind_password=self.sealer.open(kept.ldap.bind_password))
         if oidc is not None and not oidc.client_secret and kept.oidc is not None:
-            oidc = msgspec.structs.replace(oidc, client_secret=self._open(kept.oidc.client_secret))
+            oidc = msgspec.structs.replace(oidc, client_secret=self.sealer.open(kept.oidc.client_secret))
         return msgspec.structs.replace(given, ldap=ldap, oidc=oidc)
 
     # -- endpoints ---------------------------------------------------------------------------------
@@ -175,9 +149,9 @@ class SignIn:
         kept = msgspec.structs.replace(
             merged,
             ldap=merged.ldap
-            and msgspec.structs.replace(merged.ldap, bind_password=self._seal(merged.ldap.bind_password)),
+            and msgspec.structs.replace(merged.ldap, bind_password=self.sealer.seal(merged.ldap.bind_password)),
             oidc=merged.oidc
-            and msgspec.structs.replace(merged.oidc, client_secret=self._seal(merged.oidc.client_secret)),
+            and msgspec.structs.replace(merged.oidc, client_secret=self.sealer.seal(merged.oidc.client_secret)),
             secrets_kept=[],
         )
         before = _shown(self._kept())
