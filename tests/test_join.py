@@ -24,7 +24,7 @@ LLMGW = [sys.executable, "-m", "llmgw.ctl"]
 
 @pytest.fixture(scope="module")
 def machines():
-    made = Machines(2)
+    made = Machines(3)  # the third is no machine of the fleet: the firewall keeps it out
     yield made
     made.close()
 
@@ -95,9 +95,39 @@ def test_a_machine_joins_with_a_one_time_token_and_its_agent_registers(machines,
         assert used.returncode == 1 and "not known here, or was used already" in used.stderr
         taken = machines.run(0, *LLMGW, "node", "invite", "m2", "--data-dir", str(first))
         assert taken.returncode == 1 and "there is already a node 'm2'" in taken.stderr
+        _the_firewall_lets_in_the_fleet_only(machines)
     finally:
         joined.terminate()
         joined.wait(60)
+
+
+def _reaches(machines, source: int, address: str, port: int) -> bool:
+    probe = f"import socket; socket.create_connection(('{address}', {port}), timeout=2).close()"
+    return machines.run(source, sys.executable, "-c", probe).returncode == 0
+
+
+def _the_firewall_lets_in_the_fleet_only(machines) -> None:
+    """m2's agent keeps its nftables table: its engines' ports and admin port take the fleet's
+    machines (m1: the router, the scheduler, an agent) and nobody else (m3)."""
+    first, second = machines.addresses[0], machines.addresses[1]
+    for _ in range(60):
+        table = machines.run(1, "nft", "list", "table", "inet", "llmgw").stdout
+        if first in table:
+            break
+        time.sleep(0.5)
+    assert first in table and second in table, table
+    listener = subprocess.Popen(
+        machines.command(
+            1, sys.executable, "-c", f"import socket,time; s=socket.create_server(('{second}', 20999)); time.sleep(120)"
+        )
+    )
+    try:
+        time.sleep(0.5)
+        assert _reaches(machines, 0, second, 20999)  # a machine of the fleet
+        assert not _reaches(machines, 2, second, 20999)  # a stranger on the same network
+        assert not _reaches(machines, 2, second, 9465)  # nor the agent's admin port
+    finally:
+        listener.kill()
 
 
 def test_an_expired_token_is_refused_and_one_token_is_taken_once(tmp_path):

@@ -60,7 +60,7 @@ from llmgw.proto.mirror import (
     WeightsDelete,
     WeightsDeleted,
 )
-from llmgw.proto.node import CpuCalibration, Filesystem, GpuInfo, NodeInfo
+from llmgw.proto.node import FLEET_SEEN_S, CpuCalibration, Filesystem, FleetMember, GpuInfo, NodeInfo
 from llmgw.proto.replica import ReplicaReport, ReplicaSpec, ReplicaState, ReplicaTotals, Worker, replica_totals
 from llmgw.proto.router import (
     Demand,
@@ -91,6 +91,7 @@ SERVICES = (catalog, scheduler, mirror, router, agent)
 __all__ = [
     "AUDIT_STREAM",
     "BUCKETS",
+    "FLEET_SEEN_S",
     "JSON_MAX_DEPTH",
     "PAGE_BYTES",
     "PREFIX",
@@ -110,6 +111,7 @@ __all__ = [
     "FilePlace",
     "FileRef",
     "Filesystem",
+    "FleetMember",
     "GpuInfo",
     "Heartbeat",
     "JsonTooDeep",

@@ -63,6 +63,13 @@ BUCKET_TABLE = (
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
     Bucket(
+        "fleet",
+        "llmgw_fleet",
+        "`node.<name>` or `router.<instance>`",
+        "`FleetMember` (where each machine is: what the nodes' firewalls let in)",
+        "each agent its own node's, each router its own",
+    ),
+    Bucket(
         "hooks", "llmgw_hooks", "`<tenant>.<name>`", "`Hook` (its secret sealed under the fleet's secret)", "router"
     ),
     Bucket(

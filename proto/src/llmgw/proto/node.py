@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from msgspec import Struct, field
 
 from llmgw.proto._types import Name, NonNegative, Positive
 
-__all__ = ["CpuCalibration", "Filesystem", "GpuInfo", "NodeInfo", "disk_nearly_full"]
+__all__ = ["FLEET_SEEN_S", "CpuCalibration", "Filesystem", "FleetMember", "GpuInfo", "NodeInfo", "disk_nearly_full"]
+
+FLEET_SEEN_S = 60.0
+"""How often a fleet member writes its entry again; one not written for three times this has left."""
+
+
+class FleetMember(Struct, kw_only=True):
+    """A machine of the fleet as the `fleet` bucket keeps it (`node.<name>`, written by that
+    node's agent only; `router.<instance>`, by that router): where it is, so that each node's
+    firewall lets in the fleet and nobody else."""
+
+    role: Literal["node", "router"]
+    name: str
+    address: str
+    seen: float
 
 
 class CpuCalibration(Struct, kw_only=True):

@@ -18,12 +18,14 @@ from llmgw.bus._audit import as_json, audited, record_change
 from llmgw.bus._call import call, call_all, request_raw
 from llmgw.bus._config import ADMIN_PORTS, BusConfig, ConfigError, data_home, load_config
 from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secret, node_secret, write_secret
+from llmgw.bus._fleet import announce, nats_host
 from llmgw.bus._gauges import ScrapeCollector, family
 from llmgw.bus._http import HttpServer
 from llmgw.bus._kvtable import KvTable
 from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
 from llmgw.bus._nats import (
     NatsServer,
+    address_towards,
     connect,
     flushed,
     kv_bucket,
@@ -70,6 +72,8 @@ __all__ = [
     "TlsFiles",
     "Verifier",
     "add_service",
+    "address_towards",
+    "announce",
     "answerable",
     "as_json",
     "audited",
@@ -93,6 +97,7 @@ __all__ = [
     "kv_scan",
     "load_config",
     "meminfo_mb",
+    "nats_host",
     "new_fleet_secret",
     "new_identity",
     "node_secret",

@@ -230,7 +230,8 @@ def _role_publish(role: str, node: str) -> list[str]:
                 )
                 for s in _kv(b[name], write=True)
             ),
-            *(s for name in ("catalog", "replicas", "status") for s in _kv(b[name], write=False)),
+            *(s for name in ("catalog", "replicas", "status", "fleet") for s in _kv(b[name], write=False)),
+            f"$KV.{b['fleet']}.router.>",  # where routers are, for the nodes' firewalls
         ]
     if role == "agent":
         return [
@@ -238,6 +239,8 @@ def _role_publish(role: str, node: str) -> list[str]:
             f"{PREFIX}.evt.replica.{node}.>",
             scheduler.NODE_REGISTER.subject(node),  # it registers its own node only
             *_calls(mirror.FILE_STAT, mirror.FILE_WHERE),
+            *_kv(BUCKETS["fleet"], write=False),  # where the fleet is (its firewall lets in only that)
+            f"$KV.{BUCKETS['fleet']}.node.{node}",  # and where its own node is, nobody else's
         ]
     if role == "ctl":
         endpoints = (

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from llmgw.proto.errors import BusError, Internal
 
 __all__ = [
     "NatsServer",
+    "address_towards",
     "connect",
     "flushed",
     "kv_bucket",
@@ -285,3 +287,14 @@ def start_nats_server(
         )
     ended = "exited" if exited else f"did not start listening within {timeout:g} s"
     raise BusError(f"nats-server {ended}; the end of its log ({log_path}):\n{tail}")
+
+
+def address_towards(host: str) -> str:
+    """This machine's address on the way to `host` (the one others see it by); no packet is sent,
+    the kernel only picks the route. The loopback where `host` is not an address reached so."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from llmgw.bus import ADMIN_PORTS, BusConfig
@@ -50,6 +52,12 @@ class AgentConfig(BusConfig, kw_only=True):
     """On a clean stop, leave ready engines serving for the next agent to adopt (an upgrade);
     else they are stopped. An agent killed hard always leaves them: the next one adopts those
     it can vouch for (same process, same command line, healthy) and ends the others."""
+    firewall: Literal["auto", "off"] = "auto"
+    """auto: where `address` is off the loopback, keep this machine's nftables table `inet llmgw`
+    so that engines' ports (and the admin port) take connections only from the fleet's machines
+    (`firewall.py`); off: leave the firewall to the operator."""
+    admin_from: list[str] = msgspec.field(default_factory=list)
+    """Addresses or networks besides the fleet's machines that may reach the admin port (Prometheus)."""
     ports: str = "20000-29999"
     """Ports engines listen on (and vLLM's KV events beside them); two replicas never share one."""
     membw_delay_max_s: float = 120.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,8 @@ import httpx
 from llmgw.agent import core
 from llmgw.agent.cache import WeightsCache
 from llmgw.agent.config import AgentConfig
+from llmgw.agent.firewall import Firewall
+from llmgw.agent.firewall_rules import members, ruleset
 from llmgw.agent.node import NodeFacts, Work
 from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
@@ -24,12 +27,15 @@ from llmgw.bus import (
     CredentialsError,
     EngineKeys,
     EngineSecretError,
+    KvTable,
     Verifier,
+    announce,
     entry_point,
     find_llamacpp,
     public_key,
+    spawn,
 )
-from llmgw.proto import WeightsCollect, WeightsDelete, WeightsDeleted, agent
+from llmgw.proto import BUCKETS, FleetMember, WeightsCollect, WeightsDelete, WeightsDeleted, agent
 
 __all__ = ["Agent", "AgentConfig", "main"]
 
@@ -96,6 +102,7 @@ class Agent:
         self.workers = Workers(self.facts, self.supervisor, self.room)
         self.ctx: Context | None = None
         self.tasks: list[asyncio.Task] = []
+        self.background: set[asyncio.Task] = set()
 
     async def start(self, ctx: Context) -> None:
         """Adopt the engines a previous agent left (ending those it cannot vouch for), serve this
@@ -125,6 +132,24 @@ class Agent:
         await ctx.serve(agent.WEIGHTS_DELETE, self.delete_weights)
         await ctx.serve(agent.WEIGHTS_COLLECT, self.collect_weights)
         self.tasks += self.facts.start(ctx, self._work)
+        here = announce(ctx.js, "node", self.node, self.config.address)
+        self.tasks.append(spawn(self.background, here, ctx.log, "announcing where this node is"))
+        if self.config.firewall == "auto" and not _loopback(self.config.address):
+            self.tasks.append(spawn(self.background, self._keep_firewall(ctx), ctx.log, "keeping the firewall"))
+
+    async def _keep_firewall(self, ctx: Context) -> None:
+        """Keep the firewall letting in the fleet as it is (looked at every 2 s)."""
+        table = await KvTable.open(ctx.js, BUCKETS["fleet"], FleetMember)
+        ports = core.parse_ports(self.config.ports)
+        keeper = Firewall(Path(self.config.home()) / "agent", ctx.log)
+        try:
+            while True:
+                fleet = members(table.items.values(), time.time())
+                rules = ruleset((ports.start, ports.stop - 1), self.config.admin_port, fleet, self.config.admin_from)
+                await keeper.keep(rules)
+                await asyncio.sleep(2.0)
+        finally:
+            table.stop()
 
     def ready(self) -> bool:
         """Registered with the scheduler."""

@@ -17,7 +17,6 @@ import http.client
 import http.server
 import json
 import secrets
-import socket
 import ssl
 import threading
 import time
@@ -257,10 +256,3 @@ def write_bundle(home: Path, bundle: JoinBundle) -> dict[str, Path]:
         part.chmod(mode)
         part.replace(path)
     return {name: path for name, (path, _, _) in files.items()}
-
-
-def own_address(host: str) -> str:
-    """This machine's address on the way to `host` (where engines here are reached from)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, 9))  # no packet is sent: the kernel only picks the route
-        return probe.getsockname()[0]

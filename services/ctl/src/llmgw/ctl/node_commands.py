@@ -10,8 +10,8 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from llmgw.bus import ADMIN_PORTS, data_home
-from llmgw.ctl.join import JoinError, fetch_bundle, invite, own_address, write_bundle
+from llmgw.bus import ADMIN_PORTS, address_towards, data_home
+from llmgw.ctl.join import JoinError, fetch_bundle, invite, write_bundle
 from llmgw.ctl.keeper import Backoff
 from llmgw.ctl.supervise import Kept, spawn_service
 from llmgw.ctl.upstate import running_up
@@ -49,7 +49,7 @@ def _join(args: argparse.Namespace) -> int:
         print(f"llmgw node join: {exc}", file=sys.stderr)
         return 1
     files = write_bundle(home, bundle)
-    address = args.address or own_address(urlsplit(bundle.nats_url).hostname or "127.0.0.1")
+    address = args.address or address_towards(urlsplit(bundle.nats_url).hostname or "127.0.0.1")
     print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {bundle.nats_url}", flush=True)
     print(f"  NATS identity: {files['seed']} (its agent's; it may speak only for {bundle.node})", flush=True)
     print(f"  engine secret: {files['engine']} (engines here take only the fleet's routers' keys)", flush=True)

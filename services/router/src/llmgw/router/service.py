@@ -14,12 +14,13 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
 
 import aiohttp
 
-from llmgw.bus import Context, EngineKeys, entry_point, kv_bucket
+from llmgw.bus import Context, EngineKeys, announce, entry_point, kv_bucket, spawn
 from llmgw.proto import BUCKETS
 from llmgw.proto.people import SignInSettings
 from llmgw.router.accounts.accounts import Accounts
@@ -72,6 +73,7 @@ class Router:
         """The usage stream summed into slots in a process of its own (`summing.py`)."""
         self.oracle: PrefixOracle | None = None
         self.hooks: Hooks | None = None
+        self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
         self.proxy: Proxy | None = None
@@ -107,6 +109,8 @@ class Router:
         await self.accounts.people.serve(ctx)
         self.hooks = await Hooks.open(ctx.js, self.accounts.people, self.keys.derive("hook secrets"), config)
         await self.hooks.serve(ctx)
+        where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
+        spawn(self.background, where, ctx.log, "announcing where this router is")
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
         self.oracle.start()
         demand = await kv_bucket(ctx.js, BUCKETS["demand"])
@@ -132,6 +136,8 @@ class Router:
         if self.http:
             await self.http.stop(grace_s=self.config.drain_s)
         people = self.accounts.people if self.accounts else None
+        for task in self.background:
+            task.cancel()
         parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.directory, self.summing)
         for part in parts:
             if part:
