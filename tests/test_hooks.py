@@ -20,7 +20,7 @@ import pytest
 
 from llmgw.bus import call, free_port
 from llmgw.gguf import write_random_llama
-from llmgw.proto import BUCKETS, ModelStatus, ReplicaReport, agent, people
+from llmgw.proto import BUCKETS, KeyCreate, Limits, ModelStatus, ReplicaReport, agent, people
 from llmgw.proto.people import Tenant
 from tests.fleets import serve_router
 
@@ -121,3 +121,30 @@ async def test_hooks_are_told_of_failures_signed_tried_again_and_dead_lettered(
     assert [(d["hook"], d["tries"], d["notice"]["kind"]) for d in letters] == [("silent", 3, "replica.failed")]
     assert "no answer" in letters[0]["last"]
     assert lab.got() == []  # tenant lab may not use tiny: not told of it
+
+
+async def test_a_budget_nearly_and_wholly_spent_is_told_to_its_tenant_once(serve, nc, tmp_path, nats_server, receivers):
+    fast = {"hook_tries": 2, "hook_first_wait_s": 0.2, "hook_timeout_s": 1.0, "notify_every_s": 0.2}
+    served = await serve_router(serve, nc, tmp_path, write_random_llama(tmp_path / "tiny.gguf"), **fast)
+    await call(nc, people.TENANT_PUT, Tenant(name="lab", by="t"))
+    money, other = receivers("ok"), receivers("fail:0")
+    for name, url, tenant in (("money", money.url, "lab"), ("elsewhere", other.url, "default")):
+        made = await asyncio.to_thread(
+            _ctl, nats_server, "hook", "put", name, url, "--tenant", tenant, "--events", "budget.80,budget.spent"
+        )
+        assert made.returncode == 0, made.stderr
+    key = await served.router.accounts.create_key(KeyCreate(name="ci", tenant="lab", limits=Limits(tokens_per_day=100)))
+    limits = await nc.jetstream().key_value(BUCKETS["limits"])
+    day = time.strftime("%Y%m%d", time.gmtime())
+    await limits.put(f"key.{key.id}", json.dumps({"d": [day, 85]}).encode())
+    first = json.loads((await money.wait(1))[0]["body"])
+    assert (
+        first["kind"] == "budget.80"
+        and first["text"]
+        == f"key 'ci' has used over 80% of its 100 tokens for the day {time.strftime('%Y-%m-%d', time.gmtime())}"
+    )
+    await limits.put(f"key.{key.id}", json.dumps({"d": [day, 100]}).encode())
+    second = json.loads((await money.wait(2))[1]["body"])
+    assert second["kind"] == "budget.spent" and "requests get 429" in second["text"]
+    await asyncio.sleep(1.0)  # more rounds: each was sent once
+    assert len(money.got()) == 2 and other.got() == []  # another tenant's hooks are not told

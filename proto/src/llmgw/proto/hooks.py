@@ -33,16 +33,27 @@ __all__ = [
     "Notice",
 ]
 
-EventKind = Literal["replica.failed", "model.backing-off", "model.parked", "node.lost", "mirror.fetch-failed"]
+EventKind = Literal[
+    "replica.failed",
+    "model.backing-off",
+    "model.parked",
+    "node.lost",
+    "mirror.fetch-failed",
+    "budget.80",
+    "budget.spent",
+]
 EVENT_KINDS: tuple[EventKind, ...] = (
     "replica.failed",
     "model.backing-off",
     "model.parked",
     "node.lost",
     "mirror.fetch-failed",
+    "budget.80",
+    "budget.spent",
 )
-"""What a hook may be sent: a model's events go to the tenants that may use the model; the fleet's
-(a node lost, a mirror fetch failed) to the default tenant's hooks (its operators')."""
+"""What a hook may be sent: a model's events go to the tenants that may use the model; a budget's
+(a key's or a tenant's day or month of tokens 80% used, or spent) to its tenant's hooks; the
+fleet's (a node lost, a mirror fetch failed) to the default tenant's hooks (its operators')."""
 
 
 class Hook(Struct, kw_only=True):
@@ -97,6 +108,10 @@ class Notice(Struct, kw_only=True):
     time: float
     model: str = ""
     node: str = ""
+    tenant: str = ""
+    """A budget's tenant (its hooks alone are told)."""
+    period: str = ""
+    """The day or month a budget notice is of (it is sent once in it)."""
 
 
 class HookTried(Struct, kw_only=True):

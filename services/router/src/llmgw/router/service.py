@@ -107,7 +107,7 @@ class Router:
         signin = await SignIn.open(ctx.js, self.keys.derive("sign-in secrets"), own, audit)
         self.accounts.people = await People.open(ctx.js, self.accounts.keys, audit, signin)
         await self.accounts.people.serve(ctx)
-        self.hooks = await Hooks.open(ctx.js, self.accounts.people, self.keys.derive("hook secrets"), config)
+        self.hooks = await Hooks.open(ctx.js, self.accounts, self.keys.derive("hook secrets"), config)
         await self.hooks.serve(ctx)
         where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
         spawn(self.background, where, ctx.log, "announcing where this router is")

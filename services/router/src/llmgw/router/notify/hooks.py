@@ -28,11 +28,13 @@ from llmgw.proto import hooks as hooks_api
 from llmgw.proto.hooks import DeadLetter, DeadLetters, Hook, HookList, HookQuery, HookRef, HookShown, HookTried, Notice
 from llmgw.proto.people import AuditEntry
 from llmgw.proto.scheduler import NodeHealth
+from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.people import People
 from llmgw.router.accounts.sealed import Sealer
 from llmgw.router.config import RouterConfig
 from llmgw.router.notify.notices import (
     check_url,
+    for_budget,
     for_fetch,
     for_node,
     for_replica,
@@ -52,19 +54,22 @@ _QUEUE = "llmgw-notify"
 class Hooks:
     """Webhooks and the notifier."""
 
-    def __init__(self, table: KvTable[Hook], dead, people: People, sealer: Sealer, config: RouterConfig) -> None:
-        self.table, self.dead, self.people, self.sealer, self.config = table, dead, people, sealer, config
+    def __init__(self, table: KvTable[Hook], dead, accounts: Accounts, sealer: Sealer, config: RouterConfig) -> None:
+        self.table, self.dead, self.accounts, self.sealer, self.config = table, dead, accounts, sealer, config
+        assert accounts.people is not None
+        self.people: People = accounts.people
         self.log = get_logger("router")
         self.tasks: set[asyncio.Task] = set()
         self.subs: list = []
         self.own_ports = {*ADMIN_PORTS.values(), config.http_port, config.admin_port}
+        self.budgets_at = 0.0
 
     @classmethod
-    async def open(cls, js: JetStreamContext, people: People, seal_key: bytes, config: RouterConfig) -> Hooks:
+    async def open(cls, js: JetStreamContext, accounts: Accounts, seal_key: bytes, config: RouterConfig) -> Hooks:
         """Watch the hooks bucket; open the dead letters'."""
         table = await KvTable.open(js, BUCKETS["hooks"], Hook)
         dead = await kv_bucket(js, BUCKETS["hook_dead"], ttl=DEAD_DAYS * 86400.0)
-        return cls(table, dead, people, Sealer(seal_key, "hooks"), config)
+        return cls(table, dead, accounts, Sealer(seal_key, "hooks"), config)
 
     async def serve(self, ctx: Context) -> None:
         """Answer `router.hook.*` and start telling hooks what happens."""
@@ -144,8 +149,8 @@ class Hooks:
                 await self.notify(notice)
 
     async def _watch(self, ctx: Context) -> None:
-        """Models going backing off or parked (the status bucket) and nodes lost (the scheduler's
-        list), compared with what was seen the time before."""
+        """Models going backing off or parked (the status bucket), nodes lost (the scheduler's
+        list), compared with what was seen the time before; budgets nearly or wholly spent."""
         status = await KvTable.open(ctx.js, BUCKETS["status"], ModelStatus)
         models: dict[str, ModelStatus] = dict(status.items)
         nodes: dict[str, NodeHealth] | None = None
@@ -153,6 +158,9 @@ class Hooks:
             while True:
                 await asyncio.sleep(self.config.notify_every_s)
                 now = time.time()
+                if now - self.budgets_at >= 10 * self.config.notify_every_s:  # a KV read a budget
+                    self.budgets_at = now
+                    await self._budgets(now)
                 for name, state in list(status.items.items()):
                     if notice := for_status(models.get(name), state, now):
                         await self.notify(notice)
@@ -165,6 +173,24 @@ class Hooks:
                     nodes = health
         finally:
             status.stop()
+
+    async def _budgets(self, now: float) -> None:
+        """Keys' and tenants' day and month budgets 80% used or spent (their counters as they are)."""
+        day, month = time.strftime("day %Y-%m-%d", time.gmtime(now)), time.strftime("month %Y-%m", time.gmtime(now))
+        scopes = [(f"key.{d[:16]}", f"key '{k.name}'", k.limits, k.tenant) for d, k in self.accounts.keys.items.items()]
+        scopes += [
+            (f"tenant.{t.name}", f"tenant '{t.name}'", t.limits, t.name) for t in self.people.tenants.items.values()
+        ]
+        for sid, what, limits, tenant in scopes:
+            if not (limits.tokens_per_day or limits.tokens_per_month):
+                continue
+            counts = await self.accounts.quota.read(sid, now)
+            for used, limit, period in (
+                (counts.day_tokens, limits.tokens_per_day, day),
+                (counts.month_tokens, limits.tokens_per_month, month),
+            ):
+                if notice := for_budget(what, tenant, used, limit, period, now):
+                    await self.notify(notice)
 
     async def notify(self, notice: Notice) -> None:
         """Send `notice` to the hooks it goes to, once across the fleet's routers."""

@@ -14,7 +14,17 @@ from llmgw.proto import MirroredRepo, ModelStatus, NodeHealth, ReplicaReport
 from llmgw.proto.hooks import Hook, Notice
 from llmgw.proto.people import DEFAULT_TENANT, Tenant
 
-__all__ = ["check_url", "for_fetch", "for_node", "for_replica", "for_status", "notice_id", "receivers", "signature"]
+__all__ = [
+    "check_url",
+    "for_budget",
+    "for_fetch",
+    "for_node",
+    "for_replica",
+    "for_status",
+    "notice_id",
+    "receivers",
+    "signature",
+]
 
 
 def for_replica(report: ReplicaReport, now: float) -> Notice | None:
@@ -51,9 +61,27 @@ def for_fetch(repo: MirroredRepo, now: float) -> Notice | None:
     return Notice(kind="mirror.fetch-failed", subject=f"{repo.repo}@{repo.revision}", text=text, time=now)
 
 
+def for_budget(what: str, tenant: str, used: int, limit: int | None, period: str, now: float) -> Notice | None:
+    """A budget (`what`: "key 'ci'", "tenant 'lab'") 80% used or spent in `period` ("day
+    2026-12-05", "month 2026-12"); None: neither, or no budget."""
+    if not limit or used < 0.8 * limit:
+        return None
+    spent = used >= limit
+    kind = "budget.spent" if spent else "budget.80"
+    said = "has spent" if spent else "has used over 80% of"
+    text = (
+        f"{what} {said} its {limit:,} tokens for the {period}: requests get 429 until it ends"
+        if spent
+        else (f"{what} {said} its {limit:,} tokens for the {period}")
+    )
+    return Notice(kind=kind, subject=what, text=text, time=now, tenant=tenant, period=period)
+
+
 def notice_id(notice: Notice) -> str:
-    """One name for a notice, whichever router saw it (the same event seen twice is sent once)."""
-    return hashlib.sha256(f"{notice.kind}|{notice.subject}|{notice.text}|{int(notice.time // 60)}".encode()).hexdigest()
+    """One name for a notice, whichever router saw it (the same event seen twice is sent once; a
+    budget's once in its period)."""
+    once = notice.period or str(int(notice.time // 60))
+    return hashlib.sha256(f"{notice.kind}|{notice.subject}|{notice.text}|{once}".encode()).hexdigest()
 
 
 def receivers(notice: Notice, hooks: Iterable[Hook], tenants: Mapping[str, Tenant]) -> list[Hook]:
@@ -63,7 +91,10 @@ def receivers(notice: Notice, hooks: Iterable[Hook], tenants: Mapping[str, Tenan
     for hook in hooks:
         if notice.kind not in hook.events:
             continue
-        if notice.model:
+        if notice.tenant:
+            if hook.tenant != notice.tenant:
+                continue
+        elif notice.model:
             allowed = tenants[hook.tenant].models if hook.tenant in tenants else []
             if allowed and notice.model not in allowed:
                 continue
