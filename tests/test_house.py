@@ -107,6 +107,7 @@ ROUTER_ROOMS = {
     "notify": 3,
     "routing": 2,
     "accounts": 2,
+    "guard": 2,
     "usage": 1,
 }
 """The router's rooms, top down: a request goes down them, and a room imports only rooms below it

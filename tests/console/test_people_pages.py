@@ -140,3 +140,21 @@ async def test_signing_in_always_gives_a_fresh_session_whatever_the_browser_held
     first = other.http.cookies.get("llmgw_console")
     again, _ = await _sign_in(stack, "fay")
     assert first and again.http.cookies.get("llmgw_console") != first  # each sign-in its own session
+
+
+async def test_the_audit_page_draws_every_area_the_trail_holds(stack):
+    from llmgw.proto import guard, hooks
+    from llmgw.proto.guard import Check, Policy
+    from llmgw.proto.hooks import Hook
+    from llmgw.proto.people import AUDIT_AREAS
+
+    await call(stack.nc, guard.GUARD_PUT, Policy(name="pii", input=[Check(kind="pii")], by="t"))
+    await call(stack.nc, hooks.HOOK_PUT, Hook(name="ops", url="https://hooks.example.com/x", by="t"))
+    admin = await stack.signed_in()
+    for _ in range(50):
+        page = await admin.page("/console/audit")
+        if "guardrails" in page.text and "webhooks" in page.text:
+            break
+    assert page.status_code == 200 and "guardrails" in page.text and "webhooks" in page.text
+    for area in AUDIT_AREAS:  # each is offered in the filter, in words
+        assert f'<option value="{area}"' in page.text

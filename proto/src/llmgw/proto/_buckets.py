@@ -62,6 +62,7 @@ BUCKET_TABLE = (
     ),
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
+    Bucket("guard", "llmgw_guard", "`<tenant>.<name>`", "`Policy` (a guardrail policy)", "router"),
     Bucket(
         "fleet",
         "llmgw_fleet",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.proto import agent, catalog, hooks, mirror, node, people, replica, router, scheduler
+from llmgw.proto import agent, catalog, guard, hooks, mirror, node, people, replica, router, scheduler
 from llmgw.proto._buckets import AUDIT_STREAM, BUCKET_TABLE, USAGE_STREAM
 from llmgw.proto._endpoint import type_name
 from llmgw.proto._page import Page
@@ -12,13 +12,13 @@ from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
 
-_MODULES = (catalog, scheduler, mirror, router, people, hooks, agent)
+_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, agent)
 
 
 def all_messages() -> list[type[msgspec.Struct]]:
     """Every message type, for the JSON Schema golden file."""
     seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty, "Page": Page}
-    for module in (catalog, mirror, node, replica, agent, scheduler, router, people, hooks):
+    for module in (catalog, mirror, node, replica, agent, scheduler, router, people, hooks, guard):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and issubclass(obj, msgspec.Struct):

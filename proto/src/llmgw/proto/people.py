@@ -5,7 +5,7 @@ endpoints; `ctl`, the admin API and the console ask the same ones."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from msgspec import Meta, Struct, field
 
@@ -15,6 +15,7 @@ from llmgw.proto.router import Limits
 
 __all__ = [
     "AUDIT",
+    "AUDIT_AREAS",
     "AUDIT_LOG",
     "DEFAULT_TENANT",
     "ENDPOINTS",
@@ -52,6 +53,9 @@ Role = Literal["admin", "operator", "member"]
 """admin: the whole fleet; operator: the models, mirror and fleet of its tenants; member: its own
 keys and usage, and the models its tenant may use."""
 ROLES: tuple[Role, ...] = ("admin", "operator", "member")
+AuditArea = Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks", "guard"]
+AUDIT_AREAS: tuple[AuditArea, ...] = get_args(AuditArea)
+"""What the audit trail records changes of."""
 DEFAULT_TENANT = "default"
 """Where keys and projects made before tenants were land, and where a tenant not named is."""
 
@@ -233,7 +237,7 @@ class AuditEntry(Struct, kw_only=True):
     time: float
     who: str
     """The user, key or service that changed it (as the change named it)."""
-    area: Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks"]
+    area: AuditArea
     action: str
     subject: str
     """What was changed: a model's, key's, user's name..."""

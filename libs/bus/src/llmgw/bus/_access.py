@@ -27,6 +27,7 @@ from llmgw.proto import (
     USAGE_STREAM,
     agent,
     catalog,
+    guard,
     hooks,
     mirror,
     people,
@@ -211,6 +212,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 router.REQUEST_LOG,
                 *people.ENDPOINTS,
                 *hooks.ENDPOINTS,
+                *guard.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
@@ -227,6 +229,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                     "settings",
                     "hooks",
                     "hook_dead",
+                    "guard",
                 )
                 for s in _kv(b[name], write=True)
             ),
@@ -249,6 +252,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *router.ENDPOINTS,
             *people.ENDPOINTS,
             *hooks.ENDPOINTS,
+            *guard.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
         )

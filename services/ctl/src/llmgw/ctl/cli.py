@@ -12,6 +12,7 @@ from llmgw.bus import ConfigError
 from llmgw.ctl.access import add_access_parser
 from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
+from llmgw.ctl.guard_commands import GUARD
 from llmgw.ctl.hook_commands import HOOK
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
@@ -148,6 +149,7 @@ def parser() -> argparse.ArgumentParser:
             TENANT,
             SIGNIN,
             HOOK,
+            GUARD,
             AUDIT,
             NODES,
             REPLICA,

@@ -56,7 +56,14 @@ class Metrics:
         """reason -> requests refused before any engine."""
         self.picks: dict[tuple[str, str], int] = {}
         """(model, how) -> replicas chosen so."""
+        self.guard: dict[tuple[str, str, str], int] = {}
+        """(policy, category, action) -> what guardrail checks found."""
         registry.register(_Collector(self))
+
+    def guarded(self, policy: str, seen: list[tuple[str, str]]) -> None:
+        """What a policy's checks found in one request or answer: (category, action) each."""
+        for category, action in seen:
+            self.guard[policy, category, action] = self.guard.get((policy, category, action), 0) + 1
 
     def ended(self, outcome: Outcome) -> None:
         """A request whose model was known ended: counted under the code it got; what an admitted
@@ -109,6 +116,9 @@ class _Collector(Collector):
         m = self.m
         yield family(CounterMetricFamily, "llmgw_router_requests", "Requests answered", m.requests, "model pool code")
         yield family(CounterMetricFamily, "llmgw_router_tokens", "Tokens", m.tokens, "model kind")
+        yield family(
+            CounterMetricFamily, "llmgw_router_guard_findings", "Guardrail findings", m.guard, "policy category action"
+        )
         yield _histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", m.ttft, TTFT_BUCKETS)
         yield _histogram("llmgw_router_latency_seconds", "Whole request latency", m.latency, LATENCY_BUCKETS)
         in_flight = m.in_flight_now

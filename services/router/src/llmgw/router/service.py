@@ -30,6 +30,7 @@ from llmgw.router.accounts.signin import SignIn
 from llmgw.router.admin.api import admin_api, metrics_route
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
+from llmgw.router.guard.store import Guards
 from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
@@ -73,6 +74,7 @@ class Router:
         """The usage stream summed into slots in a process of its own (`summing.py`)."""
         self.oracle: PrefixOracle | None = None
         self.hooks: Hooks | None = None
+        self.guards: Guards | None = None
         self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
@@ -109,6 +111,8 @@ class Router:
         await self.accounts.people.serve(ctx)
         self.hooks = await Hooks.open(ctx.js, self.accounts, self.keys.derive("hook secrets"), config)
         await self.hooks.serve(ctx)
+        self.guards = await Guards.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
+        await self.guards.serve(ctx)
         where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
         spawn(self.background, where, ctx.log, "announcing where this router is")
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
@@ -121,6 +125,7 @@ class Router:
         self.health.start()
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
+        gateway.guards = self.guards
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
@@ -138,7 +143,8 @@ class Router:
         people = self.accounts.people if self.accounts else None
         for task in self.background:
             task.cancel()
-        parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.directory, self.summing)
+        parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.directory)
+        parts += (self.summing,)
         for part in parts:
             if part:
                 part.stop()

@@ -112,6 +112,6 @@ async def audit_page(view: View, area: str = "", subject: str = "", before: int 
     return view.render("audit.html", active="audit", log=log, form=form, areas=_AREAS)
 
 
-_AREAS = ("catalog", "mirror", "keys", "projects", "users", "tenants")
+_AREAS = people.AUDIT_AREAS
 
 ROUTES = (people_page, create_user, set_role, remove_user, put_tenant, audit_page)

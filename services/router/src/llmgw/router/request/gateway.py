@@ -11,12 +11,16 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 
 from llmgw.proto import KeyRecord, Model
+from llmgw.proto.guard import Policy
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
 from llmgw.router.errors import ApiError
+from llmgw.router.guard.redact import Redaction
+from llmgw.router.guard.store import Guards
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
+from llmgw.router.request.guarded import guard_answer, guard_request
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Outcome, Served, Ticket
 from llmgw.router.request.prepare import (
@@ -51,6 +55,8 @@ class Gateway:
     ) -> None:
         self.accounts, self.directory, self.oracle = accounts, directory, oracle
         self.proxy, self.metrics, self.config = proxy, metrics, config
+        self.guards: Guards | None = None
+        """The guardrail policies (None: none are kept: nothing checked)."""
 
     def _tenant_models(self, key: KeyRecord) -> list[str]:
         """The models `key`'s tenant may use (empty: every one)."""
@@ -94,7 +100,9 @@ class Gateway:
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
+        policy = self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards else None
         try:
+            redaction = self._guard(policy, body) if policy is not None else None
             prepared = await self._prepare(path, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
@@ -106,7 +114,14 @@ class Gateway:
             raise
         answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
+        if policy is not None and redaction is not None:
+            return guard_answer(answer, policy, redaction, self.guards.patterns, self.metrics.guarded)  # type: ignore[union-attr]
         return answer
+
+    def _guard(self, policy: Policy, body: dict) -> Redaction:
+        """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it blocks."""
+        assert self.guards is not None
+        return guard_request(policy, body, self.guards.patterns, self.metrics.guarded)
 
     async def _prepare(self, path: str, body: dict, asked: str, model: Model, key: KeyRecord) -> Prepared:
         """The request checked and, where its model has ready replicas, its prompt measured (a 400

@@ -1,0 +1,111 @@
+"""Guardrails: policies that check what goes in to a model and what comes out, attached to a
+tenant, a project, a key or a model (the narrowest wins: key, project, tenant, model). Each
+check finds something (personal data and secrets of known shapes, a tenant's own patterns) and
+blocks the request, redacts it (the model sees a placeholder such as `<EMAIL_1>`; the client's
+answer has the value put back), or only records it. The router keeps them (its `guard` bucket)
+and answers these endpoints; `llmgw ctl guard`, the admin API and the console ask them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct, field
+
+from llmgw.proto._endpoint import AdminRoute, Endpoint
+from llmgw.proto._types import Name
+from llmgw.proto.people import DEFAULT_TENANT
+
+__all__ = [
+    "ENDPOINTS",
+    "ENTITIES",
+    "GUARD_LIST",
+    "GUARD_PUT",
+    "GUARD_REMOVE",
+    "Action",
+    "Check",
+    "Entity",
+    "Policy",
+    "PolicyList",
+    "PolicyQuery",
+    "PolicyRef",
+]
+
+Entity = Literal["email", "phone", "card", "iban", "ip", "secret"]
+ENTITIES: tuple[Entity, ...] = ("email", "phone", "card", "iban", "ip", "secret")
+"""What the personal-data check finds: e-mail addresses, phone numbers (libphonenumber), card
+numbers (Luhn), IBANs (their check digits), IP addresses, API keys and tokens of common shapes."""
+Action = Literal["block", "redact", "record"]
+"""block: the request is refused (an OpenAI-shaped error naming the policy and the category, never
+the text); redact: replaced by a placeholder the model sees, the value put back in the answer;
+record: counted only."""
+
+
+class Check(Struct, kw_only=True):
+    """One check of a policy."""
+
+    kind: Literal["pii", "pattern"]
+    action: Action = "redact"
+    entities: list[Entity] = field(default_factory=lambda: list(ENTITIES))
+    """pii: which it looks for."""
+    pattern: Annotated[str, Meta(max_length=1000)] = ""
+    """pattern: an RE2 expression (linear time: no pattern can hang a request)."""
+    label: Annotated[str, Meta(pattern=r"^([A-Z][A-Z0-9_]{0,30})?$")] = ""
+    """pattern: its category, as errors and placeholders name it (`<LABEL_1>`)."""
+
+
+class Policy(Struct, kw_only=True):
+    """Checks on the input, on the output, or both, of the requests it applies to."""
+
+    name: Name
+    tenant: Name = DEFAULT_TENANT
+    applies_to: Literal["tenant", "project", "key", "model"] = "tenant"
+    target: str = ""
+    """The project, key id or model it is attached to ("" for the tenant itself)."""
+    input: list[Check] = field(default_factory=list)
+    output: list[Check] = field(default_factory=list)
+    """Whole answers are checked; a streamed answer gets its redacted values put back only."""
+    created: float = 0.0
+    by: str = ""
+
+
+class PolicyList(Struct, kw_only=True):
+    """Policies, by tenant and name."""
+
+    policies: list[Policy]
+
+
+class PolicyQuery(Struct, kw_only=True):
+    """The policies of one tenant ("": every tenant)."""
+
+    tenant: str = ""
+
+
+class PolicyRef(Struct, kw_only=True):
+    """One policy."""
+
+    name: Name
+    tenant: Name = DEFAULT_TENANT
+    by: str = ""
+
+
+GUARD_PUT = Endpoint(
+    "router",
+    "guard.put",
+    Policy,
+    Policy,
+    "Make a guardrail policy or change it (its patterns checked first).",
+    admin=AdminRoute("PUT", "/guard/{tenant}/{name}"),
+)
+GUARD_LIST = Endpoint(
+    "router", "guard.list", PolicyQuery, PolicyList, "Guardrail policies.", admin=AdminRoute("GET", "/guard")
+)
+GUARD_REMOVE = Endpoint(
+    "router",
+    "guard.remove",
+    PolicyRef,
+    PolicyList,
+    "Remove a guardrail policy.",
+    admin=AdminRoute("DELETE", "/guard/{tenant}/{name}"),
+)
+ENDPOINTS = (GUARD_PUT, GUARD_LIST, GUARD_REMOVE)
+"""The guardrail endpoints (the router answers them)."""

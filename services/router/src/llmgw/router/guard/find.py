@@ -1,0 +1,105 @@
+"""What a text holds, without I/O: personal data and secrets of known shapes, and a tenant's own
+patterns. Candidates are found by RE2 expressions (linear time, so no text and no pattern can make
+a request hang) and kept only where a well-kept library says they are what they look like: phone
+numbers by libphonenumber, card numbers by their Luhn digit and IBANs by their check digits
+(python-stdnum), IP addresses by `ipaddress`."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import phonenumbers
+import re2
+from stdnum import iban, luhn
+
+from llmgw.proto.guard import Entity
+
+__all__ = ["Found", "PatternError", "compile_pattern", "find", "find_pattern"]
+
+
+class Found(NamedTuple):
+    """One thing found: where it is, and its category (EMAIL, PHONE... or a pattern's label)."""
+
+    start: int
+    end: int
+    category: str
+
+
+class PatternError(ValueError):
+    """A tenant's pattern RE2 does not take, said as RE2 says it."""
+
+
+def _valid_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _alone(text: str, start: int, end: int) -> bool:
+    """Whether an address found at start:end is not part of a longer dotted run (a version
+    such as 1.2.3.4.5)."""
+    before, after = text[max(0, start - 2) : start], text[end : end + 2]
+    return not (before[-1:] == "." and before[:1].isdigit()) and not (after[:1] == "." and after[1:].isdigit())
+
+
+def _valid_card(text: str) -> bool:
+    digits = "".join(c for c in text if c.isdigit())
+    return 13 <= len(digits) <= 19 and luhn.is_valid(digits)
+
+
+_SHAPES: dict[Entity, tuple[str, Callable[[str], bool] | None]] = {
+    "email": (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}", None),
+    "card": (r"\b(?:\d[ -]?){12,18}\d\b", _valid_card),
+    "iban": (r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", iban.is_valid),
+    "ip": (r"\b(?:\d{1,3}\.){3}\d{1,3}\b|\b(?:[0-9A-Fa-f]{1,4}:){2,7}[0-9A-Fa-f]{1,4}\b", _valid_ip),
+    "secret": (
+        r"\b(?:sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{36,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}"
+        r"|AIza[0-9A-Za-z_-]{35}|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+        r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)",
+        None,
+    ),
+}
+_COMPILED = {entity: (re2.compile(shape), check) for entity, (shape, check) in _SHAPES.items()}
+
+
+def find(text: str, entities: Iterable[Entity], region: str = "US") -> list[Found]:
+    """The personal data and secrets of `entities` in `text`, in order, none overlapping (the
+    first found wins). Phone numbers are read as libphonenumber reads them (`region`: where a
+    number without its country code is taken to be)."""
+    found: list[Found] = []
+    for entity in entities:
+        if entity == "phone":
+            matches = phonenumbers.PhoneNumberMatcher(text, region)
+            found += [Found(m.start, m.end, "PHONE") for m in matches]
+            continue
+        pattern, check = _COMPILED[entity]
+        for m in pattern.finditer(text):
+            if (check is None or check(m.group(0))) and (entity != "ip" or _alone(text, m.start(), m.end())):
+                found.append(Found(m.start(), m.end(), entity.upper()))
+    return _apart(found)
+
+
+def _apart(found: list[Found]) -> list[Found]:
+    """In order of where they start, each one overlapping one before dropped."""
+    kept: list[Found] = []
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        if not kept or f.start >= kept[-1].end:
+            kept.append(f)
+    return kept
+
+
+def compile_pattern(pattern: str):
+    """A tenant's pattern as RE2 takes it; PatternError saying why not."""
+    try:
+        return re2.compile(pattern)
+    except re2.error as exc:
+        raise PatternError(f"the pattern {pattern[:80]!r} is not one RE2 takes: {exc}") from None
+
+
+def find_pattern(text: str, compiled, label: str) -> list[Found]:
+    """Where a tenant's compiled pattern matches in `text` (empty matches left out)."""
+    return [Found(m.start(), m.end(), label) for m in compiled.finditer(text) if m.end() > m.start()]

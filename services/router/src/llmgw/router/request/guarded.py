@@ -1,0 +1,110 @@
+"""A request under a guardrail policy: its texts checked before it is admitted (a block refused
+saying the policy and the category, never the text, and spending nothing of its key's limits;
+redacted values replaced by placeholders the engine sees), and its answer's texts checked and
+the values put back, whole or streamed (a placeholder split across chunks held until whole)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+
+import msgspec
+
+from llmgw.proto.guard import Policy
+from llmgw.router.errors import ApiError
+from llmgw.router.guard.policies import Blocked, answer_texts, check_texts, request_texts
+from llmgw.router.guard.redact import Redaction, StreamRestorer
+from llmgw.router.request.relay import Answer, Relay
+
+__all__ = ["GuardBlocked", "Tally", "guard_answer", "guard_request"]
+
+Tally = Callable[[str, list[tuple[str, str]]], None]
+"""Told what a policy's checks found: its name, and (category, action) each."""
+
+
+class GuardBlocked(ApiError):
+    """A request (or its answer) a guardrail policy blocked: named with its category, never the text."""
+
+    status, type, code = 400, "invalid_request_error", "guardrail_blocked"
+
+
+def _refused(blocked: Blocked, what: str) -> GuardBlocked:
+    return GuardBlocked(
+        f"The {what} was blocked by guardrail policy '{blocked.policy}': it holds {blocked.category}. "
+        "Leave it out, or ask an operator about the policy."
+    )
+
+
+def guard_request(policy: Policy, body: dict, patterns: dict, tally: Tally) -> Redaction:
+    """Run the policy's input checks over the request's texts, redacting them in `body` in place;
+    GuardBlocked where one blocks. The request's redaction (empty: nothing redacted). What was
+    found is told to `tally` (the metrics)."""
+    redaction = Redaction()
+    if not policy.input:
+        return redaction
+    places = request_texts(body)
+    texts = [holder[key] for holder, key in places]  # type: ignore[index]
+    out, outcome = check_texts(texts, policy.input, policy.name, redaction, patterns)
+    tally(policy.name, outcome.seen)
+    if outcome.blocked is not None:
+        raise _refused(outcome.blocked, "request")
+    for (holder, key), text in zip(places, out, strict=True):
+        holder[key] = text  # type: ignore[index]
+    return redaction
+
+
+def guard_answer(
+    answer: Answer | Relay, policy: Policy, redaction: Redaction, patterns: dict, tally: Tally
+) -> Answer | Relay:
+    """The answer with the policy's output checks run (a whole one) and the redacted values put back."""
+    if isinstance(answer, Relay):
+        if redaction:
+            answer.chunks = _restored(answer.chunks, redaction)
+        return answer
+    if answer.status != 200 or not (redaction or policy.output):
+        return answer
+    try:
+        body = msgspec.json.decode(answer.body)
+    except msgspec.DecodeError:
+        return answer
+    places = answer_texts(body)
+    texts = [redaction.restore(holder[key]) for holder, key in places]  # type: ignore[index]
+    if policy.output:
+        texts, outcome = check_texts(texts, policy.output, policy.name, Redaction(), patterns)
+        tally(policy.name, outcome.seen)
+        if outcome.blocked is not None:
+            return Answer(400, msgspec.json.encode(_refused(outcome.blocked, "answer").body()))
+    for (holder, key), text in zip(places, texts, strict=True):
+        holder[key] = text  # type: ignore[index]
+    return Answer(answer.status, msgspec.json.encode(body), answer.headers)
+
+
+async def _restored(chunks: AsyncGenerator[bytes, None], redaction: Redaction) -> AsyncGenerator[bytes, None]:
+    """The stream's events with each choice's text restored as it comes (held where a placeholder
+    may be cut, given out whole at its choice's end)."""
+    restorers: dict[int, StreamRestorer] = {}
+    try:
+        async for piece in chunks:
+            yield b"".join(_event(e, restorers, redaction) for e in piece.split(b"\n\n") if e)
+    finally:
+        await chunks.aclose()
+
+
+def _event(event: bytes, restorers: dict[int, StreamRestorer], redaction: Redaction) -> bytes:
+    """One SSE event with its choices' delta texts restored (others passed on as they came)."""
+    if not event.startswith(b"data: {"):
+        return event + b"\n\n"
+    try:
+        data = msgspec.json.decode(event[6:])
+    except msgspec.DecodeError:
+        return event + b"\n\n"
+    for choice in data.get("choices") or []:
+        index = choice.get("index", 0)
+        restorer = restorers.setdefault(index, StreamRestorer(redaction))
+        delta = choice.get("delta")
+        key = "content" if isinstance(delta, dict) else "text"
+        holder = delta if isinstance(delta, dict) else choice
+        if isinstance(holder.get(key), str):
+            holder[key] = restorer.feed(holder[key])
+        if choice.get("finish_reason") is not None:
+            holder[key] = (holder.get(key) or "") + restorer.end()
+    return b"data: " + msgspec.json.encode(data) + b"\n\n"

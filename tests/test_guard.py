@@ -1,0 +1,115 @@
+"""Guardrails through the real router to a stand-in engine that echoes what it was sent
+(`tests/standins/echo_engine.py`, not a model: it shows what reached an engine): personal data
+redacted before the engine sees it and put back in the client's answer, whole and streamed three
+bytes a chunk; a key's own policy (the narrowest) blocking a tenant pattern with an error that
+names the policy and the category, never the text, and spending nothing of the key's limits; an
+answer blocked by an output check; a pattern RE2 does not take refused when the policy is put."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from llmgw.bus import BadRequest, call, free_port
+from llmgw.proto import Limits, guard
+from llmgw.proto.guard import Check, Policy
+from tests.test_router import CPU, MODEL, engines, world  # noqa: F401 (the fixtures)
+
+ECHO = Path(__file__).parent / "standins" / "echo_engine.py"
+SAID = "mail ada@example.com, card 4111 1111 1111 1111, key sk-abcdefghijklmnopqrstuvwxyz0123"
+
+
+@pytest.fixture
+def echo(tmp_path):
+    port, record = free_port(), tmp_path / "sent.jsonl"
+    proc = subprocess.Popen([sys.executable, str(ECHO), str(port), str(record)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "listening"
+    yield f"http://127.0.0.1:{port}", record
+    proc.kill()
+    proc.wait()
+
+
+async def test_personal_data_is_redacted_for_the_engine_and_put_back_for_the_client(world, echo, nc):  # noqa: F811
+    url, record = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    pii = Policy(name="pii", input=[Check(kind="pii", action="redact")], by="t")
+    await call(nc, guard.GUARD_PUT, pii)
+    client = await world.client()
+    whole = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": SAID}])
+    assert whole.choices[0].message.content == f"You said: {SAID}"
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": SAID}], stream=True)
+    pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(pieces) == f"You said: {SAID}" and len(pieces) > 10
+    sent = record.read_text()
+    assert "ada@example.com" not in sent and "4111" not in sent and "sk-abc" not in sent
+    engine_saw = json.loads(sent.splitlines()[0])["messages"][0]["content"]
+    assert engine_saw == "mail <EMAIL_1>, card <CARD_1>, key <SECRET_1>"
+
+
+async def test_a_keys_own_policy_blocks_names_the_category_and_spends_nothing(world, echo, nc):  # noqa: F811
+    url, _ = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    await call(nc, guard.GUARD_PUT, Policy(name="pii", input=[Check(kind="pii", action="redact")], by="t"))
+    client = await world.client(name="secretive", limits=Limits(requests_per_minute=100))
+    key_id = next(kid for kid, k in (await world.router.accounts.list_keys()).keys.items() if k.name == "secretive")
+    codename = Check(kind="pattern", action="block", pattern=r"(?i)project\s+falcon", label="CODENAME")
+    narrow = Policy(name="codenames", applies_to="key", target=key_id, input=[codename], by="t")
+    await call(nc, guard.GUARD_PUT, narrow)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "status of Project Falcon?"}]
+        )
+    error = refused.value.body
+    assert error["code"] == "guardrail_blocked" and "policy 'codenames'" in error["message"]
+    assert "CODENAME" in error["message"] and "Falcon" not in error["message"]
+    counts = await world.router.accounts.quota.read(f"key.{key_id}", time.time())
+    assert counts.minute_requests == 0  # a blocked request spends nothing
+    ok = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "mail ada@example.com"}])
+    assert ok.choices[0].message.content == "You said: mail ada@example.com"  # the key's policy: no redaction
+
+    with pytest.raises(BadRequest, match="is not one RE2 takes"):
+        await call(nc, guard.GUARD_PUT, Policy(name="bad", input=[Check(kind="pattern", pattern="(unclosed")]))
+    catastrophic = Check(kind="pattern", action="block", pattern="(a+)+$", label="AS")
+    await call(nc, guard.GUARD_PUT, Policy(name="codenames", applies_to="key", target=key_id, input=[catastrophic]))
+    started = time.monotonic()  # a text that makes a backtracking engine try every way before failing
+    long = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a" * 50_000 + "!"}])
+    assert long.choices[0].message.content.endswith("a!") and time.monotonic() - started < 30  # RE2: linear
+
+
+async def test_an_answer_an_output_check_refuses_is_not_given(world, echo, nc):  # noqa: F811
+    url, _ = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    outward = Policy(name="no-mail-out", output=[Check(kind="pii", action="block", entities=["email"])], by="t")
+    await call(nc, guard.GUARD_PUT, outward)
+    client = await world.client()
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "write ada@example.com"}])
+    assert "answer was blocked by guardrail policy 'no-mail-out'" in refused.value.body["message"]
+    await asyncio.sleep(0)
+
+
+def _ctl(nats_server, *words: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl")]
+    return subprocess.run([*cmd, *words], capture_output=True, text=True, timeout=60)
+
+
+async def test_ctl_puts_lists_and_removes_a_policy_and_says_what_a_wrong_check_is(world, nats_server):  # noqa: F811
+    ctl = lambda *w: asyncio.to_thread(_ctl, nats_server, *w)  # noqa: E731
+    made = await ctl("guard", "put", "pii", "--input", "pii:redact:email", "--input", "pattern:block:CODE:(?i)falcon:x")
+    assert made.returncode == 0 and "policy pii of default: on tenant, 2 in, 0 out" in made.stderr, made.stderr
+    wrong = await ctl("guard", "put", "bad", "--input", "pii:explode")
+    assert wrong.returncode == 1 and "block" in wrong.stderr and "explode" in wrong.stderr, wrong.stderr
+    listed = (await ctl("guard", "list")).stdout
+    assert "pii:redact:email; pattern:block:CODE:(?i)falcon:x" in listed
+    assert (await ctl("guard", "remove", "pii")).returncode == 0
+    assert "pii" not in (await ctl("guard", "list")).stdout
