@@ -113,3 +113,54 @@ async def test_ctl_puts_lists_and_removes_a_policy_and_says_what_a_wrong_check_i
     assert "pii:redact:email; pattern:block:CODE:(?i)falcon:x" in listed
     assert (await ctl("guard", "remove", "pii")).returncode == 0
     assert "pii" not in (await ctl("guard", "list")).stdout
+
+
+SERVICE = Path(__file__).parent / "standins" / "guard_service.py"
+
+
+@pytest.fixture
+def services():
+    made = []
+
+    def start(mode: str) -> str:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, str(SERVICE), str(port), mode], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "listening"
+        made.append(proc)
+        return f"http://127.0.0.1:{port}/check"
+
+    yield start
+    for proc in made:
+        proc.kill()
+        proc.wait()
+
+
+async def test_an_outside_service_blocks_redacts_and_fails_closed_or_open_as_told(world, echo, nc, services):  # noqa: F811
+    url, record = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    client = await world.client()
+
+    async def ask(text: str):
+        return await client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+
+    service = Check(kind="service", url=services("ok"), timeout_s=1.0)
+    pii = Check(kind="pii", entities=["email"])
+    await call(nc, guard.GUARD_PUT, Policy(name="outside", input=[pii, service], by="t"))
+    answered = await ask("ticket ID-4471 from ada@example.com")
+    assert answered.choices[0].message.content == "You said: ticket ID-4471 from ada@example.com"
+    engine_saw = json.loads(record.read_text().splitlines()[-1])["messages"][0]["content"]
+    assert engine_saw == "ticket <INTERNAL_ID_1> from <EMAIL_1>"  # the service saw the e-mail redacted already
+    with pytest.raises(openai.BadRequestError) as refused:
+        await ask("something forbidden")
+    assert "policy 'outside': it holds BANNED" in refused.value.body["message"]
+
+    for mode, why in (("slow", "did not answer in 1 s"), ("500", "answered 500"), ("garbage", "is not a verdict")):
+        closed = Check(kind="service", url=services(mode), timeout_s=1.0, on_error="block")
+        await call(nc, guard.GUARD_PUT, Policy(name="outside", input=[closed], by="t"))
+        with pytest.raises(openai.BadRequestError) as failed:
+            await ask("hello")
+        assert why in failed.value.body["message"] and "fails closed" in failed.value.body["message"]
+    down = Check(kind="service", url=f"http://127.0.0.1:{free_port()}/check", timeout_s=1.0, on_error="pass")
+    await call(nc, guard.GUARD_PUT, Policy(name="outside", input=[down], by="t"))
+    assert (await ask("hello")).choices[0].message.content == "You said: hello"  # fails open

@@ -28,6 +28,9 @@ __all__ = [
     "PolicyList",
     "PolicyQuery",
     "PolicyRef",
+    "ServiceAsk",
+    "ServiceSpan",
+    "ServiceVerdict",
 ]
 
 Entity = Literal["email", "phone", "card", "iban", "ip", "secret"]
@@ -43,14 +46,50 @@ record: counted only."""
 class Check(Struct, kw_only=True):
     """One check of a policy."""
 
-    kind: Literal["pii", "pattern"]
+    kind: Literal["pii", "pattern", "service"]
     action: Action = "redact"
+    """What a finding does (a service's verdict to block always blocks)."""
     entities: list[Entity] = field(default_factory=lambda: list(ENTITIES))
     """pii: which it looks for."""
     pattern: Annotated[str, Meta(max_length=1000)] = ""
     """pattern: an RE2 expression (linear time: no pattern can hang a request)."""
     label: Annotated[str, Meta(pattern=r"^([A-Z][A-Z0-9_]{0,30})?$")] = ""
     """pattern: its category, as errors and placeholders name it (`<LABEL_1>`)."""
+    url: Annotated[str, Meta(max_length=2048)] = ""
+    """service: where the texts are posted (`ServiceAsk`; it answers `ServiceVerdict`)."""
+    timeout_s: Annotated[float, Meta(gt=0, le=30)] = 2.0
+    """service: how long it has to answer."""
+    on_error: Literal["block", "pass"] = "block"
+    """service: what a request meets when it does not answer, answers 5xx or what does not parse
+    (fail closed: block; fail open: pass)."""
+
+
+class ServiceAsk(Struct, kw_only=True):
+    """What an outside guardrail service is posted (JSON)."""
+
+    texts: list[str]
+    direction: Literal["input", "output"]
+    policy: str
+    tenant: str
+
+
+class ServiceSpan(Struct, kw_only=True):
+    """A part of one of the texts a service says is `category` (to be redacted)."""
+
+    text: int
+    """Which of the texts (its index)."""
+    start: int
+    end: int
+    category: Annotated[str, Meta(pattern=r"^[A-Z][A-Z0-9_]{0,30}$")]
+
+
+class ServiceVerdict(Struct, kw_only=True):
+    """What an outside guardrail service answers (JSON)."""
+
+    verdict: Literal["allow", "block"]
+    category: str = ""
+    """Why it blocks (named in the error; never the text)."""
+    spans: list[ServiceSpan] = field(default_factory=list)
 
 
 class Policy(Struct, kw_only=True):

@@ -19,7 +19,8 @@ __all__ = ["GUARD", "check_of", "check_text"]
 
 
 def check_of(spec: str) -> Check:
-    """`pii:ACTION[:ENTITY,...]` or `pattern:ACTION:LABEL:RE2`; ValueError saying the forms."""
+    """`pii:ACTION[:ENTITY,...]`, `pattern:ACTION:LABEL:RE2` or `service[-open]:ACTION:URL`;
+    ValueError saying the forms."""
     kind, _, rest = spec.partition(":")
     action, _, rest = rest.partition(":")
     try:
@@ -29,13 +30,17 @@ def check_of(spec: str) -> Check:
         if kind == "pattern":
             label, _, pattern = rest.partition(":")
             return msgspec.convert({"kind": kind, "action": action, "label": label, "pattern": pattern}, Check)
+        if kind in ("service", "service-open"):
+            on_error = "pass" if kind == "service-open" else "block"
+            return msgspec.convert({"kind": "service", "action": action, "url": rest, "on_error": on_error}, Check)
     except msgspec.ValidationError as exc:
         raise ValueError(f"check '{spec}': {exc}; {_FORMS}") from None
     raise ValueError(f"check '{spec}' is not one of the forms: {_FORMS}")
 
 
 _FORMS = (
-    "pii:ACTION[:ENTITY,...] or pattern:ACTION:LABEL:RE2 (ACTION: block, redact or record; "
+    "pii:ACTION[:ENTITY,...], pattern:ACTION:LABEL:RE2, or service:ACTION:URL (service-open: passes where "
+    "the service fails) (ACTION: block, redact or record; "
     f"ENTITY: {', '.join(ENTITIES)})"
 )
 
@@ -44,6 +49,8 @@ def check_text(check: Check) -> str:
     """A check as `guard list` shows it (the form `--input` takes)."""
     if check.kind == "pii":
         return f"pii:{check.action}:{','.join(check.entities)}"
+    if check.kind == "service":
+        return f"service{'-open' if check.on_error == 'pass' else ''}:{check.action}:{check.url}"
     return f"pattern:{check.action}:{check.label}:{check.pattern}"
 
 

@@ -5,9 +5,12 @@ kept: one RE2 does not take is refused, saying why. Every change is on the audit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
+import aiohttp
 import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -15,7 +18,7 @@ from nats.js import JetStreamContext
 from llmgw.bus import BadRequest, Context, KvTable, NotFound, record_change
 from llmgw.proto import BUCKETS
 from llmgw.proto import guard as guard_api
-from llmgw.proto.guard import Policy, PolicyList, PolicyQuery, PolicyRef
+from llmgw.proto.guard import Check, Policy, PolicyList, PolicyQuery, PolicyRef, ServiceAsk, ServiceVerdict
 from llmgw.proto.people import AuditEntry
 from llmgw.router.guard.find import PatternError, compile_pattern
 from llmgw.router.guard.policies import Index, index, narrowest
@@ -30,6 +33,8 @@ class Guards:
         self.table, self.nc, self.known_tenant = table, nc, known_tenant
         self.patterns: dict[str, object] = {}
         """Each tenant pattern compiled once (RE2), by its text."""
+        self.http: aiohttp.ClientSession | None = None
+        """Where outside guardrail services are asked (made on first use)."""
 
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client, known_tenant: Callable[[str], None]) -> Guards:
@@ -45,6 +50,29 @@ class Guards:
     def stop(self) -> None:
         """Stop watching."""
         self.table.stop()
+        if self.http is not None:
+            asyncio.get_event_loop().create_task(self.http.close())
+
+    async def ask_service(self, check: Check, ask: ServiceAsk) -> ServiceVerdict | str:
+        """An outside guardrail service's verdict on `ask`, or why there is none (no answer in
+        its time, a status not 200, a body that is not a verdict)."""
+        if self.http is None:
+            self.http = aiohttp.ClientSession()
+        try:
+            timeout = aiohttp.ClientTimeout(total=check.timeout_s)
+            async with self.http.post(check.url, data=msgspec.json.encode(ask), timeout=timeout) as answer:
+                body = await answer.content.read(1_000_000)
+                status = answer.status
+        except TimeoutError:
+            return f"it did not answer in {check.timeout_s:g} s"
+        except (aiohttp.ClientError, OSError) as exc:
+            return f"it could not be reached ({type(exc).__name__})"
+        if status != 200:
+            return f"it answered {status}"
+        try:
+            return msgspec.json.decode(body, type=ServiceVerdict)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return f"its answer is not a verdict ({str(exc)[:120]})"
 
     def policy_for(self, tenant: str, project: str, key_id: str, model: str) -> Policy | None:
         """The narrowest policy a request meets (None: none: nothing checked)."""
@@ -57,6 +85,8 @@ class Guards:
         if policy.applies_to != "tenant" and not policy.target:
             raise BadRequest(f"a policy attached to a {policy.applies_to} names it: give its target")
         for check in [*policy.input, *policy.output]:
+            if check.kind == "service" and urlsplit(check.url).scheme not in ("http", "https"):
+                raise BadRequest(f"policy {policy.name}: a service check gives its http:// or https:// URL")
             if check.kind == "pattern":
                 if not check.pattern:
                     raise BadRequest(f"policy {policy.name}: a pattern check gives its pattern (RE2)")

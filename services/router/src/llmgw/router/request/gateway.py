@@ -102,7 +102,7 @@ class Gateway:
         )
         policy = self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards else None
         try:
-            redaction = self._guard(policy, body) if policy is not None else None
+            redaction = await self._guard(policy, body) if policy is not None else None
             prepared = await self._prepare(path, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
@@ -115,13 +115,13 @@ class Gateway:
         answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
         if policy is not None and redaction is not None:
-            return guard_answer(answer, policy, redaction, self.guards.patterns, self.metrics.guarded)  # type: ignore[union-attr]
+            return await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return answer
 
-    def _guard(self, policy: Policy, body: dict) -> Redaction:
+    async def _guard(self, policy: Policy, body: dict) -> Redaction:
         """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it blocks."""
         assert self.guards is not None
-        return guard_request(policy, body, self.guards.patterns, self.metrics.guarded)
+        return await guard_request(policy, body, self.guards, self.metrics.guarded)
 
     async def _prepare(self, path: str, body: dict, asked: str, model: Model, key: KeyRecord) -> Prepared:
         """The request checked and, where its model has ready replicas, its prompt measured (a 400

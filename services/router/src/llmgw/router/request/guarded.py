@@ -6,13 +6,16 @@ the values put back, whole or streamed (a placeholder split across chunks held u
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
+from urllib.parse import urlsplit
 
 import msgspec
 
-from llmgw.proto.guard import Policy
+from llmgw.proto.guard import Check, Policy, ServiceAsk, ServiceVerdict
 from llmgw.router.errors import ApiError
+from llmgw.router.guard.find import Found
 from llmgw.router.guard.policies import Blocked, answer_texts, check_texts, request_texts
 from llmgw.router.guard.redact import Redaction, StreamRestorer
+from llmgw.router.guard.store import Guards
 from llmgw.router.request.relay import Answer, Relay
 
 __all__ = ["GuardBlocked", "Tally", "guard_answer", "guard_request"]
@@ -34,26 +37,72 @@ def _refused(blocked: Blocked, what: str) -> GuardBlocked:
     )
 
 
-def guard_request(policy: Policy, body: dict, patterns: dict, tally: Tally) -> Redaction:
-    """Run the policy's input checks over the request's texts, redacting them in `body` in place;
-    GuardBlocked where one blocks. The request's redaction (empty: nothing redacted). What was
-    found is told to `tally` (the metrics)."""
+async def guard_request(policy: Policy, body: dict, guards: Guards, tally: Tally) -> Redaction:
+    """Run the policy's input checks over the request's texts, redacting them in `body` in place
+    (an outside service is asked last, about texts already redacted); GuardBlocked where one
+    blocks. The request's redaction (empty: nothing redacted); what was found told to `tally`."""
     redaction = Redaction()
     if not policy.input:
         return redaction
     places = request_texts(body)
     texts = [holder[key] for holder, key in places]  # type: ignore[index]
-    out, outcome = check_texts(texts, policy.input, policy.name, redaction, patterns)
-    tally(policy.name, outcome.seen)
-    if outcome.blocked is not None:
-        raise _refused(outcome.blocked, "request")
-    for (holder, key), text in zip(places, out, strict=True):
+    texts = await _checked(texts, policy, "input", guards, redaction, tally)
+    for (holder, key), text in zip(places, texts, strict=True):
         holder[key] = text  # type: ignore[index]
     return redaction
 
 
-def guard_answer(
-    answer: Answer | Relay, policy: Policy, redaction: Redaction, patterns: dict, tally: Tally
+async def _checked(
+    texts: list[str], policy: Policy, way: str, guards: Guards, redaction: Redaction, tally: Tally
+) -> list[str]:
+    """`texts` after the policy's checks of that `way` (input, output): the local ones, then each
+    outside service's."""
+    what, checks = ("request", policy.input) if way == "input" else ("answer", policy.output)
+    local = [c for c in checks if c.kind != "service"]
+    out, outcome = check_texts(texts, local, policy.name, redaction, guards.patterns)
+    tally(policy.name, outcome.seen)
+    if outcome.blocked is not None:
+        raise _refused(outcome.blocked, what)
+    for check in (c for c in checks if c.kind == "service"):
+        ask = ServiceAsk(texts=out, direction=way, policy=policy.name, tenant=policy.tenant)  # type: ignore[arg-type]
+        verdict = await guards.ask_service(check, ask)
+        if isinstance(verdict, str):
+            tally(policy.name, [("SERVICE_DOWN", check.on_error)])
+            if check.on_error == "block":
+                raise GuardBlocked(
+                    f"The {what} was blocked by guardrail policy '{policy.name}': its guardrail service "
+                    f"{urlsplit(check.url).netloc} failed ({verdict}) and the policy fails closed. Try again later."
+                )
+            continue
+        if verdict.verdict == "block":
+            tally(policy.name, [(verdict.category or "SERVICE", "block")])
+            raise _refused(Blocked(policy.name, verdict.category or "what its guardrail service refuses"), what)
+        out = _spans(out, verdict, check, redaction)
+        tally(policy.name, [(s.category, check.action) for s in verdict.spans])
+    return out
+
+
+def _spans(texts: list[str], verdict: ServiceVerdict, check: Check, redaction: Redaction) -> list[str]:
+    """The texts with the spans a service found redacted (where the check redacts; spans that
+    do not fit their text left out)."""
+    if check.action != "redact":
+        return texts
+    out = list(texts)
+    for i, text in enumerate(texts):
+        spans = sorted(
+            (s for s in verdict.spans if s.text == i and 0 <= s.start < s.end <= len(text)), key=lambda s: s.start
+        )
+        found, end = [], 0
+        for s in spans:
+            if s.start >= end:
+                found.append(Found(s.start, s.end, s.category))
+                end = s.end
+        out[i] = redaction.redact(text, found) if found else text
+    return out
+
+
+async def guard_answer(
+    answer: Answer | Relay, policy: Policy, redaction: Redaction, guards: Guards, tally: Tally
 ) -> Answer | Relay:
     """The answer with the policy's output checks run (a whole one) and the redacted values put back."""
     if isinstance(answer, Relay):
@@ -69,10 +118,10 @@ def guard_answer(
     places = answer_texts(body)
     texts = [redaction.restore(holder[key]) for holder, key in places]  # type: ignore[index]
     if policy.output:
-        texts, outcome = check_texts(texts, policy.output, policy.name, Redaction(), patterns)
-        tally(policy.name, outcome.seen)
-        if outcome.blocked is not None:
-            return Answer(400, msgspec.json.encode(_refused(outcome.blocked, "answer").body()))
+        try:
+            texts = await _checked(texts, policy, "output", guards, Redaction(), tally)
+        except GuardBlocked as exc:
+            return Answer(exc.status, msgspec.json.encode(exc.body()))
     for (holder, key), text in zip(places, texts, strict=True):
         holder[key] = text  # type: ignore[index]
     return Answer(answer.status, msgspec.json.encode(body), answer.headers)
