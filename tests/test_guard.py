@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import openai
 import pytest
 
@@ -164,3 +165,27 @@ async def test_an_outside_service_blocks_redacts_and_fails_closed_or_open_as_tol
     down = Check(kind="service", url=f"http://127.0.0.1:{free_port()}/check", timeout_s=1.0, on_error="pass")
     await call(nc, guard.GUARD_PUT, Policy(name="outside", input=[down], by="t"))
     assert (await ask("hello")).choices[0].message.content == "You said: hello"  # fails open
+
+
+async def test_a_judge_model_is_asked_through_the_routers_own_routing_and_its_verdict_holds(world, echo, nc):  # noqa: F811
+    """The judge: a real llama-server with the test's tiny model, held by a grammar to Qwen3Guard's
+    format (a stand-in for a guard model: what it says is random, but always a verdict)."""
+    url, _ = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    judge = msgspec.structs.replace(MODEL, name="judge", aliases=[])
+    await world.model(judge)
+    await world.replica(judge, CPU)
+    with pytest.raises(BadRequest, match="no model 'nobody' to judge with"):
+        await call(nc, guard.GUARD_PUT, Policy(name="judged", input=[Check(kind="judge", judge="nobody")]))
+    client = await world.client()
+    for fmt in ("qwen3guard", "llamaguard"):
+        check = Check(kind="judge", judge="judge", action="block", judge_format=fmt)
+        await call(nc, guard.GUARD_PUT, Policy(name=f"judged-{fmt}", input=[check]))
+        try:
+            answered = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+            assert answered.choices[0].message.content == "You said: hello"
+        except openai.BadRequestError as exc:  # the judge's verdict was unsafe: blocked, naming its category
+            assert exc.body["code"] == "guardrail_blocked" and f"policy 'judged-{fmt}'" in exc.body["message"]
+        found = {k: n for k, n in world.router.gateway.metrics.guard.items() if k[0] == f"judged-{fmt}"}
+        assert found and all(category != "JUDGE_DOWN" for _, category, _ in found), found

@@ -85,6 +85,15 @@ async def test_a_very_slow_cpu_way_is_refused_unless_it_is_asked_for_on_purpose(
     assert await fleet.models() == ["tiny"]
 
 
+async def test_a_judge_is_served_on_a_cpu_too_slow_for_a_chat_model(fleet):
+    """A judge reads a prompt and writes a few tokens: the very-slow gate does not hold it."""
+    await call(fleet.nc, scheduler.NODE_REGISTER, cpu_node("slow", 0.0005))
+    served = await call(
+        fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, judge=True, name="guard"), timeout=30
+    )
+    assert served.model.judge and served.warnings[0].startswith("Very slow: about ")
+
+
 @pytest.mark.parametrize(
     ("ask", "said"),
     [

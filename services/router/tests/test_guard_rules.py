@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from llmgw.proto.guard import ENTITIES, Check, Policy
 from llmgw.router.guard.find import PatternError, compile_pattern, find
+from llmgw.router.guard.judge import JudgeGarbage, parse_verdict
 from llmgw.router.guard.policies import check_texts, index, narrowest
 from llmgw.router.guard.redact import Redaction, StreamRestorer
 
@@ -83,3 +84,30 @@ def test_the_narrowest_policy_wins():
 def test_a_pattern_re2_does_not_take_is_refused():
     with pytest.raises(PatternError, match="is not one RE2 takes"):
         compile_pattern("(?<=look)behind")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "output", "unsafe", "categories"),
+    [
+        ("qwen3guard", "Safety: Safe\nCategories: None", False, []),
+        ("qwen3guard", "Safety: Unsafe\nCategories: Violent", True, ["Violent"]),
+        (
+            "qwen3guard",
+            "Safety: Controversial\nCategories: Politically Sensitive Topics",
+            True,
+            ["Politically Sensitive Topics"],
+        ),
+        ("llamaguard", "\n\nsafe", False, []),
+        ("llamaguard", "\n\nunsafe\nS1", True, ["S1"]),
+        ("llamaguard", "unsafe\nS1,S10", True, ["S1", "S10"]),
+    ],
+)
+def test_the_guard_models_documented_answers_are_read(fmt, output, unsafe, categories):
+    assert parse_verdict(output, fmt) == (unsafe, categories)
+
+
+def test_an_answer_that_is_no_verdict_is_garbage():
+    for fmt, output in (("qwen3guard", "I think it is fine."), ("llamaguard", "It's safe, I guess")):
+        with pytest.raises(JudgeGarbage):
+            parse_verdict(output, fmt)
+    assert parse_verdict("Safety: Controversial\nCategories: Jailbreak", "qwen3guard", strict=False).unsafe is False

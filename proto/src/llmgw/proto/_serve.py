@@ -98,5 +98,8 @@ class ServeModel(Struct, kw_only=True):
     on the best profile that fits."""
     cpu_anyway: bool = False
     """The CPU is chosen on purpose: taken even when very slow, or while cards that fit are free."""
+    judge: bool = False
+    """Served as a guardrail judge: it reads a prompt and writes a few tokens, so a CPU way is not
+    refused for being very slow at writing (what it reads is what counts)."""
     by: str = ""
     """Who is serving it (recorded)."""

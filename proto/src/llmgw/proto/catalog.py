@@ -155,6 +155,8 @@ class Model(Struct, kw_only=True, frozen=True, weakref=True):
     """A higher class may take room from a lower one."""
     owner: str = ""
     """Team or person responsible."""
+    judge: bool = False
+    """Served as a guardrail judge (guardrail policies' `judge` checks ask it)."""
     generation: NonNegative = 0
     """Raised by restart: every replica of an older generation is started again, one at a time."""
     rollout: Literal["surge", "in-place"] = "surge"

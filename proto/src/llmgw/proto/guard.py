@@ -46,7 +46,7 @@ record: counted only."""
 class Check(Struct, kw_only=True):
     """One check of a policy."""
 
-    kind: Literal["pii", "pattern", "service"]
+    kind: Literal["pii", "pattern", "service", "judge"]
     action: Action = "redact"
     """What a finding does (a service's verdict to block always blocks)."""
     entities: list[Entity] = field(default_factory=lambda: list(ENTITIES))
@@ -60,8 +60,12 @@ class Check(Struct, kw_only=True):
     timeout_s: Annotated[float, Meta(gt=0, le=30)] = 2.0
     """service: how long it has to answer."""
     on_error: Literal["block", "pass"] = "block"
-    """service: what a request meets when it does not answer, answers 5xx or what does not parse
-    (fail closed: block; fail open: pass)."""
+    """service, judge: what a request meets when it does not answer, answers 5xx or what does not
+    parse, or (a judge) has no replica ready (fail closed: block; fail open: pass)."""
+    judge: str = ""
+    """judge: the model asked for a verdict (any catalog model; through the router's own routing)."""
+    judge_format: Literal["qwen3guard", "llamaguard"] = "qwen3guard"
+    """judge: the answer format it gives (a model that is no guard model is held to it by a grammar)."""
 
 
 class ServiceAsk(Struct, kw_only=True):

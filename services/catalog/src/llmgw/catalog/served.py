@@ -63,4 +63,6 @@ def served_model(ask: ServeModel, plan: ServePlan, card: ServeWay | None, cpu: S
             raise BadRequest(f"replicas: every count is zero; write at least one, as {known[0]}=1")
         profiles = [msgspec.structs.replace(p, replicas=counts.get(p.name, 0)) for p in profiles]
         scaling = Scaling(min=total, max=total)
-    return Model(name=name, source=ask.source, context=plan.context, profiles=profiles, scaling=scaling)
+    return Model(
+        name=name, source=ask.source, context=plan.context, profiles=profiles, scaling=scaling, judge=ask.judge
+    )

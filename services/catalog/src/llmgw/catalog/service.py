@@ -202,7 +202,8 @@ class Catalog:
         model = served_model(req, plan, card, cpu)
         warnings = list(plan.warnings)
         for way in (w for w in (card, cpu) if w):
-            warnings += check_serve(way, plan, req.cpu_anyway, alone=card is None)
+            # a judge writes a few tokens: the CPU's pace at writing does not hold it back
+            warnings += check_serve(way, plan, req.cpu_anyway or req.judge, alone=card is None)
         entry = await self.put(ModelPut(model=model, revision=0, by=req.by), file=info)
         for way in (w for w in (card, cpu) if w):
             self.ctx.log.info(

@@ -30,6 +30,10 @@ def check_of(spec: str) -> Check:
         if kind == "pattern":
             label, _, pattern = rest.partition(":")
             return msgspec.convert({"kind": kind, "action": action, "label": label, "pattern": pattern}, Check)
+        if kind in ("judge", "judge-open"):
+            model, _, fmt = rest.partition(":")
+            fields = {"kind": "judge", "action": action, "judge": model, "judge_format": fmt or "qwen3guard"}
+            return msgspec.convert({**fields, "on_error": "pass" if kind == "judge-open" else "block"}, Check)
         if kind in ("service", "service-open"):
             on_error = "pass" if kind == "service-open" else "block"
             return msgspec.convert({"kind": "service", "action": action, "url": rest, "on_error": on_error}, Check)
@@ -39,8 +43,8 @@ def check_of(spec: str) -> Check:
 
 
 _FORMS = (
-    "pii:ACTION[:ENTITY,...], pattern:ACTION:LABEL:RE2, or service:ACTION:URL (service-open: passes where "
-    "the service fails) (ACTION: block, redact or record; "
+    "pii:ACTION[:ENTITY,...], pattern:ACTION:LABEL:RE2, judge:ACTION:MODEL[:qwen3guard|llamaguard] or "
+    "service:ACTION:URL (judge-open, service-open: pass where it fails) (ACTION: block, redact or record; "
     f"ENTITY: {', '.join(ENTITIES)})"
 )
 
@@ -49,6 +53,8 @@ def check_text(check: Check) -> str:
     """A check as `guard list` shows it (the form `--input` takes)."""
     if check.kind == "pii":
         return f"pii:{check.action}:{','.join(check.entities)}"
+    if check.kind == "judge":
+        return f"judge{'-open' if check.on_error == 'pass' else ''}:{check.action}:{check.judge}:{check.judge_format}"
     if check.kind == "service":
         return f"service{'-open' if check.on_error == 'pass' else ''}:{check.action}:{check.url}"
     return f"pattern:{check.action}:{check.label}:{check.pattern}"

@@ -81,6 +81,7 @@ async def _serve(nc: Client, args: argparse.Namespace) -> int:
         context=args.context,
         replicas=args.replicas,
         cpu_anyway=args.cpu_anyway,
+        judge=args.judge,
         by=BY,
     )
     entry = await call(nc, catalog.SERVE, serve)
@@ -104,6 +105,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", default="", metavar="gpu=7,cpu=4", help="replicas per profile (default: one)")
     parser.add_argument(
         "--cpu-anyway", action="store_true", help="the CPU on purpose: even very slow, or while cards that fit are free"
+    )
+    parser.add_argument(
+        "--judge", action="store_true", help="a guardrail judge: served on the CPU even where it writes very slowly"
     )
     parser.add_argument("--plan", action="store_true", help="list every way it can run now, best first; serve nothing")
 

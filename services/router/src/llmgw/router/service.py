@@ -126,6 +126,8 @@ class Router:
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         gateway.guards = self.guards
+        self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
+        self.guards.known_model = lambda name: self.directory.model(name) is not None
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,7 +23,11 @@ from llmgw.proto.people import AuditEntry
 from llmgw.router.guard.find import PatternError, compile_pattern
 from llmgw.router.guard.policies import Index, index, narrowest
 
-__all__ = ["Guards"]
+__all__ = ["Guards", "JudgeUnavailable"]
+
+
+class JudgeUnavailable(Exception):
+    """A judge could not be asked (no replica ready, it failed): said plainly."""
 
 
 class Guards:
@@ -31,6 +35,11 @@ class Guards:
 
     def __init__(self, table: KvTable[Policy], nc: Client, known_tenant: Callable[[str], None]) -> None:
         self.table, self.nc, self.known_tenant = table, nc, known_tenant
+        self.known_model: Callable[[str], bool] = lambda _: True
+        """Whether a model (a judge) is in the catalog (the router's directory, once wired)."""
+        self.ask_judge: Callable[[str, list[dict], str, str], Awaitable[str]] | None = None
+        """Ask a judge model through the router's own routing: (model, messages, grammar, tenant)
+        -> its answer; JudgeUnavailable where it cannot answer (the gateway, once wired)."""
         self.patterns: dict[str, object] = {}
         """Each tenant pattern compiled once (RE2), by its text."""
         self.http: aiohttp.ClientSession | None = None
@@ -85,6 +94,8 @@ class Guards:
         if policy.applies_to != "tenant" and not policy.target:
             raise BadRequest(f"a policy attached to a {policy.applies_to} names it: give its target")
         for check in [*policy.input, *policy.output]:
+            if check.kind == "judge" and not (check.judge and self.known_model(check.judge)):
+                raise BadRequest(f"policy {policy.name}: no model '{check.judge}' to judge with: `llmgw ctl models`")
             if check.kind == "service" and urlsplit(check.url).scheme not in ("http", "https"):
                 raise BadRequest(f"policy {policy.name}: a service check gives its http:// or https:// URL")
             if check.kind == "pattern":

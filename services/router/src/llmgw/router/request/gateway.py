@@ -17,7 +17,7 @@ from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.redact import Redaction
-from llmgw.router.guard.store import Guards
+from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
 from llmgw.router.request.guarded import guard_answer, guard_request
@@ -37,7 +37,10 @@ from llmgw.router.request.relay import Answer, Relay
 from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.oracle import PrefixOracle
 
-__all__ = ["Gateway"]
+__all__ = ["JUDGE_KEY_ID", "Gateway"]
+
+JUDGE_KEY_ID = "guard-judge"
+"""What a guardrail's questions to a judge count under (usage, limits), per tenant."""
 
 
 class Gateway:
@@ -100,7 +103,10 @@ class Gateway:
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
-        policy = self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards else None
+        judging = key_id == JUDGE_KEY_ID  # a guardrail's own question to a judge is not checked again
+        policy = (
+            self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards and not judging else None
+        )
         try:
             redaction = await self._guard(policy, body) if policy is not None else None
             prepared = await self._prepare(path, body, asked, model, key)
@@ -117,6 +123,31 @@ class Gateway:
         if policy is not None and redaction is not None:
             return await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return answer
+
+    async def ask_judge(self, model: str, messages: list[dict], grammar: str, tenant: str) -> str:
+        """A judge model's answer about `messages`, asked through this router's own routing
+        (replicas, health, limits and usage under the tenant's judge); JudgeUnavailable where it
+        cannot answer."""
+        body = {"model": model, "messages": messages, "grammar": grammar, "max_tokens": 32, "temperature": 0}
+        raw = msgspec.json.encode(body)
+
+        async def read() -> bytes:
+            return raw
+
+        judge = KeyRecord(name="guard-judge", created=0.0, tenant=tenant, owner="llmgw guardrails")
+        headers = {"content-type": "application/json", "content-length": str(len(raw))}
+        try:
+            answer = await self.handle(
+                "/v1/chat/completions", headers, read, f"judge-{time.time_ns()}", (JUDGE_KEY_ID, judge)
+            )
+        except ApiError as exc:
+            raise JudgeUnavailable(exc.message) from None
+        if not isinstance(answer, Answer) or answer.status != 200:
+            raise JudgeUnavailable(f"it answered {answer.status}")
+        try:
+            return msgspec.json.decode(answer.body)["choices"][0]["message"]["content"]
+        except (msgspec.DecodeError, KeyError, IndexError, TypeError):
+            raise JudgeUnavailable("its answer is not a chat completion") from None
 
     async def _guard(self, policy: Policy, body: dict) -> Redaction:
         """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it blocks."""

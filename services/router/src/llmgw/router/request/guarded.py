@@ -13,9 +13,10 @@ import msgspec
 from llmgw.proto.guard import Check, Policy, ServiceAsk, ServiceVerdict
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.find import Found
+from llmgw.router.guard.judge import GRAMMARS, JudgeGarbage, judge_messages, parse_verdict
 from llmgw.router.guard.policies import Blocked, answer_texts, check_texts, request_texts
 from llmgw.router.guard.redact import Redaction, StreamRestorer
-from llmgw.router.guard.store import Guards
+from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.request.relay import Answer, Relay
 
 __all__ = ["GuardBlocked", "Tally", "guard_answer", "guard_request"]
@@ -58,11 +59,13 @@ async def _checked(
     """`texts` after the policy's checks of that `way` (input, output): the local ones, then each
     outside service's."""
     what, checks = ("request", policy.input) if way == "input" else ("answer", policy.output)
-    local = [c for c in checks if c.kind != "service"]
+    local = [c for c in checks if c.kind in ("pii", "pattern")]
     out, outcome = check_texts(texts, local, policy.name, redaction, guards.patterns)
     tally(policy.name, outcome.seen)
     if outcome.blocked is not None:
         raise _refused(outcome.blocked, what)
+    for check in (c for c in checks if c.kind == "judge"):
+        await _judged(out, policy, check, guards, what, tally)
     for check in (c for c in checks if c.kind == "service"):
         ask = ServiceAsk(texts=out, direction=way, policy=policy.name, tenant=policy.tenant)  # type: ignore[arg-type]
         verdict = await guards.ask_service(check, ask)
@@ -80,6 +83,30 @@ async def _checked(
         out = _spans(out, verdict, check, redaction)
         tally(policy.name, [(s.category, check.action) for s in verdict.spans])
     return out
+
+
+async def _judged(texts: list[str], policy: Policy, check: Check, guards: Guards, what: str, tally: Tally) -> None:
+    """Ask the check's judge about each text (through the router's own routing); GuardBlocked
+    where it finds one unsafe, or where it cannot say and the policy fails closed."""
+    assert guards.ask_judge is not None
+    for text in texts:
+        try:
+            said = await guards.ask_judge(
+                check.judge, judge_messages(text, check.judge_format), GRAMMARS[check.judge_format], policy.tenant
+            )
+            verdict = parse_verdict(said, check.judge_format)
+        except (JudgeUnavailable, JudgeGarbage) as exc:
+            tally(policy.name, [("JUDGE_DOWN", check.on_error)])
+            if check.on_error == "pass":
+                continue
+            raise GuardBlocked(
+                f"The {what} was blocked by guardrail policy '{policy.name}': its judge {check.judge} could not "
+                f"give a verdict ({exc}) and the policy fails closed. Try again later."
+            ) from None
+        category = (verdict.categories or ["UNSAFE"])[0]
+        tally(policy.name, [(category, "block" if verdict.unsafe else "record")])
+        if verdict.unsafe and check.action == "block":
+            raise _refused(Blocked(policy.name, category), what)
 
 
 def _spans(texts: list[str], verdict: ServiceVerdict, check: Check, redaction: Redaction) -> list[str]:
