@@ -44,6 +44,7 @@ bench:
     python tests/bench/first_answer.py
     python tests/bench/mirror.py
     python tests/bench/usage.py
+    python tests/bench/guard.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:

@@ -83,13 +83,18 @@ def find(text: str, entities: Iterable[Entity], region: str = "US") -> list[Foun
     return _apart(found)
 
 
+_RANK = {"SECRET": 0, "EMAIL": 1, "IBAN": 2, "CARD": 3, "IP": 4, "PHONE": 5}
+"""Which wins where two findings overlap: the surest first (a phone number's reading is the loosest:
+an IP address or a card number can read as one)."""
+
+
 def _apart(found: list[Found]) -> list[Found]:
-    """In order of where they start, each one overlapping one before dropped."""
+    """None overlapping (the surer kind, then the longer, kept), in order of where they start."""
     kept: list[Found] = []
-    for f in sorted(found, key=lambda f: (f.start, -f.end)):
-        if not kept or f.start >= kept[-1].end:
+    for f in sorted(found, key=lambda f: (_RANK.get(f.category, 6), f.start - f.end)):
+        if all(f.end <= k.start or f.start >= k.end for k in kept):
             kept.append(f)
-    return kept
+    return sorted(kept)
 
 
 def compile_pattern(pattern: str):
