@@ -7,6 +7,7 @@ the name for a while that doubles with each more, said as such. Every change is 
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import time
 
@@ -227,9 +228,9 @@ class People:
         wrong name or password), Locked after `LOCK_AFTER` wrong ones in a row."""
         count, until = self.failures.get(name, (0, 0.0))
         if until > now:
+            wait = math.ceil(until - now)
             raise Locked(
-                f"too many wrong passwords for '{name}' in a row: signing in as it waits {until - now:.0f} s more",
-                until - now,
+                f"too many wrong passwords for '{name}' in a row: signing in as it waits {wait} s more", until - now
             )
         user, ldap = self.user(name), self.ldap
         if (user is None or user.source == "ldap") and ldap is not None:

@@ -7,6 +7,7 @@ protected against being posted from another site by a token bound to a pre-sessi
 
 from __future__ import annotations
 
+import math
 import time
 
 from litestar import Request, get, post
@@ -100,7 +101,7 @@ async def _as_user(view: View, name: str, password: str, back: str) -> tuple[str
         user = await people.sign_in(name, password, time.time())
     except Locked as exc:
         _log.warning("console sign-in refused", user=name, why="locked")
-        return view.signin_page(429, view.t("signin.err.locked", name=name, seconds=f"{exc.wait_s:.0f}"), back)
+        return view.signin_page(429, view.t("signin.err.locked", name=name, seconds=str(math.ceil(exc.wait_s))), back)
     except SignInRefused:
         _log.warning("console sign-in refused", user=name, why="wrong name or password")
         return view.signin_page(401, view.t("signin.err.user"), back)
