@@ -189,3 +189,17 @@ async def test_a_judge_model_is_asked_through_the_routers_own_routing_and_its_ve
             assert exc.body["code"] == "guardrail_blocked" and f"policy 'judged-{fmt}'" in exc.body["message"]
         found = {k: n for k, n in world.router.gateway.metrics.guard.items() if k[0] == f"judged-{fmt}"}
         assert found and all(category != "JUDGE_DOWN" for _, category, _ in found), found
+
+
+async def test_a_megabyte_prompt_full_of_personal_data_is_redacted_and_given_back_whole(world, echo, nc):  # noqa: F811
+    url, record = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    await call(nc, guard.GUARD_PUT, Policy(name="pii", input=[Check(kind="pii", action="redact")], by="t"))
+    client = await world.client()
+    piece = "write to ada@example.com or +44 20 7946 0958 about card 4111 1111 1111 1111 today. "
+    big = piece * (1_000_000 // len(piece))
+    answered = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": big}])
+    assert answered.choices[0].message.content == f"You said: {big}"
+    sent = json.loads(record.read_text().splitlines()[-1])["messages"][0]["content"]
+    assert "ada@" not in sent and sent.startswith("write to <EMAIL_1> or <PHONE_1> about card <CARD_1> today.")

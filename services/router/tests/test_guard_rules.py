@@ -111,3 +111,12 @@ def test_an_answer_that_is_no_verdict_is_garbage():
         with pytest.raises(JudgeGarbage):
             parse_verdict(output, fmt)
     assert parse_verdict("Safety: Controversial\nCategories: Jailbreak", "qwen3guard", strict=False).unsafe is False
+
+
+def test_overlaps_keep_the_surer_kind_and_cost_one_pass():
+    from llmgw.router.guard.find import Found, _apart
+
+    found = [Found(0, 10, "PHONE"), Found(2, 9, "IP"), Found(8, 20, "CARD"), Found(30, 40, "PHONE")]
+    assert _apart(found) == [Found(8, 20, "CARD"), Found(30, 40, "PHONE")]  # the card beat the address
+    many = [Found(i * 3, i * 3 + 2, "EMAIL") for i in range(100_000)]
+    assert _apart(many) == many  # 100,000 apart: kept in one pass (a pair-wise check took minutes)

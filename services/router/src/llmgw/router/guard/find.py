@@ -88,13 +88,24 @@ _RANK = {"SECRET": 0, "EMAIL": 1, "IBAN": 2, "CARD": 3, "IP": 4, "PHONE": 5}
 an IP address or a card number can read as one)."""
 
 
+def _surer(a: Found, b: Found) -> bool:
+    """Whether `a` is kept over `b` where they overlap: the surer kind, then the longer."""
+    return (_RANK.get(a.category, 6), a.start - a.end) < (_RANK.get(b.category, 6), b.start - b.end)
+
+
 def _apart(found: list[Found]) -> list[Found]:
-    """None overlapping (the surer kind, then the longer, kept), in order of where they start."""
+    """None overlapping (the surer kind, then the longer, kept), in order of where they start; in
+    one pass over them by where they start (overlaps are between neighbours)."""
     kept: list[Found] = []
-    for f in sorted(found, key=lambda f: (_RANK.get(f.category, 6), f.start - f.end)):
-        if all(f.end <= k.start or f.start >= k.end for k in kept):
-            kept.append(f)
-    return sorted(kept)
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        beaten = []
+        while kept and f.start < kept[-1].end and _surer(f, kept[-1]):
+            beaten.append(kept.pop())
+        if kept and f.start < kept[-1].end:  # it overlaps one it does not beat: all stay as they were
+            kept.extend(reversed(beaten))
+            continue
+        kept.append(f)
+    return kept
 
 
 def compile_pattern(pattern: str):

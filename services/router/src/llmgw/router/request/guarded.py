@@ -5,6 +5,7 @@ the values put back, whole or streamed (a placeholder split across chunks held u
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Callable
 from urllib.parse import urlsplit
 
@@ -19,8 +20,11 @@ from llmgw.router.guard.redact import Redaction, StreamRestorer
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.request.relay import Answer, Relay
 
-__all__ = ["GuardBlocked", "Tally", "guard_answer", "guard_request"]
+__all__ = ["BIG_TEXT", "GuardBlocked", "Tally", "guard_answer", "guard_request"]
 
+BIG_TEXT = 64 * 1024
+"""Characters past which a request's texts are checked in a worker thread (a megabyte full of
+phone numbers takes libphonenumber about two seconds)."""
 Tally = Callable[[str, list[tuple[str, str]]], None]
 """Told what a policy's checks found: its name, and (category, action) each."""
 
@@ -60,7 +64,9 @@ async def _checked(
     outside service's."""
     what, checks = ("request", policy.input) if way == "input" else ("answer", policy.output)
     local = [c for c in checks if c.kind in ("pii", "pattern")]
-    out, outcome = check_texts(texts, local, policy.name, redaction, guards.patterns)
+    args = (texts, local, policy.name, redaction, guards.patterns)
+    big = sum(map(len, texts)) > BIG_TEXT  # a long prompt is checked beside the loop, not on it
+    out, outcome = await asyncio.to_thread(check_texts, *args) if big else check_texts(*args)
     tally(policy.name, outcome.seen)
     if outcome.blocked is not None:
         raise _refused(outcome.blocked, what)
