@@ -20,7 +20,19 @@ __all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "Principal", "key_principal", "user
 
 MEMBER_PAGES = ("playground", "keys", "usage", "requests")
 """The console pages a member opens."""
-OPERATOR_PAGES = ("dashboard", "models", "serve", "playground", "mirror", "fleet", "keys", "usage", "requests", "audit")
+OPERATOR_PAGES = (
+    "dashboard",
+    "models",
+    "serve",
+    "playground",
+    "mirror",
+    "fleet",
+    "keys",
+    "usage",
+    "requests",
+    "audit",
+    "guard",
+)
 """The console pages an operator opens; an admin opens every page."""
 
 

@@ -52,6 +52,7 @@ NAVIGATION = (
     "audit",
     "people",
     "identity",
+    "guard",
 )
 """The pages the navigation lists, in order (each principal sees those it opens)."""
 _EVERYONE = ("", "signout", "lang", "signin", "static")

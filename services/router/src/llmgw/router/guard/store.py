@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,7 +25,19 @@ from llmgw.proto.people import AuditEntry
 from llmgw.router.guard.find import PatternError, compile_pattern
 from llmgw.router.guard.policies import Index, index, narrowest
 
-__all__ = ["Guards", "JudgeUnavailable"]
+__all__ = ["Checked", "Guards", "JudgeUnavailable"]
+
+
+class Checked(NamedTuple):
+    """A request a policy checked: when, which, what it found (category, action), how long the
+    checks took, and whether it was blocked."""
+
+    time: float
+    tenant: str
+    policy: str
+    seen: tuple[tuple[str, str], ...]
+    ms: float
+    blocked: bool
 
 
 class JudgeUnavailable(Exception):
@@ -44,6 +58,8 @@ class Guards:
         """Each tenant pattern compiled once (RE2), by its text."""
         self.http: aiohttp.ClientSession | None = None
         """Where outside guardrail services are asked (made on first use)."""
+        self.recent: deque[Checked] = deque(maxlen=200)
+        """The latest requests this router checked, newest last (the console shows them)."""
 
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client, known_tenant: Callable[[str], None]) -> Guards:
@@ -61,6 +77,10 @@ class Guards:
         self.table.stop()
         if self.http is not None:
             asyncio.get_event_loop().create_task(self.http.close())
+
+    def remember(self, policy: Policy, seen: list[tuple[str, str]], ms: float, blocked: bool) -> None:
+        """One request checked: what was found, how long it took, whether it was blocked."""
+        self.recent.append(Checked(time.time(), policy.tenant, policy.name, tuple(seen), ms, blocked))
 
     async def ask_service(self, check: Check, ask: ServiceAsk) -> ServiceVerdict | str:
         """An outside guardrail service's verdict on `ask`, or why there is none (no answer in

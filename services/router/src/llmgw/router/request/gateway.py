@@ -20,7 +20,7 @@ from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
-from llmgw.router.request.guarded import guard_answer, guard_request
+from llmgw.router.request.guarded import GuardBlocked, guard_answer, guard_request
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Outcome, Served, Ticket
 from llmgw.router.request.prepare import (
@@ -150,9 +150,23 @@ class Gateway:
             raise JudgeUnavailable("its answer is not a chat completion") from None
 
     async def _guard(self, policy: Policy, body: dict) -> Redaction:
-        """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it blocks."""
+        """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it
+        blocks. Counted in the metrics, and remembered (what was found, how long it took)."""
         assert self.guards is not None
-        return await guard_request(policy, body, self.guards, self.metrics.guarded)
+        seen: list[tuple[str, str]] = []
+
+        def tally(name: str, found: list[tuple[str, str]]) -> None:
+            self.metrics.guarded(name, found)
+            seen.extend(found)
+
+        started, blocked = time.perf_counter(), False
+        try:
+            return await guard_request(policy, body, self.guards, tally)
+        except GuardBlocked:
+            blocked = True
+            raise
+        finally:
+            self.guards.remember(policy, seen, (time.perf_counter() - started) * 1000, blocked)
 
     async def _prepare(self, path: str, body: dict, asked: str, model: Model, key: KeyRecord) -> Prepared:
         """The request checked and, where its model has ready replicas, its prompt measured (a 400
