@@ -42,6 +42,7 @@ from gateway_peers import (
 from gateway_peers import start_router as router_peer
 
 from llmgw.proto import Limits
+from llmgw.proto.guard import Check, Policy
 
 __all__ = ["main"]
 
@@ -68,6 +69,11 @@ EVERY_LIMIT = Limits(
     tokens_per_day=10**15,
     tokens_per_month=10**15,
 )
+GUARDED = Policy(
+    name="bench",
+    input=[Check(kind="pii"), Check(kind="pattern", action="block", pattern=r"(?i)project\s+falcon", label="CODENAME")],
+)
+"""A guardrail policy the guarded row's requests meet: every pii kind and a tenant pattern."""
 
 
 @dataclass
@@ -135,6 +141,7 @@ def main() -> int:
             Row("llmgw plain key", lambda: router_peer(stack, tmp / "plain", backend.url)),
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
+            Row("llmgw + pii and a pattern", lambda: router_peer(stack, tmp / "guard", backend.url, policy=GUARDED)),
         ]
         wanted = sys.argv[1:]
         rows = [rows[0], *(r for r in rows[1:] if not wanted or any(w in r.name for w in wanted))]

@@ -354,14 +354,16 @@ def _secured_nats(stack: contextlib.ExitStack, tmp: Path) -> tuple[str, dict[str
 
 
 def start_router(
-    stack: contextlib.ExitStack, tmp: Path, backends: str | list[str], limits=None, secure: bool = False
+    stack: contextlib.ExitStack, tmp: Path, backends: str | list[str], limits=None, secure: bool = False, policy=None
 ) -> Peer:
     """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend;
-    the key has `limits` (a `Limits`; None: none). `secure`: NATS with nkeys and TLS."""
+    the key has `limits` (a `Limits`; None: none). `secure`: NATS with nkeys and TLS. `policy`: a
+    guardrail policy (`guard.Policy`) its requests meet."""
     import msgspec
 
     from llmgw.bus import call, connect, kv_bucket
     from llmgw.proto import BUCKETS, CatalogRecord, KeyCreate, Model, Profile, ReplicaState
+    from llmgw.proto import guard as guard_api
     from llmgw.proto import router as router_api
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -391,7 +393,10 @@ def start_router(
             for _ in range(100):
                 with contextlib.suppress(Exception):
                     create = KeyCreate(name="bench", **({"limits": limits} if limits else {}))
-                    return (await call(nc, router_api.KEY_CREATE, create)).key
+                    key = (await call(nc, router_api.KEY_CREATE, create)).key
+                    if policy is not None:
+                        await call(nc, guard_api.GUARD_PUT, policy)
+                    return key
                 await asyncio.sleep(0.2)
             raise Unavailable(f"the router made no key: {log.read_text(errors='replace').strip()[-300:]}")
         finally:
