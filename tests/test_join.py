@@ -139,3 +139,22 @@ def test_an_expired_token_is_refused_and_one_token_is_taken_once(tmp_path):
     with pytest.raises(JoinError, match="used already"):
         redeem(tmp_path, fresh, now=2002.0)
     assert not list((tmp_path / "join" / "tokens").iterdir())  # nothing of a token is left
+
+
+def test_a_client_that_connects_and_says_nothing_holds_up_no_join(tmp_path):
+    import socket
+
+    from llmgw.ctl.join import JoinServer, fetch_bundle
+
+    server = JoinServer(tmp_path, "127.0.0.1", 0, "nats://127.0.0.1:4222", lambda node: None).start()
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]  # no handshake, ever
+        started = time.monotonic()
+        with pytest.raises(JoinError, match="not known here"):  # answered beside them, at once
+            fetch_bundle(server.url, "llmgw-join-nobody", server.fingerprint, timeout=5)
+        assert time.monotonic() - started < 5
+        for s in silent:
+            s.close()
+    finally:
+        server.stop()

@@ -7,7 +7,7 @@ and answers these endpoints; `llmgw ctl guard`, the admin API and the console as
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from msgspec import Meta, Struct, field
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 Entity = Literal["email", "phone", "card", "iban", "ip", "secret"]
-ENTITIES: tuple[Entity, ...] = ("email", "phone", "card", "iban", "ip", "secret")
+ENTITIES: tuple[Entity, ...] = get_args(Entity)
 """What the personal-data check finds: e-mail addresses, phone numbers (libphonenumber), card
 numbers (Luhn), IBANs (their check digits), IP addresses, API keys and tokens of common shapes."""
 Action = Literal["block", "redact", "record"]

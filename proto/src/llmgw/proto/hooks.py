@@ -6,7 +6,7 @@ hook`, the admin API and the console ask them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from msgspec import Meta, Struct, field
 
@@ -42,15 +42,7 @@ EventKind = Literal[
     "budget.80",
     "budget.spent",
 ]
-EVENT_KINDS: tuple[EventKind, ...] = (
-    "replica.failed",
-    "model.backing-off",
-    "model.parked",
-    "node.lost",
-    "mirror.fetch-failed",
-    "budget.80",
-    "budget.spent",
-)
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 """What a hook may be sent: a model's events go to the tenants that may use the model; a budget's
 (a key's or a tenant's day or month of tokens 80% used, or spent) to its tenant's hooks; the
 fleet's (a node lost, a mirror fetch failed) to the default tenant's hooks (its operators')."""

@@ -49,6 +49,8 @@ JOIN_PORT = 9470
 """Where `up --listen ADDR` answers joins (TLS)."""
 TOKEN_S = 900.0
 """How long an invitation's token is good for."""
+JOIN_WAIT_S = 10.0
+"""How long a joining connection may take over its handshake and its request."""
 
 
 class JoinError(Exception):
@@ -145,6 +147,23 @@ def join_certificate(home: Path, address: str) -> tuple[Path, Path, str]:
     return cert, key, hashlib.sha256(der).hexdigest()
 
 
+class _TlsServer(http.server.ThreadingHTTPServer):
+    """An HTTP server whose connections each shake hands for TLS in their own thread, within
+    `JOIN_WAIT_S`: a client that connects and sends nothing holds up no other (a handshake on the
+    listening socket would stop every accept behind it)."""
+
+    daemon_threads = True
+    context: ssl.SSLContext
+
+    def finish_request(self, request, client_address) -> None:
+        request.settimeout(JOIN_WAIT_S)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except OSError:  # ssl.SSLError among them: no handshake, no request
+            return
+        self.RequestHandlerClass(tls, client_address, self)
+
+
 class JoinServer:
     """Answers `POST /v1/join {"token": ...}` over TLS on `address:port` with the JoinBundle of
     the node the token invites (`admit` makes it and lets it in), in a thread of its own."""
@@ -157,6 +176,8 @@ class JoinServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            timeout = JOIN_WAIT_S  # a client that sends slowly lets go of its thread after this
+
             def do_POST(self) -> None:
                 status, body = server.answer(
                     self.path, self.rfile.read(min(int(self.headers["content-length"] or 0), 4096))
@@ -169,8 +190,8 @@ class JoinServer:
             def log_message(self, *_: object) -> None:  # its lines would carry no more than `up` says
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer((address, port), Handler)
-        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd = _TlsServer((address, port), Handler)
+        self.httpd.context = context
         self.url = f"https://{address}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="join-server", daemon=True)
 
