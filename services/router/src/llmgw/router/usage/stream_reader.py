@@ -38,6 +38,11 @@ class StreamReader:
         self._sub: Subscription | None = None
         self._held: list[StreamMessage] = []
         """Messages read by `peek`, given by the next `pull`."""
+        self._inbox = ""
+        self._pulls = 0
+        """Pulls asked for; the n-th is answered on `<inbox>.<n>`, so the note that ends one pull
+        (NATS's `409 Batch Completed` after a pull filled exactly) is never taken for the next's.
+        (Messages come under their own subjects; a pull's are all in before the next is asked.)"""
         self._got: list[Msg] = []
         self._want = 0
         self._ended = asyncio.Event()
@@ -53,13 +58,16 @@ class StreamReader:
         config.inactive_threshold = 60.0
         config.mem_storage = True
         self.consumer = (await self.js.add_consumer(self.stream, config)).name
+        self._inbox = self.nc.new_inbox()
         self._sub = await self.nc.subscribe(
-            self.nc.new_inbox(), cb=self._take, pending_msgs_limit=4 * PULL, pending_bytes_limit=4 * _PULL_BYTES
+            f"{self._inbox}.*", cb=self._take, pending_msgs_limit=4 * PULL, pending_bytes_limit=4 * _PULL_BYTES
         )
         return self
 
     async def _take(self, msg: Msg) -> None:
         if not msg.data and msg.headers and "Status" in msg.headers:
+            if msg.subject != f"{self._inbox}.{self._pulls}":
+                return  # the note that ends an earlier pull, already ended
             status, why = msg.headers["Status"], msg.headers.get("Description", "")
             done = status == "408" or (status == "404" and why == "No Messages")  # no more there now
             self._status = "" if done else f"{status} {why}".strip()
@@ -82,6 +90,7 @@ class StreamReader:
             return held
         assert self._sub is not None, "StreamReader.pull before open"
         self._got, self._want, self._status = [], batch, ""
+        self._pulls += 1
         self._ended.clear()
         ask = {
             "batch": batch,
@@ -89,7 +98,7 @@ class StreamReader:
             "max_bytes": _PULL_BYTES,
         }  # no `expires`: with it, an empty pull waits it out
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
-        await self.nc.publish(subject, json.dumps(ask).encode(), reply=self._sub.subject)
+        await self.nc.publish(subject, json.dumps(ask).encode(), reply=f"{self._inbox}.{self._pulls}")
         try:
             await asyncio.wait_for(self._ended.wait(), timeout)
         except TimeoutError:
