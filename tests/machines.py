@@ -23,6 +23,7 @@ class Machines:
         assert os.geteuid() == 0 and shutil.which("ip"), "the machine tests make network namespaces: run them as root"
         tag = f"{os.getpid() % 100000}"
         self.net = 200 + os.getpid() % 50
+        self.tag = tag
         self.bridge = f"llb{tag}"
         self.names = [f"llmgw{tag}m{i + 1}" for i in range(count)]
         self.addresses = [f"10.{self.net}.0.{i + 1}" for i in range(count)]
@@ -30,13 +31,24 @@ class Machines:
         _ip("link", "set", self.bridge, "up")
         for i, (ns, address) in enumerate(zip(self.names, self.addresses, strict=True)):
             _ip("netns", "add", ns)
-            outside, inside = f"llv{tag}o{i}", f"llv{tag}i{i}"
+            outside, inside = self._outside(i), f"llv{tag}i{i}"
             _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             _ip("link", "set", outside, "master", self.bridge, "up")
             _ip("link", "set", inside, "netns", ns)
             self.run(i, "ip", "addr", "add", f"{address}/24", "dev", inside)
             self.run(i, "ip", "link", "set", inside, "up")
             self.run(i, "ip", "link", "set", "lo", "up")
+
+    def _outside(self, machine: int) -> str:
+        return f"llv{self.tag}o{machine}"
+
+    def cut(self, machine: int) -> None:
+        """Pull machine `machine`'s cable: its link to the others goes down (it keeps running)."""
+        _ip("link", "set", self._outside(machine), "down")
+
+    def mend(self, machine: int) -> None:
+        """Plug it back in."""
+        _ip("link", "set", self._outside(machine), "up")
 
     def command(self, machine: int, *args: str) -> list[str]:
         """`args` as run on machine `machine` (0-based)."""

@@ -146,7 +146,7 @@ def test_a_client_that_connects_and_says_nothing_holds_up_no_join(tmp_path):
 
     from llmgw.ctl.join import JoinServer, fetch_bundle
 
-    server = JoinServer(tmp_path, "127.0.0.1", 0, "nats://127.0.0.1:4222", lambda node: None).start()
+    server = JoinServer(tmp_path, "127.0.0.1", 0, "nats://127.0.0.1:4222", lambda node, address: None).start()
     try:
         port = int(server.url.rsplit(":", 1)[1])
         silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]  # no handshake, ever

@@ -2,6 +2,7 @@
 
 from llmgw.bus._access import (
     ROLES,
+    Cluster,
     CredentialsError,
     Identity,
     Permissions,
@@ -51,6 +52,7 @@ __all__ = [
     "BadRequest",
     "BusConfig",
     "BusError",
+    "Cluster",
     "ConfigError",
     "Conflict",
     "Context",

@@ -38,6 +38,7 @@ from llmgw.proto.errors import BusError
 
 __all__ = [
     "ROLES",
+    "Cluster",
     "CredentialsError",
     "Identity",
     "Permissions",
@@ -92,6 +93,30 @@ class TlsFiles(msgspec.Struct, frozen=True, kw_only=True):
     ca: str
     verify: bool = False
     """Ask every client for a certificate signed by `ca` (mutual TLS)."""
+
+
+class Cluster(msgspec.Struct, frozen=True, kw_only=True):
+    """A nats-server as one member of a cluster: its name among them, where it takes the other
+    members' routes, every member's route address (its own among them: the server skips it), and
+    the TLS they speak (mutual: each member's certificate signed by the fleet's CA)."""
+
+    server_name: str
+    host: str
+    port: int = 6222
+    routes: tuple[str, ...]
+    """Each member's `host:port`."""
+    tls: TlsFiles
+    name: str = "llmgw"
+
+    def config(self) -> str:
+        """The `server_name` line and the `cluster` block (after `server_config`'s lines)."""
+        routes = ", ".join(f'"nats-route://{route}"' for route in self.routes)
+        files = f'cert_file: "{self.tls.cert}", key_file: "{self.tls.key}", ca_file: "{self.tls.ca}"'
+        return (
+            f'server_name: "{self.server_name}"\n'
+            f'cluster {{ name: "{self.name}", listen: "{self.host}:{self.port}", routes: [{routes}]\n'
+            f"  tls {{ {files}, verify: true, timeout: 5 }} }}\n"
+        )
 
 
 def new_identity(role: str, node: str = "") -> Identity:
@@ -331,7 +356,7 @@ def server_config(
 ) -> str:
     """The nats-server configuration: JetStream in `store_dir`, and only these identities let in,
     each with its role's permissions (TLS to clients when `tls` is given; `unrestricted` as in
-    `authorization_config`)."""
+    `authorization_config`). A cluster member's adds its `Cluster.config()`."""
     lines = [
         "# Written by llmgw: every client signs in with its own nkey and may do only what its role needs.",
         f'listen: "{host}:{port}"',

@@ -51,6 +51,7 @@ def _up(args: argparse.Namespace) -> int:
             http_port=args.http_port,
             demo=not args.no_demo,
             listen=args.listen,
+            ha=[a for a in (args.ha or "").split(",") if a],
             drain_s=args.drain_s,
         )
     )
@@ -97,6 +98,11 @@ def _up_parser(sub: argparse._SubParsersAction) -> None:
         default="127.0.0.1",
         metavar="ADDR",
         help="where NATS listens; off the loopback, other machines join here (`llmgw node invite`)",
+    )
+    up.add_argument(
+        "--ha",
+        metavar="A2,A3",
+        help="the two other HA machines' addresses: the three run NATS as a cluster, and a router each",
     )
     up.add_argument(
         "--drain-s", type=float, default=10.0, help="at a stop, how long requests in flight may take to finish"

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from llmgw.ctl.access import NODE_NAME, engine_secret_file, scheduler_key_file
+from llmgw.ctl.cluster import MemberPass
 
 __all__ = [
     "JOIN_PORT",
@@ -59,13 +60,15 @@ class JoinError(Exception):
 
 class JoinBundle(msgspec.Struct, kw_only=True):
     """What a joining machine is handed: its node's NATS identity and engine secret, the
-    scheduler's public key, and where NATS is."""
+    scheduler's public key, and where NATS is (each HA member, where there are three); what it
+    runs as an HA member where it is one."""
 
     node: str
     nats_url: str
     agent_seed: str
     engine_secret: str
     scheduler_pub: str
+    member: MemberPass | None = None
 
 
 # -- the first machine -------------------------------------------------------------------------
@@ -164,11 +167,16 @@ class _TlsServer(http.server.ThreadingHTTPServer):
         self.RequestHandlerClass(tls, client_address, self)
 
 
-class JoinServer:
-    """Answers `POST /v1/join {"token": ...}` over TLS on `address:port` with the JoinBundle of
-    the node the token invites (`admit` makes it and lets it in), in a thread of its own."""
+Admit = Callable[[str, str], MemberPass | None]
+"""Lets node `node` at `address` in (its identity made, NATS told); what it runs as an HA member."""
 
-    def __init__(self, home: Path, address: str, port: int, nats_url: str, admit: Callable[[str], None]) -> None:
+
+class JoinServer:
+    """Answers `POST /v1/join {"token": ..., "address": ...}` over TLS on `address:port` with the
+    JoinBundle of the node the token invites (`admit` makes it and lets it in), in a thread of its
+    own."""
+
+    def __init__(self, home: Path, address: str, port: int, nats_url: str, admit: Admit) -> None:
         self.home, self.nats_url, self.admit = home, nats_url, admit
         cert, key, self.fingerprint = join_certificate(home, address)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -200,14 +208,16 @@ class JoinServer:
         if path != "/v1/join":
             return 404, b'{"error": "no such path: joins are POST /v1/join"}'
         try:
-            token = json.loads(raw)["token"]
-            node = redeem(self.home, str(token), time.time())
-            self.admit(node)
+            asked = json.loads(raw)
+            token, address = str(asked["token"]), str(asked.get("address", ""))
+            node = redeem(self.home, token, time.time())
+            member = self.admit(node, address)
         except (ValueError, KeyError, TypeError):
-            return 400, b'{"error": "a join is {\\"token\\": \\"...\\"}"}'
+            return 400, b'{"error": "a join is {\\"token\\": \\"...\\", \\"address\\": \\"...\\"}"}'
         except JoinError as exc:
             return 403, json.dumps({"error": str(exc)}).encode()
-        print(f"llmgw up: machine {node} joined: its agent may now sign in to NATS", flush=True)
+        role = "an HA member: NATS, a router and an agent" if member else "its agent"
+        print(f"llmgw up: machine {node} joined as {role}; it may now sign in to NATS", flush=True)
         creds = self.home / "creds"
         bundle = JoinBundle(
             node=node,
@@ -215,6 +225,7 @@ class JoinServer:
             agent_seed=(creds / f"agent-{node}.nk").read_text(),
             engine_secret=engine_secret_file(creds, node).read_text(),
             scheduler_pub=scheduler_key_file(creds).read_text(),
+            member=member,
         )
         return 200, msgspec.json.encode(bundle)
 
@@ -230,10 +241,10 @@ class JoinServer:
 
 
 # -- the joining machine -----------------------------------------------------------------------
-def fetch_bundle(url: str, token: str, fingerprint: str, timeout: float = 30.0) -> JoinBundle:
-    """The bundle the first machine hands over for `token`, asked over TLS only once its
-    certificate is the one `fingerprint` names (the token is not sent otherwise); JoinError
-    saying what went wrong."""
+def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", timeout: float = 30.0) -> JoinBundle:
+    """The bundle the first machine hands over for `token` (this machine being at `address`),
+    asked over TLS only once its certificate is the one `fingerprint` names (the token is not
+    sent otherwise); JoinError saying what went wrong."""
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
         raise JoinError(f"{url} is not the https:// address `llmgw node invite` printed")
@@ -248,7 +259,8 @@ def fetch_bundle(url: str, token: str, fingerprint: str, timeout: float = 30.0) 
                 f"{url} is not the machine that invited this one (its certificate's fingerprint is {seen}): "
                 "nothing was sent; check the address"
             )
-        conn.request("POST", "/v1/join", json.dumps({"token": token}), {"content-type": "application/json"})
+        asked = json.dumps({"token": token, "address": address})
+        conn.request("POST", "/v1/join", asked, {"content-type": "application/json"})
         answer = conn.getresponse()
         body = answer.read()
     except OSError as exc:

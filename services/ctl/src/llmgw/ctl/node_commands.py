@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import subprocess
 import sys
 import time
 from urllib.parse import urlsplit
@@ -13,10 +12,14 @@ from urllib.parse import urlsplit
 from llmgw.bus import ADMIN_PORTS, address_towards, data_home
 from llmgw.ctl.join import JoinError, fetch_bundle, invite, write_bundle
 from llmgw.ctl.keeper import Backoff
-from llmgw.ctl.supervise import Kept, spawn_service
+from llmgw.ctl.member import ROUTER_PORT, start_member
+from llmgw.ctl.supervise import Kept, spawn_service, stop_in_order
 from llmgw.ctl.upstate import running_up
 
 __all__ = ["add_node_parser"]
+
+DRAIN_S = 10.0
+"""At a stop, how long the router lets the requests in flight finish."""
 
 
 def _invite(args: argparse.Namespace) -> int:
@@ -43,44 +46,53 @@ def _join(args: argparse.Namespace) -> int:
     home = data_home(args.data_dir).resolve()
     for folder in ("logs", "creds"):
         (home / folder).mkdir(parents=True, exist_ok=True)
+    address = args.address or address_towards(urlsplit(args.url).hostname or "127.0.0.1")
     try:
-        bundle = fetch_bundle(args.url, args.token, args.fingerprint)
+        bundle = fetch_bundle(args.url, args.token, args.fingerprint, address)
     except JoinError as exc:
         print(f"llmgw node join: {exc}", file=sys.stderr)
         return 1
     files = write_bundle(home, bundle)
-    address = args.address or address_towards(urlsplit(bundle.nats_url).hostname or "127.0.0.1")
-    print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {bundle.nats_url}", flush=True)
+    nats_url = bundle.nats_url
+    kept: dict[str, Kept] = {}
+    print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {nats_url}", flush=True)
     print(f"  NATS identity: {files['seed']} (its agent's; it may speak only for {bundle.node})", flush=True)
     print(f"  engine secret: {files['engine']} (engines here take only the fleet's routers' keys)", flush=True)
     print(f"  scheduler key: {files['scheduler']} (the agent acts only on what the scheduler signed)", flush=True)
+    if bundle.member:  # one of the three HA machines
+        port = urlsplit(nats_url.split(",")[0]).port or 4222
+        kept = start_member(home, bundle.node, address, port, bundle.member)
+        others = ", ".join(a for a in bundle.member.members if a != address)
+        print(f"  NATS: a cluster member at {address}:{port}, its routes to {others} over TLS", flush=True)
+        print("    (the fleet's state is kept in three copies: it lives on when one HA machine is lost)", flush=True)
+        print(f"  router: the OpenAI endpoint on http://{address}:{ROUTER_PORT}/v1, the gateway here too", flush=True)
+        nats_url = f"nats://{address}:{port}"
+    else:
+        print("  left to the HA machines: NATS, the services and the router (they run them)", flush=True)
     print(f"  agent: started, its engines reached at {address} (its log: {home / 'logs' / 'agent.log'})", flush=True)
-    print("  left to the first machine: NATS, the services and the router (it runs them)", flush=True)
     extra = ["--node", bundle.node, "--address", address]
     extra += ["--engine-secret", str(files["engine"]), "--scheduler-key", str(files["scheduler"])]
     port = args.admin_port or ADMIN_PORTS["agent"]
 
     def start():
-        return spawn_service("agent", home, bundle.nats_url, files["seed"], port, extra)
+        return spawn_service("agent", home, nats_url, files["seed"], port, extra)
 
-    return _keep(Kept("agent", start, home / "logs" / "agent.log", Backoff()))
+    kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
+    return _keep(kept)
 
 
-def _keep(agent: Kept) -> int:
-    """Keep the agent running (started again when it dies) until SIGINT or SIGTERM; then stop it
-    (its engines with it)."""
+def _keep(kept: dict[str, Kept]) -> int:
+    """Keep what this machine runs (each started again when it dies) until SIGINT or SIGTERM; then
+    stop it in order (the router drained first, the agent's engines with it, NATS last)."""
     stopping = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.append(True))
     while not stopping:
-        agent.tend(time.monotonic())
+        for process in kept.values():
+            process.tend(time.monotonic())
         time.sleep(0.2)
-    print("llmgw node join: stopping the agent", flush=True)
-    agent.proc.terminate()
-    try:
-        agent.proc.wait(30)
-    except subprocess.TimeoutExpired:  # it did not stop in time
-        agent.proc.kill()
+    print(f"llmgw node join: stopping the {', '.join(kept)}", flush=True)
+    stop_in_order(kept, DRAIN_S)
     return 0
 
 

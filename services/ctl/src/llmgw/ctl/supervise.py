@@ -1,21 +1,23 @@
 """The processes `llmgw up` (and `llmgw node join`) start and keep: each started again after a
 backoff when it dies (`keeper`), said in one line; nats-server started again once its full disk
-has room (`StoreKeeper`)."""
+has room (`StoreKeeper`); all stopped in order, the router drained first (`stop_in_order`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from llmgw.bus import BusError, die_with_parent
+from llmgw.bus import BusError, NatsServer, die_with_parent, start_nats_server
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
 
-__all__ = ["Kept", "StoreKeeper", "spawn_service"]
+__all__ = ["Kept", "StoreKeeper", "spawn_nats", "spawn_service", "stop_in_order"]
 
 
 class Kept:
@@ -109,3 +111,35 @@ def spawn_service(name: str, home: Path, nats_url: str, creds: Path, admin: int,
     cmd += ["--admin-port", str(admin), "--creds", str(creds), *extra]
     with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
         return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
+
+
+def spawn_nats(home: Path, port: int, conf: Path, host: str = "127.0.0.1") -> NatsServer:
+    """nats-server with configuration `conf` on `host:port`, its log in <home>/nats."""
+    return start_nats_server(
+        home / "nats", port=port, host=host, config=conf, start_new_session=True, preexec_fn=die_with_parent
+    )
+
+
+def stop_in_order(kept: dict[str, Kept], drain_s: float) -> None:
+    """The router first: it stops taking requests at once and lets those in flight finish for up to
+    `drain_s`. Then the agent (it stops its engines) and the services the router read from; NATS last."""
+    for names, timeout in (
+        (("router",), drain_s + 10),
+        (("agent", "scheduler", "mirror", "catalog"), 30),
+        (("nats-server",), 10),
+    ):
+        _terminate([kept[name].proc for name in names if name in kept], timeout)
+
+
+def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM each (its own process group), then SIGKILL the group of any still running at `timeout`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

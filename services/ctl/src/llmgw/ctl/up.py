@@ -11,7 +11,6 @@ import asyncio
 import fcntl
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,15 +23,15 @@ import msgspec
 from llmgw.bus import (
     BusConfig,
     BusError,
-    NatsServer,
+    Cluster,
+    Identity,
     NotFound,
     call,
     connect,
     data_home,
-    die_with_parent,
     free_port,
+    read_identity,
     server_config,
-    start_nats_server,
 )
 from llmgw.ctl.access import (
     agent_nodes,
@@ -41,10 +40,24 @@ from llmgw.ctl.access import (
     ensure_identities,
     scheduler_key_file,
 )
+from llmgw.ctl.cluster import (
+    HA_SIZE,
+    HaError,
+    MemberPass,
+    check_ha,
+    cluster_for,
+    issue_route_certificate,
+    joined_members,
+    member_tls,
+    members_url,
+    public_identities,
+    take_member,
+    write_member_tls,
+)
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.join import JOIN_PORT, JoinServer
 from llmgw.ctl.keeper import Backoff
-from llmgw.ctl.supervise import Kept, StoreKeeper, spawn_service
+from llmgw.ctl.supervise import Kept, StoreKeeper, spawn_nats, spawn_service, stop_in_order
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
 from llmgw.proto import Empty, KeyCreate, ModelPut, ModelRef, catalog, people, router
 from llmgw.proto.people import UserCreate
@@ -62,6 +75,9 @@ class UpOptions(msgspec.Struct, kw_only=True):
     http_port: int = 8080
     listen: str = "127.0.0.1"
     """Where NATS listens, and (off the loopback) where other machines join (`join.JOIN_PORT`)."""
+    ha: list[str] = msgspec.field(default_factory=list)
+    """The two other HA machines' addresses: with this one, a NATS cluster of three (`cluster`),
+    each with a router; the services start once both have joined."""
     demo: bool = True
     drain_s: float = 10.0
     """At a stop, how long the router lets the requests in flight finish before it cuts them."""
@@ -73,11 +89,13 @@ class UpOptions(msgspec.Struct, kw_only=True):
         return data_home(self.data_dir).resolve()
 
 
-def _access(home: Path, node: str, listen: str = "127.0.0.1", port: int = 4222) -> tuple[Path, dict[str, Path]]:
+def _access(
+    home: Path, node: str, listen: str = "127.0.0.1", port: int = 4222, cluster: Cluster | None = None
+) -> tuple[Path, dict[str, Path], list[Identity]]:
     """Every identity's credentials under <home>/creds (one per service, this node's agent, the
     agents of machines that joined, and the operator: written on first start, reused after) and
     the NATS configuration that lets in only them, each with its role's permissions
-    (<home>/nats/server.conf)."""
+    (<home>/nats/server.conf), a member of `cluster` where there is one; and the identities."""
     agents = [("agent", n) for n in dict.fromkeys([node, *agent_nodes(home / "creds")])]
     wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + agents
     written = ensure_identities(home / "creds", wanted)
@@ -85,9 +103,10 @@ def _access(home: Path, node: str, listen: str = "127.0.0.1", port: int = 4222) 
     identities = [identity for identity, _, _ in written]
     creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
-    conf.write_text(server_config(identities, home / "nats", host=listen, port=port))
+    member = cluster.config() if cluster else ""
+    conf.write_text(server_config(identities, home / "nats", host=listen, port=port) + member)
     conf.chmod(0o600)
-    return conf, creds
+    return conf, creds, identities
 
 
 class _Stopped(Exception):
@@ -150,31 +169,6 @@ def _wait_listening(url: str, tend: Callable[[], None], timeout: float = 60) -> 
     raise TimeoutError(f"the router did not listen on {url} within {timeout:g} s")
 
 
-def _stop(kept: dict[str, Kept], drain_s: float) -> None:
-    """The router first: it stops taking requests at once and lets those in flight finish for up to
-    `drain_s`. Then the agent (it stops its engines) and the services the router read from; NATS last."""
-    for names, timeout in (
-        (("router",), drain_s + 10),
-        (("agent", "scheduler", "mirror", "catalog"), 30),
-        (("nats-server",), 10),
-    ):
-        _terminate([kept[name].proc for name in names if name in kept], timeout)
-
-
-def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
-    """SIGTERM each (its own process group), then SIGKILL the group of any still running at `timeout`."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _say_up(
     home: Path, state: UpState, access: tuple[str, str], operator: Path, model: str, ports: dict[str, int]
 ) -> None:
@@ -209,12 +203,6 @@ def _say_up(
     )
 
 
-def _nats(home: Path, port: int, conf: Path, host: str = "127.0.0.1") -> NatsServer:
-    return start_nats_server(
-        home / "nats", port=port, host=host, config=conf, start_new_session=True, preexec_fn=die_with_parent
-    )
-
-
 class _NoJoins:
     """On the loopback no other machine can join."""
 
@@ -224,18 +212,35 @@ class _NoJoins:
         """Nothing to stop."""
 
 
-def _joins(home: Path, listen: str, nats: NatsServer, node: str, server: Kept) -> JoinServer | _NoJoins:
-    """Answer joins on `listen` (off the loopback): a machine let in gets its identity and engine
-    secret, and NATS reloads its authorization (SIGHUP) to take it in."""
-    if listen == "127.0.0.1":
+def _joins(
+    home: Path, opts: UpOptions, server: Kept, port: int, node: str, cluster: Cluster | None
+) -> JoinServer | _NoJoins:
+    """Answer joins on `opts.listen` (off the loopback): a machine let in gets its identity and
+    engine secret, and NATS reloads its authorization (SIGHUP) to take it in. A machine at one of
+    the HA addresses joins as a member (`cluster.MemberPass`)."""
+    if opts.listen == "127.0.0.1":
         return _NoJoins()
+    members = [opts.listen, *opts.ha]
 
-    def admit(joined: str) -> None:
+    def admit(joined: str, address: str) -> MemberPass | None:
         ensure_identities(home / "creds", [("agent", joined)])
-        _access(home, node, listen, nats.port)  # every agent in creds: the new one too
+        _, creds, identities = _access(home, node, opts.listen, port, cluster)  # the new agent too
         server.proc.send_signal(signal.SIGHUP)
+        if cluster is None or not take_member(home, joined, address, members):
+            return None
+        ca, cert, key = issue_route_certificate(home, joined, address)
+        return MemberPass(
+            members=members,
+            ca_pem=ca,
+            cert_pem=cert,
+            key_pem=key,
+            identities=public_identities(identities),
+            router_seed=read_identity(creds["router"]).seed,
+            engine_secret=engine_secret_file(home / "creds").read_text(),
+        )
 
-    return JoinServer(home, listen, JOIN_PORT, nats.url, admit).start()
+    url = members_url(members, port) if cluster else f"nats://{opts.listen}:{port}"
+    return JoinServer(home, opts.listen, JOIN_PORT, url, admit).start()
 
 
 def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror_toml: Path) -> dict[str, list[str]]:
@@ -251,19 +256,43 @@ def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror
     ]
     if opts.listen != "127.0.0.1":  # its engines are reached by routers on other machines
         agent_args += ["--address", opts.listen]
-    return {
-        "router": [
-            "--http-port",
-            str(http_port),
-            "--drain-s",
-            str(opts.drain_s),
-            "--engine-secret",
-            str(engine_secret_file(home / "creds")),
-        ],
+    router = ["--http-port", str(http_port), "--drain-s", str(opts.drain_s)]
+    router += ["--engine-secret", str(engine_secret_file(home / "creds"))]
+    args = {
+        "router": router,
         "agent": agent_args,
         "scheduler": ["--drain-s", "2"],
         "mirror": ["--config", str(mirror_toml)],
     }
+    if opts.ha:  # every bucket and stream in three copies; the gateway on this machine's address too
+        router += ["--http-host", "0.0.0.0"]
+        args = {name: [*args.get(name, []), "--storage-replicas", str(HA_SIZE)] for name in SERVICES}
+    return args
+
+
+def _cluster(home: Path, opts: UpOptions, node: str) -> Cluster | None:
+    """This machine's cluster settings under `--ha` (its own route certificate made once)."""
+    members = check_ha(opts.listen, opts.ha)
+    if not members:
+        return None
+    if not (home / "cluster" / "route.pem").exists():
+        write_member_tls(home, *issue_route_certificate(home, node, opts.listen))
+    return cluster_for(node, opts.listen, members, member_tls(home))
+
+
+def _wait_members(home: Path, opts: UpOptions, tend: Callable[[], None]) -> None:
+    """Under `--ha`, until both other HA machines have joined (the services keep three copies of
+    everything, which needs three members); said once, with what to do."""
+    if not opts.ha or len(joined_members(home)) >= HA_SIZE - 1:
+        return
+    print(
+        f"llmgw up: waiting for the other HA machines ({', '.join(opts.ha)}) to join before the services start: "
+        "run `llmgw node invite NAME` here, then the command it prints on each",
+        flush=True,
+    )
+    while len(joined_members(home)) < HA_SIZE - 1:
+        tend()
+        time.sleep(0.2)
 
 
 def _claim(home: Path) -> TextIO | None:
@@ -320,41 +349,44 @@ def up(opts: UpOptions) -> int:
     try:
         demo, mirror_toml = _demo(opts, home)
         node = BusConfig().node_name()
-        conf, creds = _access(home, node, opts.listen, opts.nats_port)
-        nats = _nats(home, opts.nats_port, conf, opts.listen)
+        cluster = _cluster(home, opts, node)
+        conf, creds, _ = _access(home, node, opts.listen, opts.nats_port, cluster)
+        nats = spawn_nats(home, opts.nats_port, conf, opts.listen)
         kept["nats-server"] = Kept(
             "nats-server",
-            lambda: _nats(home, nats.port, conf, opts.listen).process,  # the same port: clients reconnect to it
+            lambda: spawn_nats(home, nats.port, conf, opts.listen).process,  # the same port: clients reconnect to it
             home / "nats" / "nats-server.log",
             opts.backoff,
             running=nats.process,
         )
-        http_port = opts.http_port or free_port()
-        extra = _service_args(opts, home, node, http_port, mirror_toml)
         watches.append(StoreKeeper(kept["nats-server"], home / "nats"))
+        http_port = opts.http_port or free_port()
+        base = f"http://127.0.0.1:{http_port}/v1"
+        joins = _joins(home, opts, kept["nats-server"], nats.port, node, cluster)
+        state = UpState(
+            base_url=base, nats_url=nats.url, pid=os.getpid(), join_url=joins.url, join_fingerprint=joins.fingerprint
+        )
         ports = admin_ports(list(SERVICES))
+        write_up_state(home, state, ports)  # `llmgw node invite` finds it before the services start
+        _wait_members(home, opts, tend)
+        extra = _service_args(opts, home, node, http_port, mirror_toml)
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
             args = (name, home, nats.url, creds[who], ports[name], extra.get(name, []))
             kept[name] = Kept(name, lambda args=args: spawn_service(*args), home / "logs" / f"{name}.log", opts.backoff)
-        joins = _joins(home, opts.listen, nats, node, kept["nats-server"])
         key, password = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
-        base = f"http://127.0.0.1:{http_port}/v1"
         _wait_listening(f"{base}/models", tend)
-        state = UpState(
-            base_url=base, nats_url=nats.url, pid=os.getpid(), join_url=joins.url, join_fingerprint=joins.fingerprint
-        )
         _say_up(home, state, (key, password), creds["ctl"], demo.model.name if demo else "<model>", ports)
         while True:
             tend()
             time.sleep(0.1)
     except _Stopped:
         return 0
-    except (BusError, TimeoutError) as exc:
+    except (BusError, TimeoutError, HaError) as exc:
         print(f"llmgw up: it did not start: {exc}; the services' logs are in {home / 'logs'}", file=sys.stderr)
         return 1
     finally:
         print("llmgw up: stopping", flush=True)
         joins.stop()
-        _stop(kept, opts.drain_s)
+        stop_in_order(kept, opts.drain_s)
         print("llmgw up: stopped", flush=True)
