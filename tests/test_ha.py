@@ -92,9 +92,9 @@ def test_up_with_one_ha_address_is_refused_saying_the_members_are_three(tmp_path
 def fleet(tmp_path_factory):
     """Three HA machines up: (machines, the admin API key, what each machine's process said, and
     each one's data directory)."""
-    machines = Machines(3)
+    machines = Machines(4)  # the fourth joins later, with its agent alone
     first = tmp_path_factory.mktemp("m1")
-    a1, a2, a3 = machines.addresses
+    a1, a2, a3, _ = machines.addresses
     up = [*LLMGW, "up", "--data-dir", str(first), "--no-demo", "--listen", a1, "--ha", f"{a2},{a3}"]
     procs = [subprocess.Popen(machines.command(0, *up), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
     said: list[list[str]] = [[], [], []]
@@ -128,7 +128,7 @@ def _made_key(machines, source: int, router: str, admin: str, name: str) -> str:
 
 def test_each_ha_machine_runs_a_router_and_a_change_made_through_one_is_seen_by_the_others(fleet):
     machines, admin, said, homes = fleet
-    a1, a2, a3 = machines.addresses
+    a1, a2, a3, _ = machines.addresses
     joined = "".join(said[1])
     assert f"NATS: a cluster member at {a2}:4222, its routes to {a1}, {a3} over TLS" in joined, joined
     assert f"router: the OpenAI endpoint on http://{a2}:8080/v1" in joined
@@ -151,9 +151,35 @@ def test_each_ha_machine_runs_a_router_and_a_change_made_through_one_is_seen_by_
         assert status == 200, (router, status, body)
 
 
+def test_a_machine_that_joins_later_runs_its_agent_and_every_member_lets_it_in(fleet, tmp_path):
+    machines, _, _, homes = fleet
+    proc = _join(machines, homes[0], 3, "m4", tmp_path)
+    try:
+        said: list[str] = []
+        _until_line(proc, said, "agent: started", 60)
+        assert "left to the HA machines" in "".join(said) and ",nats://" in said[0], said
+        for home in homes[1:]:  # each member asks the first machine for the identities again
+            conf = home / "nats" / "server.conf"
+            for _ in range(120):
+                if "# agent-m4" in conf.read_text():
+                    break
+                time.sleep(0.25)
+            assert "# agent-m4" in conf.read_text(), home
+        for _ in range(240):
+            listed = machines.run(0, *LLMGW, "ctl", "--data-dir", str(homes[0]), "nodes", "--json")
+            if "m4" in {n["node"] for n in json.loads(listed.stdout or "{}").get("nodes", [])}:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError((tmp_path / "logs" / "agent.log").read_text()[-2000:])
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
 def test_with_the_first_machines_cable_pulled_the_other_two_answer_and_take_changes(fleet):
     machines, admin, _, _ = fleet
-    _, a2, a3 = machines.addresses
+    _, a2, a3, _ = machines.addresses
     machines.cut(0)
     try:
         cut_at = time.monotonic()

@@ -158,3 +158,21 @@ def test_a_client_that_connects_and_says_nothing_holds_up_no_join(tmp_path):
             s.close()
     finally:
         server.stop()
+
+
+def test_the_identities_are_given_only_to_a_member_showing_a_route_certificate_of_the_fleet(tmp_path):
+    from llmgw.ctl.cluster import issue_route_certificate, write_member_tls
+    from llmgw.ctl.join import JoinServer, fetch_identities
+
+    first, member, stranger = tmp_path / "first", tmp_path / "member", tmp_path / "stranger"
+    route = write_member_tls(member, *issue_route_certificate(first, "m2", "127.0.0.1"))  # the fleet's CA
+    forged = write_member_tls(stranger, *issue_route_certificate(stranger, "m2", "127.0.0.1"))  # a CA of its own
+    server = JoinServer(first, "127.0.0.1", 0, "nats://127.0.0.1:4222", lambda node, address: None)
+    server.identities = lambda: [("router", "", "UABC")]
+    server.start()
+    try:
+        assert fetch_identities(server.url, server.fingerprint, route) == [("router", "", "UABC")]
+        with pytest.raises(JoinError, match="did not answer"):  # its certificate fails the handshake
+            fetch_identities(server.url, server.fingerprint, forged)
+    finally:
+        server.stop()

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from llmgw.bus import TlsFiles
 from llmgw.ctl.access import NODE_NAME, engine_secret_file, scheduler_key_file
 from llmgw.ctl.cluster import MemberPass
 
@@ -40,6 +41,7 @@ __all__ = [
     "JoinError",
     "JoinServer",
     "fetch_bundle",
+    "fetch_identities",
     "invite",
     "join_certificate",
     "redeem",
@@ -181,6 +183,11 @@ class JoinServer:
         cert, key, self.fingerprint = join_certificate(home, address)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
+        if (ca := home / "cluster" / "ca.pem").exists():  # HA members show their route certificate
+            context.load_verify_locations(ca)
+            context.verify_mode = ssl.CERT_OPTIONAL
+        self.identities: Callable[[], list[tuple[str, str, str]]] = list
+        """Every identity's public half, for the HA members' NATS (`GET /v1/identities`)."""
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -194,6 +201,16 @@ class JoinServer:
                 self.send_header("content-type", "application/json")
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                member = isinstance(self.connection, ssl.SSLSocket) and self.connection.getpeercert()
+                if self.path != "/v1/identities" or not member:
+                    self.send_error(404 if member else 403)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(msgspec.json.encode(server.identities()))
 
             def log_message(self, *_: object) -> None:  # its lines would carry no more than `up` says
                 pass
@@ -241,24 +258,37 @@ class JoinServer:
 
 
 # -- the joining machine -----------------------------------------------------------------------
-def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", timeout: float = 30.0) -> JoinBundle:
-    """The bundle the first machine hands over for `token` (this machine being at `address`),
-    asked over TLS only once its certificate is the one `fingerprint` names (the token is not
-    sent otherwise); JoinError saying what went wrong."""
+def _pinned(url: str, fingerprint: str, timeout: float, client: TlsFiles | None = None) -> http.client.HTTPSConnection:
+    """A TLS connection to `url` whose certificate is the one `fingerprint` names (JoinError
+    before anything is sent where it is not), showing `client`'s certificate where given."""
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
         raise JoinError(f"{url} is not the https:// address `llmgw node invite` printed")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # pinned below instead
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
     conn = http.client.HTTPSConnection(parts.hostname, parts.port or JOIN_PORT, timeout=timeout, context=context)
     try:
         conn.connect()
-        seen = hashlib.sha256(conn.sock.getpeercert(binary_form=True) or b"").hexdigest()
-        if seen != fingerprint.lower().replace(":", ""):
-            raise JoinError(
-                f"{url} is not the machine that invited this one (its certificate's fingerprint is {seen}): "
-                "nothing was sent; check the address"
-            )
+    except OSError as exc:
+        raise JoinError(f"{url} did not answer ({exc})") from None
+    seen = hashlib.sha256(conn.sock.getpeercert(binary_form=True) or b"").hexdigest()
+    if seen != fingerprint.lower().replace(":", ""):
+        conn.close()
+        raise JoinError(
+            f"{url} is not the machine that invited this one (its certificate's fingerprint is {seen}): "
+            "nothing was sent; check the address"
+        )
+    return conn
+
+
+def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", timeout: float = 30.0) -> JoinBundle:
+    """The bundle the first machine hands over for `token` (this machine being at `address`),
+    asked over TLS only once its certificate is the one `fingerprint` names (the token is not
+    sent otherwise); JoinError saying what went wrong."""
+    conn = _pinned(url, fingerprint, timeout)
+    try:
         asked = json.dumps({"token": token, "address": address})
         conn.request("POST", "/v1/join", asked, {"content-type": "application/json"})
         answer = conn.getresponse()
@@ -271,6 +301,23 @@ def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", time
         said = json.loads(body).get("error", "") if body.startswith(b"{") else body[:200].decode(errors="replace")
         raise JoinError(f"the first machine refused: {said}")
     return msgspec.json.decode(body, type=JoinBundle)
+
+
+def fetch_identities(url: str, fingerprint: str, route: TlsFiles, timeout: float = 10.0) -> list[tuple[str, str, str]]:
+    """Every identity's public half, from the first machine (an HA member asks with its route
+    certificate); JoinError where it cannot be had."""
+    conn = _pinned(url, fingerprint, timeout, route)
+    try:
+        conn.request("GET", "/v1/identities")
+        answer = conn.getresponse()
+        body = answer.read()
+    except OSError as exc:
+        raise JoinError(f"{url} did not answer ({exc})") from None
+    finally:
+        conn.close()
+    if answer.status != 200:
+        raise JoinError(f"the first machine would not give the identities ({answer.status})")
+    return [tuple(i) for i in msgspec.json.decode(body, type=list[tuple[str, str, str]])]
 
 
 def write_bundle(home: Path, bundle: JoinBundle) -> dict[str, Path]:

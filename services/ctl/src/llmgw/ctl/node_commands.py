@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from llmgw.bus import ADMIN_PORTS, address_towards, data_home
 from llmgw.ctl.join import JoinError, fetch_bundle, invite, write_bundle
 from llmgw.ctl.keeper import Backoff
-from llmgw.ctl.member import ROUTER_PORT, start_member
+from llmgw.ctl.member import ROUTER_PORT, IdentitiesFollower, start_member
 from llmgw.ctl.supervise import Kept, spawn_service, stop_in_order
 from llmgw.ctl.upstate import running_up
 
@@ -55,13 +55,15 @@ def _join(args: argparse.Namespace) -> int:
     files = write_bundle(home, bundle)
     nats_url = bundle.nats_url
     kept: dict[str, Kept] = {}
+    tenders: list[IdentitiesFollower] = []
     print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {nats_url}", flush=True)
     print(f"  NATS identity: {files['seed']} (its agent's; it may speak only for {bundle.node})", flush=True)
     print(f"  engine secret: {files['engine']} (engines here take only the fleet's routers' keys)", flush=True)
     print(f"  scheduler key: {files['scheduler']} (the agent acts only on what the scheduler signed)", flush=True)
     if bundle.member:  # one of the three HA machines
         port = urlsplit(nats_url.split(",")[0]).port or 4222
-        kept = start_member(home, bundle.node, address, port, bundle.member)
+        kept, follower = start_member(home, bundle.node, address, port, bundle.member, (args.url, args.fingerprint))
+        tenders.append(follower)
         others = ", ".join(a for a in bundle.member.members if a != address)
         print(f"  NATS: a cluster member at {address}:{port}, its routes to {others} over TLS", flush=True)
         print("    (the fleet's state is kept in three copies: it lives on when one HA machine is lost)", flush=True)
@@ -78,17 +80,18 @@ def _join(args: argparse.Namespace) -> int:
         return spawn_service("agent", home, nats_url, files["seed"], port, extra)
 
     kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
-    return _keep(kept)
+    return _keep(kept, tenders)
 
 
-def _keep(kept: dict[str, Kept]) -> int:
-    """Keep what this machine runs (each started again when it dies) until SIGINT or SIGTERM; then
-    stop it in order (the router drained first, the agent's engines with it, NATS last)."""
+def _keep(kept: dict[str, Kept], tenders: list[IdentitiesFollower]) -> int:
+    """Keep what this machine runs (each started again when it dies; `tenders` tended beside)
+    until SIGINT or SIGTERM; then stop it in order (the router drained first, the agent's engines
+    with it, NATS last)."""
     stopping = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.append(True))
     while not stopping:
-        for process in kept.values():
+        for process in [*kept.values(), *tenders]:
             process.tend(time.monotonic())
         time.sleep(0.2)
     print(f"llmgw node join: stopping the {', '.join(kept)}", flush=True)

@@ -89,6 +89,15 @@ class UpOptions(msgspec.Struct, kw_only=True):
         return data_home(self.data_dir).resolve()
 
 
+def _identities(home: Path, node: str) -> list[tuple[Identity, Path, bool]]:
+    """Every identity of the fleet (`ensure_identities`), each agent's engine secret made too."""
+    agents = [("agent", n) for n in dict.fromkeys([node, *agent_nodes(home / "creds")])]
+    wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + agents
+    written = ensure_identities(home / "creds", wanted)
+    ensure_engine_secrets(home / "creds", [n for _, n in agents])  # engine keys are worked out from these
+    return written
+
+
 def _access(
     home: Path, node: str, listen: str = "127.0.0.1", port: int = 4222, cluster: Cluster | None = None
 ) -> tuple[Path, dict[str, Path], list[Identity]]:
@@ -96,10 +105,7 @@ def _access(
     agents of machines that joined, and the operator: written on first start, reused after) and
     the NATS configuration that lets in only them, each with its role's permissions
     (<home>/nats/server.conf), a member of `cluster` where there is one; and the identities."""
-    agents = [("agent", n) for n in dict.fromkeys([node, *agent_nodes(home / "creds")])]
-    wanted = [(role, "") for role in ("catalog", "scheduler", "mirror", "router", "ctl")] + agents
-    written = ensure_identities(home / "creds", wanted)
-    ensure_engine_secrets(home / "creds", [n for _, n in agents])  # engine keys are worked out from these
+    written = _identities(home, node)
     identities = [identity for identity, _, _ in written]
     creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
@@ -240,7 +246,9 @@ def _joins(
         )
 
     url = members_url(members, port) if cluster else f"nats://{opts.listen}:{port}"
-    return JoinServer(home, opts.listen, JOIN_PORT, url, admit).start()
+    joins = JoinServer(home, opts.listen, JOIN_PORT, url, admit)
+    joins.identities = lambda: public_identities([identity for identity, _, _ in _identities(home, node)])
+    return joins.start()
 
 
 def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror_toml: Path) -> dict[str, list[str]]:
