@@ -99,6 +99,31 @@ async def test_an_answer_an_output_check_refuses_is_not_given(world, echo, nc): 
     await asyncio.sleep(0)
 
 
+async def test_a_streamed_answer_is_checked_as_it_comes_masked_or_ended_by_a_block(world, echo, nc):  # noqa: F811
+    url, _ = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    masking = Policy(name="mask-out", output=[Check(kind="pii", action="redact", entities=["email", "iban"])], by="t")
+    await call(nc, guard.GUARD_PUT, masking)
+    client = await world.client()
+    said = "write ada@example.com, pay GB82 WEST 1234 5698 7654 32, then bob@example.com " + "and so on " * 20
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": said}], stream=True)
+    pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    masked = said.replace("ada@example.com", "<EMAIL_1>").replace("bob@example.com", "<EMAIL_2>")
+    assert "".join(pieces) == "You said: " + masked.replace("GB82 WEST 1234 5698 7654 32", "<IBAN_1>")
+    assert sum(1 for p in pieces if p) > 3  # given out as it came, not held to the end
+
+    blocking = Policy(name="mask-out", output=[Check(kind="pattern", action="block", pattern="falcon", label="CODE")])
+    await call(nc, guard.GUARD_PUT, msgspec.structs.replace(blocking, by="t"))
+    early = "and so on " * 20 + "falcon " + "more " * 20
+    stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": early}], stream=True)
+    got = []
+    with pytest.raises(openai.APIError, match="policy 'mask-out'"):
+        async for chunk in stream:
+            got.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+    assert "and so on" in "".join(got) and "falcon" not in "".join(got)  # what was checked, then the error
+
+
 def _ctl(nats_server, *words: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "llmgw.ctl", "ctl", "--nats-url", nats_server.url, "--creds", nats_server.creds("ctl")]
     return subprocess.run([*cmd, *words], capture_output=True, text=True, timeout=60)

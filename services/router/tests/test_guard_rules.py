@@ -12,7 +12,7 @@ from llmgw.proto.guard import ENTITIES, Check, Policy
 from llmgw.router.guard.find import PatternError, compile_pattern, find
 from llmgw.router.guard.judge import JudgeGarbage, parse_verdict
 from llmgw.router.guard.policies import check_texts, index, narrowest
-from llmgw.router.guard.redact import Redaction, StreamRestorer
+from llmgw.router.guard.redact import CHECK_HOLD_MOST, CheckWindow, Redaction, StreamRestorer
 
 TEXT = (
     "ada@example.com, +44 20 7946 0958, 4111 1111 1111 1111, GB82 WEST 1234 5698 7654 32, 10.1.2.3, "
@@ -56,6 +56,31 @@ def test_every_single_cut_of_a_placeholder_is_held_until_whole():
         first = restorer.feed(text[:cut])
         assert first in ("", "a", "a ") or first.startswith("a ada@example.com")  # never part of one
         assert first + restorer.feed(text[cut:]) + restorer.end() == "a ada@example.com b"
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(TEXT) * 3), max_size=12))
+def test_a_streamed_answer_is_checked_in_pieces_that_cut_no_finding_however_it_comes(cuts):
+    text = f"{TEXT} and again: {TEXT}\nend"
+    bounds = sorted({0, *(c for c in cuts if c < len(text)), len(text)})
+    window, pieces = CheckWindow(lambda t: [(f.start, f.end) for f in find(t, ENTITIES)]), []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        pieces.append(window.feed(text[a:b]))
+    pieces.append(window.end())
+    assert "".join(pieces) == text
+    edges, at = set(), 0
+    for piece in pieces:
+        at += len(piece)
+        edges.add(at)
+    for f in find(text, ENTITIES):  # no piece ends inside a value a check looks for
+        assert not any(f.start < edge < f.end for edge in edges), (text[f.start : f.end], edges)
+
+
+def test_a_window_holds_a_spaceless_run_only_up_to_its_most_and_a_judges_whole():
+    window = CheckWindow(lambda t: [])
+    assert window.feed("x" * (CHECK_HOLD_MOST - 1)) == ""
+    assert window.feed("xx") != "" and window.end()
+    whole = CheckWindow(lambda t: [], whole=True)
+    assert whole.feed("a b " * 100) == "" and whole.end() == "a b " * 100
 
 
 def test_a_block_stops_at_the_first_finding_and_names_its_category():

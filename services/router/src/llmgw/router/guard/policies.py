@@ -12,7 +12,7 @@ from llmgw.proto.guard import Check, Policy
 from llmgw.router.guard.find import Found, compile_pattern, find, find_pattern
 from llmgw.router.guard.redact import Redaction
 
-__all__ = ["Blocked", "Index", "Outcome", "answer_texts", "check_texts", "index", "narrowest", "request_texts"]
+__all__ = ["Blocked", "Index", "Outcome", "answer_texts", "check_texts", "index", "narrowest", "request_texts", "spans"]
 
 Index = dict[tuple[str, str, str], Policy]
 """(applies_to, tenant, target) -> the policy attached there."""
@@ -78,6 +78,11 @@ def check_texts(
             if found and check.action == "redact":
                 out[i] = redaction.redact(text, found)
     return out, Outcome(None, seen)
+
+
+def spans(text: str, checks: list[Check], patterns: dict) -> list[tuple[int, int]]:
+    """Where the local `checks` find something in `text`: (start, end) each."""
+    return [(f.start, f.end) for check in checks for f in _findings(text, check, patterns)]
 
 
 def _parts(holder: dict, key: str) -> Iterator[tuple[dict, str | int]]:

@@ -6,10 +6,19 @@ across chunks (`StreamRestorer` holds back a tail that may still become one)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from llmgw.router.guard.find import Found
 
-__all__ = ["PLACEHOLDER_MOST", "Redaction", "StreamRestorer"]
+__all__ = [
+    "CHECK_HOLD",
+    "CHECK_HOLD_MOST",
+    "PLACEHOLDER_MOST",
+    "CheckWindow",
+    "Redaction",
+    "Spans",
+    "StreamRestorer",
+]
 
 _PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_\d+>")
 _PREFIX = re.compile(r"<[A-Z0-9_]*\Z")
@@ -75,3 +84,46 @@ class StreamRestorer:
         """What was held, at the stream's end (a placeholder cut short is given out as it is)."""
         held, self.held = self.held, ""
         return self.redaction.restore(held)
+
+
+CHECK_HOLD = 64
+"""Characters of a streamed answer held back from its output checks while more may come: more
+than the longest value with spaces inside that a check looks for (an IBAN written in groups)."""
+CHECK_HOLD_MOST = 4096
+"""The most held back at all: a text without a space this long is checked as it stands."""
+
+
+Spans = Callable[[str], list[tuple[int, int]]]
+"""Where the checks find something in a text: (start, end) each."""
+
+
+class CheckWindow:
+    """Gives a streamed answer's text to its output checks in pieces that do not cut what they look
+    for: a piece ends at a space at least `CHECK_HOLD` characters before the text seen so far ends
+    (what may still be coming is within them; a key or a token has no space: it is held whole, up
+    to `CHECK_HOLD_MOST`), and before any value `spans` finds across that space. `whole` holds
+    everything to the end (a judge or an outside service reads the answer whole)."""
+
+    def __init__(self, spans: Spans, whole: bool = False) -> None:
+        self.spans, self.whole = spans, whole
+        self.held = ""
+
+    def feed(self, piece: str) -> str:
+        """What is ready to be checked now of `piece` (and what was held)."""
+        text = self.held + piece
+        if self.whole or len(text) <= CHECK_HOLD:
+            self.held = text
+            return ""
+        limit = len(text) - CHECK_HOLD
+        cut = max(text.rfind(" ", 0, limit), text.rfind("\n", 0, limit)) + 1
+        if cut == 0 and len(text) >= CHECK_HOLD_MOST:
+            cut = limit
+        if cut:
+            cut = min([cut, *(start for start, end in self.spans(text) if start < cut < end)])
+        text, self.held = text[:cut], text[cut:]
+        return text
+
+    def end(self) -> str:
+        """What was held, at the answer's end."""
+        held, self.held = self.held, ""
+        return held

@@ -15,8 +15,8 @@ from llmgw.proto.guard import Check, Policy, ServiceAsk, ServiceVerdict
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.find import Found
 from llmgw.router.guard.judge import GRAMMARS, JudgeGarbage, judge_messages, parse_verdict
-from llmgw.router.guard.policies import Blocked, answer_texts, check_texts, request_texts
-from llmgw.router.guard.redact import Redaction, StreamRestorer
+from llmgw.router.guard.policies import Blocked, answer_texts, check_texts, request_texts, spans
+from llmgw.router.guard.redact import CheckWindow, Redaction, StreamRestorer
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.request.relay import Answer, Relay
 
@@ -137,10 +137,11 @@ def _spans(texts: list[str], verdict: ServiceVerdict, check: Check, redaction: R
 async def guard_answer(
     answer: Answer | Relay, policy: Policy, redaction: Redaction, guards: Guards, tally: Tally
 ) -> Answer | Relay:
-    """The answer with the policy's output checks run (a whole one) and the redacted values put back."""
+    """The answer with the redacted values put back and the policy's output checks run: over a
+    whole answer at once; over a stream as it comes (`_StreamGuard`)."""
     if isinstance(answer, Relay):
-        if redaction:
-            answer.chunks = _restored(answer.chunks, redaction)
+        if redaction or policy.output:
+            answer.chunks = _StreamGuard(policy, redaction, guards, tally).events(answer.chunks)
         return answer
     if answer.status != 200 or not (redaction or policy.output):
         return answer
@@ -160,33 +161,85 @@ async def guard_answer(
     return Answer(answer.status, msgspec.json.encode(body), answer.headers)
 
 
-async def _restored(chunks: AsyncGenerator[bytes, None], redaction: Redaction) -> AsyncGenerator[bytes, None]:
-    """The stream's events with each choice's text restored as it comes (held where a placeholder
-    may be cut, given out whole at its choice's end)."""
-    restorers: dict[int, StreamRestorer] = {}
-    try:
-        async for piece in chunks:
-            yield b"".join(_event(e, restorers, redaction) for e in piece.split(b"\n\n") if e)
-    finally:
-        await chunks.aclose()
+class _StreamGuard:
+    """A streamed answer's events, each choice's text restored as it comes (held where a
+    placeholder may be cut) and given to the output checks in pieces that cut nothing they look
+    for (`CheckWindow`; whole at the end where a judge or an outside service checks it). What a
+    check redacts gets placeholders numbered across the whole answer; a block ends the stream with
+    an error event naming the policy and the category, after the text already checked."""
 
+    def __init__(self, policy: Policy, redaction: Redaction, guards: Guards, tally: Tally) -> None:
+        self.policy, self.redaction, self.guards, self.tally = policy, redaction, guards, tally
+        self.restorers: dict[int, StreamRestorer] = {}
+        self.windows: dict[int, CheckWindow] = {}
+        self.masked = Redaction()
+        self.whole = any(c.kind in ("judge", "service") for c in policy.output)
 
-def _event(event: bytes, restorers: dict[int, StreamRestorer], redaction: Redaction) -> bytes:
-    """One SSE event with its choices' delta texts restored (others passed on as they came)."""
-    if not event.startswith(b"data: {"):
-        return event + b"\n\n"
-    try:
-        data = msgspec.json.decode(event[6:])
-    except msgspec.DecodeError:
-        return event + b"\n\n"
-    for choice in data.get("choices") or []:
-        index = choice.get("index", 0)
-        restorer = restorers.setdefault(index, StreamRestorer(redaction))
+    async def events(self, chunks: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+        """The stream, guarded."""
+        try:
+            async for piece in chunks:
+                out = []
+                for event in piece.split(b"\n\n"):
+                    if not event:
+                        continue
+                    try:
+                        if event.strip() == b"data: [DONE]":  # what is still held goes out before the end
+                            out.append(await self._flush())
+                        out.append(await self._event(event))
+                    except GuardBlocked as exc:
+                        yield b"".join([*out, b"data: ", msgspec.json.encode(exc.body()), b"\n\ndata: [DONE]\n\n"])
+                        return
+                yield b"".join(out)
+            try:
+                yield await self._flush()  # a stream cut short: what was held, as it stands
+            except GuardBlocked as exc:
+                yield b"data: " + msgspec.json.encode(exc.body()) + b"\n\n"
+        finally:
+            await chunks.aclose()
+
+    async def _event(self, event: bytes) -> bytes:
+        """One SSE event with its choices' texts guarded (others passed on as they came)."""
+        if not event.startswith(b"data: {"):
+            return event + b"\n\n"
+        try:
+            data = msgspec.json.decode(event[6:])
+        except msgspec.DecodeError:
+            return event + b"\n\n"
+        for choice in data.get("choices") or []:
+            await self._choice(choice)
+        return b"data: " + msgspec.json.encode(data) + b"\n\n"
+
+    async def _flush(self) -> bytes:
+        """An event with what each choice still holds (b"" where none holds anything)."""
+        choices = []
+        for index in sorted({*self.restorers, *self.windows}):
+            choice: dict = {"index": index, "delta": {}, "finish_reason": "stop"}
+            await self._choice(choice)
+            if choice["delta"].get("content"):
+                choice["finish_reason"] = None
+                choices.append(choice)
+        self.restorers.clear()
+        self.windows.clear()
+        return b"data: " + msgspec.json.encode({"choices": choices}) + b"\n\n" if choices else b""
+
+    async def _choice(self, choice: dict) -> None:
+        index, ended = choice.get("index", 0), choice.get("finish_reason") is not None
         delta = choice.get("delta")
-        key = "content" if isinstance(delta, dict) else "text"
-        holder = delta if isinstance(delta, dict) else choice
-        if isinstance(holder.get(key), str):
-            holder[key] = restorer.feed(holder[key])
-        if choice.get("finish_reason") is not None:
-            holder[key] = (holder.get(key) or "") + restorer.end()
-    return b"data: " + msgspec.json.encode(data) + b"\n\n"
+        holder, key = (delta, "content") if isinstance(delta, dict) else (choice, "text")
+        came = holder.get(key)
+        if not isinstance(came, str) and not ended:
+            return
+        restorer = self.restorers.setdefault(index, StreamRestorer(self.redaction))
+        text = restorer.feed(came if isinstance(came, str) else "") + (restorer.end() if ended else "")
+        if self.policy.output:
+            window = self.windows.get(index)
+            if window is None:
+                local = [c for c in self.policy.output if c.kind in ("pii", "pattern")]
+                window = self.windows[index] = CheckWindow(lambda t: spans(t, local, self.guards.patterns), self.whole)
+            text = window.feed(text) + (window.end() if ended else "")
+            if text:
+                checked = await _checked([text], self.policy, "output", self.guards, self.masked, self.tally)
+                text = checked[0]
+        if text or isinstance(came, str):
+            holder[key] = text

@@ -1,0 +1,51 @@
+"""A streamed answer under a policy, event by event (the router's `_StreamGuard`, fed by hand):
+a stream cut short mid-placeholder still gives what it held, restored and checked."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from llmgw.proto.guard import Check, Policy
+from llmgw.router.guard.redact import Redaction
+from llmgw.router.request.guarded import _StreamGuard
+
+
+async def _events(*pieces: bytes):
+    for piece in pieces:
+        yield piece
+
+
+def _texts(out: list[bytes]) -> tuple[str, list[dict]]:
+    text, errors = "", []
+    for event in b"".join(out).split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            data = json.loads(event[6:])
+            errors += [data["error"]] if "error" in data else []
+            text += "".join(c["delta"].get("content") or "" for c in data.get("choices", []))
+    return text, errors
+
+
+async def _run(policy: Policy, redaction: Redaction, *pieces: bytes) -> list[bytes]:
+    guard = _StreamGuard(policy, redaction, SimpleNamespace(patterns={}), lambda name, seen: None)
+    return [piece async for piece in guard.events(_events(*pieces))]
+
+
+def _delta(text: str) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n\n"
+
+
+async def test_a_stream_cut_mid_placeholder_gives_what_it_held_restored():
+    redaction = Redaction()
+    redaction.placeholder("EMAIL", "ada@example.com")
+    out = await _run(Policy(name="p"), redaction, _delta("Hi "), _delta("<EMA"))
+    assert _texts(out) == ("Hi <EMA", [])  # a placeholder cut short is given as it stands
+    out = await _run(Policy(name="p"), redaction, _delta("Hi "), _delta("<EMAIL_1"), _delta(">"))
+    assert _texts(out) == ("Hi ada@example.com", [])
+
+
+async def test_what_a_cut_stream_held_is_checked_before_it_goes_out():
+    blocking = Policy(name="p", output=[Check(kind="pii", action="block", entities=["email"])])
+    out = await _run(blocking, Redaction(), _delta("write to "), _delta("ada@example.com"))
+    text, errors = _texts(out)
+    assert "ada@example.com" not in text and errors and "policy 'p'" in errors[0]["message"]
