@@ -114,3 +114,15 @@ def test_one_model_is_no_ground_to_keep_a_fit():
 def test_the_fit_says_its_worst_error_over_what_it_measured():
     k = fit_cpu(_measured(TRUE), "here", memory=False)
     assert k.source == "here" and 0 <= k.worst_error < 0.01
+
+
+def test_a_prompts_reading_is_reckoned_at_what_llama_server_measured_here():
+    from llmgw.modelplan import CARDS, prefill_tokens_per_second, verdict_seconds
+
+    # SmolLM2-135M Q4_1, 2 threads: llama-server read a 505-token prompt at ~300 tok/s, wrote ~100 tok/s.
+    prefill = prefill_tokens_per_second(134_515_008, threads=2)
+    assert 285 < prefill < 315
+    assert 0.8 < verdict_seconds(prefill, 100.0) < 1.0  # 256 tokens read, 8 written
+    assert verdict_seconds(0.0, 100.0) == 0.0
+    on_card = prefill_tokens_per_second(8_000_000_000, card=CARDS["h100"])
+    assert 25_000 < on_card < 35_000  # 989 TFLOPS at half, 16 GFLOP a token

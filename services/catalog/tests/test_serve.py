@@ -291,3 +291,23 @@ def test_a_very_slow_way_across_nodes_is_refused_without_cpu_anyway():
     with pytest.raises(BadRequest, match="tokens a second on the CPU, across 2 nodes: a reply of 500 tokens"):
         check_serve(way, plan, cpu_anyway=False)
     assert "(the CPU chosen on purpose)" in check_serve(way, plan, cpu_anyway=True)[0]
+
+
+def test_a_judges_plan_says_how_soon_a_verdict_comes_and_puts_the_way_within_the_bound_first():
+    from llmgw.modelplan import JUDGE_BOUND_S
+
+    small = msgspec.structs.replace(BIG, shape=msgspec.structs.replace(BIG.shape, parameters=135_000_000))
+    fleet = [node("cpu-1"), node("gpu-1", cards=[l40s(count=1, free=1)])]
+    chat = serve_plan(ServePlanAsk(source=SOURCE, cores=4), small, 0, fleet)
+    judge = serve_plan(ServePlanAsk(source=SOURCE, cores=4, judge=True), small, 0, fleet)
+    assert all(w.prefill_tokens_per_s > 0 and w.verdict_s > 0 for w in judge.ways)
+    card, cpu = judge.ways[0], next(w for w in judge.ways if w.kind == "cpu")
+    assert card.kind == "gpu" and card.prefill_tokens_per_s > 50 * cpu.prefill_tokens_per_s
+    assert {w.kind for w in chat.ways} == {w.kind for w in judge.ways}
+    # A CPU way within the bound is put before cards: a judge need not take one.
+    within = [w for w in judge.ways if w.verdict_s <= JUDGE_BOUND_S]
+    assert judge.ways[0] in within and not judge.warnings
+
+    big = serve_plan(ServePlanAsk(source=SOURCE, cores=4, judge=True), BIG, 0, [node("cpu-1")])
+    assert big.ways[0].verdict_s > JUDGE_BOUND_S
+    assert any("no way gives a verdict within 1 s" in w for w in big.warnings), big.warnings

@@ -54,3 +54,18 @@ def test_the_plan_table_marks_slow_ways_with_how_long_a_reply_of_500_tokens_take
     assert "1x l40s-48g" in lines[3] and "20.0 GiB/card" in lines[3] and "~90" in lines[3]
     assert "a, b" in lines[4] and "~12 (calibrated)" in lines[4] and "slow: 500 tokens in about 40 seconds" in lines[4]
     assert "none now (c when room is free)" in lines[5] and "very slow: 500 tokens in about 3 minutes" in lines[5]
+
+
+def test_a_judges_plan_table_says_how_soon_a_verdict_comes():
+    way = ServeWay(
+        kind="cpu",
+        threads=2,
+        memory_mb=300,
+        node="n",
+        nodes_fit=["n"],
+        tokens_per_s=100.0,
+        prefill_tokens_per_s=300.0,
+        verdict_s=0.93,
+    )
+    text = plan_table(ServePlan(source="o/r/judge.gguf", context=4096, ways=[way]), judge=True)
+    assert "VERDICT" in text and "0.93 s (reads ~300 tok/s)" in text

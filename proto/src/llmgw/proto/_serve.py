@@ -24,6 +24,9 @@ class ServePlanAsk(Struct, kw_only=True):
     """Threads a CPU replica gets; 0: half a node's cores."""
     slots: Positive = 2
     """Requests one replica serves at once (llama-server -np)."""
+    judge: bool = False
+    """For a guardrail judge: the ways ordered by how soon a verdict comes (`ServeWay.verdict_s`),
+    those within the bound first."""
 
 
 class ServeWay(Struct, kw_only=True):
@@ -62,6 +65,10 @@ class ServeWay(Struct, kw_only=True):
     tokens a second, or the CPU while cards that fit are free. The catalog refuses it without."""
     calibrated: bool = False
     """The speed comes from the node's own calibration (`llmgw plan calibrate`), not the defaults."""
+    prefill_tokens_per_s: float = 0.0
+    """About how many tokens of a prompt it reads a second (compute-bound); 0: unknown."""
+    verdict_s: float = 0.0
+    """Seconds a judge's verdict takes this way: a 256-token prompt read, 8 tokens written (0: unknown)."""
 
 
 class ServePlan(Struct, kw_only=True):

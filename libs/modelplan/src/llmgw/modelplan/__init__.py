@@ -32,6 +32,7 @@ from llmgw.modelplan._options import CardGroup, FileFacts, NodeFacts, Option, no
 from llmgw.modelplan._speed import (
     CARDS,
     DEFAULT_CPU,
+    JUDGE_BOUND_S,
     SLOW_TPS,
     VERY_SLOW_TPS,
     Card,
@@ -45,7 +46,9 @@ from llmgw.modelplan._speed import (
     cpu_tokens_at,
     cpu_tokens_per_second,
     gpu_tokens_per_second,
+    prefill_tokens_per_second,
     speed_note,
+    verdict_seconds,
 )
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "ENGINE_ENV",
     "ENGINE_FLAGS",
     "FOREIGN_LIMIT_MB",
+    "JUDGE_BOUND_S",
     "KV_CACHE_TYPES",
     "SLOW_TPS",
     "VERY_SLOW_TPS",
@@ -91,11 +95,13 @@ __all__ = [
     "llamacpp_memory",
     "node_facts",
     "options",
+    "prefill_tokens_per_second",
     "shape_from_config",
     "shape_from_gguf",
     "speed_note",
     "splits_kv_heads",
     "usable_cards",
+    "verdict_seconds",
     "vllm_block_bytes",
     "vllm_memory",
     "worst_error",

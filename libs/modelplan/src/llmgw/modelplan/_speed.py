@@ -20,7 +20,12 @@ from llmgw.proto import CpuCalibration
 
 __all__ = [
     "CARDS",
+    "CPU_PREFILL_GFLOPS",
     "DEFAULT_CPU",
+    "GPU_PREFILL_EFFICIENCY",
+    "JUDGE_ANSWER_TOKENS",
+    "JUDGE_BOUND_S",
+    "JUDGE_PROMPT_TOKENS",
     "SLOW_TPS",
     "VERY_SLOW_TPS",
     "Card",
@@ -34,7 +39,9 @@ __all__ = [
     "cpu_tokens_at",
     "cpu_tokens_per_second",
     "gpu_tokens_per_second",
+    "prefill_tokens_per_second",
     "speed_note",
+    "verdict_seconds",
 ]
 
 DEFAULT_CPU = CpuCalibration(
@@ -59,33 +66,35 @@ VERY_SLOW_TPS = 5.0
 
 
 class Card(msgspec.Struct, frozen=True, kw_only=True):
-    """A card model's memory bandwidth, from its maker's datasheet."""
+    """A card model's memory bandwidth, from its maker's datasheet, and its dense FP16/BF16 tensor
+    TFLOPS (without sparsity), which a prompt's reading (prefill) is bound by."""
 
     bandwidth_gbs: float
     memory_gb: int
+    tflops: float = 0.0
 
 
 CARDS: dict[str, Card] = {
     # NVIDIA datasheets (GB/s of HBM or GDDR, as published).
-    "b200": Card(bandwidth_gbs=8000, memory_gb=180),
-    "h200": Card(bandwidth_gbs=4800, memory_gb=141),
-    "h100-nvl": Card(bandwidth_gbs=3900, memory_gb=94),
-    "h100": Card(bandwidth_gbs=3350, memory_gb=80),  # SXM5
-    "h100-pcie": Card(bandwidth_gbs=2000, memory_gb=80),
-    "gh200": Card(bandwidth_gbs=4000, memory_gb=96),
-    "a100": Card(bandwidth_gbs=2039, memory_gb=80),  # 80 GB SXM; the 40 GB card below
-    "a100-40g": Card(bandwidth_gbs=1555, memory_gb=40),
-    "l40s": Card(bandwidth_gbs=864, memory_gb=48),
-    "l40": Card(bandwidth_gbs=864, memory_gb=48),
-    "rtx6000ada": Card(bandwidth_gbs=960, memory_gb=48),
-    "a6000": Card(bandwidth_gbs=768, memory_gb=48),
-    "a40": Card(bandwidth_gbs=696, memory_gb=48),
-    "rtx4090": Card(bandwidth_gbs=1008, memory_gb=24),
-    "rtx3090": Card(bandwidth_gbs=936, memory_gb=24),
-    "a10": Card(bandwidth_gbs=600, memory_gb=24),
-    "l4": Card(bandwidth_gbs=300, memory_gb=24),
-    "v100": Card(bandwidth_gbs=900, memory_gb=32),
-    "t4": Card(bandwidth_gbs=320, memory_gb=16),
+    "b200": Card(bandwidth_gbs=8000, memory_gb=180, tflops=2250),
+    "h200": Card(bandwidth_gbs=4800, memory_gb=141, tflops=989),
+    "h100-nvl": Card(bandwidth_gbs=3900, memory_gb=94, tflops=835),
+    "h100": Card(bandwidth_gbs=3350, memory_gb=80, tflops=989),  # SXM5
+    "h100-pcie": Card(bandwidth_gbs=2000, memory_gb=80, tflops=756),
+    "gh200": Card(bandwidth_gbs=4000, memory_gb=96, tflops=989),
+    "a100": Card(bandwidth_gbs=2039, memory_gb=80, tflops=312),  # 80 GB SXM; the 40 GB card below
+    "a100-40g": Card(bandwidth_gbs=1555, memory_gb=40, tflops=312),
+    "l40s": Card(bandwidth_gbs=864, memory_gb=48, tflops=362),
+    "l40": Card(bandwidth_gbs=864, memory_gb=48, tflops=181),
+    "rtx6000ada": Card(bandwidth_gbs=960, memory_gb=48, tflops=364),
+    "a6000": Card(bandwidth_gbs=768, memory_gb=48, tflops=155),
+    "a40": Card(bandwidth_gbs=696, memory_gb=48, tflops=150),
+    "rtx4090": Card(bandwidth_gbs=1008, memory_gb=24, tflops=165),
+    "rtx3090": Card(bandwidth_gbs=936, memory_gb=24, tflops=71),
+    "a10": Card(bandwidth_gbs=600, memory_gb=24, tflops=125),
+    "l4": Card(bandwidth_gbs=300, memory_gb=24, tflops=121),
+    "v100": Card(bandwidth_gbs=900, memory_gb=32, tflops=125),
+    "t4": Card(bandwidth_gbs=320, memory_gb=16, tflops=65),
 }
 """Card models by the family part of their class; `card_of` looks a class up."""
 
@@ -225,6 +234,39 @@ def gpu_tokens_per_second(
         return 0.0
     scale = cards**g.tp_exp if tensor_parallel and cards > 1 else 1.0
     return 1 / ((read_bytes + kv_read_bytes) / (bandwidth_gbs * 1e9 * g.efficiency * scale) + g.token_fixed_s)
+
+
+CPU_PREFILL_GFLOPS = 43.0
+"""What one thread of a CPU computes a second while llama.cpp reads a prompt (2 FLOPs a weight a
+token; threads add as memory's rate does, threads^0.9). Measured here: SmolLM2-135M Q4_1, a
+505-token prompt, 2 threads, 300 tokens a second (llama-server's timings, 2026-12-05)."""
+GPU_PREFILL_EFFICIENCY = 0.5
+"""Share of a card's dense TFLOPS a prompt's reading reaches."""
+JUDGE_PROMPT_TOKENS = 256
+"""The prompt a judge's verdict is reckoned for (a chat turn and the judge's instructions)."""
+JUDGE_ANSWER_TOKENS = 8
+"""A verdict's tokens ("Safety: Unsafe\nCategories: Violent")."""
+JUDGE_BOUND_S = 1.0
+"""A verdict slower than this holds up every request the judge checks: the plan says so."""
+
+
+def prefill_tokens_per_second(parameters: int, threads: int = 0, card: Card | None = None, cards: int = 1) -> float:
+    """Tokens a second of a prompt read (compute-bound, unlike writing): on `threads` CPU threads,
+    or on `cards` of `card`; 0 where unknown."""
+    flops = 2.0 * parameters
+    if flops <= 0:
+        return 0.0
+    if card is not None:
+        return card.tflops * 1e12 * GPU_PREFILL_EFFICIENCY * cards / flops if card.tflops else 0.0
+    return CPU_PREFILL_GFLOPS * 1e9 * max(threads, 1) ** 0.9 / flops
+
+
+def verdict_seconds(prefill_tps: float, tps: float) -> float:
+    """Seconds a judge takes over a verdict: `JUDGE_PROMPT_TOKENS` read, `JUDGE_ANSWER_TOKENS`
+    written; 0 where a speed is unknown."""
+    if prefill_tps <= 0 or tps <= 0:
+        return 0.0
+    return JUDGE_PROMPT_TOKENS / prefill_tps + JUDGE_ANSWER_TOKENS / tps
 
 
 def speed_note(tps: float) -> str:

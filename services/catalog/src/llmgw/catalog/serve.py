@@ -12,16 +12,20 @@ import msgspec
 
 from llmgw.modelplan import (
     DEFAULT_CPU,
+    JUDGE_BOUND_S,
     SLOW_TPS,
     VERY_SLOW_TPS,
     FileFacts,
     NodeFacts,
     Option,
     active_type_bytes,
+    card_of,
     cpu_threads,
     cpu_tokens_per_second,
     llamacpp_memory,
     options,
+    prefill_tokens_per_second,
+    verdict_seconds,
 )
 from llmgw.proto.catalog import LEAST_CONTEXT, Model, ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto.errors import BadRequest
@@ -89,6 +93,8 @@ def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, No
     fit = [(o, n) for o, n in seen if o.free_now]
     memory = llamacpp_memory(facts.shape, context, slots, cards=best.cards)
     tps = best.tokens_per_second
+    card = card_of(best.device) if best.device != "cpu" else None
+    prefill = prefill_tokens_per_second(facts.shape.parameters, best.threads, card, max(best.cards, 1))
     return ServeWay(
         kind=_kind(best),
         cards=best.cards,
@@ -105,6 +111,8 @@ def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, No
         mark=_mark(tps),
         reply_500_s=round(500 / tps, 1) if tps > 0 else 0.0,
         calibrated=best.device == "cpu" and node.calibration is not None,
+        prefill_tokens_per_s=round(prefill, 1),
+        verdict_s=round(verdict_seconds(prefill, tps), 2),
     )
 
 
@@ -202,7 +210,7 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
     ways += [across] if across else []
     ways.sort(key=lambda w: (not w.nodes_fit, -w.tokens_per_s, w.cards))
     ways = [msgspec.structs.replace(w, on_purpose=takes_cpu_anyway(w, ways)) for w in ways]
-    warnings = []
+    warnings = _judge_order(ways) if ask.judge else []
     if trained and context > trained:
         if not ways:
             raise BadRequest(
@@ -220,6 +228,21 @@ def serve_plan(ask: ServePlanAsk, facts: FileFacts, trained: int, nodes: list[No
     return ServePlan(
         source=ask.source, context=context, trained_context=trained, slots=ask.slots, ways=ways, warnings=warnings
     )
+
+
+def _judge_order(ways: list[ServeWay]) -> list[str]:
+    """A judge's ways in place, best first: fits now, then within `JUDGE_BOUND_S` a verdict, then
+    fewest cards, then soonest; a warning where none that fits now is within the bound."""
+
+    def soon(w: ServeWay) -> float:
+        return w.verdict_s if w.verdict_s > 0 else float("inf")
+
+    ways.sort(key=lambda w: (not w.nodes_fit, soon(w) > JUDGE_BOUND_S, w.cards, soon(w)))
+    if not any(w.nodes_fit and 0 < w.verdict_s <= JUDGE_BOUND_S for w in ways):
+        best = min((soon(w) for w in ways if w.nodes_fit), default=float("inf"))
+        said = f"the soonest that fits now takes {best:.1f} s" if best < float("inf") else "none fits now"
+        return [f"no way gives a verdict within {JUDGE_BOUND_S:g} s ({said}): every request it checks waits for it"]
+    return []
 
 
 def check_context(model: Model, facts: FileFacts, trained: int, nodes: list[NodeFacts]) -> list[str]:

@@ -196,7 +196,7 @@ class Catalog:
     async def serve(self, req: ServeModel) -> ModelEntry:
         """Put a mirrored file into service the way asked, under the rule that makes the CPU a
         choice made on purpose; written as a put of a new model (the catalog untouched on refusal)."""
-        ask = ServePlanAsk(source=req.source, context=req.context, cores=req.cores, slots=req.slots)
+        ask = ServePlanAsk(source=req.source, context=req.context, cores=req.cores, slots=req.slots, judge=req.judge)
         plan, cards, info = await self._plan(ask, gpus=req.gpus)
         card, cpu = choose_ways(plan, req, cards)
         model = served_model(req, plan, card, cpu)

@@ -50,14 +50,22 @@ def _mark(w: ServeWay) -> str:
     return f"{w.mark}: 500 tokens in {_reply(w.reply_500_s)}" if w.mark else ""
 
 
-def plan_table(plan: ServePlan) -> str:
-    """The ways as a table, best first: way, memory, fits on, more replicas, ~tok/s, mark."""
+def _verdict(w: ServeWay) -> str:
+    if w.verdict_s <= 0:
+        return "unknown"
+    return f"{w.verdict_s:.2f} s (reads ~{w.prefill_tokens_per_s:.0f} tok/s)"
+
+
+def plan_table(plan: ServePlan, judge: bool = False) -> str:
+    """The ways as a table, best first: way, memory, fits on, more replicas, ~tok/s, mark; for a
+    judge, how soon a verdict comes (a 256-token prompt read: prefill) instead of the mark."""
     trained = f", trained for {plan.trained_context}" if plan.trained_context else ""
     lines = [f"{plan.source}: context {plan.context}{trained}, {plan.slots} slots", ""]
-    rows = [("WAY", "MEMORY", "FITS ON", "MORE", "~TOK/S", "MARK")]
+    rows = [("WAY", "MEMORY", "FITS ON", "MORE", "~TOK/S", "VERDICT" if judge else "MARK")]
     for w in plan.ways:
         fits = ", ".join(w.nodes_fit) or f"none now ({w.node} when room is free)"
-        rows.append((_way(w), _memory(w), fits, str(w.more_replicas), _speed(w), _mark(w)))
+        last = _verdict(w) if judge else _mark(w)
+        rows.append((_way(w), _memory(w), fits, str(w.more_replicas), _speed(w), last))
     if plan.ways:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -69,9 +77,9 @@ def plan_table(plan: ServePlan) -> str:
 
 async def _serve(nc: Client, args: argparse.Namespace) -> int:
     if args.plan:
-        ask = ServePlanAsk(source=args.source, context=args.context, cores=args.cores)
+        ask = ServePlanAsk(source=args.source, context=args.context, cores=args.cores, judge=args.judge)
         plan = await call(nc, catalog.SERVE_PLAN, ask)
-        return show(args, plan, plan_table(plan))
+        return show(args, plan, plan_table(plan, args.judge))
     serve = ServeModel(
         source=args.source,
         name=args.name,
