@@ -91,7 +91,8 @@ async def test_a_judge_is_served_on_a_cpu_too_slow_for_a_chat_model(fleet):
     served = await call(
         fleet.nc, catalog.SERVE, ServeModel(source=SOURCE, cpu=True, judge=True, name="guard"), timeout=30
     )
-    assert served.model.judge and served.warnings[0].startswith("Very slow: about ")
+    assert served.model.judge and any(w.startswith("Very slow: about ") for w in served.warnings)
+    assert any(w.startswith("no way gives a verdict within 1 s") for w in served.warnings)  # said, not refused
 
 
 @pytest.mark.parametrize(
