@@ -45,6 +45,7 @@ bench:
     python tests/bench/mirror.py
     python tests/bench/usage.py
     python tests/bench/guard.py
+    python tests/bench/guard_kinds.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:

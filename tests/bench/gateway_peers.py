@@ -354,11 +354,16 @@ def _secured_nats(stack: contextlib.ExitStack, tmp: Path) -> tuple[str, dict[str
 
 
 def start_router(
-    stack: contextlib.ExitStack, tmp: Path, backends: str | list[str], limits=None, secure: bool = False, policy=None
+    stack: contextlib.ExitStack,
+    tmp: Path,
+    backends: str | list[str] | dict[str, str],
+    limits=None,
+    secure: bool = False,
+    policy=None,
 ) -> Peer:
-    """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend;
-    the key has `limits` (a `Limits`; None: none). `secure`: NATS with nkeys and TLS. `policy`: a
-    guardrail policy (`guard.Policy`) its requests meet."""
+    """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend
+    (a dict: of each model named, on its backend); the key has `limits` (a `Limits`; None: none).
+    `secure`: NATS with nkeys and TLS. `policy`: a guardrail policy (`guard.Policy`) its requests meet."""
     import msgspec
 
     from llmgw.bus import call, connect, kv_bucket
@@ -383,11 +388,16 @@ def start_router(
     async def setup() -> str:
         nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
         js = nc.jetstream()
-        model = Model(name="m", source="o/r/m.gguf", context=8192, profiles=[Profile(name="cpu", slots=2)])
-        await (await kv_bucket(js, BUCKETS["catalog"], 5)).put("m", msgspec.json.encode(CatalogRecord(model=model)))
-        replicas = await kv_bucket(js, BUCKETS["replicas"])
-        for i, backend in enumerate([backends] if isinstance(backends, str) else backends):
-            replica = ReplicaState(id=f"r{i}", model="m", profile="cpu", node="n", state="ready", url=backend)
+        if isinstance(backends, dict):
+            served = list(backends.items())
+        else:
+            served = [("m", b) for b in ([backends] if isinstance(backends, str) else backends)]
+        catalog, replicas = await kv_bucket(js, BUCKETS["catalog"], 5), await kv_bucket(js, BUCKETS["replicas"])
+        for name in dict.fromkeys(name for name, _ in served):
+            model = Model(name=name, source=f"o/r/{name}.gguf", context=8192, profiles=[Profile(name="cpu", slots=2)])
+            await catalog.put(name, msgspec.json.encode(CatalogRecord(model=model)))
+        for i, (name, backend) in enumerate(served):
+            replica = ReplicaState(id=f"r{i}", model=name, profile="cpu", node="n", state="ready", url=backend)
             await replicas.put(replica.id, msgspec.json.encode(replica))
         try:
             for _ in range(100):

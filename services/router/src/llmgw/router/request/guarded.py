@@ -200,7 +200,7 @@ class _StreamGuard:
 
     async def _event(self, event: bytes) -> bytes:
         """One SSE event with its choices' texts guarded (others passed on as they came)."""
-        if not event.startswith(b"data: {"):
+        if not event.startswith(b"data: {") or self._passes(event):
             return event + b"\n\n"
         try:
             data = msgspec.json.decode(event[6:])
@@ -209,6 +209,12 @@ class _StreamGuard:
         for choice in data.get("choices") or []:
             await self._choice(choice)
         return b"data: " + msgspec.json.encode(data) + b"\n\n"
+
+    def _passes(self, event: bytes) -> bool:
+        """Whether `event` goes on untouched: nothing to check, no placeholder in it, none held."""
+        if self.policy.output or b"<" in event or b"\\u003c" in event.lower():
+            return False
+        return not any(r.held for r in self.restorers.values())
 
     async def _flush(self) -> bytes:
         """An event with what each choice still holds (b"" where none holds anything)."""
