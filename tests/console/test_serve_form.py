@@ -97,6 +97,21 @@ async def test_a_very_slow_way_is_refused_until_run_on_the_cpu_anyway_is_ticked(
     assert "Serving slowpoke" in note and "Taken knowingly: Very slow: about" in note
 
 
+async def test_a_judge_is_served_from_the_form_on_a_cpu_too_slow_for_chat_its_verdict_said(stack):
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("slow", 0.001))
+    [way] = (await plan_of(stack, judge=True)).ways
+    assert way.verdict_s > 0
+    browser = await stack.signed_in()
+    part = await browser.get(f"/console/serve/plan?source={quote(SOURCE)}&judge=1")
+    assert f"a verdict in {way.verdict_s:,.2f} s (reads ~{way.prefill_tokens_per_s:,.0f} tok/s)" in part.text
+    assert "a verdict in" not in (await browser.get(f"/console/serve/plan?source={quote(SOURCE)}")).text
+    fields = {"csrf": browser.csrf, "source": SOURCE, "name": "guard", "way": "cpu", "slots": "2", "judge": "1"}
+    taken = await browser.http.post("/console/serve", data=fields, follow_redirects=False)
+    assert taken.status_code == 303, taken.text  # no "run on the CPU anyway" for a judge
+    stored = (await call(stack.nc, catalog.MODEL_GET, ModelRef(name="guard"))).model
+    assert stored.judge
+
+
 BAD = [
     ({"cores": "99"}, 400, "cores 99 is above every node&#39;s"),
     ({"cores": "-1"}, 400, "CPU cores: &#39;-1&#39; is not allowed"),

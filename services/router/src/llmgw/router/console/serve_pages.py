@@ -26,7 +26,7 @@ from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ROUTES", "way_key"]
 
-_FIELDS = ("source", "name", "context", "cores", "slots", "way", "cpu_anyway")
+_FIELDS = ("source", "name", "context", "cores", "slots", "way", "cpu_anyway", "judge")
 """The form's fields (a GET's query, a POST's body)."""
 MOST_SLOTS = 256
 _CARD_WAY = re.compile(r"^gpus-([0-9]{1,3})$")
@@ -56,6 +56,7 @@ def _plan_ask(view: View) -> ServePlanAsk:
         "context": view.number("context", 0, MOST_CONTEXT, 0, label=view.t("serve.context")),
         "cores": view.number("cores", 0, MOST_CORES, 0, label=view.t("serve.cores")),
         "slots": view.number("slots", 1, MOST_SLOTS, 2, label=view.t("serve.slots")),
+        "judge": bool(view.form.get("judge")),
     }
     if not fields["source"]:
         raise Refused(400, view.t("serve.err.no_source"))
@@ -147,6 +148,7 @@ def _serve_message(view: View) -> ServeModel:
         "context": ask.context,
         "slots": ask.slots,
         "cpu_anyway": bool(view.form.get("cpu_anyway")),
+        "judge": ask.judge,
         "by": view.by,
     }
     try:

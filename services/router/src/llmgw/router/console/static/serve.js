@@ -1,5 +1,5 @@
 // llmgw console, the serve form with JavaScript on: the catalog's plan is asked again as the
-// context, cores or slots change and its part of the form swapped in (the rest of the form, being
+// context, cores, slots or the judge box change and its part of the form swapped in (the rest of the form, being
 // filled in, is left as it is); the "run on the CPU anyway" box follows the way chosen. Without
 // it the Recompute button does the same.
 "use strict";
@@ -18,6 +18,7 @@
     if (way) q.set("way", way.value);
     var box = form.querySelector("input[name=cpu_anyway]");
     if (box && box.checked) q.set("cpu_anyway", "1");
+    if (form.elements.judge && form.elements.judge.checked) q.set("judge", "1");
     return q.toString();
   }
 
@@ -47,5 +48,8 @@
     clearTimeout(timer);
     timer = setTimeout(ask, 400);
   });
-  form.addEventListener("change", function (e) { if (e.target.name === "way") followWay(); });
+  form.addEventListener("change", function (e) {
+    if (e.target.name === "way") followWay();
+    if (e.target.name === "judge") ask();  // a judge's ways are ordered by how soon a verdict comes
+  });
 })();
