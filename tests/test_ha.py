@@ -71,7 +71,8 @@ def test_the_ha_addresses_are_this_machine_and_two_more_each_an_address():
     for listen, others, says in (
         ("127.0.0.1", ["10.0.0.2", "10.0.0.3"], "needs --listen ADDR"),
         ("10.0.0.1", ["10.0.0.2"], "the members are three"),
-        ("10.0.0.1", ["10.0.0.2", "node3"], "'node3' is not an IP address"),
+        ("10.0.0.1", ["10.0.0.2", "node3"], "'node3' is not an IPv4 address"),
+        ("10.0.0.1", ["10.0.0.2", "fd00::3"], "'fd00::3' is not an IPv4 address"),
         ("10.0.0.1", ["10.0.0.2", "10.0.0.1"], "repeat"),
     ):
         with pytest.raises(HaError, match=says):

@@ -172,7 +172,22 @@ def test_the_identities_are_given_only_to_a_member_showing_a_route_certificate_o
     server.start()
     try:
         assert fetch_identities(server.url, server.fingerprint, route) == [("router", "", "UABC")]
-        with pytest.raises(JoinError, match="did not answer"):  # its certificate fails the handshake
+        with pytest.raises(JoinError, match="gave no identities"):  # its certificate fails the handshake
             fetch_identities(server.url, server.fingerprint, forged)
     finally:
         server.stop()
+
+
+def test_a_machine_is_taken_for_the_address_it_joins_from_never_for_the_one_it_names(tmp_path):
+    from llmgw.ctl.join import JoinServer
+
+    seen = []
+    server = JoinServer(tmp_path, "127.0.0.1", 0, "nats://127.0.0.1:4222", lambda node, address: seen.append(address))
+    token = invite(tmp_path, "m2", now=time.time())
+    (tmp_path / "creds").mkdir()
+    for name in ("agent-m2.nk", "engine-m2.secret", "scheduler.pub"):  # what `admit` would have made
+        (tmp_path / "creds" / name).write_text("x")
+    asked = json.dumps({"token": token, "address": "10.9.9.2"}).encode()  # claims an HA address
+    status, _ = server.answer("/v1/join", asked, "10.9.9.77")
+    assert status == 200 and seen == ["10.9.9.77"]
+    server.httpd.server_close()

@@ -145,3 +145,15 @@ def test_overlaps_keep_the_surer_kind_and_cost_one_pass():
     assert _apart(found) == [Found(8, 20, "CARD"), Found(30, 40, "PHONE")]  # the card beat the address
     many = [Found(i * 3, i * 3 + 2, "EMAIL") for i in range(100_000)]
     assert _apart(many) == many  # 100,000 apart: kept in one pass (a pair-wise check took minutes)
+
+
+def test_a_window_never_cuts_inside_spans_that_overlap_one_another():
+    text = "x " * 100 + "a b c d e f g h " + "y " * 60
+    start = text.index("a b")
+
+    def spans(t):  # two checks' findings, overlapping: the second starts inside the first
+        return [(start, start + 9), (start + 6, start + 15)]
+
+    window = CheckWindow(spans)
+    out = window.feed(text)
+    assert not any(s < len(out) < e for s, e in spans(text)) and out + window.end() == text

@@ -49,3 +49,17 @@ async def test_what_a_cut_stream_held_is_checked_before_it_goes_out():
     out = await _run(blocking, Redaction(), _delta("write to "), _delta("ada@example.com"))
     text, errors = _texts(out)
     assert "ada@example.com" not in text and errors and "policy 'p'" in errors[0]["message"]
+
+
+def _text(text: str, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+
+async def test_a_completions_stream_gets_what_was_held_in_its_own_text_field():
+    redaction = Redaction()
+    redaction.placeholder("EMAIL", "ada@example.com")
+    out = await _run(Policy(name="p"), redaction, _text("Hi "), _text("<EMAIL_1"))
+    events = [json.loads(e[6:]) for e in b"".join(out).split(b"\n\n") if e.startswith(b"data: {")]
+    assert "".join(c.get("text") or "" for e in events for c in e["choices"]) == "Hi <EMAIL_1"
+    assert all("delta" not in c for e in events for c in e["choices"])

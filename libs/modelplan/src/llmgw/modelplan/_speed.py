@@ -125,14 +125,18 @@ def card_class(name: str, memory_mb: int) -> str:
 def card_of(cls: str) -> Card | None:
     """The card of a class ("a100-40g" is its own entry; "h100-80g" is "h100"), or None.
 
-    A MIG instance ("a100-mig-3g.40gb") gets its slices' share of the card's bandwidth: 3 of 7.
+    A MIG instance ("a100-mig-3g.40gb") gets its slices' share of the card's bandwidth and
+    arithmetic: 3 of 7.
     """
     family, _, mig = cls.partition("-mig-")
     if mig:
         card, m = CARDS.get(family), re.match(r"(\d+)g\.(\d+)gb", mig)
         if card is None or m is None:
             return None
-        return Card(bandwidth_gbs=card.bandwidth_gbs * int(m.group(1)) / 7, memory_gb=int(m.group(2)))
+        slices = int(m.group(1))
+        return Card(
+            bandwidth_gbs=card.bandwidth_gbs * slices / 7, memory_gb=int(m.group(2)), tflops=card.tflops * slices / 7
+        )
     if cls in CARDS:
         return CARDS[cls]
     return CARDS.get(cls.rsplit("-", 1)[0])

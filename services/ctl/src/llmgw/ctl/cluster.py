@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llmgw.bus import Cluster, Identity, TlsFiles
+from llmgw.bus import Cluster, Identity, TlsFiles, write_private
 
 __all__ = [
     "CLUSTER_PORT",
@@ -73,9 +73,9 @@ def check_ha(listen: str, others: list[str]) -> list[str]:
     members = [listen, *others]
     for address in members:
         try:
-            ipaddress.ip_address(address)
+            ipaddress.IPv4Address(address)
         except ValueError:
-            raise HaError(f"'{address}' is not an IP address: name each HA machine by its address") from None
+            raise HaError(f"'{address}' is not an IPv4 address: name each HA machine by its IPv4 address") from None
     if len(set(members)) != HA_SIZE:
         raise HaError(f"the HA machines' addresses repeat ({', '.join(members)}): give three different ones")
     return members
@@ -94,8 +94,7 @@ def take_member(home: Path, node: str, address: str, members: list[str]) -> bool
     if address not in members[1:] or address in held.values():
         return False
     held[node] = address
-    path = home / "cluster" / "members.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _folder(home) / "members.json"
     part = path.with_suffix(".part")
     part.write_bytes(msgspec.json.encode(held))
     part.replace(path)
@@ -123,6 +122,14 @@ def public_identities(identities: list[Identity]) -> list[tuple[str, str, str]]:
     return [(i.role, i.node, i.public) for i in identities]
 
 
+def _folder(home: Path) -> Path:
+    """<home>/cluster, readable by its owner alone (the CA's and the route's keys are in it)."""
+    folder = home / "cluster"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
+
+
 def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -131,10 +138,9 @@ def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def _ca(home: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """The fleet's CA (made once, in <home>/cluster/ca.pem and ca.key)."""
-    folder = home / "cluster"
+    folder = _folder(home)
     cert_path, key_path = folder / "ca.pem", folder / "ca.key"
     if not cert_path.exists() or not key_path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmgw fleet CA")])
         now = datetime.datetime.now(datetime.UTC)
@@ -149,8 +155,7 @@ def _ca(home: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .sign(key, hashes.SHA256())
         )
-        key_path.write_bytes(_pem(key))
-        key_path.chmod(0o600)
+        write_private(key_path, _pem(key).decode())
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     key = serialization.load_pem_private_key(key_path.read_bytes(), None)

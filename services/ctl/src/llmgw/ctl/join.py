@@ -186,6 +186,8 @@ class JoinServer:
         if (ca := home / "cluster" / "ca.pem").exists():  # HA members show their route certificate
             context.load_verify_locations(ca)
             context.verify_mode = ssl.CERT_OPTIONAL
+        self.lock = threading.Lock()
+        """One join (or identities' reading) at a time: each writes the credentials and NATS's file."""
         self.identities: Callable[[], list[tuple[str, str, str]]] = list
         """Every identity's public half, for the HA members' NATS (`GET /v1/identities`)."""
         server = self
@@ -194,9 +196,8 @@ class JoinServer:
             timeout = JOIN_WAIT_S  # a client that sends slowly lets go of its thread after this
 
             def do_POST(self) -> None:
-                status, body = server.answer(
-                    self.path, self.rfile.read(min(int(self.headers["content-length"] or 0), 4096))
-                )
+                raw = self.rfile.read(min(int(self.headers["content-length"] or 0), 4096))
+                status, body = server.answer(self.path, raw, self.client_address[0])
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.end_headers()
@@ -207,10 +208,12 @@ class JoinServer:
                 if self.path != "/v1/identities" or not member:
                     self.send_error(404 if member else 403)
                     return
+                with server.lock:
+                    body = msgspec.json.encode(server.identities())
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.end_headers()
-                self.wfile.write(msgspec.json.encode(server.identities()))
+                self.wfile.write(body)
 
             def log_message(self, *_: object) -> None:  # its lines would carry no more than `up` says
                 pass
@@ -220,17 +223,18 @@ class JoinServer:
         self.url = f"https://{address}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="join-server", daemon=True)
 
-    def answer(self, path: str, raw: bytes) -> tuple[int, bytes]:
-        """The answer to one join: 200 and the bundle, or 4xx and what was wrong."""
+    def answer(self, path: str, raw: bytes, peer: str) -> tuple[int, bytes]:
+        """The answer to one join from `peer` (the address it connects from, which decides whether
+        it is an HA member: never what it says of itself): 200 and the bundle, or 4xx and why."""
         if path != "/v1/join":
             return 404, b'{"error": "no such path: joins are POST /v1/join"}'
         try:
-            asked = json.loads(raw)
-            token, address = str(asked["token"]), str(asked.get("address", ""))
-            node = redeem(self.home, token, time.time())
-            member = self.admit(node, address)
+            token = str(json.loads(raw)["token"])
+            with self.lock:
+                node = redeem(self.home, token, time.time())
+                member = self.admit(node, peer)
         except (ValueError, KeyError, TypeError):
-            return 400, b'{"error": "a join is {\\"token\\": \\"...\\", \\"address\\": \\"...\\"}"}'
+            return 400, b'{"error": "a join is {\\"token\\": \\"...\\"}"}'
         except JoinError as exc:
             return 403, json.dumps({"error": str(exc)}).encode()
         role = "an HA member: NATS, a router and an agent" if member else "its agent"
@@ -283,14 +287,13 @@ def _pinned(url: str, fingerprint: str, timeout: float, client: TlsFiles | None 
     return conn
 
 
-def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", timeout: float = 30.0) -> JoinBundle:
-    """The bundle the first machine hands over for `token` (this machine being at `address`),
-    asked over TLS only once its certificate is the one `fingerprint` names (the token is not
-    sent otherwise); JoinError saying what went wrong."""
+def fetch_bundle(url: str, token: str, fingerprint: str, timeout: float = 30.0) -> JoinBundle:
+    """The bundle the first machine hands over for `token`, asked over TLS only once its
+    certificate is the one `fingerprint` names (the token is not sent otherwise); JoinError
+    saying what went wrong."""
     conn = _pinned(url, fingerprint, timeout)
     try:
-        asked = json.dumps({"token": token, "address": address})
-        conn.request("POST", "/v1/join", asked, {"content-type": "application/json"})
+        conn.request("POST", "/v1/join", json.dumps({"token": token}), {"content-type": "application/json"})
         answer = conn.getresponse()
         body = answer.read()
     except OSError as exc:
@@ -303,21 +306,21 @@ def fetch_bundle(url: str, token: str, fingerprint: str, address: str = "", time
     return msgspec.json.decode(body, type=JoinBundle)
 
 
-def fetch_identities(url: str, fingerprint: str, route: TlsFiles, timeout: float = 10.0) -> list[tuple[str, str, str]]:
+def fetch_identities(url: str, fingerprint: str, route: TlsFiles, timeout: float = 3.0) -> list[tuple[str, str, str]]:
     """Every identity's public half, from the first machine (an HA member asks with its route
-    certificate); JoinError where it cannot be had."""
+    certificate); JoinError, whatever went wrong (a member's supervisor asks again later)."""
     conn = _pinned(url, fingerprint, timeout, route)
     try:
         conn.request("GET", "/v1/identities")
         answer = conn.getresponse()
         body = answer.read()
-    except OSError as exc:
-        raise JoinError(f"{url} did not answer ({exc})") from None
+        if answer.status != 200:
+            raise JoinError(f"the first machine would not give the identities ({answer.status})")
+        return [tuple(i) for i in msgspec.json.decode(body, type=list[tuple[str, str, str]])]
+    except (OSError, http.client.HTTPException, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise JoinError(f"{url} gave no identities ({exc})") from None
     finally:
         conn.close()
-    if answer.status != 200:
-        raise JoinError(f"the first machine would not give the identities ({answer.status})")
-    return [tuple(i) for i in msgspec.json.decode(body, type=list[tuple[str, str, str]])]
 
 
 def write_bundle(home: Path, bundle: JoinBundle) -> dict[str, Path]:

@@ -38,10 +38,11 @@ class IdentitiesFollower:
     certificate) and, when they changed (a machine joined), writes them into this member's NATS
     configuration and has it reload (SIGHUP): an agent that joined later is let in here too."""
 
-    def __init__(self, home: Path, join: tuple[str, str], nats: Kept, rewrite: Callable) -> None:
+    def __init__(self, home: Path, join: tuple[str, str], nats: Kept, rewrite: Callable, known: list) -> None:
         self.home, self.join, self.nats, self.rewrite = home, join, nats, rewrite
         self.next_at = 0.0
-        self.known: list[tuple[str, str, str]] | None = None
+        self.known: list[tuple[str, str, str]] = [tuple(i) for i in known]
+        """The identities this member's NATS lets in (the pass's, to begin with)."""
 
     def tend(self, now: float) -> None:
         """Ask, when due; a first machine that does not answer is asked again next time."""
@@ -50,11 +51,11 @@ class IdentitiesFollower:
         self.next_at = now + FOLLOW_S
         try:
             got = fetch_identities(*self.join, member_tls(self.home))
-        except JoinError:
+            if got != self.known:
+                self.rewrite(got)
+                self.nats.proc.send_signal(signal.SIGHUP)
+        except (JoinError, OSError):  # the first machine away, a file not written: asked again next time
             return
-        if self.known is not None and got != self.known:
-            self.rewrite(got)
-            self.nats.proc.send_signal(signal.SIGHUP)
             print(f"llmgw node join: NATS here lets in {len(got)} identities now (a machine joined)", flush=True)
         self.known = got
 
@@ -95,4 +96,4 @@ def start_member(
     def rewrite(identities: list[tuple[str, str, str]]) -> None:
         _write_conf(home, address, nats_port, cluster, identities)
 
-    return kept, IdentitiesFollower(home, join, kept["nats-server"], rewrite)
+    return kept, IdentitiesFollower(home, join, kept["nats-server"], rewrite, member.identities)

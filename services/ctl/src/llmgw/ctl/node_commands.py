@@ -48,7 +48,7 @@ def _join(args: argparse.Namespace) -> int:
         (home / folder).mkdir(parents=True, exist_ok=True)
     address = args.address or address_towards(urlsplit(args.url).hostname or "127.0.0.1")
     try:
-        bundle = fetch_bundle(args.url, args.token, args.fingerprint, address)
+        bundle = fetch_bundle(args.url, args.token, args.fingerprint)
     except JoinError as exc:
         print(f"llmgw node join: {exc}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from llmgw.bus import (
     free_port,
     read_identity,
     server_config,
+    write_private,
 )
 from llmgw.ctl.access import (
     agent_nodes,
@@ -110,8 +111,9 @@ def _access(
     creds = {identity.user: path for identity, path, _ in written}
     conf = home / "nats" / "server.conf"
     member = cluster.config() if cluster else ""
-    conf.write_text(server_config(identities, home / "nats", host=listen, port=port) + member)
-    conf.chmod(0o600)
+    part = conf.with_suffix(".part")  # whole, or not at all: NATS may read it at any SIGHUP
+    write_private(part, server_config(identities, home / "nats", host=listen, port=port) + member)
+    part.replace(conf)
     return conf, creds, identities
 
 

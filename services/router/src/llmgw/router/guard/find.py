@@ -86,12 +86,22 @@ def find(text: str, entities: Iterable[Entity], region: str = "US") -> list[Foun
         if (check is None or check(m.group(0))) and (entity != "ip" or _alone(text, m.start(), m.end())):
             found.append(Found(m.start(), m.end(), entity.upper()))
     if "phone" in wanted:
-        rest = text
-        for f in found:  # a phone number loses to what overlaps it: what the surer kinds found is not read again
-            rest = rest[: f.start] + " " * (f.end - f.start) + rest[f.end :]
+        rest = _blanked(text, found)  # a phone number loses to what overlaps it: those are not read again
         if len(rest) > 4096 or sum(c.isdigit() for c in rest) >= 4:  # none has fewer digits
             found += [Found(m.start, m.end, "PHONE") for m in phonenumbers.PhoneNumberMatcher(rest, region)]
     return _apart(found)
+
+
+def _blanked(text: str, found: list[Found]) -> str:
+    """`text` with each of `found` (in order) written over by spaces, in one pass."""
+    if not found:
+        return text
+    parts, at = [], 0
+    for f in found:
+        start = max(f.start, at)
+        parts += [text[at:start], " " * max(f.end - start, 0)]
+        at = max(at, f.end)
+    return "".join([*parts, text[at:]])
 
 
 _RANK = {"SECRET": 0, "EMAIL": 1, "IBAN": 2, "CARD": 3, "IP": 4, "PHONE": 5}

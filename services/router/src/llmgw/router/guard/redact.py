@@ -118,8 +118,9 @@ class CheckWindow:
         cut = max(text.rfind(" ", 0, limit), text.rfind("\n", 0, limit)) + 1
         if cut == 0 and len(text) >= CHECK_HOLD_MOST:
             cut = limit
-        if cut:
-            cut = min([cut, *(start for start, end in self.spans(text) if start < cut < end)])
+        spans = self.spans(text) if cut else []
+        while cut and (inside := [start for start, end in spans if start < cut < end]):
+            cut = min(inside)  # before a value the cut would split (and again, where that lands in another)
         text, self.held = text[:cut], text[cut:]
         return text
 

@@ -172,6 +172,8 @@ class _StreamGuard:
         self.policy, self.redaction, self.guards, self.tally = policy, redaction, guards, tally
         self.restorers: dict[int, StreamRestorer] = {}
         self.windows: dict[int, CheckWindow] = {}
+        self.chat: dict[int, bool] = {}
+        """Per choice: whether its text comes in `delta.content` (chat) or `text` (completions)."""
         self.masked = Redaction()
         self.whole = any(c.kind in ("judge", "service") for c in policy.output)
 
@@ -220,9 +222,10 @@ class _StreamGuard:
         """An event with what each choice still holds (b"" where none holds anything)."""
         choices = []
         for index in sorted({*self.restorers, *self.windows}):
-            choice: dict = {"index": index, "delta": {}, "finish_reason": "stop"}
+            chat = self.chat.get(index, True)
+            choice: dict = {"index": index, "finish_reason": "stop", **({"delta": {}} if chat else {})}
             await self._choice(choice)
-            if choice["delta"].get("content"):
+            if choice["delta"].get("content") if chat else choice.get("text"):
                 choice["finish_reason"] = None
                 choices.append(choice)
         self.restorers.clear()
@@ -232,7 +235,10 @@ class _StreamGuard:
     async def _choice(self, choice: dict) -> None:
         index, ended = choice.get("index", 0), choice.get("finish_reason") is not None
         delta = choice.get("delta")
-        holder, key = (delta, "content") if isinstance(delta, dict) else (choice, "text")
+        chat = self.chat.setdefault(index, isinstance(delta, dict) or "text" not in choice)
+        if chat and not isinstance(delta, dict):
+            delta = choice["delta"] = {}  # a finish without a delta: what was held goes in one
+        holder, key = (delta, "content") if chat else (choice, "text")
         came = holder.get(key)
         if not isinstance(came, str) and not ended:
             return
