@@ -63,3 +63,11 @@ async def test_a_completions_stream_gets_what_was_held_in_its_own_text_field():
     events = [json.loads(e[6:]) for e in b"".join(out).split(b"\n\n") if e.startswith(b"data: {")]
     assert "".join(c.get("text") or "" for e in events for c in e["choices"]) == "Hi <EMAIL_1"
     assert all("delta" not in c for e in events for c in e["choices"])
+
+
+async def test_what_was_held_goes_out_before_an_error_event_not_after():
+    redaction = Redaction()
+    redaction.placeholder("EMAIL", "ada@example.com")
+    error = b'data: {"error": {"message": "engine gone"}}\n\n'
+    out = b"".join(await _run(Policy(name="p"), redaction, _delta("Hi <EMAIL_1"), error))
+    assert out.index(b"<EMAIL_1") < out.index(b"engine gone") and out.count(b"EMAIL_1") == 1

@@ -161,6 +161,11 @@ async def guard_answer(
     return Answer(answer.status, msgspec.json.encode(body), answer.headers)
 
 
+def _is_error(event: bytes) -> bool:
+    """Whether an SSE event is the stream's error (an engine's, or the relay's)."""
+    return event.startswith(b"event: error") or event.startswith(b'data: {"error"')
+
+
 class _StreamGuard:
     """A streamed answer's events, each choice's text restored as it comes (held where a
     placeholder may be cut) and given to the output checks in pieces that cut nothing they look
@@ -186,7 +191,7 @@ class _StreamGuard:
                     if not event:
                         continue
                     try:
-                        if event.strip() == b"data: [DONE]":  # what is still held goes out before the end
+                        if event.strip() == b"data: [DONE]" or _is_error(event):  # what is held goes out first
                             out.append(await self._flush())
                         out.append(await self._event(event))
                     except GuardBlocked as exc:
