@@ -19,9 +19,12 @@ def _ip(*args: str) -> None:
 class Machines:
     """`count` machines m1..mN at 10.<net>.0.1.., their namespaces named after this process."""
 
+    made = 0
+
     def __init__(self, count: int) -> None:
         assert os.geteuid() == 0 and shutil.which("ip"), "the machine tests make network namespaces: run them as root"
-        tag = f"{os.getpid() % 100000}"
+        Machines.made += 1
+        tag = f"{os.getpid() % 100000}{Machines.made % 10}"  # each set its own names: a last set's may linger
         self.net = 200 + os.getpid() % 50
         self.tag = tag
         self.bridge = f"llb{tag}"

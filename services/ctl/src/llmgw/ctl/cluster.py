@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -27,12 +29,14 @@ __all__ = [
     "MemberPass",
     "check_ha",
     "cluster_for",
+    "first_member",
     "issue_route_certificate",
     "joined_members",
     "member_tls",
     "members_url",
     "public_identities",
     "take_member",
+    "wait_members",
     "write_member_tls",
 ]
 
@@ -99,6 +103,32 @@ def take_member(home: Path, node: str, address: str, members: list[str]) -> bool
     part.write_bytes(msgspec.json.encode(held))
     part.replace(path)
     return True
+
+
+def first_member(home: Path, node: str, listen: str, others: list[str]) -> Cluster | None:
+    """The first machine's cluster settings under `up --ha` (its route certificate made once);
+    None without HA; HaError where the addresses cannot be."""
+    members = check_ha(listen, others)
+    if not members:
+        return None
+    if not (home / "cluster" / "route.pem").exists():
+        write_member_tls(home, *issue_route_certificate(home, node, listen))
+    return cluster_for(node, listen, members, member_tls(home))
+
+
+def wait_members(home: Path, others: list[str], tend: Callable[[], None]) -> None:
+    """Under `up --ha`, until both other HA machines have joined (the services keep three copies
+    of everything, which needs three members); said once, with what to do. `tend` meanwhile."""
+    if not others or len(joined_members(home)) >= HA_SIZE - 1:
+        return
+    print(
+        f"llmgw up: waiting for the other HA machines ({', '.join(others)}) to join before the services start: "
+        "run `llmgw node invite NAME` here, then the command it prints on each",
+        flush=True,
+    )
+    while len(joined_members(home)) < HA_SIZE - 1:
+        tend()
+        time.sleep(0.2)
 
 
 def members_url(members: list[str], nats_port: int) -> str:

@@ -45,15 +45,12 @@ from llmgw.ctl.cluster import (
     HA_SIZE,
     HaError,
     MemberPass,
-    check_ha,
-    cluster_for,
+    first_member,
     issue_route_certificate,
-    joined_members,
-    member_tls,
     members_url,
     public_identities,
     take_member,
-    write_member_tls,
+    wait_members,
 )
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.join import JOIN_PORT, JoinServer
@@ -280,31 +277,6 @@ def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror
     return args
 
 
-def _cluster(home: Path, opts: UpOptions, node: str) -> Cluster | None:
-    """This machine's cluster settings under `--ha` (its own route certificate made once)."""
-    members = check_ha(opts.listen, opts.ha)
-    if not members:
-        return None
-    if not (home / "cluster" / "route.pem").exists():
-        write_member_tls(home, *issue_route_certificate(home, node, opts.listen))
-    return cluster_for(node, opts.listen, members, member_tls(home))
-
-
-def _wait_members(home: Path, opts: UpOptions, tend: Callable[[], None]) -> None:
-    """Under `--ha`, until both other HA machines have joined (the services keep three copies of
-    everything, which needs three members); said once, with what to do."""
-    if not opts.ha or len(joined_members(home)) >= HA_SIZE - 1:
-        return
-    print(
-        f"llmgw up: waiting for the other HA machines ({', '.join(opts.ha)}) to join before the services start: "
-        "run `llmgw node invite NAME` here, then the command it prints on each",
-        flush=True,
-    )
-    while len(joined_members(home)) < HA_SIZE - 1:
-        tend()
-        time.sleep(0.2)
-
-
 def _claim(home: Path) -> TextIO | None:
     """The data directory's folders made and its lock taken (held while the file stays open);
     None: another `up` holds it."""
@@ -359,7 +331,7 @@ def up(opts: UpOptions) -> int:
     try:
         demo, mirror_toml = _demo(opts, home)
         node = BusConfig().node_name()
-        cluster = _cluster(home, opts, node)
+        cluster = first_member(home, node, opts.listen, opts.ha)
         conf, creds, _ = _access(home, node, opts.listen, opts.nats_port, cluster)
         nats = spawn_nats(home, opts.nats_port, conf, opts.listen)
         kept["nats-server"] = Kept(
@@ -378,7 +350,7 @@ def up(opts: UpOptions) -> int:
         )
         ports = admin_ports(list(SERVICES))
         write_up_state(home, state, ports)  # `llmgw node invite` finds it before the services start
-        _wait_members(home, opts, tend)
+        wait_members(home, opts.ha, tend)
         extra = _service_args(opts, home, node, http_port, mirror_toml)
         for name in SERVICES:
             who = f"agent-{node}" if name == "agent" else name
