@@ -30,11 +30,18 @@ class Machines:
         self.bridge = f"llb{tag}"
         self.names = [f"llmgw{tag}m{i + 1}" for i in range(count)]
         self.addresses = [f"10.{self.net}.0.{i + 1}" for i in range(count)]
+        try:
+            self._make()
+        except BaseException:  # what was made is not left behind
+            self.close()
+            raise
+
+    def _make(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
         for i, (ns, address) in enumerate(zip(self.names, self.addresses, strict=True)):
             _ip("netns", "add", ns)
-            outside, inside = self._outside(i), f"llv{tag}i{i}"
+            outside, inside = self._outside(i), f"llv{self.tag}i{i}"
             _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             _ip("link", "set", outside, "master", self.bridge, "up")
             _ip("link", "set", inside, "netns", ns)
@@ -62,7 +69,9 @@ class Machines:
         return subprocess.run(self.command(machine, *args), capture_output=True, text=True, timeout=timeout)
 
     def close(self) -> None:
-        """Remove every namespace and the bridge (their veth pairs go with them)."""
-        for ns in self.names:
+        """Remove every namespace and the bridge (their veth pairs go with them, and an outside end
+        whose namespace lingers, its processes still ending, is removed by name)."""
+        for i, ns in enumerate(self.names):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", self._outside(i)], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
