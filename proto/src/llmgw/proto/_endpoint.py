@@ -9,7 +9,7 @@ route are written once: `ctl`, the admin API and the consoles all ask through it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar, get_args
+from typing import Generic, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -50,6 +50,10 @@ class AdminRoute:
     """Request fields made of path parameters: `(("repo", "{owner}/{name}"),)`."""
     body: bool = True
     """POST, PUT: the request's other fields come from a JSON body (False: the query string)."""
+    least: Literal["member", "operator", "admin"] = "admin"
+    """The least role a key's principal needs to call it: a member (a key a user owns, for its own
+    keys, usage and requests), an operator (the models its tenants may use, the mirror, the fleet)
+    or an admin. What a member or an operator sees is narrowed by the router's one rule."""
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ MODEL_GET = Endpoint(
     ModelRef,
     ModelEntry,
     "One model with its revision.",
-    admin=AdminRoute("GET", "/models/{name}"),
+    admin=AdminRoute("GET", "/models/{name}", least="operator"),
 )
 MODEL_LIST = Endpoint(
     "catalog",
@@ -260,7 +260,7 @@ MODEL_LIST = Endpoint(
     Page,
     ModelList,
     "Every model in the catalog, in pages by name.",
-    admin=AdminRoute("GET", "/models"),
+    admin=AdminRoute("GET", "/models", least="operator"),
 )
 MODEL_REMOVE = Endpoint("catalog", "model.remove", ModelRef, ModelEntry, "Remove a model (its files stay).")
 MODEL_CHANGE = Endpoint(
@@ -283,7 +283,7 @@ SERVE_PLAN = Endpoint(
     ServePlan,
     "Every way a mirrored file can run on the fleet now, best first: memory, nodes, tokens a second, slow marks.",
     timeout_s=_PLAN_S,
-    admin=AdminRoute("GET", "/serve/plan"),
+    admin=AdminRoute("GET", "/serve/plan", least="operator"),
 )
 SERVE = Endpoint(
     "catalog",
@@ -292,7 +292,7 @@ SERVE = Endpoint(
     ModelEntry,
     "Put a mirrored file into service: the way chosen becomes its profiles (a very slow CPU way needs cpu_anyway).",
     timeout_s=_PLAN_S,
-    admin=AdminRoute("POST", "/serve", 201),
+    admin=AdminRoute("POST", "/serve", 201, least="operator"),
 )
 ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE)
 """The catalog's endpoints."""

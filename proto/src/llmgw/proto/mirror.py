@@ -209,7 +209,7 @@ REPO_ADD = Endpoint(
     MirroredRepo,
     "Fetch a repo from Hugging Face, pinned to its revision's commit (queued: its state says how far).",
     timeout_s=_RESOLVE_S,
-    admin=AdminRoute("POST", "/mirror", 202),
+    admin=AdminRoute("POST", "/mirror", 202, least="operator"),
 )
 REPO_LIST = Endpoint(
     "mirror",
@@ -217,7 +217,7 @@ REPO_LIST = Endpoint(
     Page,
     RepoList,
     "Every repo fetched or being fetched, at each commit; in pages.",
-    admin=AdminRoute("GET", "/mirror"),
+    admin=AdminRoute("GET", "/mirror", least="operator"),
 )
 REPO_SHOW = Endpoint(
     "mirror",
@@ -225,7 +225,7 @@ REPO_SHOW = Endpoint(
     RepoRef,
     RepoList,
     "One repo, at one commit or at every commit held: each file's size, hash and state.",
-    admin=AdminRoute("GET", "/mirror/{owner}/{name}", fields=_REPO),
+    admin=AdminRoute("GET", "/mirror/{owner}/{name}", fields=_REPO, least="operator"),
 )
 REPO_REMOVE = Endpoint(
     "mirror",
@@ -233,7 +233,7 @@ REPO_REMOVE = Endpoint(
     RepoRef,
     RepoList,
     "Delete a repo's files (one commit or all) that no model uses; says what was removed.",
-    admin=AdminRoute("DELETE", "/mirror/{owner}/{name}", fields=_REPO),
+    admin=AdminRoute("DELETE", "/mirror/{owner}/{name}", fields=_REPO, least="operator"),
 )
 REPO_UPDATE = Endpoint(
     "mirror",
@@ -242,7 +242,7 @@ REPO_UPDATE = Endpoint(
     MirroredRepo,
     "Fetch the newest commit of a repo's branch beside the old.",
     timeout_s=_RESOLVE_S,
-    admin=AdminRoute("POST", "/mirror/{owner}/{name}/update", 202, fields=_REPO, body=False),
+    admin=AdminRoute("POST", "/mirror/{owner}/{name}/update", 202, fields=_REPO, body=False, least="operator"),
 )
 FILE_WHERE = Endpoint(
     "mirror",

@@ -304,7 +304,7 @@ AUDIT_LOG = Endpoint(
     AuditLog,
     "The latest changes, newest first: who changed what, when, from what to what.",
     timeout_s=30.0,
-    admin=AdminRoute("GET", "/audit"),
+    admin=AdminRoute("GET", "/audit", least="operator"),
 )
 SIGNIN_SHOW = Endpoint(
     "router",

@@ -190,7 +190,8 @@ class UsageQuery(Page, kw_only=True):
     """Sum usage since a time, grouped by one field; over NATS, in pages of rows (`after`,
     `limit`: by bucket start, then group) where there are too many for one message."""
 
-    since: float = 0.0
+    since: Annotated[float, Meta(ge=0, le=253_402_300_799.0)] = 0.0
+    """A Unix time in seconds, up to the last second of the year 9999."""
     group_by: Literal["model", "project", "key", "replica", "tenant"] = "model"
     bucket_s: NonNegative = 0
     """Sum each group in time buckets this many seconds long (a row per group and bucket, from a
@@ -281,10 +282,40 @@ class Demand(Struct, kw_only=True):
     """Unix time of the latest request."""
 
 
-KEY_CREATE = Endpoint("router", "key.create", KeyCreate, KeyCreated, "Make an API key (shown once).")
-KEY_LIST = Endpoint("router", "key.list", Page, KeyList, "Every key by id (never the key), in pages.")
-KEY_REVOKE = Endpoint("router", "key.revoke", KeyRef, KeyList, "Revoke a key on every router.")
-PROJECT_PUT = Endpoint("router", "project.put", Project, Project, "Create a project or change its limits.")
+_MEMBERS = "member"
+"""Keys, usage and the request log: a member calls them for its own."""
+KEY_CREATE = Endpoint(
+    "router",
+    "key.create",
+    KeyCreate,
+    KeyCreated,
+    "Make an API key (shown once).",
+    admin=AdminRoute("POST", "/keys", 201, least=_MEMBERS),
+)
+KEY_LIST = Endpoint(
+    "router",
+    "key.list",
+    Page,
+    KeyList,
+    "Every key by id (never the key), in pages.",
+    admin=AdminRoute("GET", "/keys", least=_MEMBERS),
+)
+KEY_REVOKE = Endpoint(
+    "router",
+    "key.revoke",
+    KeyRef,
+    KeyList,
+    "Revoke a key on every router.",
+    admin=AdminRoute("DELETE", "/keys/{id}", least=_MEMBERS),
+)
+PROJECT_PUT = Endpoint(
+    "router",
+    "project.put",
+    Project,
+    Project,
+    "Create a project or change its limits.",
+    admin=AdminRoute("PUT", "/projects/{name}"),
+)
 USAGE_SUM = Endpoint(
     "router",
     "usage.sum",
@@ -292,6 +323,7 @@ USAGE_SUM = Endpoint(
     UsageReport,
     "Requests and tokens since a time, summed.",
     timeout_s=60.0,  # a day's slots and the stream after them, each page
+    admin=AdminRoute("GET", "/usage", least=_MEMBERS),
 )
 REQUEST_LOG = Endpoint(
     "router",
@@ -300,7 +332,7 @@ REQUEST_LOG = Endpoint(
     RequestLog,
     "The latest requests, newest first (who, model, replica, tokens, times, status; never a prompt).",
     timeout_s=30.0,
-    admin=AdminRoute("GET", "/requests"),
+    admin=AdminRoute("GET", "/requests", least=_MEMBERS),
 )
 ENDPOINTS = (KEY_CREATE, KEY_LIST, KEY_REVOKE, PROJECT_PUT, USAGE_SUM, REQUEST_LOG)
 """The router's endpoints."""

@@ -100,7 +100,7 @@ REPLICA_LIST = Endpoint(
     ReplicaList,
     "Every replica and its state, in pages.",
     timeout_s=_MEMORY_S,
-    admin=AdminRoute("GET", "/fleet/replicas"),
+    admin=AdminRoute("GET", "/fleet/replicas", least="operator"),
 )
 NODE_LIST = Endpoint(
     "scheduler",
@@ -109,7 +109,7 @@ NODE_LIST = Endpoint(
     NodeList,
     "Every node as last reported (cards, memory, read rates, calibration), in pages.",
     timeout_s=_MEMORY_S,
-    admin=AdminRoute("GET", "/fleet/nodes"),
+    admin=AdminRoute("GET", "/fleet/nodes", least="operator"),
 )
 MODEL_STATUS = Endpoint(
     "scheduler",
@@ -118,7 +118,7 @@ MODEL_STATUS = Endpoint(
     ModelStatusList,
     "How each model is doing (ready and wanted replicas, why not placed), in pages.",
     timeout_s=_MEMORY_S,
-    admin=AdminRoute("GET", "/fleet/models"),
+    admin=AdminRoute("GET", "/fleet/models", least="operator"),
 )
 ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS)
 """The scheduler's endpoints."""

@@ -227,14 +227,15 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "router":
         return [
             # its admin API and console: the catalog's and the mirror's; the fleet as the scheduler
-            # sees it; the request log, users, tenants and the audit trail, which any router answers
+            # sees it; keys, usage, the request log, users, tenants and the audit trail, which any
+            # router answers
             *_calls(
                 *catalog.ENDPOINTS,
                 *_MIRROR_ADMIN,
                 scheduler.NODE_LIST,
                 scheduler.REPLICA_LIST,
                 scheduler.MODEL_STATUS,
-                router.REQUEST_LOG,
+                *router.ENDPOINTS,
                 *people.ENDPOINTS,
                 *hooks.ENDPOINTS,
                 *guard.ENDPOINTS,

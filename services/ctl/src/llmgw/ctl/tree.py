@@ -15,6 +15,7 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, CredentialsError, connect, data_home
+from llmgw.ctl.over_api import API_KEY_ENV, AdminApi
 from llmgw.ctl.upstate import running_up
 from llmgw.proto import plainly
 
@@ -22,6 +23,10 @@ __all__ = ["DEFAULT_NATS_URL", "Noun", "Reach", "Verb", "add_nouns", "done", "em
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 _CREDS_HELP = "$LLMGW_CREDS, else <data>/creds/ctl.nk where `llmgw up` writes it"
+_API_HELP = (
+    f"ask through a router's admin API at URL (http://HOST:8080) with the key in ${API_KEY_ENV} "
+    "(a key your user owns, or an admin's) instead of NATS"
+)
 _URL_HELP = f"the NATS to operate (default: the running `llmgw up`'s over the data directory, else {DEFAULT_NATS_URL})"
 _DATA_HELP = "the data directory of the `llmgw up` to operate (default: $LLMGW_HOME, else ~/.local/share/llmgw)"
 
@@ -71,6 +76,7 @@ def _common() -> argparse.ArgumentParser:
         "--creds", default=argparse.SUPPRESS, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")"
     )
     common.add_argument("--tls-ca", default=argparse.SUPPRESS, help="CA file of the NATS server's certificate")
+    common.add_argument("--api", default=argparse.SUPPRESS, metavar="URL", help=_API_HELP)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout instead of words for people"
     )
@@ -97,6 +103,7 @@ def add_nouns(ctl: argparse.ArgumentParser, nouns: list[Noun | Verb]) -> None:
     ctl.add_argument("--data-dir", default=None, help=_DATA_HELP)
     ctl.add_argument("--creds", default=None, help="the operator's NATS credentials (default: " + _CREDS_HELP + ")")
     ctl.add_argument("--tls-ca", default="", help="CA file of the NATS server's certificate (TLS)")
+    ctl.add_argument("--api", default="", metavar="URL", help=_API_HELP)
     ctl.add_argument("--json", action="store_true", default=False, help="JSON on stdout instead of words for people")
     ctl.set_defaults(run=None, noun_parser=ctl)
     common = _common()
@@ -169,6 +176,8 @@ async def run_ctl(args: argparse.Namespace) -> int:
         args.noun_parser.print_usage(sys.stderr)
         print(f"{args.noun_parser.prog}: name what to do; `--help` lists it", file=sys.stderr)
         return 2
+    if args.api:
+        return await _run_over_api(args)
     where = reach(args)
     try:
         nc = await connect(where.url, "llmgw-ctl", patient=False, creds=where.creds, tls_ca=args.tls_ca)
@@ -179,6 +188,14 @@ async def run_ctl(args: argparse.Namespace) -> int:
         print(f"llmgw ctl: {exc.message}{_not_up(args, where)}", file=sys.stderr)
         return 1
     try:
+        return await _run_verb(nc, args)
+    finally:
+        await nc.close()
+
+
+async def _run_verb(nc: Client | AdminApi, args: argparse.Namespace) -> int:
+    """The verb's exit status; a refusal or failure said in one line (status 1)."""
+    try:
         return await args.run(nc, args)
     except msgspec.ValidationError as exc:
         print(f"llmgw ctl: {plainly(exc)}", file=sys.stderr)
@@ -186,8 +203,18 @@ async def run_ctl(args: argparse.Namespace) -> int:
     except (BusError, msgspec.DecodeError, OSError, ValueError) as exc:
         print(f"llmgw ctl: {exc}", file=sys.stderr)
         return 1
-    finally:
-        await nc.close()
+
+
+async def _run_over_api(args: argparse.Namespace) -> int:
+    """The verb through a router's admin API (`--api`), with the key in $LLMGW_API_KEY."""
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if not key:
+        print(
+            f"llmgw ctl: --api sends your API key: put it in ${API_KEY_ENV} (never on the command line)",
+            file=sys.stderr,
+        )
+        return 2
+    return await _run_verb(AdminApi(args.api, key), args)
 
 
 def _not_up(args: argparse.Namespace, where: Reach) -> str:

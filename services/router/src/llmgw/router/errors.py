@@ -13,9 +13,7 @@ from llmgw.proto.errors import described
 
 __all__ = [
     "ApiError",
-    "BadKeyId",
     "BadName",
-    "BadQuery",
     "BadRevision",
     "BodyTooLarge",
     "BudgetSpent",
@@ -138,18 +136,6 @@ class InvalidChange(InvalidRequest):
     """A model change the catalog's message cannot hold."""
 
     code = "invalid_change"
-
-
-class BadKeyId(InvalidRequest):
-    """Not a key id."""
-
-    code = "bad_key_id"
-
-
-class BadQuery(InvalidRequest):
-    """A usage query with a wrong value."""
-
-    code = "bad_query"
 
 
 class BadRevision(InvalidRequest):

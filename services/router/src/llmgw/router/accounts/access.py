@@ -1,5 +1,7 @@
-"""Who may see and do what, without I/O: one rule every face asks (the console's pages now; the
-admin API and the NATS endpoints as they take people's credentials).
+"""Who may see and do what, without I/O: one rule every face asks — the console's pages, and the
+admin API (and `ctl --api`) for a key an admin holds or a user owns. NATS's endpoints answer only
+the fleet's own identities (services, agents, the operator's credentials: admins); people reach
+them through these faces.
 
 A principal is a signed-in user (its role in each tenant) or an admin key (an admin of the
 whole fleet). An admin role anywhere makes a fleet admin; an operator runs the mirror, the fleet
@@ -13,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from llmgw.proto import KeyRecord
-from llmgw.proto.people import DEFAULT_TENANT, Role, Tenant, User
+import msgspec
 
-__all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "Principal", "key_principal", "user_principal"]
+from llmgw.proto import KeyCreate, KeyRecord, RequestLogAsk, UsageRow
+from llmgw.proto.people import DEFAULT_TENANT, AuditEntry, Role, Tenant, User
+from llmgw.router.errors import Forbidden
+
+__all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "USAGE_GROUPS", "Principal", "key_principal", "user_principal"]
 
 MEMBER_PAGES = ("playground", "keys", "usage", "requests")
 """The console pages a member opens."""
@@ -34,6 +39,9 @@ OPERATOR_PAGES = (
     "guard",
 )
 """The console pages an operator opens; an admin opens every page."""
+USAGE_GROUPS = ("model", "project", "key", "replica", "tenant")
+"""What usage is summed by."""
+_RANK: dict[str, int] = {"member": 0, "operator": 1, "admin": 2}
 
 
 class Principal(NamedTuple):
@@ -95,6 +103,60 @@ class Principal(NamedTuple):
             if role == "operator" and (not allowed or model in allowed):
                 return True
         return False
+
+    def calls(self, least: str) -> bool:
+        """Whether it may call an operation for role `least` and above (an admin route's)."""
+        return _RANK[self.role] >= _RANK[least]
+
+    def usage_groups(self) -> tuple[str, ...]:
+        """What it may sum usage by: an admin anything, an operator keys or its tenants, a member
+        its own keys."""
+        return USAGE_GROUPS if self.admin else ("key", "tenant") if self.role == "operator" else ("key",)
+
+    def seen_keys(self, keys: Mapping[str, KeyRecord]) -> dict[str, KeyRecord]:
+        """The keys of `keys` (id -> record) it sees."""
+        return {kid: key for kid, key in keys.items() if self.sees_key(key)}
+
+    def seen_usage(self, group_by: str, rows: list[UsageRow], keys: Mapping[str, KeyRecord]) -> list[UsageRow]:
+        """The rows of a usage sum by `group_by` it sees: by key its keys' (and its own requests',
+        `key_id`), by tenant its tenants'; nothing else unless an admin."""
+        if self.admin:
+            return rows
+        if group_by == "key":
+            mine = {*self.seen_keys(keys), self.key_id}
+            return [r for r in rows if r.group in mine]
+        return [r for r in rows if r.group in self.roles] if group_by == "tenant" else []
+
+    def seen_log(self, ask: RequestLogAsk, keys: Mapping[str, KeyRecord]) -> RequestLogAsk:
+        """The request log it may read of what `ask` asks: an admin's as asked, anyone else's
+        narrowed to its keys' requests (and its own, `key_id`)."""
+        if self.admin:
+            return ask
+        mine = [*self.seen_keys(keys), self.key_id]
+        return msgspec.structs.replace(ask, keys=[k for k in ask.keys if k in mine] if ask.keys else mine)
+
+    def sees_entry(self, entry: AuditEntry) -> bool:
+        """Whether it reads an audit entry: an admin every one, an operator the catalog's and the
+        mirror's (it runs them) and its tenants'."""
+        return self.admin or (
+            self.role == "operator" and (entry.area in ("catalog", "mirror") or entry.tenant in self.roles)
+        )
+
+    def key_to_make(self, ask: KeyCreate) -> KeyCreate:
+        """The key it may make of `ask`: an admin any; an operator a key (not an admin's) of a
+        tenant it operates; a member one of its own in its tenant. 403 saying why not."""
+        if self.admin:
+            return ask
+        if ask.admin:
+            raise Forbidden("Only an admin makes admin keys.")
+        role = self.roles.get(ask.tenant)
+        if role is None:
+            raise Forbidden(f"You have no role in tenant '{ask.tenant}'; make keys in {', '.join(sorted(self.roles))}.")
+        if role == "member":
+            if ask.owner not in ("", self.name):
+                raise Forbidden("A member makes keys of its own only; leave 'owner' out.")
+            return msgspec.structs.replace(ask, owner=self.name)
+        return ask
 
     def as_key(self) -> KeyRecord:
         """What its requests from the console (the playground) count under: its own limits and

@@ -39,11 +39,13 @@ from llmgw.proto import (
 )
 from llmgw.proto import router as router_api
 from llmgw.proto.people import AuditEntry
+from llmgw.router.accounts.access import Principal, key_principal, user_principal
 from llmgw.router.accounts.keys import authorize, key_hash
 from llmgw.router.accounts.limits import Verdict
 from llmgw.router.accounts.people import People
 from llmgw.router.accounts.quota import Quota, Scope
 from llmgw.router.config import RouterConfig
+from llmgw.router.errors import NotAdmin
 from llmgw.router.usage.book import UsageBook
 from llmgw.router.usage.recent import request_log
 from llmgw.router.usage.spool import Spooled, UsageSpool, message_id
@@ -160,6 +162,18 @@ class Accounts:
     def authorize(self, header: str, admin: bool = False) -> tuple[str, KeyRecord]:
         """The key an `Authorization` header names (its id, its record); 401 or 403 saying why not."""
         return authorize(header, self.keys.items, time.time(), admin)
+
+    def principal(self, header: str) -> Principal:
+        """Who an `Authorization` header's key acts for on the admin API: an admin key's holder
+        (an admin of the fleet), or the user that owns the key, with the roles it has now. 401 for
+        a key that does not hold, 403 for one that only asks models (a service account's)."""
+        key_id, key = self.authorize(header)
+        if key.admin:
+            return key_principal(key_id, key)
+        owner = self.people.user(key.owner) if key.owner and self.people is not None else None
+        if owner is None:
+            raise NotAdmin("This key asks models only: the admin API takes an admin key or a key a user owns.")
+        return user_principal(owner)
 
     def scopes(self, key_id: str, key: KeyRecord) -> list[Scope]:
         """The limits a request with this key counts against: its own, its project's and, where

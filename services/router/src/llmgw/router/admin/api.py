@@ -1,7 +1,11 @@
-"""The admin API under /api/v1/, for admin keys only: the operators' endpoints of the catalog and
-the mirror (their routes made from the endpoint tables: `operations.py`), the model changes that
-check more than a message can (the name in the path and the body, a revision's bounds), and the
-router's own keys, projects and usage.
+"""The admin API under /api/v1/: the operators' endpoints of every service, the router's keys,
+projects, usage and people among them (their routes made from the endpoint tables:
+`operations.py`), and the model changes that check more than a message can (the name in the path
+and the body, a revision's bounds).
+
+An admin key acts for an admin of the fleet; a key a user owns for that user, with its roles as
+they are now: each route names the least role it takes, and `scoped.py` narrows what a member
+or an operator asks and sees by the one rule every face follows.
 
 A service's errors keep their meaning (400, 404, 409) and come back in the OpenAI error body.
 """
@@ -14,26 +18,18 @@ import msgspec
 from litestar import Request, Router, delete, get, post, put
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
+from litestar.handlers import BaseRouteHandler
 from nats.aio.client import Client
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from llmgw.bus import BusError, get_logger
 from llmgw.proto import (
-    Empty,
-    KeyCreate,
-    KeyCreated,
-    KeyList,
-    KeyRef,
     Model,
     ModelChange,
     ModelEntry,
     ModelPurge,
     ModelPut,
     ModelRef,
-    Project,
     PurgeReport,
-    UsageQuery,
-    UsageReport,
     catalog,
     mirror,
     people,
@@ -42,32 +38,29 @@ from llmgw.proto import (
 )
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.admin.operations import ask, operator_routes
+from llmgw.router.admin.scoped import check_model
 from llmgw.router.errors import (
-    BadKeyId,
     BadName,
-    BadQuery,
     BadRevision,
     InvalidChange,
-    KeyNotFound,
     NameMismatch,
-    refused,
+    NotAdmin,
 )
 from llmgw.router.request.prepare import check_body
 
 __all__ = ["admin_api", "metrics_route"]
 
-_log = get_logger("router")
 
-_LATEST = 253_402_300_799.0
-"""The last second of the year 9999: the latest `since` a usage query may name."""
+def _who_may(accounts: Accounts):
+    def who_may(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+        """Runs before the body is read: whose key it is, and whether its role reaches the route's."""
+        who = accounts.principal(connection.headers.get("authorization", ""))
+        least = handler.opt.get("least", "admin")
+        if not who.calls(least):
+            raise NotAdmin(f"This needs the {least} role; your key's user has {who.role}.")
+        connection.state.who = who
 
-
-def _admin_only(accounts: Accounts):
-    def admin_only(connection: ASGIConnection, _handler) -> None:
-        """Runs before the body is read: no admin key, no further."""
-        connection.state.key = accounts.authorize(connection.headers.get("authorization", ""), admin=True)[1]
-
-    return admin_only
+    return who_may
 
 
 def metrics_route(accounts: Accounts, registry: CollectorRegistry) -> Router:
@@ -80,14 +73,12 @@ def metrics_route(accounts: Accounts, registry: CollectorRegistry) -> Router:
         """The router's Prometheus series."""
         return generate_latest(registry)
 
-    return Router("/metrics", route_handlers=[scrape], guards=[_admin_only(accounts)], include_in_schema=False)
+    return Router("/metrics", route_handlers=[scrape], guards=[_who_may(accounts)], include_in_schema=False)
 
 
 def admin_api(accounts: Accounts, nc: Client) -> Router:
     """The /api/v1 routes: the catalog's over `nc`, the keys, projects and usage of `accounts`
     (both given to the routes as dependencies)."""
-    admin_only = _admin_only(accounts)
-
     return Router(
         "/api/v1",
         route_handlers=[
@@ -98,13 +89,8 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
             change_model,
             remove_model,
             purge_model,
-            list_keys,
-            create_key,
-            revoke_key,
-            put_project,
-            usage,
         ],
-        guards=[admin_only],
+        guards=[_who_may(accounts)],
         before_request=_readable_body,
         dependencies={
             "accounts": Provide(lambda: accounts, sync_to_thread=False),
@@ -120,92 +106,56 @@ async def _readable_body(request: Request) -> None:
         check_body(request.headers.get("content-type"), await request.body())
 
 
-@put("/models/{name:str}")
-async def put_model(request: Request, nc: Client, name: str, data: Model, revision: int | None = None) -> ModelEntry:
+_OPERATORS = {"least": "operator"}
+"""A route for operators: the models its tenants may use (`scoped.check_model`)."""
+
+
+@put("/models/{name:str}", opt=_OPERATORS)
+async def put_model(
+    request: Request, nc: Client, accounts: Accounts, name: str, data: Model, revision: int | None = None
+) -> ModelEntry:
     """Create or replace a model; `?revision=` makes it compare-and-set (0: must not exist)."""
+    check_model(request.state.who, name, accounts)
     if data.name != name:
         raise NameMismatch(f"the body names model '{data.name}' but the path '{name}'")
     _check_revision(revision)
-    by = request.state.key.name
+    by = request.state.who.name
     return await ask(nc, catalog.MODEL_PUT, ModelPut(model=data, revision=revision, by=by), by)
 
 
-@post("/models/{name:str}/change", status_code=200)
-async def change_model(request: Request, nc: Client, name: str, data: dict[str, Any]) -> ModelEntry:
+@post("/models/{name:str}/change", status_code=200, opt=_OPERATORS)
+async def change_model(request: Request, nc: Client, accounts: Accounts, name: str, data: dict[str, Any]) -> ModelEntry:
     """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases: the
     body is one change, `{"action": "scale", "scaling": {...}}`, as `catalog.model.change` takes it
     without the name (the path gives it) and who asks (the key's name)."""
-    by = request.state.key.name
+    check_model(request.state.who, name, accounts)
+    by = request.state.who.name
     return await ask(nc, catalog.MODEL_CHANGE, _change(name, data, by), by)
 
 
-@delete("/models/{name:str}", status_code=200)
-async def remove_model(request: Request, nc: Client, name: str, revision: int | None = None) -> ModelEntry:
+@delete("/models/{name:str}", status_code=200, opt=_OPERATORS)
+async def remove_model(
+    request: Request, nc: Client, accounts: Accounts, name: str, revision: int | None = None
+) -> ModelEntry:
     """Remove a model from the catalog (its files stay); `?revision=` removes it only at that
     revision (409 else)."""
+    check_model(request.state.who, name, accounts)
     _check_revision(revision)
-    ref = msgspec.structs.replace(_ref(name), revision=revision, by=request.state.key.name)
-    return await ask(nc, catalog.MODEL_REMOVE, ref, request.state.key.name)
+    ref = msgspec.structs.replace(_ref(name), revision=revision, by=request.state.who.name)
+    return await ask(nc, catalog.MODEL_REMOVE, ref, request.state.who.name)
 
 
-@post("/models/{name:str}/purge", status_code=200)
-async def purge_model(request: Request, nc: Client, name: str, revision: int | None = None) -> PurgeReport:
+@post("/models/{name:str}/purge", status_code=200, opt=_OPERATORS)
+async def purge_model(
+    request: Request, nc: Client, accounts: Accounts, name: str, revision: int | None = None
+) -> PurgeReport:
     """Remove a model and, once its replicas stopped, delete its files from the mirror and the nodes
     (keeping any file another model uses); says what it deleted and what it kept. `?revision=`:
     only at that revision (409 else)."""
+    check_model(request.state.who, name, accounts)
     _check_revision(revision)
-    purge = ModelPurge(name=_ref(name).name, by=request.state.key.name, revision=revision)
+    purge = ModelPurge(name=_ref(name).name, by=request.state.who.name, revision=revision)
     return await ask(nc, catalog.MODEL_PURGE, purge, purge.by)
-
-
-@get("/keys")
-async def list_keys(accounts: Accounts) -> KeyList:
-    """Every key by id, with its project, models, limits and expiry (never the key)."""
-    return await accounts.list_keys(Empty())
-
-
-@post("/keys", status_code=201)
-async def create_key(request: Request, accounts: Accounts, data: KeyCreate) -> KeyCreated:
-    """A new key: the answer is the only time it is shown."""
-    try:
-        made = await accounts.create_key(msgspec.structs.replace(data, by=request.state.key.name))
-    except BusError as exc:  # a tenant there is not
-        raise refused("router", exc.code, exc.message) from None
-    _log.info("key created", name=data.name, project=data.project, by=request.state.key.name)
-    return made
-
-
-@delete("/keys/{key_id:str}", status_code=200)
-async def revoke_key(request: Request, accounts: Accounts, key_id: str) -> KeyList:
-    """Revoke a key by id: it stops working at once on every router."""
-    try:
-        ref = msgspec.convert({"id": key_id, "by": request.state.key.name}, KeyRef)
-    except msgspec.ValidationError:
-        raise BadKeyId(f"'{key_id}' is not a key id (16 hex digits; GET /api/v1/keys lists them)") from None
-    try:
-        return await accounts.revoke_key(ref)
-    except BusError as exc:
-        raise KeyNotFound(exc.message) from None
-
-
-@put("/projects/{name:str}")
-async def put_project(request: Request, accounts: Accounts, name: str, data: Project) -> Project:
-    """Create a project or change its limits (they hold for all its keys together)."""
-    if data.name != name:
-        raise NameMismatch(f"the body names project '{data.name}' but the path '{name}'")
-    return await accounts.put_project(msgspec.structs.replace(data, by=request.state.key.name))
-
-
-@get("/usage")
-async def usage(accounts: Accounts, since: float = 0.0, group_by: str = "model") -> UsageReport:
-    """Requests and tokens since a Unix time, summed by model, project, key or replica."""
-    if not 0 <= since <= _LATEST:  # NaN too
-        raise BadQuery(f"usage query: 'since' is {since}; it must be a Unix time in seconds, from 0 to {_LATEST:.0f}")
-    try:
-        query = msgspec.convert({"since": since, "group_by": group_by}, UsageQuery)
-    except msgspec.ValidationError as exc:
-        raise BadQuery(f"usage query: {exc}") from None
-    return await accounts.sum_usage(query)
 
 
 def _check_revision(revision: int | None) -> None:

@@ -21,6 +21,8 @@ from nats.aio.client import Client
 
 from llmgw.bus import BusError, call, get_logger
 from llmgw.proto import Endpoint, plainly
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.admin.scoped import narrowed_ask, narrowed_reply
 from llmgw.router.errors import ApiError, InvalidRequest, refused
 
 __all__ = ["ask", "operator_routes"]
@@ -61,24 +63,27 @@ def _route(endpoint: Endpoint) -> HTTPRouteHandler:
     # a path or query value it cannot take: named for the path's first field, or the query
     bad = f"bad_{next(iter(made), 'query')}"
 
-    async def handler(request: Request, nc: Client, **values: Any) -> Any:
+    async def handler(request: Request, nc: Client, accounts: Accounts, **values: Any) -> Any:
         raw = {field: template.format(**values) for field, template in made.items()}
         if body:
             raw = msgspec.to_builtins(values["data"]) | raw
         else:
             asked = {name: value for name, value in values.items() if value is not None and name not in made}
             raw |= {name: value for name, value in asked.items() if name in fields}
+        who = request.state.who
         if "by" in fields:
-            raw["by"] = request.state.key.name
+            raw["by"] = who.name
         try:
             message = msgspec.convert(raw, endpoint.request, strict=False)
         except msgspec.ValidationError as exc:
             raise _bad(bad, f"{endpoint.name}: {plainly(exc)}") from None
-        return await ask(nc, endpoint, message, request.state.key.name)
+        message = await narrowed_ask(who, endpoint, message, accounts)
+        return await narrowed_reply(who, endpoint, message, await ask(nc, endpoint, message, who.name), accounts)
 
     signature = [
         inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
         inspect.Parameter("nc", inspect.Parameter.KEYWORD_ONLY, annotation=Client),
+        inspect.Parameter("accounts", inspect.Parameter.KEYWORD_ONLY, annotation=Accounts),
         *(inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in params),
     ]
     if body:  # a body whose message the path completes is read as JSON, then checked with the path's fields
@@ -105,6 +110,7 @@ def _route(endpoint: Endpoint) -> HTTPRouteHandler:
         summary=endpoint.doc,
         operation_id=f"{endpoint.service}.{endpoint.name}",
         tags=[endpoint.service],
+        opt={"least": admin.least},
     )(handler)
 
 

@@ -44,7 +44,7 @@ async def _page(view: View, status: int = 200, error: str = "", **context: objec
     """The page, with `error` at the top and `context` (a form's values kept, a key just made)."""
     accounts, now, who = view.console.accounts, time.time(), view.principal
     assert who is not None
-    keys = {kid: k for kid, k in (await accounts.list_keys(Empty())).keys.items() if who.sees_key(k)}
+    keys = who.seen_keys((await accounts.list_keys(Empty())).keys)
     projects = sorted(accounts.projects.items.values(), key=lambda p: p.name) if who.admin else []
     key_scopes = [accounts.scopes(kid, record)[0] for kid, record in keys.items()]
     project_scopes = [accounts.project_scope(p.name) for p in projects]
@@ -104,8 +104,8 @@ def _key_create(view: View) -> KeyCreate:
     )
     if who.admin:
         return asked
-    # anyone else's key is its own, in its tenant, with no admin rights
-    return msgspec.structs.replace(asked, admin=False, tenant=who.tenant, owner=who.name)
+    # anyone else's key from this form is its own, in its tenant, with no admin rights
+    return who.key_to_make(msgspec.structs.replace(asked, admin=False, tenant=who.tenant, owner=who.name))
 
 
 @get("/keys")

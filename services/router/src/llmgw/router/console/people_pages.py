@@ -106,8 +106,7 @@ async def audit_page(view: View, area: str = "", subject: str = "", before: int 
     assert who is not None
     query = _message(view, AuditQuery, {"area": area, "subject": subject, "before": before, "limit": 100})
     log = await view.ask(people.AUDIT_LOG, query)
-    if not who.admin:
-        log.entries = [e for e in log.entries if e.area in ("catalog", "mirror") or e.tenant in who.roles]
+    log.entries = [e for e in log.entries if who.sees_entry(e)]
     form = {"area": area, "subject": subject}
     return view.render("audit.html", active="audit", log=log, form=form, areas=_AREAS)
 

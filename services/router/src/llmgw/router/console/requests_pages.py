@@ -26,10 +26,9 @@ async def requests_page(view: View, model: str = "", key: str = "", errors: str 
         return view.render("requests.html", status=400, active="requests", form=form, log=None, names={}, error=message)
     who = view.principal
     assert who is not None
-    seen = {kid: k for kid, k in (await view.console.accounts.list_keys(Empty())).keys.items() if who.sees_key(k)}
-    if not who.admin:  # its own keys' requests (and the playground's under its name), nobody else's
-        ask = msgspec.structs.replace(ask, keys=[*seen, who.key_id])
-    log = await view.ask(router.REQUEST_LOG, ask)
+    keys = (await view.console.accounts.list_keys(Empty())).keys
+    seen = who.seen_keys(keys)
+    log = await view.ask(router.REQUEST_LOG, who.seen_log(ask, keys))
     names = {kid: k.name for kid, k in seen.items()} | {who.key_id: who.name}
     return view.render("requests.html", active="requests", form=form, log=log, names=names, error="")
 

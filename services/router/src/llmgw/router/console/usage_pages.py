@@ -72,19 +72,12 @@ async def usage_page(view: View, since: str = "hour", group_by: str = "model") -
         accounts.sum_usage(UsageQuery(since=start, group_by=group_by)),
         accounts.sum_usage(UsageQuery(since=start, group_by=group_by, bucket_s=chosen.bucket_s)),
     )
+    names = (await accounts.list_keys(Empty())).keys if group_by == "key" or not who.admin else {}
+    total.rows = who.seen_usage(group_by, total.rows, names)
+    bucketed.rows = who.seen_usage(group_by, bucketed.rows, names)
     label = {r.group: r.group for r in total.rows}
     if group_by == "key":
-        names = (await accounts.list_keys(Empty())).keys
-        if not who.admin:
-            mine = {kid for kid, k in names.items() if who.sees_key(k)} | {who.key_id}
-            total.rows = [r for r in total.rows if r.group in mine]
-            bucketed.rows = [r for r in bucketed.rows if r.group in mine]
-            label = {g: g for g in label if g in mine}
         label = {g: view.t("usage.key_label", name=names[g].name, id=g) if g in names else g for g in label}
-    if group_by == "tenant" and not who.admin:  # an operator: its tenants' only
-        total.rows = [r for r in total.rows if r.group in who.roles]
-        bucketed.rows = [r for r in bucketed.rows if r.group in who.roles]
-        label = {g: g for g in label if g in who.roles}
     first, last = bucket_start(start, chosen.bucket_s), bucket_start(now, chosen.bucket_s)
     starts = [float(s) for s in range(int(first), int(last) + 1, chosen.bucket_s)]
     shown = [r.group for r in total.rows[:_MOST_SERIES]]
@@ -111,11 +104,8 @@ def _render(view: View, form: dict[str, str], status: int = 200, **data: object)
 
 
 def _groups(who: Principal | None) -> tuple[str, ...]:
-    """What `who` may group usage by: an admin anything, an operator its keys or its tenants, a
-    member its own keys."""
-    if who is not None and who.admin:
-        return GROUPS
-    return ("key", "tenant") if who is not None and who.role == "operator" else ("key",)
+    """What `who` may group usage by on this page (`Principal.usage_groups`)."""
+    return tuple(g for g in GROUPS if who is not None and g in who.usage_groups())
 
 
 ROUTES = (usage_page,)

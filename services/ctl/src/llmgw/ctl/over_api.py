@@ -1,0 +1,131 @@
+"""`llmgw ctl --api URL`: ctl's operations through a router's admin API with an API key instead
+of the fleet's NATS credentials — what a member or an operator has (a key their user owns), or
+an admin's key from another machine. Each operation is asked at its endpoint's admin route, so
+the router holds it to the one rule its other faces follow and narrows what it answers. The key
+comes from $LLMGW_API_KEY, never the command line (it would show in `ps` and the shell's history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import string
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from llmgw.proto import Endpoint, catalog, mirror, people, router, scheduler
+from llmgw.proto.errors import BadRequest
+
+__all__ = ["API_KEY_ENV", "AdminApi"]
+
+API_KEY_ENV = "LLMGW_API_KEY"
+"""Where `--api` finds the key to send."""
+
+_ENDPOINTS: dict[str, Endpoint] = {
+    e.subject(): e
+    for table in (catalog.ENDPOINTS, mirror.ENDPOINTS, scheduler.ENDPOINTS, router.ENDPOINTS, people.ENDPOINTS)
+    for e in table
+    if e.admin is not None
+}
+_ERROR_CODES = {400: "400", 404: "404", 409: "409"}
+"""HTTP statuses that keep their bus meaning; the rest read as the service's own failure (Internal)."""
+
+
+@dataclass
+class _Reply:
+    """What `llmgw.bus.call` reads of a NATS reply: its bytes and its headers."""
+
+    data: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class AdminApi:
+    """Stands where ctl's NATS connection stands for `llmgw.bus.call`: `request` sends the
+    endpoint a subject names to the router's admin API (`/api/v1`) and gives back its answer as a
+    reply, a refusal in the headers a service error has."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.base = url.rstrip("/") + "/api/v1"
+        self._auth = {"authorization": f"Bearer {key}", "accept": "application/json"}
+
+    async def request(
+        self, subject: str, payload: bytes = b"", timeout: float = 10.0, headers: dict[str, str] | None = None
+    ) -> _Reply:
+        """The admin API's answer to what `payload` asks of the endpoint on `subject`."""
+        endpoint = _ENDPOINTS.get(subject)
+        if endpoint is None or endpoint.admin is None:
+            what = endpoint.name if endpoint else subject
+            why = f"`{what}` is not on the admin API; ask it with the fleet's NATS credentials (--creds)"
+            return _Reply(b"", {"Nats-Service-Error-Code": "400", "Nats-Service-Error": why})
+        method, url, body = self.http_request(endpoint, msgspec.json.decode(payload))
+        return await asyncio.to_thread(self._send, method, url, body, timeout)
+
+    def http_request(self, endpoint: Endpoint, message: dict[str, Any]) -> tuple[str, str, bytes | None]:
+        """The method, URL and body that ask `message` of `endpoint` at its admin route."""
+        route = endpoint.admin
+        assert route is not None
+        values = {k: v for k, v in message.items() if k != "by"}  # the router says who asks
+        taken: dict[str, str] = {}
+        for name, template in route.fields:
+            if name in values:
+                taken |= _unformat(template, str(values.pop(name)))
+        params = [p for _, p, _, _ in string.Formatter().parse(route.path) if p]
+        for p in params:
+            if p not in taken and p in values:
+                taken[p] = str(values.pop(p))
+        path = route.path.format(**{k: urllib.parse.quote(v, safe="") for k, v in taken.items()})
+        if route.method in ("POST", "PUT") and route.body:
+            return route.method, self.base + path, json.dumps(values).encode()
+        query = {k: _query_value(v) for k, v in values.items() if v is not None and v != [] and v != ""}
+        url = self.base + path + (f"?{urllib.parse.urlencode(query, doseq=True)}" if query else "")
+        return route.method, url, None
+
+    def _send(self, method: str, url: str, body: bytes | None, timeout: float) -> _Reply:
+        headers = self._auth | ({"content-type": "application/json"} if body is not None else {})
+        sent = urllib.request.Request(url, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(sent, timeout=timeout) as answer:
+                return _Reply(answer.read())
+        except urllib.error.HTTPError as exc:
+            text = exc.read()
+            try:
+                said = json.loads(text)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                said = text.decode(errors="replace")[:300]
+            code = _ERROR_CODES.get(exc.code, "500")
+            return _Reply(b"", {"Nats-Service-Error-Code": code, "Nats-Service-Error": f"{said} (HTTP {exc.code})"})
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ConnectionError(f"the admin API at {self.base} does not answer: {reason}") from None
+
+    async def close(self) -> None:
+        """Nothing held open between requests."""
+
+    def __getattr__(self, name: str) -> Any:
+        """A command that reads NATS itself (a bucket, a stream, events) has no admin route."""
+        raise BadRequest(f"this command reads NATS itself ({name}); run it with the fleet's NATS credentials")
+
+
+def _unformat(template: str, value: str) -> dict[str, str]:
+    """The path parameters a field's value was made of: `{owner}/{name}` and 'a/b'."""
+    pattern = "".join(
+        re.escape(text) + (f"(?P<{name}>[^/]+)" if name else "")
+        for text, name, _, _ in string.Formatter().parse(template)
+    )
+    found = re.fullmatch(pattern, value)
+    if found is None:
+        raise ValueError(f"'{value}' is not of the form {template}")
+    return found.groupdict()
+
+
+def _query_value(value: Any) -> Any:
+    """A field as a query string carries it: booleans as true/false, the rest as they print."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value

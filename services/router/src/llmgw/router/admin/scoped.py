@@ -1,0 +1,70 @@
+"""The admin API for someone who is not an admin of the fleet: the one rule
+(`accounts/access.py`) applied to an operation's message before it is asked and to its reply
+after. A member asks for its own keys, usage and requests; an operator also for the models its
+tenants may use (the fleet's replicas of those only), the mirror, the nodes and their audit
+trail. What is not theirs reads as what
+is not there (the same 404 words either way), so nothing leaks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from llmgw.proto import Empty, Endpoint, catalog, people, router, scheduler
+from llmgw.router.accounts.access import Principal
+from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound
+
+__all__ = ["narrowed_ask", "narrowed_reply"]
+
+
+async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, accounts: Accounts) -> Any:
+    """`message` as `who` may ask it of `endpoint`; 403 or 404 where it may not."""
+    if who.admin:
+        return message
+    if endpoint is router.KEY_CREATE:
+        return who.key_to_make(message)
+    if endpoint is router.KEY_REVOKE:
+        if message.id not in who.seen_keys((await accounts.list_keys(Empty())).keys):
+            raise KeyNotFound(f"No key of yours has id '{message.id}'; GET /api/v1/keys lists them.")
+    elif endpoint is router.USAGE_SUM:
+        if message.group_by not in who.usage_groups():
+            mine = " or ".join(who.usage_groups())
+            raise Forbidden(f"You may sum usage by {mine} (yours only), not by {message.group_by}.")
+    elif endpoint is router.REQUEST_LOG:
+        return who.seen_log(message, (await accounts.list_keys(Empty())).keys)
+    elif endpoint.service == "catalog":
+        check_model(who, getattr(message, "name", None), accounts)
+    return message
+
+
+async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply: Any, accounts: Accounts) -> Any:
+    """What of `reply` `who` sees."""
+    if who.admin:
+        return reply
+    if endpoint in (router.KEY_LIST, router.KEY_REVOKE):
+        return msgspec.structs.replace(reply, keys=who.seen_keys(reply.keys))
+    if endpoint is router.USAGE_SUM:
+        keys = (await accounts.list_keys(Empty())).keys
+        return msgspec.structs.replace(reply, rows=who.seen_usage(message.group_by, reply.rows, keys))
+    if endpoint is people.AUDIT_LOG:
+        return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e)])
+    tenants = _tenants(accounts)
+    if endpoint is catalog.MODEL_LIST:
+        return msgspec.structs.replace(reply, models=[e for e in reply.models if who.runs_model(e.model.name, tenants)])
+    if endpoint is scheduler.MODEL_STATUS:
+        return msgspec.structs.replace(reply, models=[m for m in reply.models if who.runs_model(m.model, tenants)])
+    if endpoint is scheduler.REPLICA_LIST:
+        return msgspec.structs.replace(reply, replicas=[r for r in reply.replicas if who.runs_model(r.model, tenants)])
+    return reply
+
+
+def check_model(who: Principal, name: str | None, accounts: Accounts) -> None:
+    """404 for a model `who` does not run, in the words a model not there gets from it."""
+    if isinstance(name, str) and not who.runs_model(name, _tenants(accounts)):
+        raise ModelNotFound(f"No model '{name}' among those your tenants may use; GET /api/v1/models lists them.")
+
+
+def _tenants(accounts: Accounts) -> dict[str, people.Tenant]:
+    return dict(accounts.people.tenants.items) if accounts.people is not None else {}
