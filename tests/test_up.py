@@ -53,13 +53,15 @@ SERVICES = ["llmgw-catalog", "llmgw-scheduler", "llmgw-mirror", "llmgw-router", 
 class Up:
     """A running `llmgw up` and what it printed."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
+        """`env`: the environment it runs in (an earlier release's PYTHONPATH: `tests/releases.py`)."""
         self.home = home
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llmgw.ctl", "up", "--data-dir", str(home), "--nats-port", "-1", "--http-port", "0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=env,
         )
         self.lines: list[str] = []
         deadline = time.monotonic() + 90
