@@ -98,6 +98,10 @@ async def test_an_admin_makes_users_and_tenants_on_the_people_page_and_the_audit
     assert "zed was removed" in gone.text and stack.router.accounts.people.user("zed") is None
     trail = await admin.page("/console/audit?area=users")
     assert trail.status_code == 200 and trail.text.count("<td>ops</td>") >= 3 and password not in trail.text
+    lab = await admin.page("/console/audit?tenant=lab")
+    rows = lab.text[lab.text.index('<table id="audit"') :]
+    assert '<option value="lab" selected>' in lab.text and rows.count("<td>lab</td>") >= 3
+    assert "<td>research</td>" not in rows
     await _user(stack, "mem")
     member, _ = await _sign_in(stack, "mem")
     assert (await member.get("/console/people")).status_code == 403

@@ -110,14 +110,16 @@ def audit_table(log: AuditLog) -> str:
 
 async def _audit(nc: Client, args: argparse.Namespace) -> int:
     fields = {"limit": args.limit, "area": args.area, "subject": args.subject, "before": args.before}
+    fields["tenant"] = args.tenant
     log = await call(nc, people.AUDIT_LOG, msgspec.convert(fields, AuditQuery))
     return show(args, log, audit_table(log))
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=50, metavar="N", help="how many (default 50, at most 500)")
-    parser.add_argument("--area", default="", help="catalog, mirror, keys, projects, users or tenants")
+    parser.add_argument("--area", default="", help="catalog, mirror, keys, projects, users, tenants, signin, hooks or guard")
     parser.add_argument("--subject", default="", metavar="NAME", help="only changes to this (a model, a user...)")
+    parser.add_argument("--tenant", default="", metavar="NAME", help="only this tenant's changes")
     parser.add_argument("--before", type=int, default=0, metavar="SEQ", help="older ones (the 'older:' line says)")
 
 

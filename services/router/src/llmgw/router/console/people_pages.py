@@ -99,16 +99,18 @@ async def put_tenant(view: View) -> Response:
 
 
 @get("/audit")
-async def audit_page(view: View, area: str = "", subject: str = "", before: int = 0) -> Response:
-    """The latest changes, newest first; an operator's: what it runs (the catalog, the mirror)
-    and its tenants'."""
+async def audit_page(view: View, area: str = "", subject: str = "", tenant: str = "", before: int = 0) -> Response:
+    """The latest changes, newest first (of one area, subject or tenant where asked); an
+    operator's: what it runs (the catalog, the mirror) and its tenants'."""
     who = view.principal
     assert who is not None
-    query = _message(view, AuditQuery, {"area": area, "subject": subject, "before": before, "limit": 100})
-    log = await view.ask(people.AUDIT_LOG, query)
+    fields = {"area": area, "subject": subject, "tenant": tenant, "before": before, "limit": 100}
+    log = await view.ask(people.AUDIT_LOG, _message(view, AuditQuery, fields))
     log.entries = [e for e in log.entries if who.sees_entry(e)]
-    form = {"area": area, "subject": subject}
-    return view.render("audit.html", active="audit", log=log, form=form, areas=_AREAS)
+    known = view.console.accounts.people
+    tenants = sorted(known.tenants.items) if who.admin and known is not None else sorted(who.roles)
+    form = {"area": area, "subject": subject, "tenant": tenant}
+    return view.render("audit.html", active="audit", log=log, form=form, areas=_AREAS, tenants=tenants)
 
 
 _AREAS = people.AUDIT_AREAS
