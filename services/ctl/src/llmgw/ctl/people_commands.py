@@ -117,7 +117,7 @@ async def _audit(nc: Client, args: argparse.Namespace) -> int:
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=50, metavar="N", help="how many (default 50, at most 500)")
-    parser.add_argument("--area", default="", help="catalog, mirror, keys, projects, users, tenants, signin, hooks or guard")
+    parser.add_argument("--area", default="", help="only this area's: " + ", ".join(people.AUDIT_AREAS))
     parser.add_argument("--subject", default="", metavar="NAME", help="only changes to this (a model, a user...)")
     parser.add_argument("--tenant", default="", metavar="NAME", help="only this tenant's changes")
     parser.add_argument("--before", type=int, default=0, metavar="SEQ", help="older ones (the 'older:' line says)")
