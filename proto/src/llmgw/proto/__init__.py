@@ -9,7 +9,7 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
-from llmgw.proto import agent, catalog, errors, guard, hooks, mirror, people, router, scheduler
+from llmgw.proto import agent, catalog, errors, guard, hooks, mirror, people, release, router, scheduler
 from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
@@ -196,6 +196,7 @@ __all__ = [
     "page_start",
     "people",
     "plainly",
+    "release",
     "replica_totals",
     "router",
     "scheduler",

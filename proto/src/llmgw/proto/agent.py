@@ -9,6 +9,7 @@ from llmgw.proto._types import Empty, Name
 from llmgw.proto.catalog import Model, Profile
 from llmgw.proto.mirror import WeightsDelete, WeightsDeleted
 from llmgw.proto.node import NodeInfo
+from llmgw.proto.release import RELEASE_CHANGED, RELEASE_LIST, RELEASE_SET
 from llmgw.proto.replica import ReplicaReport, ReplicaSpec, Worker
 
 __all__ = [
@@ -121,8 +122,18 @@ WEIGHTS_COLLECT = Endpoint(
     "Delete every cached file no model uses.",
     every_instance=True,
 )
-ENDPOINTS = (REPLICA_START, REPLICA_STOP, WORKER_START, WORKER_STOP, WEIGHTS_DELETE, WEIGHTS_COLLECT)
-"""The endpoints every agent serves (the first four under its node's name, signed by the scheduler)."""
+ENDPOINTS = (
+    REPLICA_START,
+    REPLICA_STOP,
+    WORKER_START,
+    WORKER_STOP,
+    WEIGHTS_DELETE,
+    WEIGHTS_COLLECT,
+    RELEASE_SET,
+    RELEASE_LIST,
+)
+"""The endpoints every agent serves (the first four under its node's name, signed by the scheduler;
+the releases': `release.py`)."""
 
 HEARTBEAT = Event("node.heartbeat", Heartbeat, "A node's facts and its replicas' reports.", ("node",), "agent")
 REPLICA_CHANGED = Event(
@@ -132,5 +143,5 @@ REPLICA_CHANGED = Event(
     ("node", "id"),
     "agent",
 )
-EVENTS = (HEARTBEAT, REPLICA_CHANGED)
+EVENTS = (HEARTBEAT, REPLICA_CHANGED, RELEASE_CHANGED)
 """What agents publish."""

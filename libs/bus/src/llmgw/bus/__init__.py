@@ -38,6 +38,7 @@ from llmgw.bus._nats import (
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
 from llmgw.bus._proc import collector_paused, delete_under, die_with_parent, free_port, meminfo_mb, write_private
+from llmgw.bus._release import read_release, read_release_ask, release_python, write_release, write_release_ask
 from llmgw.bus._service import INBOX, Context, ServiceApp, add_service, answerable, entry_point, run
 from llmgw.bus._signing import SIGNATURE, SIGNED_AT, SignatureError, Signer, Verifier, public_key
 from llmgw.bus._tasks import spawn
@@ -106,7 +107,10 @@ __all__ = [
     "permissions",
     "public_key",
     "read_identity",
+    "read_release",
+    "read_release_ask",
     "record_change",
+    "release_python",
     "request_raw",
     "run",
     "server_config",
@@ -118,5 +122,7 @@ __all__ = [
     "storage_replicas",
     "write_identity",
     "write_private",
+    "write_release",
+    "write_release_ask",
     "write_secret",
 ]

@@ -31,6 +31,7 @@ from llmgw.proto import (
     hooks,
     mirror,
     people,
+    release,
     router,
     scheduler,
 )
@@ -266,6 +267,7 @@ def _role_publish(role: str, node: str) -> list[str]:
         return [
             agent.HEARTBEAT.subject(node),
             f"{PREFIX}.evt.replica.{node}.>",
+            release.RELEASE_CHANGED.subject(node),
             scheduler.NODE_REGISTER.subject(node),  # it registers its own node only
             *_calls(mirror.FILE_STAT, mirror.FILE_WHERE),
             *_kv(BUCKETS["fleet"], write=False),  # where the fleet is (its firewall lets in only that)
@@ -281,6 +283,8 @@ def _role_publish(role: str, node: str) -> list[str]:
             *guard.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
+            release.RELEASE_SET,
+            release.RELEASE_LIST,
         )
         return ["$SRV.>", *_calls(*endpoints)]  # and nats.micro's discovery: `nats micro ls`
     if role == "mirror":
@@ -293,7 +297,8 @@ def _role_publish(role: str, node: str) -> list[str]:
 def _role_subscribe(role: str, node: str) -> list[str]:
     """What `role` listens to besides its own inboxes: the endpoints it serves, events it follows."""
     if role == "agent":
-        return [f"{PREFIX}.agent.{node}.>", agent.WEIGHTS_DELETE.subject(), agent.WEIGHTS_COLLECT.subject()]
+        every = (agent.WEIGHTS_DELETE, agent.WEIGHTS_COLLECT, release.RELEASE_LIST)
+        return [f"{PREFIX}.agent.{node}.>", *(e.subject() for e in every)]
     if role == "scheduler":
         return [f"{PREFIX}.scheduler.>", agent.HEARTBEAT.all, f"{PREFIX}.evt.replica.>"]
     if role == "router":  # and what its notifier tells tenants of: replicas failing, fetches failing

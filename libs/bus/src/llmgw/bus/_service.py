@@ -86,6 +86,10 @@ class ServiceApp(Protocol):
     async def stop(self) -> None:
         """Finish what is in flight and release what it holds."""
 
+    handover: bool = False
+    """Set when it is stopped by SIGUSR1 rather than SIGTERM: its successor (an upgrade's) takes
+    over, so what can be left running for it is (the agent's ready engines)."""
+
     def ready(self) -> bool:
         """Whether it can do its work now (served on /readyz; where not, an app may say why in
         a `why_not_ready() -> str` of its own, which /readyz's body then names)."""
@@ -305,6 +309,12 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    def hand_over() -> None:  # SIGUSR1: a successor (an upgrade's) takes over what it leaves running
+        app.handover = True
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGUSR1, hand_over)
     set_storage_replicas(config.storage_replicas)
     started: list[Context] = []
     try:  # before NATS: a port taken starts nothing

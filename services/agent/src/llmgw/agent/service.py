@@ -20,6 +20,7 @@ from llmgw.agent.node import NodeFacts, Work
 from llmgw.agent.replicas import Replicas
 from llmgw.agent.room import Room
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.upgrade import Upgrades
 from llmgw.agent.workers import Workers
 from llmgw.bus import (
     ConfigError,
@@ -68,6 +69,8 @@ class Agent:
     name = "agent"
     version = "0.1.0"
     description = "the node: hardware, heartbeats, engines, weights cache"
+    handover = False
+    """Set by SIGUSR1 (an upgrade): ready engines are left for the next agent."""
 
     def __init__(self, config: AgentConfig) -> None:
         if config.address in ("0.0.0.0", "::", ""):
@@ -131,6 +134,7 @@ class Agent:
             await ctx.serve(endpoint, handler, node=self.node, verifier=self.scheduler)
         await ctx.serve(agent.WEIGHTS_DELETE, self.delete_weights)
         await ctx.serve(agent.WEIGHTS_COLLECT, self.collect_weights)
+        self.tasks.append(await Upgrades(self.config.home(), self.node).start(ctx))
         self.tasks += self.facts.start(ctx, self._work)
         here = announce(ctx.js, "node", self.node, self.config.address)
         self.tasks.append(spawn(self.background, here, ctx.log, "announcing where this node is"))
@@ -156,11 +160,12 @@ class Agent:
         return self.facts.registered
 
     async def stop(self) -> None:
-        """Stop heartbeating, then every engine (unless `leave_engines`: ready ones are left
-        running for the next agent to adopt) and worker here."""
+        """Stop heartbeating, then every engine (unless `leave_engines` or a handover, SIGUSR1:
+        ready ones are left running for the next agent to adopt) and worker here."""
         for t in self.tasks:
             t.cancel()
-        engines = self.replicas.leave_all if self.config.leave_engines else self.replicas.stop_all
+        leave = self.config.leave_engines or self.handover
+        engines = self.replicas.leave_all if leave else self.replicas.stop_all
         await asyncio.gather(engines("agent stopping"), self.workers.stop_all())
         await self.http.aclose()
 

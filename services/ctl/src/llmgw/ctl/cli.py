@@ -20,6 +20,7 @@ from llmgw.ctl.node_commands import add_node_parser
 from llmgw.ctl.people_commands import AUDIT, TENANT, USER
 from llmgw.ctl.signin_commands import SIGNIN
 from llmgw.ctl.tree import add_nouns, run_ctl
+from llmgw.ctl.upgrade_commands import RELEASES, UPGRADE
 
 __all__ = ["main", "parser"]
 
@@ -161,6 +162,8 @@ def parser() -> argparse.ArgumentParser:
             REPLICA,
             WEIGHTS,
             MIRROR,
+            UPGRADE,
+            RELEASES,
         ],
     )
     return top

@@ -89,7 +89,7 @@ def start_member(
     extra += ["--storage-replicas", str(HA_SIZE)]
 
     def router():
-        return spawn_service("router", home, nats.url, seed, ADMIN_PORTS["router"], extra)
+        return spawn_service("router", home, (nats.url, seed), ADMIN_PORTS["router"], extra)
 
     kept["router"] = Kept("router", router, home / "logs" / "router.log", Backoff())
 

@@ -77,7 +77,7 @@ def _join(args: argparse.Namespace) -> int:
     port = args.admin_port or ADMIN_PORTS["agent"]
 
     def start():
-        return spawn_service("agent", home, nats_url, files["seed"], port, extra)
+        return spawn_service("agent", home, (nats_url, files["seed"]), port, extra)
 
     kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
     return _keep(kept, tenders)

@@ -34,6 +34,8 @@ class Kept:
         self.name, self.start, self.log = name, start, log
         self.proc = running or start()
         self.keeper = Keeper(policy, time.monotonic())
+        self.held = False
+        """An upgrade is replacing it: `tend` leaves it to the upgrade."""
 
     def restart(self, now: float) -> None:
         """Stop it (SIGTERM, then SIGKILL after 10 s) and start it again at once."""
@@ -52,6 +54,8 @@ class Kept:
 
     def tend(self, now: float) -> None:
         """Notice that it died (said in one line), or start it again once its wait is over."""
+        if self.held:
+            return
         if self.keeper.due(now):
             self.keeper.started(now)
             try:
@@ -104,10 +108,14 @@ class StoreKeeper:
                 self.read_to = self.nats.log.stat().st_size
 
 
-def spawn_service(name: str, home: Path, nats_url: str, creds: Path, admin: int, extra: list[str]) -> subprocess.Popen:
-    """`llmgw service NAME` as its own process (its own process group: Ctrl-C reaches only its
-    keeper, which stops it in order), its output appended to <home>/logs/NAME.log."""
-    cmd = [sys.executable, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
+def spawn_service(
+    name: str, home: Path, bus: tuple[str, Path], admin: int, extra: list[str], python: str = sys.executable
+) -> subprocess.Popen:
+    """`llmgw service NAME` run by `python` (a release's) as its own process (its own process
+    group: Ctrl-C reaches only its keeper, which stops it in order), its output appended to
+    <home>/logs/NAME.log; `bus`: the NATS URL and the credentials it connects with."""
+    nats_url, creds = bus
+    cmd = [python, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
     cmd += ["--admin-port", str(admin), "--creds", str(creds), *extra]
     with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
         return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)

@@ -11,6 +11,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from llmgw.ctl.cluster import (
 from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.join import JOIN_PORT, JoinServer
 from llmgw.ctl.keeper import Backoff
+from llmgw.ctl.rollout import Rollout
 from llmgw.ctl.supervise import Kept, StoreKeeper, spawn_nats, spawn_service, stop_in_order
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
 from llmgw.proto import Empty, KeyCreate, ModelPut, ModelRef, catalog, people, router
@@ -263,7 +265,7 @@ def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror
     ]
     if opts.listen != "127.0.0.1":  # its engines are reached by routers on other machines
         agent_args += ["--address", opts.listen]
-    router = ["--http-port", str(http_port), "--drain-s", str(opts.drain_s)]
+    router = ["--http-port", str(http_port), "--drain-s", str(opts.drain_s), "--share-port", "true"]
     router += ["--engine-secret", str(engine_secret_file(home / "creds"))]
     args = {
         "router": router,
@@ -319,7 +321,7 @@ def up(opts: UpOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     kept: dict[str, Kept] = {}
-    watches: list[StoreKeeper] = []
+    watches: list[StoreKeeper | Rollout] = []
     joins: JoinServer | _NoJoins = _NoJoins()
 
     def tend() -> None:
@@ -352,10 +354,16 @@ def up(opts: UpOptions) -> int:
         write_up_state(home, state, ports)  # `llmgw node invite` finds it before the services start
         wait_members(home, opts.ha, tend)
         extra = _service_args(opts, home, node, http_port, mirror_toml)
+        rollout = Rollout(home)
         for name in SERVICES:
-            who = f"agent-{node}" if name == "agent" else name
-            args = (name, home, nats.url, creds[who], ports[name], extra.get(name, []))
-            kept[name] = Kept(name, lambda args=args: spawn_service(*args), home / "logs" / f"{name}.log", opts.backoff)
+            bus = (nats.url, creds[f"agent-{node}" if name == "agent" else name])
+
+            def start(name=name, bus=bus) -> subprocess.Popen:  # its port and release as they are then
+                return spawn_service(name, home, bus, ports[name], extra.get(name, []), rollout.python(name))
+
+            kept[name] = Kept(name, start, home / "logs" / f"{name}.log", opts.backoff)
+        rollout.keep(kept, ports, lambda: write_up_state(home, state, ports))
+        watches.append(rollout)
         key, password = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         _wait_listening(f"{base}/models", tend)
         _say_up(home, state, (key, password), creds["ctl"], demo.model.name if demo else "<model>", ports)

@@ -28,6 +28,9 @@ class RouterConfig(BusConfig, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     """Port of the OpenAI endpoint; 0 picks a free one."""
+    share_port: bool = False
+    """Listen with SO_REUSEPORT, so that a successor (an upgrade's router, started by the same
+    user) listens beside this one while it drains: no connection is refused in between."""
     engine_secret: str = ""
     """File with the secret engines' keys are worked out from (the fleet's: the router reaches
     every engine; `llmgw up` and `llmgw access write` make it); empty: keys anyone who reads a
