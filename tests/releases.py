@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import sys
+import sysconfig
 import tarfile
 from pathlib import Path
 
-__all__ = ["BEFORE_TENANTS", "earlier"]
+__all__ = ["BEFORE_TENANTS", "earlier", "install"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +34,20 @@ def earlier(commit: str, into: Path) -> dict[str, str]:
     paths += sorted(p for p in (into / "libs").glob("*/src") if p.parent.name != "membw")
     paths += sorted((into / "services").glob("*/src"))
     return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
+
+
+def install(home: Path, name: str, script: str = "") -> Path:
+    """An installed release `name`: a virtual environment of its own that sees this one's packages
+    (today's code under another name), or a `script` standing for a broken one."""
+    folder = home / "releases" / name
+    python = folder / "bin" / "python"
+    if script:
+        python.parent.mkdir(parents=True)
+        python.write_text(script)
+        python.chmod(0o755)
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    [site] = folder.glob("lib/python3*/site-packages")
+    ours = sysconfig.get_paths()["purelib"]  # its .pth files too: the workspace's packages
+    (site / "today.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return python

@@ -17,6 +17,7 @@ import pytest
 
 from llmgw.ctl.cluster import HaError, check_ha
 from tests.machines import Machines
+from tests.releases import install
 
 LLMGW = [sys.executable, "-m", "llmgw.ctl"]
 
@@ -194,6 +195,51 @@ def test_a_machine_that_joins_later_runs_its_agent_and_every_member_lets_it_in(f
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+_LOAD_UNTIL = """
+import os, sys, time, urllib.request
+url, key, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+ok = failed = 0
+ask = urllib.request.Request(url, headers={"authorization": "Bearer " + key})
+while not os.path.exists(stop):
+    try:
+        with urllib.request.urlopen(ask, timeout=5) as answer:
+            ok += answer.status == 200
+            failed += answer.status != 200
+    except OSError:
+        failed += 1
+    time.sleep(0.02)
+print(ok, failed)
+"""
+
+
+def test_an_upgrade_goes_machine_by_machine_and_the_gateway_never_fails_a_request(fleet, tmp_path):
+    machines, admin, _, homes = fleet
+    _, a2, _, _ = machines.addresses
+    for home in homes:
+        install(home, "next")
+    stop = tmp_path / "stop"
+    steady = subprocess.Popen(  # a client of m2's router, asking all along: m2 is upgraded too
+        machines.command(1, sys.executable, "-c", _LOAD_UNTIL, f"http://{a2}:8080/v1/models", admin, str(stop)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        began = time.monotonic()
+        moved = machines.run(0, *LLMGW, "ctl", "--data-dir", str(homes[0]), "upgrade", "next", timeout=600)
+        took = time.monotonic() - began
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        lines = moved.stdout.splitlines()
+        order = [line.split("(")[1].split(")")[0] for line in lines if line.endswith(": runs next")]
+        assert len(order) == 3 and order[1:] == ["m2", "m3"], moved.stdout  # the first machine (its services) first
+    finally:
+        stop.touch()
+    ok, failed = map(int, steady.communicate(timeout=60)[0].split())
+    assert ok > 100 and failed == 0, (ok, failed)
+    print(f"HA, upgrade of three machines: {took:.1f} s; m2's router answered {ok} requests, {failed} failed")
+    back = machines.run(0, *LLMGW, "ctl", "--data-dir", str(homes[0]), "upgrade", "--rollback", timeout=600)
+    assert back.returncode == 0 and "every machine runs installed" in back.stdout, back.stdout + back.stderr
 
 
 def test_with_the_first_machines_cable_pulled_the_other_two_answer_and_take_changes(fleet):

@@ -10,7 +10,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import psutil
 
 from llmgw.bus import BusError, call
 from llmgw.proto import Page, scheduler
-from tests.releases import BEFORE_TENANTS, earlier
+from tests.releases import BEFORE_TENANTS, earlier, install
 from tests.test_up import DEMO, Up
 
 
@@ -65,23 +64,6 @@ def test_keys_and_projects_an_earlier_release_wrote_work_under_todays(tmp_path):
         assert (record["tenant"], record["owner"], record["project"]) == ("default", "", "team")
     finally:
         new.stop()
-
-
-def _release(home: Path, name: str, script: str = "") -> Path:
-    """An installed release `name`: a virtual environment of its own that sees this one's packages
-    (today's code under another name), or a `script` standing for a broken one."""
-    folder = home / "releases" / name
-    python = folder / "bin" / "python"
-    if script:
-        python.parent.mkdir(parents=True)
-        python.write_text(script)
-        python.chmod(0o755)
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    [site] = folder.glob("lib/python3*/site-packages")
-    ours = sysconfig.get_paths()["purelib"]  # its .pth files too: the workspace's packages
-    (site / "today.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    return python
 
 
 def _pythons(up: Up) -> dict[str, str]:
@@ -155,7 +137,7 @@ def test_an_upgrade_replaces_every_process_under_load_none_failing_and_rolls_bac
     up = Up(home)
     try:
         up.wait_ready()
-        next_python = _release(home, "next")
+        next_python = install(home, "next")
         engines = _engines(up)
         load, replicas = _Load(up), _Replicas(up)
         load.start()
@@ -190,7 +172,7 @@ def test_an_upgrade_replaces_every_process_under_load_none_failing_and_rolls_bac
 
         missing = _ctl(home, "upgrade", "nope")
         assert missing.returncode == 1 and "release nope is not installed here" in missing.stdout, missing.stdout
-        _release(home, "broken", "#!/bin/sh\necho 'this release cannot start' >&2\nexit 3\n")
+        install(home, "broken", "#!/bin/sh\necho 'this release cannot start' >&2\nexit 3\n")
         broken = _ctl(home, "upgrade", "broken")
         assert broken.returncode == 1 and "paused at machine 1 of 1" in broken.stdout, broken.stdout
         assert "the catalog on broken exited with code 3 at start, saying: this release cannot start" in broken.stdout

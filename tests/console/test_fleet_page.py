@@ -103,3 +103,33 @@ async def test_the_replicas_placed_on_a_node_are_listed_under_it(stack):
     assert f"<code>{replica.id}</code>" in node and '<a href="/console/models/tiny">tiny</a>' in node
     assert re.search(r'<span class="state state-(pending|fetching|starting|failed|stopped|draining)">', node)
     assert "No replica runs here." in page.text  # the other node
+
+
+async def test_a_nodes_release_and_its_upgrade_under_way_or_paused_are_said(stack):
+    from llmgw.proto.release import RELEASE_LIST, Release
+
+    await _register(stack)
+    said = {
+        "cpu-a": Release(node="cpu-a", version="0.2.0", previous="installed", state="done", steps=["agent"], done=1),
+        "cpu-b": Release(
+            node="cpu-b", version="0.2.0", state="running", steps=["router", "agent"], done=1, waiting_for="<agent>"
+        ),
+    }
+
+    async def answer(msg):  # each node's agent answers for its own release
+        for release in said.values():
+            await stack.nc.publish(msg.reply, msgspec.json.encode(release))
+
+    sub = await stack.nc.subscribe(RELEASE_LIST.subject(), cb=answer)
+    try:
+        browser = await stack.signed_in()
+        page = (await browser.page("/console/fleet")).text
+        a = page[page.index('id="node-cpu-a"') : page.index('id="node-cpu-b"')]
+        b = page[page.index('id="node-cpu-b"') :]
+        assert '<dd class="release"><code>0.2.0</code> (before it: installed)</dd>' in a
+        assert "upgrading: step 2 of 2, waiting for &lt;agent&gt;" in b
+        said["cpu-b"] = msgspec.structs.replace(said["cpu-b"], state="failed", error="the agent on 0.2.0 exited")
+        page = (await browser.page("/console/fleet")).text
+        assert "upgrade paused: the agent on 0.2.0 exited" in page[page.index('id="node-cpu-b"') :]
+    finally:
+        await sub.unsubscribe()

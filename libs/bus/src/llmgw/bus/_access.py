@@ -237,6 +237,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 scheduler.REPLICA_LIST,
                 scheduler.MODEL_STATUS,
                 *router.ENDPOINTS,
+                release.RELEASE_LIST,  # the fleet page: each machine's release
                 *people.ENDPOINTS,
                 *hooks.ENDPOINTS,
                 *guard.ENDPOINTS,

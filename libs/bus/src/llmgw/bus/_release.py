@@ -54,6 +54,7 @@ def read_release(home: Path) -> Release | None:
 
 def write_release(home: Path, release: Release) -> None:
     """The supervisor's word on what it runs."""
+    _state(home).parent.mkdir(parents=True, exist_ok=True)
     _write(_state(home), msgspec.json.encode(release))
 
 

@@ -12,7 +12,8 @@ from llmgw.ctl.access import engine_secret_file
 from llmgw.ctl.cluster import HA_SIZE, MemberPass, cluster_for, member_tls, write_member_tls
 from llmgw.ctl.join import JoinError, fetch_identities
 from llmgw.ctl.keeper import Backoff
-from llmgw.ctl.supervise import Kept, spawn_nats, spawn_service
+from llmgw.ctl.rollout import Rollout
+from llmgw.ctl.supervise import Kept, listening, spawn_nats, spawn_service
 
 __all__ = ["ROUTER_PORT", "IdentitiesFollower", "start_member"]
 
@@ -61,11 +62,13 @@ class IdentitiesFollower:
 
 
 def start_member(
-    home: Path, node: str, address: str, nats_port: int, member: MemberPass, join: tuple[str, str]
+    home: Path, node: str, listen: tuple[str, int], member: MemberPass, join: tuple[str, str], rollout: Rollout
 ) -> tuple[dict[str, Kept], IdentitiesFollower]:
     """This machine's NATS member (its configuration written as the first machine's is: the same
     identities let in, the cluster's routes over mutual TLS) and its router, started and kept; and
-    what follows the identities from the first machine (at `join`: its URL and fingerprint)."""
+    what follows the identities from the first machine (at `join`: its URL and fingerprint).
+    `listen`: its address and NATS port; `rollout`: the release each process runs."""
+    address, nats_port = listen
     for folder in ("nats", "creds", "logs"):
         (home / folder).mkdir(parents=True, exist_ok=True)
     tls = write_member_tls(home, member.ca_pem, member.cert_pem, member.key_pem)
@@ -85,11 +88,13 @@ def start_member(
     write_private(seed, member.router_seed + "\n")
     secret = engine_secret_file(home / "creds")
     write_private(secret, member.engine_secret)
-    extra = ["--http-host", "0.0.0.0", "--http-port", str(ROUTER_PORT), "--engine-secret", str(secret)]
+    gateway = listening("0.0.0.0", ROUTER_PORT)  # held here: its routers come and go, it stays
+    extra = ["--listen-fd", str(gateway.fileno()), "--engine-secret", str(secret)]
     extra += ["--storage-replicas", str(HA_SIZE)]
 
-    def router():
-        return spawn_service("router", home, (nats.url, seed), ADMIN_PORTS["router"], extra)
+    def router(gateway=gateway):  # the socket lives as long as what starts its routers
+        port = rollout.port("router", ADMIN_PORTS["router"])
+        return spawn_service("router", home, (nats.url, seed), port, extra, rollout.python("router"))
 
     kept["router"] = Kept("router", router, home / "logs" / "router.log", Backoff())
 

@@ -13,6 +13,7 @@ from llmgw.bus import ADMIN_PORTS, address_towards, data_home
 from llmgw.ctl.join import JoinError, fetch_bundle, invite, write_bundle
 from llmgw.ctl.keeper import Backoff
 from llmgw.ctl.member import ROUTER_PORT, IdentitiesFollower, start_member
+from llmgw.ctl.rollout import Rollout
 from llmgw.ctl.supervise import Kept, spawn_service, stop_in_order
 from llmgw.ctl.upstate import running_up
 
@@ -55,14 +56,16 @@ def _join(args: argparse.Namespace) -> int:
     files = write_bundle(home, bundle)
     nats_url = bundle.nats_url
     kept: dict[str, Kept] = {}
-    tenders: list[IdentitiesFollower] = []
+    rollout = Rollout(home)
+    tenders: list[IdentitiesFollower | Rollout] = [rollout]
     print(f"llmgw node join: this machine is node {bundle.node} of the fleet at {nats_url}", flush=True)
     print(f"  NATS identity: {files['seed']} (its agent's; it may speak only for {bundle.node})", flush=True)
     print(f"  engine secret: {files['engine']} (engines here take only the fleet's routers' keys)", flush=True)
     print(f"  scheduler key: {files['scheduler']} (the agent acts only on what the scheduler signed)", flush=True)
     if bundle.member:  # one of the three HA machines
         port = urlsplit(nats_url.split(",")[0]).port or 4222
-        kept, follower = start_member(home, bundle.node, address, port, bundle.member, (args.url, args.fingerprint))
+        join = (args.url, args.fingerprint)
+        kept, follower = start_member(home, bundle.node, (address, port), bundle.member, join, rollout)
         tenders.append(follower)
         others = ", ".join(a for a in bundle.member.members if a != address)
         print(f"  NATS: a cluster member at {address}:{port}, its routes to {others} over TLS", flush=True)
@@ -77,13 +80,15 @@ def _join(args: argparse.Namespace) -> int:
     port = args.admin_port or ADMIN_PORTS["agent"]
 
     def start():
-        return spawn_service("agent", home, (nats_url, files["seed"]), port, extra)
+        at = rollout.port("agent", port)
+        return spawn_service("agent", home, (nats_url, files["seed"]), at, extra, rollout.python("agent"))
 
     kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
+    rollout.keep(kept)
     return _keep(kept, tenders)
 
 
-def _keep(kept: dict[str, Kept], tenders: list[IdentitiesFollower]) -> int:
+def _keep(kept: dict[str, Kept], tenders: list[IdentitiesFollower | Rollout]) -> int:
     """Keep what this machine runs (each started again when it dies; `tenders` tended beside)
     until SIGINT or SIGTERM; then stop it in order (the router drained first, the agent's engines
     with it, NATS last)."""

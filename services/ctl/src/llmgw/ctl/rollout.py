@@ -73,10 +73,14 @@ class Rollout:
             self.say(f"llmgw: {name}: {exc}; running it with {sys.executable}")
             return sys.executable
 
-    def keep(self, kept: dict[str, Kept], ports: dict[str, int], ports_changed: Callable[[], None]) -> None:
-        """What it replaces (started already), their admin ports (the router's changes on an
-        upgrade: `ports_changed` is told), and its first word on what runs here."""
-        self.kept, self.ports, self.ports_changed = kept, ports, ports_changed
+    def port(self, name: str, first: int) -> int:
+        """Process `name`'s admin port: `first` until an upgrade gives it another (the router's)."""
+        return self.ports.setdefault(name, first)
+
+    def keep(self, kept: dict[str, Kept], ports_changed: Callable[[], None] = lambda: None) -> None:
+        """What it replaces (started already; their admin ports as `port` gave them: the router's
+        changes on an upgrade, and `ports_changed` is told), and its first word on what runs here."""
+        self.kept, self.ports_changed = kept, ports_changed
         runs = {n: self.release.runs.get(n, self.release.version) for n in ORDER if n in kept}
         self._save(runs=runs)
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from llmgw.bus import BusError, NatsServer, die_with_parent, start_nats_server
 from llmgw.ctl.keeper import Backoff, Keeper, StoreWatch, how_it_ended
 
-__all__ = ["Kept", "StoreKeeper", "spawn_nats", "spawn_service", "stop_in_order"]
+__all__ = ["Kept", "StoreKeeper", "listening", "spawn_nats", "spawn_service", "stop_in_order"]
 
 
 class Kept:
@@ -115,10 +116,24 @@ def spawn_service(
     group: Ctrl-C reaches only its keeper, which stops it in order), its output appended to
     <home>/logs/NAME.log; `bus`: the NATS URL and the credentials it connects with."""
     nats_url, creds = bus
+    held = [int(extra[extra.index("--listen-fd") + 1])] if "--listen-fd" in extra else []  # the router's socket
     cmd = [python, "-m", "llmgw.ctl", "service", name, "--nats-url", nats_url, "--data-dir", str(home)]
     cmd += ["--admin-port", str(admin), "--creds", str(creds), *extra]
     with open(home / "logs" / f"{name}.log", "ab") as log:  # the child keeps its own copy
-        return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent)
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent, pass_fds=held
+        )
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (0: a free port) for the routers this supervisor starts
+    (`--listen-fd`): it stays open here across their restarts and upgrades, so a connection
+    waiting on it is taken by the next router, never refused."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
 
 
 def spawn_nats(home: Path, port: int, conf: Path, host: str = "127.0.0.1") -> NatsServer:

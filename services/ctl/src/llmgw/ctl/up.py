@@ -11,6 +11,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,7 +31,6 @@ from llmgw.bus import (
     call,
     connect,
     data_home,
-    free_port,
     read_identity,
     server_config,
     write_private,
@@ -57,7 +57,7 @@ from llmgw.ctl.demo import Demo, choose_demo, mirror_config
 from llmgw.ctl.join import JOIN_PORT, JoinServer
 from llmgw.ctl.keeper import Backoff
 from llmgw.ctl.rollout import Rollout
-from llmgw.ctl.supervise import Kept, StoreKeeper, spawn_nats, spawn_service, stop_in_order
+from llmgw.ctl.supervise import Kept, StoreKeeper, listening, spawn_nats, spawn_service, stop_in_order
 from llmgw.ctl.upstate import UpState, admin_ports, write_up_state
 from llmgw.proto import Empty, KeyCreate, ModelPut, ModelRef, catalog, people, router
 from llmgw.proto.people import UserCreate
@@ -252,7 +252,7 @@ def _joins(
     return joins.start()
 
 
-def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror_toml: Path) -> dict[str, list[str]]:
+def _service_args(opts: UpOptions, home: Path, node: str, gateway: int, mirror_toml: Path) -> dict[str, list[str]]:
     """Each service's own flags under `up`."""
     # One agent on this host: nothing to keep its bandwidth measurement apart from.
     agent_args = [
@@ -265,7 +265,7 @@ def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror
     ]
     if opts.listen != "127.0.0.1":  # its engines are reached by routers on other machines
         agent_args += ["--address", opts.listen]
-    router = ["--http-port", str(http_port), "--drain-s", str(opts.drain_s), "--share-port", "true"]
+    router = ["--listen-fd", str(gateway), "--drain-s", str(opts.drain_s)]  # the socket up holds
     router += ["--engine-secret", str(engine_secret_file(home / "creds"))]
     args = {
         "router": router,
@@ -274,9 +274,20 @@ def _service_args(opts: UpOptions, home: Path, node: str, http_port: int, mirror
         "mirror": ["--config", str(mirror_toml)],
     }
     if opts.ha:  # every bucket and stream in three copies; the gateway on this machine's address too
-        router += ["--http-host", "0.0.0.0"]
         args = {name: [*args.get(name, []), "--storage-replicas", str(HA_SIZE)] for name in SERVICES}
     return args
+
+
+def _gateway(opts: UpOptions) -> socket.socket:
+    """The OpenAI endpoint's socket, which up holds and its routers accept on (on every address
+    with HA machines); a taken port said in one sentence."""
+    host = "0.0.0.0" if opts.ha else "127.0.0.1"
+    try:
+        return listening(host, opts.http_port)
+    except OSError as exc:
+        raise BusError(
+            f"the HTTP port {host}:{opts.http_port} is taken ({exc.strerror}); give another with --http-port"
+        ) from None
 
 
 def _claim(home: Path) -> TextIO | None:
@@ -344,7 +355,8 @@ def up(opts: UpOptions) -> int:
             running=nats.process,
         )
         watches.append(StoreKeeper(kept["nats-server"], home / "nats"))
-        http_port = opts.http_port or free_port()
+        gateway = _gateway(opts)
+        http_port = gateway.getsockname()[1]
         base = f"http://127.0.0.1:{http_port}/v1"
         joins = _joins(home, opts, kept["nats-server"], nats.port, node, cluster)
         state = UpState(
@@ -353,16 +365,17 @@ def up(opts: UpOptions) -> int:
         ports = admin_ports(list(SERVICES))
         write_up_state(home, state, ports)  # `llmgw node invite` finds it before the services start
         wait_members(home, opts.ha, tend)
-        extra = _service_args(opts, home, node, http_port, mirror_toml)
+        extra = _service_args(opts, home, node, gateway.fileno(), mirror_toml)
         rollout = Rollout(home)
         for name in SERVICES:
             bus = (nats.url, creds[f"agent-{node}" if name == "agent" else name])
 
             def start(name=name, bus=bus) -> subprocess.Popen:  # its port and release as they are then
-                return spawn_service(name, home, bus, ports[name], extra.get(name, []), rollout.python(name))
+                port = rollout.port(name, ports[name])
+                return spawn_service(name, home, bus, port, extra.get(name, []), rollout.python(name))
 
             kept[name] = Kept(name, start, home / "logs" / f"{name}.log", opts.backoff)
-        rollout.keep(kept, ports, lambda: write_up_state(home, state, ports))
+        rollout.keep(kept, lambda: write_up_state(home, state, rollout.ports))
         watches.append(rollout)
         key, password = asyncio.run(_setup(nats.url, home, demo, creds["ctl"], tend))
         _wait_listening(f"{base}/models", tend)

@@ -28,9 +28,11 @@ class RouterConfig(BusConfig, kw_only=True):
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     """Port of the OpenAI endpoint; 0 picks a free one."""
-    share_port: bool = False
-    """Listen with SO_REUSEPORT, so that a successor (an upgrade's router, started by the same
-    user) listens beside this one while it drains: no connection is refused in between."""
+    listen_fd: int = -1
+    """A listening socket its supervisor (`llmgw up`, `llmgw node join`) made and handed over, by
+    descriptor: the router accepts on it instead of binding http_host:http_port, so connections
+    waiting on it are taken by the next router (an upgrade's, or one started again) and none is
+    refused. -1: bind its own."""
     engine_secret: str = ""
     """File with the secret engines' keys are worked out from (the fleet's: the router reaches
     every engine; `llmgw up` and `llmgw access write` make it); empty: keys anyone who reads a

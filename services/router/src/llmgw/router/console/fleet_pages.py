@@ -1,5 +1,5 @@
 """The fleet page: every node the scheduler knows, as its agent last reported it (cards, memory
-and its read rate, the CPU calibration, engines, labels), the replicas on it, and whether it is
+and its read rate, the CPU calibration, engines, labels, its release and upgrade), the replicas on it, and whether it is
 ready, suspect or lost as the scheduler judges it (`NodeList.health`: its own rule, which leaves
 out the time it could not hear; the router's clock plays no part)."""
 
@@ -10,7 +10,9 @@ from typing import NamedTuple
 from litestar import get
 from litestar.response import Response
 
+from llmgw.bus import call_all
 from llmgw.proto import CpuCalibration, Empty, NodeHealth, NodeInfo, ReplicaState, scheduler
+from llmgw.proto.release import RELEASE_LIST, Release
 from llmgw.router.console.web import Refused, View
 
 __all__ = ["ROUTES", "FleetNode"]
@@ -27,6 +29,8 @@ class FleetNode(NamedTuple):
     measured: bool
     replicas: list[ReplicaState]
     """The replicas on it, or spanning it from another node."""
+    release: Release | None = None
+    """What it runs and how far its upgrade is, as its agent says (None: it did not say)."""
 
 
 @get("/fleet")
@@ -35,6 +39,7 @@ async def fleet_page(view: View) -> Response:
     try:
         listed = await view.ask(scheduler.NODE_LIST, Empty())
         replicas = (await view.ask(scheduler.REPLICA_LIST, Empty())).replicas
+        said = await call_all(view.console.nc, RELEASE_LIST, Empty(), window_s=0.3)
     except Refused as exc:
         return view.render("fleet.html", active="fleet", nodes=None, why=exc.message)
     nodes = [
@@ -44,6 +49,7 @@ async def fleet_page(view: View) -> Response:
             calibration=n.cpu_calibration or CpuCalibration(),
             measured=n.cpu_calibration is not None,
             replicas=[r for r in replicas if r.node == n.node or any(w.node == n.node for w in r.workers)],
+            release=next((r for r in said if isinstance(r, Release) and r.node == n.node), None),
         )
         for n in listed.nodes
     ]

@@ -40,13 +40,15 @@ class Front:
     def __init__(self, endpoint: OpenAIEndpoint, config: RouterConfig) -> None:
         self.endpoint, self.config = endpoint, config
         host, port = config.http_host, config.http_port
-        self.sock = socket.socket(
-            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
-        )
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if config.share_port:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.bind((host, port))
+        if config.listen_fd >= 0:  # its supervisor's: the connections waiting on it outlive this router
+            self.sock = socket.socket(fileno=config.listen_fd)
+            host = self.sock.getsockname()[0]
+        else:
+            self.sock = socket.socket(
+                socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+            )
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
         self.folder = tempfile.TemporaryDirectory(prefix="llmgw-router-")
         self.private = str(Path(self.folder.name) / "rest.sock")
