@@ -148,3 +148,30 @@ async def test_a_budget_nearly_and_wholly_spent_is_told_to_its_tenant_once(serve
     assert second["kind"] == "budget.spent" and "requests get 429" in second["text"]
     await asyncio.sleep(1.0)  # more rounds: each was sent once
     assert len(money.got()) == 2 and other.got() == []  # another tenant's hooks are not told
+
+
+async def test_an_upgrades_progress_is_told_to_the_fleets_operators(serve, nc, tmp_path, nats_server, receivers):
+    from llmgw.proto.release import RELEASE_CHANGED, Release
+
+    fast = {"hook_tries": 2, "hook_first_wait_s": 0.2, "hook_timeout_s": 1.0, "notify_every_s": 0.2}
+    await serve_router(serve, nc, tmp_path, write_random_llama(tmp_path / "tiny.gguf"), **fast)
+    await call(nc, people.TENANT_PUT, Tenant(name="lab", by="t"))
+    ops, lab = receivers("ok"), receivers("fail:0")
+    for name, url, tenant in (("ops", ops.url, "default"), ("lab", lab.url, "lab")):
+        made = await asyncio.to_thread(_ctl, nats_server, "hook", "put", name, url, "--tenant", tenant)
+        assert made.returncode == 0, made.stderr
+    steps = ["router", "agent"]
+    for release in (  # as an agent publishes its machine's upgrade: a step, a pause, the end
+        Release(node="m2", version="0.2.0", previous="0.1.0", state="running", steps=steps, done=1),
+        Release(node="m2", version="0.2.0", previous="0.1.0", state="failed", steps=steps, error="agent exited"),
+        Release(node="m2", version="0.2.0", previous="0.1.0", state="done", steps=steps, done=2),
+    ):
+        await nc.publish(RELEASE_CHANGED.subject("m2"), msgspec.json.encode(release))
+        await asyncio.sleep(0.3)
+    told = [json.loads(n["body"]) for n in await ops.wait(2)]
+    assert [(n["kind"], n["text"]) for n in told] == [
+        ("upgrade.progress", "node m2's upgrade to 0.2.0 paused: agent exited"),
+        ("upgrade.progress", "node m2 runs 0.2.0 now (before it: 0.1.0)"),
+    ]
+    await asyncio.sleep(0.5)
+    assert lab.got() == []  # the fleet's own events go to its operators' (the default tenant's) hooks

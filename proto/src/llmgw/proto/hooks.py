@@ -41,6 +41,7 @@ EventKind = Literal[
     "mirror.fetch-failed",
     "budget.80",
     "budget.spent",
+    "upgrade.progress",
 ]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 """What a hook may be sent: a model's events go to the tenants that may use the model; a budget's

@@ -303,7 +303,7 @@ def _role_subscribe(role: str, node: str) -> list[str]:
     if role == "scheduler":
         return [f"{PREFIX}.scheduler.>", agent.HEARTBEAT.all, f"{PREFIX}.evt.replica.>"]
     if role == "router":  # and what its notifier tells tenants of: replicas failing, fetches failing
-        return [f"{PREFIX}.router.>", agent.REPLICA_CHANGED.all, mirror.FETCH_CHANGED.all]
+        return [f"{PREFIX}.router.>", agent.REPLICA_CHANGED.all, mirror.FETCH_CHANGED.all, release.RELEASE_CHANGED.all]
     if role in ("catalog", "mirror"):
         return [f"{PREFIX}.{role}.>"]
     # The operator watches every event (`nats sub 'llmgw.v1.evt.>'`) but no service's requests:

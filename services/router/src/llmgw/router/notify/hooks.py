@@ -27,6 +27,7 @@ from llmgw.proto import BUCKETS, Empty, MirroredRepo, ModelStatus, ReplicaReport
 from llmgw.proto import hooks as hooks_api
 from llmgw.proto.hooks import DeadLetter, DeadLetters, Hook, HookList, HookQuery, HookRef, HookShown, HookTried, Notice
 from llmgw.proto.people import AuditEntry
+from llmgw.proto.release import RELEASE_CHANGED, Release
 from llmgw.proto.scheduler import NodeHealth
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.people import People
@@ -37,6 +38,7 @@ from llmgw.router.notify.notices import (
     for_budget,
     for_fetch,
     for_node,
+    for_release,
     for_replica,
     for_status,
     notice_id,
@@ -78,7 +80,12 @@ class Hooks:
         await ctx.serve(hooks_api.HOOK_REMOVE, self.remove)
         await ctx.serve(hooks_api.HOOK_TEST, self.test)
         await ctx.serve(hooks_api.HOOK_DEAD, self.dead_letters)
-        for subject, handler in ((agent.REPLICA_CHANGED.all, self._replica), (mirror.FETCH_CHANGED.all, self._fetch)):
+        followed = (
+            (agent.REPLICA_CHANGED.all, self._replica),
+            (mirror.FETCH_CHANGED.all, self._fetch),
+            (RELEASE_CHANGED.all, self._release),
+        )
+        for subject, handler in followed:
             self.subs.append(await ctx.nc.subscribe(subject, queue=_QUEUE, cb=handler))
         spawn(self.tasks, self._watch(ctx), self.log, "watching models and nodes for notices")
 
@@ -146,6 +153,11 @@ class Hooks:
     async def _fetch(self, msg) -> None:
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             if notice := for_fetch(msgspec.json.decode(msg.data, type=MirroredRepo), time.time()):
+                await self.notify(notice)
+
+    async def _release(self, msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            if notice := for_release(msgspec.json.decode(msg.data, type=Release), time.time()):
                 await self.notify(notice)
 
     async def _watch(self, ctx: Context) -> None:

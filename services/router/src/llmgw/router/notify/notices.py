@@ -1,5 +1,6 @@
 """What the fleet's events tell tenants, without I/O: the notice each event makes (a replica
-failed, a model backing off or parked, a node lost, a mirror fetch failed), which hooks it goes
+failed, a model backing off or parked, a node lost, a mirror fetch failed, a machine upgraded or
+its upgrade paused), which hooks it goes
 to, how its body is signed, and which URLs a hook may have."""
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from urllib.parse import urlsplit
 from llmgw.proto import MirroredRepo, ModelStatus, NodeHealth, ReplicaReport
 from llmgw.proto.hooks import Hook, Notice
 from llmgw.proto.people import DEFAULT_TENANT, Tenant
+from llmgw.proto.release import Release
 
 __all__ = [
     "check_url",
     "for_budget",
     "for_fetch",
     "for_node",
+    "for_release",
     "for_replica",
     "for_status",
     "notice_id",
@@ -59,6 +62,19 @@ def for_fetch(repo: MirroredRepo, now: float) -> Notice | None:
         return None
     text = f"the mirror's fetch of {repo.repo}@{repo.revision} failed"
     return Notice(kind="mirror.fetch-failed", subject=f"{repo.repo}@{repo.revision}", text=text, time=now)
+
+
+def for_release(release: Release, now: float) -> Notice | None:
+    """A machine that runs the release it was upgraded to, or whose upgrade paused (None: a
+    step under way)."""
+    node, version = release.node, release.version
+    if release.state == "done":
+        text = f"node {node} runs {version} now (before it: {release.previous or 'nothing'})"
+    elif release.state == "failed":
+        text = f"node {node}'s upgrade to {version} paused: {release.error}"
+    else:
+        return None
+    return Notice(kind="upgrade.progress", subject=f"{node}@{version}", text=text, time=now, node=node)
 
 
 def for_budget(what: str, tenant: str, used: int, limit: int | None, period: str, now: float) -> Notice | None:
