@@ -23,7 +23,11 @@ BEFORE_TENANTS = "c9c0e25"
 
 def earlier(commit: str, into: Path) -> dict[str, str]:
     """The environment that runs release `commit`, unpacked under `into`."""
-    made = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit], capture_output=True)
+    git = ["git", "-C", str(ROOT)]
+    shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True)
+    if shallow.stdout.strip() == "true":  # a clone made with --depth: its history from where it came
+        subprocess.run([*git, "fetch", "--unshallow", "--quiet"], capture_output=True)
+    made = subprocess.run([*git, "archive", "--format=tar", commit], capture_output=True)
     assert made.returncode == 0, (
         f"git archive {commit}: {made.stderr.decode().strip()}; these tests need the repository's history "
         "(a whole clone, not --depth)"
