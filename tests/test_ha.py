@@ -56,11 +56,11 @@ def _until_line(proc: subprocess.Popen, lines: list[str], words: str, timeout: f
     raise AssertionError(f"no line with {words!r}: {''.join(lines)[-3000:]}")
 
 
-def _join(machines, first_home, machine: int, name: str, home) -> subprocess.Popen:
+def _join(machines, first_home, machine: int, name: str, home, *flags: str) -> subprocess.Popen:
     made = machines.run(0, *LLMGW, "node", "invite", name, "--data-dir", str(first_home))
     assert made.returncode == 0, made.stderr
     words = made.stdout.split()
-    command = [*LLMGW, *words[1:], "--data-dir", str(home)]
+    command = [*LLMGW, *words[1:], "--data-dir", str(home), *flags]
     return subprocess.Popen(
         machines.command(machine, *command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -105,7 +105,8 @@ def fleet(tmp_path_factory):
         _until_line(procs[0], said[0], "waiting for the other HA machines", 60)
         for machine in (1, 2):
             homes.append(tmp_path_factory.mktemp(f"m{machine + 1}"))
-            procs.append(_join(machines, first, machine, f"m{machine + 1}", homes[machine]))
+            flags = ("--no-firewall",) if machine == 2 else ()  # m3 leaves its firewall to its operator
+            procs.append(_join(machines, first, machine, f"m{machine + 1}", homes[machine], *flags))
             _until_line(procs[machine], said[machine], "agent: started", 60)
         _until_line(procs[0], said[0], "curl ", 180)
         for i, proc in enumerate(procs):  # keep reading, so no pipe fills
@@ -152,6 +153,14 @@ def test_each_ha_machine_runs_a_router_and_a_change_made_through_one_is_seen_by_
     joined = "".join(said[1])
     assert f"NATS: a cluster member at {a2}:4222, its routes to {a1}, {a3} over TLS" in joined, joined
     assert f"router: the OpenAI endpoint on http://{a2}:8080/v1" in joined
+    assert "firewall: the agent keeps nftables table inet llmgw" in joined
+    assert "firewall: left out (--no-firewall)" in "".join(said[2])
+    for _ in range(120):  # m2's agent keeps its firewall; m3's was told to leave it alone
+        if "inet llmgw" in machines.run(1, "nft", "list", "tables").stdout:
+            break
+        time.sleep(0.25)
+    assert "inet llmgw" in machines.run(1, "nft", "list", "tables").stdout
+    assert "inet llmgw" not in machines.run(2, "nft", "list", "tables").stdout
     for router in (a1, a2, a3):
         for _ in range(120):  # each router listens once its services have started
             status, body = _http(machines, 2, f"http://{router}:8080/v1/models", admin)
@@ -204,7 +213,7 @@ ok = failed = 0
 ask = urllib.request.Request(url, headers={"authorization": "Bearer " + key})
 while not os.path.exists(stop):
     try:
-        with urllib.request.urlopen(ask, timeout=5) as answer:
+        with urllib.request.urlopen(ask, timeout=15) as answer:
             ok += answer.status == 200
             failed += answer.status != 200
     except OSError:

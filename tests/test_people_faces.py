@@ -89,6 +89,9 @@ async def test_a_member_sees_and_changes_only_its_own_on_the_admin_api(world):
         since = {"since": time.time() - 60}
         usage = await http.get(f"{world.api}/usage", headers=mia, params={**since, "group_by": "key"})
         assert [r["group"] for r in usage.json()["rows"]] == [world.ids["mia"]], usage.text
+        for asked, seen in (({}, ["r-mia"]), ({"keys": world.ids["sam"]}, [])):  # another's key: nothing at all
+            log = await http.get(f"{world.api}/requests", headers=mia, params=asked)
+            assert [r["request_id"] for r in log.json()["requests"]] == seen, log.text
         by_model = await http.get(f"{world.api}/usage", headers=mia, params={**since, "group_by": "model"})
         assert by_model.status_code == 403 and "by key (yours only)" in by_model.json()["error"]["message"]
         made = await http.post(f"{world.api}/keys", headers=mia, json={"name": "mine", "tenant": "lab"})
@@ -99,7 +102,8 @@ async def test_a_member_sees_and_changes_only_its_own_on_the_admin_api(world):
         for body, says in (
             ({"name": "x", "tenant": "shop"}, "You have no role in tenant 'shop'; make keys in lab."),
             ({"name": "x", "tenant": "lab", "admin": True}, "Only an admin makes admin keys."),
-            ({"name": "x", "tenant": "lab", "owner": "otto"}, "A member makes keys of its own only"),
+            ({"name": "x", "tenant": "lab", "owner": "otto"}, "You make keys of your own"),
+            ({"name": "x", "tenant": "lab", "project": "shop"}, "belong to its project 'lab'"),
         ):
             refused = await http.post(f"{world.api}/keys", headers=mia, json=body)
             assert refused.status_code == 403 and says in refused.json()["error"]["message"], refused.text
@@ -135,6 +139,8 @@ async def test_an_operator_runs_its_tenants_models_and_reads_their_keys_and_audi
         _secret_free(world, str(trail), "sam")
         for path in ("/users", "/tenants", "/signin"):
             assert (await http.get(f"{world.api}{path}", headers=otto)).status_code == 403
+        as_admin = await http.post(f"{world.api}/keys", headers=otto, json={"name": "x", "tenant": "lab", "owner": "t"})
+        assert as_admin.status_code == 403  # no key of another user's, which would act as that user
         # a role changed counts from the next request: mia made an operator of lab
         await call(nc, people.USER_ROLE, UserRole(name="mia", tenant="lab", role="operator", by="t"))
         for _ in range(100):
@@ -165,6 +171,10 @@ async def test_ctl_with_a_users_own_key_asks_through_the_admin_api_under_the_sam
     ]
     models = await asyncio.to_thread(_ctl, world, "otto", "model", "list")
     assert models.returncode == 0 and "one" in models.stdout and "two" not in models.stdout, models.stderr
+    stopped = await asyncio.to_thread(_ctl, world, "otto", "model", "stop", "one")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    refused = await asyncio.to_thread(_ctl, world, "otto", "model", "stop", "two")
+    assert refused.returncode == 1 and "No model 'two' among those your tenants may use" in refused.stderr
     made = await asyncio.to_thread(_ctl, world, "mia", "key", "create", "laptop", "--tenant", "lab")
     assert made.returncode == 0 and made.stdout.strip().startswith("sk-"), made.stderr
     nokey = subprocess.run(

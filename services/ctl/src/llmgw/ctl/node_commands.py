@@ -76,6 +76,15 @@ def _join(args: argparse.Namespace) -> int:
         print("  left to the HA machines: NATS, the services and the router (they run them)", flush=True)
     print(f"  agent: started, its engines reached at {address} (its log: {home / 'logs' / 'agent.log'})", flush=True)
     extra = ["--node", bundle.node, "--address", address]
+    if args.no_firewall:
+        extra += ["--firewall", "off"]
+        print("  firewall: left out (--no-firewall): engines' ports take whoever reaches this machine", flush=True)
+    else:
+        print(
+            "  firewall: the agent keeps nftables table inet llmgw: engines' and workers' ports open to the fleet's "
+            "machines only (they have no authentication of their own; --no-firewall leaves it out)",
+            flush=True,
+        )
     extra += ["--engine-secret", str(files["engine"]), "--scheduler-key", str(files["scheduler"])]
     port = args.admin_port or ADMIN_PORTS["agent"]
 
@@ -100,6 +109,9 @@ def _keep(kept: dict[str, Kept], tenders: list[IdentitiesFollower | Rollout]) ->
             process.tend(time.monotonic())
         time.sleep(0.2)
     print(f"llmgw node join: stopping the {', '.join(kept)}", flush=True)
+    for tender in tenders:
+        if isinstance(tender, Rollout):
+            tender.stop()
     stop_in_order(kept, DRAIN_S)
     return 0
 
@@ -120,4 +132,5 @@ def add_node_parser(sub: argparse._SubParsersAction) -> None:
     join.add_argument("--address", help="where routers reach engines here (default: the way to the first machine)")
     join.add_argument("--admin-port", type=int, default=0, help="the agent's admin and metrics port")
     join.add_argument("--data-dir", help="where this machine keeps its files (default: $LLMGW_HOME or ~/.local/...)")
+    join.add_argument("--no-firewall", action="store_true", help="leave this machine's firewall to you")
     join.set_defaults(run=_join)

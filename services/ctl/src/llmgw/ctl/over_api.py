@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from llmgw.proto import Endpoint, catalog, mirror, people, router, scheduler
+from llmgw.proto import PREFIX, catalog, mirror, people, router, scheduler
+from llmgw.proto._endpoint import AdminRoute
 from llmgw.proto.errors import BadRequest
 
 __all__ = ["API_KEY_ENV", "AdminApi"]
@@ -27,11 +28,16 @@ __all__ = ["API_KEY_ENV", "AdminApi"]
 API_KEY_ENV = "LLMGW_API_KEY"
 """Where `--api` finds the key to send."""
 
-_ENDPOINTS: dict[str, Endpoint] = {
-    e.subject(): e
+_BESIDE = {  # the model changes the admin API serves with routes of its own (they check the name twice)
+    catalog.MODEL_CHANGE: AdminRoute("POST", "/models/{name}/change"),
+    catalog.MODEL_REMOVE: AdminRoute("DELETE", "/models/{name}"),
+    catalog.MODEL_PURGE: AdminRoute("POST", "/models/{name}/purge", body=False),
+}
+_ROUTES: dict[str, AdminRoute] = {
+    e.subject(): _BESIDE.get(e) or e.admin
     for table in (catalog.ENDPOINTS, mirror.ENDPOINTS, scheduler.ENDPOINTS, router.ENDPOINTS, people.ENDPOINTS)
     for e in table
-    if e.admin is not None
+    if e.admin is not None or e in _BESIDE
 }
 _ERROR_CODES = {400: "400", 404: "404", 409: "409"}
 """HTTP statuses that keep their bus meaning; the rest read as the service's own failure (Internal)."""
@@ -58,18 +64,15 @@ class AdminApi:
         self, subject: str, payload: bytes = b"", timeout: float = 10.0, headers: dict[str, str] | None = None
     ) -> _Reply:
         """The admin API's answer to what `payload` asks of the endpoint on `subject`."""
-        endpoint = _ENDPOINTS.get(subject)
-        if endpoint is None or endpoint.admin is None:
-            what = endpoint.name if endpoint else subject
-            why = f"`{what}` is not on the admin API; ask it with the fleet's NATS credentials (--creds)"
+        if subject not in _ROUTES:
+            what = subject.removeprefix(PREFIX + ".")
+            why = f"`{what}` is not on the admin API; ask it with the fleet's NATS credentials"
             return _Reply(b"", {"Nats-Service-Error-Code": "400", "Nats-Service-Error": why})
-        method, url, body = self.http_request(endpoint, msgspec.json.decode(payload))
+        method, url, body = self.http_request(_ROUTES[subject], msgspec.json.decode(payload))
         return await asyncio.to_thread(self._send, method, url, body, timeout)
 
-    def http_request(self, endpoint: Endpoint, message: dict[str, Any]) -> tuple[str, str, bytes | None]:
-        """The method, URL and body that ask `message` of `endpoint` at its admin route."""
-        route = endpoint.admin
-        assert route is not None
+    def http_request(self, route: AdminRoute, message: dict[str, Any]) -> tuple[str, str, bytes | None]:
+        """The method, URL and body that ask `message` at admin route `route`."""
         values = {k: v for k, v in message.items() if k != "by"}  # the router says who asks
         taken: dict[str, str] = {}
         for name, template in route.fields:

@@ -44,6 +44,8 @@ class _Step(msgspec.Struct):
     """'stopping' (the old one), 'waiting' (for the new one to be ready)."""
     old: subprocess.Popen
     began: float
+    was: tuple[str, int]
+    """The release it ran and its admin port: where a failed step goes back to."""
 
 
 class Rollout:
@@ -129,7 +131,7 @@ class Rollout:
         """Start the next step that is not on the release yet, or end the upgrade."""
         release, steps = self.release, self.release.steps
         done = release.done
-        while done < len(steps) and release.runs.get(steps[done]) == release.version and self._alive(steps[done]):
+        while done < len(steps) and release.runs.get(steps[done]) == release.version and self._serving(steps[done]):
             done += 1  # on it already (a resumed or rolled back upgrade)
         if done == len(steps):
             self._save(done=done, state="done", waiting_for="")
@@ -138,21 +140,22 @@ class Rollout:
         name = steps[done]
         kept = self.kept[name]
         kept.held = True
+        was = (release.runs.get(name, release.previous or INSTALLED), self.ports[name])
         runs = {**release.runs, name: release.version}
         old = kept.proc
-        if name == "router":  # its successor beside it on the same port, on an admin port of its own
+        if name == "router":  # its successor beside it on the same socket, on an admin port of its own
             self.ports[name] = free_port()
             self._save(done=done, runs=runs, waiting_for=f"the router on {release.version} to be ready")
             kept.proc = kept.start()
-            self.step = _Step(name, "waiting", old, now)
+            self.step = _Step(name, "waiting", old, now, was)
         else:
             old.send_signal(signal.SIGUSR1 if name == "agent" else signal.SIGTERM)
-            self._save(done=done, runs=runs, waiting_for=f"the {name} on {release.previous or INSTALLED} to stop")
-            self.step = _Step(name, "stopping", old, now)
+            self._save(done=done, runs=runs, waiting_for=f"the {name} on {was[0]} to stop")
+            self.step = _Step(name, "stopping", old, now, was)
         self.say(f"llmgw: upgrade to {release.version}: {name} ({done + 1} of {len(steps)})")
 
-    def _alive(self, name: str) -> bool:
-        return self.kept[name].proc.poll() is None
+    def _serving(self, name: str) -> bool:
+        return self.kept[name].proc.poll() is None and self._ready(name)
 
     def _advance(self, now: float) -> None:
         step = self.step
@@ -186,11 +189,36 @@ class Rollout:
             self._fail(f"the {step.name} on {self.release.version} {late}")
 
     def _fail(self, why: str) -> None:
-        if self.step is not None:
-            self.kept[self.step.name].held = False  # kept as any process: started again when it dies
-            self.step = None
-        self._save(state="failed", error=why, waiting_for="")
+        """Pause: the failed step's process goes back to the release it ran (the old router, still
+        serving, is kept; another is started again by its keeper), the rest stay as they are."""
+        step, runs = self.step, dict(self.release.runs)
+        if step is not None:
+            kept, (version, port) = self.kept[step.name], step.was
+            runs[step.name] = version
+            if step.phase == "waiting" and step.name == "router":
+                kept.proc.terminate()
+                self.leaving.append((kept.proc, time.monotonic() + _STOP_S))
+                kept.proc, self.ports[step.name] = step.old, port
+            elif kept.proc.poll() is None:
+                kept.proc.terminate()  # its keeper starts it again on the release it ran
+            kept.held, self.step = False, None
+        self._save(state="failed", error=why, waiting_for="", runs=runs)
         self.say(f"llmgw: upgrade to {self.release.version} paused: {why}")
+
+    def stop(self) -> None:
+        """Before the supervisor stops what it keeps: the processes an upgrade holds aside (an old
+        router draining, the old one of a step under way) are stopped and waited for."""
+        held = [proc for proc, _ in self.leaving]
+        if self.step is not None and self.step.old.poll() is None:
+            held.append(self.step.old)
+        for proc in held:
+            proc.terminate()
+        for proc in held:
+            try:
+                proc.wait(_STOP_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
     def _ready(self, name: str) -> bool:
         url = f"http://127.0.0.1:{self.ports[name]}/readyz"

@@ -334,6 +334,7 @@ def up(opts: UpOptions) -> int:
     kept: dict[str, Kept] = {}
     watches: list[StoreKeeper | Rollout] = []
     joins: JoinServer | _NoJoins = _NoJoins()
+    rollout = Rollout(home)
 
     def tend() -> None:
         if stopping:
@@ -366,7 +367,6 @@ def up(opts: UpOptions) -> int:
         write_up_state(home, state, ports)  # `llmgw node invite` finds it before the services start
         wait_members(home, opts.ha, tend)
         extra = _service_args(opts, home, node, gateway.fileno(), mirror_toml)
-        rollout = Rollout(home)
         for name in SERVICES:
             bus = (nats.url, creds[f"agent-{node}" if name == "agent" else name])
 
@@ -391,5 +391,6 @@ def up(opts: UpOptions) -> int:
     finally:
         print("llmgw up: stopping", flush=True)
         joins.stop()
+        rollout.stop()
         stop_in_order(kept, opts.drain_s)
         print("llmgw up: stopped", flush=True)

@@ -51,7 +51,7 @@ async def _one(nc: Client, node: str) -> Release | None:
 async def _machine(nc: Client, release: Release, version: str, head: str, within_s: float) -> str:
     """Take one machine to `version`: '' once it runs it, else why it paused."""
     try:
-        await call(nc, RELEASE_SET, ReleaseAsk(node=release.node, version=version, by=BY), node=release.node)
+        asked = await call(nc, RELEASE_SET, ReleaseAsk(node=release.node, version=version, by=BY), node=release.node)
     except BusError as exc:
         return exc.message
     said, deadline = "", time.monotonic() + within_s
@@ -60,11 +60,11 @@ async def _machine(nc: Client, release: Release, version: str, head: str, within
         now = await _one(nc, release.node)
         if now is None:
             line = "its agent is being replaced; waiting for the new one to answer"
-        elif now.version == version and now.state == "done":
+        elif _runs(now, version):
             print(f"{head}: runs {version}", flush=True)
             return ""
-        elif now.version == version and now.state == "failed":
-            return now.error
+        elif now.version == version and now.state == "failed" and now.changed >= asked.changed:
+            return now.error  # (a failure from before this ask is its supervisor not having taken it up yet)
         else:
             step = f"step {min(now.done + 1, len(now.steps))} of {len(now.steps)}" if now.steps else "starting"
             line = f"{step}, waiting for {now.waiting_for or 'its supervisor to take it up'}"
@@ -72,6 +72,11 @@ async def _machine(nc: Client, release: Release, version: str, head: str, within
             print(f"{head}: {line}", flush=True)
             said = line
     return f"not done within {within_s:g} s"
+
+
+def _runs(release: Release, version: str) -> bool:
+    """Whether a machine runs `version` whole (never upgraded: the release it started from)."""
+    return release.version == version and release.state in ("done", "idle")
 
 
 async def _upgrade(nc: Client, args: argparse.Namespace) -> int:
@@ -91,7 +96,7 @@ async def _upgrade(nc: Client, args: argparse.Namespace) -> int:
         return 2
     for i, release in enumerate(found, 1):
         head = f"machine {i} of {len(found)} ({release.node})"
-        if release.version == version and release.state == "done":
+        if _runs(release, version):
             print(f"{head}: runs {version} already", flush=True)
             continue
         print(f"{head}: upgrading to {version}: {', '.join(release.runs) or 'its processes'}", flush=True)

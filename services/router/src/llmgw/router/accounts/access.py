@@ -42,6 +42,9 @@ OPERATOR_PAGES = (
 USAGE_GROUPS = ("model", "project", "key", "replica", "tenant")
 """What usage is summed by."""
 _RANK: dict[str, int] = {"member": 0, "operator": 1, "admin": 2}
+_NO_KEY = "-"
+"""A key id no key has: a request log narrowed to none of its keys."""
+_DEFAULT_PROJECT = "default"
 
 
 class Principal(NamedTuple):
@@ -125,7 +128,7 @@ class Principal(NamedTuple):
         if group_by == "key":
             mine = {*self.seen_keys(keys), self.key_id}
             return [r for r in rows if r.group in mine]
-        return [r for r in rows if r.group in self.roles] if group_by == "tenant" else []
+        return [r for r in rows if r.group in self.operates] if group_by == "tenant" else []
 
     def seen_log(self, ask: RequestLogAsk, keys: Mapping[str, KeyRecord]) -> RequestLogAsk:
         """The request log it may read of what `ask` asks: an admin's as asked, anyone else's
@@ -133,18 +136,29 @@ class Principal(NamedTuple):
         if self.admin:
             return ask
         mine = [*self.seen_keys(keys), self.key_id]
-        return msgspec.structs.replace(ask, keys=[k for k in ask.keys if k in mine] if ask.keys else mine)
+        asked = [k for k in ask.keys if k in mine] if ask.keys else mine
+        return msgspec.structs.replace(ask, keys=asked or [_NO_KEY])  # none of its own: no request at all
 
-    def sees_entry(self, entry: AuditEntry) -> bool:
-        """Whether it reads an audit entry: an admin every one, an operator the catalog's and the
-        mirror's (it runs them) and its tenants'."""
-        return self.admin or (
-            self.role == "operator" and (entry.area in ("catalog", "mirror") or entry.tenant in self.roles)
-        )
+    @property
+    def operates(self) -> set[str]:
+        """The tenants it is an operator of."""
+        return {name for name, role in self.roles.items() if role == "operator"}
+
+    def sees_entry(self, entry: AuditEntry, tenants: Mapping[str, Tenant]) -> bool:
+        """Whether it reads an audit entry: an admin every one, an operator the mirror's (it runs
+        it), the catalog's of the models it runs, and the tenants' it operates."""
+        if self.admin:
+            return True
+        if entry.area == "mirror":
+            return bool(self.operates)
+        if entry.area == "catalog":
+            return self.runs_model(entry.subject, tenants)
+        return entry.tenant in self.operates
 
     def key_to_make(self, ask: KeyCreate) -> KeyCreate:
-        """The key it may make of `ask`: an admin any; an operator a key (not an admin's) of a
-        tenant it operates; a member one of its own in its tenant. 403 saying why not."""
+        """The key it may make of `ask`: an admin any; anyone else a key (not an admin's) of a
+        tenant it has a role in, in that tenant's project (named after it), owned by itself (an
+        operator may also make its tenants' service accounts: no owner). 403 saying why not."""
         if self.admin:
             return ask
         if ask.admin:
@@ -152,11 +166,14 @@ class Principal(NamedTuple):
         role = self.roles.get(ask.tenant)
         if role is None:
             raise Forbidden(f"You have no role in tenant '{ask.tenant}'; make keys in {', '.join(sorted(self.roles))}.")
-        if role == "member":
-            if ask.owner not in ("", self.name):
-                raise Forbidden("A member makes keys of its own only; leave 'owner' out.")
-            return msgspec.structs.replace(ask, owner=self.name)
-        return ask
+        if ask.project not in (_DEFAULT_PROJECT, ask.tenant):
+            raise Forbidden(
+                f"Your keys in tenant '{ask.tenant}' belong to its project '{ask.tenant}'; leave 'project' out."
+            )
+        if ask.owner not in ("", self.name):
+            raise Forbidden("You make keys of your own (or, an operator, your tenant's: no owner); leave 'owner' out.")
+        owner = ask.owner if role == "operator" else self.name
+        return msgspec.structs.replace(ask, owner=owner, project=ask.tenant)
 
     def as_key(self) -> KeyRecord:
         """What its requests from the console (the playground) count under: its own limits and

@@ -165,15 +165,18 @@ class Accounts:
 
     def principal(self, header: str) -> Principal:
         """Who an `Authorization` header's key acts for on the admin API: an admin key's holder
-        (an admin of the fleet), or the user that owns the key, with the roles it has now. 401 for
-        a key that does not hold, 403 for one that only asks models (a service account's)."""
+        (an admin of the fleet), or the user that owns the key, with the role it has now in the
+        key's tenant (a key carries no role of its user's elsewhere). 401 for a key that does not
+        hold, 403 for one that only asks models (a service account's)."""
         key_id, key = self.authorize(header)
         if key.admin:
             return key_principal(key_id, key)
         owner = self.people.user(key.owner) if key.owner and self.people is not None else None
         if owner is None:
             raise NotAdmin("This key asks models only: the admin API takes an admin key or a key a user owns.")
-        return user_principal(owner)
+        if key.tenant not in owner.roles:
+            raise NotAdmin(f"This key's user has no role in its tenant '{key.tenant}' any more.")
+        return user_principal(msgspec.structs.replace(owner, roles={key.tenant: owner.roles[key.tenant]}))
 
     def scopes(self, key_id: str, key: KeyRecord) -> list[Scope]:
         """The limits a request with this key counts against: its own, its project's and, where

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from llmgw.proto import Empty, Endpoint, catalog, people, router, scheduler
+from llmgw.proto import Empty, Endpoint, Page, catalog, people, router, scheduler
 from llmgw.router.accounts.access import Principal
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound
@@ -23,6 +23,8 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
     """`message` as `who` may ask it of `endpoint`; 403 or 404 where it may not."""
     if who.admin:
         return message
+    if isinstance(message, Page):  # every page, joined and narrowed: no cursor names what is not theirs
+        message = msgspec.structs.replace(message, after="", limit=0)
     if endpoint is router.KEY_CREATE:
         return who.key_to_make(message)
     if endpoint is router.KEY_REVOKE:
@@ -49,7 +51,8 @@ async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply
         keys = (await accounts.list_keys(Empty())).keys
         return msgspec.structs.replace(reply, rows=who.seen_usage(message.group_by, reply.rows, keys))
     if endpoint is people.AUDIT_LOG:
-        return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e)])
+        tenants = _tenants(accounts)
+        return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e, tenants)])
     tenants = _tenants(accounts)
     if endpoint is catalog.MODEL_LIST:
         return msgspec.structs.replace(reply, models=[e for e in reply.models if who.runs_model(e.model.name, tenants)])

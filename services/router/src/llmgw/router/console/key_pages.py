@@ -105,7 +105,8 @@ def _key_create(view: View) -> KeyCreate:
     if who.admin:
         return asked
     # anyone else's key from this form is its own, in its tenant, with no admin rights
-    return who.key_to_make(msgspec.structs.replace(asked, admin=False, tenant=who.tenant, owner=who.name))
+    mine = msgspec.structs.replace(asked, admin=False, tenant=who.tenant, owner=who.name, project=who.tenant)
+    return who.key_to_make(mine)
 
 
 @get("/keys")

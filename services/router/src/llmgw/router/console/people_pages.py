@@ -106,8 +106,8 @@ async def audit_page(view: View, area: str = "", subject: str = "", tenant: str 
     assert who is not None
     fields = {"area": area, "subject": subject, "tenant": tenant, "before": before, "limit": 100}
     log = await view.ask(people.AUDIT_LOG, _message(view, AuditQuery, fields))
-    log.entries = [e for e in log.entries if who.sees_entry(e)]
     known = view.console.accounts.people
+    log.entries = [e for e in log.entries if who.sees_entry(e, known.tenants.items if known else {})]
     tenants = sorted(known.tenants.items) if who.admin and known is not None else sorted(who.roles)
     form = {"area": area, "subject": subject, "tenant": tenant}
     return view.render("audit.html", active="audit", log=log, form=form, areas=_AREAS, tenants=tenants)
