@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+from nats.errors import Error as NatsError
 
 from llmgw.agent import core
 from llmgw.agent.cache import WeightsCache
@@ -142,8 +143,16 @@ class Agent:
             self.tasks.append(spawn(self.background, self._keep_firewall(ctx), ctx.log, "keeping the firewall"))
 
     async def _keep_firewall(self, ctx: Context) -> None:
-        """Keep the firewall letting in the fleet as it is (looked at every 2 s)."""
-        table = await KvTable.open(ctx.js, BUCKETS["fleet"], FleetMember)
+        """Keep the firewall letting in the fleet as it is (looked at every 2 s). The fleet's
+        bucket is opened again until it answers: a cluster still electing its leaders times out."""
+        while True:
+            try:
+                table = await KvTable.open(ctx.js, BUCKETS["fleet"], FleetMember)
+                break
+            except (NatsError, TimeoutError) as exc:
+                said = str(exc) or type(exc).__name__
+                ctx.log.warning("the fleet's bucket did not answer; the firewall waits for it", error=said)
+                await asyncio.sleep(2.0)
         ports = core.parse_ports(self.config.ports)
         keeper = Firewall(Path(self.config.home()) / "agent", ctx.log)
         try:
