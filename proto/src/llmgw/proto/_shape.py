@@ -38,3 +38,5 @@ class ModelFacts(msgspec.Struct, frozen=True, kw_only=True):
     """Its file type ("Q4_1", "F16", "mixed")."""
     trained_context: int = 0
     """The context it was trained for (0: the file does not say)."""
+    embedding: bool = False
+    """An embedding model (its pooling in the header): it answers /v1/embeddings, never chats."""

@@ -157,6 +157,9 @@ class Model(Struct, kw_only=True, frozen=True, weakref=True):
     """Team or person responsible."""
     judge: bool = False
     """Served as a guardrail judge (guardrail policies' `judge` checks ask it)."""
+    kind: Literal["chat", "embedding"] = "chat"
+    """embedding: its engine answers /v1/embeddings only (llama-server --embedding, pooling as
+    the file's header says); `serve` sets it from the header."""
     generation: NonNegative = 0
     """Raised by restart: every replica of an older generation is started again, one at a time."""
     rollout: Literal["surge", "in-place"] = "surge"

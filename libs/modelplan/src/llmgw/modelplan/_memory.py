@@ -44,7 +44,9 @@ VLLM_ACTIVATION_BYTES = 2 * 2**30
 
 def facts_from_gguf(h: Header) -> ModelFacts:
     """What a GGUF header says a model is: its shape, quantization and trained context."""
-    return ModelFacts(shape=shape_from_gguf(h), quant=h.file_type, trained_context=h.context_length)
+    return ModelFacts(
+        shape=shape_from_gguf(h), quant=h.file_type, trained_context=h.context_length, embedding=h.embedding
+    )
 
 
 def shape_from_gguf(h: Header) -> Shape:

@@ -165,6 +165,8 @@ def _llama_server(s: EngineSetup) -> list[str]:
     argv += ["-c", str(s.model.context), "-np", str(s.profile.slots), "-ngl", offload]
     argv += ["--threads", str(cpu_threads(s.profile.cpu_cores, s.node_cpus))]
     argv += ["--alias", s.model.name]
+    if s.model.kind == "embedding":  # /v1/embeddings, pooled as its header says; chats are refused (501)
+        argv += ["--embedding"]
     if s.rpc:
         argv += ["--rpc", ",".join(s.rpc)]
     elif len(s.cards) > 1:

@@ -200,6 +200,8 @@ class Catalog:
         plan, cards, info = await self._plan(ask, gpus=req.gpus)
         card, cpu = choose_ways(plan, req, cards)
         model = served_model(req, plan, card, cpu)
+        if info.facts is not None and info.facts.embedding:
+            model = msgspec.structs.replace(model, kind="embedding")
         warnings = list(plan.warnings)
         for way in (w for w in (card, cpu) if w):
             # a judge writes a few tokens: the CPU's pace at writing does not hold it back

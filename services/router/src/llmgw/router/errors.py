@@ -79,7 +79,7 @@ class InvalidRequest(ApiError):
 
 
 class NotServed(InvalidRequest):
-    """The model's engine does not serve this endpoint (it answered 501)."""
+    """The model does not serve this endpoint (an embedding model asked to chat, or its engine answered 501)."""
 
     code = "unsupported_endpoint"
 

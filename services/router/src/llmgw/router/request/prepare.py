@@ -23,6 +23,7 @@ from llmgw.router.errors import (
     ModelNotAllowed,
     ModelNotFound,
     NestedTooDeep,
+    NotServed,
     RateLimited,
     UnsupportedMediaType,
 )
@@ -100,6 +101,8 @@ def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max
     """Whether the key may use the model, and the request's own checks (`core.check_request`)."""
     if key.models and asked not in key.models and model.name not in key.models:
         raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
+    if model.kind == "embedding" and path != "/v1/embeddings":  # its engine has no language head to answer with
+        raise NotServed(f"model '{asked}' is an embedding model: it does not serve {path}; ask /v1/embeddings", "model")
     return check_request(path, body, model, max_n)
 
 
