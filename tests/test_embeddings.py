@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import time
 
 import httpx
@@ -103,3 +104,16 @@ async def test_served_like_any_model_the_router_answers_embeddings_with_those_ve
         assert cosine >= 0.99, (sentence, cosine)
     with pytest.raises(openai.BadRequestError, match="does not serve /v1/chat/completions"):
         await client.chat.completions.create(model="minilm", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_llmgw_convert_writes_the_gguf_and_says_what_to_do_with_it(tmp_path):
+    folder = minilm_folder(tmp_path)
+    llmgw = [sys.executable, "-m", "llmgw.ctl", "convert"]
+    done = subprocess.run([*llmgw, str(folder), str(tmp_path / "m.gguf")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "serves with --embedding" in done.stdout, done.stderr
+    assert read_header(tmp_path / "m.gguf").embedding
+    (tmp_path / "empty").mkdir()
+    missing = subprocess.run(
+        [*llmgw, str(tmp_path / "empty"), str(tmp_path / "x.gguf")], capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and "config.json" in missing.stderr and "Traceback" not in missing.stderr

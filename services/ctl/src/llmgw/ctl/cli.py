@@ -131,6 +131,29 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
     plan.set_defaults(run=_plan)
 
 
+def _convert(args: argparse.Namespace) -> int:
+    """`llmgw convert FOLDER OUT`: a Hugging Face BERT embedding model as GGUF."""
+    from llmgw.gguf import write_bert
+
+    try:
+        out = write_bert(Path(args.folder), Path(args.out))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"llmgw convert: {args.folder}: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): an embedding model llama-server serves with --embedding")
+    print("  put it on the mirror (`llmgw ctl mirror add`, or its imports), then `llmgw ctl model serve` it")
+    return 0
+
+
+def _convert_parser(sub: argparse._SubParsersAction) -> None:
+    convert = sub.add_parser(
+        "convert", help="a Hugging Face BERT sentence-embedding model (safetensors) as GGUF, without torch"
+    )
+    convert.add_argument("folder", help="the model's files: config.json, model.safetensors, tokenizer.json")
+    convert.add_argument("out", help="the GGUF file to write")
+    convert.set_defaults(run=_convert)
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole `llmgw` command line (`llmgw service NAME ...` is passed on before parsing)."""
     top = argparse.ArgumentParser(prog="llmgw", description="llmgw: your own LLMs on your own machines")
@@ -138,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
     _up_parser(sub)
     sub.add_parser("service", help="run one service alone: llmgw service NAME [--flag value ...]")
     _plan_parser(sub)
+    _convert_parser(sub)
     add_access_parser(sub)
     add_node_parser(sub)
     ctl = sub.add_parser(
