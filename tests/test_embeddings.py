@@ -104,6 +104,10 @@ async def test_served_like_any_model_the_router_answers_embeddings_with_those_ve
         assert cosine >= 0.99, (sentence, cosine)
     with pytest.raises(openai.BadRequestError, match="does not serve /v1/chat/completions"):
         await client.chat.completions.create(model="minilm", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match=r"An input is \d+ tokens, more than model 'minilm' embeds"):
+        await client.embeddings.create(model="minilm", input=" ".join(["word"] * 2000))
+    again = await client.embeddings.create(model="minilm", input=sentences[:1])  # its replica holds no grudge
+    assert len(again.data[0].embedding) == 384
 
 
 def test_llmgw_convert_writes_the_gguf_and_says_what_to_do_with_it(tmp_path):

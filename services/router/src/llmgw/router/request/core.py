@@ -4,6 +4,8 @@ errors `errors.py`."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from llmgw.proto import Model, Profile, UsageRecord, UsageRow, usage_order
@@ -20,6 +22,7 @@ __all__ = [
     "context_of",
     "cut_usage",
     "fold_usage",
+    "input_too_long",
     "may_exceed",
     "prompt_bound",
     "reservation",
@@ -234,6 +237,16 @@ def check_context(prompt_tokens: int, max_tokens: int | None, context: int, mode
             f"'{model}' holds {context} tokens in all; shorten the prompt or lower max_tokens.",
             param,
         )
+
+
+_TOO_LARGE = re.compile(rb"input \((\d+) tokens\) is too large")
+
+
+def input_too_long(raw: bytes) -> int | None:
+    """The tokens of an embedding input llama-server found too long to embed at once (its 500
+    says so), or None: the engine failed for another reason."""
+    found = _TOO_LARGE.search(raw[:2000])
+    return int(found.group(1)) if found else None
 
 
 def usage_of(answer: dict) -> tuple[int, int, int]:

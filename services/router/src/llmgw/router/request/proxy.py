@@ -13,9 +13,9 @@ import msgspec
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
-from llmgw.router.errors import ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
+from llmgw.router.errors import ContextTooLong, ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
 from llmgw.router.metrics import Metrics
-from llmgw.router.request.core import Prepared, Usage, answer_of
+from llmgw.router.request.core import Prepared, Usage, answer_of, input_too_long
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Served, ended_by
 from llmgw.router.request.relay import FAILED, Answer, Finish, Relay, Try
@@ -225,6 +225,14 @@ class Proxy:
         elif resp.status == 501:  # the engine does not serve this endpoint: the request's fault, not the engine's
             model, path = one.prepared.body["model"], one.prepared.path
             refused = NotServed(f"model '{model}' does not serve {path} (its engine has no such endpoint)")
+            one.end(ok=True, served=msgspec.structs.replace(one.tried, status=400))
+            return Answer(400, msgspec.json.encode(refused.body()))
+        elif resp.status == 500 and one.prepared.path == "/v1/embeddings" and (size := input_too_long(raw)):
+            model = one.prepared.body["model"]  # the input's fault, not the engine's
+            refused = ContextTooLong(
+                f"An input is {size} tokens, more than model '{model}' embeds at once; split it into shorter pieces.",
+                "input",
+            )
             one.end(ok=True, served=msgspec.structs.replace(one.tried, status=400))
             return Answer(400, msgspec.json.encode(refused.body()))
         # a 4xx: the engine refused the request for its content (no word against it); a 5xx: a
