@@ -37,7 +37,15 @@ from llmgw.bus._nats import (
     storage_replicas,
 )
 from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
-from llmgw.bus._proc import collector_paused, delete_under, die_with_parent, free_port, meminfo_mb, write_private
+from llmgw.bus._proc import (
+    collector_paused,
+    delete_under,
+    die_with_parent,
+    free_port,
+    meminfo_mb,
+    write_private,
+    write_whole,
+)
 from llmgw.bus._release import read_release, read_release_ask, release_python, write_release, write_release_ask
 from llmgw.bus._service import INBOX, Context, ServiceApp, add_service, answerable, entry_point, run
 from llmgw.bus._signing import SIGNATURE, SIGNED_AT, SignatureError, Signer, Verifier, public_key
@@ -125,4 +133,5 @@ __all__ = [
     "write_release",
     "write_release_ask",
     "write_secret",
+    "write_whole",
 ]

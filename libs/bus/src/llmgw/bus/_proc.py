@@ -60,6 +60,13 @@ def meminfo_mb(text: str) -> tuple[int, int]:
     return fields["MemTotal"] // 1024, fields.get("MemAvailable", fields.get("MemFree", 0)) // 1024
 
 
+def write_whole(path: Path, data: bytes) -> None:
+    """Write `data` to `path` by a rename, so a reader never sees half of it."""
+    part = path.with_suffix(".part")
+    part.write_bytes(data)
+    part.replace(path)
+
+
 def write_private(path: Path, text: str) -> None:
     """Write `text` to `path` readable by its owner alone (0600), its folder made if missing: a
     secret's file (credentials, engine secrets)."""

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
+from llmgw.bus._proc import write_whole
 from llmgw.proto.release import INSTALLED, Release, ReleaseAsk
+
+T = TypeVar("T")
 
 __all__ = ["read_release", "read_release_ask", "release_python", "write_release", "write_release_ask"]
 
@@ -38,34 +42,29 @@ def release_python(home: Path, version: str, installed: str) -> Path:
     return python
 
 
-def _write(path: Path, data: bytes) -> None:
-    part = path.with_suffix(".part")
-    part.write_bytes(data)
-    part.replace(path)  # a reader never sees half of it
+def _read(path: Path, kind: type[T]) -> T | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None  # none written yet, or not one this release reads
 
 
 def read_release(home: Path) -> Release | None:
     """What the supervisor over `home` says it runs (None: none keeps it there)."""
-    try:
-        return msgspec.json.decode(_state(home).read_bytes(), type=Release)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    return _read(_state(home), Release)
 
 
 def write_release(home: Path, release: Release) -> None:
     """The supervisor's word on what it runs."""
     _state(home).parent.mkdir(parents=True, exist_ok=True)
-    _write(_state(home), msgspec.json.encode(release))
+    write_whole(_state(home), msgspec.json.encode(release))
 
 
 def read_release_ask(home: Path) -> ReleaseAsk | None:
     """The release the agent was asked for last (None: never)."""
-    try:
-        return msgspec.json.decode(_ask(home).read_bytes(), type=ReleaseAsk)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    return _read(_ask(home), ReleaseAsk)
 
 
 def write_release_ask(home: Path, ask: ReleaseAsk) -> None:
     """Ask the supervisor over `home` for another release."""
-    _write(_ask(home), msgspec.json.encode(ask))
+    write_whole(_ask(home), msgspec.json.encode(ask))

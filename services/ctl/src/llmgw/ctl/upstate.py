@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from llmgw.bus import ADMIN_PORTS, free_port
+from llmgw.bus import ADMIN_PORTS, free_port, write_whole
 
 __all__ = ["UpState", "admin_ports", "running_up", "write_up_state"]
 
@@ -48,20 +48,13 @@ def admin_ports(services: list[str]) -> dict[str, int]:
     return {name: free_port() if _taken(ADMIN_PORTS[name]) else ADMIN_PORTS[name] for name in services}
 
 
-def _write(path: Path, data: bytes) -> None:
-    """Write `data` whole (a reader never sees half of it)."""
-    part = path.with_suffix(".part")
-    part.write_bytes(data)
-    part.replace(path)
-
-
 def write_up_state(home: Path, state: UpState, ports: dict[str, int]) -> Path:
     """Write `state` with where each service's metrics are (`ports`), and the Prometheus file
     (`file_sd_configs: [{files: [PATH]}]`) naming them; that file's path."""
     state.metrics = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
-    _write(_path(home), msgspec.json.encode(state))
+    write_whole(_path(home), msgspec.json.encode(state))
     targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"service": name}} for name, port in ports.items()]
-    _write(sd := home / "up" / "prometheus.json", msgspec.json.encode(targets))
+    write_whole(sd := home / "up" / "prometheus.json", msgspec.json.encode(targets))
     return sd
 
 
