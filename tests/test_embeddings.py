@@ -20,13 +20,12 @@ import numpy as np
 import openai
 import pytest
 
-from llmgw.agent.service import Agent, AgentConfig
-from llmgw.bus import call, find_llamacpp, free_port, node_secret, write_secret
+from llmgw.bus import call, find_llamacpp, free_port
 from llmgw.gguf import read_header, write_bert
-from llmgw.proto import Page, catalog, scheduler
+from llmgw.proto import catalog
 from llmgw.proto.catalog import ServeModel
 from tests.embeddings import REFERENCE, minilm_folder
-from tests.fleets import SOURCE, serve_router
+from tests.fleets import SOURCE, serve_agent, serve_router
 
 
 def test_the_served_vectors_are_sentence_transformers_vectors(tmp_path):
@@ -70,21 +69,7 @@ def test_a_folder_that_is_no_bert_model_is_refused_naming_its_file(tmp_path):
 async def test_served_like_any_model_the_router_answers_embeddings_with_those_vectors(serve, nc, tmp_path):
     gguf = write_bert(minilm_folder(tmp_path), tmp_path / "all-MiniLM-L6-v2.F16.gguf")
     served = await serve_router(serve, nc, tmp_path, gguf, scheduler=True)
-    fleet = (tmp_path / "engine-fleet.secret").read_text()
-    write_secret(tmp_path / "engine-n.secret", node_secret(fleet, "n"))
-    config = AgentConfig(
-        node="n",
-        engine_secret=str(tmp_path / "engine-n.secret"),
-        data_dir=str(tmp_path / "n"),
-        heartbeat_s=0.5,
-        membw_delay_max_s=0.5,
-        ports="23300-23399",
-    )
-    await serve(Agent(config), config)
-    for _ in range(100):  # the scheduler has heard of the node
-        if (await call(nc, scheduler.NODE_LIST, Page())).nodes:
-            break
-        await asyncio.sleep(0.1)
+    await serve_agent(serve, nc, tmp_path)
     entry = await call(nc, catalog.SERVE, ServeModel(source=SOURCE, name="minilm", cpu=True, cpu_anyway=True))
     assert entry.model.kind == "embedding" and entry.model.context == 512  # from the file's header
     client = openai.AsyncOpenAI(base_url=f"{served.router.http.url}/v1", api_key=served.user_key, max_retries=0)

@@ -9,8 +9,8 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
-from llmgw.proto import agent, catalog, errors, guard, hooks, mirror, people, release, router, scheduler
-from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, USAGE_STREAM
+from llmgw.proto import agent, catalog, errors, guard, hooks, knowledge, mirror, people, release, router, scheduler
+from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, KB_CHUNKS, KB_FILES, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
@@ -93,6 +93,8 @@ __all__ = [
     "BUCKETS",
     "FLEET_SEEN_S",
     "JSON_MAX_DEPTH",
+    "KB_CHUNKS",
+    "KB_FILES",
     "PAGE_BYTES",
     "PREFIX",
     "SERVICES",
@@ -191,6 +193,7 @@ __all__ = [
     "fingerprint",
     "guard",
     "hooks",
+    "knowledge",
     "mirror",
     "page_of",
     "page_start",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AUDIT_STREAM", "BUCKETS", "BUCKET_TABLE", "USAGE_STREAM", "Bucket"]
+__all__ = ["AUDIT_STREAM", "BUCKETS", "BUCKET_TABLE", "KB_CHUNKS", "KB_FILES", "USAGE_STREAM", "Bucket"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,15 @@ BUCKET_TABLE = (
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
     Bucket("guard", "llmgw_guard", "`<tenant>.<name>`", "`Policy` (a guardrail policy)", "router"),
+    Bucket("kb", "llmgw_kb", "`<tenant>.<name>`", "`KnowledgeBase`", "router"),
+    Bucket(
+        "kb_docs",
+        "llmgw_kb_docs",
+        "`<tenant>.<base>.<sha256 of the path, 32 hex>`",
+        "`Document` (where it sits, how far it is; its file and chunks in the object stores "
+        "`llmgw_kb_files` and `llmgw_kb_chunks` under the same key)",
+        "router",
+    ),
     Bucket(
         "fleet",
         "llmgw_fleet",
@@ -97,3 +106,8 @@ USAGE_STREAM = "llmgw_usage"
 """The stream that keeps `evt.usage.>` (every finished request)."""
 AUDIT_STREAM = "llmgw_audit"
 """The stream that keeps `evt.audit.*` (every change: who, when, from what to what)."""
+
+KB_FILES = "llmgw_kb_files"
+"""The object store of knowledge documents as they were sent (key: the `kb_docs` key)."""
+KB_CHUNKS = "llmgw_kb_chunks"
+"""The object store of each document's chunks and their vectors (`knowledge.Chunks`, msgpack)."""

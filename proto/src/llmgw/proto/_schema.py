@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import msgspec
 
-from llmgw.proto import agent, catalog, guard, hooks, mirror, node, people, release, replica, router, scheduler
+from llmgw.proto import (
+    agent,
+    catalog,
+    guard,
+    hooks,
+    knowledge,
+    mirror,
+    node,
+    people,
+    release,
+    replica,
+    router,
+    scheduler,
+)
 from llmgw.proto._buckets import AUDIT_STREAM, BUCKET_TABLE, USAGE_STREAM
 from llmgw.proto._endpoint import type_name
 from llmgw.proto._page import Page
@@ -12,13 +25,13 @@ from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
 
-_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, agent)
+_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, knowledge, agent)
 
 
 def all_messages() -> list[type[msgspec.Struct]]:
     """Every message type, for the JSON Schema golden file."""
     seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty, "Page": Page}
-    for module in (catalog, mirror, node, replica, release, agent, scheduler, router, people, hooks, guard):
+    for module in (catalog, mirror, node, replica, release, agent, scheduler, router, people, hooks, guard, knowledge):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and issubclass(obj, msgspec.Struct):

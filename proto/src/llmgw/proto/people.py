@@ -53,7 +53,9 @@ Role = Literal["admin", "operator", "member"]
 """admin: the whole fleet; operator: the models, mirror and fleet of its tenants; member: its own
 keys and usage, and the models its tenant may use."""
 ROLES: tuple[Role, ...] = ("admin", "operator", "member")
-AuditArea = Literal["catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks", "guard"]
+AuditArea = Literal[
+    "catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks", "guard", "knowledge"
+]
 AUDIT_AREAS: tuple[AuditArea, ...] = get_args(AuditArea)
 """What the audit trail records changes of."""
 DEFAULT_TENANT = "default"

@@ -23,12 +23,15 @@ from llmgw.bus._proc import write_private
 from llmgw.proto import (
     AUDIT_STREAM,
     BUCKETS,
+    KB_CHUNKS,
+    KB_FILES,
     PREFIX,
     USAGE_STREAM,
     agent,
     catalog,
     guard,
     hooks,
+    knowledge,
     mirror,
     people,
     release,
@@ -160,8 +163,13 @@ def inbox_prefix(public: str) -> str:
 
 def _kv(bucket: str, write: bool) -> list[str]:
     """Reading (and with `write`, writing) one KV bucket through JetStream."""
-    stream = f"KV_{bucket}"
-    subjects = [
+    subjects = _reading(f"KV_{bucket}")
+    return [*subjects, f"$KV.{bucket}.>"] if write else subjects
+
+
+def _reading(stream: str) -> list[str]:
+    """The JetStream calls that read a KV bucket's or object store's stream (and make it)."""
+    return [
         f"$JS.API.STREAM.INFO.{stream}",
         f"$JS.API.STREAM.CREATE.{stream}",
         f"$JS.API.STREAM.MSG.GET.{stream}",
@@ -172,7 +180,16 @@ def _kv(bucket: str, write: bool) -> list[str]:
         f"$JS.API.CONSUMER.INFO.{stream}.>",
         f"$JS.FC.{stream}.>",
     ]
-    return [*subjects, f"$KV.{bucket}.>"] if write else subjects
+
+
+def _objects(bucket: str) -> list[str]:
+    """Reading and writing one object store through JetStream."""
+    return [
+        *_reading(f"OBJ_{bucket}"),
+        f"$JS.API.STREAM.PURGE.OBJ_{bucket}",  # an object replaced or deleted: its old chunks purged
+        "$JS.API.STREAM.NAMES",  # reading an object finds its stream by subject first (nats-py)
+        f"$O.{bucket}.>",
+    ]
 
 
 def _calls(*endpoints) -> list[str]:
@@ -241,6 +258,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 *people.ENDPOINTS,
                 *hooks.ENDPOINTS,
                 *guard.ENDPOINTS,
+                *knowledge.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
@@ -258,9 +276,13 @@ def _role_publish(role: str, node: str) -> list[str]:
                     "hooks",
                     "hook_dead",
                     "guard",
+                    "kb",
+                    "kb_docs",
                 )
                 for s in _kv(b[name], write=True)
             ),
+            *_objects(KB_FILES),
+            *_objects(KB_CHUNKS),
             *(s for name in ("catalog", "replicas", "status", "fleet") for s in _kv(b[name], write=False)),
             f"$KV.{b['fleet']}.router.>",  # where routers are, for the nodes' firewalls
         ]
@@ -282,6 +304,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *people.ENDPOINTS,
             *hooks.ENDPOINTS,
             *guard.ENDPOINTS,
+            *knowledge.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
             release.RELEASE_SET,

@@ -20,8 +20,10 @@ from nats.aio.client import Client
 from nats.errors import AuthorizationError, FlushTimeoutError, NoServersError
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 from opentelemetry import trace
 
 from llmgw.bus._access import CredentialsError, inbox_prefix, read_identity
@@ -37,6 +39,7 @@ __all__ = [
     "kv_bucket",
     "kv_keys",
     "kv_scan",
+    "obs_bucket",
     "set_storage_replicas",
     "start_nats_server",
     "storage_replicas",
@@ -176,6 +179,16 @@ async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: fl
             storage_replicas=storage_replicas(),
         )
     return kv
+
+
+async def obs_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
+    """Open an object store (file storage, `storage_replicas` copies), creating it on first use."""
+    try:
+        return await js.object_store(bucket)
+    except BucketNotFoundError:
+        return await js.create_object_store(
+            bucket, config=ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=storage_replicas())
+        )
 
 
 async def kv_scan(kv: KeyValue, type_: type[T]) -> dict[str, tuple[T, int]]:

@@ -14,6 +14,7 @@ from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
 from llmgw.ctl.guard_commands import GUARD
 from llmgw.ctl.hook_commands import HOOK
+from llmgw.ctl.kb_commands import KB
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.node_commands import add_node_parser
@@ -181,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
             SIGNIN,
             HOOK,
             GUARD,
+            KB,
             AUDIT,
             NODES,
             REPLICA,

@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from llmgw.proto import PREFIX, catalog, mirror, people, router, scheduler
+from llmgw.proto import PREFIX, catalog, knowledge, mirror, people, router, scheduler
 from llmgw.proto._endpoint import AdminRoute
-from llmgw.proto.errors import BadRequest
+from llmgw.proto.errors import BadRequest, from_code
 
 __all__ = ["API_KEY_ENV", "AdminApi"]
 
@@ -35,7 +35,14 @@ _BESIDE = {  # the model changes the admin API serves with routes of its own (th
 }
 _ROUTES: dict[str, AdminRoute] = {
     e.subject(): _BESIDE.get(e) or e.admin
-    for table in (catalog.ENDPOINTS, mirror.ENDPOINTS, scheduler.ENDPOINTS, router.ENDPOINTS, people.ENDPOINTS)
+    for table in (
+        catalog.ENDPOINTS,
+        mirror.ENDPOINTS,
+        scheduler.ENDPOINTS,
+        router.ENDPOINTS,
+        people.ENDPOINTS,
+        knowledge.ENDPOINTS,
+    )
     for e in table
     if e.admin is not None or e in _BESIDE
 }
@@ -91,7 +98,9 @@ class AdminApi:
 
     def _send(self, method: str, url: str, body: bytes | None, timeout: float) -> _Reply:
         headers = self._auth | ({"content-type": "application/json"} if body is not None else {})
-        sent = urllib.request.Request(url, data=body, method=method, headers=headers)
+        return self._open(urllib.request.Request(url, data=body, method=method, headers=headers), timeout)
+
+    def _open(self, sent: urllib.request.Request, timeout: float) -> _Reply:
         try:
             with urllib.request.urlopen(sent, timeout=timeout) as answer:
                 return _Reply(answer.read())
@@ -106,6 +115,18 @@ class AdminApi:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ConnectionError(f"the admin API at {self.base} does not answer: {reason}") from None
+
+    async def put_document(self, tenant: str, base: str, path: str, data: bytes) -> dict[str, Any]:
+        """A document sent to a knowledge base (`PUT /knowledge/{tenant}/{base}/documents/{path}`):
+        the `Document` kept, or BadRequest/NotFound in the router's words."""
+        where = "/".join(urllib.parse.quote(p, safe="") for p in (tenant, base))
+        url = f"{self.base}/knowledge/{where}/documents/{urllib.parse.quote(path, safe='/')}"
+        headers = self._auth | {"content-type": "application/octet-stream"}
+        sent = urllib.request.Request(url, data=data, method="PUT", headers=headers)
+        reply = await asyncio.to_thread(self._open, sent, 120.0)
+        if "Nats-Service-Error" in reply.headers:
+            raise from_code(reply.headers["Nats-Service-Error-Code"], reply.headers["Nats-Service-Error"])
+        return json.loads(reply.data)
 
     async def close(self) -> None:
         """Nothing held open between requests."""

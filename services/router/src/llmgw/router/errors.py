@@ -7,6 +7,7 @@ at the boundary. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from llmgw.proto.errors import described
@@ -45,6 +46,7 @@ __all__ = [
     "Unauthorized",
     "UnsupportedMediaType",
     "UpstreamFailed",
+    "answered_error",
     "described",
     "http_error",
     "refused",
@@ -267,6 +269,17 @@ _BY_BUS_CODE = {
 }
 """A bus error's code -> the HTTP status and OpenAI `type` every face answers it with; any other
 (a service that failed, or none that answered) is a 502."""
+
+
+def answered_error(status: int, body: bytes) -> ServiceRefused:
+    """An answer in OpenAI's error body as the error it says: what the router's own features
+    (a judge, an embedding) get back from its routing."""
+    try:
+        error = json.loads(body)["error"]
+        message, type_, code = str(error["message"]), str(error.get("type") or ""), str(error.get("code") or "")
+    except (ValueError, KeyError, TypeError):
+        return ServiceRefused(status, "server_error", str(status), f"it answered {status}")
+    return ServiceRefused(status, type_, code or str(status), message)
 
 
 def refused(service: str, code: str, message: str) -> ServiceRefused:

@@ -10,6 +10,7 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 - `app.http_app`: the OpenAI routes (`endpoint.OpenAIEndpoint`) in front of the Litestar app
   (with `admin.admin_api` and the console), `metrics.Metrics`
 - `upstream.Upstream`: the connections to engines a request goes on
+- `knowledge.Knowledge`: knowledge bases, embedded and indexed in the background (`ingest.py`)
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from llmgw.router.guard.store import Guards
 from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
+from llmgw.router.knowledge.ingest import Ingest, follow
+from llmgw.router.knowledge.routes import knowledge_routes
+from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.notify.hooks import Hooks
 from llmgw.router.request.gateway import Gateway
@@ -75,6 +79,7 @@ class Router:
         self.oracle: PrefixOracle | None = None
         self.hooks: Hooks | None = None
         self.guards: Guards | None = None
+        self.knowledge: Knowledge | None = None
         self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
@@ -128,13 +133,26 @@ class Router:
         gateway.guards = self.guards
         self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
         self.guards.known_model = lambda name: self.directory.model(name) is not None
+        self.knowledge = await self._knowledge(ctx, gateway)
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
+        admin += knowledge_routes(self.knowledge, self.accounts)
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
         self.http = Front(self.app, config)
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
+
+    async def _knowledge(self, ctx: Context, gateway: Gateway) -> Knowledge:
+        """The knowledge bases: kept, answered, embedded through `gateway` and indexed here."""
+        assert self.accounts is not None and self.accounts.people is not None and self.directory is not None
+        knowledge = await Knowledge.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
+        knowledge.embed = gateway.embed
+        knowledge.model_version = self.directory.embedding_version
+        await knowledge.serve(ctx)
+        knowledge.tasks = [asyncio.create_task(Ingest(knowledge).run()), asyncio.create_task(follow(knowledge))]
+        gateway.knowledge = knowledge
+        return knowledge
 
     async def stop(self) -> None:
         """Drain: close the endpoint to new connections at once, let the requests in flight finish
@@ -145,7 +163,8 @@ class Router:
         people = self.accounts.people if self.accounts else None
         for task in self.background:
             task.cancel()
-        parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.directory)
+        parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.knowledge)
+        parts += (self.directory,)
         parts += (self.summing,)
         for part in parts:
             if part:

@@ -31,6 +31,7 @@ from llmgw.proto import (
     ModelRef,
     PurgeReport,
     catalog,
+    knowledge,
     mirror,
     people,
     router,
@@ -83,7 +84,14 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
         "/api/v1",
         route_handlers=[
             *operator_routes(
-                (*catalog.ENDPOINTS, *mirror.ENDPOINTS, *scheduler.ENDPOINTS, *router.ENDPOINTS, *people.ENDPOINTS)
+                (
+                    *catalog.ENDPOINTS,
+                    *mirror.ENDPOINTS,
+                    *scheduler.ENDPOINTS,
+                    *router.ENDPOINTS,
+                    *people.ENDPOINTS,
+                    *knowledge.ENDPOINTS,
+                )
             ),
             put_model,
             change_model,

@@ -11,10 +11,11 @@ from typing import Any
 
 import msgspec
 
-from llmgw.proto import Empty, Endpoint, Page, catalog, people, router, scheduler
+from llmgw.proto import Empty, Endpoint, Page, catalog, knowledge, people, router, scheduler
 from llmgw.router.accounts.access import Principal
 from llmgw.router.accounts.accounts import Accounts
-from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound
+from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound, refused
+from llmgw.router.knowledge.store import no_base
 
 __all__ = ["narrowed_ask", "narrowed_reply"]
 
@@ -38,7 +39,19 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
         return who.seen_log(message, (await accounts.list_keys(Empty())).keys)
     elif endpoint.service == "catalog":
         check_model(who, getattr(message, "name", None), accounts)
+    elif endpoint in knowledge.ENDPOINTS and endpoint is not knowledge.KB_LIST:
+        _check_base(who, endpoint, message)
     return message
+
+
+def _check_base(who: Principal, endpoint: Endpoint, message: Any) -> None:
+    """A base of another tenant reads as one not there; a member may not make or remove bases."""
+    role = who.roles.get(message.tenant)
+    if role is None:
+        name = getattr(message, "base", None) or getattr(message, "name", "")
+        raise refused("router", "404", no_base(message.tenant, name))
+    if endpoint.admin is not None and endpoint.admin.least == "operator" and role != "operator":
+        raise Forbidden(f"Making and removing knowledge bases of tenant {message.tenant} takes its operator role.")
 
 
 async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply: Any, accounts: Accounts) -> Any:
@@ -50,6 +63,8 @@ async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply
     if endpoint is router.USAGE_SUM:
         keys = (await accounts.list_keys(Empty())).keys
         return msgspec.structs.replace(reply, rows=who.seen_usage(message.group_by, reply.rows, keys))
+    if endpoint is knowledge.KB_LIST:
+        return msgspec.structs.replace(reply, bases=[b for b in reply.bases if b.tenant in who.roles])
     if endpoint is people.AUDIT_LOG:
         tenants = _tenants(accounts)
         return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e, tenants)])

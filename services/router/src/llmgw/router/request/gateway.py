@@ -9,15 +9,27 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
+import numpy as np
 
+from llmgw.bus import BusError
 from llmgw.proto import KeyRecord, Model
 from llmgw.proto.guard import Policy
+from llmgw.proto.knowledge import Hit
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.errors import ApiError
+from llmgw.router.errors import ApiError, ContextTooLong, UpstreamFailed, answered_error, refused
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
+from llmgw.router.knowledge.augment import (
+    SOURCES_HEADER,
+    asked_of,
+    question_of,
+    sources_header,
+    sources_of,
+    with_sources,
+)
+from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, reservation
 from llmgw.router.request.guarded import GuardBlocked, guard_answer, guard_request
@@ -37,10 +49,12 @@ from llmgw.router.request.relay import Answer, Relay
 from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.oracle import PrefixOracle
 
-__all__ = ["JUDGE_KEY_ID", "Gateway"]
+__all__ = ["JUDGE_KEY_ID", "KNOWLEDGE_KEY_ID", "Gateway"]
 
 JUDGE_KEY_ID = "guard-judge"
 """What a guardrail's questions to a judge count under (usage, limits), per tenant."""
+KNOWLEDGE_KEY_ID = "knowledge"
+"""What embedding knowledge bases' documents and questions counts under, per tenant."""
 
 
 class Gateway:
@@ -60,6 +74,8 @@ class Gateway:
         self.proxy, self.metrics, self.config = proxy, metrics, config
         self.guards: Guards | None = None
         """The guardrail policies (None: none are kept: nothing checked)."""
+        self.knowledge: Knowledge | None = None
+        """The knowledge bases a chat completion may be answered from."""
 
     def _tenant_models(self, key: KeyRecord) -> list[str]:
         """The models `key`'s tenant may use (empty: every one)."""
@@ -100,6 +116,7 @@ class Gateway:
         raw = await read()
         check_body(headers.get("content-type"), raw)
         body, asked, model = resolve(raw, self.directory.model)
+        knowledge = body.pop("knowledge", None) if path == "/v1/chat/completions" else None
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
@@ -109,7 +126,10 @@ class Gateway:
         )
         try:
             redaction = await self._guard(policy, body) if policy is not None else None
-            prepared = await self._prepare(path, body, asked, model, key)
+            if knowledge is None:
+                prepared, sources = await self._prepare(path, body, asked, model, key), None
+            else:
+                prepared, sources = await self._answered_from(knowledge, body, asked, model, key)
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
             verdict = await self.accounts.admit(scopes, admitted, reserve)
@@ -120,6 +140,8 @@ class Gateway:
             raise
         answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
+        if sources is not None:
+            _said(answer, sources)
         if policy is not None and redaction is not None:
             return await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return answer
@@ -129,25 +151,51 @@ class Gateway:
         (replicas, health, limits and usage under the tenant's judge); JudgeUnavailable where it
         cannot answer."""
         body = {"model": model, "messages": messages, "grammar": grammar, "max_tokens": 32, "temperature": 0}
+        judge = KeyRecord(name="guard-judge", created=0.0, tenant=tenant, owner="llmgw guardrails")
+        try:
+            answer = await self.ask_self("/v1/chat/completions", body, JUDGE_KEY_ID, judge)
+            return answer["choices"][0]["message"]["content"]
+        except ApiError as exc:
+            raise JudgeUnavailable(exc.message) from None
+        except (KeyError, IndexError, TypeError):
+            raise JudgeUnavailable("its answer is not a chat completion") from None
+
+    async def embed(self, model: str, texts: list[str], tenant: str) -> np.ndarray:
+        """The vectors of `texts` (one unit-length row each) from embedding model `model`, asked
+        through this router's own routing under the tenant's knowledge key; its refusals raised
+        (`ApiError`: no replica ready, an input too long)."""
+        key = KeyRecord(name="knowledge", created=0.0, tenant=tenant, owner="llmgw knowledge")
+        answer = await self.ask_self("/v1/embeddings", {"model": model, "input": texts}, KNOWLEDGE_KEY_ID, key)
+        try:
+            rows = sorted(answer["data"], key=lambda d: d["index"])
+            vectors = np.asarray([d["embedding"] for d in rows], dtype=np.float32)
+        except (KeyError, TypeError, ValueError):
+            raise UpstreamFailed(f"model '{model}' did not answer with embeddings") from None
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise UpstreamFailed(f"model '{model}' answered {len(vectors)} embeddings for {len(texts)} texts")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms == 0, 1.0, norms)
+
+    async def ask_self(self, path: str, body: dict, key_id: str, key: KeyRecord) -> dict:
+        """This router's own answer (JSON, not streamed) to `body` on `path`, asked as `key`
+        (`key_id` in usage and limits): what the router's own features ask models; a refusal
+        raised as the `ApiError` a client would have been answered with."""
         raw = msgspec.json.encode(body)
 
         async def read() -> bytes:
             return raw
 
-        judge = KeyRecord(name="guard-judge", created=0.0, tenant=tenant, owner="llmgw guardrails")
         headers = {"content-type": "application/json", "content-length": str(len(raw))}
+        answer = await self.handle(path, headers, read, f"{key_id}-{time.time_ns()}", (key_id, key))
+        if not isinstance(answer, Answer):
+            await answer.close()
+            raise UpstreamFailed("a stream came where none was asked for")
+        if answer.status != 200:
+            raise answered_error(answer.status, answer.body)
         try:
-            answer = await self.handle(
-                "/v1/chat/completions", headers, read, f"judge-{time.time_ns()}", (JUDGE_KEY_ID, judge)
-            )
-        except ApiError as exc:
-            raise JudgeUnavailable(exc.message) from None
-        if not isinstance(answer, Answer) or answer.status != 200:
-            raise JudgeUnavailable(f"it answered {answer.status}")
-        try:
-            return msgspec.json.decode(answer.body)["choices"][0]["message"]["content"]
-        except (msgspec.DecodeError, KeyError, IndexError, TypeError):
-            raise JudgeUnavailable("its answer is not a chat completion") from None
+            return msgspec.json.decode(answer.body)
+        except msgspec.DecodeError:
+            raise UpstreamFailed("the answer is not JSON") from None
 
     async def _guard(self, policy: Policy, body: dict) -> Redaction:
         """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it
@@ -178,6 +226,33 @@ class Gateway:
         tokens = await measure(self.oracle, prepared, model, ready.values(), primary=True)
         return msgspec.structs.replace(prepared, measured=bool(ready), tokens=tokens)
 
+    async def _answered_from(
+        self, knowledge: object, body: dict, asked: str, model: Model, key: KeyRecord
+    ) -> tuple[Prepared, list[dict]]:
+        """A chat completion to be answered from the knowledge base it names: its best chunks put
+        in the prompt as sources, as many as fit the model's context (counted by its tokenizer
+        where a replica is ready), and the sources given."""
+        want = asked_of(knowledge)
+        if self.knowledge is None:
+            raise refused("router", "404", "This router keeps no knowledge bases.")
+        try:
+            base = self.knowledge.base(key.tenant, want.base)
+            question = question_of(body.get("messages"))
+            hits: list[Hit] = await self.knowledge.retrieve(key.tenant, want.base, question, want.top or base.top)
+        except BusError as exc:
+            raise refused("router", exc.code, exc.message) from None
+        messages = body["messages"]
+        while True:
+            body["messages"] = with_sources(messages, hits, want.base)
+            try:
+                prepared = await self._prepare("/v1/chat/completions", body, asked, model, key)
+            except ContextTooLong:
+                if not hits:
+                    raise
+                hits = hits[:-1]  # the least similar left out, until the rest fit
+                continue
+            return prepared, sources_of(hits, want.base)
+
     def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float, reserve: int) -> None:
         """A request whose model was known ended: its limits (the `reserve` tokens it held let go),
         metrics and usage are told. One refused for itself after its admission (at `admitted`)
@@ -190,3 +265,15 @@ class Gateway:
             return
         usage = outcome.usage_record(now) if served.replica else None
         self.accounts.ended(scopes, reserve, served.usage.total, now, usage)
+
+
+def _said(answer: Answer | Relay, sources: list[dict]) -> None:
+    """The sources an answer was given, in its header (streamed or not) and its body (not)."""
+    answer.headers[SOURCES_HEADER] = sources_header(sources)
+    if isinstance(answer, Answer) and answer.status == 200:
+        try:
+            whole = msgspec.json.decode(answer.body)
+        except msgspec.DecodeError:
+            return
+        if isinstance(whole, dict):
+            answer.body = msgspec.json.encode({**whole, "sources": sources})

@@ -3,6 +3,7 @@ ready replicas with their profiles (the replicas bucket), kept in memory by watc
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection
 
 from nats.js import JetStreamContext
@@ -85,6 +86,14 @@ class Directory:
         name = self.names().get(asked)
         record = self.catalog.items.get(name) if name else None
         return record.model if record else None
+
+    def embedding_version(self, name: str) -> str | None:
+        """What vectors of embedding model `name` are known by: its name and its file (another
+        file makes other vectors); None where the catalog has no embedding model of that name."""
+        model = self.model(name)
+        if model is None or model.kind != "embedding":
+            return None
+        return f"{model.name}@{hashlib.sha256(model.source.encode()).hexdigest()[:12]}"
 
     def fallbacks(self, model: Model) -> list[Model]:
         """The model's fallbacks that exist, in its order."""

