@@ -176,6 +176,19 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
         bad = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json={**chat, "knowledge": 3})
         assert bad.status_code == 400 and "names a knowledge base" in bad.text
 
+        # another embedding model: every document embedded again, and found as before
+        await call(nc, catalog.SERVE, ServeModel(source=SOURCE, name="minilm2", cpu=True, cpu_anyway=True))
+        moved = await http.put(f"{api}/lab/handbook", headers=_as(keys, "lab-operator"), json={"embedding": "minilm2"})
+        assert moved.status_code == 200, moved.text
+
+        async def embedded_again():
+            tree = await all_ready()
+            return tree and all(d["embedded_with"].startswith("minilm2@") for d in tree) and tree
+
+        await _until(embedded_again, "every document embedded with minilm2", within=240)
+        found = await http.post(search, headers=_as(keys, "lab-app"), json={"query": "When is the boiler serviced?"})
+        assert found.json()["data"][0]["attributes"]["path"] == "facilities/boiler.pdf", found.text
+
 
 async def _chat(http: httpx.AsyncClient, url: str, keys: dict, body: dict) -> httpx.Response | None:
     answer = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json=body)

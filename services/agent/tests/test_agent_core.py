@@ -122,6 +122,16 @@ def test_vllm_gets_tensor_parallel_a_pool_the_context_and_portable_kv_events():
     assert how.env["VLLM_API_KEY"] == "K" and "K" not in how.argv
 
 
+def test_an_embedding_model_runs_vllm_as_a_pooling_model_without_kv_events():
+    model = Model(name="e5", source="o/r/config.json", context=512, kind="embedding")
+    how = launch(
+        setup("vllm", "/c/o/r/config.json", model=model, profile=Profile(name="gpu", engine="vllm", gpus=1),
+              cpus=8, cards=[card(0)], kv_events_port=9001)
+    )  # fmt: skip
+    assert how.argv[-4:] == ["--runner", "pooling", "--convert", "embed"]
+    assert "--enable-prefix-caching" not in how.argv and "PYTHONHASHSEED" not in how.env
+
+
 def test_cards_are_free_ones_of_the_class_and_linked_ones_first():
     gpus = [card(0, peers=[]), card(1, peers=["GPU-2"]), card(2, peers=["GPU-1"]), card(3, foreign=5000)]
     assert [g.uuid for g in pick_cards(Profile(gpus=2), gpus, set())] == ["GPU-1", "GPU-2"]

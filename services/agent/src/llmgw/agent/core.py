@@ -149,6 +149,8 @@ def _vllm(s: EngineSetup, env: dict[str, str]) -> list[str]:
     argv += ["--pipeline-parallel-size", str(max(len(s.cards) // s.profile.tensor_parallel, 1))]
     argv += ["--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(s.model.context)]
     argv += ["--max-num-seqs", str(s.profile.slots)]
+    if s.model.kind == "embedding":  # /v1/embeddings, pooled as the model's own config says
+        return [*argv, "--runner", "pooling", "--convert", "embed"]
     if s.kv_events_port:
         env["PYTHONHASHSEED"] = "0"
         events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://{s.host}:{s.kv_events_port}"}

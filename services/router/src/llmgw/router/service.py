@@ -35,7 +35,7 @@ from llmgw.router.guard.store import Guards
 from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
-from llmgw.router.knowledge.ingest import Ingest, follow
+from llmgw.router.knowledge.ingest import Follower, Ingest
 from llmgw.router.knowledge.routes import knowledge_routes
 from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
@@ -150,7 +150,9 @@ class Router:
         knowledge.embed = gateway.embed
         knowledge.model_version = self.directory.embedding_version
         await knowledge.serve(ctx)
-        knowledge.tasks = [asyncio.create_task(Ingest(knowledge).run()), asyncio.create_task(follow(knowledge))]
+        follower = Follower(knowledge)
+        knowledge.catch_up = follower.catch_up
+        knowledge.tasks = [asyncio.create_task(Ingest(knowledge).run()), asyncio.create_task(follower.run())]
         gateway.knowledge = knowledge
         return knowledge
 

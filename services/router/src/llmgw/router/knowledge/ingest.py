@@ -5,7 +5,7 @@
   its base's embedding model for the chunks' vectors through the router's own routing, and keeps
   them in the chunks store. A document whose model has no replica ready stays queued, saying
   so, and is tried again; one whose base's model changed is embedded again.
-- `follow` keeps this router's indexes as the bucket says: a document ready with its base's
+- `Follower` keeps this router's indexes as the bucket says: a document ready with its base's
   model now is in its base's index (its chunks read from the store), any other is not. A router
   started later, or again, builds the same indexes from the same store.
 """
@@ -28,7 +28,7 @@ from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_text
 from llmgw.router.knowledge.store import Knowledge
 
-__all__ = ["CLAIM_S", "Ingest", "follow"]
+__all__ = ["CLAIM_S", "Follower", "Ingest"]
 
 CLAIM_S = 600.0
 """How long a router's claim on a document holds before another takes it over."""
@@ -152,52 +152,74 @@ class Ingest:
         return kept, np.concatenate(rows) if rows else np.zeros((0, 1), dtype="<f4")
 
 
-async def follow(knowledge: Knowledge) -> None:
-    """Keep `knowledge.indexes` as the buckets say, forever."""
-    loaded: dict[str, tuple[str, str]] = {}
-    """document key -> (sha256, model) of the chunks in its base's index."""
-    seen = -1
-    while True:
-        now = knowledge.docs.version + knowledge.bases.version
-        if now != seen:
-            seen = now
+class Follower:
+    """Keeps `knowledge.indexes` as the buckets say."""
+
+    def __init__(self, knowledge: Knowledge) -> None:
+        self.k = knowledge
+        self.loaded: dict[str, tuple[str, str]] = {}
+        """document key -> (sha256, model) of the chunks in its base's index."""
+        self.seen = -1
+        self.lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        """Forever: catch up whenever the buckets changed."""
+        while True:
             try:
-                await _sync(knowledge, loaded)
+                await self.catch_up()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the next change (or look) tries again
+            except Exception as exc:  # the next look tries again
                 _log.warning("knowledge index not brought up to date", error=described(exc))
-                seen = -1
-        await asyncio.sleep(EVERY_S)
+                self.seen = -1
+            await asyncio.sleep(EVERY_S)
 
+    async def catch_up(self) -> None:
+        """The indexes as the buckets are now (nothing to do where they did not change): what a
+        search asks first, so a document the tree says is ready is found."""
+        async with self.lock:
+            now = self.k.docs.version + self.k.bases.version
+            if now != self.seen:
+                await self._sync()
+                self.seen = now
 
-async def _sync(knowledge: Knowledge, loaded: dict[str, tuple[str, str]]) -> None:
-    """One pass: the documents ready with their base's model in, every other out."""
-    wanted: dict[str, tuple[str, str]] = {}
-    for key, doc in list(knowledge.docs.items.items()):
-        base = knowledge.bases.items.get(f"{doc.tenant}.{doc.base}")
-        version = knowledge.model_version(base.embedding) if base else None
-        if doc.state == "ready" and version and doc.embedded_with == version:
-            wanted[key] = (doc.sha256, version)
-    for key in [k for k in loaded if wanted.get(k) != loaded[k]]:
-        tenant, base = key.split(".")[:2]
-        index = knowledge.indexes.get((tenant, base))
-        if index is not None:
-            index.drop(key)
-        del loaded[key]
-    for key, version in wanted.items():
-        if key in loaded:
-            continue
+    async def _sync(self) -> None:
+        """One pass: the documents ready with their base's model in, every other out."""
+        k, loaded = self.k, self.loaded
+        wanted: dict[str, tuple[str, str]] = {}
+        for key, doc in list(k.docs.items.items()):
+            base = k.bases.items.get(f"{doc.tenant}.{doc.base}")
+            version = k.model_version(base.embedding) if base else None
+            if doc.state == "ready" and version and doc.embedded_with == version:
+                wanted[key] = (doc.sha256, version)
+        for key in [key for key in loaded if wanted.get(key) != loaded[key]]:
+            index = k.indexes.get(_base_of(key))
+            if index is not None:
+                index.drop(key)
+            del loaded[key]
+        for key, version in wanted.items():
+            if key not in loaded:
+                await self._load(key, version)
+
+    async def _load(self, key: str, version: tuple[str, str]) -> None:
+        """A document's chunks read from the store into its base's index (a new index where the
+        base's model changed)."""
         try:
-            kept = msgspec.msgpack.decode((await knowledge.chunk_store.get(key)).data or b"", type=Chunks)
+            kept = msgspec.msgpack.decode((await self.k.chunk_store.get(key)).data or b"", type=Chunks)
         except NotFoundError:
-            continue  # removed meanwhile
-        tenant, base = key.split(".")[:2]
-        index = knowledge.indexes.get((tenant, base))
+            return  # removed meanwhile
+        where = _base_of(key)
+        index = self.k.indexes.get(where)
         if index is None or index.dim != kept.dim or index.model != version[1]:
-            index = knowledge.indexes[(tenant, base)] = BaseIndex(kept.dim, version[1])
-            for other in [k for k in loaded if k.startswith(f"{tenant}.{base}.")]:
-                del loaded[other]
+            index = self.k.indexes[where] = BaseIndex(kept.dim, version[1])
+            for other in [k for k in self.loaded if _base_of(k) == where]:
+                del self.loaded[other]
         rows = np.frombuffer(kept.vectors, dtype="<f4").reshape(len(kept.texts), kept.dim)
         index.put(key, kept.sha256, kept.texts, rows)
-        loaded[key] = version
+        self.loaded[key] = version
+
+
+def _base_of(key: str) -> tuple[str, str]:
+    """A document key's (tenant, base)."""
+    tenant, base = key.split(".")[:2]
+    return tenant, base

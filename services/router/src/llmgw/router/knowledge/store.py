@@ -79,6 +79,8 @@ class Knowledge:
         self.indexes: dict[tuple[str, str], BaseIndex] = {}
         """(tenant, base) -> its chunks in memory (`ingest.Follower` keeps them)."""
         self.tasks: list[asyncio.Task] = []
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
+        """Brings the indexes up to the buckets (`ingest.Follower`, once wired)."""
         self.waiting: dict[str, tuple[float, str]] = {}
         """An embedding model that could not embed lately -> (when it is tried again, why): what
         its queued documents wait for."""
@@ -214,6 +216,8 @@ class Knowledge:
         kb = self.base(tenant, base)
         assert self.embed is not None
         vector = (await self.embed(kb.embedding, [question], tenant))[0]  # asked even of an empty base: 503 says why
+        if self.catch_up is not None:
+            await self.catch_up()
         index = self.indexes.get((tenant, base))
         if index is None:
             return []
