@@ -20,6 +20,7 @@ from llmgw.bus import call
 from llmgw.ctl.demo import SMOLLM2_SOURCE, wheel_gguf
 from llmgw.gguf import write_bert
 from llmgw.proto import KeyCreate, StartModel, StopModel, catalog, knowledge, people
+from llmgw.proto import router as router_api
 from llmgw.proto.catalog import ServeModel
 from llmgw.proto.knowledge import BaseRef
 from llmgw.proto.people import Tenant, UserCreate
@@ -233,3 +234,76 @@ async def test_a_folder_pushed_syncs_and_a_push_run_again_sends_nothing_twice(fl
     over_nats = [*push[:4], "--nats-url", nats_server.url, "--creds", str(nats_server.creds("ctl")), *push[6:]]
     without_api = subprocess.run(over_nats, capture_output=True, text=True, env=env, timeout=60)
     assert without_api.returncode == 2 and "give --api URL" in without_api.stderr
+
+
+async def test_similar_questions_are_answered_as_before_within_one_tenant(fleet, nc):
+    served, keys = fleet
+    url = served.router.http.url
+    await call(nc, catalog.MODEL_CHANGE, StartModel(name="minilm", by="t"))
+    for tenant in ("lab", "shop"):
+        policy = knowledge.AnswerCache(tenant=tenant, model="smollm2", embedding="minilm", threshold=0.9)
+        await call(nc, knowledge.CACHE_PUT, policy)
+    question = {"model": "smollm2", "max_tokens": 24, "temperature": 0}
+
+    def asking(text: str, **more) -> dict:
+        return {**question, "messages": [{"role": "user", "content": text}], **more}
+
+    async with httpx.AsyncClient(timeout=120, headers=_as(keys, "lab-app")) as http:
+        chat = f"{url}/v1/chat/completions"
+        first = await _until(lambda: _answered(http, chat, asking("What is the capital of France?")), "an answer")
+        assert first.headers["llmgw-cache"] == "miss"
+        said = first.json()["choices"][0]["message"]["content"]
+
+        async def kept(n: int):
+            return (await call(nc, knowledge.CACHE_LIST, knowledge.BaseQuery(tenant="lab"))).held["lab.smollm2"] == n
+
+        await _until(lambda: kept(1), "the answer kept")
+        again = await http.post(chat, json=asking("What's the capital city of France?"))
+        assert again.headers["llmgw-cache"].startswith("hit; score=0.9"), again.headers
+        assert again.json()["choices"][0]["message"]["content"] == said
+        assert int(again.headers["llmgw-tokens-saved"]) == first.json()["usage"]["total_tokens"]
+        streamed = await http.post(chat, json=asking("what is the capital of france", stream=True))
+        assert streamed.headers["llmgw-cache"].startswith("hit") and streamed.text.endswith("data: [DONE]\n\n")
+        assert said in streamed.text.replace('"}', "")
+        other = await http.post(chat, json=asking("How many legs does a spider have?"))
+        assert other.headers["llmgw-cache"] == "miss"
+        for unkept in (
+            asking("What is the capital of France?", temperature=1.2),
+            asking("What is the capital of France?", cache="bypass"),
+            asking("What is the capital of France?", tools=[_TOOL]),
+        ):
+            assert "llmgw-cache" not in (await http.post(chat, json=unkept)).headers
+        forced = await http.post(chat, json=asking("What is the capital of France?", temperature=1.2, cache="force"))
+        assert forced.headers["llmgw-cache"].startswith("hit")
+
+        # a stream kept is given again as it was streamed
+        original = await http.post(chat, json=asking("Name a primary colour.", stream=True))
+        assert original.headers["llmgw-cache"] == "miss" and original.text.endswith("data: [DONE]\n\n")
+        await _until(lambda: kept(3), "the streamed answer kept")
+        replayed = await http.post(chat, json=asking("Name one primary colour.", stream=True))
+        assert replayed.headers["llmgw-cache"].startswith("hit") and replayed.content == original.content
+
+        # never across tenants: shop asks the same question and is answered by the model
+        shop = await http.post(chat, json=asking("What is the capital of France?"), headers=_as(keys, "shop-app"))
+        assert shop.headers["llmgw-cache"] == "miss"
+        log = await call(nc, router_api.REQUEST_LOG, router_api.RequestLogAsk(limit=50))
+        hits = [r for r in log.requests if r.replica == "answer-cache"]
+        assert len(hits) == 4 and all(r.tenant == "lab" and r.saved_tokens > 0 for r in hits[1:]), hits
+
+        purged = await call(nc, knowledge.CACHE_PURGE, knowledge.CacheRef(tenant="lab", model="smollm2"))
+        assert purged.held == {"lab.smollm2": 3}
+        after = await http.post(chat, json=asking("What's the capital city of France?"))
+        assert after.headers["llmgw-cache"] == "miss"
+        bad = await http.post(chat, json=asking("hi", cache="sometimes"))
+        assert bad.status_code == 400 and "'cache' is" in bad.text
+
+
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+async def _answered(http: httpx.AsyncClient, url: str, body: dict) -> httpx.Response | None:
+    answer = await http.post(url, json=body)
+    if answer.status_code == 503 or "llmgw-cache" not in answer.headers:  # the embedding model not ready yet
+        return None
+    assert answer.status_code == 200, answer.text
+    return answer

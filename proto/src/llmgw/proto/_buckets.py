@@ -63,6 +63,16 @@ BUCKET_TABLE = (
     Bucket("users", "llmgw_users", "user name", "`User` (its roles per tenant; a local user's argon2 hash)", "router"),
     Bucket("tenants", "llmgw_tenants", "tenant name", "`Tenant` (the models it may use)", "router"),
     Bucket("guard", "llmgw_guard", "`<tenant>.<name>`", "`Policy` (a guardrail policy)", "router"),
+    Bucket(
+        "answer_cache", "llmgw_answer_cache", "`<tenant>.<model>`", "`AnswerCache` (how answers are kept)", "router"
+    ),
+    Bucket(
+        "answers",
+        "llmgw_answers",
+        "`<tenant>.<model>.<sha256 of the conversation, 32 hex>`",
+        "`CachedAnswer` (an answer kept, with its question's vector; values expire after 30 days)",
+        "router",
+    ),
     Bucket("kb", "llmgw_kb", "`<tenant>.<name>`", "`KnowledgeBase`", "router"),
     Bucket(
         "kb_docs",

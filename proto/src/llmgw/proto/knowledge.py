@@ -16,6 +16,10 @@ from llmgw.proto._types import Name
 from llmgw.proto.people import DEFAULT_TENANT
 
 __all__ = [
+    "CACHE_LIST",
+    "CACHE_PURGE",
+    "CACHE_PUT",
+    "CACHE_REMOVE",
     "DOC_LIST",
     "DOC_REMOVE",
     "ENDPOINTS",
@@ -25,9 +29,13 @@ __all__ = [
     "KB_REMOVE",
     "KB_SEARCH",
     "MOST_BYTES",
+    "AnswerCache",
     "BaseList",
     "BaseQuery",
     "BaseRef",
+    "CacheList",
+    "CacheRef",
+    "CachedAnswer",
     "Chunks",
     "DocPath",
     "DocRef",
@@ -175,6 +183,61 @@ class SearchAnswer(Struct, kw_only=True):
     hits: list[Hit]
 
 
+class AnswerCache(Struct, kw_only=True):
+    """Answers to similar questions kept for a tenant's requests to a model: a chat completion
+    whose conversation embeds close enough to one answered before (and not long ago) is answered
+    as that one was, without asking the model."""
+
+    tenant: Name = DEFAULT_TENANT
+    model: Name
+    """The chat model whose answers are kept."""
+    embedding: Name
+    """The embedding model questions are compared with."""
+    threshold: Annotated[float, Meta(ge=0.5, le=1.0)] = 0.95
+    """How close (cosine) a question must be to one answered before."""
+    ttl_s: Annotated[int, Meta(ge=60, le=30 * 86400)] = 86400
+    """How long an answer is kept."""
+    max_temperature: Annotated[float, Meta(ge=0.0, le=2.0)] = 0.5
+    """Requests sampled hotter than this are neither answered from nor kept (unless they ask:
+    `"cache": "force"`); nor are requests with tools."""
+    created: float = 0.0
+    by: str = ""
+
+
+class CachedAnswer(Struct, kw_only=True):
+    """One answer kept (the `answers` bucket): the conversation it answered (its text and
+    vector), and the answer as its client got it."""
+
+    question: str
+    embedded_with: str
+    vector: bytes
+    """float32, little-endian, length 1."""
+    content: str
+    """The answer's text."""
+    events: bytes = b""
+    """The answer's SSE events as they were streamed (b"": it was not streamed)."""
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    time: float
+
+
+class CacheRef(Struct, kw_only=True):
+    """A tenant's answer cache for a model ("": every model of the tenant, for a purge)."""
+
+    tenant: Name = DEFAULT_TENANT
+    model: Annotated[str, Meta(max_length=63)] = ""
+    by: str = ""
+
+
+class CacheList(Struct, kw_only=True):
+    """Answer caches, by tenant and model, and how many answers each holds now."""
+
+    caches: list[AnswerCache]
+    held: dict[str, int] = {}
+    """`<tenant>.<model>` -> answers kept."""
+
+
 KB_PUT = Endpoint(
     "router",
     "kb.put",
@@ -224,7 +287,50 @@ KB_SEARCH = Endpoint(
     admin=AdminRoute("POST", "/knowledge/{tenant}/{base}/search", status=200, least="member"),
     timeout_s=30.0,
 )
-ENDPOINTS = (KB_PUT, KB_LIST, KB_REMOVE, DOC_LIST, DOC_REMOVE, KB_SEARCH)
+CACHE_PUT = Endpoint(
+    "router",
+    "cache.put",
+    AnswerCache,
+    AnswerCache,
+    "Keep a tenant's answers to a model, answering similar questions from them (or change how).",
+    admin=AdminRoute("PUT", "/answer-cache/{tenant}/{model}", least="operator"),
+)
+CACHE_LIST = Endpoint(
+    "router",
+    "cache.list",
+    BaseQuery,
+    CacheList,
+    "Answer caches.",
+    admin=AdminRoute("GET", "/answer-cache", least="member"),
+)
+CACHE_REMOVE = Endpoint(
+    "router",
+    "cache.remove",
+    CacheRef,
+    CacheList,
+    "Stop keeping a tenant's answers to a model, and forget those kept.",
+    admin=AdminRoute("DELETE", "/answer-cache/{tenant}/{model}", least="operator"),
+)
+CACHE_PURGE = Endpoint(
+    "router",
+    "cache.purge",
+    CacheRef,
+    CacheList,
+    "Forget the answers kept for a tenant (and model), keeping on keeping new ones.",
+    admin=AdminRoute("POST", "/answer-cache/{tenant}/purge", least="operator"),
+)
+ENDPOINTS = (
+    KB_PUT,
+    KB_LIST,
+    KB_REMOVE,
+    DOC_LIST,
+    DOC_REMOVE,
+    KB_SEARCH,
+    CACHE_PUT,
+    CACHE_LIST,
+    CACHE_REMOVE,
+    CACHE_PURGE,
+)
 """The knowledge endpoints (the router answers them). Documents come in over HTTP (the admin
 API's `PUT /knowledge/{tenant}/{base}/documents/{path}`), not NATS: a file is larger than a
 message."""

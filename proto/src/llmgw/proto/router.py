@@ -152,6 +152,8 @@ class UsageRecord(Struct, kw_only=True):
     cached_tokens: NonNegative = 0
     """Prompt tokens the engine served from its cache."""
     completion_tokens: NonNegative = 0
+    saved_tokens: NonNegative = 0
+    """Tokens an answer from the answer cache saved (its original's; `replica` is answer-cache)."""
     latency_s: float = 0.0
     ttft_s: float | None = None
     """Time to the first token, for streams."""

@@ -225,6 +225,13 @@ def _stream(name: str, subject: str) -> list[str]:
     ]
 
 
+_ROUTER_BUCKETS = (
+    *("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants", "settings", "hooks"),
+    *("hook_dead", "guard", "kb", "kb_docs", "answer_cache", "answers"),
+)
+"""The buckets the router writes."""
+
+
 def _role_publish(role: str, node: str) -> list[str]:
     """What `role` publishes besides replies: its events, the requests it makes, its buckets."""
     b = BUCKETS
@@ -262,25 +269,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
-            *(
-                s
-                for name in (
-                    "keys",
-                    "projects",
-                    "limits",
-                    "demand",
-                    "usage_slots",
-                    "users",
-                    "tenants",
-                    "settings",
-                    "hooks",
-                    "hook_dead",
-                    "guard",
-                    "kb",
-                    "kb_docs",
-                )
-                for s in _kv(b[name], write=True)
-            ),
+            *(s for name in _ROUTER_BUCKETS for s in _kv(b[name], write=True)),
             *_objects(KB_FILES),
             *_objects(KB_CHUNKS),
             *(s for name in ("catalog", "replicas", "status", "fleet") for s in _kv(b[name], write=False)),

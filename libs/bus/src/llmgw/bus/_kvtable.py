@@ -48,9 +48,12 @@ class KvTable(Generic[T]):
         self._log = get_logger("llmgw.bus.kv")
 
     @classmethod
-    async def open(cls, js: JetStreamContext, bucket: str, kind: type[T], history: int = 1) -> KvTable[T]:
-        """Open (or create) `bucket` and start watching it in the background."""
-        table = cls(await kv_bucket(js, bucket, history), bucket, kind)
+    async def open(
+        cls, js: JetStreamContext, bucket: str, kind: type[T], history: int = 1, ttl: float | None = None
+    ) -> KvTable[T]:
+        """Open (or create: its values expiring after `ttl` s, if given) `bucket` and start
+        watching it in the background."""
+        table = cls(await kv_bucket(js, bucket, history, ttl), bucket, kind)
         table._task = asyncio.create_task(table._follow())
         return table
 

@@ -14,7 +14,7 @@ from llmgw.ctl.access_commands import KEY, PROJECT, REQUESTS, USAGE
 from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
 from llmgw.ctl.guard_commands import GUARD
 from llmgw.ctl.hook_commands import HOOK
-from llmgw.ctl.kb_commands import KB
+from llmgw.ctl.kb_commands import CACHE, KB
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.node_commands import add_node_parser
@@ -183,6 +183,7 @@ def parser() -> argparse.ArgumentParser:
             HOOK,
             GUARD,
             KB,
+            CACHE,
             AUDIT,
             NODES,
             REPLICA,

@@ -18,9 +18,18 @@ from llmgw.ctl.over_api import AdminApi
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Noun, Verb, done, show
 from llmgw.proto import knowledge
-from llmgw.proto.knowledge import FORMATS, BaseQuery, BaseRef, DocRef, KnowledgeBase, SearchAsk
+from llmgw.proto.knowledge import (
+    FORMATS,
+    AnswerCache,
+    BaseQuery,
+    BaseRef,
+    CacheRef,
+    DocRef,
+    KnowledgeBase,
+    SearchAsk,
+)
 
-__all__ = ["KB", "local_files"]
+__all__ = ["CACHE", "KB", "local_files"]
 
 
 def _tenant(parser: argparse.ArgumentParser) -> None:
@@ -206,3 +215,90 @@ KB = Noun(
     default=_LIST,
 )
 """`llmgw ctl kb put|list|tree|push|search|forget|remove`."""
+
+
+async def _cache_put(nc: Client, args: argparse.Namespace) -> int:
+    policy = AnswerCache(
+        tenant=args.tenant, model=args.model, embedding=args.embedding, threshold=args.threshold,
+        ttl_s=args.ttl_s, max_temperature=args.max_temperature, by=BY,
+    )  # fmt: skip
+    kept = await call(nc, knowledge.CACHE_PUT, policy)
+    return done(
+        args, kept, f"answers of {kept.model} kept for {kept.tenant}: similar at {kept.threshold:g}, for {kept.ttl_s} s"
+    )
+
+
+def _cache_put_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="the chat model whose answers are kept")
+    _tenant(parser)
+    parser.add_argument("--embedding", required=True, metavar="MODEL", help="the embedding model questions compare by")
+    parser.add_argument("--threshold", type=float, default=0.95, help="how similar a question must be (cosine)")
+    parser.add_argument("--ttl-s", type=int, default=86400, help="how long an answer is kept")
+    parser.add_argument("--max-temperature", type=float, default=0.5, help="hotter requests are not cached")
+
+
+async def _cache_list(nc: Client, args: argparse.Namespace) -> int:
+    listed = await call(nc, knowledge.CACHE_LIST, BaseQuery(tenant=args.tenant))
+    rows = [
+        (
+            c.tenant,
+            c.model,
+            c.embedding,
+            f"{c.threshold:g}",
+            str(c.ttl_s),
+            str(listed.held.get(f"{c.tenant}.{c.model}", 0)),
+        )
+        for c in listed.caches
+    ]
+    return show(args, listed, table(["TENANT", "MODEL", "EMBEDDING", "THRESHOLD", "TTL S", "ANSWERS"], rows))
+
+
+def _cache_ref(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model", metavar="MODEL", nargs="?", default="", help="the model (purge: every one if left out)"
+    )
+    _tenant(parser)
+
+
+async def _cache_remove(nc: Client, args: argparse.Namespace) -> int:
+    gone = await call(nc, knowledge.CACHE_REMOVE, CacheRef(tenant=args.tenant, model=args.model, by=BY))
+    return done(args, gone, f"answers of {args.model} no longer kept for {args.tenant}")
+
+
+async def _cache_purge(nc: Client, args: argparse.Namespace) -> int:
+    gone = await call(nc, knowledge.CACHE_PURGE, CacheRef(tenant=args.tenant, model=args.model, by=BY))
+    return done(args, gone, f"{sum(gone.held.values())} answer(s) forgotten")
+
+
+_CACHE_LIST = Verb(
+    "list", "answer caches: per tenant and model, and the answers each holds", "llmgw ctl cache list", "",
+    _cache_list, _tenant_filter,
+)  # fmt: skip
+CACHE = Noun(
+    "cache",
+    "answers to similar questions: a tenant's chats answered from those answered before",
+    (
+        Verb(
+            "put",
+            "keep a tenant's answers to a model, answering similar questions from them",
+            "llmgw ctl cache put smollm2 --embedding minilm --threshold 0.95",
+            'a hit says `llmgw-cache: hit` and its tokens saved; a request with "cache": "bypass" skips it',
+            _cache_put,
+            _cache_put_arguments,
+        ),
+        _CACHE_LIST,
+        Verb(
+            "purge",
+            "forget the answers kept (for a model, or all)",
+            "llmgw ctl cache purge smollm2",
+            "",
+            _cache_purge,
+            _cache_ref,
+        ),
+        Verb(
+            "remove", "stop keeping a model's answers", "llmgw ctl cache remove smollm2", "", _cache_remove, _cache_ref
+        ),
+    ),
+    default=_CACHE_LIST,
+)
+"""`llmgw ctl cache put|list|purge|remove`."""

@@ -35,6 +35,7 @@ from llmgw.router.guard.store import Guards
 from llmgw.router.http.app import http_app
 from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
+from llmgw.router.knowledge.answers import Answers
 from llmgw.router.knowledge.ingest import Follower, Ingest
 from llmgw.router.knowledge.routes import knowledge_routes
 from llmgw.router.knowledge.store import Knowledge
@@ -80,6 +81,7 @@ class Router:
         self.hooks: Hooks | None = None
         self.guards: Guards | None = None
         self.knowledge: Knowledge | None = None
+        self.answers: Answers | None = None
         self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
@@ -144,7 +146,8 @@ class Router:
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
     async def _knowledge(self, ctx: Context, gateway: Gateway) -> Knowledge:
-        """The knowledge bases: kept, answered, embedded through `gateway` and indexed here."""
+        """The knowledge bases (kept, answered, embedded through `gateway` and indexed here) and
+        the answer caches."""
         assert self.accounts is not None and self.accounts.people is not None and self.directory is not None
         knowledge = await Knowledge.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
         knowledge.embed = gateway.embed
@@ -154,6 +157,11 @@ class Router:
         knowledge.catch_up = follower.catch_up
         knowledge.tasks = [asyncio.create_task(Ingest(knowledge).run()), asyncio.create_task(follower.run())]
         gateway.knowledge = knowledge
+        answers = self.answers = await Answers.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
+        answers.model_version = self.directory.embedding_version
+        answers.known_model = lambda name: self.directory.model(name) is not None  # type: ignore[union-attr]
+        await answers.serve(ctx)
+        gateway.answers = answers
         return knowledge
 
     async def stop(self) -> None:
@@ -166,7 +174,7 @@ class Router:
         for task in self.background:
             task.cancel()
         parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.knowledge)
-        parts += (self.directory,)
+        parts += (self.answers, self.directory)
         parts += (self.summing,)
         for part in parts:
             if part:

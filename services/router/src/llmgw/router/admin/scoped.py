@@ -39,7 +39,7 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
         return who.seen_log(message, (await accounts.list_keys(Empty())).keys)
     elif endpoint.service == "catalog":
         check_model(who, getattr(message, "name", None), accounts)
-    elif endpoint in knowledge.ENDPOINTS and endpoint is not knowledge.KB_LIST:
+    elif endpoint in knowledge.ENDPOINTS and endpoint not in (knowledge.KB_LIST, knowledge.CACHE_LIST):
         _check_base(who, endpoint, message)
     return message
 
@@ -48,10 +48,14 @@ def _check_base(who: Principal, endpoint: Endpoint, message: Any) -> None:
     """A base of another tenant reads as one not there; a member may not make or remove bases."""
     role = who.roles.get(message.tenant)
     if role is None:
+        if endpoint.name.startswith("cache."):
+            raise refused("router", "404", f"tenant {message.tenant} keeps no answers of model '{message.model}'")
         name = getattr(message, "base", None) or getattr(message, "name", "")
         raise refused("router", "404", no_base(message.tenant, name))
     if endpoint.admin is not None and endpoint.admin.least == "operator" and role != "operator":
-        raise Forbidden(f"Making and removing knowledge bases of tenant {message.tenant} takes its operator role.")
+        raise Forbidden(
+            f"Changing tenant {message.tenant}'s knowledge bases and answer caches takes its operator role."
+        )
 
 
 async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply: Any, accounts: Accounts) -> Any:
@@ -65,6 +69,10 @@ async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply
         return msgspec.structs.replace(reply, rows=who.seen_usage(message.group_by, reply.rows, keys))
     if endpoint is knowledge.KB_LIST:
         return msgspec.structs.replace(reply, bases=[b for b in reply.bases if b.tenant in who.roles])
+    if endpoint is knowledge.CACHE_LIST:
+        caches = [c for c in reply.caches if c.tenant in who.roles]
+        held = {k: n for k, n in reply.held.items() if k.split(".")[0] in who.roles}
+        return msgspec.structs.replace(reply, caches=caches, held=held)
     if endpoint is people.AUDIT_LOG:
         tenants = _tenants(accounts)
         return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e, tenants)])

@@ -21,6 +21,7 @@ from llmgw.router.config import RouterConfig
 from llmgw.router.errors import ApiError, ContextTooLong, UpstreamFailed, answered_error, refused
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
+from llmgw.router.knowledge.answers import Answers
 from llmgw.router.knowledge.augment import (
     SOURCES_HEADER,
     asked_of,
@@ -29,8 +30,10 @@ from llmgw.router.knowledge.augment import (
     sources_of,
     with_sources,
 )
+from llmgw.router.knowledge.recall import cache_mode
 from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
+from llmgw.router.request.cached import CACHE_REPLICA, Recall, kept_answer, recall, replayed
 from llmgw.router.request.core import Prepared, reservation
 from llmgw.router.request.guarded import GuardBlocked, guard_answer, guard_request
 from llmgw.router.request.measure import measure
@@ -76,6 +79,8 @@ class Gateway:
         """The guardrail policies (None: none are kept: nothing checked)."""
         self.knowledge: Knowledge | None = None
         """The knowledge bases a chat completion may be answered from."""
+        self.answers: Answers | None = None
+        """The tenants' answer caches."""
 
     def _tenant_models(self, key: KeyRecord) -> list[str]:
         """The models `key`'s tenant may use (empty: every one)."""
@@ -116,7 +121,8 @@ class Gateway:
         raw = await read()
         check_body(headers.get("content-type"), raw)
         body, asked, model = resolve(raw, self.directory.model)
-        knowledge = body.pop("knowledge", None) if path == "/v1/chat/completions" else None
+        chat = path == "/v1/chat/completions"
+        knowledge, mode = (body.pop("knowledge", None), cache_mode(body.pop("cache", None))) if chat else (None, "")
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
@@ -126,10 +132,8 @@ class Gateway:
         )
         try:
             redaction = await self._guard(policy, body) if policy is not None else None
-            if knowledge is None:
-                prepared, sources = await self._prepare(path, body, asked, model, key), None
-            else:
-                prepared, sources = await self._answered_from(knowledge, body, asked, model, key)
+            seen = await self._recall(body, model, key, mode, knowledge) if chat and self.answers else None
+            prepared, sources = await self._prepared(path, body, asked, model, key, knowledge)
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
             verdict = await self.accounts.admit(scopes, admitted, reserve)
@@ -138,13 +142,32 @@ class Gateway:
         except ApiError as exc:  # refused before admission: counted as what it got, against no limit
             self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0, 0)
             raise
+        if seen is not None and seen.hit is not None:  # answered as before: no replica asked
+            saved = seen.hit[0].prompt_tokens + seen.hit[0].completion_tokens
+            self._end(ticket, Served(status=200, replica=CACHE_REPLICA, saved=saved), scopes, admitted, reserve)
+            return replayed(seen.hit, asked, prepared.streaming, prepared.include_usage)
         answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
         if sources is not None:
             _said(answer, sources)
         if policy is not None and redaction is not None:
-            return await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
-        return answer
+            answer = await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
+        return kept_answer(self.answers, seen, answer) if seen is not None and self.answers else answer
+
+    async def _recall(self, body: dict, model: Model, key: KeyRecord, mode: str, knowledge: object) -> Recall | None:
+        """The answer cache's look at a chat completion (the knowledge base it names is part of
+        its question)."""
+        assert self.answers is not None
+        base = asked_of(knowledge).base if knowledge is not None else ""
+        return await recall(self.answers, self.embed, body, (key.tenant, model.name), mode, base)
+
+    async def _prepared(
+        self, path: str, body: dict, asked: str, model: Model, key: KeyRecord, knowledge: object
+    ) -> tuple[Prepared, list[dict] | None]:
+        """The request prepared, and the sources it was given where it names a knowledge base."""
+        if knowledge is None:
+            return await self._prepare(path, body, asked, model, key), None
+        return await self._answered_from(knowledge, body, asked, model, key)
 
     async def ask_judge(self, model: str, messages: list[dict], grammar: str, tenant: str) -> str:
         """A judge model's answer about `messages`, asked through this router's own routing

@@ -39,6 +39,8 @@ class Served(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage = Usage()
     first_token: float | None = None
     """`time.perf_counter()` when a stream's first token arrived."""
+    saved: int = 0
+    """Tokens an answer from the answer cache saved (its original's)."""
     admitted: bool = True
     """False: refused before admission, or for itself after it (nothing counted against its
     limits: what admitting it counted is given back)."""
@@ -77,6 +79,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
             prompt_tokens=usage.prompt,
             cached_tokens=usage.cached or 0,
             completion_tokens=usage.completion,
+            saved_tokens=self.served.saved,
             latency_s=self.latency_s,
             ttft_s=self.ttft_s,
         )

@@ -1,0 +1,174 @@
+"""The answer cache as the router keeps it: how each tenant's answers to a model are kept (the
+`answer_cache` bucket), the answers themselves with their questions' vectors (the `answers`
+bucket, every router watching it, values expiring after 30 days), and per tenant and model an
+index of those vectors in memory. Every lookup names its tenant: no tenant is ever answered
+with another's answer. The operations every face calls are here: keep, list, remove, purge."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+
+import msgspec
+import numpy as np
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from llmgw.bus import BadRequest, Context, KvTable, NotFound, record_change
+from llmgw.proto import BUCKETS
+from llmgw.proto import knowledge as api
+from llmgw.proto.knowledge import AnswerCache, BaseQuery, CachedAnswer, CacheList, CacheRef
+from llmgw.proto.people import AuditEntry
+from llmgw.router.knowledge.index import BaseIndex
+
+__all__ = ["KEPT_S", "MOST_KEPT_BYTES", "Answers"]
+
+KEPT_S = 30 * 86400
+"""How long the `answers` bucket keeps a value at most (a policy's `ttl_s` is shorter or equal)."""
+MOST_KEPT_BYTES = 900_000
+"""An answer larger than this (as kept) is not kept: a NATS message holds 1 MB."""
+
+
+class Answers:
+    """The tenants' answer caches."""
+
+    def __init__(
+        self, policies: KvTable[AnswerCache], kept: KvTable[CachedAnswer], nc: Client, known_tenant: Callable
+    ) -> None:
+        self.policies, self.kept, self.nc, self.known_tenant = policies, kept, nc, known_tenant
+        self.model_version: Callable[[str], str | None] = lambda _: None
+        """An embedding model's name and file (None: no such embedding model): set when wired."""
+        self.known_model: Callable[[str], bool] = lambda _: True
+        self.indexes: dict[tuple[str, str], BaseIndex] = {}
+        """(tenant, model) -> the vectors of the answers kept for it."""
+        self.loaded: dict[str, str] = {}
+        """answer key -> the embedding model its vector in the index is of."""
+        self.seen = -1
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, nc: Client, known_tenant: Callable[[str], None]) -> Answers:
+        """Watch both buckets (creating them on first use)."""
+        policies = await KvTable.open(js, BUCKETS["answer_cache"], AnswerCache)
+        kept = await KvTable.open(js, BUCKETS["answers"], CachedAnswer, ttl=KEPT_S)
+        return cls(policies, kept, nc, known_tenant)
+
+    async def serve(self, ctx: Context) -> None:
+        """Answer `router.cache.*`."""
+        await ctx.serve(api.CACHE_PUT, self.put)
+        await ctx.serve(api.CACHE_LIST, self.list_caches)
+        await ctx.serve(api.CACHE_REMOVE, self.remove)
+        await ctx.serve(api.CACHE_PURGE, self.purge)
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self.policies.stop()
+        self.kept.stop()
+
+    def policy(self, tenant: str, model: str) -> AnswerCache | None:
+        """How tenant `tenant`'s answers to `model` are kept (None: they are not)."""
+        return self.policies.items.get(f"{tenant}.{model}")
+
+    def lookup(self, policy: AnswerCache, vector: np.ndarray) -> tuple[CachedAnswer, float] | None:
+        """The answer kept for the question nearest `vector` (of `policy.embedding`), where it
+        is close enough and young enough; None else."""
+        self._catch_up()
+        index = self.indexes.get((policy.tenant, policy.model))
+        if index is None or index.model != self.model_version(policy.embedding):
+            return None
+        for found in index.search(vector, 1):
+            kept = self.kept.items.get(found.doc)
+            if kept is not None and found.score >= policy.threshold and time.time() - kept.time <= policy.ttl_s:
+                return kept, found.score
+        return None
+
+    async def keep(self, policy: AnswerCache, question: str, vector: np.ndarray, answer: CachedAnswer) -> None:
+        """An answer kept for `question` (its vector given), in place of one kept for the same."""
+        version = self.model_version(policy.embedding)
+        if version is None:
+            return
+        digest = hashlib.sha256(question.encode()).hexdigest()[:32]
+        kept = msgspec.structs.replace(
+            answer, question=question, embedded_with=version, vector=vector.astype("<f4").tobytes()
+        )
+        value = msgspec.json.encode(kept)
+        if len(value) <= MOST_KEPT_BYTES:
+            await self.kept.kv.put(f"{policy.tenant}.{policy.model}.{digest}", value)
+
+    def _catch_up(self) -> None:
+        """The indexes as the `answers` bucket is now (vectors are in its values: no I/O)."""
+        if self.kept.version == self.seen:
+            return
+        self.seen = self.kept.version
+        for key in [k for k in self.loaded if k not in self.kept.items]:
+            index = self.indexes.get(_where(key))
+            if index is not None:
+                index.drop(key)
+            del self.loaded[key]
+        for key, kept in list(self.kept.items.items()):
+            if self.loaded.get(key) == kept.embedded_with:
+                continue
+            vector = np.frombuffer(kept.vector, dtype="<f4")
+            index = self.indexes.get(_where(key))
+            if index is None or index.model != kept.embedded_with or index.dim != len(vector):
+                index = self.indexes[_where(key)] = BaseIndex(len(vector), kept.embedded_with)
+                for other in [k for k in self.loaded if _where(k) == _where(key)]:
+                    del self.loaded[other]
+            index.put(key, kept.embedded_with, [kept.question], vector.reshape(1, -1))
+            self.loaded[key] = kept.embedded_with
+
+    async def put(self, policy: AnswerCache) -> AnswerCache:
+        """Keep a tenant's answers to a model (or change how), once its tenant, its model and an
+        embedding model of that name exist."""
+        self.known_tenant(policy.tenant)
+        if not self.known_model(policy.model):
+            raise BadRequest(f"answer cache: no model '{policy.model}' in the catalog: `llmgw ctl models`")
+        if self.model_version(policy.embedding) is None:
+            raise BadRequest(f"answer cache: no embedding model '{policy.embedding}' in the catalog")
+        key = f"{policy.tenant}.{policy.model}"
+        was = self.policies.items.get(key)
+        kept = msgspec.structs.replace(policy, created=was.created if was else time.time())
+        await self.policies.kv.put(key, msgspec.json.encode(kept))
+        self.policies.items[key] = kept
+        change = AuditEntry(time=0, who=policy.by, area="knowledge", action="put", subject=f"cache {policy.model}")
+        await record_change(self.nc, msgspec.structs.replace(change, tenant=policy.tenant), was, kept)
+        return kept
+
+    async def list_caches(self, query: BaseQuery) -> CacheList:
+        """The answer caches of a tenant (or every one) and how many answers each holds."""
+        caches = [p for _, p in sorted(self.policies.items.items()) if not query.tenant or p.tenant == query.tenant]
+        held: dict[str, int] = {}
+        for key in self.kept.items:
+            where = ".".join(_where(key))
+            held[where] = held.get(where, 0) + 1
+        return CacheList(
+            caches=caches, held={f"{c.tenant}.{c.model}": held.get(f"{c.tenant}.{c.model}", 0) for c in caches}
+        )
+
+    async def remove(self, ref: CacheRef) -> CacheList:
+        """Stop keeping a tenant's answers to a model, forgetting those kept."""
+        policy = self.policy(ref.tenant, ref.model)
+        if policy is None:
+            raise NotFound(f"tenant {ref.tenant} keeps no answers of model '{ref.model}': `llmgw ctl cache list`")
+        gone = await self.purge(ref)
+        await self.policies.kv.delete(f"{ref.tenant}.{ref.model}")
+        self.policies.items.pop(f"{ref.tenant}.{ref.model}", None)
+        change = AuditEntry(time=0, who=ref.by, area="knowledge", action="remove", subject=f"cache {ref.model}")
+        await record_change(self.nc, msgspec.structs.replace(change, tenant=ref.tenant), policy, None)
+        return CacheList(caches=[policy], held=gone.held)
+
+    async def purge(self, ref: CacheRef) -> CacheList:
+        """Forget the answers kept for a tenant (and one model, where named); `held` says how many."""
+        prefix = f"{ref.tenant}.{ref.model}." if ref.model else f"{ref.tenant}."
+        keys = [k for k in self.kept.items if k.startswith(prefix)]
+        for key in keys:
+            await self.kept.kv.delete(key)
+            self.kept.items.pop(key, None)
+        self.kept.version += 1
+        return CacheList(caches=[], held={prefix.rstrip("."): len(keys)})
+
+
+def _where(key: str) -> tuple[str, str]:
+    """An answer key's (tenant, model)."""
+    tenant, model = key.split(".")[:2]
+    return tenant, model
