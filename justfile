@@ -46,6 +46,7 @@ bench:
     python tests/bench/usage.py
     python tests/bench/guard.py
     python tests/bench/guard_kinds.py
+    python tests/bench/knowledge.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:

@@ -127,6 +127,17 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
         assert sorted(d["path"] for d in tree) == sorted([*HANDBOOK, "facilities/boiler.pdf"])
         assert all(d["chunks"] >= 1 and d["embedded_with"].startswith("minilm@") for d in tree)
 
+        # a chunk longer than the embedding model reads at once is cut until it fits
+        hashes = " ".join(f"{i:04x}" + "q7zx" * 5 for i in range(150))  # ~10 tokens a word: past 512 a chunk
+        sent = await http.put(f"{api}/lab/handbook/documents/noise/hashes.txt", headers=member, content=hashes.encode())
+        assert sent.status_code == 202, sent.text
+
+        async def hashes_ready():
+            tree = (await http.get(f"{api}/lab/handbook/documents", headers=member)).json()["documents"]
+            return [d for d in tree if d["path"] == "noise/hashes.txt" and d["state"] == "ready"]
+
+        assert (await _until(hashes_ready, "the long chunk embedded in pieces"))[0]["chunks"] >= 3
+
         for question, where in (
             ("What is the password of the guest wifi in Lisbon?", "office/wifi.html"),
             ("How much of a taxi is refunded?", "travel/expenses.md"),
@@ -136,6 +147,9 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
             found = await http.post(search, headers=_as(keys, "lab-app"), json={"query": question})
             assert found.status_code == 200, found.text
             assert found.json()["data"][0]["attributes"]["path"] == where, (question, found.json())
+
+        long = await http.post(search, headers=_as(keys, "lab-app"), json={"query": " ".join(["wifi"] * 3000)})
+        assert long.status_code == 400 and "the question is longer than knowledge base handbook's" in long.text
 
         # another tenant's keys: the base reads exactly as one that is not there, on every face
         for whose in ("shop-app", "shop-member"):
@@ -176,6 +190,23 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
         assert "heliotrope" in answered.json()["choices"][0]["message"]["content"].lower(), answered.text
         bad = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json={**chat, "knowledge": 3})
         assert bad.status_code == 400 and "names a knowledge base" in bad.text
+
+        # a model alias bound to the base: listed for its tenant only, answered from the base
+        bound = {"embedding": "minilm", "alias": "handbook-chat", "model": "smollm2"}
+        assert (await http.put(f"{api}/lab/handbook", headers=_as(keys, "lab-operator"), json=bound)).status_code == 200
+        listed = await http.get(f"{url}/v1/models", headers=_as(keys, "lab-app"))
+        assert "handbook-chat" in [m["id"] for m in listed.json()["data"]]
+        others = await http.get(f"{url}/v1/models", headers=_as(keys, "shop-app"))
+        assert "handbook-chat" not in [m["id"] for m in others.json()["data"]]
+        aliased = {k: v for k, v in chat.items() if k != "knowledge"} | {"model": "handbook-chat"}
+        answered = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json=aliased)
+        assert answered.status_code == 200 and answered.json()["sources"][0]["path"] == "office/wifi.html"
+        unbound = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "shop-app"), json=aliased)
+        assert unbound.status_code == 404 and "'handbook-chat' does not exist" in unbound.text
+        clash = await http.put(
+            f"{api}/lab/other", headers=_as(keys, "lab-operator"), json={**bound, "alias": "smollm2"}
+        )
+        assert clash.status_code == 400 and "is a model's name already" in clash.text
 
         # another embedding model: every document embedded again, and found as before
         await call(nc, catalog.SERVE, ServeModel(source=SOURCE, name="minilm2", cpu=True, cpu_anyway=True))

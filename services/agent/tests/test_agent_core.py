@@ -132,6 +132,13 @@ def test_an_embedding_model_runs_vllm_as_a_pooling_model_without_kv_events():
     assert "--enable-prefix-caching" not in how.argv and "PYTHONHASHSEED" not in how.env
 
 
+def test_an_embedding_model_gets_its_whole_context_in_each_llama_server_slot():
+    model = Model(name="minilm", source="o/r/m.gguf", context=512, kind="embedding")
+    how = launch(setup("llama-server", "/c/o/r/m.gguf", model=model, profile=Profile(slots=4), cpus=8))
+    pairs = {flag: how.argv[i + 1] for i, flag in enumerate(how.argv[:-1]) if flag.startswith("-")}
+    assert pairs["-c"] == "2048" and pairs["-np"] == "4" and "--embedding" in how.argv
+
+
 def test_cards_are_free_ones_of_the_class_and_linked_ones_first():
     gpus = [card(0, peers=[]), card(1, peers=["GPU-2"]), card(2, peers=["GPU-1"]), card(3, foreign=5000)]
     assert [g.uuid for g in pick_cards(Profile(gpus=2), gpus, set())] == ["GPU-1", "GPU-2"]

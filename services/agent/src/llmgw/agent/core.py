@@ -164,7 +164,10 @@ def _llama_server(s: EngineSetup) -> list[str]:
     if s.rpc and not s.cards:
         offload = str(max(s.layers - s.layers // (len(s.rpc) + 1), 1))
     argv = [s.binary, "--model", str(s.weights), "--host", s.host, "--port", str(s.port)]
-    argv += ["-c", str(s.model.context), "-np", str(s.profile.slots), "-ngl", offload]
+    # llama-server cuts its context among its slots; an embedding model (no KV cache to speak of)
+    # gets its whole context in each, so every slot embeds an input as long as the model reads
+    context = s.model.context * (s.profile.slots if s.model.kind == "embedding" else 1)
+    argv += ["-c", str(context), "-np", str(s.profile.slots), "-ngl", offload]
     argv += ["--threads", str(cpu_threads(s.profile.cpu_cores, s.node_cpus))]
     argv += ["--alias", s.model.name]
     if s.model.kind == "embedding":  # /v1/embeddings, pooled as its header says; chats are refused (501)

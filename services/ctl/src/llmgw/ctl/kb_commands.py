@@ -43,8 +43,9 @@ def _base(parser: argparse.ArgumentParser) -> None:
 
 async def _put(nc: Client, args: argparse.Namespace) -> int:
     base = KnowledgeBase(
-        name=args.base, tenant=args.tenant, embedding=args.embedding, chunk_words=args.chunk_words, top=args.top, by=BY
-    )
+        name=args.base, tenant=args.tenant, embedding=args.embedding, chunk_words=args.chunk_words, top=args.top,
+        alias=args.alias, model=args.model, by=BY,
+    )  # fmt: skip
     kept = await call(nc, knowledge.KB_PUT, base)
     return done(args, kept, f"knowledge base {kept.name} of {kept.tenant}: embedded with {kept.embedding}")
 
@@ -54,6 +55,8 @@ def _put_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedding", required=True, metavar="MODEL", help="the embedding model (a catalog model)")
     parser.add_argument("--chunk-words", type=int, default=160, help="about how many words a chunk holds")
     parser.add_argument("--top", type=int, default=5, help="how many chunks a chat is answered from")
+    parser.add_argument("--alias", default="", help="a model name that asks MODEL answered from this base")
+    parser.add_argument("--model", default="", help="the chat model the alias is answered by")
 
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:
@@ -232,7 +235,7 @@ def _cache_put_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="the chat model whose answers are kept")
     _tenant(parser)
     parser.add_argument("--embedding", required=True, metavar="MODEL", help="the embedding model questions compare by")
-    parser.add_argument("--threshold", type=float, default=0.95, help="how similar a question must be (cosine)")
+    parser.add_argument("--threshold", type=float, default=0.9, help="how similar a question must be (cosine)")
     parser.add_argument("--ttl-s", type=int, default=86400, help="how long an answer is kept")
     parser.add_argument("--max-temperature", type=float, default=0.5, help="hotter requests are not cached")
 
@@ -281,7 +284,7 @@ CACHE = Noun(
         Verb(
             "put",
             "keep a tenant's answers to a model, answering similar questions from them",
-            "llmgw ctl cache put smollm2 --embedding minilm --threshold 0.95",
+            "llmgw ctl cache put smollm2 --embedding minilm --threshold 0.9",
             'a hit says `llmgw-cache: hit` and its tokens saved; a request with "cache": "bypass" skips it',
             _cache_put,
             _cache_put_arguments,

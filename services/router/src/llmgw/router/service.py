@@ -152,6 +152,8 @@ class Router:
         knowledge = await Knowledge.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
         knowledge.embed = gateway.embed
         knowledge.model_version = self.directory.embedding_version
+        directory = self.directory
+        knowledge.chat_model = lambda name: (m := directory.model(name)) is not None and m.kind == "chat"
         await knowledge.serve(ctx)
         follower = Follower(knowledge)
         knowledge.catch_up = follower.catch_up

@@ -23,7 +23,7 @@ from llmgw.router.errors import Forbidden
 
 __all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "USAGE_GROUPS", "Principal", "key_principal", "user_principal"]
 
-MEMBER_PAGES = ("playground", "keys", "usage", "requests")
+MEMBER_PAGES = ("playground", "keys", "usage", "requests", "knowledge")
 """The console pages a member opens."""
 OPERATOR_PAGES = (
     "dashboard",
@@ -37,6 +37,7 @@ OPERATOR_PAGES = (
     "requests",
     "audit",
     "guard",
+    "knowledge",
 )
 """The console pages an operator opens; an admin opens every page."""
 USAGE_GROUPS = ("model", "project", "key", "replica", "tenant")

@@ -53,6 +53,7 @@ NAVIGATION = (
     "people",
     "identity",
     "guard",
+    "knowledge",
 )
 """The pages the navigation lists, in order (each principal sees those it opens)."""
 _EVERYONE = ("", "signout", "lang", "signin", "static")

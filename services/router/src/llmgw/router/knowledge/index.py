@@ -1,6 +1,12 @@
 """One knowledge base's chunks in memory, searched by cosine similarity: usearch (its HNSW graph
 past `EXACT_UNDER` chunks, an exact scan below; docs/knowledge.md has the measurement that chose
-it), with each chunk's document and text beside it. Without I/O: the store feeds it."""
+it and its settings), with each chunk's document and text beside it. Without I/O: the store
+feeds it.
+
+Vectors are kept as float16 (half the memory; scores differ from float32's in the fourth
+decimal); the graph is built with 64 candidates a step (twice as fast to build as usearch's 128,
+the same recall once searched with 256: 0.99 of the exact top 10 at 200,000 chunks); a search
+keeps more candidates the more chunks there are (`WIDTH`)."""
 
 from __future__ import annotations
 
@@ -9,10 +15,14 @@ from typing import NamedTuple
 import numpy as np
 from usearch.index import Index
 
-__all__ = ["EXACT_UNDER", "BaseIndex", "Found"]
+__all__ = ["EXACT_UNDER", "WIDTH", "BaseIndex", "Found"]
 
 EXACT_UNDER = 20_000
 """Below this many chunks a search scans them all (exact, and as fast as the graph)."""
+WIDTH = (256, 1024)
+"""How many candidates a search of the graph keeps: one for every 1,000 chunks, within these
+(at 1,000,000 clustered chunks, 256 found a query's own chunk among its 10 in 81% of queries,
+1,024 in 97% in 3 ms, 2,048 in 99.6% in 7 ms)."""
 
 
 class Found(NamedTuple):
@@ -30,7 +40,7 @@ class BaseIndex:
     def __init__(self, dim: int, model: str = "") -> None:
         self.dim, self.model = dim, model
         """How many numbers a vector has, and the embedding model (name and file) that made them."""
-        self.index = Index(ndim=dim, metric="cos", dtype="f32")
+        self.index = Index(ndim=dim, metric="cos", dtype="f16", expansion_add=64, expansion_search=WIDTH[0])
         self.next_key = 0
         self.chunks: dict[int, tuple[str, int, str]] = {}
         """key -> (document, its chunk number, the chunk's text)."""
@@ -65,6 +75,7 @@ class BaseIndex:
         """The `top` chunks nearest `vector`, best first."""
         if not self.chunks:
             return []
+        self.index.expansion_search = min(max(len(self.chunks) // 1000, WIDTH[0]), WIDTH[1])
         found = self.index.search(
             vector.astype(np.float32, copy=False), min(top, len(self.chunks)), exact=len(self.chunks) < EXACT_UNDER
         )

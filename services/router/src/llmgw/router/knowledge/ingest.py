@@ -22,7 +22,7 @@ from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from llmgw.bus import get_logger
 from llmgw.proto.errors import described
 from llmgw.proto.knowledge import Chunks, Document, KnowledgeBase
-from llmgw.router.errors import ApiError
+from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.chunk import chunks, halves
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_text
@@ -96,7 +96,11 @@ class Ingest:
             revision = await kv.update(key, msgspec.json.encode(claimed), last=entry.revision)
         except KeyWrongLastSequenceError:
             return  # another router claimed it first, or it changed
-        done = await self._embedded(key, claimed, base)
+        try:
+            done = await self._embedded(key, claimed, base)
+        except Exception as exc:  # the store failed it: put back, tried again by any router
+            done = msgspec.structs.replace(doc, state="queued", reason=f"to be tried again: {described(exc)}")
+            self.k.waiting[base.embedding] = (time.time() + RETRY_S, described(exc))
         try:
             await kv.update(key, msgspec.json.encode(done), last=revision)
         except KeyWrongLastSequenceError:
@@ -110,7 +114,7 @@ class Ingest:
             return self._wait(doc, base, f"no embedding model '{base.embedding}' in the catalog")
         try:
             data = (await self.k.files.get(key)).data or b""
-            texts = chunks(document_text(doc.path, data, doc.format), base.chunk_words, base.overlap_words)
+            texts = await asyncio.to_thread(_cut, doc, data, base)
         except NotFoundError:
             return msgspec.structs.replace(doc, state="failed", reason="its file is gone: send it again")
         except BadDocument as exc:
@@ -145,7 +149,7 @@ class Ingest:
                 rows.append(await self.k.embed(base.embedding, batch, tenant))
                 kept.extend(batch)
             except ApiError as exc:
-                if exc.code != "context_too_long":
+                if exc.code != ContextTooLong.code:
                     raise
                 # which one was too long is not said: one at a time, and one alone in halves
                 pending[:0] = [[t] for t in batch] if len(batch) > 1 else [[h] for h in halves(batch[0])]
@@ -165,18 +169,20 @@ class Follower:
     async def run(self) -> None:
         """Forever: catch up whenever the buckets changed."""
         while True:
-            try:
-                await self.catch_up()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the next look tries again
-                _log.warning("knowledge index not brought up to date", error=described(exc))
-                self.seen = -1
+            await self.catch_up()
             await asyncio.sleep(EVERY_S)
 
     async def catch_up(self) -> None:
         """The indexes as the buckets are now (nothing to do where they did not change): what a
-        search asks first, so a document the tree says is ready is found."""
+        search asks first, so a document the tree says is ready is found (where the store fails,
+        it answers from what the index holds, said in the log)."""
+        try:
+            await self._catch_up()
+        except Exception as exc:
+            _log.warning("knowledge index not brought up to date", error=described(exc))
+            self.seen = -1
+
+    async def _catch_up(self) -> None:
         async with self.lock:
             now = self.k.docs.version + self.k.bases.version
             if now != self.seen:
@@ -205,9 +211,10 @@ class Follower:
         """A document's chunks read from the store into its base's index (a new index where the
         base's model changed)."""
         try:
-            kept = msgspec.msgpack.decode((await self.k.chunk_store.get(key)).data or b"", type=Chunks)
+            raw = (await self.k.chunk_store.get(key)).data or b""
         except NotFoundError:
             return  # removed meanwhile
+        kept = await asyncio.to_thread(msgspec.msgpack.decode, raw, type=Chunks)
         where = _base_of(key)
         index = self.k.indexes.get(where)
         if index is None or index.dim != kept.dim or index.model != version[1]:
@@ -215,8 +222,13 @@ class Follower:
             for other in [k for k in self.loaded if _base_of(k) == where]:
                 del self.loaded[other]
         rows = np.frombuffer(kept.vectors, dtype="<f4").reshape(len(kept.texts), kept.dim)
-        index.put(key, kept.sha256, kept.texts, rows)
+        await asyncio.to_thread(index.put, key, kept.sha256, kept.texts, rows)  # the loop serves on meanwhile
         self.loaded[key] = version
+
+
+def _cut(doc: Document, data: bytes, base: KnowledgeBase) -> list[str]:
+    """A document's text cut into its base's chunks (in a worker thread: a PDF takes a while)."""
+    return chunks(document_text(doc.path, data, doc.format), base.chunk_words, base.overlap_words)
 
 
 def _base_of(key: str) -> tuple[str, str]:

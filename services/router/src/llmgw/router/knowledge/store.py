@@ -38,6 +38,7 @@ from llmgw.proto.knowledge import (
     SearchAsk,
 )
 from llmgw.proto.people import AuditEntry
+from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_format, document_text
 
@@ -73,6 +74,8 @@ class Knowledge:
         self.files, self.chunk_store = stores
         self.embed: Embed | None = None
         """Embeds through the router's routing (the gateway, once wired)."""
+        self.chat_model: Callable[[str], bool] = lambda _: False
+        """Whether the catalog has a chat model (or alias) of that name (once wired)."""
         self.model_version: Callable[[str], str | None] = lambda _: None
         """An embedding model's name and file as its documents record them (None: the catalog
         has no embedding model of that name): set once the directory is wired."""
@@ -124,6 +127,7 @@ class Knowledge:
                 f"knowledge base {base.name}: no embedding model '{base.embedding}' in the catalog: serve one "
                 "(`llmgw ctl serve ... --name NAME`, an embedding GGUF) and name it"
             )
+        self._check_alias(base)
         key = f"{base.tenant}.{base.name}"
         was = self.bases.items.get(key)
         kept = msgspec.structs.replace(base, created=was.created if was else time.time())
@@ -132,6 +136,26 @@ class Knowledge:
         change = AuditEntry(time=0, who=base.by, area="knowledge", action="put", subject=base.name, tenant=base.tenant)
         await record_change(self.nc, change, was, kept)
         return kept
+
+    def _check_alias(self, base: KnowledgeBase) -> None:
+        """A base's alias names a chat model to answer it, and no model nor another base's alias."""
+        if not base.alias:
+            return
+        if not base.model or not self.chat_model(base.model):
+            raise BadRequest(f"knowledge base {base.name}: its alias is answered by a chat model: give 'model'")
+        if self.chat_model(base.alias) or self.model_version(base.alias) is not None:
+            raise BadRequest(f"knowledge base {base.name}: '{base.alias}' is a model's name already")
+        other = self.bound(base.tenant, base.alias)
+        if other is not None and other.name != base.name:
+            raise BadRequest(f"knowledge base {base.name}: '{base.alias}' is knowledge base {other.name}'s alias")
+
+    def bound(self, tenant: str, alias: str) -> KnowledgeBase | None:
+        """The base of `tenant` whose alias `alias` is (None: none)."""
+        return next((b for b in self.bases.items.values() if b.tenant == tenant and b.alias == alias), None)
+
+    def aliases(self, tenant: str) -> list[str]:
+        """The bases' aliases of `tenant`."""
+        return [b.alias for b in self.bases.items.values() if b.tenant == tenant and b.alias]
 
     async def list_bases(self, query: BaseQuery) -> BaseList:
         """The bases of a tenant, or every one."""
@@ -189,7 +213,7 @@ class Knowledge:
             raise BadRequest(f"document path '{path[:200]}': {exc}") from None
         try:
             fmt = document_format(path, data)
-            document_text(path, data, fmt)
+            await asyncio.to_thread(document_text, path, data, fmt)  # a large PDF takes seconds: off the loop
         except BadDocument as exc:
             raise BadRequest(str(exc)) from None
         key, sha = doc_key(tenant, base, path), hashlib.sha256(data).hexdigest()
@@ -215,7 +239,15 @@ class Knowledge:
         than it takes)."""
         kb = self.base(tenant, base)
         assert self.embed is not None
-        vector = (await self.embed(kb.embedding, [question], tenant))[0]  # asked even of an empty base: 503 says why
+        try:
+            vector = (await self.embed(kb.embedding, [question], tenant))[0]  # even for an empty base: a 503 says why
+        except ApiError as exc:
+            if exc.code != ContextTooLong.code:
+                raise
+            raise BadRequest(
+                f"the question is longer than knowledge base {base}'s embedding model {kb.embedding} reads at once "
+                f"({exc.message}); ask it in fewer words"
+            ) from None
         if self.catch_up is not None:
             await self.catch_up()
         index = self.indexes.get((tenant, base))

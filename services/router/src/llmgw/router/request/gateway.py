@@ -18,7 +18,7 @@ from llmgw.proto.knowledge import Hit
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.errors import ApiError, ContextTooLong, UpstreamFailed, answered_error, refused
+from llmgw.router.errors import ApiError, ContextTooLong, ModelNotFound, UpstreamFailed, answered_error, refused
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.knowledge.answers import Answers
@@ -91,8 +91,11 @@ class Gateway:
     def model_names(self, key: KeyRecord) -> list[str]:
         """The models (and aliases) `key` (and its tenant) may use, sorted."""
         tenant = self._tenant_models(key)
+        aliases = self.knowledge.aliases(key.tenant) if self.knowledge is not None else []
         return sorted(
-            n for n in self.directory.names() if (not key.models or n in key.models) and (not tenant or n in tenant)
+            n
+            for n in [*self.directory.names(), *aliases]
+            if (not key.models or n in key.models) and (not tenant or n in tenant or n in aliases)
         )
 
     def models(self, authorization: str) -> dict:
@@ -120,7 +123,10 @@ class Gateway:
         check_size(headers.get("content-length"), self.config.max_body_bytes)
         raw = await read()
         check_body(headers.get("content-type"), raw)
-        body, asked, model = resolve(raw, self.directory.model)
+        try:
+            body, asked, model = resolve(raw, self.directory.model)
+        except ModelNotFound as exc:
+            body, asked, model = self._bound(raw, key.tenant, exc)
         chat = path == "/v1/chat/completions"
         knowledge, mode = (body.pop("knowledge", None), cache_mode(body.pop("cache", None))) if chat else (None, "")
         ticket = Ticket(
@@ -153,6 +159,18 @@ class Gateway:
         if policy is not None and redaction is not None:
             answer = await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return kept_answer(self.answers, seen, answer) if seen is not None and self.answers else answer
+
+    def _bound(self, raw: bytes, tenant: str, missing: ModelNotFound) -> tuple[dict, str, Model]:
+        """A request to a knowledge base's alias: one to its model, answered from it (`missing`
+        raised where the name is no alias of the tenant's either)."""
+        body = msgspec.json.decode(raw)
+        base = self.knowledge.bound(tenant, body["model"]) if self.knowledge is not None else None
+        model = self.directory.model(base.model) if base is not None else None
+        if base is None or model is None:
+            raise missing
+        body.setdefault("knowledge", base.name)
+        body["model"] = base.model
+        return body, base.model, model
 
     async def _recall(self, body: dict, model: Model, key: KeyRecord, mode: str, knowledge: object) -> Recall | None:
         """The answer cache's look at a chat completion (the knowledge base it names is part of
