@@ -24,6 +24,7 @@ from llmgw.proto import router as router_api
 from llmgw.proto.catalog import ServeModel
 from llmgw.proto.knowledge import BaseRef
 from llmgw.proto.people import Tenant, UserCreate
+from llmgw.router.service import Router, RouterConfig
 from tests.documents import HANDBOOK, encrypted_pdf, pdf_with
 from tests.embeddings import minilm_folder
 from tests.fleets import SOURCE, serve_agent, serve_router
@@ -190,6 +191,16 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
         assert "heliotrope" in answered.json()["choices"][0]["message"]["content"].lower(), answered.text
         bad = await http.post(f"{url}/v1/chat/completions", headers=_as(keys, "lab-app"), json={**chat, "knowledge": 3})
         assert bad.status_code == 400 and "names a knowledge base" in bad.text
+
+        # a second router, started now, builds the same index from JetStream and answers the same
+        config = RouterConfig(http_port=0, engine_secret=str(tmp_path / "engine-fleet.secret"))
+        second = await serve(Router(config), config)
+        again = await http.post(
+            f"{second.http.url}/v1/vector_stores/handbook/search",
+            headers=_as(keys, "lab-app"),
+            json={"query": "How much of a taxi is refunded?"},
+        )
+        assert again.status_code == 200 and again.json()["data"][0]["attributes"]["path"] == "travel/expenses.md"
 
         # a model alias bound to the base: listed for its tenant only, answered from the base
         bound = {"embedding": "minilm", "alias": "handbook-chat", "model": "smollm2"}
