@@ -12,7 +12,10 @@ from html import unescape
 import httpx
 import pytest
 
+from llmgw.bus import call
 from llmgw.gguf import write_random_llama
+from llmgw.proto import people
+from llmgw.proto.people import Tenant, UserCreate
 from llmgw.router.service import Router
 from llmgw.scheduler.service import Scheduler
 from tests.fleets import serve_router
@@ -60,6 +63,10 @@ def csrf_of(html: str) -> str:
     return unescape(found.group(1))
 
 
+PASSWORD = "correct horse battery staple"
+"""The password of the users the tests make."""
+
+
 class Stack:
     """The services and the router's URL, an admin key and a user's."""
 
@@ -75,6 +82,17 @@ class Stack:
         browser = self.browser()
         response = await browser.sign_in(self.admin_key)
         assert response.status_code == 200, response.text
+        return browser
+
+    async def user_signed_in(self, name: str, tenant: str, role: str) -> Browserless:
+        """A local user made in `tenant` (made too) with `role`, signed in with its password."""
+        await call(self.nc, people.TENANT_PUT, Tenant(name=tenant, by="t"))
+        await call(
+            self.nc, people.USER_CREATE, UserCreate(name=name, tenant=tenant, role=role, password=PASSWORD, by="t")
+        )
+        browser = self.browser()
+        form = {"csrf": csrf_of((await browser.get("/console/signin")).text), "name": name, "password": PASSWORD}
+        await browser.http.post("/console/signin", data={**form, "next": ""})
         return browser
 
 

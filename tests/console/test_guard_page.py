@@ -7,13 +7,9 @@ from __future__ import annotations
 import httpx
 
 from llmgw.bus import call
-from llmgw.proto import KeyCreate, Model, ModelPut, catalog, guard, people
+from llmgw.proto import KeyCreate, Model, ModelPut, catalog, guard
 from llmgw.proto.guard import Check, Policy
-from llmgw.proto.people import Tenant, UserCreate
-from tests.console.conftest import Browserless, csrf_of
 from tests.fleets import SOURCE
-
-PASSWORD = "correct horse battery staple"
 
 
 async def test_the_page_shows_policies_and_the_latest_checks_to_whom_they_belong(stack):
@@ -37,12 +33,7 @@ async def test_the_page_shows_policies_and_the_latest_checks_to_whom_they_belong
     assert "EMAIL (redact), CODENAME (block)" in page.text and "<strong>blocked</strong>" in page.text
     assert "Falcon" not in page.text and "ada@example.com" not in page.text  # never what was found
 
-    await call(stack.nc, people.TENANT_PUT, Tenant(name="lab", by="t"))
-    made = UserCreate(name="olga", tenant="lab", role="operator", password=PASSWORD, by="t")
-    await call(stack.nc, people.USER_CREATE, made)
-    olga = Browserless(stack.url)
-    form = {"csrf": csrf_of((await olga.get("/console/signin")).text), "name": "olga", "password": PASSWORD}
-    await olga.http.post("/console/signin", data={**form, "next": ""})
+    olga = await stack.user_signed_in("olga", "lab", "operator")
     theirs = await olga.get("/console/guard")
     assert theirs.status_code == 200 and 'data-policy="codes"' not in theirs.text
     assert "<strong>blocked</strong>" not in theirs.text

@@ -10,11 +10,9 @@ import asyncio
 from llmgw.bus import call
 from llmgw.proto import Model, ModelPut, catalog, knowledge, people
 from llmgw.proto.knowledge import KnowledgeBase
-from llmgw.proto.people import Tenant, UserCreate
-from tests.console.conftest import Browserless, csrf_of
+from llmgw.proto.people import Tenant
+from tests.console.conftest import csrf_of
 from tests.fleets import SOURCE
-
-PASSWORD = "correct horse battery staple"
 
 
 async def test_a_base_is_seen_sent_to_and_forgotten_in_the_console(stack):
@@ -42,12 +40,7 @@ async def test_a_base_is_seen_sent_to_and_forgotten_in_the_console(stack):
     )
     assert gone.status_code == 200 and "1 document(s) forgotten" in gone.text and "data-path=" not in gone.text
 
-    made = UserCreate(name="sam", tenant="shop", role="member", password=PASSWORD, by="t")
-    await call(stack.nc, people.TENANT_PUT, Tenant(name="shop", by="t"))
-    await call(stack.nc, people.USER_CREATE, made)
-    sam = Browserless(stack.url)
-    signin = {"csrf": csrf_of((await sam.get("/console/signin")).text), "name": "sam", "password": PASSWORD}
-    await sam.http.post("/console/signin", data={**signin, "next": ""})
+    sam = await stack.user_signed_in("sam", "shop", "member")
     theirs = await sam.get("/console/knowledge")
     assert theirs.status_code == 200 and "handbook" not in theirs.text
     other = await sam.get("/console/knowledge/lab/handbook")

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from llmgw.bus import call
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import table
-from llmgw.ctl.tree import Noun, Verb, done, show
+from llmgw.ctl.tree import Noun, Verb, done, show, tenant_filter
 from llmgw.proto import guard
 from llmgw.proto.guard import ENTITIES, Check, Policy, PolicyQuery, PolicyRef
 
@@ -105,10 +105,6 @@ async def _list(nc: Client, args: argparse.Namespace) -> int:
     return show(args, listed, table(["TENANT", "POLICY", "ON", "INPUT", "OUTPUT"], rows))
 
 
-def _tenant_filter(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tenant", default="", help="only this tenant's")
-
-
 async def _remove(nc: Client, args: argparse.Namespace) -> int:
     gone = await call(nc, guard.GUARD_REMOVE, PolicyRef(name=args.name, tenant=args.tenant, by=BY))
     return done(args, gone, f"policy {args.name} of {args.tenant} removed")
@@ -120,7 +116,7 @@ def _ref_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _LIST = Verb(
-    "list", "guardrail policies: where each is attached, its checks", "llmgw ctl guard list", "", _list, _tenant_filter
+    "list", "guardrail policies: where each is attached, its checks", "llmgw ctl guard list", "", _list, tenant_filter
 )
 GUARD = Noun(
     "guard",

@@ -16,7 +16,7 @@ from llmgw.bus import BusError, call
 from llmgw.ctl.changes import BY
 from llmgw.ctl.over_api import AdminApi
 from llmgw.ctl.tables import table
-from llmgw.ctl.tree import Noun, Verb, done, show
+from llmgw.ctl.tree import Noun, Verb, done, show, tenant_filter
 from llmgw.proto import knowledge
 from llmgw.proto.knowledge import (
     FORMATS,
@@ -166,12 +166,8 @@ def _push_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--into", default="", metavar="FOLDER", help="the base's folder it becomes (default: its top)")
 
 
-def _tenant_filter(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tenant", default="", help="only this tenant's")
-
-
 _LIST = Verb(
-    "list", "knowledge bases: their embedding model and chunking", "llmgw ctl kb list", "", _list, _tenant_filter
+    "list", "knowledge bases: their embedding model and chunking", "llmgw ctl kb list", "", _list, tenant_filter
 )
 KB = Noun(
     "kb",
@@ -275,7 +271,7 @@ async def _cache_purge(nc: Client, args: argparse.Namespace) -> int:
 
 _CACHE_LIST = Verb(
     "list", "answer caches: per tenant and model, and the answers each holds", "llmgw ctl cache list", "",
-    _cache_list, _tenant_filter,
+    _cache_list, tenant_filter,
 )  # fmt: skip
 CACHE = Noun(
     "cache",

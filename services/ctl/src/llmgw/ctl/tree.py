@@ -19,7 +19,19 @@ from llmgw.ctl.over_api import API_KEY_ENV, AdminApi
 from llmgw.ctl.upstate import running_up
 from llmgw.proto import plainly
 
-__all__ = ["DEFAULT_NATS_URL", "Noun", "Reach", "Verb", "add_nouns", "done", "emit", "reach", "run_ctl", "show"]
+__all__ = [
+    "DEFAULT_NATS_URL",
+    "Noun",
+    "Reach",
+    "Verb",
+    "add_nouns",
+    "done",
+    "emit",
+    "reach",
+    "run_ctl",
+    "show",
+    "tenant_filter",
+]
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 _CREDS_HELP = "$LLMGW_CREDS, else <data>/creds/ctl.nk where `llmgw up` writes it"
@@ -125,6 +137,11 @@ def emit(data: object) -> None:
     """`data` as indented JSON on stdout."""
     sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(data)) + b"\n")
     sys.stdout.flush()
+
+
+def tenant_filter(parser: argparse.ArgumentParser) -> None:
+    """A list's `--tenant`: only that tenant's (every tenant's where left out)."""
+    parser.add_argument("--tenant", default="", help="only this tenant's")
 
 
 def show(args: argparse.Namespace, data: object, text: str) -> int:
