@@ -108,6 +108,7 @@ ROUTER_ROOMS = {
     "routing": 2,
     "accounts": 2,
     "guard": 2,
+    "knowledge": 2,
     "usage": 1,
 }
 """The router's rooms, top down: a request goes down them, and a room imports only rooms below it

@@ -29,6 +29,7 @@ from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.people import People
 from llmgw.router.accounts.signin import SignIn
 from llmgw.router.admin.api import admin_api, metrics_route
+from llmgw.router.admin.knowledge_routes import knowledge_routes
 from llmgw.router.config import RouterConfig
 from llmgw.router.console import console_routes
 from llmgw.router.guard.store import Guards
@@ -37,7 +38,6 @@ from llmgw.router.http.endpoint import OpenAIEndpoint
 from llmgw.router.http.front import Front
 from llmgw.router.knowledge.answers import Answers
 from llmgw.router.knowledge.ingest import Follower, Ingest
-from llmgw.router.knowledge.routes import knowledge_routes
 from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.notify.hooks import Hooks
