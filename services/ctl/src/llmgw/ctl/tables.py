@@ -329,11 +329,12 @@ def requests_table(log: RequestLog) -> str:
             r.status,
             r.prompt_tokens,
             r.completion_tokens,
+            r.saved_tokens or "-",
             f"{r.ttft_s * 1000:.0f}" if r.ttft_s is not None else "-",
             f"{r.latency_s * 1000:.0f}",
         )
         for r in log.requests
     ]
-    head = ["TIME (UTC)", "KEY", "MODEL", "REPLICA", "STATUS", "PROMPT", "COMPLETION", "TTFT MS", "MS"]
+    head = ["TIME (UTC)", "KEY", "MODEL", "REPLICA", "STATUS", "PROMPT", "COMPLETION", "SAVED", "TTFT MS", "MS"]
     older = f"\nolder: --before {log.next}" if log.next else ""
     return table(head, rows) + older
