@@ -338,6 +338,8 @@ async def test_similar_questions_are_answered_as_before_within_one_tenant(fleet,
         assert after.headers["llmgw-cache"] == "miss"
         bad = await http.post(chat, json=asking("hi", cache="sometimes"))
         assert bad.status_code == 400 and "'cache' is" in bad.text
+        elsewhere = await http.post(f"{url}/v1/embeddings", json={"model": "minilm", "input": "x", "cache": "force"})
+        assert elsewhere.status_code == 400 and "for /v1/chat/completions only" in elsewhere.text
 
 
 _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}

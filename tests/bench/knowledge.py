@@ -52,7 +52,7 @@ from llmgw.gguf import write_bert  # noqa: E402
 from llmgw.proto.knowledge import Chunks, Document, KnowledgeBase  # noqa: E402
 from llmgw.router.knowledge.index import BaseIndex  # noqa: E402
 from llmgw.router.knowledge.ingest import Follower  # noqa: E402
-from llmgw.router.knowledge.store import Knowledge, doc_key  # noqa: E402
+from llmgw.router.knowledge.store import Knowledge, chunks_name, doc_key  # noqa: E402
 from tests.embeddings import minilm_folder  # noqa: E402
 
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "knowledge-questions.json").read_text())
@@ -229,7 +229,7 @@ async def index_scale(chunks: int, work: Path) -> dict[str, float]:
                 dim=384,
                 vectors=rows.astype("<f4").tobytes(),
             )
-            await knowledge.chunk_store.put(key, msgspec.msgpack.encode(kept))
+            await knowledge.chunk_store.put(chunks_name(key, f"{d}"), msgspec.msgpack.encode(kept))
             doc = Document(
                 tenant="t",
                 base="big",

@@ -78,8 +78,8 @@ BUCKET_TABLE = (
         "kb_docs",
         "llmgw_kb_docs",
         "`<tenant>.<base>.<sha256 of the path, 32 hex>`",
-        "`Document` (where it sits, how far it is; its file and chunks in the object stores "
-        "`llmgw_kb_files` and `llmgw_kb_chunks` under the same key)",
+        "`Document` (where it sits, how far it is; its file in the object store `llmgw_kb_files` under "
+        "the same key, its chunks in `llmgw_kb_chunks` under the key, a dot and its sha256's first 16 hex)",
         "router",
     ),
     Bucket(

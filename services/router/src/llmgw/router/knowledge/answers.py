@@ -76,7 +76,7 @@ class Answers:
         index = self.indexes.get((policy.tenant, policy.model))
         if index is None or index.model != self.model_version(policy.embedding):
             return None
-        for found in index.search(vector, 1):
+        for found in index.search(vector, 4):  # the nearest may be stale: a fresh one just behind it answers
             kept = self.kept.items.get(found.doc)
             if kept is not None and found.score >= policy.threshold and time.time() - kept.time <= policy.ttl_s:
                 return kept, found.score
@@ -106,8 +106,10 @@ class Answers:
                 index.drop(key)
             del self.loaded[key]
         for key, kept in list(self.kept.items.items()):
-            if self.loaded.get(key) == kept.embedded_with:
-                continue
+            policy = self.policies.items.get(".".join(_where(key)))
+            now = self.model_version(policy.embedding) if policy is not None else None
+            if self.loaded.get(key) == kept.embedded_with or kept.embedded_with != now:
+                continue  # in already, or of an embedding model its policy no longer names
             vector = np.frombuffer(kept.vector, dtype="<f4")
             index = self.indexes.get(_where(key))
             if index is None or index.model != kept.embedded_with or index.dim != len(vector):

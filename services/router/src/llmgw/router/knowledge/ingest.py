@@ -26,7 +26,7 @@ from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.chunk import chunks, halves
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_text
-from llmgw.router.knowledge.store import Knowledge
+from llmgw.router.knowledge.store import Knowledge, chunks_name
 
 __all__ = ["CLAIM_S", "Follower", "Ingest"]
 
@@ -52,7 +52,7 @@ class Ingest:
         """Whether `doc` is this pass's to embed: queued, claimed long ago, or ready with a model
         its base no longer has."""
         base = self.k.bases.items.get(f"{doc.tenant}.{doc.base}")
-        if base is None or self.k.waiting.get(base.embedding, (0.0, ""))[0] > now:
+        if base is None or self.k.waiting.get((doc.tenant, base.embedding), (0.0, ""))[0] > now:
             return False
         if doc.state == "queued":
             return True
@@ -100,7 +100,7 @@ class Ingest:
             done = await self._embedded(key, claimed, base)
         except Exception as exc:  # the store failed it: put back, tried again by any router
             done = msgspec.structs.replace(doc, state="queued", reason=f"to be tried again: {described(exc)}")
-            self.k.waiting[base.embedding] = (time.time() + RETRY_S, described(exc))
+            self.k.waiting[doc.tenant, base.embedding] = (time.time() + RETRY_S, described(exc))
         try:
             await kv.update(key, msgspec.json.encode(done), last=revision)
         except KeyWrongLastSequenceError:
@@ -122,18 +122,20 @@ class Ingest:
         try:
             texts, vectors = await self._vectors(base, doc.tenant, texts)
         except ApiError as exc:
-            return self._wait(doc, base, exc.message)
-        self.k.waiting.pop(base.embedding, None)
+            if exc.status in (429, 502, 503):  # the model not ready, busy or failing: tried again
+                return self._wait(doc, base, exc.message)
+            return msgspec.structs.replace(doc, state="failed", reason=f"{base.embedding} refused it: {exc.message}")
+        self.k.waiting.pop((doc.tenant, base.embedding), None)
         rows = np.asarray(vectors, dtype="<f4")
         kept = Chunks(sha256=doc.sha256, embedded_with=version, texts=texts, dim=rows.shape[1], vectors=rows.tobytes())
-        await self.k.chunk_store.put(key, msgspec.msgpack.encode(kept))
+        await self.k.chunk_store.put(chunks_name(key, doc.sha256), msgspec.msgpack.encode(kept))
         return msgspec.structs.replace(
             doc, state="ready", reason="", chunks=len(texts), embedded_with=version, updated=time.time()
         )
 
     def _wait(self, doc: Document, base: KnowledgeBase, why: str) -> Document:
         """`doc` queued again: its model could not embed it now (tried again in `RETRY_S`)."""
-        self.k.waiting[base.embedding] = (time.time() + RETRY_S, why)
+        self.k.waiting[doc.tenant, base.embedding] = (time.time() + RETRY_S, why)
         return msgspec.structs.replace(doc, state="queued", reason=f"waiting for {base.embedding}: {why}")
 
     async def _vectors(self, base: KnowledgeBase, tenant: str, texts: list[str]) -> tuple[list[str], np.ndarray]:
@@ -211,7 +213,7 @@ class Follower:
         """A document's chunks read from the store into its base's index (a new index where the
         base's model changed)."""
         try:
-            raw = (await self.k.chunk_store.get(key)).data or b""
+            raw = (await self.k.chunk_store.get(chunks_name(key, version[0]))).data or b""
         except NotFoundError:
             return  # removed meanwhile
         kept = await asyncio.to_thread(msgspec.msgpack.decode, raw, type=Chunks)
@@ -222,7 +224,7 @@ class Follower:
             for other in [k for k in self.loaded if _base_of(k) == where]:
                 del self.loaded[other]
         rows = np.frombuffer(kept.vectors, dtype="<f4").reshape(len(kept.texts), kept.dim)
-        await asyncio.to_thread(index.put, key, kept.sha256, kept.texts, rows)  # the loop serves on meanwhile
+        index.put(key, kept.sha256, kept.texts, rows)  # on the loop: usearch takes no search beside an add
         self.loaded[key] = version
 
 

@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
-from llmgw.bus import BadRequest, Context, KvTable, NotFound, obs_bucket, record_change
+from llmgw.bus import BadRequest, Context, Internal, KvTable, NotFound, obs_bucket, record_change
 from llmgw.proto import BUCKETS, KB_CHUNKS, KB_FILES
 from llmgw.proto import knowledge as api
 from llmgw.proto.knowledge import (
@@ -42,7 +42,7 @@ from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_format, document_text
 
-__all__ = ["Embed", "Knowledge", "doc_key", "no_base"]
+__all__ = ["Embed", "Knowledge", "chunks_name", "doc_key", "no_base"]
 
 Embed = Callable[[str, list[str], str], Awaitable[np.ndarray]]
 """(model, texts, tenant) -> one unit-length row a text, asked of the model through the router's
@@ -52,6 +52,12 @@ own routing; its refusals are the router's (`ApiError`: 503 no replica ready, 40
 def no_base(tenant: str, name: str) -> str:
     """What a base that is not there is answered with (the same for another tenant's)."""
     return f"tenant {tenant} has no knowledge base '{name}': `llmgw ctl kb list` lists them"
+
+
+def chunks_name(key: str, sha256: str) -> str:
+    """Where a document's chunks of one copy (its sha256) are in the chunks store: two routers
+    embedding two copies never write over each other's."""
+    return f"{key}.{sha256[:16]}"
 
 
 def doc_key(tenant: str, base: str, path: str) -> str:
@@ -84,9 +90,9 @@ class Knowledge:
         self.tasks: list[asyncio.Task] = []
         self.catch_up: Callable[[], Awaitable[None]] | None = None
         """Brings the indexes up to the buckets (`ingest.Follower`, once wired)."""
-        self.waiting: dict[str, tuple[float, str]] = {}
-        """An embedding model that could not embed lately -> (when it is tried again, why): what
-        its queued documents wait for."""
+        self.waiting: dict[tuple[str, str], tuple[float, str]] = {}
+        """(tenant, embedding model) that could not embed lately -> (when it is tried again, why):
+        what that tenant's queued documents wait for."""
 
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client, known_tenant: Callable[[str], None]) -> Knowledge:
@@ -182,7 +188,7 @@ class Knowledge:
             for k, d in self.docs.items.items()
             if k.startswith(prefix) and (not folder or d.path.startswith(folder + "/"))
         ]
-        why = self.waiting.get(base.embedding, (0.0, ""))[1]
+        why = self.waiting.get((ref.tenant, base.embedding), (0.0, ""))[1]
         if why:  # what the documents still queued wait for, as this router last heard it
             said = f"waiting for {base.embedding}: {why}"
             found = [msgspec.structs.replace(d, reason=said) if d.state == "queued" else d for d in found]
@@ -221,6 +227,8 @@ class Knowledge:
         if was is not None and was.sha256 == sha and was.state != "failed":
             return was
         await self.files.put(key, data)
+        if was is not None and was.sha256 != sha:
+            await self._delete(self.chunk_store, chunks_name(key, was.sha256))  # the old copy's chunks
         doc = Document(
             tenant=tenant, base=base, path=path, sha256=sha, size=len(data), format=fmt,  # type: ignore[arg-type]
             reason=f"waiting to be embedded with {kb.embedding}", updated=time.time(), by=by,
@@ -230,8 +238,13 @@ class Knowledge:
         return doc
 
     async def search(self, ask: SearchAsk) -> SearchAnswer:
-        """The chunks of a base nearest a question."""
-        return SearchAnswer(hits=await self.retrieve(ask.tenant, ask.base, ask.query, ask.top))
+        """The chunks of a base nearest a question (the router's refusals in the bus's terms)."""
+        try:
+            return SearchAnswer(hits=await self.retrieve(ask.tenant, ask.base, ask.query, ask.top))
+        except ApiError as exc:
+            raise (BadRequest if exc.status == 400 else NotFound if exc.status == 404 else Internal)(
+                exc.message
+            ) from None
 
     async def retrieve(self, tenant: str, base: str, question: str, top: int) -> list[Hit]:
         """The `top` chunks of tenant `tenant`'s base nearest `question`, best first (the
@@ -251,8 +264,8 @@ class Knowledge:
         if self.catch_up is not None:
             await self.catch_up()
         index = self.indexes.get((tenant, base))
-        if index is None:
-            return []
+        if index is None or index.model != self.model_version(kb.embedding):
+            return []  # none embedded yet with the base's model now
         paths = {k: d.path for k, d in self.docs.items.items() if k.startswith(f"{tenant}.{base}.")}
         return [
             Hit(path=paths.get(f.doc, "?"), chunk=f.chunk, score=round(f.score, 4), text=f.text)
@@ -264,9 +277,14 @@ class Knowledge:
         """Documents out of the bucket and the object stores (the indexes follow the bucket)."""
         for key in keys:
             await self.docs.kv.delete(key)
-            self.docs.items.pop(key, None)
-            for store in (self.files, self.chunk_store):
-                try:
-                    await store.delete(key)
-                except NotFoundError:
-                    pass
+            doc = self.docs.items.pop(key, None)
+            await self._delete(self.files, key)
+            if doc is not None:
+                await self._delete(self.chunk_store, chunks_name(key, doc.sha256))
+
+    @staticmethod
+    async def _delete(store: ObjectStore, name: str) -> None:
+        try:
+            await store.delete(name)
+        except NotFoundError:
+            pass

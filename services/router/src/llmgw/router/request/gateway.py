@@ -18,7 +18,15 @@ from llmgw.proto.knowledge import Hit
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
-from llmgw.router.errors import ApiError, ContextTooLong, ModelNotFound, UpstreamFailed, answered_error, refused
+from llmgw.router.errors import (
+    ApiError,
+    ContextTooLong,
+    InvalidBody,
+    ModelNotFound,
+    UpstreamFailed,
+    answered_error,
+    refused,
+)
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.knowledge.answers import Answers
@@ -58,6 +66,7 @@ JUDGE_KEY_ID = "guard-judge"
 """What a guardrail's questions to a judge count under (usage, limits), per tenant."""
 KNOWLEDGE_KEY_ID = "knowledge"
 """What embedding knowledge bases' documents and questions counts under, per tenant."""
+_OWN_KEYS = (JUDGE_KEY_ID, KNOWLEDGE_KEY_ID)
 
 
 class Gateway:
@@ -128,7 +137,7 @@ class Gateway:
         except ModelNotFound as exc:
             body, asked, model = self._bound(raw, key.tenant, exc)
         chat = path == "/v1/chat/completions"
-        knowledge, mode = (body.pop("knowledge", None), cache_mode(body.pop("cache", None))) if chat else (None, "")
+        knowledge, mode = body.pop("knowledge", None), body.pop("cache", None)
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
@@ -137,8 +146,12 @@ class Gateway:
             self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards and not judging else None
         )
         try:
+            mode = _extras(chat, knowledge, mode)
             redaction = await self._guard(policy, body) if policy is not None else None
-            seen = await self._recall(body, model, key, mode, knowledge) if chat and self.answers else None
+            # answers are kept only where nothing checks them on the way out (an output guard would
+            # be skipped by a hit), and never for the router's own questions (a judge's, an embedding's)
+            cached = chat and self.answers is not None and policy is None and key_id not in _OWN_KEYS
+            seen = await self._recall(body, model, key, mode, knowledge) if cached else None
             prepared, sources = await self._prepared(path, body, asked, model, key, knowledge)
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
@@ -170,7 +183,7 @@ class Gateway:
             raise missing
         body.setdefault("knowledge", base.name)
         body["model"] = base.model
-        return body, base.model, model
+        return body, base.alias, model  # a key allowed the alias may ask it
 
     async def _recall(self, body: dict, model: Model, key: KeyRecord, mode: str, knowledge: object) -> Recall | None:
         """The answer cache's look at a chat completion (the knowledge base it names is part of
@@ -306,6 +319,14 @@ class Gateway:
             return
         usage = outcome.usage_record(now) if served.replica else None
         self.accounts.ended(scopes, reserve, served.usage.total, now, usage)
+
+
+def _extras(chat: bool, knowledge: object, mode: object) -> str:
+    """The request's `cache` mode; a 400 where `knowledge` or `cache` is sent with anything but
+    a chat completion."""
+    if not chat and (knowledge is not None or mode is not None):
+        raise InvalidBody("'knowledge' and 'cache' are for /v1/chat/completions only.")
+    return cache_mode(mode)
 
 
 def _said(answer: Answer | Relay, sources: list[dict]) -> None:
