@@ -6,9 +6,11 @@ no page is cached or framed."""
 import re
 from html.parser import HTMLParser
 from importlib import resources
+from typing import get_args
 
 import pytest
 
+from llmgw.proto.people import AuditArea
 from llmgw.router.console.i18n import LANGUAGES, Messages
 
 CONSOLE = resources.files("llmgw.router.console")
@@ -23,6 +25,13 @@ def test_the_message_files_load_with_both_languages_and_the_same_placeholders():
     assert table and all(set(words) == set(LANGUAGES) for words in table.values())
     same = [key for key, words in table.items() if words["en"] == words["tr"] and not key.startswith("lang.")]
     assert len(same) < len(table) // 10, f"messages not translated (en == tr): {same}"
+
+
+def test_every_audit_area_has_its_words():
+    """The audit page names each entry's area in words: an area added to the proto needs them."""
+    table = Messages.load().table
+    missing = [a for a in get_args(AuditArea) if f"audit.area.{a}" not in table]
+    assert not missing, f"add audit.area.* to messages/people.json for {missing}"
 
 
 @pytest.mark.parametrize(("name", "text"), TEMPLATES, ids=[name for name, _ in TEMPLATES])
