@@ -140,6 +140,9 @@ async def _setup(
         deadline = time.monotonic() + 60
         while True:
             try:
+                # the router keeps the audit trail before it answers people's endpoints: asked
+                # first, the demo's put is on the trail (else it may come before the trail is kept)
+                await call(nc, people.USER_LIST, Empty())
                 if demo:
                     try:
                         await call(nc, catalog.MODEL_GET, ModelRef(name=demo.model.name))

@@ -120,6 +120,7 @@ class Router:
         await self.hooks.serve(ctx)
         self.guards = await Guards.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
         await self.guards.serve(ctx)
+        await self._open_knowledge(ctx)
         where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
         spawn(self.background, where, ctx.log, "announcing where this router is")
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
@@ -135,9 +136,9 @@ class Router:
         gateway.guards = self.guards
         self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
         self.guards.known_model = lambda name: self.directory.model(name) is not None
-        self.knowledge = await self._knowledge(ctx, gateway)
+        self._wire_knowledge(gateway)
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
-        admin += knowledge_routes(self.knowledge, self.accounts)
+        admin += knowledge_routes(self.knowledge, self.accounts)  # type: ignore[arg-type]
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
@@ -145,26 +146,29 @@ class Router:
         await self.http.start()
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
-    async def _knowledge(self, ctx: Context, gateway: Gateway) -> Knowledge:
-        """The knowledge bases (kept, answered, embedded through `gateway` and indexed here) and
-        the answer caches."""
+    async def _open_knowledge(self, ctx: Context) -> None:
+        """The knowledge bases and the answer caches: their buckets opened, their endpoints served
+        (before the routing starts: opening them takes a while on a cluster)."""
         assert self.accounts is not None and self.accounts.people is not None and self.directory is not None
-        knowledge = await Knowledge.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
-        knowledge.embed = gateway.embed
-        knowledge.model_version = self.directory.embedding_version
-        directory = self.directory
+        directory, known_tenant = self.directory, self.accounts.people.known_tenant
+        self.knowledge = knowledge = await Knowledge.open(ctx.js, ctx.nc, known_tenant)
+        knowledge.model_version = directory.embedding_version
         knowledge.chat_model = lambda name: (m := directory.model(name)) is not None and m.kind == "chat"
         await knowledge.serve(ctx)
-        follower = Follower(knowledge)
-        knowledge.catch_up = follower.catch_up
-        knowledge.tasks = [asyncio.create_task(Ingest(knowledge).run()), asyncio.create_task(follower.run())]
-        gateway.knowledge = knowledge
-        answers = self.answers = await Answers.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
-        answers.model_version = self.directory.embedding_version
-        answers.known_model = lambda name: self.directory.model(name) is not None  # type: ignore[union-attr]
+        self.answers = answers = await Answers.open(ctx.js, ctx.nc, known_tenant)
+        answers.model_version = directory.embedding_version
+        answers.known_model = lambda name: directory.model(name) is not None
         await answers.serve(ctx)
-        gateway.answers = answers
-        return knowledge
+
+    def _wire_knowledge(self, gateway: Gateway) -> None:
+        """Documents embedded through `gateway` and indexed here, in the background; chats
+        answered from them and from the answer caches."""
+        assert self.knowledge is not None and self.answers is not None
+        self.knowledge.embed = gateway.embed
+        follower = Follower(self.knowledge)
+        self.knowledge.catch_up = follower.catch_up
+        self.knowledge.tasks = [asyncio.create_task(Ingest(self.knowledge).run()), asyncio.create_task(follower.run())]
+        gateway.knowledge, gateway.answers = self.knowledge, self.answers
 
     async def stop(self) -> None:
         """Drain: close the endpoint to new connections at once, let the requests in flight finish
