@@ -120,7 +120,8 @@ class Router:
         await self.hooks.serve(ctx)
         self.guards = await Guards.open(ctx.js, ctx.nc, self.accounts.people.known_tenant)
         await self.guards.serve(ctx)
-        await self._open_knowledge(ctx)
+        # knowledge's buckets take seconds on a cluster: opened beside the rest
+        spawn(self.background, self._open_knowledge(ctx), ctx.log, "opening the knowledge bases")
         where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
         spawn(self.background, where, ctx.log, "announcing where this router is")
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
@@ -136,9 +137,8 @@ class Router:
         gateway.guards = self.guards
         self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
         self.guards.known_model = lambda name: self.directory.model(name) is not None
-        self._wire_knowledge(gateway)
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
-        admin += knowledge_routes(self.knowledge, self.accounts)  # type: ignore[arg-type]
+        admin += knowledge_routes(lambda: self.knowledge, self.accounts)
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
@@ -147,8 +147,9 @@ class Router:
         ctx.log.info("openai endpoint", url=f"{self.http.url}/v1")
 
     async def _open_knowledge(self, ctx: Context) -> None:
-        """The knowledge bases and the answer caches: their buckets opened, their endpoints served
-        (before the routing starts: opening them takes a while on a cluster)."""
+        """The knowledge bases and the answer caches: their buckets opened (in the background: on a
+        cluster that takes seconds the gateway does not wait for), their endpoints served, and
+        wired to the gateway once it is there."""
         assert self.accounts is not None and self.accounts.people is not None and self.directory is not None
         directory, known_tenant = self.directory, self.accounts.people.known_tenant
         self.knowledge = knowledge = await Knowledge.open(ctx.js, ctx.nc, known_tenant)
@@ -159,6 +160,9 @@ class Router:
         answers.model_version = directory.embedding_version
         answers.known_model = lambda name: directory.model(name) is not None
         await answers.serve(ctx)
+        while self.gateway is None:  # the routing is started beside this
+            await asyncio.sleep(0.05)
+        self._wire_knowledge(self.gateway)
 
     def _wire_knowledge(self, gateway: Gateway) -> None:
         """Documents embedded through `gateway` and indexed here, in the background; chats

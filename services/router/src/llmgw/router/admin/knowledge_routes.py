@@ -5,6 +5,8 @@ The bases themselves, their trees and removals are the admin API's routes from `
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from litestar import Request, Router, post, put
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
@@ -12,8 +14,8 @@ from litestar.handlers import BaseRouteHandler
 from llmgw.bus import BusError
 from llmgw.proto.knowledge import MOST_BYTES, Document, Hit
 from llmgw.router.accounts.accounts import Accounts
-from llmgw.router.errors import InvalidBody, refused
-from llmgw.router.knowledge.store import Knowledge, no_base
+from llmgw.router.errors import InvalidBody, ServiceRefused, refused
+from llmgw.router.knowledge.store import OPENING, Knowledge, no_base
 
 __all__ = ["knowledge_routes", "search_page"]
 
@@ -38,9 +40,16 @@ def search_page(base: str, query: str, hits: list[Hit]) -> dict:
     }
 
 
-def knowledge_routes(knowledge: Knowledge, accounts: Accounts) -> list[Router]:
+def knowledge_routes(opened: Callable[[], Knowledge | None], accounts: Accounts) -> list[Router]:
     """`PUT /api/v1/knowledge/{tenant}/{base}/documents/{path}` (a member of the tenant, or an
-    admin) and `POST /v1/vector_stores/{base}/search` (a key of the base's tenant)."""
+    admin) and `POST /v1/vector_stores/{base}/search` (a key of the base's tenant); `opened` gives
+    the knowledge bases once the router has opened them (a 503 before)."""
+
+    def knowledge_now() -> Knowledge:
+        found = opened()
+        if found is None:
+            raise ServiceRefused(503, "server_error", "knowledge_opening", OPENING)
+        return found
 
     def member(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         who = accounts.principal(connection.headers.get("authorization", ""))
@@ -55,7 +64,8 @@ def knowledge_routes(knowledge: Knowledge, accounts: Accounts) -> list[Router]:
         """A document in (its bytes the body, its place in the tree the path): read at once,
         then embedded in the background (its state says how far)."""
         try:
-            return await knowledge.upload(tenant, base, path.lstrip("/"), await request.body(), request.state.who.name)
+            data, by = await request.body(), request.state.who.name
+            return await knowledge_now().upload(tenant, base, path.lstrip("/"), data, by)
         except BusError as exc:
             raise refused("router", exc.code, exc.message) from None
 
@@ -71,7 +81,7 @@ def knowledge_routes(knowledge: Knowledge, accounts: Accounts) -> list[Router]:
         if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= 50:
             raise InvalidBody("'max_num_results' is from 1 to 50.", "max_num_results")
         try:
-            hits = await knowledge.retrieve(key.tenant, base, query, most)
+            hits = await knowledge_now().retrieve(key.tenant, base, query, most)
         except BusError as exc:
             raise refused("router", exc.code, exc.message) from None
         return search_page(base, query, hits)

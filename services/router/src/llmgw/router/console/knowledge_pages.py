@@ -12,7 +12,7 @@ from litestar.response import Response
 from llmgw.proto import knowledge
 from llmgw.proto.knowledge import MOST_BYTES, BaseQuery, BaseRef, DocRef
 from llmgw.router.console.web import PREFIX, Refused, View
-from llmgw.router.knowledge.store import no_base
+from llmgw.router.knowledge.store import OPENING, no_base
 
 __all__ = ["ROUTES"]
 
@@ -65,7 +65,8 @@ async def upload(view: View, tenant: str, base: str) -> Response:
     folder = view.form.get("folder", "").strip().strip("/")
     path = f"{folder}/{sent.filename}" if folder else sent.filename
     store = view.console.gateway.knowledge
-    assert store is not None
+    if store is None:
+        raise Refused(503, OPENING)
     try:
         doc = await store.upload(tenant, base, path, await sent.read(), view.by)
     except Exception as exc:  # BadRequest / NotFound: the service's own words on the page

@@ -42,11 +42,15 @@ from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_format, document_text
 
-__all__ = ["Embed", "Knowledge", "chunks_name", "doc_key", "no_base"]
+__all__ = ["OPENING", "Embed", "Knowledge", "chunks_name", "doc_key", "no_base"]
 
 Embed = Callable[[str, list[str], str], Awaitable[np.ndarray]]
 """(model, texts, tenant) -> one unit-length row a text, asked of the model through the router's
 own routing; its refusals are the router's (`ApiError`: 503 no replica ready, 400 too long)."""
+
+
+OPENING = "This router is still opening its knowledge bases; try again shortly."
+"""What a request that needs the knowledge bases is told in a router's first seconds."""
 
 
 def no_base(tenant: str, name: str) -> str:

@@ -23,6 +23,7 @@ from llmgw.router.errors import (
     ContextTooLong,
     InvalidBody,
     ModelNotFound,
+    ServiceRefused,
     UpstreamFailed,
     answered_error,
     refused,
@@ -39,7 +40,7 @@ from llmgw.router.knowledge.augment import (
     with_sources,
 )
 from llmgw.router.knowledge.recall import cache_mode
-from llmgw.router.knowledge.store import Knowledge
+from llmgw.router.knowledge.store import OPENING, Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.cached import CACHE_REPLICA, Recall, kept_answer, recall, replayed
 from llmgw.router.request.core import Prepared, reservation
@@ -288,7 +289,7 @@ class Gateway:
         where a replica is ready), and the sources given."""
         want = asked_of(knowledge)
         if self.knowledge is None:
-            raise refused("router", "404", "This router keeps no knowledge bases.")
+            raise ServiceRefused(503, "server_error", "knowledge_opening", OPENING)
         try:
             base = self.knowledge.base(key.tenant, want.base)
             question = question_of(body.get("messages"))
