@@ -258,6 +258,11 @@ async def test_a_folder_pushed_syncs_and_a_push_run_again_sends_nothing_twice(fl
     def run() -> subprocess.CompletedProcess:
         return subprocess.run(push, capture_output=True, text=True, env=env, timeout=120)
 
+    async with httpx.AsyncClient(timeout=30) as http:  # no key: nothing taken, nothing searched
+        url = served.router.http.url
+        sent = await http.put(f"{url}/api/v1/knowledge/lab/notes/documents/a.md", content=b"x")
+        asked = await http.post(f"{url}/v1/vector_stores/notes/search", json={"query": "x"})
+        assert sent.status_code == asked.status_code == 401, (sent.text, asked.text)
     first = await asyncio.to_thread(run)
     assert first.returncode == 0, first.stderr
     assert "3 sent, 0 unchanged, 0 removed, 0 refused, 1 skipped" in first.stderr
