@@ -31,6 +31,12 @@ async def _until(check, what, timeout_s=20.0):
     raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
+def _ready(mirror) -> bool:
+    """The test repo is ready on `mirror` (its file verifies a moment before the repo is marked)."""
+    repo = mirror.fetches.repos.get(KEY)
+    return repo is not None and repo.state == "ready"
+
+
 @pytest.fixture
 async def primary(serve, tmp_path):
     """A primary mirror that took in one file (checked against its sha256)."""
@@ -44,7 +50,7 @@ async def primary(serve, tmp_path):
         imports=[Import(path=str(weights), source=SOURCE, sha256=sha256)],
     )
     mirror = await serve(Mirror(config), config)
-    await _until(lambda: mirror.fetches.file(SOURCE) is not None, "the primary verified its import")
+    await _until(lambda: _ready(mirror), "the primary verified its import")
     return mirror
 
 
@@ -56,9 +62,10 @@ async def test_a_secondary_copies_every_verified_file_of_its_primary_and_serves_
     primary, serve, tmp_path, nc
 ):
     secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
-    await _until(lambda: secondary.fetches.file(SOURCE) is not None, "the secondary verified its copy")
+    await _until(lambda: _ready(secondary), "the secondary verified its copy")
     copy = secondary.fetches.repos[KEY]
-    assert copy.origin == primary.http.url and copy.state == "ready" and copy.added_by == "primary"
+    assert secondary.fetches.file(SOURCE) is not None
+    assert copy.origin == primary.http.url and copy.added_by == "primary"
     answers = await call_all(nc, mirror_api.FILE_WHERE, FileRef(source=SOURCE), window_s=1.0)
     assert sorted((a.mirror, a.site, a.verified) for a in answers) == [("m1", "north", True), ("m2", "south", True)]
     theirs = next(a for a in answers if a.mirror == "m2")
@@ -92,7 +99,7 @@ async def test_a_file_that_changed_on_the_primary_after_it_verified_is_refused_b
 
 async def test_a_repo_removed_on_the_primary_goes_from_the_secondary(primary, serve, tmp_path):
     secondary = await serve(Mirror(_secondary_config(primary, tmp_path)), _secondary_config(primary, tmp_path))
-    await _until(lambda: secondary.fetches.file(SOURCE) is not None, "the secondary verified its copy")
+    await _until(lambda: _ready(secondary), "the secondary verified its copy")
     await primary.fetches.remove(KEY)
     await _until(lambda: KEY not in secondary.fetches.repos, "the secondary removed its copy")
     assert not (secondary.root / SOURCE).exists()
