@@ -59,7 +59,7 @@
         llmgw-router = {
           dir = "services/router";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" "httptools" "argon2-cffi" "ldap3" "joserfc" "cryptography" "google-re2" "phonenumbers" "python-stdnum" "numpy" "usearch" "pypdf" "beautifulsoup4" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "aiohttp" "pyzmq" "jinja2" "httptools" "argon2-cffi" "ldap3" "joserfc" "cryptography" "google-re2" "phonenumbers" "python-stdnum" "numpy" "usearch" "pypdf" "beautifulsoup4" "mcp" ];
         };
         llmgw-agent = {
           dir = "services/agent";

@@ -109,6 +109,7 @@ ROUTER_ROOMS = {
     "accounts": 2,
     "guard": 2,
     "knowledge": 2,
+    "tools": 3,
     "usage": 1,
 }
 """The router's rooms, top down: a request goes down them, and a room imports only rooms below it

@@ -9,8 +9,21 @@ Payloads are JSON. Inside version v1 messages only gain fields with defaults;
 a breaking change is v2, with new subjects.
 """
 
-from llmgw.proto import agent, catalog, errors, guard, hooks, knowledge, mirror, people, release, router, scheduler
-from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, KB_CHUNKS, KB_FILES, USAGE_STREAM
+from llmgw.proto import (
+    agent,
+    catalog,
+    errors,
+    guard,
+    hooks,
+    knowledge,
+    mirror,
+    people,
+    release,
+    router,
+    scheduler,
+    tools,
+)
+from llmgw.proto._buckets import AUDIT_STREAM, BUCKETS, KB_CHUNKS, KB_FILES, TOOL_STREAM, USAGE_STREAM
 from llmgw.proto._endpoint import PREFIX, VERSION, Endpoint, Event, type_name
 from llmgw.proto._fingerprint import fingerprint
 from llmgw.proto._json import JSON_MAX_DEPTH, JsonTooDeep, check_depth, decode_json
@@ -98,6 +111,7 @@ __all__ = [
     "PAGE_BYTES",
     "PREFIX",
     "SERVICES",
+    "TOOL_STREAM",
     "USAGE_STREAM",
     "VERSION",
     "WHOLE_BYTES",
@@ -205,6 +219,7 @@ __all__ = [
     "scheduler",
     "schema_json",
     "subjects_markdown",
+    "tools",
     "type_name",
     "usage_order",
     "usage_records",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AUDIT_STREAM", "BUCKETS", "BUCKET_TABLE", "KB_CHUNKS", "KB_FILES", "USAGE_STREAM", "Bucket"]
+__all__ = [
+    "AUDIT_STREAM",
+    "BUCKETS",
+    "BUCKET_TABLE",
+    "KB_CHUNKS",
+    "KB_FILES",
+    "TOOL_STREAM",
+    "USAGE_STREAM",
+    "Bucket",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,10 @@ BUCKET_TABLE = (
     ),
     Bucket("kb", "llmgw_kb", "`<tenant>.<name>`", "`KnowledgeBase`", "router"),
     Bucket(
+        "mcp", "llmgw_mcp", "`<tenant>.<name>`", "`McpServer` (its headers sealed under the fleet's secret)", "router"
+    ),
+    Bucket("mcp_rules", "llmgw_mcp_rules", "`<tenant>.<tenant|project|key>.<target>`", "`ToolRule`", "router"),
+    Bucket(
         "kb_docs",
         "llmgw_kb_docs",
         "`<tenant>.<base>.<sha256 of the path, 32 hex>`",
@@ -116,6 +129,9 @@ USAGE_STREAM = "llmgw_usage"
 """The stream that keeps `evt.usage.>` (every finished request)."""
 AUDIT_STREAM = "llmgw_audit"
 """The stream that keeps `evt.audit.*` (every change: who, when, from what to what)."""
+
+TOOL_STREAM = "llmgw_tool_calls"
+"""The stream that keeps `evt.tool.*` (every tool called through the gateway)."""
 
 KB_FILES = "llmgw_kb_files"
 """The object store of knowledge documents as they were sent (key: the `kb_docs` key)."""

@@ -17,21 +17,36 @@ from llmgw.proto import (
     replica,
     router,
     scheduler,
+    tools,
 )
-from llmgw.proto._buckets import AUDIT_STREAM, BUCKET_TABLE, USAGE_STREAM
+from llmgw.proto._buckets import AUDIT_STREAM, BUCKET_TABLE, TOOL_STREAM, USAGE_STREAM
 from llmgw.proto._endpoint import type_name
 from llmgw.proto._page import Page
 from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
 
-_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, knowledge, agent)
+_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, knowledge, tools, agent)
 
 
 def all_messages() -> list[type[msgspec.Struct]]:
     """Every message type, for the JSON Schema golden file."""
     seen: dict[str, type[msgspec.Struct]] = {"Empty": Empty, "Page": Page}
-    for module in (catalog, mirror, node, replica, release, agent, scheduler, router, people, hooks, guard, knowledge):
+    for module in (
+        catalog,
+        mirror,
+        node,
+        replica,
+        release,
+        agent,
+        scheduler,
+        router,
+        people,
+        hooks,
+        guard,
+        knowledge,
+        tools,
+    ):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and issubclass(obj, msgspec.Struct):
@@ -102,7 +117,8 @@ def subjects_markdown() -> str:
             out.append(f"| `{subject}` | {payload} | {ev.publisher} | {ev.doc} |")
     out += [
         "",
-        f"The stream `{USAGE_STREAM}` keeps `llmgw.v1.evt.usage.>`; `{AUDIT_STREAM}` keeps `llmgw.v1.evt.audit.*`.",
+        f"The stream `{USAGE_STREAM}` keeps `llmgw.v1.evt.usage.>`; `{AUDIT_STREAM}` keeps `llmgw.v1.evt.audit.*`; "
+        f"`{TOOL_STREAM}` keeps `llmgw.v1.evt.tool.*`.",
     ]
     out += [""]
     out += ["| KV bucket | key → value | writer |", "|---|---|---|"]

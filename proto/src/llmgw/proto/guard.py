@@ -107,6 +107,9 @@ class Policy(Struct, kw_only=True):
     input: list[Check] = field(default_factory=list)
     output: list[Check] = field(default_factory=list)
     """Whole answers are checked; a streamed answer gets its redacted values put back only."""
+    tools: bool = False
+    """Also check the MCP tool calls of the keys it applies to: their arguments by the input
+    checks, their results by the output checks (redacted values put back in the result)."""
     created: float = 0.0
     by: str = ""
 

@@ -26,6 +26,7 @@ from llmgw.proto import (
     KB_CHUNKS,
     KB_FILES,
     PREFIX,
+    TOOL_STREAM,
     USAGE_STREAM,
     agent,
     catalog,
@@ -37,6 +38,7 @@ from llmgw.proto import (
     release,
     router,
     scheduler,
+    tools,
 )
 from llmgw.proto.errors import BusError
 
@@ -227,7 +229,7 @@ def _stream(name: str, subject: str) -> list[str]:
 
 _ROUTER_BUCKETS = (
     *("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants", "settings", "hooks"),
-    *("hook_dead", "guard", "kb", "kb_docs", "answer_cache", "answers"),
+    *("hook_dead", "guard", "kb", "kb_docs", "answer_cache", "answers", "mcp", "mcp_rules"),
 )
 """The buckets the router writes."""
 
@@ -266,9 +268,11 @@ def _role_publish(role: str, node: str) -> list[str]:
                 *hooks.ENDPOINTS,
                 *guard.ENDPOINTS,
                 *knowledge.ENDPOINTS,
+                *tools.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
+            *_stream(TOOL_STREAM, tools.TOOL_CALL.all),
             *(s for name in _ROUTER_BUCKETS for s in _kv(b[name], write=True)),
             *_objects(KB_FILES),
             *_objects(KB_CHUNKS),
@@ -294,6 +298,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *hooks.ENDPOINTS,
             *guard.ENDPOINTS,
             *knowledge.ENDPOINTS,
+            *tools.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
             release.RELEASE_SET,

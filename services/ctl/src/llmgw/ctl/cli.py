@@ -15,6 +15,7 @@ from llmgw.ctl.fleet_commands import NODES, REPLICA, WEIGHTS
 from llmgw.ctl.guard_commands import GUARD
 from llmgw.ctl.hook_commands import HOOK
 from llmgw.ctl.kb_commands import CACHE, KB
+from llmgw.ctl.mcp_commands import MCP
 from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.node_commands import add_node_parser
@@ -184,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
             GUARD,
             KB,
             CACHE,
+            MCP,
             AUDIT,
             NODES,
             REPLICA,

@@ -68,6 +68,7 @@ async def _put(nc: Client, args: argparse.Namespace) -> int:
         "target": args.target or "",
         "input": [msgspec.to_builtins(check_of(s)) for s in args.input],
         "output": [msgspec.to_builtins(check_of(s)) for s in args.output],
+        "tools": args.tools,
         "by": BY,
     }
     try:
@@ -88,6 +89,7 @@ def _put_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="the project, key id or model it is attached to")
     parser.add_argument("--input", action="append", default=[], metavar="CHECK", help="a check of requests (repeat)")
     parser.add_argument("--output", action="append", default=[], metavar="CHECK", help="a check of answers (repeat)")
+    parser.add_argument("--tools", action="store_true", help="check MCP tool calls' arguments and results too")
 
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:

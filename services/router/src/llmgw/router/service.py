@@ -11,6 +11,7 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
   (with `admin.admin_api` and the console), `metrics.Metrics`
 - `upstream.Upstream`: the connections to engines a request goes on
 - `knowledge.Knowledge`: knowledge bases, embedded and indexed in the background (`ingest.py`)
+- `tools.Tools`: the tenants' MCP servers, linked from here; `tools.McpFace`: the /mcp endpoint
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llmgw.proto.people import SignInSettings
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.accounts.audit import Audit
 from llmgw.router.accounts.people import People
+from llmgw.router.accounts.sealed import Sealer
 from llmgw.router.accounts.signin import SignIn
 from llmgw.router.admin.api import admin_api, metrics_route
 from llmgw.router.admin.knowledge_routes import knowledge_routes
@@ -49,6 +51,8 @@ from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.health import Health
 from llmgw.router.routing.oracle import PrefixOracle
 from llmgw.router.routing.upstream import Upstream
+from llmgw.router.tools.face import McpFace
+from llmgw.router.tools.store import Tools
 from llmgw.router.usage.summing import Summing
 
 __all__ = ["Router", "RouterConfig", "main"]
@@ -82,6 +86,8 @@ class Router:
         self.guards: Guards | None = None
         self.knowledge: Knowledge | None = None
         self.answers: Answers | None = None
+        self.tools: Tools | None = None
+        self.mcp: McpFace | None = None
         self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
@@ -122,6 +128,7 @@ class Router:
         await self.guards.serve(ctx)
         # knowledge's buckets take seconds on a cluster: opened beside the rest
         spawn(self.background, self._open_knowledge(ctx), ctx.log, "opening the knowledge bases")
+        spawn(self.background, self._open_tools(ctx), ctx.log, "opening the MCP servers")
         where = announce(ctx.js, "router", self.instance, nats_url=config.nats_url)  # the nodes' firewalls let it in
         spawn(self.background, where, ctx.log, "announcing where this router is")
         self.oracle = PrefixOracle(self.directory, self.client, config.tokenize_timeout_s)
@@ -139,6 +146,9 @@ class Router:
         self.guards.known_model = lambda name: self.directory.model(name) is not None
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         admin += knowledge_routes(lambda: self.knowledge, self.accounts)
+        self.mcp = McpFace(lambda: self.tools, self.accounts.authorize, self.version)
+        self.mcp.start()
+        admin.append(self.mcp.route())
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)
         self.app = http_app(gateway, admin, console, metrics, config, self.version)
@@ -164,6 +174,26 @@ class Router:
             await asyncio.sleep(0.05)
         self._wire_knowledge(self.gateway)
 
+    async def _open_tools(self, ctx: Context) -> None:
+        """The MCP servers and tool rules: their buckets opened (in the background, as knowledge's),
+        their endpoints served, and their calls checked by the gateway's guardrails."""
+        assert self.accounts is not None and self.accounts.people is not None and self.guards is not None
+        tools = await Tools.open(ctx.js, ctx.nc)
+        tools.known_tenant = self.accounts.people.known_tenant
+        tools.sealer = Sealer(self.keys.derive("mcp secrets"), "mcp headers")
+        guards = self.guards
+
+        def policy_for(tenant: str, project: str, key_id: str):
+            policy = guards.policy_for(tenant, project, key_id, "")
+            return policy if policy is not None and policy.tools else None
+
+        tools.policy_for = policy_for
+        await tools.serve(ctx)
+        while self.gateway is None:  # the routing is started beside this
+            await asyncio.sleep(0.05)
+        tools.guard_texts = self.gateway.guard_tool
+        self.tools = tools
+
     def _wire_knowledge(self, gateway: Gateway) -> None:
         """Documents embedded through `gateway` and indexed here, in the background; chats
         answered from them and from the answer caches."""
@@ -184,7 +214,7 @@ class Router:
         for task in self.background:
             task.cancel()
         parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.knowledge)
-        parts += (self.answers, self.directory)
+        parts += (self.answers, self.tools, self.mcp, self.directory)
         parts += (self.summing,)
         for part in parts:
             if part:

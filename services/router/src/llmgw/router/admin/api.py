@@ -36,6 +36,7 @@ from llmgw.proto import (
     people,
     router,
     scheduler,
+    tools,
 )
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.admin.operations import ask, operator_routes
@@ -91,6 +92,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
                     *router.ENDPOINTS,
                     *people.ENDPOINTS,
                     *knowledge.ENDPOINTS,
+                    *tools.ENDPOINTS,
                 )
             ),
             put_model,

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from llmgw.proto import Empty, Endpoint, Page, catalog, knowledge, people, router, scheduler
+from llmgw.proto import Empty, Endpoint, Page, catalog, knowledge, people, router, scheduler, tools
 from llmgw.router.accounts.access import Principal
 from llmgw.router.accounts.accounts import Accounts
 from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound, refused
@@ -41,7 +41,21 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
         check_model(who, getattr(message, "name", None), accounts)
     elif endpoint in knowledge.ENDPOINTS and endpoint not in (knowledge.KB_LIST, knowledge.CACHE_LIST):
         _check_base(who, endpoint, message)
+    elif endpoint in tools.ENDPOINTS and endpoint not in _TOOL_LISTS:
+        _check_tools(who, endpoint, message)
     return message
+
+
+_TOOL_LISTS = (tools.MCP_LIST, tools.RULE_LIST, tools.MCP_CALLS)
+
+
+def _check_tools(who: Principal, endpoint: Endpoint, message: Any) -> None:
+    """Another tenant's servers and rules read as not there; changing them takes its operator."""
+    role = who.roles.get(message.tenant)
+    if role is None:
+        raise refused("router", "404", f"No tenant '{message.tenant}' among yours: GET /api/v1/mcp-servers lists them.")
+    if endpoint.admin is not None and endpoint.admin.least == "operator" and role != "operator":
+        raise Forbidden(f"Changing tenant {message.tenant}'s MCP servers and tool rules takes its operator role.")
 
 
 def _check_base(who: Principal, endpoint: Endpoint, message: Any) -> None:
@@ -73,6 +87,8 @@ async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply
         caches = [c for c in reply.caches if c.tenant in who.roles]
         held = {k: n for k, n in reply.held.items() if k.split(".")[0] in who.roles}
         return msgspec.structs.replace(reply, caches=caches, held=held)
+    if endpoint in _TOOL_LISTS:
+        return _seen_tools(who, endpoint, reply)
     if endpoint is people.AUDIT_LOG:
         tenants = _tenants(accounts)
         return msgspec.structs.replace(reply, entries=[e for e in reply.entries if who.sees_entry(e, tenants)])
@@ -84,6 +100,19 @@ async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply
     if endpoint is scheduler.REPLICA_LIST:
         return msgspec.structs.replace(reply, replicas=[r for r in reply.replicas if who.runs_model(r.model, tenants)])
     return reply
+
+
+def _seen_tools(who: Principal, endpoint: Endpoint, reply: Any) -> Any:
+    """The servers and rules of `who`'s tenants; the calls of those it operates."""
+    if endpoint is tools.MCP_LIST:
+        states = {k: v for k, v in reply.states.items() if k.split(".")[0] in who.roles}
+        return msgspec.structs.replace(
+            reply, servers=[s for s in reply.servers if s.tenant in who.roles], states=states
+        )
+    if endpoint is tools.RULE_LIST:
+        return msgspec.structs.replace(reply, rules=[r for r in reply.rules if r.tenant in who.roles])
+    operated = {t for t, role in who.roles.items() if role == "operator"}
+    return msgspec.structs.replace(reply, calls=[c for c in reply.calls if c.tenant in operated])
 
 
 def check_model(who: Principal, name: str | None, accounts: Accounts) -> None:

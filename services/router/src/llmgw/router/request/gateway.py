@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 import msgspec
 import numpy as np
@@ -44,7 +45,7 @@ from llmgw.router.knowledge.store import OPENING, Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.request.cached import CACHE_REPLICA, Recall, kept_answer, recall, replayed
 from llmgw.router.request.core import Prepared, reservation
-from llmgw.router.request.guarded import GuardBlocked, guard_answer, guard_request
+from llmgw.router.request.guarded import GuardBlocked, Tally, guard_answer, guard_request, guard_texts
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Outcome, Served, Ticket
 from llmgw.router.request.prepare import (
@@ -68,6 +69,7 @@ JUDGE_KEY_ID = "guard-judge"
 KNOWLEDGE_KEY_ID = "knowledge"
 """What embedding knowledge bases' documents and questions counts under, per tenant."""
 _OWN_KEYS = (JUDGE_KEY_ID, KNOWLEDGE_KEY_ID)
+T = TypeVar("T")
 
 
 class Gateway:
@@ -255,6 +257,17 @@ class Gateway:
     async def _guard(self, policy: Policy, body: dict) -> Redaction:
         """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it
         blocks. Counted in the metrics, and remembered (what was found, how long it took)."""
+        return await self._guarded(policy, lambda tally: guard_request(policy, body, self.guards, tally))
+
+    async def guard_tool(self, policy: Policy, texts: list[str], way: str, redaction: Redaction) -> list[str]:
+        """A tool call's texts (its arguments: input; its result: output) checked by `policy`,
+        counted and remembered as a request's are; GuardBlocked where it blocks."""
+        tool_way = f"tool {way}"
+        return await self._guarded(
+            policy, lambda tally: guard_texts(texts, policy, tool_way, self.guards, redaction, tally)
+        )
+
+    async def _guarded(self, policy: Policy, check: Callable[[Tally], Awaitable[T]]) -> T:
         assert self.guards is not None
         seen: list[tuple[str, str]] = []
 
@@ -264,7 +277,7 @@ class Gateway:
 
         started, blocked = time.perf_counter(), False
         try:
-            return await guard_request(policy, body, self.guards, tally)
+            return await check(tally)
         except GuardBlocked:
             blocked = True
             raise

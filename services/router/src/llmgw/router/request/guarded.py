@@ -20,7 +20,7 @@ from llmgw.router.guard.redact import CheckWindow, Redaction, StreamRestorer
 from llmgw.router.guard.store import Guards, JudgeUnavailable
 from llmgw.router.request.relay import Answer, Relay
 
-__all__ = ["BIG_TEXT", "GuardBlocked", "Tally", "guard_answer", "guard_request"]
+__all__ = ["BIG_TEXT", "GuardBlocked", "Tally", "guard_answer", "guard_request", "guard_texts"]
 
 BIG_TEXT = 64 * 1024
 """Characters past which a request's texts are checked in a worker thread (a megabyte full of
@@ -42,6 +42,10 @@ def _refused(blocked: Blocked, what: str) -> GuardBlocked:
     )
 
 
+_WHAT = {"input": "request", "output": "answer", "tool input": "tool call", "tool output": "tool's result"}
+"""What a blocked text is said to be, by the way it was checked."""
+
+
 async def guard_request(policy: Policy, body: dict, guards: Guards, tally: Tally) -> Redaction:
     """Run the policy's input checks over the request's texts, redacting them in `body` in place
     (an outside service is asked last, about texts already redacted); GuardBlocked where one
@@ -51,18 +55,19 @@ async def guard_request(policy: Policy, body: dict, guards: Guards, tally: Tally
         return redaction
     places = request_texts(body)
     texts = [holder[key] for holder, key in places]  # type: ignore[index]
-    texts = await _checked(texts, policy, "input", guards, redaction, tally)
+    texts = await guard_texts(texts, policy, "input", guards, redaction, tally)
     for (holder, key), text in zip(places, texts, strict=True):
         holder[key] = text  # type: ignore[index]
     return redaction
 
 
-async def _checked(
+async def guard_texts(
     texts: list[str], policy: Policy, way: str, guards: Guards, redaction: Redaction, tally: Tally
 ) -> list[str]:
-    """`texts` after the policy's checks of that `way` (input, output): the local ones, then each
-    outside service's."""
-    what, checks = ("request", policy.input) if way == "input" else ("answer", policy.output)
+    """`texts` after the policy's checks of that `way` (input, output; a tool's: tool input,
+    tool output): the local ones, then each outside service's; GuardBlocked where one blocks."""
+    what = _WHAT[way]
+    checks = policy.input if way.endswith("input") else policy.output
     local = [c for c in checks if c.kind in ("pii", "pattern")]
     args = (texts, local, policy.name, redaction, guards.patterns)
     big = sum(map(len, texts)) > BIG_TEXT  # a long prompt is checked beside the loop, not on it
@@ -73,7 +78,7 @@ async def _checked(
     for check in (c for c in checks if c.kind == "judge"):
         await _judged(out, policy, check, guards, what, tally)
     for check in (c for c in checks if c.kind == "service"):
-        ask = ServiceAsk(texts=out, direction=way, policy=policy.name, tenant=policy.tenant)  # type: ignore[arg-type]
+        ask = ServiceAsk(texts=out, direction=way.split()[-1], policy=policy.name, tenant=policy.tenant)  # type: ignore[arg-type]
         verdict = await guards.ask_service(check, ask)
         if isinstance(verdict, str):
             tally(policy.name, [("SERVICE_DOWN", check.on_error)])
@@ -153,7 +158,7 @@ async def guard_answer(
     texts = [redaction.restore(holder[key]) for holder, key in places]  # type: ignore[index]
     if policy.output:
         try:
-            texts = await _checked(texts, policy, "output", guards, Redaction(), tally)
+            texts = await guard_texts(texts, policy, "output", guards, Redaction(), tally)
         except GuardBlocked as exc:
             return Answer(exc.status, msgspec.json.encode(exc.body()))
     for (holder, key), text in zip(places, texts, strict=True):
@@ -256,7 +261,7 @@ class _StreamGuard:
                 window = self.windows[index] = CheckWindow(lambda t: spans(t, local, self.guards.patterns), self.whole)
             text = window.feed(text) + (window.end() if ended else "")
             if text:
-                checked = await _checked([text], self.policy, "output", self.guards, self.masked, self.tally)
+                checked = await guard_texts([text], self.policy, "output", self.guards, self.masked, self.tally)
                 text = checked[0]
         if text or isinstance(came, str):
             holder[key] = text

@@ -1,0 +1,136 @@
+"""The gateway's one MCP endpoint (`/mcp`), served with the official `mcp` SDK over streamable
+HTTP, stateless (any router of several answers any request): a client signs in with its llmgw
+key (`Authorization: Bearer ...`, checked on every request), lists the tools its rules let it
+use, and calls them; a call that fails comes back as the tool's error result, saying why."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import mcp_types as types
+import msgspec
+from litestar.handlers import ASGIRouteHandler, asgi
+from litestar.types import Receive, Scope, Send
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from llmgw.proto.router import KeyRecord
+from llmgw.router.errors import ApiError
+from llmgw.router.tools.link import CallFailed
+from llmgw.router.tools.store import ToolRefused, Tools
+
+__all__ = ["McpFace"]
+
+_SIGNED_IN = "llmgw.key"
+"""Where the signed-in key (id, record) sits in a request's ASGI scope."""
+Authorize = Callable[[str], tuple[str, KeyRecord]]
+
+
+class McpFace:
+    """The MCP endpoint over `tools`, for keys `authorize` lets in (an `Authorization` header ->
+    the key's id and record; an ApiError where it does not hold). An ASGI app (`__call__`);
+    `run` keeps its request handling alive."""
+
+    def __init__(self, tools: Callable[[], Tools | None], authorize: Authorize, version: str) -> None:
+        self.tools, self.authorize = tools, authorize
+        server = Server(
+            "llmgw",
+            version=version,
+            instructions="The tools of your tenant's MCP servers, each named <server>__<tool>.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self.manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start taking requests (in the background, until `stop`)."""
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        """Stop taking requests."""
+        if self._task is not None:
+            self._task.cancel()
+
+    def route(self) -> ASGIRouteHandler:
+        """Its route in the router's Litestar app: `/mcp` (and under it)."""
+        face = self
+
+        async def mcp(scope: Scope, receive: Receive, send: Send) -> None:
+            await face(scope, receive, send)
+
+        return asgi("/mcp", is_mount=True, copy_scope=False)(mcp)
+
+    async def _run(self) -> None:
+        async with self.manager.run():
+            await asyncio.Event().wait()
+
+    async def __call__(self, scope, receive, send) -> None:
+        """An HTTP request to /mcp: its key checked, then handed to the SDK's transport."""
+        if scope["type"] != "http":
+            return
+        headers = dict(scope.get("headers") or [])
+        try:
+            scope[_SIGNED_IN] = self.authorize(headers.get(b"authorization", b"").decode("latin-1"))
+        except ApiError as exc:
+            await _answer(send, exc.status, exc.body(), {"www-authenticate": 'Bearer realm="llmgw"'})
+            return
+        if scope.get("method") != "POST":  # stateless: no stream of its own to open, no session to end
+            body = {"error": {"message": "This MCP endpoint takes POST only: it keeps no stream or session."}}
+            await _answer(send, 405, body, {"allow": "POST"})
+            return
+        if self.tools() is None:
+            body = {"error": {"message": "The router is still opening its tools; try again in a moment."}}
+            await _answer(send, 503, body, {"retry-after": "2"})
+            return
+        await self.manager.handle_request(scope, receive, send)
+
+    def _signed_in(self, ctx: ServerRequestContext) -> tuple[str, KeyRecord]:
+        request = ctx.request
+        found = request.scope.get(_SIGNED_IN) if request is not None else None
+        if found is None:  # every request came through __call__: a bug if not
+            raise RuntimeError("an MCP request reached its handler without a signed-in key")
+        return found
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        key_id, key = self._signed_in(ctx)
+        tools = self.tools()
+        offered = tools.offered(key_id, key) if tools is not None else {}
+        return types.ListToolsResult(
+            tools=[
+                tool.model_copy(update={"name": name, "description": _described(link.server.name, tool)})
+                for name, (link, tool) in sorted(offered.items())
+            ]
+        )
+
+    async def _call_tool(self, ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
+        key_id, key = self._signed_in(ctx)
+        tools = self.tools()
+        if tools is None:
+            return _failed("The router is still opening its tools; try again in a moment.")
+        try:
+            return await tools.call(key_id, key, params.name, dict(params.arguments or {}))
+        except (ToolRefused, CallFailed) as exc:
+            return _failed(exc.reason)
+
+
+def _described(server: str, tool: types.Tool) -> str:
+    return f"[{server}] {tool.description or ''}".strip()
+
+
+def _failed(reason: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=reason)], is_error=True)
+
+
+async def _answer(send, status: int, body: dict, headers: dict[str, str]) -> None:
+    data = msgspec.json.encode(body)
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    with contextlib.suppress(Exception):
+        await send({"type": "http.response.body", "body": data})
