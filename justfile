@@ -47,6 +47,7 @@ bench:
     python tests/bench/guard.py
     python tests/bench/guard_kinds.py
     python tests/bench/knowledge.py
+    python tests/bench/tools.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:

@@ -75,7 +75,7 @@ async def _serve_http(server: MCPServer, token: str) -> None:
     import uvicorn
 
     app = server.streamable_http_app(stateless_http=True, json_response=True)
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # Nagle off (uvicorn #3149)
     sock.bind(("127.0.0.1", 0))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
     wrapped = _Token(app, token) if token else app
