@@ -109,6 +109,7 @@ ROUTER_ROOMS = {
     "accounts": 2,
     "guard": 2,
     "knowledge": 2,
+    "providers": 2,
     "tools": 3,
     "usage": 1,
 }

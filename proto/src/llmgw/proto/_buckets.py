@@ -86,6 +86,13 @@ BUCKET_TABLE = (
     Bucket(
         "mcp", "llmgw_mcp", "`<tenant>.<name>`", "`McpServer` (its headers sealed under the fleet's secret)", "router"
     ),
+    Bucket(
+        "providers",
+        "llmgw_providers",
+        "provider name",
+        "`Provider` (its keys sealed under the fleet's secret)",
+        "router",
+    ),
     Bucket("mcp_rules", "llmgw_mcp_rules", "`<tenant>.<tenant|project|key>.<target>`", "`ToolRule`", "router"),
     Bucket(
         "kb_docs",

@@ -13,6 +13,7 @@ from llmgw.proto import (
     mirror,
     node,
     people,
+    providers,
     release,
     replica,
     router,
@@ -26,7 +27,7 @@ from llmgw.proto._types import Empty
 
 __all__ = ["all_messages", "schema_json", "subjects_markdown"]
 
-_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, knowledge, tools, agent)
+_MODULES = (catalog, scheduler, mirror, router, people, hooks, guard, knowledge, tools, providers, agent)
 
 
 def all_messages() -> list[type[msgspec.Struct]]:
@@ -46,6 +47,7 @@ def all_messages() -> list[type[msgspec.Struct]]:
         guard,
         knowledge,
         tools,
+        providers,
     ):
         for name in module.__all__:
             obj = getattr(module, name)

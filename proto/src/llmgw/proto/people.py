@@ -54,7 +54,18 @@ Role = Literal["admin", "operator", "member"]
 keys and usage, and the models its tenant may use."""
 ROLES: tuple[Role, ...] = ("admin", "operator", "member")
 AuditArea = Literal[
-    "catalog", "mirror", "keys", "projects", "users", "tenants", "signin", "hooks", "guard", "knowledge", "tools"
+    "catalog",
+    "mirror",
+    "keys",
+    "projects",
+    "users",
+    "tenants",
+    "signin",
+    "hooks",
+    "guard",
+    "knowledge",
+    "tools",
+    "providers",
 ]
 AUDIT_AREAS: tuple[AuditArea, ...] = get_args(AuditArea)
 """What the audit trail records changes of."""

@@ -35,6 +35,7 @@ from llmgw.proto import (
     knowledge,
     mirror,
     people,
+    providers,
     release,
     router,
     scheduler,
@@ -229,7 +230,7 @@ def _stream(name: str, subject: str) -> list[str]:
 
 _ROUTER_BUCKETS = (
     *("keys", "projects", "limits", "demand", "usage_slots", "users", "tenants", "settings", "hooks"),
-    *("hook_dead", "guard", "kb", "kb_docs", "answer_cache", "answers", "mcp", "mcp_rules"),
+    *("hook_dead", "guard", "kb", "kb_docs", "answer_cache", "answers", "mcp", "mcp_rules", "providers"),
 )
 """The buckets the router writes."""
 
@@ -269,6 +270,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 *guard.ENDPOINTS,
                 *knowledge.ENDPOINTS,
                 *tools.ENDPOINTS,
+                *providers.ENDPOINTS,
             ),
             *_stream(USAGE_STREAM, router.USAGE.all),
             *_stream(AUDIT_STREAM, people.AUDIT.all),  # users, tenants, keys: and the trail read back
@@ -299,6 +301,7 @@ def _role_publish(role: str, node: str) -> list[str]:
             *guard.ENDPOINTS,
             *knowledge.ENDPOINTS,
             *tools.ENDPOINTS,
+            *providers.ENDPOINTS,
             *_MIRROR_ADMIN,
             agent.WEIGHTS_COLLECT,
             release.RELEASE_SET,

@@ -20,6 +20,7 @@ from llmgw.ctl.mirror_commands import MIRROR
 from llmgw.ctl.model_commands import MODEL, MODELS
 from llmgw.ctl.node_commands import add_node_parser
 from llmgw.ctl.people_commands import AUDIT, TENANT, USER
+from llmgw.ctl.provider_commands import PROVIDER
 from llmgw.ctl.signin_commands import SIGNIN
 from llmgw.ctl.tree import add_nouns, run_ctl
 from llmgw.ctl.upgrade_commands import RELEASES, UPGRADE
@@ -186,6 +187,7 @@ def parser() -> argparse.ArgumentParser:
             KB,
             CACHE,
             MCP,
+            PROVIDER,
             AUDIT,
             NODES,
             REPLICA,

@@ -12,6 +12,7 @@ best, with keys, limits, usage and metrics. This module only wires its collabora
 - `upstream.Upstream`: the connections to engines a request goes on
 - `knowledge.Knowledge`: knowledge bases, embedded and indexed in the background (`ingest.py`)
 - `tools.Tools`: the tenants' MCP servers, linked from here; `tools.McpFace`: the /mcp endpoint
+- `providers.Providers`: outside OpenAI-compatible providers and their keys' pools
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from llmgw.router.knowledge.ingest import Follower, Ingest
 from llmgw.router.knowledge.store import Knowledge
 from llmgw.router.metrics import Metrics
 from llmgw.router.notify.hooks import Hooks
+from llmgw.router.providers.store import Providers
 from llmgw.router.request.gateway import Gateway
 from llmgw.router.request.proxy import Proxy
 from llmgw.router.routing.balance import Balancer
@@ -87,6 +89,7 @@ class Router:
         self.knowledge: Knowledge | None = None
         self.answers: Answers | None = None
         self.tools: Tools | None = None
+        self.providers: Providers | None = None
         self.mcp: McpFace | None = None
         self.background: set[asyncio.Task] = set()
         self.demand: DemandSignal | None = None
@@ -140,6 +143,7 @@ class Router:
         self.health = Health(self.directory, balancer, self.client, config)
         self.health.start()
         self.proxy = Proxy(self.directory, self.oracle, self.demand, self.health, metrics, self.upstream)
+        spawn(self.background, self._open_providers(ctx), ctx.log, "opening the outside providers")
         self.gateway = gateway = Gateway(self.accounts, self.directory, self.oracle, self.proxy, metrics, config)
         gateway.guards = self.guards
         self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
@@ -173,6 +177,16 @@ class Router:
         while self.gateway is None:  # the routing is started beside this
             await asyncio.sleep(0.05)
         self._wire_knowledge(self.gateway)
+
+    async def _open_providers(self, ctx: Context) -> None:
+        """The outside providers: their bucket opened (in the background, as knowledge's), their
+        endpoints served, and their models routed to them."""
+        sealer = Sealer(self.keys.derive("provider keys"), "provider keys")
+        self.providers = providers = await Providers.open(ctx.js, ctx.nc, sealer)
+        await providers.serve(ctx)
+        while self.proxy is None or self.directory is None:  # the routing is started beside this
+            await asyncio.sleep(0.05)
+        self.directory.outside, self.proxy.outside = providers.models, providers.route
 
     async def _open_tools(self, ctx: Context) -> None:
         """The MCP servers and tool rules: their buckets opened (in the background, as knowledge's),
@@ -214,7 +228,7 @@ class Router:
         for task in self.background:
             task.cancel()
         parts = (self.health, self.oracle, self.demand, self.accounts, people, self.hooks, self.guards, self.knowledge)
-        parts += (self.answers, self.tools, self.mcp, self.directory)
+        parts += (self.answers, self.tools, self.mcp, self.providers, self.directory)
         parts += (self.summing,)
         for part in parts:
             if part:

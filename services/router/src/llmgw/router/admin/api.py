@@ -34,6 +34,7 @@ from llmgw.proto import (
     knowledge,
     mirror,
     people,
+    providers,
     router,
     scheduler,
     tools,
@@ -93,6 +94,7 @@ def admin_api(accounts: Accounts, nc: Client) -> Router:
                     *people.ENDPOINTS,
                     *knowledge.ENDPOINTS,
                     *tools.ENDPOINTS,
+                    *providers.ENDPOINTS,
                 )
             ),
             put_model,

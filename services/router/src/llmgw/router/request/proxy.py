@@ -6,8 +6,10 @@ came with."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -15,7 +17,9 @@ from llmgw.bus import get_logger
 from llmgw.proto import Model, ReplicaState
 from llmgw.router.errors import ContextTooLong, ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
 from llmgw.router.metrics import Metrics
-from llmgw.router.request.core import Prepared, Usage, answer_of, input_too_long
+from llmgw.router.providers.pool import Pool
+from llmgw.router.providers.store import Outside
+from llmgw.router.request.core import Prepared, Usage, answer_of, input_too_long, reservation
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Served, ended_by
 from llmgw.router.request.relay import FAILED, Answer, Finish, Relay, Try
@@ -51,6 +55,8 @@ class Proxy:
         self.health, self.metrics, self.upstream = health, metrics, upstream
         self.balancer = health.balancer
         self.log = get_logger("router")
+        self.outside: Callable[[str], Outside | None] = lambda _: None
+        """The outside provider that answers a model, if any (the router's providers, once wired)."""
 
     async def forward(self, prepared: Prepared, finish: Finish) -> Answer | Relay:
         """The answer of the asked-for model or, where it has no replica that answers, of its
@@ -58,15 +64,25 @@ class Proxy:
         primary = prepared.model
         models = [primary, *self.directory.fallbacks(primary)]
         tried = Served(status=503)
+        outside, refused = self.outside(primary.name), None
         try:
+            if outside is not None and outside.provider.use == "only":
+                try:
+                    return (await self._on_provider(prepared, outside, finish))[0]
+                except NoReadyReplica as exc:  # its every key refused or spent: its own replicas, if any
+                    refused, outside = exc, None
             for i, model in enumerate(models):
-                answer, tried = await self._on_model(prepared, model, i == 0, finish, tried)
-                if answer is None and i == 0 and model.stopped is None:  # a stopped model has nothing coming
+                answer, tried = await self._on_model(prepared, model, i == 0, finish, tried, wake=outside is None)
+                if answer is None and i == 0 and model.stopped is None and outside is None:  # nothing coming
                     answer, tried = await self._on_replacement(prepared, model, finish, tried)
+                if answer is None and i == 0 and outside is not None:  # its own replicas not ready: outside
+                    answer, tried = await self._on_provider(prepared, outside, finish)
                 if answer is not None:
                     return answer
                 if i == 0 and len(models) > 1:
                     self.log.info("answering from a fallback", model=model.name, fallbacks=primary.fallbacks)
+            if refused is not None:
+                raise refused
             names = " or its fallbacks" if len(models) > 1 else ""
             if primary.stopped is not None:
                 also = " and its fallbacks have no ready replica" if names else ""
@@ -108,6 +124,69 @@ class Proxy:
             if answer is not None:
                 return answer, tried
         return None, tried
+
+    async def _on_provider(self, prepared: Prepared, outside: Outside, finish: Finish) -> tuple[Answer | Relay, Served]:
+        """The request sent to its outside provider with the key least used that has room for it,
+        another key where one is refused (429: cooled as long as the provider says; 401, 403: a
+        key revoked) or fails before answering; 503 naming the provider where no key has room."""
+        provider, pool = outside.provider, outside.pool
+        tokens = reservation(prepared)
+        body = msgspec.json.encode({**prepared.body, "model": outside.remote})
+        base = urlsplit(provider.base_url)
+        path = base.path.rstrip("/") + prepared.path.removeprefix("/v1")
+        failed = ""
+        for _ in provider.keys:
+            key = pool.take(tokens, time.time())
+            if key is None:
+                break
+            tried = Served(status=503, model=prepared.model.name, replica=f"provider:{provider.name}", pool=key)
+            counted = _counted(finish, pool, key, tokens)
+            one = Try(self.health, self.metrics, prepared, tried, counted)
+            headers = {"authorization": f"Bearer {outside.secrets[key]}", "content-type": "application/json"}
+            answer = await self._send_outside(
+                one, (f"{base.scheme}://{base.netloc}", path, body, headers), outside, key
+            )
+            if not isinstance(answer, str):
+                return answer, tried
+            failed = answer
+        wait = max(1, math.ceil(pool.soonest(time.time())))
+        why = (
+            f"did not answer with any of its keys ({failed})"
+            if failed
+            else "has every key cooling down or at its limit now (`llmgw ctl provider list` shows which)"
+        )
+        raise NoReadyReplica(
+            f"Outside provider '{provider.name}' {why}; try again in {wait} s.", headers={"retry-after": str(wait)}
+        )
+
+    async def _send_outside(
+        self, one: Try, request: tuple[str, str, bytes, dict[str, str]], outside: Outside, key: str
+    ) -> Answer | Relay | str:
+        """One try on the provider with one key: its answer; or, where it failed before answering
+        (its first byte within its `timeout_s`), why; or "" where it refused the key (cooled)."""
+        origin, path, body, headers = request
+        try:
+            resp = await self.upstream.post(origin, path, body, headers, read_s=outside.provider.timeout_s)
+        except FAILED as exc:
+            one.end(ok=None)
+            self.log.warning("outside provider failed, another key", replica=one.tried.replica, error=described(exc))
+            return (
+                f"no first byte within {outside.provider.timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else described(exc)
+            )
+        if resp.status in (401, 403, 429, 502, 503, 504):
+            resp.release()
+            one.end(ok=None)
+            if resp.status not in (401, 403, 429):
+                return f"it answered {resp.status}"
+            outside.pool.cool(key, resp.status, _seconds(resp.headers.get("retry-after")), time.time())
+            self.log.warning("outside provider refused a key", replica=one.tried.replica, key=key, status=resp.status)
+            return ""
+        headers_out = {"x-llmgw-replica": one.tried.replica}
+        if one.prepared.streaming and resp.status == 200:
+            return Relay(one, resp, headers_out)
+        return await self._whole(one, resp, headers_out) or "it failed mid-answer"
 
     async def _on_replacement(
         self, prepared: Prepared, model: Model, finish: Finish, tried: Served
@@ -239,3 +318,21 @@ class Proxy:
         # suspicion its health probe decides at once
         one.end(ok=resp.status < 500, served=msgspec.structs.replace(one.tried, status=resp.status, usage=usage))
         return Answer(resp.status, raw, headers)
+
+
+def _counted(finish: Finish, pool: Pool, key: str, reserved: int) -> Finish:
+    """`finish`, telling the key's pool first what the request spent in place of what it reserved."""
+
+    def counted(served: Served) -> None:
+        pool.spent(key, reserved, served.usage.total, time.time())
+        finish(served)
+
+    return counted
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A `retry-after` header's seconds (a date, or nothing: None)."""
+    try:
+        return max(0.0, float(retry_after)) if retry_after else None
+    except ValueError:
+        return None

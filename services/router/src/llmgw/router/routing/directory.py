@@ -51,6 +51,8 @@ class Directory:
     ) -> None:
         self.catalog, self.replicas, self.on_replicas, self.keys = catalog, replicas, on_replicas, keys
         self._headers: dict[tuple[str, str], dict[str, str]] = {}
+        self.outside: Callable[[], dict[str, Model]] = dict
+        """The models outside providers answer, by name (the catalog's of a name come first)."""
         self._ready: dict[str, tuple[Model, int, tuple[list[Candidate], Ready]]] = {}
         """Model name -> the model, the replicas bucket's version and its ready replicas then."""
 
@@ -78,14 +80,16 @@ class Directory:
         self.replicas.stop()
 
     def names(self) -> dict[str, str]:
-        """Every name a client may ask for -> the model."""
-        return self.catalog.derived(names_of)
+        """Every name a client may ask for -> the model (the catalog's, then outside providers')."""
+        named = self.catalog.derived(names_of)
+        outside = self.outside()
+        return {**{n: n for n in outside}, **named} if outside else named
 
     def model(self, asked: str) -> Model | None:
         """The model a name or alias is; None: none."""
-        name = self.names().get(asked)
+        name = self.catalog.derived(names_of).get(asked)
         record = self.catalog.items.get(name) if name else None
-        return record.model if record else None
+        return record.model if record else self.outside().get(asked)
 
     def embedding_version(self, name: str) -> str | None:
         """What vectors of embedding model `name` are known by: its name and its file (another
