@@ -136,7 +136,7 @@ async def test_a_catalog_model_goes_outside_while_its_replicas_are_not_ready_and
     assert not own.headers["x-llmgw-replica"].startswith("provider:")
 
 
-async def test_a_slow_first_byte_a_cut_stream_and_wrong_settings_are_said(world, nc, provider):  # noqa: F811
+async def test_a_slow_first_byte_a_cut_stream_a_renamed_model_and_wrong_settings_are_said(world, nc, provider):  # noqa: F811
     base, _ = provider("--key", "a:sk-a-secret:0")
     slow = Provider(name="acme", base_url=base, keys=_keys("a"), models={"mini": "gpt-x"}, timeout_s=1)
     await _put(world, nc, slow)
@@ -148,6 +148,11 @@ async def test_a_slow_first_byte_a_cut_stream_and_wrong_settings_are_said(world,
     with pytest.raises(openai.APIError):
         async for _ in cut:
             pass
+    renamed, _ = provider("--key", "a:sk-a-secret:0", "--renamed", "gpt-old")
+    await _put(world, nc, Provider(name="old", base_url=renamed, keys=_keys("a"), models={"legacy": "gpt-old"}))
+    with pytest.raises(openai.APIStatusError) as unknown:
+        await client.chat.completions.create(model="legacy", messages=HI)
+    assert unknown.value.status_code == 502 and "does not know model 'gpt-old'" in unknown.value.message
     with pytest.raises(BadRequest, match="http:// or https://"):
         await call(nc, providers.PROVIDER_PUT, Provider(name="x", base_url="ftp://h/v1", keys=_keys("a"), models={}))
     with pytest.raises(BadRequest, match="called the same"):

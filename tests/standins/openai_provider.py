@@ -3,7 +3,8 @@
 holds each of its keys to a number of requests a window (a 429 with `retry-after` past it),
 refuses a revoked key (401), and answers a chat with what it was asked ("[<model>] You said:
 ..."), whole or streamed. A prompt holding "slow" waits 3 s before its first byte; one holding
-"cut" streams two chunks, then drops the connection. GET /stats says how many requests each key
+"cut" streams two chunks, then drops the connection; a model `--renamed` is one it no longer knows
+(404). GET /stats says how many requests each key
 had answered. `python openai_provider.py --key NAME:SECRET:LIMIT ... [--revoked SECRET] [--window S]`;
 it prints `listening on <port>`."""
 
@@ -24,6 +25,7 @@ def main() -> None:
     ask.add_argument("--key", action="append", default=[], help="NAME:SECRET:LIMIT (requests a window; 0: none)")
     ask.add_argument("--revoked", action="append", default=[])
     ask.add_argument("--window", type=float, default=60.0, help="seconds a limit counts over")
+    ask.add_argument("--renamed", action="append", default=[], help="a model it no longer knows by that name")
     args = ask.parse_args()
     keys = {secret: (name, int(limit)) for name, secret, limit in (k.split(":") for k in args.key)}
     used: dict[str, list[float]] = {name: [] for name, _ in keys.values()}
@@ -44,6 +46,9 @@ def main() -> None:
             return web.json_response(error, status=429, headers={"retry-after": str(wait)})
         used[name].append(now)
         body = await request.json()
+        if body["model"] in args.renamed:
+            gone = {"message": f"The model `{body['model']}` does not exist", "code": "model_not_found"}
+            return web.json_response({"error": gone}, status=404)
         said = next((m["content"] for m in reversed(body.get("messages", [])) if m["role"] == "user"), "")
         text = f"[{body['model']}] You said: {said}"
         usage = {"prompt_tokens": 7, "completion_tokens": 9, "total_tokens": 16}

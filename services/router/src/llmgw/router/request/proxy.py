@@ -186,6 +186,15 @@ class Proxy:
         headers_out = {"x-llmgw-replica": one.tried.replica}
         if one.prepared.streaming and resp.status == 200:
             return Relay(one, resp, headers_out)
+        if resp.status == 404:  # it knows the model by another name now: the provider's settings, not the client's
+            resp.release()
+            one.end(ok=None, served=msgspec.structs.replace(one.tried, status=502))
+            provider, remote = outside.provider.name, outside.remote
+            failed = UpstreamFailed(
+                f"Outside provider '{provider}' does not know model '{remote}' (it answered 404): an admin "
+                f"gives its name there now with `llmgw ctl provider put {provider} --model ...`."
+            )
+            return Answer(502, msgspec.json.encode(failed.body()), headers_out)
         return await self._whole(one, resp, headers_out) or "it failed mid-answer"
 
     async def _on_replacement(
