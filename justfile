@@ -48,6 +48,7 @@ bench:
     python tests/bench/guard_kinds.py
     python tests/bench/knowledge.py
     python tests/bench/tools.py
+    python tests/bench/providers.py
 
 # Regenerate the golden JSON Schema of every proto message and docs/subjects.md from the endpoint tables
 proto-schema:

@@ -118,6 +118,14 @@ async def test_the_keys_own_limits_are_kept_without_asking_the_provider(world, n
     assert httpx.get(stats).json() == {"a": 2, "b": 2}  # the fifth never reached the provider
 
 
+async def test_an_answer_slower_than_the_routers_health_rounds_is_waited_for(world, nc, provider):  # noqa: F811
+    base, _ = provider("--key", "a:sk-a-secret:0")  # "slow": 3 s before its first byte
+    await _put(world, nc, Provider(name="acme", base_url=base, keys=_keys("a"), models={"mini": "gpt-x"}))
+    client = await world.client()
+    slow = await client.chat.completions.create(model="mini", messages=[{"role": "user", "content": "slow"}])
+    assert slow.choices[0].message.content == "[gpt-x] You said: slow"  # a provider is never "out of rotation"
+
+
 async def test_a_catalog_model_goes_outside_while_its_replicas_are_not_ready_and_back_when_they_are(
     world,  # noqa: F811
     nc,

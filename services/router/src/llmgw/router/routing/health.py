@@ -106,9 +106,12 @@ class Health:
             task.cancel()
 
     def outage(self, replica_id: str) -> Outage:
-        """Whether this replica is out of rotation (its requests stop waiting on it then)."""
+        """Whether this replica is out of rotation (its requests stop waiting on it then). What is
+        not a replica of the fleet (an outside provider) is never taken out here."""
         if (outage := self.outages.get(replica_id)) is None:
-            outage = self.outages[replica_id] = Outage()
+            outage = Outage()
+            if replica_id in self.directory.replicas.items:
+                self.outages[replica_id] = outage
         return outage
 
     def doubted(self, replica_id: str) -> bool:
