@@ -144,6 +144,28 @@ async def test_a_catalog_model_goes_outside_while_its_replicas_are_not_ready_and
     assert not own.headers["x-llmgw-replica"].startswith("provider:")
 
 
+async def test_a_model_the_provider_always_answers_uses_its_own_replicas_when_every_key_is_revoked(
+    world,  # noqa: F811
+    nc,
+    provider,
+    echo,  # noqa: F811
+):
+    base, _ = provider("--key", "a:sk-a-secret:0", "--revoked", "sk-b-secret")
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=echo[0])
+    only = Provider(name="acme", base_url=base, keys=_keys("a", "b"), models={"m": "gpt-x"}, use="only")
+    await _put(world, nc, only)
+    client = await world.client()
+    for _ in range(2):  # always the provider while it has a key
+        said = await client.chat.completions.create(model="m", messages=HI)
+        assert said.choices[0].message.content == "[gpt-x] You said: hi"
+    revoked = msgspec.structs.replace(only, keys=_keys("b"))
+    await call(nc, providers.PROVIDER_PUT, revoked)
+    await world.until(lambda: world.router.proxy.outside("m").secrets == {"b": "sk-b-secret"})
+    own = await client.chat.completions.create(model="m", messages=HI)
+    assert own.choices[0].message.content == "You said: hi"  # its one key revoked: its own replica
+
+
 async def test_a_slow_first_byte_a_cut_stream_a_renamed_model_and_wrong_settings_are_said(world, nc, provider):  # noqa: F811
     base, _ = provider("--key", "a:sk-a-secret:0")
     slow = Provider(name="acme", base_url=base, keys=_keys("a"), models={"mini": "gpt-x"}, timeout_s=1)
