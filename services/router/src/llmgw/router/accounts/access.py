@@ -38,6 +38,7 @@ OPERATOR_PAGES = (
     "audit",
     "guard",
     "knowledge",
+    "tools",
 )
 """The console pages an operator opens; an admin opens every page."""
 USAGE_GROUPS = ("model", "project", "key", "replica", "tenant")

@@ -54,6 +54,7 @@ NAVIGATION = (
     "identity",
     "guard",
     "knowledge",
+    "tools",
 )
 """The pages the navigation lists, in order (each principal sees those it opens)."""
 _EVERYONE = ("", "signout", "lang", "signin", "static")
