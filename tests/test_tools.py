@@ -25,8 +25,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from llmgw.bus import call, new_fleet_secret, write_secret
-from llmgw.proto import KeyCreate, guard, tools
+from llmgw.proto import KeyCreate, guard, people, tools
 from llmgw.proto.guard import Check, Policy
+from llmgw.proto.people import Tenant, UserCreate
 from llmgw.proto.tools import CallQuery, McpServer, ServerRef, ToolQuery, ToolRule
 from llmgw.router.service import Router, RouterConfig
 
@@ -312,3 +313,27 @@ async def test_ctl_registers_lists_narrows_and_removes_and_says_what_is_wrong(ro
     assert (await ctl("mcp", "remove", "files")).returncode == 0
     missing = await ctl("mcp", "remove", "files")
     assert missing.returncode != 0 and "no MCP server 'files'" in missing.stderr
+
+
+async def test_over_the_admin_api_an_operator_changes_only_its_tenants_servers_and_a_member_none(router, nc):
+    keys = {}
+    for tenant in ("lab", "shop"):
+        await call(nc, people.TENANT_PUT, Tenant(name=tenant, by="t"))
+        for role in ("member", "operator"):
+            user = f"{tenant}-{role}"
+            await call(nc, people.USER_CREATE, UserCreate(name=user, tenant=tenant, role=role, by="t"))
+            made = await router.accounts.create_key(KeyCreate(name=user, tenant=tenant, owner=user))
+            keys[user] = {"authorization": f"Bearer {made.key}"}
+    api, body = f"{router.http.url}/api/v1/mcp-servers", {"transport": "stdio", "command": STDIO.command}
+    async with httpx.AsyncClient(timeout=30) as http:
+        made = await http.put(f"{api}/lab/files", headers=keys["lab-operator"], json=body)
+        assert made.status_code == 200 and made.json()["by"] == "lab-operator", made.text
+        elsewhere = await http.put(f"{api}/shop/files", headers=keys["lab-operator"], json=body)
+        assert elsewhere.status_code == 404 and "No tenant 'shop' among yours" in elsewhere.text
+        member = await http.put(f"{api}/lab/other", headers=keys["lab-member"], json=body)
+        assert member.status_code == 403 and "operator role" in member.text
+        seen = await http.get(api, headers=keys["shop-operator"])
+        assert seen.status_code == 200 and seen.json()["servers"] == []  # lab's reads as not there
+        assert [s["name"] for s in (await http.get(api, headers=keys["lab-member"])).json()["servers"]] == ["files"]
+        calls = await http.get(f"{router.http.url}/api/v1/tool-calls", headers=keys["lab-member"])
+        assert calls.status_code == 403

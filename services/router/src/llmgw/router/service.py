@@ -166,17 +166,18 @@ class Router:
         wired to the gateway once it is there."""
         assert self.accounts is not None and self.accounts.people is not None and self.directory is not None
         directory, known_tenant = self.directory, self.accounts.people.known_tenant
-        self.knowledge = knowledge = await Knowledge.open(ctx.js, ctx.nc, known_tenant)
+        knowledge = await Knowledge.open(ctx.js, ctx.nc, known_tenant)
         knowledge.model_version = directory.embedding_version
         knowledge.chat_model = lambda name: (m := directory.model(name)) is not None and m.kind == "chat"
-        await knowledge.serve(ctx)
-        self.answers = answers = await Answers.open(ctx.js, ctx.nc, known_tenant)
+        answers = await Answers.open(ctx.js, ctx.nc, known_tenant)
         answers.model_version = directory.embedding_version
         answers.known_model = lambda name: directory.model(name) is not None
-        await answers.serve(ctx)
         while self.gateway is None:  # the routing is started beside this
             await asyncio.sleep(0.05)
-        self._wire_knowledge(self.gateway)
+        self.knowledge, self.answers = knowledge, answers  # stopped with the router from here on
+        self._wire_knowledge(self.gateway)  # wired before anything is asked of them
+        await knowledge.serve(ctx)
+        await answers.serve(ctx)
 
     async def _open_providers(self, ctx: Context) -> None:
         """The outside providers: their bucket opened (in the background, as knowledge's), their

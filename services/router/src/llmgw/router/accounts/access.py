@@ -19,7 +19,7 @@ import msgspec
 
 from llmgw.proto import KeyCreate, KeyRecord, RequestLogAsk, UsageRow
 from llmgw.proto.people import DEFAULT_TENANT, AuditEntry, Role, Tenant, User
-from llmgw.router.errors import Forbidden
+from llmgw.router.errors import Forbidden, refused
 
 __all__ = ["MEMBER_PAGES", "OPERATOR_PAGES", "USAGE_GROUPS", "Principal", "key_principal", "user_principal"]
 
@@ -140,6 +140,19 @@ class Principal(NamedTuple):
         mine = [*self.seen_keys(keys), self.key_id]
         asked = [k for k in ask.keys if k in mine] if ask.keys else mine
         return msgspec.structs.replace(ask, keys=asked or [_NO_KEY])  # none of its own: no request at all
+
+    def check_tenant(self, tenant: str, least: Role, missing: str, takes: str) -> None:
+        """The one rule for what lives in a tenant (its bases, caches, servers, rules): an admin
+        acts in every tenant; anyone else only where it has a role, and changes only with `least`.
+        Another tenant's thing reads as not there (404 in the words of what is `missing`); a role
+        below `least` is a 403 saying what the change `takes`."""
+        if self.admin:
+            return
+        role = self.roles.get(tenant)
+        if role is None:
+            raise refused("router", "404", missing)
+        if _RANK[role] < _RANK[least]:
+            raise Forbidden(f"{takes} takes tenant {tenant}'s {least} role.")
 
     @property
     def operates(self) -> set[str]:

@@ -53,10 +53,8 @@ def knowledge_routes(opened: Callable[[], Knowledge | None], accounts: Accounts)
 
     def member(connection: ASGIConnection, _: BaseRouteHandler) -> None:
         who = accounts.principal(connection.headers.get("authorization", ""))
-        tenant = connection.path_params.get("tenant", "")
-        if not who.admin and tenant not in who.roles:
-            name = connection.path_params.get("base", "")
-            raise refused("router", "404", no_base(tenant, name))
+        tenant, name = connection.path_params.get("tenant", ""), connection.path_params.get("base", "")
+        who.check_tenant(tenant, "member", no_base(tenant, name), "Sending a document")
         connection.state.who = who
 
     @put("/{tenant:str}/{base:str}/documents/{path:path}", status_code=202, request_max_body_size=MOST_BYTES)

@@ -12,9 +12,10 @@ from typing import Any
 import msgspec
 
 from llmgw.proto import Empty, Endpoint, Page, catalog, knowledge, people, router, scheduler, tools
+from llmgw.proto.people import Role
 from llmgw.router.accounts.access import Principal
 from llmgw.router.accounts.accounts import Accounts
-from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound, refused
+from llmgw.router.errors import Forbidden, KeyNotFound, ModelNotFound
 from llmgw.router.knowledge.store import no_base
 
 __all__ = ["narrowed_ask", "narrowed_reply"]
@@ -49,27 +50,23 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
 _TOOL_LISTS = (tools.MCP_LIST, tools.RULE_LIST, tools.MCP_CALLS)
 
 
+def _least(endpoint: Endpoint) -> Role:
+    return "operator" if endpoint.admin is not None and endpoint.admin.least == "operator" else "member"
+
+
 def _check_tools(who: Principal, endpoint: Endpoint, message: Any) -> None:
     """Another tenant's servers and rules read as not there; changing them takes its operator."""
-    role = who.roles.get(message.tenant)
-    if role is None:
-        raise refused("router", "404", f"No tenant '{message.tenant}' among yours: GET /api/v1/mcp-servers lists them.")
-    if endpoint.admin is not None and endpoint.admin.least == "operator" and role != "operator":
-        raise Forbidden(f"Changing tenant {message.tenant}'s MCP servers and tool rules takes its operator role.")
+    missing = f"No tenant '{message.tenant}' among yours: GET /api/v1/mcp-servers lists them."
+    who.check_tenant(message.tenant, _least(endpoint), missing, "Changing its MCP servers and tool rules")
 
 
 def _check_base(who: Principal, endpoint: Endpoint, message: Any) -> None:
     """A base of another tenant reads as one not there; a member may not make or remove bases."""
-    role = who.roles.get(message.tenant)
-    if role is None:
-        if endpoint.name.startswith("cache."):
-            raise refused("router", "404", f"tenant {message.tenant} keeps no answers of model '{message.model}'")
-        name = getattr(message, "base", None) or getattr(message, "name", "")
-        raise refused("router", "404", no_base(message.tenant, name))
-    if endpoint.admin is not None and endpoint.admin.least == "operator" and role != "operator":
-        raise Forbidden(
-            f"Changing tenant {message.tenant}'s knowledge bases and answer caches takes its operator role."
-        )
+    if endpoint.name.startswith("cache."):
+        missing = f"tenant {message.tenant} keeps no answers of model '{message.model}'"
+    else:
+        missing = no_base(message.tenant, getattr(message, "base", None) or getattr(message, "name", ""))
+    who.check_tenant(message.tenant, _least(endpoint), missing, "Changing its knowledge bases and answer caches")
 
 
 async def narrowed_reply(who: Principal, endpoint: Endpoint, message: Any, reply: Any, accounts: Accounts) -> Any:
@@ -111,7 +108,7 @@ def _seen_tools(who: Principal, endpoint: Endpoint, reply: Any) -> Any:
         )
     if endpoint is tools.RULE_LIST:
         return msgspec.structs.replace(reply, rules=[r for r in reply.rules if r.tenant in who.roles])
-    operated = {t for t, role in who.roles.items() if role == "operator"}
+    operated = who.operates
     return msgspec.structs.replace(reply, calls=[c for c in reply.calls if c.tenant in operated])
 
 

@@ -12,6 +12,7 @@ from litestar.response import Response
 from llmgw.proto import knowledge
 from llmgw.proto.knowledge import MOST_BYTES, BaseQuery, BaseRef, DocRef
 from llmgw.router.console.web import PREFIX, Refused, View
+from llmgw.router.errors import ApiError
 from llmgw.router.knowledge.store import OPENING, no_base
 
 __all__ = ["ROUTES"]
@@ -21,8 +22,10 @@ def _check(view: View, tenant: str, base: str) -> None:
     """404 for a base of a tenant the principal has no role in (the words of one not there)."""
     who = view.principal
     assert who is not None
-    if not who.admin and tenant not in who.roles:
-        raise Refused(404, no_base(tenant, base))
+    try:
+        who.check_tenant(tenant, "member", no_base(tenant, base), "Reading a base")
+    except ApiError as exc:
+        raise Refused(exc.status, exc.message) from None
 
 
 @get("/knowledge")

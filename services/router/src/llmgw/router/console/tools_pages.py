@@ -26,7 +26,7 @@ async def tools_page(view: View) -> Response:
     calls = (await view.ask(tools.MCP_CALLS, CallQuery(limit=50), optional=True)).calls
     servers, states = listed.servers, listed.states
     if not who.admin:
-        mine = {t for t, role in who.roles.items() if role == "operator"}
+        mine = who.operates
         servers = [s for s in servers if s.tenant in mine]
         rules = [r for r in rules if r.tenant in mine]
         calls = [c for c in calls if c.tenant in mine]
