@@ -1,8 +1,8 @@
 """A real MCP server made with the official SDK (`MCPServer`), run by the tests as a company's
 tools would be: over stdio (`python tests/mcp_tools.py`) or streamable HTTP (`--http`, printing
-`listening on <port>` once it takes requests). Its tools: `add`, `echo`, `shout`, `slow`, `pid`, `big` (a
-result of N megabytes) and, with `--many N`, N more; `--token T` makes the HTTP one refuse requests
-without `Authorization: Bearer T`."""
+`listening on <port>` once it takes requests). Its tools: `add`, `echo`, `shout`, `contact`, `slow`,
+`pid`, `big` (a result of N megabytes) and, with `--many N`, N more; `--token T` makes the HTTP one
+refuse requests without `Authorization: Bearer T`."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def build(name: str, many: int) -> MCPServer:
     def shout(text: str) -> str:
         """The text in capitals (what it got, shown)."""
         return text.upper()
+
+    @server.tool()
+    def contact() -> str:
+        """Where to write (an address the caller never gave)."""
+        return "write to bob@example.com"
 
     @server.tool()
     async def slow(seconds: float) -> str:

@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from llmgw.bus import call, new_fleet_secret, write_secret
+from llmgw.bus import BadRequest, call, new_fleet_secret, write_secret
 from llmgw.proto import KeyCreate, guard, people, tools
 from llmgw.proto.guard import Check, Policy
 from llmgw.proto.people import Tenant, UserCreate
@@ -106,6 +106,13 @@ async def test_a_key_lists_and_calls_its_tenants_tools_over_http_and_stdio_each_
     await _ready(router, nc, search, files)
     listed = await call(nc, tools.MCP_LIST, ToolQuery())
     assert {s.name: s.headers for s in listed.servers} == {"files": {}, "search": {"Authorization": "(hidden)"}}
+    kept = msgspec.json.decode((await router.tools.servers.kv.get("default.search")).value, type=McpServer)
+    replayed = McpServer(name="mine", url="http://127.0.0.1:9/mcp", headers=kept.headers)
+    with pytest.raises(BadRequest, match="not a sealed one"):  # a sealed value sent back elsewhere is refused
+        await call(nc, tools.MCP_PUT, replayed)
+    moved = msgspec.structs.replace(search, url="http://127.0.0.1:9/mcp", headers={"Authorization": "(hidden)"})
+    with pytest.raises(BadRequest, match="give the value of Authorization"):  # a header goes only where it was given
+        await call(nc, tools.MCP_PUT, moved)
     assert TOKEN not in (await router.tools.servers.kv.get("default.search")).value.decode()  # sealed at rest
     _, key = await _key(router)
     async with _client(router, key) as client:
@@ -135,7 +142,7 @@ async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_no
     _, wide = await _key(router, name="wide")
     async with _client(router, wide) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
-        assert listed == {"files__add", "files__echo", "files__pid", "files__shout"}
+        assert listed == {"files__add", "files__contact", "files__echo", "files__pid", "files__shout"}
     async with _client(router, narrow) as client:
         assert (await client.list_tools()).tools == []  # no rights: an empty list, not an error
         refused = await client.call_tool("files__add", {"a": 1, "b": 1})
@@ -205,7 +212,7 @@ async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_
     assert states["default.crowd"].tools == 1000 and "more than 1000 tools" in states["default.crowd"].reason
     _, key = await _key(router)
     async with _client(router, key) as client:
-        assert len((await client.list_tools()).tools) == 1000 + 2 * 6  # the crowd's first thousand, and the rest
+        assert len((await client.list_tools()).tools) == 1000 + 2 * 7  # the crowd's first thousand, and the rest
         huge = await client.call_tool("search__big", {"megabytes": 50})
         assert huge.is_error and "over the 4,194,304 passed back" in _text(huge)
         late = await client.call_tool("lazy__slow", {"seconds": 10})
@@ -225,16 +232,19 @@ async def test_a_policy_covering_tools_redacts_arguments_puts_values_back_and_bl
     _, key = await _key(router)
     async with _client(router, key) as client:
         assert _text(await client.call_tool("files__shout", {"text": "project falcon"})) == "PROJECT FALCON"
-        await call(nc, guard.GUARD_PUT, Policy(name="chats", input=[*pii, codename], output=pii, tools=True))
+        await call(nc, guard.GUARD_PUT, Policy(name="chats", input=[*pii, codename], tools=True))
         said = await client.call_tool("files__shout", {"text": "mail ada@example.com"})
         assert _text(said) == "MAIL ada@example.com"  # the tool saw a placeholder; the value put back
         blocked = await client.call_tool("files__shout", {"text": "status of Project Falcon"})
+        await call(nc, guard.GUARD_PUT, Policy(name="chats", input=[*pii, codename], output=pii, tools=True))
+        told = await client.call_tool("files__contact", {})  # what a tool says is checked on its own
+        assert _text(told) == "write to <EMAIL_1>"  # redacted, and left so
     reason = _text(blocked)
     assert blocked.is_error and "policy 'chats'" in reason and "CODENAME" in reason and "Falcon" not in reason
     await asyncio.sleep(0.3)
     calls = (await call(nc, tools.MCP_CALLS, CallQuery())).calls
-    assert [c.outcome for c in calls] == ["blocked", "ok", "ok"]
-    assert calls[1].arguments == '{"text":"mail <EMAIL_1>"}'  # kept as the tool got it: never the value
+    assert [c.outcome for c in calls] == ["ok", "blocked", "ok", "ok"]
+    assert calls[2].arguments == '{"text":"mail <EMAIL_1>"}'  # kept as the tool got it: never the value
 
 
 VSCODE = {"user-agent": "Visual Studio Code/1.124.0", "content-type": "application/json"}
@@ -297,7 +307,7 @@ async def test_ctl_registers_lists_narrows_and_removes_and_says_what_is_wrong(ro
     assert made.returncode == 0 and "MCP server files of default" in made.stderr, made.stderr
     await _until(lambda: _is(router, "files", "ready"), "files ready")
     listed = (await ctl("mcp", "list")).stdout
-    assert "files" in listed and "stdio" in listed and "ready" in listed and " 6 " in listed
+    assert "files" in listed and "stdio" in listed and "ready" in listed and " 7 " in listed
     narrowed = await ctl("mcp", "allow", "files__add", "--deny", "files__big", "--project", "default")
     assert "project default may use files__add, but not files__big" in narrowed.stderr, narrowed.stderr
     assert "files__add" in (await ctl("mcp", "rules")).stdout
@@ -324,10 +334,13 @@ async def test_over_the_admin_api_an_operator_changes_only_its_tenants_servers_a
             await call(nc, people.USER_CREATE, UserCreate(name=user, tenant=tenant, role=role, by="t"))
             made = await router.accounts.create_key(KeyCreate(name=user, tenant=tenant, owner=user))
             keys[user] = {"authorization": f"Bearer {made.key}"}
-    api, body = f"{router.http.url}/api/v1/mcp-servers", {"transport": "stdio", "command": STDIO.command}
+    api, body = f"{router.http.url}/api/v1/mcp-servers", {"url": "http://127.0.0.1:9/mcp"}
     async with httpx.AsyncClient(timeout=30) as http:
         made = await http.put(f"{api}/lab/files", headers=keys["lab-operator"], json=body)
         assert made.status_code == 200 and made.json()["by"] == "lab-operator", made.text
+        program = {"transport": "stdio", "command": STDIO.command}
+        runs = await http.put(f"{api}/lab/prog", headers=keys["lab-operator"], json=program)
+        assert runs.status_code == 403 and "only an admin registers one" in runs.text
         elsewhere = await http.put(f"{api}/shop/files", headers=keys["lab-operator"], json=body)
         assert elsewhere.status_code == 404 and "No tenant 'shop' among yours" in elsewhere.text
         member = await http.put(f"{api}/lab/other", headers=keys["lab-member"], json=body)

@@ -2,8 +2,10 @@
 narrowing (deny wins within a rule, a level without a rule lets all through); and the strings of
 a tool's arguments found for the guardrails wherever they sit."""
 
+import pytest
+
 from llmgw.proto.tools import ToolRule
-from llmgw.router.tools.leaves import leaves
+from llmgw.router.tools.leaves import TooDeep, leaves
 from llmgw.router.tools.rights import listed_name, may_use, rule_key, split_name
 
 
@@ -51,8 +53,9 @@ def test_every_string_of_a_value_is_found_where_it_sits_and_can_be_replaced():
     assert value == {"to": "ADA@EXAMPLE.COM", "n": 3, "cc": ["BOB@EXAMPLE.COM", {"note": "HI"}], "ok": True}
 
 
-def test_a_value_nested_past_the_deepest_is_not_walked_without_end():
+def test_a_value_nested_past_the_deepest_is_refused_not_passed_unchecked():
     deep: list = ["bottom"]
     for _ in range(200):
         deep = [deep]
-    assert leaves(deep) == []
+    with pytest.raises(TooDeep, match="deeper than 64 levels"):
+        leaves(deep)

@@ -94,9 +94,8 @@ def _attached(args: argparse.Namespace) -> tuple[str, str]:
 
 async def _allow(nc: Client, args: argparse.Namespace) -> int:
     applies_to, target = _attached(args)
-    rule = ToolRule(
-        tenant=args.tenant, applies_to=applies_to, target=target, allow=args.allow or [], deny=args.deny, by=BY
-    )  # type: ignore[arg-type]
+    allow = args.allow or (["*"] if args.deny else [])  # --deny alone: everything else stays allowed
+    rule = ToolRule(tenant=args.tenant, applies_to=applies_to, target=target, allow=allow, deny=args.deny, by=BY)  # type: ignore[arg-type]
     kept = await call(nc, tools.RULE_PUT, rule)
     said = ", ".join(kept.allow) or "no tool"
     return done(args, kept, f"{applies_to} {target or kept.tenant} may use {said}{_but(kept.deny)}")
@@ -107,7 +106,9 @@ def _but(deny: list[str]) -> str:
 
 
 def _allow_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("allow", nargs="*", metavar="PATTERN", help="tools allowed ('files__*'; none: no tool)")
+    parser.add_argument(
+        "allow", nargs="*", metavar="PATTERN", help="tools allowed ('files__*'; none, and no --deny: no tool)"
+    )
     parser.add_argument("--deny", action="append", default=[], metavar="PATTERN", help="tools refused")
     _where(parser)
 

@@ -58,6 +58,8 @@ def _check_tools(who: Principal, endpoint: Endpoint, message: Any) -> None:
     """Another tenant's servers and rules read as not there; changing them takes its operator."""
     missing = f"No tenant '{message.tenant}' among yours: GET /api/v1/mcp-servers lists them."
     who.check_tenant(message.tenant, _least(endpoint), missing, "Changing its MCP servers and tool rules")
+    if endpoint is tools.MCP_PUT and message.transport == "stdio":  # admins pass before this
+        raise Forbidden("A stdio MCP server is a program every router runs as itself: only an admin registers one.")
 
 
 def _check_base(who: Principal, endpoint: Endpoint, message: Any) -> None:

@@ -39,7 +39,8 @@ class Slot:
         rpm, tpm = self.limits.requests_per_minute, self.limits.tokens_per_minute
         if self.cooling_until > now:
             return False
-        return (not rpm or self.requests < rpm) and (not tpm or self.tokens + tokens <= tpm)
+        # a request larger than a key's minute still goes where the key has spent nothing yet
+        return (not rpm or self.requests < rpm) and (not tpm or self.tokens + tokens <= tpm or not self.tokens)
 
 
 class Pool:

@@ -78,8 +78,11 @@ class Providers:
         kept = self._pools.get(name)
         if kept is None or kept[0] != encoded:
             pool = Pool(provider.keys)
-            if kept is not None:  # what each key spent and its cooling carry over a change
-                pool.slots |= {k: s for k, s in kept[1].pool.slots.items() if k in pool.slots}
+            if kept is not None:  # what each key spent and its cooling carry over a change, the key kept
+                same = {
+                    k.name for k in provider.keys if (was := kept[1].pool.slots.get(k.name)) and was.limits.key == k.key
+                }
+                pool.slots |= {k: s for k, s in kept[1].pool.slots.items() if k in same}
                 for key in provider.keys:
                     pool.slots[key.name].limits = key
             secrets = {k.name: self.sealer.open(k.key) for k in provider.keys}

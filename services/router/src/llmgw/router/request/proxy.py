@@ -76,7 +76,10 @@ class Proxy:
                 if answer is None and i == 0 and model.stopped is None and outside is None:  # nothing coming
                     answer, tried = await self._on_replacement(prepared, model, finish, tried)
                 if answer is None and i == 0 and outside is not None:  # its own replicas not ready: outside
-                    answer, tried = await self._on_provider(prepared, outside, finish)
+                    try:
+                        answer, tried = await self._on_provider(prepared, outside, finish)
+                    except NoReadyReplica as exc:  # its keys out: the model's fallbacks, then this said
+                        refused = exc
                 if answer is not None:
                     return answer
                 if i == 0 and len(models) > 1:
@@ -127,8 +130,9 @@ class Proxy:
 
     async def _on_provider(self, prepared: Prepared, outside: Outside, finish: Finish) -> tuple[Answer | Relay, Served]:
         """The request sent to its outside provider with the key least used that has room for it,
-        another key where one is refused (429: cooled as long as the provider says; 401, 403: a
-        key revoked) or fails before answering; 503 naming the provider where no key has room."""
+        another key only where one is refused (429: cooled as long as the provider says; 401,
+        403: a key revoked); 503 naming the provider where no key has room, or where the provider
+        failed before answering (not the key's fault: not asked again with another)."""
         provider, pool = outside.provider, outside.pool
         tokens = reservation(prepared)
         body = msgspec.json.encode({**prepared.body, "model": outside.remote})
@@ -140,18 +144,23 @@ class Proxy:
             if key is None:
                 break
             tried = Served(status=503, model=prepared.model.name, replica=f"provider:{provider.name}", pool=key)
-            counted = _counted(finish, pool, key, tokens)
-            one = Try(self.health, self.metrics, prepared, tried, counted)
+            one = Try(self.health, self.metrics, prepared, tried, _counted(finish, pool, key, tokens))
             headers = {"authorization": f"Bearer {outside.secrets[key]}", "content-type": "application/json"}
-            answer = await self._send_outside(
-                one, (f"{base.scheme}://{base.netloc}", path, body, headers), outside, key
-            )
+            answer: Answer | Relay | str = ""
+            try:
+                request = (f"{base.scheme}://{base.netloc}", path, body, headers)
+                answer = await self._send_outside(one, request, outside, key)
+            finally:
+                if isinstance(answer, str):  # no answer (or the client left): nothing spent, no word on it
+                    one.end(ok=None)
+                    pool.spent(key, tokens, 0, time.time())
             if not isinstance(answer, str):
                 return answer, tried
-            failed = answer
+            if failed := answer:
+                break
         wait = max(1, math.ceil(pool.soonest(time.time())))
         why = (
-            f"did not answer with any of its keys ({failed})"
+            f"failed before answering ({failed})"
             if failed
             else "has every key cooling down or at its limit now (`llmgw ctl provider list` shows which)"
         )
@@ -162,22 +171,18 @@ class Proxy:
     async def _send_outside(
         self, one: Try, request: tuple[str, str, bytes, dict[str, str]], outside: Outside, key: str
     ) -> Answer | Relay | str:
-        """One try on the provider with one key: its answer; or, where it failed before answering
-        (its first byte within its `timeout_s`), why; or "" where it refused the key (cooled)."""
+        """One try on the provider with one key: its answer; or why it failed before answering (a
+        stream's first byte within the provider's `timeout_s`); or "" where it refused the key."""
         origin, path, body, headers = request
+        read_s = outside.provider.timeout_s if one.prepared.streaming else None  # a whole answer: whole first
         try:
-            resp = await self.upstream.post(origin, path, body, headers, read_s=outside.provider.timeout_s)
+            resp = await self.upstream.post(origin, path, body, headers, read_s=read_s)
         except FAILED as exc:
-            one.end(ok=None)
-            self.log.warning("outside provider failed, another key", replica=one.tried.replica, error=described(exc))
-            return (
-                f"no first byte within {outside.provider.timeout_s:g} s"
-                if isinstance(exc, TimeoutError)
-                else described(exc)
-            )
+            self.log.warning("outside provider failed", replica=one.tried.replica, error=described(exc))
+            late = f"no first byte within {outside.provider.timeout_s:g} s"
+            return late if isinstance(exc, TimeoutError) else described(exc)
         if resp.status in (401, 403, 429, 502, 503, 504):
             resp.release()
-            one.end(ok=None)
             if resp.status not in (401, 403, 429):
                 return f"it answered {resp.status}"
             outside.pool.cool(key, resp.status, _seconds(resp.headers.get("retry-after")), time.time())

@@ -4,7 +4,7 @@ Without I/O."""
 
 from __future__ import annotations
 
-__all__ = ["Place", "leaves"]
+__all__ = ["Place", "TooDeep", "leaves"]
 
 Place = tuple[dict | list, str | int]
 """A container and where in it a string sits."""
@@ -12,10 +12,14 @@ Place = tuple[dict | list, str | int]
 _DEEPEST = 64
 
 
+class TooDeep(ValueError):
+    """A value nested deeper than its strings are looked for."""
+
+
 def leaves(value: object, depth: int = 0) -> list[Place]:
-    """Every string in `value` (dicts and lists, to a depth of 64), as (container, key)."""
+    """Every string in `value` (dicts and lists), as (container, key); TooDeep past 64 levels."""
     if depth > _DEEPEST:
-        return []
+        raise TooDeep(f"a value nested deeper than {_DEEPEST} levels")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     out: list[Place] = []
     for key, item in items:

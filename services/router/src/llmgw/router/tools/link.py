@@ -11,11 +11,13 @@ import contextlib
 import time
 from collections.abc import Callable
 
+import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from llmgw.bus import get_logger
 from llmgw.proto.tools import McpServer, ServerState
@@ -71,47 +73,50 @@ class Link:
     def _set(self, state: str, reason: str = "") -> None:
         self.state = ServerState(state=state, reason=reason, tools=len(self.tools), since=self.now())  # type: ignore[arg-type]
 
-    def _client_for(self) -> Client:
+    def _client_for(self, http: httpx2.AsyncClient) -> Client:
         s = self.server
         if s.transport == "stdio":
             params = StdioServerParameters(command=s.command[0], args=s.command[1:], env=s.env or None)
             return Client(stdio_client(params), read_timeout_seconds=s.timeout_s)  # its stderr: the router's
-        http = httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(s.timeout_s))
         return Client(streamable_http_client(s.url, http_client=http), read_timeout_seconds=s.timeout_s)
 
     async def _run(self) -> None:
         failures = 0
         while True:
-            try:
-                async with asyncio.timeout(self.server.timeout_s):
-                    client = await self._client_for().__aenter__()
-            except Exception as exc:  # not reached, not MCP, its program would not start
-                failures += 1
-                self._set("failed", _why("could not connect", exc))
-            else:
-                failures = await self._serve(client, failures)
+            # the SDK leaves a client it is given open: each connection's closed with it
+            async with httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(self.server.timeout_s)) as http:
+                try:
+                    async with asyncio.timeout(self.server.timeout_s):
+                        client = await self._client_for(http).__aenter__()
+                except Exception as exc:  # not reached, not MCP, its program would not start
+                    failures += 1
+                    self._set("failed", _why("could not connect", exc))
+                else:
+                    failures = await self._serve(client, failures)
             await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1] if failures else 0)
 
     async def _serve(self, client: Client, failures: int) -> int:
         """List its tools, and again every `PING_S` until it is lost; how many failures in a row now."""
+        self._lost = lost = asyncio.Event()  # this connection's: a call that fails on it sets it
         try:
             self.tools, left_out = await self._listed(client)
             self._client = client
             self._set("ready", left_out)
             _log.info("mcp server ready", server=self.server.name, tenant=self.server.tenant, tools=len(self.tools))
             failures = 0
-            while not self._lost.is_set():
+            while not lost.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._lost.wait(), PING_S)
-                if not self._lost.is_set():  # listed again: it answers, and its tools are as it has them now
+                    await asyncio.wait_for(lost.wait(), PING_S)
+                if not lost.is_set():  # listed again: it answers, and its tools are as it has them now
                     self.tools, left_out = await self._listed(client)
                     self._set("ready", left_out)
             self._set("failed", "its connection was lost")
+            failures += 1
         except Exception as exc:
             failures += 1
             self._set("failed", _why("it stopped answering", exc))
         finally:
-            self._client, self._lost = None, asyncio.Event()
+            self._client = None
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
         return failures
@@ -133,7 +138,7 @@ class Link:
     async def call(self, tool: str, arguments: dict) -> types.CallToolResult:
         """The tool's result; CallFailed where there is none (not connected, no answer in the
         server's time, a failure on the way, a result over `MOST_RESULT_BYTES`)."""
-        client = self._client
+        client, lost = self._client, self._lost
         if client is None:
             raise CallFailed(
                 "error", f"MCP server '{self.server.name}' is not connected ({self.state.reason or 'yet'})"
@@ -141,10 +146,10 @@ class Link:
         try:
             result = await client.call_tool(tool, arguments, read_timeout_seconds=self.server.timeout_s)
         except Exception as exc:
-            if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+            if isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT):
                 raise CallFailed("timeout", f"no answer within {self.server.timeout_s:g} s") from None
             if _lost(exc):
-                self._lost.set()
+                lost.set()
             raise CallFailed("error", _why("the call failed", exc)) from None
         if (size := _size(result)) > MOST_RESULT_BYTES:
             raise CallFailed("error", f"its result is {size:,} bytes, over the {MOST_RESULT_BYTES:,} passed back")
@@ -152,9 +157,13 @@ class Link:
 
 
 def _lost(exc: BaseException) -> bool:
-    """Whether a failed call means the connection is gone (not just that call)."""
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(w in text for w in ("closed", "connection", "brokenresource", "endofstream"))
+    """Whether a failed call means the connection is gone (not just that call): the transport's
+    own errors, or the SDK saying the connection closed; never what a tool or its server said."""
+    if isinstance(exc, MCPError):
+        return exc.code == types.CONNECTION_CLOSED
+    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError) or (
+        isinstance(exc, httpx2.TransportError)
+    )
 
 
 def _why(what: str, exc: BaseException) -> str:

@@ -37,10 +37,10 @@ from llmgw.proto.tools import (
     ToolRuleList,
     ToolRuleRef,
 )
-from llmgw.router.accounts.sealed import Sealer
+from llmgw.router.accounts.sealed import SEALED, Sealer
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.redact import Redaction
-from llmgw.router.tools.leaves import leaves
+from llmgw.router.tools.leaves import TooDeep, leaves
 from llmgw.router.tools.link import CallFailed, Link
 from llmgw.router.tools.rights import listed_name, may_use, rule_key, split_name
 from llmgw.router.usage.recent import Tail, read_back
@@ -135,7 +135,11 @@ class Tools:
                 self.links.pop(key)[1].stop()
             for key, (encoded, server) in wanted.items():
                 if key not in self.links:
-                    headers = {h: self.sealer.open(v) for h, v in server.headers.items()}
+                    try:
+                        headers = {h: self.sealer.open(v) for h, v in server.headers.items()}
+                    except Exception as exc:  # one server's record must not stop the others' links
+                        _log.warning("an MCP server's headers do not open", server=key, error=type(exc).__name__)
+                        headers = {}
                     link = Link(server, headers)
                     link.start()
                     self.links[key] = (encoded, link)
@@ -150,12 +154,18 @@ class Tools:
             raise BadRequest(f"MCP server {server.name}: a stdio server gives the command the router runs")
         key = f"{server.tenant}.{server.name}"
         was = self.servers.items.get(key)
-        before = was.headers if was else {}
-        headers = {h: before.get(h, "") if v == HIDDEN else self.sealer.seal(v) for h, v in server.headers.items()}
+        before = was.headers if was and was.url == server.url else {}  # kept for the URL they were given for
+        if any(v.startswith(SEALED) for v in server.headers.values()):
+            raise BadRequest(f"MCP server {server.name}: a header's value is the header itself, not a sealed one")
+        if missing := [h for h, v in server.headers.items() if v == HIDDEN and not before.get(h)]:
+            raise BadRequest(
+                f"MCP server {server.name}: give the value of {', '.join(missing)} (a new header, or a new URL)"
+            )
+        headers = {h: before[h] if v == HIDDEN else self.sealer.seal(v) for h, v in server.headers.items()}
         kept = msgspec.structs.replace(server, headers=headers, created=was.created if was else time.time())
         await self.servers.kv.put(key, msgspec.json.encode(kept))
         self.servers.items[key] = kept
-        await self._audit(server.by, "put", server.name, server.tenant, was, kept)
+        await self._audit(server.by, "put", server.name, server.tenant, was and _shown(was), _shown(kept))
         return _shown(kept)
 
     async def list_servers(self, query: ToolQuery) -> McpServerList:
@@ -172,7 +182,7 @@ class Tools:
             raise NotFound(f"tenant {ref.tenant} has no MCP server '{ref.name}': `llmgw ctl mcp list`")
         await self.servers.kv.delete(key)
         self.servers.items.pop(key, None)
-        await self._audit(ref.by, "remove", ref.name, ref.tenant, server, None)
+        await self._audit(ref.by, "remove", ref.name, ref.tenant, _shown(server), None)
         return McpServerList(servers=[_shown(server)])
 
     async def put_rule(self, rule: ToolRule) -> ToolRule:
@@ -273,20 +283,31 @@ class Tools:
         result = await link.call(tool.name, arguments)
         if policy is None or self.guard_texts is None:
             return result
-        texts = [block for block in result.content if isinstance(block, types.TextContent)]
-        checked = await self._checked(policy, [b.text for b in texts], "output", redaction)
+        blocks = [b.resource if isinstance(b, types.EmbeddedResource) else b for b in result.content]
+        texts = [b for b in blocks if isinstance(b, types.TextContent | types.TextResourceContents)]
+        # the values the arguments' checks redacted put back first; then the result's own checks,
+        # whose redactions stay (as an answer's do)
+        output = Redaction()
+        checked = await self._checked(policy, [redaction.restore(b.text) for b in texts], "output", output)
         for block, text in zip(texts, checked, strict=True):
-            block.text = redaction.restore(text)
+            block.text = text
         if result.structured_content is not None:
-            await self._guarded(policy, result.structured_content, "output", redaction)
+            await self._guarded(policy, result.structured_content, "output", output, restore=redaction)
         return result
 
-    async def _guarded(self, policy: Policy, value: dict, way: str, redaction: Redaction) -> None:
-        """The strings in `value` checked in place (output: with their redacted values put back)."""
-        places = leaves(value)
-        checked = await self._checked(policy, [h[k] for h, k in places], way, redaction)  # type: ignore[index]
+    async def _guarded(
+        self, policy: Policy, value: dict, way: str, redaction: Redaction, restore: Redaction | None = None
+    ) -> None:
+        """The strings in `value` checked in place (`restore`'s placeholders put back first); a
+        value nested too deep to be walked is refused, never passed unchecked."""
+        try:
+            places = leaves(value)
+        except TooDeep as exc:
+            raise ToolRefused("blocked", f"{exc}: a guardrail policy checks every string, so it is refused") from None
+        texts = [restore.restore(h[k]) if restore else h[k] for h, k in places]  # type: ignore[index]
+        checked = await self._checked(policy, texts, way, redaction)
         for (holder, k), text in zip(places, checked, strict=True):
-            holder[k] = redaction.restore(text) if way == "output" else text  # type: ignore[index]
+            holder[k] = text  # type: ignore[index]
 
     async def _checked(self, policy: Policy, texts: list[str], way: str, redaction: Redaction) -> list[str]:
         assert self.guard_texts is not None
