@@ -20,8 +20,8 @@ from nats.aio.client import Client
 from nats.errors import AuthorizationError, FlushTimeoutError, NoServersError
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError
+from nats.js.api import ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, BucketNotFoundError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 from opentelemetry import trace
@@ -35,6 +35,7 @@ __all__ = [
     "NatsServer",
     "address_towards",
     "connect",
+    "event_stream",
     "flushed",
     "kv_bucket",
     "kv_keys",
@@ -179,6 +180,20 @@ async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: fl
             storage_replicas=storage_replicas(),
         )
     return kv
+
+
+async def event_stream(js: JetStreamContext, name: str, subjects: list[str], days: float, **more: float) -> bool:
+    """Make sure stream `name` keeps `subjects` for `days` (file storage, `storage_replicas`
+    copies; `more`: other settings, as `duplicate_window`); False where one made otherwise was
+    there already, kept as it is (said once)."""
+    config = StreamConfig(name=name, subjects=subjects, max_age=days * 86400.0, num_replicas=storage_replicas(), **more)
+    try:
+        await js.add_stream(config)
+    except BadRequestError as exc:
+        what = name.removeprefix("llmgw_").replace("_", " ")
+        get_logger("bus").warning(f"{what} stream kept as it is", stream=name, why=exc.description)
+        return False
+    return True
 
 
 async def obs_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:

@@ -92,6 +92,8 @@ class Router:
         self.providers: Providers | None = None
         self.mcp: McpFace | None = None
         self.background: set[asyncio.Task] = set()
+        self.routed = asyncio.Event()
+        """Set once the gateway is there: what is opened beside the routing is wired to it then."""
         self.demand: DemandSignal | None = None
         self.health: Health | None = None
         self.proxy: Proxy | None = None
@@ -148,6 +150,7 @@ class Router:
         gateway.guards = self.guards
         self.guards.ask_judge = gateway.ask_judge  # a judge is asked through the router's own routing
         self.guards.known_model = lambda name: self.directory.model(name) is not None
+        self.routed.set()
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         admin += knowledge_routes(lambda: self.knowledge, self.accounts)
         self.mcp = McpFace(lambda: self.tools, self.accounts.authorize, self.version)
@@ -172,8 +175,8 @@ class Router:
         answers = await Answers.open(ctx.js, ctx.nc, known_tenant)
         answers.model_version = directory.embedding_version
         answers.known_model = lambda name: directory.model(name) is not None
-        while self.gateway is None:  # the routing is started beside this
-            await asyncio.sleep(0.05)
+        await self.routed.wait()  # the routing is started beside this
+        assert self.gateway is not None
         self.knowledge, self.answers = knowledge, answers  # stopped with the router from here on
         self._wire_knowledge(self.gateway)  # wired before anything is asked of them
         await knowledge.serve(ctx)
@@ -185,8 +188,7 @@ class Router:
         sealer = Sealer(self.keys.derive("provider keys"), "provider keys")
         self.providers = providers = await Providers.open(ctx.js, ctx.nc, sealer)
         await providers.serve(ctx)
-        while self.proxy is None or self.directory is None:  # the routing is started beside this
-            await asyncio.sleep(0.05)
+        assert self.proxy is not None and self.directory is not None  # made before this was started
         self.directory.outside, self.proxy.outside = providers.models, providers.route
 
     async def _open_tools(self, ctx: Context) -> None:
@@ -196,16 +198,10 @@ class Router:
         tools = await Tools.open(ctx.js, ctx.nc)
         tools.known_tenant = self.accounts.people.known_tenant
         tools.sealer = Sealer(self.keys.derive("mcp secrets"), "mcp headers")
-        guards = self.guards
-
-        def policy_for(tenant: str, project: str, key_id: str):
-            policy = guards.policy_for(tenant, project, key_id, "")
-            return policy if policy is not None and policy.tools else None
-
-        tools.policy_for = policy_for
+        tools.policy_for = self.guards.tool_policy_for
         await tools.serve(ctx)
-        while self.gateway is None:  # the routing is started beside this
-            await asyncio.sleep(0.05)
+        await self.routed.wait()  # the routing is started beside this
+        assert self.gateway is not None
         tools.guard_texts = self.gateway.guard_tool
         self.tools = tools
 

@@ -14,10 +14,8 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import StreamConfig
-from nats.js.errors import BadRequestError
 
-from llmgw.bus import Context, KvTable, NotFound, get_logger, kv_bucket, spawn, storage_replicas
+from llmgw.bus import Context, KvTable, NotFound, event_stream, get_logger, kv_bucket, spawn
 from llmgw.proto import (
     BUCKETS,
     USAGE_STREAM,
@@ -116,18 +114,8 @@ class Accounts:
         keys = await KvTable.open(js, BUCKETS["keys"], KeyRecord)
         projects = await KvTable.open(js, BUCKETS["projects"], Project)
         quota = Quota(await kv_bucket(js, BUCKETS["limits"], ttl=32 * 86400), router, online=online)
-        usage = StreamConfig(
-            name=USAGE_STREAM,
-            subjects=[router_api.USAGE.all],
-            max_age=usage_days * 86400.0,
-            num_replicas=storage_replicas(),
-            duplicate_window=DEDUP_S,
-        )
-        try:
-            await js.add_stream(usage)
-        except BadRequestError as exc:  # there already, made otherwise (fewer copies, other max_age)
-            get_logger("router").warning("usage stream kept as it is", stream=USAGE_STREAM, why=exc.description)
-            await _remember_ids(js)
+        if not await event_stream(js, USAGE_STREAM, [router_api.USAGE.all], usage_days, duplicate_window=DEDUP_S):
+            await _remember_ids(js)  # there already, made otherwise (fewer copies, other max_age)
         book = await UsageBook.open(nc, js, usage_days, roll=config.usage_summing == "inline")
         accounts = cls(js, keys, projects, quota, book)
         accounts.spool = UsageSpool(config.home() / "router" / "usage-spool", js, USAGE_ACK_S)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.api import StreamConfig
-from nats.js.errors import BadRequestError
 
-from llmgw.bus import audited, get_logger, storage_replicas
+from llmgw.bus import audited, event_stream, get_logger
 from llmgw.proto import AUDIT_STREAM
 from llmgw.proto.people import AUDIT, AuditEntry, AuditLog, AuditQuery
 from llmgw.router.usage.recent import Tail, read_back
@@ -38,13 +36,7 @@ class Audit:
     @classmethod
     async def open(cls, nc, js: JetStreamContext) -> Audit:
         """Make sure the audit stream exists (kept `AUDIT_DAYS`)."""
-        config = StreamConfig(
-            name=AUDIT_STREAM, subjects=[AUDIT.all], max_age=AUDIT_DAYS * 86400.0, num_replicas=storage_replicas()
-        )
-        try:
-            await js.add_stream(config)
-        except BadRequestError as exc:  # there already, made otherwise
-            get_logger("router").warning("audit stream kept as it is", stream=AUDIT_STREAM, why=exc.description)
+        await event_stream(js, AUDIT_STREAM, [AUDIT.all], AUDIT_DAYS)
         return cls(nc, js)
 
     async def record(self, change: AuditEntry, before: object = None, after: object = None) -> None:

@@ -108,6 +108,11 @@ class Guards:
         idx: Index = self.table.derived(index)
         return narrowest(idx, tenant, project, key_id, model)
 
+    def tool_policy_for(self, tenant: str, project: str, key_id: str) -> Policy | None:
+        """The narrowest policy a key's MCP tool calls meet: one that covers tools (None: none)."""
+        policy = narrowest(self.table.derived(index), tenant, project, key_id, "")
+        return policy if policy is not None and policy.tools else None
+
     async def put(self, policy: Policy) -> Policy:
         """Keep a policy once its tenant exists and its patterns compile."""
         self.known_tenant(policy.tenant)

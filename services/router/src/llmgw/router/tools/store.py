@@ -16,10 +16,8 @@ import mcp_types as types
 import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import StreamConfig
-from nats.js.errors import BadRequestError
 
-from llmgw.bus import BadRequest, Context, KvTable, NotFound, get_logger, record_change, storage_replicas
+from llmgw.bus import BadRequest, Context, KvTable, NotFound, event_stream, get_logger, record_change
 from llmgw.proto import BUCKETS, TOOL_STREAM
 from llmgw.proto import tools as tools_api
 from llmgw.proto.guard import Policy
@@ -91,16 +89,7 @@ class Tools:
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client) -> Tools:
         """Watch the servers and rules; make sure the tool-call stream exists."""
-        config = StreamConfig(
-            name=TOOL_STREAM,
-            subjects=[tools_api.TOOL_CALL.all],
-            max_age=CALLS_DAYS * 86400.0,
-            num_replicas=storage_replicas(),
-        )
-        try:
-            await js.add_stream(config)
-        except BadRequestError as exc:  # there already, made otherwise
-            _log.warning("tool-call stream kept as it is", stream=TOOL_STREAM, why=exc.description)
+        await event_stream(js, TOOL_STREAM, [tools_api.TOOL_CALL.all], CALLS_DAYS)
         servers = await KvTable.open(js, BUCKETS["mcp"], McpServer)
         return cls(servers, await KvTable.open(js, BUCKETS["mcp_rules"], ToolRule), nc, js)
 
