@@ -158,6 +158,12 @@ async def test_a_request_without_a_key_is_refused_and_a_stdio_server_that_ends_i
     assert asked.status_code == 401 and asked.headers["www-authenticate"].startswith("Bearer")
     await _ready(router, nc, STDIO)
     _, key = await _key(router)
+    huge = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "files__echo", "arguments": {}}}
+    huge["params"]["arguments"]["text"] = "x" * (5 * 1024 * 1024)
+    async with httpx.AsyncClient(timeout=60) as http:
+        headers = {"authorization": f"Bearer {key}", "accept": "application/json, text/event-stream"}
+        refused = await http.post(f"{router.http.url}/mcp", json=huge, headers=headers)
+    assert refused.status_code == 413  # a body past 4 MiB is refused
     async with _client(router, key) as client:
         first = int(_text(await client.call_tool("files__pid", {})))
         os.kill(first, signal.SIGKILL)
