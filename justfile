@@ -35,6 +35,7 @@ bench:
     python tests/bench/membw.py
     python tests/bench/cpu_speed.py
     python tests/bench/plan_accuracy.py
+    python tests/bench/experts.py
     python tests/bench/plan_fleet.py
     python tests/bench/scheduler.py
     python tests/bench/placement.py

@@ -47,6 +47,8 @@ def test_fields_added_later_leave_running_replicas_fingerprints_as_they_were():
     assert [fingerprint(model, p) for p in model.profiles] == ["e8ebdaa3cb42e74b", "63c9ae602ccf137a"]
     spans = msgspec.structs.replace(model.profiles[0], nodes=2)
     assert fingerprint(model, spans) != "e8ebdaa3cb42e74b"
+    experts = msgspec.structs.replace(model.profiles[1], cpu_moe_layers=4)
+    assert fingerprint(model, experts) != "63c9ae602ccf137a"
 
 
 def test_keep_within_must_be_a_label_name():

@@ -324,3 +324,29 @@ async def test_in_place_is_offered_on_the_card_where_the_scheduler_advises_it(st
     assert done.status_code == 200 and (await get(stack)).model.rollout == "in-place"
     again = await browser.post("/console/models/tiny/restart", {"revision": revision_on(done.text)})
     assert again.status_code == 200 and (await get(stack)).model.rollout == "surge"
+
+
+async def test_resources_change_a_profiles_reservation_and_more_than_any_node_has_is_refused(stack):
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0, cpus=4))
+    before = await put(stack)
+    browser, page = await card(stack)
+    assert "Resources a replica" in page.text
+    too_big = {"revision": revision_on(page.text), "profile": "cpu", "memory_mb": "9000", "cores": ""}
+    refused = await browser.post("/console/models/tiny/resources", too_big)
+    assert refused.status_code == 400 and "the most is 8.0 GiB on node-a: write --memory 8 or less" in refused.text
+    assert 'name="memory_mb" value="9000"' in refused.text and (await get(stack)).revision == before.revision
+    cores = {**too_big, "memory_mb": "", "cores": "5"}
+    refused = await browser.post("/console/models/tiny/resources", cores)
+    assert refused.status_code == 400 and "the most is 4 on node-a: write --cores 4 or fewer" in refused.text
+    done = await browser.post("/console/models/tiny/resources", {**too_big, "memory_mb": "2048", "cores": "2"})
+    assert done.url.path == "/console/models/tiny", done.text
+    assert "tiny: a replica of cpu reserves 2 cores, 2.0 GiB; 1 replica starting again, one at a time." in done.text
+    (profile,) = (await get(stack)).model.profiles
+    assert (profile.host_memory_mb, profile.cpu_cores) == (2048, 2)
+    same = await browser.post(
+        "/console/models/tiny/resources",
+        {**too_big, "revision": revision_on(done.text), "memory_mb": "2048", "cores": ""},
+    )
+    assert "Nothing to change: the values sent are the ones it has." in same.text
+    unknown = await browser.post("/console/models/tiny/resources", {**too_big, "profile": "gpu"})
+    assert unknown.status_code == 400 and "No profile &#39;gpu&#39;; its profiles: cpu." in unknown.text

@@ -83,6 +83,15 @@ def test_a_llama_server_on_two_cards_puts_every_layer_there_split_by_memory():
     assert how.env == {"OMP_PROC_BIND": "close", "CUDA_VISIBLE_DEVICES": "GPU-0,GPU-3", "LLAMA_API_KEY": "K"}
 
 
+def test_a_card_replica_with_experts_on_the_cpu_keeps_the_first_layers_experts_in_host_memory():
+    profile = Profile(name="gpu", gpus=1, cpu_moe_layers=9, cpu_cores=6)
+    how = launch(setup(profile=profile, cards=[card(0)], cpus=16))
+    pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))
+    assert pairs["-ngl"] == "999" and pairs["--n-cpu-moe"] == "9" and pairs["--threads"] == "6"
+    assert "--n-cpu-moe" not in launch(setup(profile=Profile(name="gpu", gpus=1), cards=[card(0)])).argv
+    assert "--n-cpu-moe" not in launch(setup(profile=Profile(cpu_moe_layers=9))).argv  # on the CPU: all there
+
+
 def test_across_nodes_a_cpu_engine_keeps_its_share_of_the_layers_and_sends_the_rest_to_its_workers():
     how = launch(setup(profile=Profile(nodes=3), host="10.0.0.5", rpc=["10.0.0.6:20000", "10.0.0.7:20000"], layers=32))
     pairs = dict(zip(how.argv[1::2], how.argv[2::2], strict=False))

@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from llmgw.bus import BadRequest
-from llmgw.catalog.core import apply_change
+from llmgw.catalog.edits import apply_change
 from llmgw.proto import Model, ModelChange, Profile, Scaling
 from llmgw.proto.catalog import (
     ChangeSpec,

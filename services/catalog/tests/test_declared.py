@@ -76,6 +76,23 @@ def test_a_good_file_gives_its_models():
             "keep_within 'rack' only applies to a replica across nodes; set nodes above 1",
         ),
         (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, cpu_moe_layers: 4}]}\n",
+            "cpu_moe_layers 4 keeps experts in host memory beside cards, and a CPU profile holds every weight",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a, profiles: [{name: g, engine: vllm, gpus: 1, cpu_moe_layers: 4}]}\n",
+            r"cpu_moe_layers is llama.cpp's \(--n-cpu-moe\); drop it or use engine llamacpp",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 1, nodes: 2, cpu_moe_layers: 4}]}"
+            b"\n",
+            "cpu_moe_layers and nodes 2 are one or the other",
+        ),
+        (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 1, args: [--n-cpu-moe, '4']}]}\n",
+            "--n-cpu-moe.*set the profile's cpu_moe_layers",
+        ),
+        (
             b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: c, nodes: 0}]}\n",
             r"Expected `int` >= 1 - at `\$.profiles\[0\].nodes`",
         ),

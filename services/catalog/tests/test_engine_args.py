@@ -6,8 +6,9 @@ import msgspec
 import pytest
 
 from llmgw.bus import BadRequest, call, request_raw
-from llmgw.catalog.core import apply_change, check_model
+from llmgw.catalog.core import check_model
 from llmgw.catalog.declared import load_declared
+from llmgw.catalog.edits import apply_change
 from llmgw.catalog.service import Catalog, CatalogConfig
 from llmgw.proto import Empty, Model, ModelPut, Profile, catalog
 from llmgw.proto.catalog import StopModel

@@ -6,22 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw.bus import BadRequest, BusError, Conflict
-from llmgw.catalog.core import (
+from llmgw.catalog.core import check_editable, check_model, check_removable, counts_of, tally_purge
+from llmgw.catalog.edits import (
     apply_change,
-    check_editable,
-    check_model,
-    check_removable,
-    counts_of,
     restart,
     scale,
     set_aliases,
     set_context,
     set_gpus,
     set_replicas,
+    set_resources,
     start,
     stop,
     strip_gpu_args,
-    tally_purge,
 )
 from llmgw.proto import FilePlace, Model, ModelEntry, Profile, Scaling, WeightsDeleted, fingerprint
 from llmgw.proto.catalog import (
@@ -194,6 +191,22 @@ def test_the_fingerprint_ignores_counts_but_not_the_context_or_the_cards():
     assert fingerprint(m, m.profiles[0]) != fingerprint(more, more.profiles[0])
     shorter = set_context(m, None, 512)
     assert fingerprint(m, m.profiles[0]) == fingerprint(shorter, shorter.profiles[0])  # applies at once
+    roomier = set_resources(m, "cpu", 32 * 1024, 8)
+    assert fingerprint(m, m.profiles[1]) != fingerprint(roomier, roomier.profiles[1])  # its replicas are replaced
+    assert fingerprint(m, m.profiles[0]) == fingerprint(roomier, roomier.profiles[0])  # the other's are not
+
+
+def test_resources_change_one_profiles_memory_or_cores_and_keep_what_is_not_said():
+    m = two_profiles()
+    cpu = {p.name: p for p in m.profiles}["cpu"]
+    more = {p.name: p for p in set_resources(m, "cpu", 48 * 1024, None).profiles}["cpu"]
+    assert (more.host_memory_mb, more.cpu_cores) == (48 * 1024, cpu.cpu_cores)
+    cores = {p.name: p for p in set_resources(m, "cpu", None, 12).profiles}["cpu"]
+    assert (cores.host_memory_mb, cores.cpu_cores) == (cpu.host_memory_mb, 12)
+    with pytest.raises(BadRequest, match="has no profile big; its profiles: cpu, gpu"):
+        set_resources(m, "big", 1024, None)
+    with pytest.raises(BadRequest, match="say what to change: --memory GB, --cores N, or both"):
+        set_resources(m, "cpu", None, None)
 
 
 def test_a_restart_makes_every_replica_stale_and_a_stopped_model_cannot_restart():

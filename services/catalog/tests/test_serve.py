@@ -4,6 +4,8 @@
 import msgspec
 import pytest
 
+from libs.modelplan.tests.shapes import FILE as MOE_FILE
+from libs.modelplan.tests.shapes import MOE
 from llmgw.bus import BadRequest
 from llmgw.catalog.serve import (
     check_serve,
@@ -12,7 +14,7 @@ from llmgw.catalog.serve import (
     serve_plan,
 )
 from llmgw.catalog.served import default_name, parse_replicas, served_model
-from llmgw.modelplan import CardGroup
+from llmgw.modelplan import CardGroup, experts_host_bytes, experts_on_host_mb
 from llmgw.proto import CpuCalibration
 from llmgw.proto.catalog import ServeModel, ServePlanAsk
 from services.catalog.tests.serve_fleet import BIG, GIB, SOURCE, l40s, node
@@ -311,3 +313,25 @@ def test_a_judges_plan_says_how_soon_a_verdict_comes_and_puts_the_way_within_the
     big = serve_plan(ServePlanAsk(source=SOURCE, cores=4, judge=True), BIG, 0, [node("cpu-1")])
     assert big.ways[0].verdict_s > JUDGE_BOUND_S
     assert any("no way gives a verdict within 1 s" in w for w in big.warnings), big.warnings
+
+
+def test_a_model_of_experts_larger_than_the_card_is_offered_on_it_with_experts_on_the_cpu():
+    fleet = [node("box", cpus=16, memory_gb=128, all_gbs=60.0, one_gbs=12.0, cards=[rtx4090()])]
+    plan = serve_plan(ServePlanAsk(source=SOURCE, cores=8), MOE_FILE, 131072, fleet)
+    card, cpu = plan.ways
+    assert (card.kind, card.cards, card.card_class) == ("gpu", 1, "rtx4090-24g")
+    assert 0 < card.experts_on_cpu < MOE.layers and card.memory_mb <= 24 * GIB
+    assert card.host_mb == experts_on_host_mb(MOE, card.experts_on_cpu) and card.nodes_fit == ["box"]
+    assert card.more_replicas == 1 and card.tokens_per_s > cpu.tokens_per_s and cpu.kind == "cpu"
+    assert card.weights_mb == -(-(MOE.weight_bytes - experts_host_bytes(MOE, card.experts_on_cpu)) // 2**20)
+    chosen, _ = choose_ways(plan, ServeModel(source=SOURCE), fleet_cards=1)
+    assert chosen is card
+    said = check_serve(card, plan, cpu_anyway=False)
+    assert all("experts of" in w for w in said if "tokens a second" in w)
+    (profile,) = served_model(ServeModel(source=SOURCE, cores=8), plan, card, None).profiles
+    assert (profile.gpus, profile.cpu_moe_layers, profile.cpu_cores) == (1, card.experts_on_cpu, 8)
+    assert profile.host_memory_mb is None  # placement works the experts' memory out from the header
+
+
+def rtx4090(count=1, free=1):
+    return CardGroup(cls="rtx4090-24g", memory_mb=24 * GIB, count=count, free=free)

@@ -16,6 +16,7 @@ from llmgw.proto.catalog import (
     SetGpus,
     SetOwner,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -61,6 +62,11 @@ def change(*words):
         (["context", "m", "4096", "--max-output", "512"], SetContext(name="m", by="ctl", context=4096, max_output=512)),
         (["context", "m", "--max-output", "512"], SetContext(name="m", by="ctl", max_output=512)),
         (["gpus", "m", "gpu=2", "--in-place"], SetGpus(name="m", by="ctl", gpus={"gpu": 2}, in_place=True)),
+        (
+            ["resources", "m", "cpu", "--memory", "16", "--cores", "8", "--in-place"],
+            SetResources(name="m", by="ctl", profile="cpu", memory_mb=16384, cores=8, in_place=True),
+        ),
+        (["resources", "m", "gpu", "--cores", "4"], SetResources(name="m", by="ctl", profile="gpu", cores=4)),
         (["class", "m", "batch"], SetClass(name="m", by="ctl", capacity_class="batch")),
         (["owner", "m", "ml-team"], SetOwner(name="m", by="ctl", owner="ml-team")),
         (
@@ -80,6 +86,8 @@ def test_each_change_verb_makes_its_own_kind_of_change(words, expected):
         (["alias", "m"], "--add ALIAS or --drop ALIAS"),
         (["scale", "m", "-1"], r"Expected `int` >= 0 - at `\$.scaling.min`"),
         (["context", "m"], "a context, --max-output, or both"),
+        (["resources", "m", "cpu"], "--memory GB, --cores N, or both"),
+        (["resources", "m", "cpu", "--cores", "0"], r"Expected `int` >= 1 - at `\$.cores`"),
     ],
 )
 def test_a_change_that_cannot_be_made_from_its_words_says_why(words, message):

@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from llmgw.modelplan import Shape, llamacpp_memory
+from libs.modelplan.tests.shapes import MOE
+from llmgw.modelplan import Shape, experts_on_host_mb, fewest_cpu_moe_layers, llamacpp_memory
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, Scaling
 from llmgw.scheduler.core import Actual, Desired, NodeView, reconcile
 from llmgw.scheduler.placement import kv_cache_type, need_of
@@ -126,3 +127,27 @@ def test_a_card_profile_whose_context_fits_the_card_is_placed_on_it():
     model = Model(name="m", source=SOURCE, context=131072, profiles=[Profile(name="gpu", gpus=1)])
     plan = run(model, [node("a", 64 * 1024, cards=2)], {SOURCE: EIGHT_B})
     assert [(s.replica.node, s.replica.gpus) for s in plan.starts] == [("a", ["a-0"])]
+
+
+def test_a_card_profile_with_experts_on_the_cpu_takes_the_card_for_the_rest_and_host_memory_for_them():
+    n = fewest_cpu_moe_layers(MOE, 8192, 2, 1, 24 * 1024 * 0.95)
+    need = need_of(Profile(gpus=1, cpu_moe_layers=n), MOE.weight_bytes, MOE, 8192)
+    assert need.card_mb == llamacpp_memory(MOE, 8192, 2, cards=1, cpu_moe=n).mib <= 24 * 1024
+    assert need.memory_mb == experts_on_host_mb(MOE, n) > 0
+    assert f"and {need.memory_mb} MiB of experts in host memory" in need.sizing
+    given = need_of(Profile(gpus=1, cpu_moe_layers=n, host_memory_mb=70_000), MOE.weight_bytes, MOE, 8192)
+    assert given.memory_mb == 70_000  # the operator's figure wins
+
+
+def test_experts_on_the_cpu_are_placed_by_both_memories_the_cards_and_the_hosts():
+    n = fewest_cpu_moe_layers(MOE, 8192, 2, 1, 24 * 1024 * 0.95)
+    model = Model(name="m", source=SOURCE, context=8192, profiles=[Profile(name="gpu", gpus=1, cpu_moe_layers=n)])
+    small_host = node("a", 16 * 1024, cards=1, card_mb=24 * 1024)
+    plan = run(model, [small_host, node("b", 128 * 1024, cards=1, card_mb=24 * 1024)], {SOURCE: MOE})
+    assert [(s.replica.node, s.replica.gpus, s.replica.memory_mb) for s in plan.starts] == [
+        ("b", ["b-0"], experts_on_host_mb(MOE, n))
+    ]
+    parked = run(model, [small_host], {SOURCE: MOE})
+    assert parked.starts == [] and f"a: memory: needs {experts_on_host_mb(MOE, n)} MiB" in parked.unplaced["m"]
+    whole = Model(name="m", source=SOURCE, context=8192, profiles=[Profile(name="gpu", gpus=1)])
+    assert run(whole, [node("b", 128 * 1024, cards=1, card_mb=24 * 1024)], {SOURCE: MOE}).starts == []

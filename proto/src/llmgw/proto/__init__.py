@@ -57,6 +57,7 @@ from llmgw.proto.catalog import (
     SetGpus,
     SetOwner,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -181,6 +182,7 @@ __all__ = [
     "SetGpus",
     "SetOwner",
     "SetReplicas",
+    "SetResources",
     "Shape",
     "SkippedFile",
     "StartModel",

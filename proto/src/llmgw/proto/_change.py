@@ -21,6 +21,7 @@ __all__ = [
     "SetGpus",
     "SetOwner",
     "SetReplicas",
+    "SetResources",
     "StartModel",
     "StopModel",
 ]
@@ -94,6 +95,20 @@ class SetGpus(ChangeSpec, kw_only=True, tag_field="action", tag="gpus"):
     """Stop each replica before its replacement starts (no room beside it)."""
 
 
+class SetResources(ChangeSpec, kw_only=True, tag_field="action", tag="resources"):
+    """What one replica of a profile reserves on its node: host memory and cores."""
+
+    profile: Name
+    """The profile to change."""
+    memory_mb: Positive | None = None
+    """Host memory a replica reserves, MiB (a CPU replica's weights and cache; beside cards, what
+    stays in host memory); None: unchanged."""
+    cores: Positive | None = None
+    """Cores (engine threads) a replica reserves; None: unchanged."""
+    in_place: bool = False
+    """Stop each replica before its replacement starts (no room beside it)."""
+
+
 class SetClass(ChangeSpec, kw_only=True, tag_field="action", tag="class"):
     """The capacity class: a higher class may take room from a lower one."""
 
@@ -124,6 +139,7 @@ ModelChange = Annotated[
     | SetReplicas
     | SetContext
     | SetGpus
+    | SetResources
     | SetClass
     | SetOwner
     | SetAliases,

@@ -26,6 +26,6 @@ def fingerprint(model: Model, profile: Profile) -> str:
     return hashlib.sha256(msgspec.json.encode([model.source, model.context, model.generation, kept])).hexdigest()[:16]
 
 
-_ADDED = {"nodes": 1, "keep_within": "", "min_card_mb": 0, "min_compute": "", "kv_events": False}
+_ADDED = {"nodes": 1, "keep_within": "", "min_card_mb": 0, "min_compute": "", "kv_events": False, "cpu_moe_layers": 0}
 """Profile fields added after replicas were first fingerprinted: left out at their defaults, so
 an upgrade does not make every running replica stale."""

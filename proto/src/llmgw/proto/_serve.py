@@ -48,6 +48,11 @@ class ServeWay(Struct, kw_only=True):
     """The KV cache for the context and slots."""
     buffers_mb: NonNegative = 0
     """Compute buffers and a margin."""
+    experts_on_cpu: NonNegative = 0
+    """On cards, a model of experts: the layers whose experts stay in host memory and run on the
+    CPU (llama.cpp's --n-cpu-moe), the fewest that let the rest fit the card; 0: all on the cards."""
+    host_mb: NonNegative = 0
+    """Host memory those experts take beside the cards, MiB."""
     node: str = ""
     """The node its speed was reckoned on (the fastest where it fits now, if any)."""
     nodes_fit: list[str] = field(default_factory=list)

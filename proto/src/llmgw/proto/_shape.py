@@ -28,6 +28,11 @@ class Shape(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of every weight by tensor type ("Q4_1": ...): each type's arithmetic costs its own."""
     experts: int = 0
     experts_used: int = 0
+    expert_bytes: int = 0
+    """Of `weight_bytes`, the routed experts' tensors: what llama.cpp's --n-cpu-moe may keep in
+    host memory (0: a dense model, or a config.json, which does not say)."""
+    first_expert_layer: int = 0
+    """The first layer holding routed experts (the ones before it are dense)."""
 
 
 class ModelFacts(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from llmgw.proto._change import (
     SetGpus,
     SetOwner,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SetGpus",
     "SetOwner",
     "SetReplicas",
+    "SetResources",
     "StartModel",
     "StopModel",
 ]
@@ -119,6 +121,12 @@ class Profile(Struct, kw_only=True, frozen=True):  # frozen as its model is
     """Labels a node must have."""
     weight: Positive = 1
     """Router weight among replicas of one pool."""
+    cpu_moe_layers: NonNegative = 0
+    """llama.cpp on cards, a model of experts: the routed experts of its first N layers stay in
+    host memory and run on the CPU (`--n-cpu-moe N`), the rest on the cards. For a model of
+    experts whose weights do not fit its cards but whose dense part does; the serve plan works
+    out the fewest layers. Placement reserves those experts' memory on the node (host_memory_mb,
+    where given, overrides). 0: every layer on the cards."""
     kv_events: bool = False
     """vLLM only: the engine publishes what its prefix cache holds (KV events over ZMQ) and the
     router sends each request to the replica holding most of its prompt's leading blocks. It

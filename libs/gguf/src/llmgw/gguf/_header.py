@@ -24,6 +24,7 @@ __all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model"
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Sanity bounds: a file past them is not a GGUF model, whatever its first four bytes say.
 _MAX_COUNT = 1 << 24
 _MAX_STRING = 1 << 28
@@ -81,6 +82,8 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of every tensor, in all parts."""
     expert_bytes: int = 0
     """Of those, the routed experts' tensors (a token reads `expert_used_count` of them)."""
+    first_expert_layer: int = 0
+    """The first block (`blk.N.`) holding routed experts; the ones before it are dense."""
     type_bytes: dict[str, int] = msgspec.field(default_factory=dict)
     """Tensor bytes by tensor type ("Q4_K": ...)."""
     split_count: int = 1
@@ -191,6 +194,7 @@ class _Parsed(NamedTuple):
     parameters: int
     tensor_bytes: int
     expert_bytes: int
+    first_expert_layer: int
     header_bytes: int
     type_bytes: dict[str, int]
 
@@ -215,6 +219,7 @@ def _parse(src: ByteSource) -> _Parsed:
         vtype = r.scalar("<I", f"the type of '{key}'")
         meta[key] = r.value(vtype, f"'{key}'")
     parameters = tensor_bytes = expert_bytes = data_end = 0
+    first_expert = -1
     type_bytes: dict[str, int] = {}
     for i in range(n_tensors):
         name = r.string(f"the name of tensor {i}")
@@ -236,6 +241,9 @@ def _parse(src: ByteSource) -> _Parsed:
         type_bytes[type_name] = type_bytes.get(type_name, 0) + nbytes
         if "_exps." in name:  # routed experts; shared ones are '_shexp'
             expert_bytes += nbytes
+            block = _BLOCK.match(name)
+            if block and (first_expert < 0 or int(block[1]) < first_expert):
+                first_expert = int(block[1])
     alignment = int(meta.get("general.alignment", 32) or 32)
     header_bytes = -(-r.pos // alignment) * alignment
     size = src.size()
@@ -244,7 +252,8 @@ def _parse(src: ByteSource) -> _Parsed:
             f"{src.where}: cut short: its tensors end at byte {header_bytes + data_end} but it has "
             f"{size} bytes; the file is truncated or still being written"
         )
-    return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, header_bytes, type_bytes)
+    first = max(first_expert, 0)
+    return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, first, header_bytes, type_bytes)
 
 
 def read_header(where: str | Path, client: httpx.Client | None = None) -> Header:
@@ -291,6 +300,7 @@ def read_header(where: str | Path, client: httpx.Client | None = None) -> Header
         parameters=parsed.parameters,
         tensor_bytes=parsed.tensor_bytes,
         expert_bytes=parsed.expert_bytes,
+        first_expert_layer=parsed.first_expert_layer,
         type_bytes=parsed.type_bytes,
         split_count=int(meta.get("split.count", 1) or 1),
         header_bytes=parsed.header_bytes,
@@ -324,6 +334,7 @@ def read_model(where: str | Path, client: httpx.Client | None = None) -> Header:
         parameters=sum(h.parameters for h in every),
         tensor_bytes=sum(h.tensor_bytes for h in every),
         expert_bytes=sum(h.expert_bytes for h in every),
+        first_expert_layer=min((h.first_expert_layer for h in every if h.expert_bytes), default=0),
         type_bytes=types,
         file_type=first.file_type or _file_type_name(None, types),
         split_count=len(parts),

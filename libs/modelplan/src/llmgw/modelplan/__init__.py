@@ -5,6 +5,7 @@ I/O (as every module under it).
   per card; vLLM's KV blocks; tensor parallel only where it splits the KV heads.
 - speed: one reply's tokens a second, on CPUs from the threads' memory rate (calibrated per node
   where `llmgw plan calibrate` ran), on cards from their bandwidth.
+- experts: a model of experts on cards with some layers' experts in host memory (--n-cpu-moe).
 - options: every way each file runs on a fleet, ranked best first.
 - cards: which cards a profile may run on and which a replica takes (placement and agent alike).
 - engine args: the flags and environment a profile may give its engine (catalog and agent alike).
@@ -12,6 +13,7 @@ I/O (as every module under it).
 
 from llmgw.modelplan._cards import FOREIGN_LIMIT_MB, card_fits, card_room, choose_cards, class_bandwidth, usable_cards
 from llmgw.modelplan._engine_args import ENGINE_ENV, ENGINE_FLAGS, check_engine_args
+from llmgw.modelplan._experts import experts_on_host_mb, fewest_cpu_moe_layers, has_experts, hybrid_tokens_per_second
 from llmgw.modelplan._fit import Fitted, Measured, fit_cpu, holdout_error, judge_fit, worst_error
 from llmgw.modelplan._memory import (
     KV_CACHE_TYPES,
@@ -19,6 +21,7 @@ from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
     compute_buffer_bytes,
+    experts_host_bytes,
     facts_from_gguf,
     kv_bytes_per_token,
     llamacpp_memory,
@@ -86,10 +89,15 @@ __all__ = [
     "cpu_token_costs",
     "cpu_tokens_at",
     "cpu_tokens_per_second",
+    "experts_host_bytes",
+    "experts_on_host_mb",
     "facts_from_gguf",
+    "fewest_cpu_moe_layers",
     "fit_cpu",
     "gpu_tokens_per_second",
+    "has_experts",
     "holdout_error",
+    "hybrid_tokens_per_second",
     "judge_fit",
     "kv_bytes_per_token",
     "llamacpp_memory",

@@ -16,6 +16,7 @@ __all__ = [
     "Shape",
     "active_type_bytes",
     "compute_buffer_bytes",
+    "experts_host_bytes",
     "facts_from_gguf",
     "kv_bytes_per_token",
     "llamacpp_memory",
@@ -66,6 +67,8 @@ def shape_from_gguf(h: Header) -> Shape:
         type_bytes=dict(h.type_bytes),
         experts=h.expert_count,
         experts_used=h.expert_used_count,
+        expert_bytes=h.expert_bytes,
+        first_expert_layer=h.first_expert_layer,
     )
 
 
@@ -160,13 +163,25 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
         return -(-self.total // 2**20)
 
 
-def llamacpp_memory(shape: Shape, context: int, slots: int = 1, cards: int = 0, cache: str = "f16") -> Memory:
+def experts_host_bytes(shape: Shape, cpu_moe: int) -> int:
+    """Bytes of routed experts `--n-cpu-moe cpu_moe` keeps in host memory: those of the layers
+    before `cpu_moe` that hold experts (the leading dense layers hold none)."""
+    moved = min(max(cpu_moe, 0), shape.layers) - shape.first_expert_layer
+    if moved <= 0 or not shape.expert_bytes:
+        return 0
+    return shape.expert_bytes * moved // max(shape.layers - shape.first_expert_layer, 1)
+
+
+def llamacpp_memory(
+    shape: Shape, context: int, slots: int = 1, cards: int = 0, cache: str = "f16", cpu_moe: int = 0
+) -> Memory:
     """llama.cpp: all on the CPU (cards=0), or its layers split evenly over `cards` cards (per card).
 
-    `context` is llama-server's -c, shared by its `slots` (-np).
+    `context` is llama-server's -c, shared by its `slots` (-np). On cards, `cpu_moe` layers'
+    experts stay in host memory (`--n-cpu-moe`): out of the cards' weights (`experts_host_bytes`).
     """
     share = max(cards, 1)
-    weights = shape.weight_bytes // share
+    weights = (shape.weight_bytes - (experts_host_bytes(shape, cpu_moe) if cards else 0)) // share
     kv = int(kv_bytes_per_token(shape, cache) * context) // share
     return Memory(
         weights=weights,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
+from llmgw.modelplan._experts import experts_on_host_mb, fewest_cpu_moe_layers, hybrid_tokens_per_second
 from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
@@ -111,13 +112,31 @@ class Option(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_second: float
     kv_per_1000_mb: float
     """What 1000 tokens of context cost in KV cache, MiB (whole model)."""
+    cpu_moe_layers: int = 0
+    """On cards: layers whose experts stay in host memory (llama.cpp's --n-cpu-moe); 0: none."""
+    host_mb: int = 0
+    """On cards: host memory those experts take, MiB (the CPU's share of the work)."""
 
     @property
     def free_now(self) -> bool:
         return self.nodes_free > 0
 
 
-def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None):
+class _Seen(NamedTuple):
+    """One way on one node: what it takes there and how fast it answers."""
+
+    key: tuple[str, str, int, bool]
+    """Engine, device, cards, tensor parallel."""
+    threads: int
+    need: int
+    have: int
+    free: bool
+    tps: float
+    cpu_moe: int = 0
+    host_mb: int = 0
+
+
+def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None) -> _Seen | None:
     if f.format != "gguf" or "llamacpp" not in node.engines:
         return None
     need = llamacpp_memory(f.shape, context, slots).mib
@@ -133,26 +152,51 @@ def _cpu_way(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: i
         active_type_bytes(f.shape),
         f.shape.layers,
     )
-    return ("llamacpp", "cpu", 0, False), t, need, node.memory_available_mb, need <= node.memory_available_mb, tps
+    free = need <= node.memory_available_mb
+    return _Seen(("llamacpp", "cpu", 0, False), t, need, node.memory_available_mb, free, tps)
 
 
-def _card_ways(f: FileFacts, node: NodeFacts, context: int, slots: int):
+def _llamacpp_on_cards(  # noqa: PLR0913 - the file, the node and its cards, how many, the context, the slots, threads
+    f: FileFacts, node: NodeFacts, group: CardGroup, n: int, context: int, slots: int, threads: int | None
+) -> _Seen | None:
+    """llama.cpp on `n` cards of `group`: every layer there, or (a model of experts too large for
+    them) the fewest layers' experts in host memory, if the node has the memory for them."""
+    card = card_of(group.cls)
+    bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
     kv_at_depth = int(kv_bytes_per_token(f.shape) * context / max(slots, 1) / 2)  # a reply half-way into its slot
+    moe = fewest_cpu_moe_layers(f.shape, context, slots, n, group.memory_mb * CARD_USABLE)
+    if moe < 0:
+        return None
+    need = llamacpp_memory(f.shape, context, slots, cards=n, cpu_moe=moe).mib
+    if not moe:
+        tps = gpu_tokens_per_second(f.shape.active_bytes, kv_at_depth, bandwidth, n, tensor_parallel=False)
+        return _Seen(("llamacpp", group.cls, n, False), 0, need, group.memory_mb, n <= group.free, tps)
+    host = experts_on_host_mb(f.shape, moe)
+    if host > node.memory_total_mb:
+        return None
+    t = cpu_threads(threads, node.cpus)
+    rates = (node.membw_all_gbs, node.membw_one_gbs, t)
+    tps = hybrid_tokens_per_second(f.shape, moe, kv_at_depth, bandwidth, rates, node.calibration or DEFAULT_CPU)
+    free = n <= group.free and host <= node.memory_available_mb
+    return _Seen(("llamacpp", group.cls, n, False), t, need, group.memory_mb, free, tps, moe, host)
+
+
+def _card_ways(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None):
+    kv_at_depth = int(kv_bytes_per_token(f.shape) * context / max(slots, 1) / 2)
     for group in node.cards:
         card = card_of(group.cls)
         bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
         n = 1
         while n <= group.count:
             if f.format == "gguf" and "llamacpp" in node.engines:
-                need = llamacpp_memory(f.shape, context, slots, cards=n).mib
-                if need <= group.memory_mb * CARD_USABLE:
-                    tps = gpu_tokens_per_second(f.shape.active_bytes, kv_at_depth, bandwidth, n, tensor_parallel=False)
-                    yield ("llamacpp", group.cls, n, False), 0, need, group.memory_mb, n <= group.free, tps
+                way = _llamacpp_on_cards(f, node, group, n, context, slots, threads)
+                if way:
+                    yield way
             if f.format == "safetensors" and "vllm" in node.engines and splits_kv_heads(f.shape, n):
                 need = vllm_memory(f.shape, context, n).mib
                 if need <= group.memory_mb * VLLM_UTILISATION:
                     tps = gpu_tokens_per_second(f.shape.active_bytes, kv_at_depth, bandwidth, n, tensor_parallel=True)
-                    yield ("vllm", group.cls, n, True), 0, need, group.memory_mb, n <= group.free, tps
+                    yield _Seen(("vllm", group.cls, n, True), 0, need, group.memory_mb, n <= group.free, tps)
             n *= 2
 
 
@@ -161,15 +205,15 @@ class _Best:
 
     def __init__(self) -> None:
         self.rank: tuple[bool, float] | None = None
-        self.node, self.threads, self.need, self.have, self.tps = "", 0, 0, 0, 0.0
+        self.node, self.way = "", None
         self.free = self.fit = 0
 
-    def see(self, node: str, threads: int, need: int, have: int, free: bool, tps: float) -> None:
+    def see(self, node: str, way: _Seen) -> None:
         self.fit += 1
-        self.free += free
-        if self.rank is None or (free, tps) > self.rank:
-            self.rank = (free, tps)
-            self.node, self.threads, self.need, self.have, self.tps = node, threads, need, have, tps
+        self.free += way.free
+        if self.rank is None or (way.free, way.tps) > self.rank:
+            self.rank = (way.free, way.tps)
+            self.node, self.way = node, way
 
 
 def options(
@@ -185,14 +229,16 @@ def options(
     for f in files:
         best: dict[tuple[str, str, int, bool], _Best] = {}
         for node in nodes:
-            ways = list(_card_ways(f, node, context, slots))
+            ways = list(_card_ways(f, node, context, slots, threads))
             cpu = _cpu_way(f, node, context, slots, threads)
             if cpu:
                 ways.append(cpu)
-            for key, t, need, have, free, tps in ways:
-                best.setdefault(key, _Best()).see(node.name, t, need, have, free, tps)
+            for way in ways:
+                best.setdefault(way.key, _Best()).see(node.name, way)
         kv_1000 = kv_bytes_per_token(f.shape) * 1000 / 2**20
         for (engine, device, cards, tp), b in best.items():
+            w = b.way
+            assert w is not None  # every _Best has seen a way
             out.append(
                 Option(
                     file=f.name,
@@ -200,14 +246,16 @@ def options(
                     device=device,
                     cards=cards,
                     tensor_parallel=tp,
-                    threads=b.threads,
-                    need_mb=b.need,
-                    have_mb=b.have,
+                    threads=w.threads,
+                    need_mb=w.need,
+                    have_mb=w.have,
                     node=b.node,
                     nodes_free=b.free,
                     nodes_fit=b.fit,
-                    tokens_per_second=round(b.tps, 2),
+                    tokens_per_second=round(w.tps, 2),
                     kv_per_1000_mb=round(kv_1000, 2),
+                    cpu_moe_layers=w.cpu_moe,
+                    host_mb=w.host_mb,
                 )
             )
     out.sort(key=lambda o: (not o.free_now, -o.tokens_per_second, o.cards))

@@ -125,7 +125,8 @@ def launch(setup: EngineSetup) -> Launch:
     """The engine's command line and environment for one replica, listening on `setup.host`.
 
     llama-server: always explicit -c, -np and -ngl; on cards, every layer there and split by the
-    cards' memory. Across nodes (`rpc`: the workers' host:port), the layers go to the workers as
+    cards' memory, but for the experts of the profile's `cpu_moe_layers` first layers (in host
+    memory). Across nodes (`rpc`: the workers' host:port), the layers go to the workers as
     well: on cards every layer is offloaded and split by free memory; on the CPU this node keeps
     its share of the `layers` and the rest go to the workers. vLLM: tensor parallel over its
     cards, a memory pool, the context as the longest sequence, and (with a KV events port)
@@ -172,6 +173,8 @@ def _llama_server(s: EngineSetup) -> list[str]:
     argv += ["--alias", s.model.name]
     if s.model.kind == "embedding":  # /v1/embeddings, pooled as its header says; chats are refused (501)
         argv += ["--embedding"]
+    if s.cards and s.profile.cpu_moe_layers:  # the first N layers' experts in host memory
+        argv += ["--n-cpu-moe", str(s.profile.cpu_moe_layers)]
     if s.rpc:
         argv += ["--rpc", ",".join(s.rpc)]
     elif len(s.cards) > 1:

@@ -82,8 +82,8 @@ def _room(o: Option, node: NodeFacts) -> int:
     """Replicas of way `o` that fit on `node` now."""
     if o.device == "cpu":
         return node.memory_available_mb // max(o.need_mb, 1)
-    free = sum(g.free for g in node.cards if g.cls == o.device)
-    return free // max(o.cards, 1)
+    free = sum(g.free for g in node.cards if g.cls == o.device) // max(o.cards, 1)
+    return min(free, node.memory_available_mb // o.host_mb) if o.host_mb else free
 
 
 def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, NodeFacts]]) -> ServeWay:
@@ -91,7 +91,7 @@ def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, No
     (else the fastest), fitting now on those with room."""
     best, node = max(seen, key=lambda s: (s[0].free_now, s[0].tokens_per_second))
     fit = [(o, n) for o, n in seen if o.free_now]
-    memory = llamacpp_memory(facts.shape, context, slots, cards=best.cards)
+    memory = llamacpp_memory(facts.shape, context, slots, cards=best.cards, cpu_moe=best.cpu_moe_layers)
     tps = best.tokens_per_second
     card = card_of(best.device) if best.device != "cpu" else None
     prefill = prefill_tokens_per_second(facts.shape.parameters, best.threads, card, max(best.cards, 1))
@@ -104,6 +104,8 @@ def _way(facts: FileFacts, context: int, slots: int, seen: list[tuple[Option, No
         weights_mb=_mib(memory.weights),
         kv_mb=_mib(memory.kv),
         buffers_mb=_mib(memory.compute + memory.margin),
+        experts_on_cpu=best.cpu_moe_layers,
+        host_mb=best.host_mb,
         node=node.name,
         nodes_fit=sorted(n.name for _, n in fit),
         more_replicas=sum(_room(o, n) for o, n in fit),
@@ -352,6 +354,8 @@ def check_serve(way: ServeWay, plan: ServePlan, cpu_anyway: bool, alone: bool = 
     if free:
         warnings.append(f"on the CPU on purpose while cards that fit it are free ({free})")
     where = f"on the CPU of {way.node}" if on_cpu else f"on {way.cards}x {way.card_class} of {way.node}"
+    if way.experts_on_cpu:
+        where += f", the experts of {way.experts_on_cpu} layers on its CPU"
     where = f"on the CPUs of {way.nodes} nodes" if way.nodes > 1 else where
     if mark == "very slow":
         warnings.append(

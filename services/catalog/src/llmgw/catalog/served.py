@@ -38,7 +38,15 @@ def default_name(source: str) -> str:
 
 def _profiles(ask: ServeModel, card: ServeWay | None, cpu: ServeWay | None) -> list[Profile]:
     cores, slots, priority = ask.cores or None, ask.slots, 1 if cpu else 0
-    gpu = card and Profile(name="gpu", gpus=card.cards, min_card_mb=card.memory_mb, slots=slots, priority=priority)
+    gpu = card and Profile(
+        name="gpu",
+        gpus=card.cards,
+        min_card_mb=card.memory_mb,
+        slots=slots,
+        priority=priority,
+        cpu_moe_layers=card.experts_on_cpu,
+        cpu_cores=cores if card.experts_on_cpu else None,
+    )
     host = cpu and Profile(name="cpu", host_memory_mb=cpu.memory_mb, cpu_cores=cores, slots=slots, nodes=cpu.nodes)
     return [p for p in (gpu, host) if p]
 

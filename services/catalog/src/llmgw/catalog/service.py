@@ -24,7 +24,6 @@ from llmgw.bus import (
     kv_keys,
 )
 from llmgw.catalog.core import (
-    apply_change,
     check_catalog,
     check_editable,
     check_file,
@@ -35,6 +34,7 @@ from llmgw.catalog.core import (
     tally_purge,
 )
 from llmgw.catalog.declared import declared_changes, load_declared
+from llmgw.catalog.edits import apply_change, check_resources
 from llmgw.catalog.serve import check_context, check_serve, choose_ways, plan_for_cards
 from llmgw.catalog.served import served_model
 from llmgw.catalog.store import ModelStore
@@ -64,7 +64,7 @@ from llmgw.proto import (
     page_start,
     scheduler,
 )
-from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases
+from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases, SetResources
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -271,6 +271,8 @@ class Catalog:
         changed = apply_change(entry.model, req, self.config.engine_args_allowed)
         if isinstance(req, SetAliases):
             check_catalog(changed, await self.store.others(req.name))
+        if isinstance(req, SetResources):
+            check_resources(req, [node_facts(n) for n in (await self._nodes()).nodes])
         warnings = await self._context_warnings(entry, changed)
         action = type(req).__struct_config__.tag
         file = entry.file if changed.source == entry.model.source else None

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -62,8 +63,11 @@ def bench_models(
     return [(p, read_model(p)) for p in out]
 
 
-def llama_bench(model: Path, threads: list[int], tokens: int = 64, repetitions: int = 3) -> dict[int, float]:
-    """llama-bench's tokens a second generating `tokens` tokens, by thread count."""
+def llama_bench(
+    model: Path, threads: list[int], tokens: int = 64, repetitions: int = 3, more: Sequence[str] = ()
+) -> dict[int, float]:
+    """llama-bench's tokens a second generating `tokens` tokens, by thread count (`more`: its
+    other flags, as `-ngl 999 -ncmoe 4`, after the defaults)."""
     cmd = [
         find_llamacpp().bench,
         "-m",
@@ -80,6 +84,7 @@ def llama_bench(model: Path, threads: list[int], tokens: int = 64, repetitions: 
         "0",
         "-o",
         "json",
+        *more,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:

@@ -17,6 +17,7 @@ from llmgw.proto.catalog import (
     SetGpus,
     SetOwner,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -49,6 +50,15 @@ def _context(a: argparse.Namespace) -> SetContext:
     return SetContext(name=a.name, by=BY, context=a.context, max_output=a.max_output, in_place=a.in_place)
 
 
+def _resources(a: argparse.Namespace) -> SetResources:
+    if a.memory is None and a.cores is None:
+        raise ValueError(
+            "say what to change: --memory GB, --cores N, or both (llmgw ctl model resources qwen cpu --memory 16)"
+        )
+    memory_mb = int(a.memory * 1024) if a.memory is not None else None
+    return SetResources(name=a.name, by=BY, profile=a.profile, memory_mb=memory_mb, cores=a.cores, in_place=a.in_place)
+
+
 def _aliases(a: argparse.Namespace) -> SetAliases:
     if not (a.add or a.drop):
         raise ValueError("say what to change: --add ALIAS or --drop ALIAS (each may be given again)")
@@ -65,6 +75,7 @@ _BUILD = {
     "replicas": _replicas,
     "context": _context,
     "gpus": lambda a: SetGpus(name=a.name, by=BY, gpus=pairs(a.counts), in_place=a.in_place),
+    "resources": _resources,
     "class": lambda a: SetClass(name=a.name, by=BY, capacity_class=a.capacity_class),
     "owner": lambda a: SetOwner(name=a.name, by=BY, owner=a.owner),
     "alias": _aliases,

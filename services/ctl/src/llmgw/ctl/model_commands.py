@@ -154,6 +154,13 @@ def _gpus_arguments(parser: argparse.ArgumentParser) -> None:
     _in_place(parser)
 
 
+def _resources_arguments(parser: argparse.ArgumentParser) -> None:
+    _name_in_place(parser)
+    parser.add_argument("profile", metavar="PROFILE", help="the profile whose replicas reserve it")
+    parser.add_argument("--memory", type=float, metavar="GB", help="host memory a replica reserves")
+    parser.add_argument("--cores", type=int, metavar="N", help="cores (engine threads) a replica reserves")
+
+
 def _class_arguments(parser: argparse.ArgumentParser) -> None:
     _name(parser)
     parser.add_argument(
@@ -243,6 +250,14 @@ _CHANGES = (
         _RESTARTS,
         _change,
         _guarded(_gpus_arguments),
+    ),
+    Verb(
+        "resources",
+        "the host memory and cores a replica of a profile reserves",
+        "llmgw ctl model resources qwen cpu --memory 16 --cores 8",
+        _RESTARTS,
+        _change,
+        _guarded(_resources_arguments),
     ),
     Verb(
         "class",

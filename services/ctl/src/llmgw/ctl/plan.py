@@ -91,7 +91,10 @@ def _way(o: Option) -> str:
     if o.device == "cpu":
         return f"llama.cpp on the CPU, {o.threads} thread{'s' if o.threads != 1 else ''}"
     split = "tensor parallel" if o.tensor_parallel else "layers split"
-    return f"{o.engine} on {o.cards}x {o.device}" + (f" ({split})" if o.cards > 1 else "")
+    way = f"{o.engine} on {o.cards}x {o.device}" + (f" ({split})" if o.cards > 1 else "")
+    if o.cpu_moe_layers:
+        way += f", experts of {o.cpu_moe_layers} layers on the CPU ({_gib(o.host_mb)}, {o.threads} threads)"
+    return way
 
 
 def plan_text(plan: Plan) -> str:

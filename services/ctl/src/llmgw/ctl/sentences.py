@@ -15,6 +15,7 @@ from llmgw.proto.catalog import (
     SetGpus,
     SetOwner,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -48,6 +49,14 @@ def _rollout(model: Model) -> str:
     return "each replacement is ready before the old one stops"
 
 
+def _reserves(m: Model, name: str) -> str:
+    """What a replica of profile `name` reserves now, in words."""
+    p = next(p for p in m.profiles if p.name == name)
+    memory = f"{p.host_memory_mb / 1024:.1f} GiB" if p.host_memory_mb else "the estimate's memory"
+    cores = f"{p.cpu_cores} cores" if p.cpu_cores else "half a node's cores"
+    return f"a replica of profile {name} reserves {memory} and {cores}"
+
+
 def said(change: ModelChange, entry: ModelEntry) -> str:
     """What `change` did to the model (now `entry`) and what happens next."""
     m = entry.model
@@ -73,14 +82,24 @@ def said(change: ModelChange, entry: ModelEntry) -> str:
         case SetGpus(gpus=gpus):
             cards = ", ".join(f"profile {p.name} takes {p.gpus} GPUs a replica" for p in m.profiles if p.name in gpus)
             return f"{n}: {cards}; its replicas restart one at a time, {_rollout(m)}."
+        case SetResources(profile=name):
+            return f"{n}: {_reserves(m, name)}; its replicas restart one at a time, {_rollout(m)}."
+        case SetClass() | SetOwner() | SetAliases():
+            return _nothing_restarts(change, m)
+        case _:
+            assert_never(change)
+
+
+def _nothing_restarts(change: SetClass | SetOwner | SetAliases, m: Model) -> str:
+    """What a change that restarts no replica did."""
+    n = m.name
+    match change:
         case SetClass():
             return f"{n} is now class {m.capacity_class}: {_CLASS[m.capacity_class]}; nothing restarts."
         case SetOwner():
             return f"{n} is now owned by {m.owner}; nothing restarts." if m.owner else f"{n} has no owner now."
         case SetAliases():
             return f"{n}: aliases {', '.join(m.aliases) or 'none'}; routers answer to them at once, nothing restarts."
-        case _:
-            assert_never(change)
 
 
 def added(entry: ModelEntry) -> str:

@@ -31,12 +31,16 @@ def _way(w: ServeWay) -> str:
         return f"CPU across {w.nodes} nodes, {threads} each"
     if not w.cards:
         return f"CPU, {threads}"
+    if w.experts_on_cpu:
+        return f"{w.cards}x {w.card_class}, experts of {w.experts_on_cpu} layers on the CPU ({threads})"
     return f"{w.cards}x {w.card_class}"
 
 
 def _memory(w: ServeWay) -> str:
     per = "/card" if w.cards else ("/node" if w.nodes > 1 else "")
-    return f"{w.memory_mb / 1024:.1f} GiB{per} (weights {w.weights_mb}, KV {w.kv_mb}, buffers {w.buffers_mb} MiB)"
+    host = f" + {w.host_mb / 1024:.1f} GiB host" if w.host_mb else ""
+    parts = f"(weights {w.weights_mb}, KV {w.kv_mb}, buffers {w.buffers_mb} MiB)"
+    return f"{w.memory_mb / 1024:.1f} GiB{per}{host} {parts}"
 
 
 def _speed(w: ServeWay) -> str:

@@ -39,6 +39,7 @@ from llmgw.proto.catalog import (
     SetContext,
     SetGpus,
     SetReplicas,
+    SetResources,
     StartModel,
     StopModel,
 )
@@ -282,6 +283,41 @@ async def _gpus(view: View, entry: ModelEntry, revision: int) -> Response:
     return await _change(view, SetGpus(**_spec(view, entry, revision), gpus=changed, in_place=_in_place(view)), said)
 
 
+async def _resources(view: View, entry: ModelEntry, revision: int) -> Response:
+    """The host memory and cores a replica of one profile reserves (a field left empty is kept)."""
+    profiles = {p.name: p for p in entry.model.profiles}
+    name = view.form.get("profile", "")
+    if name not in profiles:
+        raise Refused(400, view.t("model.err.profile", profile=name, profiles=", ".join(profiles)))
+    p = profiles[name]
+    memory = view.number("memory_mb", 1, MOST_CPU_MB, 0, view.t("model.resources.memory")) or None
+    cores = view.number("cores", 1, MOST_CORES, 0, view.t("model.resources.cores")) or None
+    memory = None if memory == p.host_memory_mb else memory
+    cores = None if cores == p.cpu_cores else cores
+    if memory is None and cores is None:
+        return view.done(_path(entry.model.name), view.t("model.msg.same"))
+    change = SetResources(
+        **_spec(view, entry, revision), profile=name, memory_mb=memory, cores=cores, in_place=_in_place(view)
+    )
+
+    def said(after: Model) -> str:
+        q = next(x for x in after.profiles if x.name == name)
+        reserves = view.t(
+            "model.profile.reserves_cpu",
+            cores=q.cpu_cores or view.t("model.profile.half_cores"),
+            memory=view.mib(q.host_memory_mb) if q.host_memory_mb else view.t("model.profile.memory_reckoned"),
+        )
+        return view.t(
+            "model.msg.resources",
+            name=after.name,
+            profile=name,
+            reserves=reserves,
+            replicas=_replicas(view, after.scaling.max),
+        )
+
+    return await _change(view, change, said)
+
+
 async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
     await view.ask(catalog.MODEL_REMOVE, ModelRef(name=entry.model.name, revision=revision, by=view.by))
     return view.done(f"{PREFIX}/models", view.t("model.msg.removed", name=entry.model.name))
@@ -312,6 +348,7 @@ _ACTIONS: dict[str, Callable[[View, ModelEntry, int], Awaitable[Response]]] = {
     "replicas": _scale,
     "context": _context,
     "gpus": _gpus,
+    "resources": _resources,
     "remove": _remove,
     "purge": _purge,
 }

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from llmgw.modelplan import KV_CACHE_TYPES, Memory, Shape, card_room, llamacpp_memory
+from llmgw.modelplan import KV_CACHE_TYPES, Memory, Shape, card_room, experts_on_host_mb, llamacpp_memory
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, ReplicaState, Worker
 
 __all__ = [
@@ -138,7 +138,8 @@ def kv_cache_type(profile: Profile) -> str:
 def _estimate(profile: Profile, shape: Shape, context: int) -> Memory:
     """The modelplan estimate for a llama.cpp replica, on each of its cards (or nodes' shares)."""
     parts = max(profile.gpus, 1) * profile.nodes
-    return llamacpp_memory(shape, context, profile.slots, cards=parts, cache=kv_cache_type(profile))
+    moe = profile.cpu_moe_layers if profile.gpus else 0
+    return llamacpp_memory(shape, context, profile.slots, parts, kv_cache_type(profile), cpu_moe=moe)
 
 
 def _says(m: Memory, context: int, slots: int, per: str) -> str:
@@ -170,7 +171,8 @@ def need_of(profile: Profile, weights_bytes: int, shape: Shape | None = None, co
     With the model's shape (its GGUF header) and llama.cpp: `llmgw.modelplan`'s estimate, the
     one `llmgw plan` gives: weights, the KV cache for `context` shared by the profile's slots at
     its cache type, compute buffers and a margin; on cards, each card's share; across nodes,
-    each node's. The profile's host memory, where it gives one, is a CPU replica's.
+    each node's. The profile's host memory, where it gives one, is a CPU replica's; on cards with
+    experts in host memory (`cpu_moe_layers`), those experts' memory is the node's to reserve.
     Without a shape (or on vLLM): on the CPU the profile's host memory, else the weights plus
     10% and 256 MiB; on cards the weights split over them plus 10% and a headroom each.
     """
@@ -180,12 +182,18 @@ def need_of(profile: Profile, weights_bytes: int, shape: Shape | None = None, co
         sized = {"sizing": _says(m, context, profile.slots, per), "shape": shape, "context": context}
         read = shape.active_bytes // profile.nodes
         if profile.gpus:
-            return _on_cards(profile, m.mib, read, **sized)
+            host = profile.host_memory_mb
+            if host is None:
+                host = experts_on_host_mb(shape, profile.cpu_moe_layers)
+            if profile.cpu_moe_layers:
+                sized["sizing"] += f", and {host} MiB of experts in host memory"
+            return _on_cards(profile, m.mib, read, host, **sized)
         memory = profile.host_memory_mb if profile.host_memory_mb is not None else m.mib
         return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=read, estimate_mb=memory, **sized)
     share = weights_bytes // profile.nodes
     if profile.gpus:
-        return _on_cards(profile, int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB, share)
+        per_card = int(share * 1.1 / profile.gpus / 2**20) + CARD_HEADROOM_MB
+        return _on_cards(profile, per_card, share, profile.host_memory_mb or 0)
     memory = profile.host_memory_mb if profile.host_memory_mb is not None else int(share * 1.1 / 2**20) + 256
     return Need(profile=profile, memory_mb=memory, cards=0, card_mb=0, read_bytes=share, estimate_mb=memory)
 
@@ -196,10 +204,10 @@ def need_for(model: Model, profile: Profile, weights: dict[str, int], shapes: di
     return need_of(profile, weights[model.source], shapes.get(model.source), model.context)
 
 
-def _on_cards(profile: Profile, per_card: int, read: int, **sized) -> Need:
+def _on_cards(profile: Profile, per_card: int, read: int, host_mb: int, **sized) -> Need:
     return Need(
         profile=profile,
-        memory_mb=profile.host_memory_mb or 0,
+        memory_mb=host_mb,
         cards=profile.gpus,
         card_mb=per_card,
         read_bytes=read,

@@ -19,6 +19,8 @@ from llmgw.modelplan import (
     cpu_token_costs,
     cpu_tokens_at,
     gpu_tokens_per_second,
+    hybrid_tokens_per_second,
+    kv_bytes_per_token,
 )
 from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
@@ -49,6 +51,8 @@ or None where it knows they all tie."""
 def _speed(need: Need, t: Table, at: np.ndarray, model: Model, w: Weights, domains: dict[str, int]) -> np.ndarray:
     """Tokens a second of one reply this way on each node (modelplan): its cards' bandwidth, or
     its memory's and the threads the replica is given, calibrated where the agent reports it."""
+    if need.cards and need.profile.cpu_moe_layers and need.shape:  # both sides count: node by node
+        return np.array([speed_of(need, t.states[j]) for j in at.tolist()])
     if need.cards:
         vllm, k = need.profile.engine == "vllm", need.cards - 1
         if any_cards(need):  # the class the fastest k free cards are of, where they have room enough
@@ -112,11 +116,26 @@ def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
 
 def speed_of(need: Need, n: NodeState) -> float:
     """Tokens a second of one reply of `need` on node `n` (what the speed scorer ranks by)."""
+    i = n.info
     if need.cards:
         cards = chosen_cards(need, n)
-        return _card_speed(need.read_bytes, cards[0].cls if cards else "", need.cards, need.profile.engine == "vllm")
-    i = n.info
+        cls = cards[0].cls if cards else ""
+        if need.profile.cpu_moe_layers and need.shape:
+            return _experts_speed(need, cls, (i.membw_all_gbs or 0.0, i.membw_one_gbs, i.cpus), i.cpu_calibration)
+        return _card_speed(need.read_bytes, cls, need.cards, need.profile.engine == "vllm")
     return _cpu_at(_cpu_key(need), (i.membw_all_gbs or 0.0, i.membw_one_gbs, i.cpus), i.cpu_calibration)
+
+
+def _experts_speed(need: Need, cls: str, figures: tuple, calibration: CpuCalibration | None) -> float:
+    """A replica on cards with some layers' experts in host memory: the card's side and the
+    node's CPU side (`hybrid_tokens_per_second`), the KV cache read half-way into a slot."""
+    shape, card = need.shape, card_of(cls) if cls else None
+    assert shape is not None  # only needs with a shape have experts to place
+    all_gbs, one_gbs, cpus = figures
+    host = (all_gbs, one_gbs, cpu_threads(need.profile.cpu_cores, cpus))
+    kv = int(kv_bytes_per_token(shape) * need.context / max(need.profile.slots, 1) / 2)
+    bandwidth = card.bandwidth_gbs if card else 0.0
+    return hybrid_tokens_per_second(shape, need.profile.cpu_moe_layers, kv, bandwidth, host, calibration or DEFAULT_CPU)
 
 
 @functools.lru_cache(maxsize=4096)
