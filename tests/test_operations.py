@@ -65,6 +65,9 @@ async def test_refusals_keep_their_meaning_and_name_what_was_wrong(served):
         missing = await http.get("/models/nothing")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "catalog_404", missing.text
         assert "nothing" in missing.json()["error"]["message"]
+        room = await http.get("/fleet/models/nothing/room")
+        assert room.status_code == 404 and room.json()["error"]["code"] == "scheduler_404", room.text
+        assert "no model 'nothing' in the catalog" in room.json()["error"]["message"]
         bad = await http.get("/models/no such name")
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_name", bad.text
         query = await http.get("/serve/plan", params={"source": SOURCE, "slots": 0})

@@ -12,6 +12,7 @@ import pytest
 from llmgw.bus import NotFound, call
 from llmgw.proto import BUCKETS, CatalogRecord, Model, ModelPut, ModelRef, Profile, Scaling, catalog, scheduler
 from llmgw.proto.catalog import LEAST_CONTEXT, SetOwner
+from llmgw.proto.scheduler import RoomAsk
 from llmgw.router.console.limits import MOST_CONTEXT
 from tests.console.test_console_house import check_accessible
 from tests.fleets import SOURCE, cpu_node
@@ -314,10 +315,10 @@ async def test_a_user_or_a_forged_form_never_reaches_a_model(stack):
 
 async def test_in_place_is_offered_on_the_card_where_the_scheduler_advises_it(stack):
     """A rolling change on a small machine parks, advising `--in-place`: the card had no way to ask
-    for it. Context, cards and restart each take it now."""
+    for it. Context, cards, resources and restart each take it now."""
     await put(stack)
     browser, page = await card(stack)
-    assert page.text.count('name="in_place" value="1"') == 2  # context and restart (no card profile here)
+    assert page.text.count('name="in_place" value="1"') == 3  # context, resources, restart (no card profile)
     done = await browser.post(
         "/console/models/tiny/context", {"revision": revision_on(page.text), "context": "1024", "in_place": "1"}
     )
@@ -350,3 +351,43 @@ async def test_resources_change_a_profiles_reservation_and_more_than_any_node_ha
     assert "Nothing to change: the values sent are the ones it has." in same.text
     unknown = await browser.post("/console/models/tiny/resources", {**too_big, "profile": "gpu"})
     assert unknown.status_code == 400 and "No profile &#39;gpu&#39;; its profiles: cpu." in unknown.text
+
+
+async def test_the_replicas_form_says_how_many_more_fit_now_and_through_the_admin_api(stack):
+    await call(stack.nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0, cpus=4))
+    stopped = {"scaling": Scaling(min=0, max=0), "stopped": Scaling(min=1, max=1)}  # none of its own holds room
+    await put(stack, profiles=[Profile(name="cpu", host_memory_mb=2000)], **stopped)
+    browser, page = await card(stack)
+    assert f"more now: at most {(8192 - 512) // 2000}" in page.text  # the node's memory less the reserve
+    room = await call(stack.nc, scheduler.MODEL_ROOM, RoomAsk(name="tiny"))
+    assert [(p.profile, p.more_now, p.more_preempting) for p in room.profiles] == [("cpu", 3, 3)]
+    with pytest.raises(NotFound, match="no model 'nope' in the catalog"):
+        await call(stack.nc, scheduler.MODEL_ROOM, RoomAsk(name="nope"))
+
+
+async def test_scaling_class_and_owner_are_set_from_the_card(stack):
+    before = await put(stack)
+    browser, page = await card(stack)
+    form = {"revision": revision_on(page.text), "min": "0", "max": "2", "idle_timeout_s": "600"}
+    done = await browser.post("/console/models/tiny/scaling", form)
+    assert "tiny: 0 to 2 replicas, scaled to zero after 600 s idle" in done.text, done.text
+    assert (await get(stack)).model.scaling == Scaling(min=0, max=2, idle_timeout_s=600)
+    wrong = await browser.post(
+        "/console/models/tiny/scaling", {**form, "revision": revision_on(done.text), "max": "65"}
+    )
+    assert wrong.status_code == 400 and "Most at once: &#39;65&#39; is not allowed" in wrong.text
+    klass = await browser.post(
+        "/console/models/tiny/class", {"revision": revision_on(done.text), "capacity_class": "critical"}
+    )
+    assert "tiny is now critical: it may take room from standard and batch models; nothing restarts." in klass.text
+    bad = await browser.post(
+        "/console/models/tiny/class", {"revision": revision_on(klass.text), "capacity_class": "vip"}
+    )
+    assert bad.status_code == 400 and "&#39;vip&#39; is not a capacity class" in bad.text
+    owner = await browser.post(
+        "/console/models/tiny/owner", {"revision": revision_on(klass.text), "owner": "ml <team>"}
+    )
+    assert "tiny is now owned by ml &lt;team&gt;; nothing restarts." in owner.text
+    after = (await get(stack)).model
+    assert (after.capacity_class, after.owner) == ("critical", "ml <team>")
+    assert (await get(stack)).revision == before.revision + 3

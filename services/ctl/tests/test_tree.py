@@ -182,3 +182,20 @@ def test_ctl_reaches_the_up_running_over_its_data_directory(tmp_path, monkeypatc
         json.dumps({"base_url": "http://127.0.0.1:8/v1", "nats_url": "nats://127.0.0.1:9", "pid": dead})
     )
     assert reach(args).url == DEFAULT_NATS_URL and not reach(args).up
+
+
+def test_a_models_room_reads_as_a_line_a_profile():
+    from llmgw.ctl.model_commands import room_text
+    from llmgw.proto.scheduler import ModelRoom, ProfileRoom
+
+    room = ModelRoom(
+        model="qwen",
+        profiles=[
+            ProfileRoom(profile="gpu", more_now=0, more_preempting=2, most=64, why="a: cards: has 0 (of 2)"),
+            ProfileRoom(profile="cpu", more_now=64, more_preempting=64, most=64),
+        ],
+    )
+    assert room_text(room).splitlines() == [
+        "qwen gpu: more now: at most 0; taking lower classes' room (preemption): at most 2 (a: cards: has 0 (of 2))",
+        "qwen cpu: more now: 64 or more",
+    ]

@@ -14,15 +14,19 @@ from llmgw.proto.replica import ReplicaState
 
 __all__ = [
     "ENDPOINTS",
+    "MODEL_ROOM",
     "MODEL_STATUS",
     "NODE_LIST",
     "NODE_REGISTER",
     "REPLICA_LIST",
+    "ModelRoom",
     "ModelStatus",
     "ModelStatusList",
     "NodeHealth",
     "NodeList",
+    "ProfileRoom",
     "ReplicaList",
+    "RoomAsk",
 ]
 
 
@@ -75,6 +79,33 @@ class ModelStatusList(Struct, kw_only=True):
     """Where the next page starts (ask again with it as `Page.after`); "": this is the last."""
 
 
+class RoomAsk(Struct, kw_only=True):
+    """Which model's room to reckon."""
+
+    name: Name
+
+
+class ProfileRoom(Struct, kw_only=True):
+    """How many more replicas of one profile would be placed now."""
+
+    profile: Name
+    more_now: NonNegative = 0
+    """Replicas more that fit the fleet's free room now (counted up to `most`)."""
+    more_preempting: NonNegative = 0
+    """And with the room of every lower capacity class's replicas taken (preemption)."""
+    most: NonNegative = 0
+    """Counting stopped here: "at least this many"."""
+    why: str = ""
+    """Where none fits now: what each node lacks, as a parked model's reason says it."""
+
+
+class ModelRoom(Struct, kw_only=True):
+    """How many more replicas of each of a model's profiles would be placed now."""
+
+    model: Name
+    profiles: list[ProfileRoom] = field(default_factory=list)
+
+
 class ReplicaList(Struct, kw_only=True):
     """Replicas the scheduler keeps (or a page of them, by model and id)."""
 
@@ -120,5 +151,14 @@ MODEL_STATUS = Endpoint(
     timeout_s=_MEMORY_S,
     admin=AdminRoute("GET", "/fleet/models", least="operator"),
 )
-ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS)
+MODEL_ROOM = Endpoint(
+    "scheduler",
+    "model.room",
+    RoomAsk,
+    ModelRoom,
+    "How many more replicas of each of a model's profiles fit now, and with lower classes' room taken.",
+    timeout_s=_MEMORY_S,
+    admin=AdminRoute("GET", "/fleet/models/{name}/room", least="operator"),
+)
+ENDPOINTS = (NODE_REGISTER, REPLICA_LIST, NODE_LIST, MODEL_STATUS, MODEL_ROOM)
 """The scheduler's endpoints."""

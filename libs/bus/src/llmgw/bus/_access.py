@@ -263,6 +263,7 @@ def _role_publish(role: str, node: str) -> list[str]:
                 scheduler.NODE_LIST,
                 scheduler.REPLICA_LIST,
                 scheduler.MODEL_STATUS,
+                scheduler.MODEL_ROOM,
                 *router.ENDPOINTS,
                 release.RELEASE_LIST,  # the fleet page: each machine's release
                 *people.ENDPOINTS,

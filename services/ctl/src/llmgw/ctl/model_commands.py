@@ -28,6 +28,7 @@ from llmgw.proto import (
     convert_strict,
     scheduler,
 )
+from llmgw.proto.scheduler import ModelRoom, RoomAsk
 
 __all__ = ["MODEL", "MODELS"]
 
@@ -46,6 +47,26 @@ async def _list(nc: Client, args: argparse.Namespace) -> int:
 async def _get(nc: Client, args: argparse.Namespace) -> int:
     entry = await call(nc, catalog.MODEL_GET, ModelRef(name=args.name))
     return show(args, entry, model_yaml(entry))
+
+
+async def _room(nc: Client, args: argparse.Namespace) -> int:
+    room = await call(nc, scheduler.MODEL_ROOM, RoomAsk(name=args.name))
+    return show(args, room, room_text(room))
+
+
+def room_text(room: ModelRoom) -> str:
+    """Each profile's room as a line: how many more now, and with lower classes' room taken."""
+
+    def most(n: int, counted: int) -> str:
+        return f"{counted} or more" if n >= counted else f"at most {n}"
+
+    lines = []
+    for p in room.profiles:
+        line = f"{room.model} {p.profile}: more now: {most(p.more_now, p.most)}"
+        if p.more_preempting > p.more_now:
+            line += f"; taking lower classes' room (preemption): {most(p.more_preempting, p.most)}"
+        lines.append(line + (f" ({p.why})" if p.why else ""))
+    return "\n".join(lines)
 
 
 def model_file(path: Path) -> Model:
@@ -315,6 +336,14 @@ MODEL = Noun(
             "its replicas stop; its files stay unless --purge",
             _remove,
             _guarded(_remove_arguments),
+        ),
+        Verb(
+            "room",
+            "how many more replicas of each profile fit now, and with lower classes' room taken",
+            "llmgw ctl model room qwen",
+            "`llmgw ctl model replicas qwen gpu=N` asks for them",
+            _room,
+            _name,
         ),
         *_CHANGES,
         PLAN,

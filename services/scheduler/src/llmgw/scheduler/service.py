@@ -50,10 +50,12 @@ from llmgw.proto import (
     page_of,
 )
 from llmgw.proto import scheduler as scheduler_api
+from llmgw.proto.errors import NotFound
+from llmgw.proto.scheduler import ModelRoom, RoomAsk
 from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.applier import Applier
 from llmgw.scheduler.book import Book
-from llmgw.scheduler.core import Desired, Hearing, NodeView, Policy, health, heard, listen
+from llmgw.scheduler.core import Actual, Desired, Hearing, NodeView, Policy, health, heard, listen, room_left
 from llmgw.scheduler.gauges import fleet_series
 from llmgw.scheduler.inbox import Adopt, Inbox, Pass
 from llmgw.scheduler.lease import Lease
@@ -152,6 +154,7 @@ class Scheduler:
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
         await ctx.serve(scheduler_api.NODE_LIST, self.list_nodes)
         await ctx.serve(scheduler_api.MODEL_STATUS, self.model_status)
+        await ctx.serve(scheduler_api.MODEL_ROOM, self.model_room)
         await ctx.nc.subscribe(agent.HEARTBEAT.all, cb=self._on_heartbeat)
         await ctx.nc.subscribe(agent.REPLICA_CHANGED.all, cb=self._on_replica_event)
         self._tasks = [
@@ -194,6 +197,23 @@ class Scheduler:
         ordered = sorted(statuses.values(), key=lambda m: m.model)
         page, after = page_of(ordered, ask, lambda m: (m.model,), "the model status list")
         return ModelStatusList(models=page, next=after)
+
+    async def model_room(self, ask: RoomAsk) -> ModelRoom:
+        """How many more replicas of each of a model's profiles fit now (`room_left`), from the
+        records as they are (a standby: as the bucket holds them)."""
+        models = {name: record.model for name, record in self.catalog.items.items()}
+        if ask.name not in models:
+            raise NotFound(f"no model '{ask.name}' in the catalog; `llmgw ctl models` lists them")
+        self._known_files(self.catalog.items.values())
+        if self.leader:
+            replicas, stopping = list(self.book.replicas.values()), list(self.book.draining.values())
+        else:
+            replicas, stopping = list((await self.book.stored()).values()), []
+        actual = Actual(
+            nodes=dict(self.nodes), replicas=replicas, stopping=stopping, weights=self.weights, shapes=self.shapes
+        )
+        profiles = room_left(models[ask.name], actual, models, time.time(), self.config.policy())
+        return ModelRoom(model=ask.name, profiles=profiles)
 
     async def list_nodes(self, ask: Page) -> NodeList:
         """Every node as last reported, and how each stands by the core's rule (`health`: its

@@ -38,7 +38,7 @@ async def narrowed_ask(who: Principal, endpoint: Endpoint, message: Any, account
             raise Forbidden(f"You may sum usage by {mine} (yours only), not by {message.group_by}.")
     elif endpoint is router.REQUEST_LOG:
         return who.seen_log(message, (await accounts.list_keys(Empty())).keys)
-    elif endpoint.service == "catalog":
+    elif endpoint.service == "catalog" or endpoint is scheduler.MODEL_ROOM:
         check_model(who, getattr(message, "name", None), accounts)
     elif endpoint in knowledge.ENDPOINTS and endpoint not in (knowledge.KB_LIST, knowledge.CACHE_LIST):
         _check_base(who, endpoint, message)

@@ -12,7 +12,6 @@ is a number in range before asking.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import get, post
@@ -22,10 +21,8 @@ from llmgw.proto import (
     Empty,
     Model,
     ModelEntry,
-    ModelPurge,
     ModelRef,
     Profile,
-    PurgeReport,
     catalog,
     replica_totals,
     scheduler,
@@ -33,28 +30,22 @@ from llmgw.proto import (
 from llmgw.proto.catalog import (
     LEAST_CONTEXT,
     MOST_REVISION,
-    RestartModel,
     ServePlanAsk,
     ServeWay,
-    SetContext,
-    SetGpus,
-    SetReplicas,
-    SetResources,
-    StartModel,
-    StopModel,
 )
+from llmgw.proto.scheduler import ModelRoom, ProfileRoom, RoomAsk
 from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
-from llmgw.router.console.web import PREFIX, Refused, View
+from llmgw.router.console.model_changes import (
+    ACTIONS,
+    MOST_CARDS,
+    MOST_CPU_MB,
+    MOST_IDLE_S,
+    MOST_OWNER,
+    MOST_REPLICAS,
+)
+from llmgw.router.console.web import Refused, View
 
 __all__ = ["ROUTES"]
-
-MOST_REPLICAS = 64
-"""The most replicas a profile is given from the card."""
-MOST_CARDS = 64
-MOST_CPU_MB = 4 << 20
-"""The most host memory a CPU replica reserves, MiB (4 TiB)."""
-_KEPT_SAID = 3
-"""Files kept that the note after a purge names one by one (it travels in a cookie)."""
 
 
 async def _scheduler(view: View) -> tuple[dict[str, Any] | None, list[Any] | None]:
@@ -110,6 +101,16 @@ def _counts(model: Model) -> dict[str, int]:
     return {}
 
 
+async def _room(view: View, name: str) -> dict[str, ProfileRoom]:
+    """How many more replicas of each profile fit now, as the scheduler reckons it; none while
+    it does not answer (the form says nothing then)."""
+    try:
+        room: ModelRoom = await view.ask(scheduler.MODEL_ROOM, RoomAsk(name=name), optional=True)
+    except Refused:
+        return {}
+    return {p.profile: p for p in room.profiles}
+
+
 def _unknown(view: View, name: str) -> Response:
     return view.render("error.html", status=404, message=view.t("model.err.unknown", name=name))
 
@@ -125,7 +126,9 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
         raise
     if status == 409 and view.form.get("revision", "").strip() != str(entry.revision):
         error = view.t("model.err.stale", by=entry.changed_by or "?")
-    (statuses, replicas), (cpu_way, cpu_why) = await asyncio.gather(_scheduler(view), _cpu_way(view, entry.model))
+    (statuses, replicas), (cpu_way, cpu_why), room = await asyncio.gather(
+        _scheduler(view), _cpu_way(view, entry.model), _room(view, name)
+    )
     return view.render(
         "model.html",
         status=status,
@@ -139,6 +142,7 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
         cpu_why=cpu_why,
         can_add_cpu=cpu_way is not None and _cpu_profile(entry.model) is None,
         counts=_counts(entry.model),
+        room=room,
         error=error,
         posted=posted,
         limits={
@@ -147,6 +151,8 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
             "tokens": MOST_CONTEXT,
             "cards": MOST_CARDS,
             "cores": MOST_CORES,
+            "idle_s": MOST_IDLE_S,
+            "owner": MOST_OWNER,
         },
         most_cpu_mb=MOST_CPU_MB,
     )
@@ -158,213 +164,17 @@ async def model_page(view: View, name: str) -> Response:
     return await _card(view, name)
 
 
-# the actions: each takes the model as the catalog has it now and the revision posted
-
-
-def _spec(view: View, entry: ModelEntry, revision: int) -> dict[str, Any]:
-    return {"name": entry.model.name, "by": view.by, "revision": revision}
-
-
-def _path(name: str) -> str:
-    return f"{PREFIX}/models/{name}"
-
-
-def _replicas(view: View, n: int) -> str:
-    return view.t("model.n_replicas.one" if n == 1 else "model.n_replicas.other", n=n)
-
-
-async def _change(view: View, change: Any, said: Callable[[Model], str]) -> Response:
-    """Ask the catalog for `change`; back to the card saying what `said` makes of the model after
-    it, and what the catalog warned of."""
-    after: ModelEntry = await view.ask(catalog.MODEL_CHANGE, change)
-    return view.done(_path(after.model.name), " ".join([said(after.model), *after.warnings]))
-
-
-async def _stop(view: View, entry: ModelEntry, revision: int) -> Response:
-    return await _change(
-        view,
-        StopModel(**_spec(view, entry, revision)),
-        lambda m: view.t("model.msg.stopped", name=m.name, replicas=_replicas(view, m.stopped.max)),
-    )
-
-
-async def _start(view: View, entry: ModelEntry, revision: int) -> Response:
-    return await _change(
-        view,
-        StartModel(**_spec(view, entry, revision)),
-        lambda m: view.t("model.msg.started", name=m.name, replicas=_replicas(view, m.scaling.max)),
-    )
-
-
-async def _restart(view: View, entry: ModelEntry, revision: int) -> Response:
-    return await _change(
-        view,
-        RestartModel(**_spec(view, entry, revision), in_place=_in_place(view)),
-        lambda m: view.t("model.msg.restarting", name=m.name, replicas=_replicas(view, m.scaling.max)),
-    )
-
-
-def _in_place(view: View) -> bool:
-    """Whether the form asks for each replica to be stopped before its replacement starts."""
-    return view.form.get("in_place", "") == "1"
-
-
-def _on(view: View, profile: Profile) -> str:
-    """A profile as its replicas field is labelled: on CPUs, or on cards."""
-    if profile.gpus:
-        return view.t("model.split.on_cards", profile=profile.name, cards=profile.gpus)
-    return view.t("model.split.on_cpu", profile=profile.name)
-
-
-async def _scale(view: View, entry: ModelEntry, revision: int) -> Response:
-    """Replicas per profile, and a CPU profile added ("also on CPUs") with replicas there: asked
-    of the catalog whenever posted, which refuses it in its own words where it does not apply."""
-    m = entry.model
-    counts = {
-        p.name: view.number(f"replicas.{p.name}", 0, MOST_REPLICAS, label=_on(view, p))
-        for p in m.profiles
-        if view.form.get(f"replicas.{p.name}", "").strip()  # empty: as it is
-    }
-    cpu: dict[str, int | None] = {}
-    added = view.number("cpu_replicas", 0, MOST_REPLICAS, 0, view.t("model.split.add_cpu"))
-    if added:
-        counts["cpu"] = added
-        cpu["cpu_memory_mb"] = view.number("cpu_memory_mb", 1, MOST_CPU_MB, label=view.t("model.split.cpu_memory"))
-        cpu["cpu_cores"] = view.number("cpu_cores", 1, MOST_CORES, 0, view.t("model.split.cpu_cores")) or None
-
-    def said(after: Model) -> str:
-        runs = ", ".join(view.t("model.msg.on", n=p.replicas or 0, profile=p.name) for p in after.profiles)
-        return view.t("model.msg.replicas", name=after.name, runs=runs)
-
-    return await _change(view, SetReplicas(**_spec(view, entry, revision), counts=counts, **cpu), said)
-
-
-async def _context(view: View, entry: ModelEntry, revision: int) -> Response:
-    """A new context and/or longest answer (a field left empty, or as it was, is kept)."""
-    m = entry.model
-    context = view.number("context", LEAST_CONTEXT, MOST_CONTEXT, m.context, view.t("model.context"))
-    longest = view.number("max_output", 1, MOST_CONTEXT, m.max_output or 0, view.t("model.max_output"))
-    change = SetContext(
-        **_spec(view, entry, revision),
-        in_place=_in_place(view),
-        context=context if context != m.context else None,
-        max_output=longest if longest and longest != m.max_output else None,
-    )
-    if change.context is None and change.max_output is None:
-        return view.done(_path(m.name), view.t("model.msg.same"))
-
-    def said(after: Model) -> str:
-        longest = view.num(after.max_output) if after.max_output else view.t("model.max_output.none")
-        if change.context is None:
-            return view.t("model.msg.max_output", name=after.name, max_output=longest)
-        key = "model.msg.context_stopped" if after.stopped else "model.msg.context"
-        replicas = _replicas(view, after.scaling.max)
-        return view.t(key, name=after.name, context=view.num(after.context), max_output=longest, replicas=replicas)
-
-    return await _change(view, change, said)
-
-
-async def _gpus(view: View, entry: ModelEntry, revision: int) -> Response:
-    """Cards a replica of each card profile takes (those as they were are left out)."""
-    asked = {
-        p.name: view.number(f"gpus.{p.name}", 1, MOST_CARDS, label=view.t("model.gpus.label", profile=p.name))
-        for p in entry.model.profiles
-        if p.gpus and f"gpus.{p.name}" in view.form
-    }
-    now = {p.name: p.gpus for p in entry.model.profiles}
-    changed = {name: n for name, n in asked.items() if n != now[name]}
-    if not changed:
-        return view.done(_path(entry.model.name), view.t("model.msg.same"))
-
-    def said(after: Model) -> str:
-        cards = ", ".join(view.t("model.msg.cards_on", profile=p, n=n) for p, n in changed.items())
-        return view.t("model.msg.gpus", name=after.name, cards=cards, replicas=_replicas(view, after.scaling.max))
-
-    return await _change(view, SetGpus(**_spec(view, entry, revision), gpus=changed, in_place=_in_place(view)), said)
-
-
-async def _resources(view: View, entry: ModelEntry, revision: int) -> Response:
-    """The host memory and cores a replica of one profile reserves (a field left empty is kept)."""
-    profiles = {p.name: p for p in entry.model.profiles}
-    name = view.form.get("profile", "")
-    if name not in profiles:
-        raise Refused(400, view.t("model.err.profile", profile=name, profiles=", ".join(profiles)))
-    p = profiles[name]
-    memory = view.number("memory_mb", 1, MOST_CPU_MB, 0, view.t("model.resources.memory")) or None
-    cores = view.number("cores", 1, MOST_CORES, 0, view.t("model.resources.cores")) or None
-    memory = None if memory == p.host_memory_mb else memory
-    cores = None if cores == p.cpu_cores else cores
-    if memory is None and cores is None:
-        return view.done(_path(entry.model.name), view.t("model.msg.same"))
-    change = SetResources(
-        **_spec(view, entry, revision), profile=name, memory_mb=memory, cores=cores, in_place=_in_place(view)
-    )
-
-    def said(after: Model) -> str:
-        q = next(x for x in after.profiles if x.name == name)
-        reserves = view.t(
-            "model.profile.reserves_cpu",
-            cores=q.cpu_cores or view.t("model.profile.half_cores"),
-            memory=view.mib(q.host_memory_mb) if q.host_memory_mb else view.t("model.profile.memory_reckoned"),
-        )
-        return view.t(
-            "model.msg.resources",
-            name=after.name,
-            profile=name,
-            reserves=reserves,
-            replicas=_replicas(view, after.scaling.max),
-        )
-
-    return await _change(view, change, said)
-
-
-async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
-    await view.ask(catalog.MODEL_REMOVE, ModelRef(name=entry.model.name, revision=revision, by=view.by))
-    return view.done(f"{PREFIX}/models", view.t("model.msg.removed", name=entry.model.name))
-
-
-async def _purge(view: View, entry: ModelEntry, revision: int) -> Response:
-    purge = ModelPurge(**_spec(view, entry, revision))
-    report: PurgeReport = await view.ask(catalog.MODEL_PURGE, purge)
-    return view.done(f"{PREFIX}/models", _purged(view, report))
-
-
-def _purged(view: View, report: PurgeReport) -> str:
-    """What a purge deleted (and where) and what it kept, and why (the first few)."""
-    name = report.entry.model.name
-    said = [view.t("model.msg.purged", name=name, deleted=len(report.deleted), kept=len(report.kept))]
-    if report.deleted:
-        said.append(view.t("model.msg.deleted_from", places=", ".join(sorted({d.where for d in report.deleted}))))
-    said += [
-        view.t("model.msg.kept", source=k.source, where=k.where, why=k.why[:160]) for k in report.kept[:_KEPT_SAID]
-    ]
-    return " ".join(said)
-
-
-_ACTIONS: dict[str, Callable[[View, ModelEntry, int], Awaitable[Response]]] = {
-    "stop": _stop,
-    "start": _start,
-    "restart": _restart,
-    "replicas": _scale,
-    "context": _context,
-    "gpus": _gpus,
-    "resources": _resources,
-    "remove": _remove,
-    "purge": _purge,
-}
-
-
 @post("/models/{name:str}/{action:str}")
 async def model_action(view: View, name: str, action: str) -> Response:
     """One change to a model from its card, at the revision the card was drawn at; refused (a
     number out of range, the catalog's refusal, a revision it moved past), the card is drawn again
     with why, as the model is now, and nothing was changed."""
-    if action not in _ACTIONS:
+    if action not in ACTIONS:
         return view.render("error.html", status=404, message=view.t("model.err.action", action=action))
     try:
         revision = view.number("revision", 1, MOST_REVISION, label=view.t("model.revision"))
         entry: ModelEntry = await view.ask(catalog.MODEL_GET, ModelRef(name=name))
-        return await _ACTIONS[action](view, entry, revision)
+        return await ACTIONS[action](view, entry, revision)
     except Refused as exc:
         return await _card(view, name, exc.status, exc.message, posted=action)
 

@@ -9,6 +9,7 @@
   hearing no node): a node is lost only for its silence outside it (`Hearing`, `silence`);
   `health`: how a node stands by that rule (ready, suspect, lost), as reconcile judges it.
 - `status` / `model_statuses`: how each model is doing; `wanted`, `backoff_s`.
+- `room_left`: how many more replicas of a model's profiles fit now, and with preemption.
 """
 
 from llmgw.scheduler.core._hearing import Hearing, health, heard, listen, silence
@@ -17,10 +18,12 @@ from llmgw.scheduler.core._observe import lost, lost_workers, observe
 from llmgw.scheduler.core._plan import Actual, AgentStop, Desired, NodeView, Plan, Policy, Start, Stop
 from llmgw.scheduler.core._reconcile import reconcile
 from llmgw.scheduler.core._replica import accept, merge, spec_of
+from llmgw.scheduler.core._room_left import MOST_COUNTED, room_left
 from llmgw.scheduler.core._status import CLASS_RANK, backoff_s, model_statuses, status, wanted
 
 __all__ = [
     "CLASS_RANK",
+    "MOST_COUNTED",
     "Actual",
     "AgentStop",
     "Desired",
@@ -42,6 +45,7 @@ __all__ = [
     "model_statuses",
     "observe",
     "reconcile",
+    "room_left",
     "silence",
     "spec_of",
     "status",
