@@ -44,6 +44,7 @@ bench:
     python tests/bench/routing.py
     python tests/bench/first_answer.py
     python tests/bench/mirror.py
+    python tests/bench/hub_search.py
     python tests/bench/usage.py
     python tests/bench/guard.py
     python tests/bench/guard_kinds.py

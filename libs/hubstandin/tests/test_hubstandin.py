@@ -247,3 +247,25 @@ def test_the_command_line_serves_every_owner_name_folder_as_a_repo(tmp_path):
     finally:
         proc.terminate()
         proc.wait(SUBPROCESS_TIMEOUT)
+
+
+def test_list_models_searches_by_words_and_filter_most_downloaded_first_as_the_client_asks():
+    with HubStandIn() as hub:
+        hub.add_repo("acme/Tiny-Chat-GGUF", {"tiny.Q4_K_M.gguf": b"GGUF....", "README.md": b"x"})
+        hub.add_repo("bob/tiny-chat-gguf", {"chat.gguf": b"GGUF...."})
+        hub.add_repo("acme/tiny-chat", {"model.safetensors": b"\0" * 8})
+        hub.add_repo("eve/tiny-chat-private-GGUF", {"m.gguf": b"GGUF"}, private=True, token="hf_eve")
+        hub.popularity("bob/tiny-chat-gguf", downloads=50, likes=3)
+        hub.popularity("acme/Tiny-Chat-GGUF", downloads=10)
+        api = HfApi(endpoint=hub.url, token=False)
+        found = list(api.list_models(search="tiny chat", filter="gguf", sort="downloads", expand=["siblings"]))
+        assert [m.id for m in found] == ["bob/tiny-chat-gguf", "acme/Tiny-Chat-GGUF"]
+        assert [s.rfilename for s in found[1].siblings] == ["README.md", "tiny.Q4_K_M.gguf"]
+        assert found[0].downloads == 50 and found[0].likes == 3
+        assert [m.id for m in api.list_models(search="tiny", limit=1)] == ["bob/tiny-chat-gguf"]
+        mine = HfApi(endpoint=hub.url, token="hf_eve").list_models(search="private", filter="gguf")
+        assert [m.id for m in mine] == ["eve/tiny-chat-private-GGUF"]
+        hub.rate_limit(1, retry_after_s=7)
+        limited = httpx.get(f"{hub.url}/api/models", params={"search": "tiny"})
+        assert limited.status_code == 429 and limited.headers["retry-after"] == "7"
+        assert httpx.get(f"{hub.url}/api/models", params={"search": "tiny"}).status_code == 200

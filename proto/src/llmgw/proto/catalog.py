@@ -26,10 +26,12 @@ from llmgw.proto._page import Page
 from llmgw.proto._scaling import LEAST_CONTEXT, Scaling, ScheduleWindow
 from llmgw.proto._serve import ServeModel, ServePlan, ServePlanAsk, ServeWay
 from llmgw.proto._types import Name, NonNegative, Positive, Source
+from llmgw.proto.hub import HubSearch, HubWays
 from llmgw.proto.mirror import FileInfo, FilePlace
 
 __all__ = [
     "ENDPOINTS",
+    "HUB_SEARCH",
     "LEAST_CONTEXT",
     "MODEL_CHANGE",
     "MODEL_GET",
@@ -287,6 +289,8 @@ MODEL_PURGE = Endpoint(
 )
 _PLAN_S = 60.0
 """A plan reads the file's header from the mirror and asks the scheduler for its nodes."""
+_HUB_S = 90.0
+"""A search asks the Hub, then reads a header of every file found (in parallel)."""
 SERVE_PLAN = Endpoint(
     "catalog",
     "serve.plan",
@@ -305,5 +309,14 @@ SERVE = Endpoint(
     timeout_s=_PLAN_S,
     admin=AdminRoute("POST", "/serve", 201, least="operator"),
 )
-ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE)
+HUB_SEARCH = Endpoint(
+    "catalog",
+    "hub.search",
+    HubSearch,
+    HubWays,
+    "Models on the Hub with their GGUF files (headers read by range) and the ways each would run here now.",
+    timeout_s=_HUB_S,
+    admin=AdminRoute("GET", "/hub/search", least="operator"),
+)
+ENDPOINTS = (MODEL_PUT, MODEL_GET, MODEL_LIST, MODEL_REMOVE, MODEL_CHANGE, MODEL_PURGE, SERVE_PLAN, SERVE, HUB_SEARCH)
 """The catalog's endpoints."""

@@ -1,9 +1,9 @@
 """The error tree of every reply: each error carries the nats.micro code it travels as (400, 404,
-409, 500). Pure: a core raises these, its shell sends them."""
+409, 429, 500). Pure: a core raises these, its shell sends them."""
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "BusError", "Conflict", "Internal", "NotFound", "described", "from_code"]
+__all__ = ["BadRequest", "BusError", "Conflict", "Internal", "NotFound", "TooMany", "described", "from_code"]
 
 
 class BusError(Exception):
@@ -34,13 +34,19 @@ class Conflict(BusError):
     code = "409"
 
 
+class TooMany(BusError):
+    """Asked too often: a limit somebody else keeps (the Hub's); the message says when to try again (429)."""
+
+    code = "429"
+
+
 class Internal(BusError):
     """The service failed; the message says how (500)."""
 
     code = "500"
 
 
-_BY_CODE = {cls.code: cls for cls in (BadRequest, NotFound, Conflict, Internal)}
+_BY_CODE = {cls.code: cls for cls in (BadRequest, NotFound, Conflict, TooMany, Internal)}
 
 
 def from_code(code: str, message: str) -> BusError:

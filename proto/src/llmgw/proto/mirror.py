@@ -11,6 +11,7 @@ from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
 from llmgw.proto._page import Page
 from llmgw.proto._shape import ModelFacts
 from llmgw.proto._types import NonNegative, RepoId, Source
+from llmgw.proto.hub import HubFound, HubSearch
 
 __all__ = [
     "ENDPOINTS",
@@ -20,6 +21,7 @@ __all__ = [
     "FILE_LIST",
     "FILE_STAT",
     "FILE_WHERE",
+    "HUB_SEARCH",
     "REPO_ADD",
     "REPO_LIST",
     "REPO_REMOVE",
@@ -255,7 +257,26 @@ FILE_WHERE = Endpoint(
 FILE_STAT = Endpoint("mirror", "file.stat", FileRef, FileInfo, "One file's size, hash and HTTP URL.")
 FILE_LIST = Endpoint("mirror", "file.list", Page, FileList, "Every file the mirror holds, in pages.")
 FILE_DELETE = Endpoint("mirror", "file.delete", WeightsDelete, WeightsDeleted, "Delete files from the mirror.")
-ENDPOINTS = (REPO_ADD, REPO_LIST, REPO_SHOW, REPO_REMOVE, REPO_UPDATE, FILE_STAT, FILE_WHERE, FILE_LIST, FILE_DELETE)
+HUB_SEARCH = Endpoint(
+    "mirror",
+    "hub.search",
+    HubSearch,
+    HubFound,
+    "Models on the Hub with their GGUF files, each file's header read by HTTP range requests.",
+    timeout_s=80.0,
+)
+ENDPOINTS = (
+    REPO_ADD,
+    REPO_LIST,
+    REPO_SHOW,
+    REPO_REMOVE,
+    REPO_UPDATE,
+    FILE_STAT,
+    FILE_WHERE,
+    FILE_LIST,
+    FILE_DELETE,
+    HUB_SEARCH,
+)
 """The mirror's endpoints."""
 
 FETCH_CHANGED = Event(

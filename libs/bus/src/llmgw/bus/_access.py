@@ -241,7 +241,7 @@ def _role_publish(role: str, node: str) -> list[str]:
     if role == "catalog":
         return [
             # stat: a model's file reads; the nodes: what a serve plan sizes its ways on
-            *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT, scheduler.NODE_LIST),
+            *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT, mirror.HUB_SEARCH, scheduler.NODE_LIST),
             people.AUDIT.subject("catalog"),  # every change to a model, for the audit trail
             *_kv(b["catalog"], write=True),
             *_kv(b["replicas"], write=False),

@@ -54,6 +54,7 @@ class HubStandIn:
         self._cuts: dict[tuple[str, str], int] = {}
         self._corrupt: set[tuple[str, str]] = set()
         self._rate = 0
+        self._limits: list[int] = []
         self._bytes = 0
         self._seq = itertools.count()
         self.requests: list[Asked] = []
@@ -175,11 +176,28 @@ class HubStandIn:
         with self._lock:
             self._corrupt.add((repo_id, path))
 
+    def popularity(self, repo_id: str, downloads: int, likes: int = 0) -> None:
+        """Set what the Hub's search counts of a repo (it sorts by downloads)."""
+        repo = self._repos[repo_id]
+        repo.downloads, repo.likes = downloads, likes
+
+    def rate_limit(self, searches: int, retry_after_s: int) -> None:
+        """Answer the next `searches` searches 429 with `Retry-After: retry_after_s`, as the Hub does
+        past its quota."""
+        with self._lock:
+            self._limits = [retry_after_s] * searches
+
+    def _limited(self) -> int | None:
+        """The Retry-After of a search to refuse now, else None."""
+        with self._lock:
+            return self._limits.pop() if self._limits else None
+
     def clear_faults(self) -> None:
-        """Undo `cut_once`, `throttle` and `corrupt`."""
+        """Undo `cut_once`, `throttle`, `corrupt` and `rate_limit`."""
         with self._lock:
             self._cuts.clear()
             self._corrupt.clear()
+            self._limits.clear()
             self._rate = 0
 
     def _faults_for(self, repo_id: str, path: str) -> tuple[int | None, bool, int]:

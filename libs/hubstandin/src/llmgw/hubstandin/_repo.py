@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["File", "Repo", "hash_file", "info_json", "is_lfs_by_default", "tree_json"]
+__all__ = ["File", "Repo", "hash_file", "info_json", "is_lfs_by_default", "search_json", "tree_json"]
 
 # Suffixes the Hub's default .gitattributes sends to LFS (the weight formats among them), plus .gguf;
 # a file over 10 MiB is LFS whatever its name, since the Hub refuses such a file in plain git.
@@ -97,6 +97,8 @@ class Repo:
     commits: dict[str, dict[str, File]] = field(default_factory=dict)
     times: dict[str, str] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
+    downloads: int = 0
+    likes: int = 0
 
     def resolve(self, rev: str) -> str | None:
         """The commit a branch, tag or commit sha names, or None."""
@@ -127,6 +129,50 @@ def info_json(repo: Repo, sha: str, blobs: bool) -> dict:
         "tags": [],
         "siblings": siblings,
     }
+
+
+_SORTS = {"downloads": "downloads", "likes": "likes", "lastModified": "lastModified", "createdAt": "createdAt"}
+
+
+def search_json(repos: list[Repo], query: dict[str, list[str]], token: str | None) -> list[dict]:
+    """What `GET /api/models?search=...&filter=...&sort=...&limit=...&expand=...` answers: the
+    repos whose id holds every word of `search` (case aside), with every `filter` among their tags
+    ("gguf": a .gguf file at main), sorted (descending), at most `limit`; a private repo only to its
+    token. Each as the Hub lists it; `siblings` (names only, as the Hub's list gives them) where
+    `full` or `expand=siblings` asks."""
+    words = " ".join(query.get("search", [""])).lower().replace("/", " ").split()
+    filters = set(query.get("filter", []))
+    expand = set(query.get("expand", [])) | set(query.get("expand[]", []))
+    full = query.get("full", ["false"])[0].lower() in ("true", "1")
+    found = []
+    for repo in repos:
+        head = repo.refs.get("main")
+        if head is None or (repo.private and token != repo.token):
+            continue
+        files = repo.commits[head]
+        tags = ["gguf"] if any(p.endswith(".gguf") for p in files) else []
+        if not all(w in repo.repo_id.lower() for w in words) or not filters <= set(tags):
+            continue
+        item = {
+            "id": repo.repo_id,
+            "modelId": repo.repo_id,
+            "author": repo.repo_id.split("/")[0],
+            "sha": head,
+            "lastModified": repo.times[head],
+            "createdAt": min(repo.times.values()),
+            "private": repo.private,
+            "gated": repo.gated,
+            "downloads": repo.downloads,
+            "likes": repo.likes,
+            "tags": tags,
+        }
+        if full or "siblings" in expand:
+            item["siblings"] = [{"rfilename": name} for name in sorted(files)]
+        found.append(item)
+    key = _SORTS.get(query.get("sort", ["downloads"])[0], "downloads")
+    found.sort(key=lambda item: item[key], reverse=query.get("direction", ["-1"])[0] != "1")
+    limit = query.get("limit", [""])[0]
+    return found[: int(limit)] if limit.isdigit() else found
 
 
 def _file_entry(name: str, f: File) -> dict:

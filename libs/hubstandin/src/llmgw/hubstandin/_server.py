@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote
 
-from llmgw.hubstandin._repo import File, Repo, info_json, tree_json
+from llmgw.hubstandin._repo import File, Repo, info_json, search_json, tree_json
 
 if TYPE_CHECKING:
     from llmgw.hubstandin import HubStandIn
@@ -30,9 +30,9 @@ class Server(ThreadingHTTPServer):
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, code: str, message: str, commit: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, commit: str | None = None, wait: int | None = None):
         super().__init__(message)
-        self.status, self.code, self.commit = status, code, commit
+        self.status, self.code, self.commit, self.wait = status, code, commit, wait
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -75,6 +75,8 @@ class Handler(BaseHTTPRequestHandler):
                 if f is None:
                     raise _Refused(404, "EntryNotFound", "No such blob")
                 self._send_file(f"{parts[0]}/{parts[1]}", "/".join(parts[3:]), f, head, {})
+            elif not self.server.cdn and parts[:2] == ["api", "models"] and len(parts) == 2:
+                self._search(parse_qs(query))
             elif not self.server.cdn and parts[:2] == ["api", "models"] and len(parts) >= 4:
                 self._api(f"{parts[2]}/{parts[3]}", parts[4:], parse_qs(query))
             elif not self.server.cdn and len(parts) >= 5 and parts[2] == "resolve":
@@ -93,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
             headers["X-Error-Code"] = e.code
         if e.commit:
             headers["X-Repo-Commit"] = e.commit
+        if e.wait is not None:
+            headers["Retry-After"] = str(e.wait)
         return headers
 
     def _repo(self, repo_id: str, files: bool) -> Repo:
@@ -134,6 +138,16 @@ class Handler(BaseHTTPRequestHandler):
             body = info_json(repo, sha, query.get("blobs", ["false"])[0].lower() in ("true", "1"))
         else:
             raise _Refused(404, "", f"The stand-in has no API {'/'.join(rest)}")
+        self._send(200, json.dumps(body).encode(), False, {"Content-Type": "application/json"})
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        """The Hub's model search; a 429 with Retry-After while the stand-in is told to rate-limit."""
+        hub = self.server.hub
+        if (wait := hub._limited()) is not None:
+            raise _Refused(429, "", "You have exceeded our hourly quotas for action: api. Retry later.", wait=wait)
+        auth = self.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
+        body = search_json(list(hub._repos.values()), query, token)
         self._send(200, json.dumps(body).encode(), False, {"Content-Type": "application/json"})
 
     def _resolve(self, repo_id: str, rev: str, path: str, head: bool) -> None:

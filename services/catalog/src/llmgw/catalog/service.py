@@ -35,6 +35,7 @@ from llmgw.catalog.core import (
 )
 from llmgw.catalog.declared import declared_changes, load_declared
 from llmgw.catalog.edits import apply_change, check_resources
+from llmgw.catalog.hub_ways import hub_plans
 from llmgw.catalog.serve import check_context, check_serve, choose_ways, plan_for_cards
 from llmgw.catalog.served import served_model
 from llmgw.catalog.store import ModelStore
@@ -65,6 +66,7 @@ from llmgw.proto import (
     scheduler,
 )
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases, SetResources
+from llmgw.proto.hub import HubSearch, HubWays
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -121,6 +123,7 @@ class Catalog:
         await ctx.serve(catalog.MODEL_PURGE, self.purge)
         await ctx.serve(catalog.SERVE_PLAN, self.serve_plan)
         await ctx.serve(catalog.SERVE, self.serve)
+        await ctx.serve(catalog.HUB_SEARCH, self.hub_search)
 
     async def stop(self) -> None:
         """Stop watching the replicas."""
@@ -192,6 +195,16 @@ class Catalog:
     async def serve_plan(self, ask: ServePlanAsk) -> ServePlan:
         """Every way a mirrored file runs on the fleet's nodes now, best first."""
         return (await self._plan(ask))[0]
+
+    async def hub_search(self, ask: HubSearch) -> HubWays:
+        """Models on the Hub with their GGUF files (the mirror reads their headers) and the ways
+        each would run on the fleet now (`hub_plans`); without a scheduler, the files alone."""
+        found = await call(self.ctx.nc, mirror.HUB_SEARCH, ask)
+        try:
+            nodes = [node_facts(n) for n in (await self._nodes()).nodes]
+        except BadRequest:
+            nodes = []
+        return HubWays(found=found, plans=hub_plans(found, nodes), nodes=len(nodes))
 
     async def serve(self, req: ServeModel) -> ModelEntry:
         """Put a mirrored file into service the way asked, under the rule that makes the CPU a

@@ -17,6 +17,7 @@ from rich.filesize import decimal
 
 from llmgw.bus import BusError, call, flushed
 from llmgw.ctl.changes import BY
+from llmgw.ctl.hub_commands import SEARCH
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Noun, Verb, done, show
 from llmgw.proto import Empty, MirroredRepo, RepoAdd, RepoList, RepoRef, mirror
@@ -359,6 +360,7 @@ MIRROR = Noun(
             _add_arguments,
         ),
         _LIST,
+        SEARCH,
         Verb(
             "show",
             "a repo's commits: each file's size, sha256 and state, the files left out and why, errors",

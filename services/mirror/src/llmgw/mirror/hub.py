@@ -47,6 +47,11 @@ class Hub:
         self._token = token
         self._api = huggingface_hub.HfApi(endpoint=self.endpoint, token=token or False)
 
+    @property
+    def token(self) -> str:
+        """The token for this Hub ("" for none): for its own origin only, never logged."""
+        return self._token
+
     def resolve(self, repo: str, revision: str) -> tuple[str, list[Published]]:
         """The 40-hex commit `revision` names now, and every file published at it; a BusError
         saying what is wrong (no such repo, revision, gated, not a Hub)."""

@@ -22,9 +22,11 @@ from llmgw.mirror.hub import Hub
 from llmgw.mirror.imports import LocalFiles, import_entry
 from llmgw.mirror.peer import Peer
 from llmgw.mirror.repos import RepoDesk
+from llmgw.mirror.search import search
 from llmgw.modelplan import facts_from_gguf
 from llmgw.proto import FileInfo, FileList, FileRef, ModelFacts, Page, WeightsDelete, WeightsDeleted, page_of
 from llmgw.proto import mirror as mirror_api
+from llmgw.proto.hub import HubFound, HubSearch
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
 
@@ -67,6 +69,7 @@ class Mirror:
             mirror_api.FILE_STAT: self.stat,
             mirror_api.FILE_LIST: self.list,
             mirror_api.FILE_DELETE: self.delete,
+            mirror_api.HUB_SEARCH: self.search,
         }
         if self.config.primary:  # a copy: the primary answers for the fleet (a request goes to one mirror)
             endpoints = {}
@@ -166,6 +169,10 @@ class Mirror:
                 continue
         page, after = page_of(files, ask, lambda f: (f.source,), "the file list")
         return FileList(files=page, next=after)
+
+    async def search(self, ask: HubSearch) -> HubFound:
+        """Models on the Hub with their GGUF files' headers (`llmgw.mirror.search`)."""
+        return await asyncio.to_thread(search, self.hub, ask)
 
     async def delete(self, req: WeightsDelete) -> WeightsDeleted:
         """Delete files (and their digests); those it does not hold are left out of the answer."""

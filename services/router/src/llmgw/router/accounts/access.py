@@ -31,6 +31,7 @@ OPERATOR_PAGES = (
     "serve",
     "playground",
     "mirror",
+    "hub",
     "fleet",
     "keys",
     "usage",

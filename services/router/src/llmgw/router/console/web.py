@@ -45,6 +45,7 @@ NAVIGATION = (
     "serve",
     "playground",
     "mirror",
+    "hub",
     "fleet",
     "keys",
     "usage",
