@@ -20,6 +20,7 @@ from llmgw.gguf import TinyLlama, read_model, write_random_llama
 from llmgw.modelplan import experts_host_bytes, shape_from_gguf
 from llmgw.proto import GpuInfo, Model, Profile
 
+ASCII = {"grammar": "root ::= [a-z]+"}
 EXPERTS = TinyLlama(embedding=128, layers=4, heads=4, kv_heads=2, feed_forward=256, experts=4, experts_used=2)
 
 
@@ -71,10 +72,11 @@ def test_llama_server_takes_the_agents_command_line_for_experts_on_the_cpu_and_a
         answer = httpx.post(
             f"{url}/v1/chat/completions",
             headers={"Authorization": "Bearer engine-key"},
-            json={"model": "moe", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            # random weights pick random byte tokens: a grammar keeps the answer valid UTF-8
+            json={"model": "moe", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **ASCII},
             timeout=60,
         )
-        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0, answer.text
     finally:
         proc.kill()
         proc.wait()

@@ -195,11 +195,16 @@ async def test_documents_are_answered_from_and_kept_apart_per_tenant(fleet, serv
         # a second router, started now, builds the same index from JetStream and answers the same
         config = RouterConfig(http_port=0, engine_secret=str(tmp_path / "engine-fleet.secret"))
         second = await serve(Router(config), config)
-        again = await http.post(
-            f"{second.http.url}/v1/vector_stores/handbook/search",
-            headers=_as(keys, "lab-app"),
-            json={"query": "How much of a taxi is refunded?"},
-        )
+
+        async def searched() -> httpx.Response | None:  # 503 while it learns the embedding model's replicas
+            answer = await http.post(
+                f"{second.http.url}/v1/vector_stores/handbook/search",
+                headers=_as(keys, "lab-app"),
+                json={"query": "How much of a taxi is refunded?"},
+            )
+            return None if answer.status_code == 503 else answer
+
+        again = await _until(searched, "the second router answering a search", within=60)
         assert again.status_code == 200 and again.json()["data"][0]["attributes"]["path"] == "travel/expenses.md"
 
         # a model alias bound to the base: listed for its tenant only, answered from the base

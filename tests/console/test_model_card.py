@@ -334,11 +334,11 @@ async def test_resources_change_a_profiles_reservation_and_more_than_any_node_ha
     assert "Resources a replica" in page.text
     too_big = {"revision": revision_on(page.text), "profile": "cpu", "memory_mb": "9000", "cores": ""}
     refused = await browser.post("/console/models/tiny/resources", too_big)
-    assert refused.status_code == 400 and "the most is 8.0 GiB on node-a: write --memory 8 or less" in refused.text
+    assert refused.status_code == 400 and "the most is 8.0 GiB on node-a: ask for 8 GiB or less" in refused.text
     assert 'name="memory_mb" value="9000"' in refused.text and (await get(stack)).revision == before.revision
     cores = {**too_big, "memory_mb": "", "cores": "5"}
     refused = await browser.post("/console/models/tiny/resources", cores)
-    assert refused.status_code == 400 and "the most is 4 on node-a: write --cores 4 or fewer" in refused.text
+    assert refused.status_code == 400 and "the most is 4 on node-a: ask for 4 or fewer" in refused.text
     done = await browser.post("/console/models/tiny/resources", {**too_big, "memory_mb": "2048", "cores": "2"})
     assert done.url.path == "/console/models/tiny", done.text
     assert "tiny: a replica of cpu reserves 2 cores, 2.0 GiB; 1 replica starting again, one at a time." in done.text
@@ -391,3 +391,9 @@ async def test_scaling_class_and_owner_are_set_from_the_card(stack):
     after = (await get(stack)).model
     assert (after.capacity_class, after.owner) == ("critical", "ml <team>")
     assert (await get(stack)).revision == before.revision + 3
+    await browser.post("/console/models/tiny/stop", {"revision": revision_on(owner.text)})
+    stopped = await browser.page("/console/models/tiny")
+    assert "Replicas kept running" not in stopped.text  # a new scaling would start it
+    refused = await browser.post("/console/models/tiny/scaling", {**form, "revision": revision_on(stopped.text)})
+    assert refused.status_code == 409 and "tiny is stopped: a new scaling would start it." in refused.text
+    assert (await get(stack)).model.stopped is not None

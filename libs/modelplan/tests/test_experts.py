@@ -43,6 +43,7 @@ def test_the_fewest_layers_move_that_let_the_rest_fit_the_card():
     assert llamacpp_memory(MOE, 8192, 1, cards=1, cpu_moe=n - 1).mib > room
     assert fewest_cpu_moe_layers(MOE, 8192, 1, 1, 96 * 1024) == 0  # fits whole: nothing moves
     assert fewest_cpu_moe_layers(MOE, 8192, 1, 1, 2 * 1024) == -1  # not even the dense part
+    assert fewest_cpu_moe_layers(MOE, 8192, 1, 2, room) == -1  # over two cards the last keeps its experts
     dense = msgspec.structs.replace(MOE, expert_bytes=0, experts=0, experts_used=0)
     assert fewest_cpu_moe_layers(dense, 8192, 1, 1, room) == -1  # no experts to move
 

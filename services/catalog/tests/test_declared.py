@@ -89,6 +89,10 @@ def test_a_good_file_gives_its_models():
             "cpu_moe_layers and nodes 2 are one or the other",
         ),
         (
+            b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 2, cpu_moe_layers: 4}]}\n",
+            "over 2 cards those layers are the first card's",
+        ),
+        (
             b"models:\n  - {name: a, source: o/r/a.gguf, profiles: [{name: g, gpus: 1, args: [--n-cpu-moe, '4']}]}\n",
             "--n-cpu-moe.*set the profile's cpu_moe_layers",
         ),

@@ -98,7 +98,16 @@ from llmgw.proto.router import (
     usage_order,
     usage_records,
 )
-from llmgw.proto.scheduler import ModelStatus, ModelStatusList, NodeHealth, NodeList, ReplicaList
+from llmgw.proto.scheduler import (
+    ModelRoom,
+    ModelStatus,
+    ModelStatusList,
+    NodeHealth,
+    NodeList,
+    ProfileRoom,
+    ReplicaList,
+    RoomAsk,
+)
 
 SERVICES = (catalog, scheduler, mirror, router, agent)
 """Every service's contract module, in the order docs/subjects.md lists them."""
@@ -149,6 +158,7 @@ __all__ = [
     "ModelPurge",
     "ModelPut",
     "ModelRef",
+    "ModelRoom",
     "ModelStatus",
     "ModelStatusList",
     "NodeHealth",
@@ -157,6 +167,7 @@ __all__ = [
     "Page",
     "PageFill",
     "Profile",
+    "ProfileRoom",
     "Project",
     "PurgeReport",
     "ReplicaList",
@@ -173,6 +184,7 @@ __all__ = [
     "RequestLog",
     "RequestLogAsk",
     "RestartModel",
+    "RoomAsk",
     "ScaleModel",
     "Scaling",
     "ScheduleWindow",

@@ -5,6 +5,7 @@ would run on the fleet now. The mirror searches (`mirror.hub.search`); the catal
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from msgspec import Meta, Struct, field
@@ -13,7 +14,16 @@ from llmgw.proto._serve import ServePlan
 from llmgw.proto._shape import ModelFacts
 from llmgw.proto._types import NonNegative, RepoId
 
-__all__ = ["HubFile", "HubFound", "HubModel", "HubSearch", "HubWays"]
+__all__ = ["HubFile", "HubFound", "HubModel", "HubSearch", "HubWays", "fetch_glob"]
+
+_SPLIT = re.compile(r"^(?P<stem>.*)-00001-of-(?P<count>\d{5})\.gguf$")
+
+
+def fetch_glob(path: str) -> str:
+    """The `RepoAdd.include` glob that fetches a file a search listed: every part of a split
+    model with its first."""
+    m = _SPLIT.match(path)
+    return f"{m['stem']}-*-of-{m['count']}.gguf" if m else path
 
 
 class HubSearch(Struct, kw_only=True):

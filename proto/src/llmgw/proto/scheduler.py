@@ -92,7 +92,9 @@ class ProfileRoom(Struct, kw_only=True):
     more_now: NonNegative = 0
     """Replicas more that fit the fleet's free room now (counted up to `most`)."""
     more_preempting: NonNegative = 0
-    """And with the room of every lower capacity class's replicas taken (preemption)."""
+    """And with the room of every lower capacity class's replicas taken: at most what preemption
+    frees (the scheduler stops lower replicas for one of these only where one replica's room is
+    enough, so a replica that needs the room of two is counted here and may not be placed)."""
     most: NonNegative = 0
     """Counting stopped here: "at least this many"."""
     why: str = ""

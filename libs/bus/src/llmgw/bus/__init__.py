@@ -52,7 +52,7 @@ from llmgw.bus._release import read_release, read_release_ask, release_python, w
 from llmgw.bus._service import INBOX, Context, ServiceApp, add_service, answerable, entry_point, run
 from llmgw.bus._signing import SIGNATURE, SIGNED_AT, SignatureError, Signer, Verifier, public_key
 from llmgw.bus._tasks import spawn
-from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound
+from llmgw.proto.errors import BadRequest, BusError, Conflict, Internal, NotFound, TooMany
 
 __all__ = [
     "ADMIN_PORTS",
@@ -83,6 +83,7 @@ __all__ = [
     "SignatureError",
     "Signer",
     "TlsFiles",
+    "TooMany",
     "Verifier",
     "add_service",
     "address_towards",

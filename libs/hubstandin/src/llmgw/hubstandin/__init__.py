@@ -178,8 +178,9 @@ class HubStandIn:
 
     def popularity(self, repo_id: str, downloads: int, likes: int = 0) -> None:
         """Set what the Hub's search counts of a repo (it sorts by downloads)."""
-        repo = self._repos[repo_id]
-        repo.downloads, repo.likes = downloads, likes
+        with self._lock:
+            repo = self._repos[repo_id]
+            repo.downloads, repo.likes = downloads, likes
 
     def rate_limit(self, searches: int, retry_after_s: int) -> None:
         """Answer the next `searches` searches 429 with `Retry-After: retry_after_s`, as the Hub does

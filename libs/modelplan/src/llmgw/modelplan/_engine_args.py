@@ -103,7 +103,7 @@ _AGENT_SETS: dict[str, tuple[str, str]] = {
     ),
     "--rpc": ("the agent connects the replica's RPC workers", "set the profile's nodes"),
     **dict.fromkeys(
-        ("--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe", "-ot", "--override-tensor"),
+        ("--n-cpu-moe", "-ncmoe"),
         ("the agent places the experts' tensors as placement reserved them", "set the profile's cpu_moe_layers"),
     ),
     **dict.fromkeys(

@@ -54,11 +54,13 @@ def fewest_cpu_moe_layers(
 ) -> int:
     """The fewest layers whose experts must go to host memory for the rest to fit `cards` cards
     of `card_room_mb` each (more on the card is faster); 0 where all fits on the cards already,
-    -1 where even every layer's experts moved leaves too much (the dense part does not fit), or
-    the model has no experts to move."""
+    -1 where even every layer's experts moved leaves too much (the dense part does not fit), the
+    model has no experts to move, or it would take more than one card: llama.cpp splits the
+    layers evenly over the cards and `--n-cpu-moe` relieves the first layers, the first card's,
+    so the last card would hold its layers' experts whole."""
     if llamacpp_memory(shape, context, slots, cards=cards, cache=cache).mib <= card_room_mb:
         return 0
-    if not has_experts(shape):
+    if not has_experts(shape) or cards != 1:
         return -1
     if llamacpp_memory(shape, context, slots, cards, cache, cpu_moe=shape.layers).mib > card_room_mb:
         return -1

@@ -115,6 +115,11 @@ def _check_experts(where: str, p: Profile) -> None:
             f"{where}: cpu_moe_layers and nodes {p.nodes} are one or the other (the RPC workers get whole "
             "layers); use nodes 1 or drop cpu_moe_layers"
         )
+    if p.gpus > 1:
+        raise BadRequest(
+            f"{where}: cpu_moe_layers keeps the first layers' experts in host memory, and over {p.gpus} cards "
+            "those layers are the first card's (the others keep theirs whole); use gpus 1 or drop cpu_moe_layers"
+        )
 
 
 def _check_counts(model: Model) -> None:

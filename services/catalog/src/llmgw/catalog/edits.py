@@ -195,14 +195,14 @@ def check_resources(change: SetResources, nodes: list[NodeFacts]) -> None:
             raise BadRequest(
                 f"model '{change.name}' profile '{change.profile}': {change.memory_mb / 1024:.1f} GiB is more memory "
                 f"than any node has; the most is {big.memory_total_mb / 1024:.1f} GiB on {big.name}: "
-                f"write --memory {big.memory_total_mb // 1024} or less"
+                f"ask for {big.memory_total_mb // 1024} GiB or less"
             )
     if change.cores is not None:
         big = max(nodes, key=lambda n: n.cpus)
         if change.cores > big.cpus:
             raise BadRequest(
                 f"model '{change.name}' profile '{change.profile}': {change.cores} cores is more than any node has; "
-                f"the most is {big.cpus} on {big.name}: write --cores {big.cpus} or fewer"
+                f"the most is {big.cpus} on {big.name}: ask for {big.cpus} or fewer"
             )
 
 

@@ -13,7 +13,7 @@ from llmgw.ctl.tree import Verb, show
 from llmgw.modelplan import speed_note
 from llmgw.proto import catalog
 from llmgw.proto.catalog import ServePlan
-from llmgw.proto.hub import HubFile, HubSearch, HubWays
+from llmgw.proto.hub import HubFile, HubSearch, HubWays, fetch_glob
 
 __all__ = ["SEARCH", "found_text"]
 
@@ -60,7 +60,7 @@ def found_text(ways: HubWays) -> str:
     if first is not None:
         repo, _, rest = first.source.partition("@")
         commit, _, path = rest.partition("/")
-        lines.append(f"Fetch one:           llmgw ctl mirror add {repo}@{commit} --include '{path}'")
+        lines.append(f"Fetch one:           llmgw ctl mirror add {repo}@{commit} --include '{fetch_glob(path)}'")
         lines.append(f"Then serve it:       llmgw ctl model serve {first.source}")
     return "\n".join(lines)
 

@@ -27,10 +27,13 @@ from llmgw.modelplan import facts_from_gguf
 from llmgw.proto.errors import BadRequest, BusError, Internal, TooMany
 from llmgw.proto.hub import HubFile, HubFound, HubModel, HubSearch
 
-__all__ = ["READERS", "WAIT_AT_MOST_S", "search"]
+__all__ = ["READERS", "READ_WITHIN_S", "WAIT_AT_MOST_S", "search"]
 
 READERS = 8
 """Headers read at once."""
+READ_WITHIN_S = 45.0
+"""Headers are read while this lasts from the search's start; those left are listed unread (the
+catalog waits 80 s for the whole answer)."""
 WAIT_AT_MOST_S = 3.0
 """A rate-limited search waits this long at most for the Hub's Retry-After, then tries once more."""
 _PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
@@ -82,11 +85,20 @@ def _retry_after(response) -> float:
 
 def _said(hub: Hub, exc: Exception) -> BusError:
     status = getattr(getattr(exc, "response", None), "status_code", 0)
+    if status in (401, 403):
+        return BadRequest(
+            f"{hub.endpoint} refused the search ({status}): the token is wrong or expired; set HF_TOKEN where "
+            "the mirror service runs (or token_file in its config), or none"
+        )
     if status >= 500:
         return Internal(f"{hub.endpoint} is not answering searches now ({status}); try again later")
     if isinstance(exc, OSError) or "ConnectError" in type(exc).__name__:
         return Internal(f"cannot reach {hub.endpoint} to search it: {type(exc).__name__}")
-    return BadRequest(f"{hub.endpoint} did not answer a search as a Hugging Face Hub does ({type(exc).__name__})")
+    said = f" {status}" if status else ""
+    return BadRequest(
+        f"{hub.endpoint} did not answer a search as a Hugging Face Hub does ({type(exc).__name__}{said}): "
+        "is hub_endpoint (or HF_ENDPOINT where the mirror runs) a Hub?"
+    )
 
 
 def _read(client: httpx.Client, hub: Hub, repo: str, commit: str, path: str) -> tuple[HubFile, int]:
@@ -103,8 +115,9 @@ def _read(client: httpx.Client, hub: Hub, repo: str, commit: str, path: str) -> 
     client.event_hooks["response"] = [counted]
     try:
         header = read_model(url, client)
-    except (GGUFError, httpx.HTTPError, OSError) as exc:
-        return HubFile(path=path, source=source, error=f"its header did not read: {exc}"[:300]), read
+    except Exception as exc:  # one file's failure is that file's: the search goes on
+        why = str(exc) if isinstance(exc, GGUFError) else f"{type(exc).__name__}: {exc}"
+        return HubFile(path=path, source=source, error=f"its header did not read: {why}"[:300]), read
     return (
         HubFile(
             path=path,
@@ -117,9 +130,11 @@ def _read(client: httpx.Client, hub: Hub, repo: str, commit: str, path: str) -> 
     )
 
 
-def search(hub: Hub, ask: HubSearch) -> HubFound:
+def search(hub: Hub, ask: HubSearch, within_s: float = READ_WITHIN_S) -> HubFound:
     """The Hub's GGUF models for `ask.text` with each model file's header (the first `ask.files`
-    files over all models; the rest are listed, unread). A BusError says what the Hub refused."""
+    files over all models, while `within_s` lasts; the rest are listed, unread, saying why). A
+    BusError says what the Hub refused."""
+    deadline = time.monotonic() + within_s
     models = _found(hub, ask)
     work: list[tuple[int, str, str, str]] = []
     out: list[HubModel] = []
@@ -145,15 +160,20 @@ def search(hub: Hub, ask: HubSearch) -> HubFound:
 
     def one(item: tuple[int, str, str, str]) -> tuple[int, HubFile, int]:
         i, repo, commit, path = item
-        with httpx.Client(timeout=30, follow_redirects=True, headers=headers) as client:
+        if time.monotonic() > deadline:
+            why = f"not read: the search's {within_s:.0f} s ran out (the Hub answered slowly); search again"
+            return i, HubFile(path=path, source=f"{repo}@{commit}/{path}", error=why), 0
+        with httpx.Client(timeout=15, follow_redirects=True, headers=headers) as client:
             file, read = _read(client, hub, repo, commit, path)
         return i, file, read
 
+    attempted = 0
     with ThreadPoolExecutor(READERS) as pool:
         for i, file, read in pool.map(one, taken):
             out[i].files.append(file)
             total += read
+            attempted += not file.error.startswith("not read")
     for i, repo, commit, path in left:
         why = f"not read: a search reads {ask.files} files' headers at most (ask for more with files)"
         out[i].files.append(HubFile(path=path, source=f"{repo}@{commit}/{path}", error=why))
-    return HubFound(models=out, endpoint=hub.endpoint, headers_read=len(taken), bytes_read=total)
+    return HubFound(models=out, endpoint=hub.endpoint, headers_read=attempted, bytes_read=total)

@@ -212,7 +212,10 @@ class Scheduler:
         actual = Actual(
             nodes=dict(self.nodes), replicas=replicas, stopping=stopping, weights=self.weights, shapes=self.shapes
         )
-        profiles = room_left(models[ask.name], actual, models, time.time(), self.config.policy())
+        # up to 128 placements a profile, each scoring the fleet: off the event loop that hears the nodes
+        profiles = await asyncio.to_thread(
+            room_left, models[ask.name], actual, models, time.time(), self.config.policy()
+        )
         return ModelRoom(model=ask.name, profiles=profiles)
 
     async def list_nodes(self, ask: Page) -> NodeList:

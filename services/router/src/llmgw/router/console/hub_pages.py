@@ -10,7 +10,6 @@ The search is the catalog's `catalog.hub.search` (as `llmgw ctl mirror search` a
 
 from __future__ import annotations
 
-import re
 from urllib.parse import urlencode
 
 import msgspec
@@ -18,18 +17,10 @@ from litestar import Request, get, post
 from litestar.response import Response
 
 from llmgw.proto import RepoAdd, catalog, mirror
-from llmgw.proto.hub import HubSearch, HubWays
+from llmgw.proto.hub import HubSearch, HubWays, fetch_glob
 from llmgw.router.console.web import PREFIX, Refused, View
 
-__all__ = ["ROUTES", "include_for"]
-
-_SPLIT = re.compile(r"^(?P<stem>.*)-00001-of-(?P<count>\d{5})\.gguf$")
-
-
-def include_for(path: str) -> str:
-    """The glob that fetches a file, every part of a split model with its first."""
-    m = _SPLIT.match(path)
-    return f"{m['stem']}-*-of-{m['count']}.gguf" if m else path
+__all__ = ["ROUTES"]
 
 
 def _ask(view: View, request: Request) -> HubSearch | None:
@@ -64,9 +55,7 @@ async def hub_fetch(view: View) -> Response:
     the serve form for it."""
     repo, commit, path = (view.form.get(f, "").strip() for f in ("repo", "commit", "path"))
     try:
-        ask = msgspec.convert(
-            {"repo": repo, "revision": commit, "include": [include_for(path)], "by": view.by}, RepoAdd
-        )
+        ask = msgspec.convert({"repo": repo, "revision": commit, "include": [fetch_glob(path)], "by": view.by}, RepoAdd)
     except msgspec.ValidationError:
         raise Refused(400, view.t("hub.err.file", repo=repo, path=path)) from None
     queued = await view.ask(mirror.REPO_ADD, ask)

@@ -210,9 +210,11 @@ async def _resources(view: View, entry: ModelEntry, revision: int) -> Response:
 
 async def _scaling(view: View, entry: ModelEntry, revision: int) -> Response:
     """Replicas kept running and most at once, and the idle time of an on-demand model (0: none);
-    its schedule is kept. A stopped model keeps the new scaling for `start`."""
+    its schedule is kept. Not for a stopped model: a new scaling starts it (start it first)."""
     m = entry.model
-    now = m.stopped or m.scaling
+    if m.stopped is not None:
+        raise Refused(409, view.t("model.err.scaling_stopped", name=m.name))
+    now = m.scaling
     least = view.number("min", 0, MOST_REPLICAS, now.min, view.t("model.scaling.min"))
     most = view.number("max", 0, MOST_REPLICAS, now.max, view.t("model.scaling.max"))
     idle = view.number("idle_timeout_s", 0, MOST_IDLE_S, now.idle_timeout_s or 0, view.t("model.scaling.idle"))
@@ -221,7 +223,7 @@ async def _scaling(view: View, entry: ModelEntry, revision: int) -> Response:
         return view.done(_path(m.name), view.t("model.msg.same"))
 
     def said(after: Model) -> str:
-        s = after.stopped or after.scaling
+        s = after.scaling
         idle = (
             view.t("model.scaling.idle_s", s=s.idle_timeout_s) if s.idle_timeout_s else view.t("model.scaling.always")
         )

@@ -97,7 +97,9 @@ def _memory(need: Need, n: NodeState, now: float, stale_s: float) -> Why | None:
 
     def why() -> str:
         sizing = f" ({need.sizing})" if need.sizing else ""
-        return f"needs {need.memory_mb} MiB{sizing}, {max(free, 0)} MiB free" + _shorter(need, free, "here")
+        # beside cards, the host holds experts a shorter context does not shrink
+        shorter = "" if need.cards else _shorter(need, free, "here")
+        return f"needs {need.memory_mb} MiB{sizing}, {max(free, 0)} MiB free" + shorter
 
     return why
 
