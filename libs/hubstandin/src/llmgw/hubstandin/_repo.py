@@ -117,17 +117,28 @@ def info_json(repo: Repo, sha: str, blobs: bool) -> dict:
             if f.lfs:
                 sibling["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": len(f.pointer)}
         siblings.append(sibling)
+    return {**_summary(repo, sha), "disabled": False, "siblings": siblings}
+
+
+def _tags(files: dict[str, File]) -> list[str]:
+    """The tags the Hub gives a commit's files: "gguf" where one is."""
+    return ["gguf"] if any(p.endswith(".gguf") for p in files) else []
+
+
+def _summary(repo: Repo, sha: str) -> dict:
+    """What the Hub says of every model, in its info and in its search alike."""
     return {
         "id": repo.repo_id,
+        "modelId": repo.repo_id,
         "author": repo.repo_id.split("/")[0],
         "sha": sha,
         "lastModified": repo.times[sha],
         "createdAt": min(repo.times.values()),
         "private": repo.private,
         "gated": repo.gated,
-        "disabled": False,
-        "tags": [],
-        "siblings": siblings,
+        "downloads": repo.downloads,
+        "likes": repo.likes,
+        "tags": _tags(repo.commits[sha]),
     }
 
 
@@ -150,22 +161,9 @@ def search_json(repos: list[Repo], query: dict[str, list[str]], token: str | Non
         if head is None or (repo.private and token != repo.token):
             continue
         files = repo.commits[head]
-        tags = ["gguf"] if any(p.endswith(".gguf") for p in files) else []
-        if not all(w in repo.repo_id.lower() for w in words) or not filters <= set(tags):
+        if not all(w in repo.repo_id.lower() for w in words) or not filters <= set(_tags(files)):
             continue
-        item = {
-            "id": repo.repo_id,
-            "modelId": repo.repo_id,
-            "author": repo.repo_id.split("/")[0],
-            "sha": head,
-            "lastModified": repo.times[head],
-            "createdAt": min(repo.times.values()),
-            "private": repo.private,
-            "gated": repo.gated,
-            "downloads": repo.downloads,
-            "likes": repo.likes,
-            "tags": tags,
-        }
+        item = _summary(repo, head)
         if full or "siblings" in expand:
             item["siblings"] = [{"rfilename": name} for name in sorted(files)]
         found.append(item)
