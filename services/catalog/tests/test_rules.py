@@ -205,7 +205,7 @@ def test_resources_change_one_profiles_memory_or_cores_and_keep_what_is_not_said
     assert (cores.host_memory_mb, cores.cpu_cores) == (cpu.host_memory_mb, 12)
     with pytest.raises(BadRequest, match="has no profile big; its profiles: cpu, gpu"):
         set_resources(m, "big", 1024, None)
-    with pytest.raises(BadRequest, match="say what to change: --memory GB, --cores N, or both"):
+    with pytest.raises(BadRequest, match="say what to change: its memory, its cores, or both"):
         set_resources(m, "cpu", None, None)
 
 

@@ -86,7 +86,7 @@ def test_each_change_verb_makes_its_own_kind_of_change(words, expected):
         (["alias", "m"], "--add ALIAS or --drop ALIAS"),
         (["scale", "m", "-1"], r"Expected `int` >= 0 - at `\$.scaling.min`"),
         (["context", "m"], "a context, --max-output, or both"),
-        (["resources", "m", "cpu"], "--memory GB, --cores N, or both"),
+        (["resources", "m", "cpu"], "--memory GIB, --cores N, or both"),
         (["resources", "m", "cpu", "--cores", "0"], r"Expected `int` >= 1 - at `\$.cores`"),
     ],
 )

@@ -173,7 +173,7 @@ def set_resources(model: Model, profile: str, memory_mb: int | None, cores: int 
         raise BadRequest(f"model '{model.name}' has no profile {profile}; its profiles: {', '.join(sorted(names))}")
     if memory_mb is None and cores is None:
         raise BadRequest(
-            f"model '{model.name}' profile '{profile}': say what to change: --memory GB, --cores N, or both"
+            f"model '{model.name}' profile '{profile}': say what to change: its memory, its cores, or both"
         )
     old = names[profile]
     new = msgspec.structs.replace(

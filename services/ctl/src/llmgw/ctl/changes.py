@@ -53,7 +53,7 @@ def _context(a: argparse.Namespace) -> SetContext:
 def _resources(a: argparse.Namespace) -> SetResources:
     if a.memory is None and a.cores is None:
         raise ValueError(
-            "say what to change: --memory GB, --cores N, or both (llmgw ctl model resources qwen cpu --memory 16)"
+            "say what to change: --memory GIB, --cores N, or both (llmgw ctl model resources qwen cpu --memory 16)"
         )
     memory_mb = int(a.memory * 1024) if a.memory is not None else None
     return SetResources(name=a.name, by=BY, profile=a.profile, memory_mb=memory_mb, cores=a.cores, in_place=a.in_place)

@@ -178,7 +178,7 @@ def _gpus_arguments(parser: argparse.ArgumentParser) -> None:
 def _resources_arguments(parser: argparse.ArgumentParser) -> None:
     _name_in_place(parser)
     parser.add_argument("profile", metavar="PROFILE", help="the profile whose replicas reserve it")
-    parser.add_argument("--memory", type=float, metavar="GB", help="host memory a replica reserves, GiB")
+    parser.add_argument("--memory", type=float, metavar="GIB", help="host memory a replica reserves, GiB")
     parser.add_argument("--cores", type=int, metavar="N", help="cores (engine threads) a replica reserves")
 
 
