@@ -11,9 +11,14 @@ the open way to serve a model of experts larger than its card.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from llmgw.modelplan._memory import MARGIN_BYTES, MARGIN_SHARE, Shape, experts_host_bytes, llamacpp_memory
+from llmgw.modelplan._memory import (
+    MARGIN_BYTES,
+    MARGIN_SHARE,
+    Shape,
+    bytes_by_type,
+    experts_host_bytes,
+    llamacpp_memory,
+)
 from llmgw.modelplan._speed import (
     DEFAULT_CPU,
     GpuConstants,
@@ -102,15 +107,7 @@ def hybrid_tokens_per_second(  # noqa: PLR0913 - the model and its split, the ca
     if not host_read:
         return 1 / card_s
     layers = min(cpu_moe, shape.layers) - shape.first_expert_layer
-    types = _types_share(shape.type_bytes, shape.weight_bytes, host_read)
+    types = bytes_by_type(shape.type_bytes, host_read) or {"": host_read}  # unknown types: the unmeasured cost
     host_s = host_read / (rate * 1e9) + cpu_compute_seconds(types, threads, k)
     host_s += layers * ((k.layer_sync_s if threads > 1 else 0.0) + HOP_S)
     return 1 / (card_s + host_s)
-
-
-def _types_share(type_bytes: Mapping[str, int], total: int, part: int) -> dict[str, int]:
-    """`part` bytes by tensor type, in the whole model's proportions (experts are mostly of the
-    file's main type)."""
-    if not total:
-        return {"": part}
-    return {t: n * part // total for t, n in type_bytes.items()}

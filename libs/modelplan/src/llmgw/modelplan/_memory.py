@@ -3,6 +3,7 @@ buffer, and a stated margin."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
@@ -15,6 +16,7 @@ __all__ = [
     "Memory",
     "Shape",
     "active_type_bytes",
+    "bytes_by_type",
     "compute_buffer_bytes",
     "experts_host_bytes",
     "facts_from_gguf",
@@ -109,6 +111,13 @@ def shape_from_config(config: dict, weight_bytes: int) -> Shape:
         experts=experts,
         experts_used=used,
     )
+
+
+def bytes_by_type(type_bytes: Mapping[str, int], part: int) -> dict[str, int]:
+    """`part` bytes split by tensor type in `type_bytes`'s proportions (a share of a model read a
+    token: across nodes, or its experts on a host); empty where the types are unknown."""
+    total = sum(type_bytes.values())
+    return {t: n * part // total for t, n in type_bytes.items()} if total else {}
 
 
 def active_type_bytes(shape: Shape) -> dict[str, int]:

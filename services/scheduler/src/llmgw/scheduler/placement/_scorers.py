@@ -13,6 +13,7 @@ import numpy as np
 from llmgw.modelplan import (
     DEFAULT_CPU,
     active_type_bytes,
+    bytes_by_type,
     card_of,
     cpu_read_gbs,
     cpu_threads,
@@ -104,14 +105,8 @@ def _cpu_costs(
 def _cpu_key(need: Need) -> tuple:
     """What a CPU replica's speed takes of its need, hashable."""
     shape = need.shape
-    types = tuple(_share(active_type_bytes(shape), need.read_bytes).items()) if shape else None
+    types = tuple(bytes_by_type(active_type_bytes(shape), need.read_bytes).items()) if shape else None
     return need.read_bytes, need.profile.cpu_cores, types, shape.layers if shape else 0
-
-
-def _share(type_bytes: dict[str, int], read_bytes: int) -> dict[str, int]:
-    """`type_bytes` scaled to what this replica reads a token (its share, across nodes)."""
-    total = sum(type_bytes.values())
-    return {t: b * read_bytes // total for t, b in type_bytes.items()} if total else {}
 
 
 def speed_of(need: Need, n: NodeState) -> float:
