@@ -32,7 +32,9 @@ def test_the_flags_and_variables_operators_tune_pass(engine, args, env):
         ("llamacpp", ["--log-file", "/tmp/x"], "argument '--log-file' is refused: it names a file"),
         ("llamacpp", ["--log_file=/tmp/x"], "argument '--log-file' is refused"),
         ("llamacpp", ["--slot-save-path", "/var/tmp"], "argument '--slot-save-path' is refused: it names a file"),
-        ("llamacpp", ["--lora", "/home/x/a.gguf"], "argument '--lora' is refused: it names a file"),
+        ("llamacpp", ["--control-vector", "/home/x/a.gguf"], "argument '--control-vector' is refused: it names a file"),
+        ("llamacpp", ["--lora", "/home/x/a.gguf"], "attach them with `llmgw ctl model adapters`"),
+        ("vllm", ["--enable-lora"], "attach them with `llmgw ctl model adapters`"),
         ("llamacpp", ["-m", "/other.gguf"], "argument '-m' is refused: the agent gives the engine the model's"),
         ("vllm", ["--model", "/other"], "argument '--model' is refused"),
         ("llamacpp", ["--host", "0.0.0.0"], "argument '--host' is refused: the agent chooses where"),
@@ -100,9 +102,10 @@ def test_a_refused_flag_cannot_hide_as_the_value_of_an_allowed_one():
 
 
 def test_a_nodes_opt_in_lets_its_flags_and_variables_through():
-    args, env = ["--lora", "/srv/adapters/a.gguf", "--metrics"], {"GGML_CUDA_ENABLE_UNIFIED_MEMORY": "1"}
+    args, env = ["--control-vector", "/srv/cv/a.gguf", "--metrics"], {"GGML_CUDA_ENABLE_UNIFIED_MEMORY": "1"}
     assert len(check_engine_args("llamacpp", args, env)) == 3
-    assert check_engine_args("llamacpp", args, env, ["--lora", "--metrics", "GGML_CUDA_ENABLE_UNIFIED_MEMORY"]) == []
+    allowed = ["--control-vector", "--metrics", "GGML_CUDA_ENABLE_UNIFIED_MEMORY"]
+    assert check_engine_args("llamacpp", args, env, allowed) == []
 
 
 def test_an_opt_in_of_a_template_flag_lifts_its_name_rule():

@@ -199,7 +199,8 @@ CACHE = {Path("/c/aa"): ["o/r/a.gguf"], Path("/c/bb"): ["o/r/b.gguf", "o/s/b.ggu
 
 
 def test_a_deletion_keeps_a_file_a_replica_runs_on_or_another_source_still_is_and_says_why():
-    plan = delete(CACHE, ["o/r/a.gguf", "o/r/b.gguf", "o/r/c.gguf"], {"r1": "o/r/c.gguf"}, "a")
+    # r1 runs on other weights with o/r/c.gguf as its adapter: that keeps it as much as weights would
+    plan = delete(CACHE, ["o/r/a.gguf", "o/r/b.gguf", "o/r/c.gguf"], {"r1": ["o/r/x.gguf", "o/r/c.gguf"]}, "a")
     assert plan.folders == [Path("/c/aa")] and plan.answer.deleted == ["o/r/a.gguf"]
     assert plan.answer.kept == [
         FilePlace(source="o/r/b.gguf", where="a", why="the same file is also o/s/b.gguf"),
@@ -210,7 +211,7 @@ def test_a_deletion_keeps_a_file_a_replica_runs_on_or_another_source_still_is_an
 
 
 def test_collecting_deletes_what_no_model_uses_and_no_replica_runs_on():
-    plan = collect({**CACHE, Path("/c/dd"): []}, ["o/s/b.gguf"], {"r1": "o/r/c.gguf"}, "a")
+    plan = collect({**CACHE, Path("/c/dd"): []}, ["o/s/b.gguf"], {"r1": ["o/r/c.gguf"]}, "a")
     assert plan.folders == [Path("/c/aa"), Path("/c/dd")]
     assert plan.answer.deleted == ["o/r/a.gguf", "dd"] and plan.answer.where == "a"
 

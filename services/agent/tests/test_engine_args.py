@@ -52,9 +52,9 @@ def test_a_worker_is_planned_with_no_refused_variable():
 
 
 def test_the_nodes_opt_in_lets_its_flag_through_and_nothing_it_sets_itself():
-    lora = Profile(args=["--lora", "/srv/adapters/a.gguf"])
-    assert launch(setup(lora, allowed={"--lora"})).argv[-2:] == ["--lora", "/srv/adapters/a.gguf"]
-    with pytest.raises(ValueError, match="argument '--lora' is refused"):
+    lora = Profile(args=["--control-vector", "/srv/cv/a.gguf"])
+    assert launch(setup(lora, allowed={"--control-vector"})).argv[-2:] == ["--control-vector", "/srv/cv/a.gguf"]
+    with pytest.raises(ValueError, match="argument '--control-vector' is refused"):
         launch(setup(lora))
     with pytest.raises(ValueError, match="no node's opt-in lifts this"):
         launch(setup(Profile(args=["--port", "80"]), allowed={"--port"}))
@@ -81,6 +81,26 @@ async def test_a_start_with_a_refused_argument_fails_saying_which_and_keeps_no_r
 
 
 async def test_a_node_refuses_what_only_another_node_opted_into():
-    replicas("a", ["--lora"])
-    with pytest.raises(BadRequest, match="argument '--lora' is refused"):
-        await replicas("b").start(start("b", Profile(args=["--lora", "/srv/adapters/a.gguf"])))
+    replicas("a", ["--control-vector"])
+    with pytest.raises(BadRequest, match="argument '--control-vector' is refused"):
+        await replicas("b").start(start("b", Profile(args=["--control-vector", "/srv/cv/a.gguf"])))
+
+
+def test_adapters_are_loaded_with_none_applied_and_vllm_serves_each_as_a_model():
+    import dataclasses
+
+    from llmgw.agent.core import adapter_sources
+    from llmgw.proto import Adapter
+
+    adapters = {"sql": Path("/c/aa/sql.gguf"), "legal": Path("/c/bb/legal.gguf")}
+    argv = launch(dataclasses.replace(setup(Profile()), adapters=adapters)).argv
+    at = argv.index("--lora-init-without-apply")
+    assert argv[at + 1 :][:4] == ["--lora", "/c/aa/sql.gguf", "--lora", "/c/bb/legal.gguf"]
+    peft = {"sql": Path("/c/cc/adapter_model.safetensors")}
+    vllm = launch(dataclasses.replace(setup(Profile(engine="vllm", gpus=1)), adapters=peft)).argv
+    at = vllm.index("--enable-lora")
+    assert vllm[at:][:5] == ["--enable-lora", "--max-loras", "1", "--lora-modules", "m:sql=/c/cc"]
+    model = Model(name="m", source="o/r/m.gguf", adapters=[Adapter(name="sql", source="o/a/sql.gguf")])
+    assert adapter_sources(model, ["sql"]) == ["o/a/sql.gguf"]
+    with pytest.raises(ValueError, match="model 'm' has no adapter legal \\(it changed since it was placed\\)"):
+        adapter_sources(model, ["sql", "legal"])

@@ -46,11 +46,11 @@ async def test_a_put_with_the_flags_operators_tune_is_stored_as_given(client):
 
 
 async def test_the_catalogs_opt_in_lets_in_a_flag_chosen_nodes_allow(serve, nc):
-    config = CatalogConfig(engine_args_allowed=["--lora"])
+    config = CatalogConfig(engine_args_allowed=["--control-vector"])
     await serve(Catalog(config), config)
-    put = await call(nc, catalog.MODEL_PUT, ModelPut(model=model(["--lora", "/srv/adapters/a.gguf"])))
+    put = await call(nc, catalog.MODEL_PUT, ModelPut(model=model(["--control-vector", "/srv/cv/a.gguf"])))
     stopped = await call(nc, catalog.MODEL_CHANGE, StopModel(name="m"))
-    assert put.model.profiles[0].args[0] == "--lora" and stopped.model.stopped is not None
+    assert put.model.profiles[0].args[0] == "--control-vector" and stopped.model.stopped is not None
     with pytest.raises(BadRequest, match="argument '--log-file' is refused"):
         await call(nc, catalog.MODEL_PUT, ModelPut(model=model(["--log-file", "/tmp/x"])))
 
@@ -63,10 +63,10 @@ def test_what_the_agent_sets_itself_is_refused_saying_which_profile_field_says_i
 
 
 def test_a_change_to_a_model_keeps_to_the_rule_and_to_the_opt_in():
-    lora = model(["--lora", "/srv/adapters/a.gguf"])
-    with pytest.raises(BadRequest, match="argument '--lora' is refused"):
+    lora = model(["--control-vector", "/srv/cv/a.gguf"])
+    with pytest.raises(BadRequest, match="argument '--control-vector' is refused"):
         apply_change(lora, StopModel(name="m"))
-    assert apply_change(lora, StopModel(name="m"), ["--lora"]).stopped is not None
+    assert apply_change(lora, StopModel(name="m"), ["--control-vector"]).stopped is not None
 
 
 def test_a_declared_model_with_a_refused_argument_is_refused_saying_where():

@@ -36,6 +36,7 @@ from llmgw.proto._strict import StrictError, convert_strict
 from llmgw.proto._types import Empty, ReplicaStatus
 from llmgw.proto.agent import Heartbeat, ReplicaStart, ReplicaStop, WeightsCollect, WorkerStart
 from llmgw.proto.catalog import (
+    Adapter,
     CatalogRecord,
     ChangeSpec,
     Model,
@@ -51,6 +52,7 @@ from llmgw.proto.catalog import (
     ScaleModel,
     Scaling,
     ScheduleWindow,
+    SetAdapters,
     SetAliases,
     SetClass,
     SetContext,
@@ -126,6 +128,7 @@ __all__ = [
     "USAGE_STREAM",
     "VERSION",
     "WHOLE_BYTES",
+    "Adapter",
     "CatalogRecord",
     "ChangeSpec",
     "CpuCalibration",
@@ -188,6 +191,7 @@ __all__ = [
     "ScaleModel",
     "Scaling",
     "ScheduleWindow",
+    "SetAdapters",
     "SetAliases",
     "SetClass",
     "SetContext",

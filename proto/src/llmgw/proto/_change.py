@@ -3,18 +3,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._scaling import LEAST_CONTEXT, Scaling
-from llmgw.proto._types import Name, NonNegative, Positive
+from llmgw.proto._types import Name, NonNegative, Positive, Source
 
 __all__ = [
+    "MOST_ADAPTERS",
+    "Adapter",
     "ChangeSpec",
     "ModelChange",
     "RestartModel",
     "ScaleModel",
+    "SetAdapters",
     "SetAliases",
     "SetClass",
     "SetContext",
@@ -24,7 +28,35 @@ __all__ = [
     "SetResources",
     "StartModel",
     "StopModel",
+    "adapter_name",
 ]
+
+
+MOST_ADAPTERS = 8
+"""The most adapters one model's replicas load (each takes memory and a slot of the engine's)."""
+
+
+class Adapter(Struct, kw_only=True, frozen=True):
+    """A LoRA adapter a model's replicas load: clients ask for it as `MODEL:NAME`."""
+
+    name: Name
+    """What it is asked for by, after the model's name and a colon."""
+    source: Source
+    """Its file on the mirror (a GGUF LoRA made for the model's weights; for vLLM, a file of the
+    PEFT adapter's folder, whose folder is loaded)."""
+    scale: Annotated[float, Meta(gt=0, le=4)] = 1.0
+    """How strongly it applies (llama.cpp's LoRA scale); changed without restarting a replica."""
+
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def adapter_name(source: str) -> str:
+    """The name an adapter is asked for by when none is given: its file's name without `.gguf`
+    (a PEFT adapter: its folder's), kept to the letters a name may hold."""
+    parts = source.split("/")
+    stem = parts[-1].removesuffix(".gguf") if parts[-1].endswith(".gguf") or len(parts) < 2 else parts[-2]
+    return _NOT_NAME.sub("-", stem.split("@")[0]).strip("-_")[:63] or "adapter"
 
 
 class ChangeSpec(Struct, kw_only=True):
@@ -131,6 +163,18 @@ class SetAliases(ChangeSpec, kw_only=True, tag_field="action", tag="alias"):
     """Names to drop."""
 
 
+class SetAdapters(ChangeSpec, kw_only=True, tag_field="action", tag="adapters"):
+    """Adapters attached and detached; replicas load the new set one at a time (a new scale alone
+    restarts nothing)."""
+
+    add: list[Adapter] = field(default_factory=list)
+    """Adapters to attach (one of a name attached already is replaced)."""
+    remove: list[Annotated[str, Meta(max_length=400)]] = field(default_factory=list)
+    """Adapters to detach, each by its name or its source."""
+    in_place: bool = False
+    """Stop each replica before its replacement starts (no room beside it)."""
+
+
 ModelChange = Annotated[
     StopModel
     | StartModel
@@ -142,7 +186,8 @@ ModelChange = Annotated[
     | SetResources
     | SetClass
     | SetOwner
-    | SetAliases,
+    | SetAliases
+    | SetAdapters,
     Meta(title="ModelChange"),
 ]
 """An operator's change to one model, by name, recorded with who made it: one of the kinds above,

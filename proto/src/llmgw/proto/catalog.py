@@ -7,10 +7,13 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._change import (
+    MOST_ADAPTERS,
+    Adapter,
     ChangeSpec,
     ModelChange,
     RestartModel,
     ScaleModel,
+    SetAdapters,
     SetAliases,
     SetClass,
     SetContext,
@@ -20,6 +23,7 @@ from llmgw.proto._change import (
     SetResources,
     StartModel,
     StopModel,
+    adapter_name,
 )
 from llmgw.proto._endpoint import AdminRoute, Endpoint
 from llmgw.proto._page import Page
@@ -39,9 +43,11 @@ __all__ = [
     "MODEL_PURGE",
     "MODEL_PUT",
     "MODEL_REMOVE",
+    "MOST_ADAPTERS",
     "MOST_REVISION",
     "SERVE",
     "SERVE_PLAN",
+    "Adapter",
     "CatalogRecord",
     "ChangeSpec",
     "Model",
@@ -61,6 +67,7 @@ __all__ = [
     "ServePlan",
     "ServePlanAsk",
     "ServeWay",
+    "SetAdapters",
     "SetAliases",
     "SetClass",
     "SetContext",
@@ -70,6 +77,7 @@ __all__ = [
     "SetResources",
     "StartModel",
     "StopModel",
+    "adapter_name",
 ]
 
 
@@ -172,9 +180,16 @@ class Model(Struct, kw_only=True, frozen=True, weakref=True):
     the file's header says); `serve` sets it from the header."""
     generation: NonNegative = 0
     """Raised by restart: every replica of an older generation is started again, one at a time."""
+    adapters: Annotated[list[Adapter], Meta(max_length=MOST_ADAPTERS)] = field(default_factory=list)
+    """LoRA adapters its replicas load beside the weights (llama.cpp GGUF LoRA files; vLLM PEFT
+    folders): clients ask for `MODEL:ADAPTER`, and each request applies its own adapter alone."""
     rollout: Literal["surge", "in-place"] = "surge"
     """How stale replicas are replaced: surge starts the new one beside the old, in-place stops the
     old one first (for when there is no room beside it). Set by the change that made them stale."""
+
+    def files(self) -> list[str]:
+        """Every file its replicas run on: its weights, then its adapters'."""
+        return [self.source, *(a.source for a in self.adapters)]
 
 
 class CatalogRecord(Struct, kw_only=True):

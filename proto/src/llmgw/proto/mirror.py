@@ -14,6 +14,7 @@ from llmgw.proto._types import NonNegative, RepoId, Source
 from llmgw.proto.hub import HubFound, HubSearch
 
 __all__ = [
+    "ADAPTER_CHECK",
     "ENDPOINTS",
     "EVENTS",
     "FETCH_CHANGED",
@@ -27,6 +28,8 @@ __all__ = [
     "REPO_REMOVE",
     "REPO_SHOW",
     "REPO_UPDATE",
+    "AdapterCheck",
+    "AdapterFacts",
     "Commit",
     "FetchState",
     "FileInfo",
@@ -254,6 +257,32 @@ FILE_WHERE = Endpoint(
     "Every mirror holding a verified copy of a file answers (agents take the nearest).",
     every_instance=True,
 )
+
+
+class AdapterCheck(Struct, kw_only=True):
+    """Whether a LoRA adapter file fits a model's weights file (both on the mirror)."""
+
+    source: Source
+    """The adapter."""
+    base: Source
+    """The model's weights it is meant for."""
+
+
+class AdapterFacts(Struct, kw_only=True):
+    """What an adapter's header says, once it is known to fit its base."""
+
+    source: str
+    architecture: str
+    rank: NonNegative
+    """The rank of its low-rank matrices (the largest, where they differ)."""
+    alpha: float = 0.0
+    """Its LoRA alpha (0: the file does not say; the scale is then taken as it is)."""
+    tensors: NonNegative = 0
+    """The base's tensors it adapts."""
+    size: NonNegative = 0
+    """Its bytes."""
+
+
 FILE_STAT = Endpoint("mirror", "file.stat", FileRef, FileInfo, "One file's size, hash and HTTP URL.")
 FILE_LIST = Endpoint("mirror", "file.list", Page, FileList, "Every file the mirror holds, in pages.")
 FILE_DELETE = Endpoint("mirror", "file.delete", WeightsDelete, WeightsDeleted, "Delete files from the mirror.")
@@ -264,6 +293,13 @@ HUB_SEARCH = Endpoint(
     HubFound,
     "Models on the Hub with their GGUF files, each file's header read by HTTP range requests.",
     timeout_s=80.0,
+)
+ADAPTER_CHECK = Endpoint(
+    "mirror",
+    "adapter.check",
+    AdapterCheck,
+    AdapterFacts,
+    "Whether a LoRA adapter file on the mirror was made for a model's weights (their headers read).",
 )
 ENDPOINTS = (
     REPO_ADD,
@@ -276,6 +312,7 @@ ENDPOINTS = (
     FILE_LIST,
     FILE_DELETE,
     HUB_SEARCH,
+    ADAPTER_CHECK,
 )
 """The mirror's endpoints."""
 

@@ -55,6 +55,8 @@ class ReplicaSpec(Struct, kw_only=True):
     tokens_per_s: Annotated[float, Meta(ge=0)] = 0.0
     """Tokens a second one reply gets this way on its node, as the scheduler reckoned it when it
     placed the replica (modelplan, calibrated where the node is); 0: not reckoned."""
+    adapters: list[Name] = field(default_factory=list)
+    """The model's LoRA adapters its engine loads, in the engine's order (llama.cpp's ids)."""
 
 
 class ReplicaReport(Struct, kw_only=True):
@@ -119,6 +121,8 @@ class ReplicaState(Struct, kw_only=True, gc=False):
     """Last lines the engine printed, when it failed."""
     measured_mb: NonNegative = 0
     """Memory its engine uses now, MiB, as its agent measured it (`ReplicaReport.measured_mb`)."""
+    adapters: list[Name] = field(default_factory=list)
+    """The LoRA adapters its engine loads, in order (`ReplicaSpec.adapters`)."""
     updated: float = 0.0
     """Unix time of this state."""
 

@@ -240,8 +240,9 @@ def _role_publish(role: str, node: str) -> list[str]:
     b = BUCKETS
     if role == "catalog":
         return [
-            # stat: a model's file reads; the nodes: what a serve plan sizes its ways on
+            # stat: a model's file reads; adapter.check: an adapter fits it; the nodes: what a serve plan sizes on
             *_calls(agent.WEIGHTS_DELETE, mirror.FILE_DELETE, mirror.FILE_STAT, mirror.HUB_SEARCH, scheduler.NODE_LIST),
+            *_calls(mirror.ADAPTER_CHECK),
             people.AUDIT.subject("catalog"),  # every change to a model, for the audit trail
             *_kv(b["catalog"], write=True),
             *_kv(b["replicas"], write=False),

@@ -19,7 +19,7 @@ import msgspec
 import gguf
 from llmgw.gguf._sources import ByteSource, GGUFError, open_bytes
 
-__all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model", "split_parts"]
+__all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model", "read_tensors", "split_parts"]
 
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -197,6 +197,8 @@ class _Parsed(NamedTuple):
     first_expert_layer: int
     header_bytes: int
     type_bytes: dict[str, int]
+    dims: dict[str, tuple[int, ...]]
+    """Each tensor's dimensions as stored (GGML's order: the row's length first)."""
 
 
 def _parse(src: ByteSource) -> _Parsed:
@@ -221,6 +223,7 @@ def _parse(src: ByteSource) -> _Parsed:
     parameters = tensor_bytes = expert_bytes = data_end = 0
     first_expert = -1
     type_bytes: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for i in range(n_tensors):
         name = r.string(f"the name of tensor {i}")
         n_dims = r.scalar("<I", f"the dimensions of tensor '{name}'")
@@ -229,6 +232,7 @@ def _parse(src: ByteSource) -> _Parsed:
                 f"{src.where}: tensor '{name}' claims {n_dims} dimensions at byte {r.pos - 4}; not a GGUF header"
             )
         dims = [r.scalar("<Q", f"the shape of tensor '{name}'") for _ in range(n_dims)]
+        shapes[name] = tuple(dims)
         type_name, block, size = _tensor_type_name(r.scalar("<I", f"the type of tensor '{name}'"), name, src.where)
         offset = r.scalar("<Q", f"the offset of tensor '{name}'")
         elements = 1
@@ -253,7 +257,18 @@ def _parse(src: ByteSource) -> _Parsed:
             f"{size} bytes; the file is truncated or still being written"
         )
     first = max(first_expert, 0)
-    return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, first, header_bytes, type_bytes)
+    return _Parsed(meta, n_tensors, parameters, tensor_bytes, expert_bytes, first, header_bytes, type_bytes, shapes)
+
+
+def read_tensors(where: str | Path) -> tuple[dict[str, object], dict[str, tuple[int, ...]]]:
+    """One GGUF file's metadata (arrays by their length) and each tensor's dimensions, GGML's
+    order (for a LoRA adapter's check against its base: `llmgw.gguf.check_lora`)."""
+    src = open_bytes(where, None)
+    try:
+        parsed = _parse(src)
+    finally:
+        src.close()
+    return parsed.meta, parsed.dims
 
 
 def read_header(where: str | Path, client: httpx.Client | None = None) -> Header:

@@ -7,8 +7,8 @@ RoPE, templates by name, loading) and its `env` only a few tuning variables (`EN
 Refused, each with which argument, why and what to do instead:
 
 - what the agent sets itself (the model, where it listens, its key, context, slots, layers and
-  cards, threads, workers, the served name): a profile field says it, and no opt-in lifts this;
-- paths to read or write (`--log-file`, `--slot-save-path`, `--lora`...), downloads past the
+  cards, threads, workers, the served name, adapters): a field says it, and no opt-in lifts this;
+- paths to read or write (`--log-file`, `--slot-save-path`, `--control-vector`...), downloads past the
   mirror, flags that let callers run code or change the engine over HTTP;
 - loader and interpreter variables (`LD_*`, `PYTHON*`, `PATH`, `HOME`) and llama.cpp's
   `LLAMA_ARG_*` (arguments by another door);
@@ -117,6 +117,10 @@ _AGENT_SETS: dict[str, tuple[str, str]] = {
         ("--kv-events-config", "--prefix-caching-hash-algo", "PYTHONHASHSEED"),
         ("the agent sets up the KV events the router follows", "set the profile's kv_events"),
     ),
+    **dict.fromkeys(
+        ("--lora", "--lora-scaled", "--lora-init-without-apply", "--enable-lora", "--max-loras", "--lora-modules"),
+        ("the agent loads the model's adapters from its cache", "attach them with `llmgw ctl model adapters`"),
+    ),
 }
 """What the agent sets itself: never from a profile, whatever a node opts into."""
 
@@ -128,12 +132,12 @@ _FETCH = "the engine would fetch files itself, past the mirror"
 _CODE = "it lets the engine's callers or its files run code or change the engine"
 _WHY: dict[str, str] = {
     **dict.fromkeys(
-        "--log-file --log-prompts-dir --slot-save-path --lora --lora-scaled --control-vector "
+        "--log-file --log-prompts-dir --slot-save-path --control-vector "
         "--control-vector-scaled -mm --mmproj -md --model-draft --spec-draft-model --chat-template-file "
         "--grammar-file -jf --json-schema-file --path --media-path --models-dir --models-preset "
         "--ssl-key-file --ssl-cert-file -lcs --lookup-cache-static -lcd --lookup-cache-dynamic "
         "--ui-config-file --webui-config-file --mcp-servers-config --video-ffmpeg-dir "
-        "--tokenizer --download-dir --chat-template --generation-config --config --lora-modules "
+        "--tokenizer --download-dir --chat-template --generation-config --config "
         "--speculative-config".split(),
         _FILE,
     ),

@@ -18,6 +18,8 @@ class Found(msgspec.Struct, kw_only=True):
     spec: ReplicaSpec
     source: str
     """The weights file it runs on."""
+    adapters: list[str] = msgspec.field(default_factory=list)
+    """The LoRA adapters' files it loaded."""
     url: str
     kv_events: str = ""
     port: int

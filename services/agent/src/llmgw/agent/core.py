@@ -20,6 +20,7 @@ __all__ = [
     "Deletion",
     "EngineSetup",
     "Launch",
+    "adapter_sources",
     "cards_for",
     "check_profile",
     "collect",
@@ -53,6 +54,8 @@ class EngineSetup:
     weights: Path
     """The model file in this node's cache."""
     port: int
+    adapters: dict[str, Path] = field(default_factory=dict)
+    """Its LoRA adapters by name, in the order the engine loads them (their files in the cache)."""
     model: Model
     profile: Profile
     api_key: str
@@ -92,6 +95,16 @@ def pick_port(ports: range, taken: set[int], bindable: Callable[[int], bool]) ->
     raise ValueError(
         f"no free port in {ports.start}-{ports.stop - 1} ({len(taken)} held by replicas here); widen the agent's ports"
     )
+
+
+def adapter_sources(model: Model, names: Sequence[str]) -> list[str]:
+    """The files of `model`'s adapters `names` (a replica's, in its order); ValueError naming
+    one the model does not have (the model changed between placing and starting it)."""
+    sources = {a.name: a.source for a in model.adapters}
+    missing = [n for n in names if n not in sources]
+    if missing:
+        raise ValueError(f"model '{model.name}' has no adapter {', '.join(missing)} (it changed since it was placed)")
+    return [sources[n] for n in names]
 
 
 def cards_for(profile: Profile, chosen: list[str], here: list[GpuInfo], taken: set[str]) -> list[GpuInfo]:
@@ -150,6 +163,9 @@ def _vllm(s: EngineSetup, env: dict[str, str]) -> list[str]:
     argv += ["--pipeline-parallel-size", str(max(len(s.cards) // s.profile.tensor_parallel, 1))]
     argv += ["--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(s.model.context)]
     argv += ["--max-num-seqs", str(s.profile.slots)]
+    if s.adapters:  # each a model of its own name (`MODEL:ADAPTER`), its PEFT folder
+        modules = [f"{s.model.name}:{name}={path.parent}" for name, path in s.adapters.items()]
+        argv += ["--enable-lora", "--max-loras", str(len(modules)), "--lora-modules", *modules]
     if s.model.kind == "embedding":  # /v1/embeddings, pooled as the model's own config says
         return [*argv, "--runner", "pooling", "--convert", "embed"]
     if s.kv_events_port:
@@ -175,6 +191,10 @@ def _llama_server(s: EngineSetup) -> list[str]:
         argv += ["--embedding"]
     if s.cards and s.profile.cpu_moe_layers:  # the first N layers' experts in host memory
         argv += ["--n-cpu-moe", str(s.profile.cpu_moe_layers)]
+    if s.adapters:  # loaded, none applied: each request says which (the router's `lora` field)
+        argv += ["--lora-init-without-apply"]
+        for path in s.adapters.values():
+            argv += ["--lora", str(path)]
     if s.rpc:
         argv += ["--rpc", ",".join(s.rpc)]
     elif len(s.cards) > 1:
@@ -227,15 +247,19 @@ class Deletion(NamedTuple):
     answer: WeightsDeleted
 
 
-def _users(sources: list[str], running: Mapping[str, str]) -> list[str]:
-    """The replicas (of `running`: replica id -> the source it runs on) using one of `sources`."""
-    return sorted(rid for rid, source in running.items() if source in sources)
+Running = Mapping[str, Collection[str]]
+"""Replica id -> the sources it runs on (its weights and adapters)."""
 
 
-def delete(entries: Mapping[Path, list[str]], asked: list[str], running: Mapping[str, str], where: str) -> Deletion:
+def _users(sources: list[str], running: Running) -> list[str]:
+    """The replicas (of `running`) using one of `sources`."""
+    return sorted(rid for rid, used in running.items() if any(s in sources for s in used))
+
+
+def delete(entries: Mapping[Path, list[str]], asked: list[str], running: Running, where: str) -> Deletion:
     """The cached contents (`entries`: folder -> the sources that are it) to delete for the
-    `asked` sources: those no replica here runs on (`running`: replica id -> its source) and that
-    are no other source too; the rest kept, saying why."""
+    `asked` sources: those no replica here runs on (`running`) and that are no other source too;
+    the rest kept, saying why."""
     out = Deletion([], WeightsDeleted(where=where))
     for folder, sources in entries.items():
         mine = [s for s in sources if s in asked]
@@ -251,7 +275,7 @@ def delete(entries: Mapping[Path, list[str]], asked: list[str], running: Mapping
     return out
 
 
-def collect(entries: Mapping[Path, list[str]], keep: list[str], running: Mapping[str, str], where: str) -> Deletion:
+def collect(entries: Mapping[Path, list[str]], keep: list[str], running: Running, where: str) -> Deletion:
     """Every cached content no model uses (none of its sources in `keep`) and no replica here runs on."""
     out = Deletion([], WeightsDeleted(where=where))
     for folder, sources in entries.items():

@@ -15,7 +15,7 @@ import msgspec
 
 from llmgw.agent import adoption, usage
 from llmgw.agent.cache import FetchError, WeightsCache
-from llmgw.agent.core import EngineSetup, Launch, check_profile, launch, redact, what_it_said
+from llmgw.agent.core import EngineSetup, Launch, adapter_sources, check_profile, launch, redact, what_it_said
 from llmgw.agent.mirrors import fetch_nearest
 from llmgw.agent.node import NodeFacts
 from llmgw.agent.room import Room
@@ -31,10 +31,12 @@ class Run:
     """One replica on this node: what the scheduler asked (`spec`) and what this agent says of it
     (`report`)."""
 
-    def __init__(self, spec: ReplicaSpec, source: str) -> None:
+    def __init__(self, spec: ReplicaSpec, source: str, adapters: list[str]) -> None:
         self.spec = spec
         self.source = source
         """The weights file it runs on."""
+        self.adapters = adapters
+        """The LoRA adapters' files its engine loads (`spec.adapters`' sources, in order)."""
         self.report = ReplicaReport(
             id=spec.id, model=spec.model, profile=spec.profile, node=spec.node, state="fetching", updated=time.time()
         )
@@ -75,9 +77,9 @@ class Replicas:
             r.report = msgspec.structs.replace(r.report, measured_mb=usage.engine_memory_mb(r.child.pid, on_cards))
         return [r.report for r in self.runs.values()]
 
-    def running(self) -> dict[str, str]:
-        """The live replicas here and the source each runs on."""
-        return {rid: r.source for rid, r in self.runs.items() if r.live}
+    def running(self) -> dict[str, list[str]]:
+        """The live replicas here and the sources each runs on (its weights, its adapters)."""
+        return {rid: [r.source, *r.adapters] for rid, r in self.runs.items() if r.live}
 
     async def start(self, req: ReplicaStart) -> ReplicaReport:
         """Start a replica (once, however often asked); its report says how it goes from there."""
@@ -92,7 +94,11 @@ class Replicas:
             check_profile(req.profile, self.config.engine_args_allowed)
         except ValueError as exc:
             raise BadRequest(f"replica {rid}: {exc}") from None
-        run = Run(req.replica, req.model.source)
+        try:
+            adapters = adapter_sources(req.model, req.replica.adapters)
+        except ValueError as exc:
+            raise BadRequest(f"replica {rid}: {exc}") from None
+        run = Run(req.replica, req.model.source, adapters)
         self.runs[rid] = run
         run.task = asyncio.create_task(self._run(run, req))
         await self._publish(run)
@@ -136,7 +142,7 @@ class Replicas:
         except ValueError as exc:
             await self.supervisor.end(left)
             return f"ended: {exc}"
-        run = Run(engine.spec, engine.source)
+        run = Run(engine.spec, engine.source, engine.adapters)
         try:
             secrets = [self._key(run)]
         except EngineSecretError as exc:  # noted for another node (this one was renamed): not ours to run
@@ -176,6 +182,7 @@ class Replicas:
         return adoption.Found(
             spec=run.spec,
             source=run.source,
+            adapters=run.adapters,
             url=f"http://{setup.host}:{port}",
             kv_events=f"tcp://{setup.host}:{events}" if events else "",
             port=port,
@@ -188,7 +195,9 @@ class Replicas:
         log = self._ctx.log.bind(replica=rid, model=req.model.name)
         try:
             cards = self.room.take_cards(rid, run.spec.gpus, req.profile)
-            setup = await self._setup(run, req, cards, await self._fetch(req.model.source))
+            weights = await self._fetch(req.model.source)
+            adapters = [await self._fetch(source) for source in run.adapters]
+            setup = await self._setup(run, req, cards, (weights, adapters))
             url = f"http://{setup.host}:{setup.port}"
             events = f"tcp://{setup.host}:{setup.kv_events_port}" if setup.kv_events_port else ""
             await self._set(run, state="starting", url=url, kv_events=events)
@@ -218,8 +227,12 @@ class Replicas:
                 log.warning("replica failed", error=redact(str(exc), [self._key(run)]))
                 await self._fail(run, str(exc), exc.tail if isinstance(exc, StartFailed) else [])
 
-    async def _setup(self, run: Run, req: ReplicaStart, cards: list[GpuInfo], weights: Path) -> EngineSetup:
-        """Where and how its engine runs: a port of its own (and one for vLLM's KV events)."""
+    async def _setup(
+        self, run: Run, req: ReplicaStart, cards: list[GpuInfo], files: tuple[Path, list[Path]]
+    ) -> EngineSetup:
+        """Where and how its engine runs (`files`: its weights and its adapters in this node's
+        cache): a port of its own (and one for vLLM's KV events)."""
+        weights, adapters = files
         rid, vllm = run.spec.id, req.profile.engine == "vllm"
         port = self.room.take_port(rid)
         rpc = [w.endpoint for w in run.spec.workers]
@@ -228,6 +241,7 @@ class Replicas:
         return EngineSetup(
             binary=(shutil.which(self.config.vllm) or self.config.vllm) if vllm else self.facts.llamacpp.server,
             weights=weights,
+            adapters=dict(zip(run.spec.adapters, adapters, strict=True)),
             port=port,
             model=req.model,
             profile=req.profile,

@@ -64,6 +64,24 @@ def check_model(model: Model, allowed: Collection[str] = ()) -> None:
     if model.name in model.fallbacks:
         raise BadRequest(f"model '{model.name}': a model cannot fall back to itself; name another model")
     _check_counts(model)
+    if model.adapters:
+        _check_adapters(model)
+
+
+def _check_adapters(model: Model) -> None:
+    """Raise BadRequest where `model`'s adapters cannot be loaded as they are said: names twice,
+    an embedding model, or profiles of both engines (each loads its own kind of adapter)."""
+    names = [a.name for a in model.adapters]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise BadRequest(f"model '{model.name}': adapter names must be unique; repeated: {', '.join(dupes)}")
+    if model.kind == "embedding":
+        raise BadRequest(f"model '{model.name}' is an embedding model: it takes no adapters")
+    engines = {p.engine for p in model.profiles}
+    if len(engines) > 1:
+        raise BadRequest(
+            f"model '{model.name}' runs on llama.cpp and vLLM, which load different adapters (GGUF, PEFT): "
+            "give it profiles of one engine to attach adapters"
+        )
 
 
 def _check_profile(model: Model, p: Profile, allowed: Collection[str]) -> None:
@@ -196,11 +214,16 @@ def check_removable(name: str, others: dict[str, Model]) -> None:
 
 
 def files_to_purge(model: Model, others: dict[str, Model]) -> tuple[list[str], list[FilePlace]]:
-    """The files a purge of `model` deletes, and those it keeps because another model uses them."""
-    users = sorted(o.name for o in others.values() if o.name != model.name and o.source == model.source)
-    if users:
-        return [], [FilePlace(source=model.source, where="everywhere", why=f"model {', '.join(users)} uses it")]
-    return [model.source], []
+    """The files a purge of `model` deletes (its weights, its adapters), and those it keeps
+    because another model uses them."""
+    deleted, kept = [], []
+    for source in model.files():
+        users = sorted(o.name for o in others.values() if o.name != model.name and source in o.files())
+        if users:
+            kept.append(FilePlace(source=source, where="everywhere", why=f"model {', '.join(users)} uses it"))
+        elif source not in deleted:
+            deleted.append(source)
+    return deleted, kept
 
 
 def tally_purge(

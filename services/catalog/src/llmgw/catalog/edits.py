@@ -15,10 +15,12 @@ import msgspec
 
 from llmgw.catalog.core import check_model, counts_of
 from llmgw.modelplan import NodeFacts
-from llmgw.proto import Model, ModelChange, Profile, Scaling
+from llmgw.proto import Adapter, Model, ModelChange, Profile, Scaling
 from llmgw.proto.catalog import (
+    MOST_ADAPTERS,
     RestartModel,
     ScaleModel,
+    SetAdapters,
     SetAliases,
     SetClass,
     SetContext,
@@ -36,6 +38,7 @@ __all__ = [
     "check_resources",
     "restart",
     "scale",
+    "set_adapters",
     "set_aliases",
     "set_context",
     "set_gpus",
@@ -217,6 +220,28 @@ def set_aliases(model: Model, add: list[str], remove: list[str]) -> Model:
     return msgspec.structs.replace(model, aliases=aliases)
 
 
+def set_adapters(model: Model, add: list[Adapter], remove: list[str]) -> Model:
+    """Adapters detached (each by name or source) and attached (one of a name attached already
+    replaced: a new scale, say); at most `MOST_ADAPTERS` in all."""
+    if not add and not remove:
+        raise BadRequest(f"model '{model.name}': say what to change: adapters to add, to remove, or both")
+    attached = ", ".join(f"{a.name} ({a.source})" for a in model.adapters) or "none"
+    missing = [r for r in remove if not any(r in (a.name, a.source) for a in model.adapters)]
+    if missing:
+        raise BadRequest(f"model '{model.name}' has no adapter {', '.join(missing)}; its adapters: {attached}")
+    names = [a.name for a in add]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise BadRequest(f"model '{model.name}': adapter {', '.join(dupes)} is added twice; name each once")
+    kept = [a for a in model.adapters if a.name not in remove and a.source not in remove and a.name not in names]
+    adapters = kept + list(add)
+    if len(adapters) > MOST_ADAPTERS:
+        raise BadRequest(
+            f"model '{model.name}' would have {len(adapters)} adapters; a model loads at most {MOST_ADAPTERS}: "
+            "remove some first"
+        )
+    return msgspec.structs.replace(model, adapters=adapters)
+
+
 def restart(model: Model) -> Model:
     """Every replica started again, one at a time: a new generation makes each one stale."""
     if model.stopped is not None:
@@ -243,16 +268,27 @@ def apply_change(model: Model, change: ModelChange, allowed: Collection[str] = (
             changed = _rolled(set_gpus(model, gpus), in_place)
         case SetResources(profile=profile, memory_mb=memory_mb, cores=cores, in_place=in_place):
             changed = _rolled(set_resources(model, profile, memory_mb, cores), in_place)
-        case SetClass(capacity_class=capacity_class):
-            changed = msgspec.structs.replace(model, capacity_class=capacity_class)
-        case SetOwner(owner=owner):
-            changed = msgspec.structs.replace(model, owner=owner)
-        case SetAliases(add_aliases=add, remove_aliases=remove):
-            changed = set_aliases(model, add, remove)
+        case SetClass() | SetOwner() | SetAliases():
+            changed = _named(model, change)
+        case SetAdapters(add=add, remove=remove, in_place=in_place):
+            changed = _rolled(set_adapters(model, add, remove), in_place)
         case _:
             assert_never(change)
     check_model(changed, allowed)
     return changed
+
+
+def _named(model: Model, change: SetClass | SetOwner | SetAliases) -> Model:
+    """The model after a change that restarts nothing: its class, owner or aliases."""
+    match change:
+        case SetClass(capacity_class=capacity_class):
+            return msgspec.structs.replace(model, capacity_class=capacity_class)
+        case SetOwner(owner=owner):
+            return msgspec.structs.replace(model, owner=owner)
+        case SetAliases(add_aliases=add, remove_aliases=remove):
+            return set_aliases(model, add, remove)
+        case _:
+            assert_never(change)
 
 
 def _rolled(model: Model, in_place: bool) -> Model:

@@ -65,8 +65,9 @@ from llmgw.proto import (
     page_start,
     scheduler,
 )
-from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, SetAliases, SetResources
+from llmgw.proto.catalog import Adapter, ServeModel, ServePlan, ServePlanAsk, SetAdapters, SetAliases, SetResources
 from llmgw.proto.hub import HubSearch, HubWays
+from llmgw.proto.mirror import AdapterCheck
 
 __all__ = ["Catalog", "CatalogConfig", "main"]
 
@@ -164,6 +165,7 @@ class Catalog:
             check_editable(current)
         check_catalog(req.model, await self.store.others(req.model.name))
         file = file or await self._check_file(req.model)
+        await self._check_adapters(req.model, req.model.adapters)
         expected = req.revision if req.revision is not None else (current.revision if current else 0)
         return await self.store.write(req.model, expected, req.by, "put", file=file)
 
@@ -191,6 +193,26 @@ class Catalog:
             return None
         check_file(model, info)
         return info
+
+    async def _check_adapters(self, model: Model, adapters: list[Adapter]) -> None:
+        """The mirror reads each adapter's header beside the model's weights': one not on the
+        mirror, not an adapter, or made for other weights is refused, saying which and why."""
+        for a in adapters:
+            ask = AdapterCheck(source=a.source, base=model.source)
+            try:
+                await call(self.ctx.nc, mirror.ADAPTER_CHECK, ask, timeout=self.config.file_check_s * 4)
+            except NotFound as exc:
+                raise BadRequest(
+                    f"model '{model.name}' adapter '{a.name}': {exc.message}; the mirror holds an adapter before it "
+                    "is attached (`llmgw ctl mirror add OWNER/REPO`)"
+                ) from None
+            except BadRequest as exc:
+                raise BadRequest(f"model '{model.name}' adapter '{a.name}': {exc.message}") from None
+            except BusError as exc:
+                raise BadRequest(
+                    f"model '{model.name}' adapter '{a.name}': the mirror did not answer ({exc.message}); an adapter "
+                    "is checked against the weights before it is attached: start the mirror and try again"
+                ) from None
 
     async def serve_plan(self, ask: ServePlanAsk) -> ServePlan:
         """Every way a mirrored file runs on the fleet's nodes now, best first."""
@@ -286,6 +308,8 @@ class Catalog:
             check_catalog(changed, await self.store.others(req.name))
         if isinstance(req, SetResources):
             check_resources(req, [node_facts(n) for n in (await self._nodes()).nodes])
+        if isinstance(req, SetAdapters):
+            await self._check_adapters(changed, req.add)
         warnings = await self._context_warnings(entry, changed)
         action = type(req).__struct_config__.tag
         file = entry.file if changed.source == entry.model.source else None

@@ -26,7 +26,7 @@ async def _replicas(nc: Client, args: argparse.Namespace) -> int:
 async def _collect(nc: Client, args: argparse.Namespace) -> int:
     """Every node deletes the cached weights no model in the catalog uses."""
     listed = await call(nc, catalog.MODEL_LIST, Empty())
-    keep = sorted({e.model.source for e in listed.models})
+    keep = sorted({source for e in listed.models for source in e.model.files()})
     answers = await call_all(nc, agent.WEIGHTS_COLLECT, WeightsCollect(keep=keep), window_s=3.0)
     if not answers:
         print("No agent answered: no node to collect on.", file=sys.stderr)

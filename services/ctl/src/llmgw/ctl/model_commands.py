@@ -11,6 +11,7 @@ import msgspec
 from nats.aio.client import Client
 
 from llmgw.bus import BusError, call
+from llmgw.ctl.adapter_commands import ADAPTERS
 from llmgw.ctl.changes import BY, change_of
 from llmgw.ctl.fleet_commands import PLAN
 from llmgw.ctl.sentences import added, purged, removed, said
@@ -346,6 +347,7 @@ MODEL = Noun(
             _name,
         ),
         *_CHANGES,
+        ADAPTERS,
         PLAN,
         SERVE,
     ),

@@ -9,6 +9,7 @@ from llmgw.proto import Model, ModelChange, ModelEntry, PurgeReport, Scaling
 from llmgw.proto.catalog import (
     RestartModel,
     ScaleModel,
+    SetAdapters,
     SetAliases,
     SetClass,
     SetContext,
@@ -86,6 +87,9 @@ def said(change: ModelChange, entry: ModelEntry) -> str:
             return f"{n}: {_reserves(m, name)}; its replicas restart one at a time, {_rollout(m)}."
         case SetClass() | SetOwner() | SetAliases():
             return _nothing_restarts(change, m)
+        case SetAdapters():
+            names = ", ".join(f"{n}:{a.name}" for a in m.adapters) or "none"
+            return f"{n}: adapters {names}; where the set changed, its replicas load it one at a time, {_rollout(m)}."
         case _:
             assert_never(change)
 

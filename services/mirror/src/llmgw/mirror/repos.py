@@ -129,9 +129,10 @@ class RepoDesk:
             raise Internal(f"the catalog did not say which models use {ref.repo} ({exc.message}); try again") from None
         heads = {key_of(r.repo, r.commit) + "/": r for r in repos}
         users = sorted(
-            f"{e.model.name} ({e.model.source})"
+            f"{e.model.name} ({source})"
             for e in models.models
-            if any(e.model.source.startswith(head) for head in heads)
+            for source in e.model.files()
+            if any(source.startswith(head) for head in heads)
         )
         if users:
             raise Conflict(

@@ -13,6 +13,7 @@ from litestar.response import Response, Stream
 
 from llmgw.bus import Context, HttpServer, NotFound, ScrapeCollector, delete_under, entry_point
 from llmgw.gguf import GGUFError, read_header, read_model, split_parts
+from llmgw.mirror.adapters import adapter_facts
 from llmgw.mirror.config import MirrorConfig
 from llmgw.mirror.core import RangeNotSatisfiable, parse_range, source_path
 from llmgw.mirror.digests import CHUNK, Digest, digest, known_digest
@@ -27,6 +28,7 @@ from llmgw.modelplan import facts_from_gguf
 from llmgw.proto import FileInfo, FileList, FileRef, ModelFacts, Page, WeightsDelete, WeightsDeleted, page_of
 from llmgw.proto import mirror as mirror_api
 from llmgw.proto.hub import HubFound, HubSearch
+from llmgw.proto.mirror import AdapterCheck, AdapterFacts
 
 __all__ = ["Mirror", "MirrorConfig", "main"]
 
@@ -70,6 +72,7 @@ class Mirror:
             mirror_api.FILE_LIST: self.list,
             mirror_api.FILE_DELETE: self.delete,
             mirror_api.HUB_SEARCH: self.search,
+            mirror_api.ADAPTER_CHECK: self.check_adapter,
         }
         if self.config.primary:  # a copy: the primary answers for the fleet (a request goes to one mirror)
             endpoints = {}
@@ -173,6 +176,10 @@ class Mirror:
     async def search(self, ask: HubSearch) -> HubFound:
         """Models on the Hub with their GGUF files' headers (`llmgw.mirror.search`)."""
         return await asyncio.to_thread(search, self.hub, ask)
+
+    async def check_adapter(self, ask: AdapterCheck) -> AdapterFacts:
+        """Whether an adapter it holds fits a model's weights it holds (`llmgw.mirror.adapters`)."""
+        return await asyncio.to_thread(adapter_facts, ask, self._file(ask.source), self._file(ask.base))
 
     async def delete(self, req: WeightsDelete) -> WeightsDeleted:
         """Delete files (and their digests); those it does not hold are left out of the answer."""

@@ -37,7 +37,8 @@ async def _users(view: View) -> dict[str, list[str]] | None:
         return None
     users: dict[str, list[str]] = {}
     for entry in listed.models:
-        users.setdefault(entry.model.source, []).append(entry.model.name)
+        for source in entry.model.files():
+            users.setdefault(source, []).append(entry.model.name)
     return users
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from litestar.response import Response
 
 from llmgw.proto import (
+    Adapter,
     Model,
     ModelEntry,
     ModelPurge,
@@ -23,6 +25,7 @@ from llmgw.proto.catalog import (
     LEAST_CONTEXT,
     RestartModel,
     ScaleModel,
+    SetAdapters,
     SetClass,
     SetContext,
     SetGpus,
@@ -31,11 +34,12 @@ from llmgw.proto.catalog import (
     SetResources,
     StartModel,
     StopModel,
+    adapter_name,
 )
 from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
 from llmgw.router.console.web import PREFIX, Refused, View
 
-__all__ = ["ACTIONS", "MOST_CARDS", "MOST_CPU_MB", "MOST_IDLE_S", "MOST_OWNER", "MOST_REPLICAS"]
+__all__ = ["ACTIONS", "MOST_CARDS", "MOST_CPU_MB", "MOST_IDLE_S", "MOST_OWNER", "MOST_REPLICAS", "MOST_SCALE"]
 
 MOST_REPLICAS = 64
 """The most replicas a profile is given from the card."""
@@ -46,6 +50,8 @@ MOST_IDLE_S = 30 * 86400
 """The longest idle time of an on-demand model from the card (30 days)."""
 MOST_OWNER = 200
 """The longest owner's name."""
+MOST_SCALE = 4
+"""The strongest an adapter applies (the catalog's bound)."""
 _CLASSES = ("critical", "standard", "batch")
 _KEPT_SAID = 3
 """Files kept that the note after a purge names one by one (it travels in a cookie)."""
@@ -264,6 +270,47 @@ async def _owner(view: View, entry: ModelEntry, revision: int) -> Response:
     return await _change(view, SetOwner(**_spec(view, entry, revision), owner=owner), said)
 
 
+def _scale_of(view: View) -> float:
+    """The posted adapter scale (empty: 1); Refused (400) where it is not a number in (0, 4]."""
+    raw = view.form.get("scale", "").strip() or "1"
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if not 0 < scale <= MOST_SCALE:
+        raise Refused(400, view.t("model.err.scale", got=raw[:20], most=MOST_SCALE))
+    return scale
+
+
+async def _adapter_add(view: View, entry: ModelEntry, revision: int) -> Response:
+    """Attach an adapter on the mirror (its name: the one posted, else its file's); the catalog
+    checks it against the weights and says why it does not fit."""
+    source = view.form.get("source", "").strip()
+    adapter = {"name": view.form.get("adapter", "").strip() or adapter_name(source), "source": source}
+    try:
+        attached = msgspec.convert(adapter | {"scale": _scale_of(view)}, Adapter)
+    except msgspec.ValidationError as exc:
+        field, got = ("source", source) if "source" in str(exc) else ("adapter", adapter["name"])
+        raise Refused(400, view.t(f"model.err.adapter_{field}", got=got)) from None
+    change = SetAdapters(**_spec(view, entry, revision), add=[attached], in_place=_in_place(view))
+
+    def said(after: Model) -> str:
+        return view.t("model.msg.adapter_added", name=after.name, adapter=attached.name)
+
+    return await _change(view, change, said)
+
+
+async def _adapter_remove(view: View, entry: ModelEntry, revision: int) -> Response:
+    """Detach an adapter by name; replicas load what is left one at a time."""
+    name = view.form.get("adapter", "")
+    change = SetAdapters(**_spec(view, entry, revision), remove=[name[:400]], in_place=_in_place(view))
+
+    def said(after: Model) -> str:
+        return view.t("model.msg.adapter_removed", name=after.name, adapter=name)
+
+    return await _change(view, change, said)
+
+
 async def _remove(view: View, entry: ModelEntry, revision: int) -> Response:
     await view.ask(catalog.MODEL_REMOVE, ModelRef(name=entry.model.name, revision=revision, by=view.by))
     return view.done(f"{PREFIX}/models", view.t("model.msg.removed", name=entry.model.name))
@@ -298,6 +345,8 @@ ACTIONS: dict[str, Callable[[View, ModelEntry, int], Awaitable[Response]]] = {
     "scaling": _scaling,
     "class": _class,
     "owner": _owner,
+    "adapter-add": _adapter_add,
+    "adapter-remove": _adapter_remove,
     "remove": _remove,
     "purge": _purge,
 }

@@ -29,6 +29,7 @@ from llmgw.proto import (
 )
 from llmgw.proto.catalog import (
     LEAST_CONTEXT,
+    MOST_ADAPTERS,
     MOST_REVISION,
     ServePlanAsk,
     ServeWay,
@@ -42,6 +43,7 @@ from llmgw.router.console.model_changes import (
     MOST_IDLE_S,
     MOST_OWNER,
     MOST_REPLICAS,
+    MOST_SCALE,
 )
 from llmgw.router.console.web import Refused, View
 
@@ -153,6 +155,8 @@ async def _card(view: View, name: str, status: int = 200, error: str = "", poste
             "cores": MOST_CORES,
             "idle_s": MOST_IDLE_S,
             "owner": MOST_OWNER,
+            "scale": MOST_SCALE,
+            "adapters": MOST_ADAPTERS,
         },
         most_cpu_mb=MOST_CPU_MB,
     )

@@ -55,6 +55,8 @@ class Prepared(msgspec.Struct, kw_only=True):
     checked against the context) before admission; else it is once the model woke."""
     tokens: list[int] | None = None
     """The prompt's tokens from that measure, where they were needed."""
+    adapter: str = ""
+    """The model's LoRA adapter it asked for (`MODEL:ADAPTER`); "": none."""
 
 
 _KINDS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}

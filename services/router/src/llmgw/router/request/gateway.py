@@ -43,6 +43,7 @@ from llmgw.router.knowledge.augment import (
 from llmgw.router.knowledge.recall import cache_mode
 from llmgw.router.knowledge.store import OPENING, Knowledge
 from llmgw.router.metrics import Metrics
+from llmgw.router.request.adapters import SEPARATOR
 from llmgw.router.request.cached import CACHE_REPLICA, Recall, kept_answer, recall, replayed
 from llmgw.router.request.core import Prepared, reservation
 from llmgw.router.request.guarded import GuardBlocked, Tally, guard_answer, guard_request, guard_texts
@@ -104,11 +105,14 @@ class Gateway:
         """The models (and aliases) `key` (and its tenant) may use, sorted."""
         tenant = self._tenant_models(key)
         aliases = self.knowledge.aliases(key.tenant) if self.knowledge is not None else []
-        return sorted(
-            n
-            for n in [*self.directory.names(), *aliases]
-            if (not key.models or n in key.models) and (not tenant or n in tenant or n in aliases)
-        )
+        out = []
+        for n in [*self.directory.names(), *aliases]:
+            model = n.partition(SEPARATOR)[0]  # a key may use a model's adapters where it may use the model
+            if (not key.models or n in key.models or model in key.models) and (
+                not tenant or n in tenant or model in tenant or n in aliases
+            ):
+                out.append(n)
+        return sorted(out)
 
     def models(self, authorization: str) -> dict:
         """The models (and aliases) the key in this `Authorization` header may use, as OpenAI

@@ -27,7 +27,9 @@ from llmgw.router.errors import (
     RateLimited,
     UnsupportedMediaType,
 )
+from llmgw.router.request.adapters import SEPARATOR, adapter_of, no_such_adapter
 from llmgw.router.request.core import Prepared, check_request, context_of, may_exceed
+from llmgw.router.routing.balance import prompt_blocks
 
 __all__ = [
     "Measure",
@@ -85,6 +87,8 @@ def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, st
     asked = body["model"]
     model = models(asked)
     if model is None:
+        if missing := no_such_adapter(asked, models(asked.partition(SEPARATOR)[0])):
+            raise missing
         raise ModelNotFound(f"The model '{asked}' does not exist; GET /v1/models lists them.", "model")
     return body, asked, model
 
@@ -103,7 +107,11 @@ def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max
         raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
     if model.kind == "embedding" and path != "/v1/embeddings":  # its engine has no language head to answer with
         raise NotServed(f"model '{asked}' is an embedding model: it does not serve {path}; ask /v1/embeddings", "model")
-    return check_request(path, body, model, max_n)
+    prepared = check_request(path, body, model, max_n)
+    if adapter := adapter_of(asked):  # its own prompts' blocks: an adapter makes its own cache
+        blocks = prompt_blocks(f"{adapter}\n{prepared.prompt}") if prepared.blocks else []
+        prepared = msgspec.structs.replace(prepared, adapter=adapter, blocks=blocks)
+    return prepared
 
 
 def check_prompts(prepared: Prepared, most: int) -> None:

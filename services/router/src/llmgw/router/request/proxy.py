@@ -14,11 +14,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from llmgw.bus import get_logger
-from llmgw.proto import Model, ReplicaState
+from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.router.errors import ContextTooLong, ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
 from llmgw.router.metrics import Metrics
 from llmgw.router.providers.pool import Pool
 from llmgw.router.providers.store import Outside
+from llmgw.router.request.adapters import engine_body
 from llmgw.router.request.core import Prepared, Usage, answer_of, input_too_long, reservation
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Served, ended_by
@@ -62,9 +63,10 @@ class Proxy:
         """The answer of the asked-for model or, where it has no replica that answers, of its
         fallbacks; 503 where none does. `finish` hears how it went, whatever happens."""
         primary = prepared.model
-        models = [primary, *self.directory.fallbacks(primary)]
+        # an adapter is its model's alone: no fallback or outside provider has it
+        models = [primary, *self.directory.fallbacks(primary)] if not prepared.adapter else [primary]
         tried = Served(status=503)
-        outside, refused = self.outside(primary.name), None
+        outside, refused = self.outside(primary.name) if not prepared.adapter else None, None
         try:
             if outside is not None and outside.provider.use == "only":
                 try:
@@ -108,9 +110,10 @@ class Proxy:
         """One model's replicas, best first; the answer, or None and the last replica tried.
         `wake`: where the asked-for model has none ready, wait for one coming (or waking)."""
         self.demand.tell(model, time.time())
-        candidates, ready = self.directory.ready(model)
+        adapter = prepared.adapter if primary else ""
+        candidates, ready = self.directory.ready(model, adapter)
         if not candidates and primary and wake and await self.demand.ready_soon(model):
-            candidates, ready = self.directory.ready(model)
+            candidates, ready = self.directory.ready(model, adapter)
         if primary and prepared.measured:  # measured before admission: nothing to wait for
             held = self._held_of(prepared.tokens, ready)
         else:
@@ -123,7 +126,7 @@ class Proxy:
             exclude.add(choice.id)
             self.metrics.picked(model.name, how, retry=attempt > 0)
             tried = Served(status=503, model=model.name, replica=choice.id, pool=f"priority {choice.priority}")
-            answer = await self._send(Try(self.health, self.metrics, prepared, tried, finish), ready[choice.id][0])
+            answer = await self._send(Try(self.health, self.metrics, prepared, tried, finish), ready[choice.id])
             if answer is not None:
                 return answer, tried
         return None, tried
@@ -248,7 +251,7 @@ class Proxy:
             return None
         return self.oracle.held(tokens)
 
-    async def _send(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
+    async def _send(self, one: Try, replica: tuple[ReplicaState, Profile]) -> Answer | Relay | None:
         """One try on one replica; None when it refused or failed before answering. It ends here
         however it went (cancelled, say), unless it became a stream: that ends it."""
         answer = None
@@ -259,11 +262,14 @@ class Proxy:
             if not isinstance(answer, Relay):
                 one.end(ok=None)  # where it had not ended: no word on the replica
 
-    async def _answer(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
+    async def _answer(self, one: Try, ready: tuple[ReplicaState, Profile]) -> Answer | Relay | None:
         """The try's request sent; its answer whole, or the stream it became. A stream's engine has
         `first_byte_timeout_s` to start it; any try stops waiting once its replica is out."""
-        prepared, model = one.prepared, one.tried.model
+        prepared, model, (replica, profile) = one.prepared, one.tried.model, ready
         body = prepared.body if model == prepared.model.name else {**prepared.body, "model": model}
+        if replica.adapters or "lora" in body:
+            adapted = prepared.model if model == prepared.model.name else self.directory.model(model)
+            body = engine_body(body, adapted or prepared.model, prepared.adapter, replica, profile.engine == "vllm")
         read_s = self.health.first_byte_s if prepared.streaming else None
         try:
             async with unless_out(one.outage):

@@ -19,10 +19,13 @@ Ready = dict[str, tuple[ReplicaState, Profile]]
 
 
 def names_of(catalog: dict[str, CatalogRecord]) -> dict[str, str]:
-    """Every name a client may ask for (models, then their aliases) -> the model."""
+    """Every name a client may ask for (models, their adapters as `MODEL:ADAPTER`, then their
+    aliases) -> the model."""
     names = {}
     for name, record in catalog.items():
         names[name] = name
+        for adapter in record.model.adapters:
+            names[f"{name}:{adapter.name}"] = name
         for alias in record.model.aliases:
             names.setdefault(alias, name)
     return names
@@ -103,21 +106,26 @@ class Directory:
         """The model's fallbacks that exist, in its order."""
         return [m for m in (self.model(f) for f in model.fallbacks) if m is not None]
 
-    def ready(self, model: Model) -> tuple[list[Candidate], Ready]:
-        """The model's ready replicas as the balancer sees them (priority, weight and slots from
-        their profiles), and each one's state and profile by id. Worked out again only when the
-        replicas bucket or the model changed (read-only: shared by the requests until then)."""
-        kept = self._ready.get(model.name)
+    def ready(self, model: Model, adapter: str = "") -> tuple[list[Candidate], Ready]:
+        """The model's ready replicas (those that load `adapter`, where one is asked for) as the
+        balancer sees them (priority, weight and slots from their profiles), and each one's
+        state and profile by id. Worked out again only when the replicas bucket or the model
+        changed (read-only: shared by the requests until then)."""
+        kept = self._ready.get(where := f"{model.name}:{adapter}" if adapter else model.name)
         if kept is not None and kept[0] is model and kept[1] == self.replicas.version:
             return kept[2]
         version = self.replicas.version
         states = self.replicas.derived(self._ready_by_model).get(model.name, {})
         profiles = {p.name: p for p in model.profiles}
-        ready = {r.id: (r, p) for r in states.values() if (p := profiles.get(r.profile)) is not None}
+        ready = {
+            r.id: (r, p)
+            for r in states.values()
+            if (p := profiles.get(r.profile)) is not None and (not adapter or adapter in r.adapters)
+        }
         candidates = [
             Candidate(id=i, priority=p.priority, weight=p.weight, slots=p.slots) for i, (_, p) in ready.items()
         ]
-        self._ready[model.name] = (model, version, (candidates, ready))
+        self._ready[where] = (model, version, (candidates, ready))
         return candidates, ready
 
     def _ready_by_model(self, replicas: dict[str, ReplicaState]) -> dict[str, dict[str, ReplicaState]]:

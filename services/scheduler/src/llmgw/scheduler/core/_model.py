@@ -252,6 +252,7 @@ def _place_one(wants: Wants, profile: Profile, run: Pass, plan: Plan) -> str:
         fingerprint=wants.fingerprints[profile.name],
         estimate_mb=need.estimate_mb,
         tokens_per_s=round(speed_of(need, run.states[where.node]), 1),
+        adapters=[a.name for a in model.adapters],
         updated=run.now,
     )
     claim(run.states, replica)
