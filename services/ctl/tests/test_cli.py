@@ -7,6 +7,7 @@ import pytest
 from llmgw.ctl.sentences import added, purged, said
 from llmgw.ctl.tables import model_rows, models_table, replica_rows, replicas_table
 from llmgw.proto import (
+    Adapter,
     FilePlace,
     Model,
     ModelEntry,
@@ -22,6 +23,7 @@ from llmgw.proto import (
 from llmgw.proto.catalog import (
     RestartModel,
     ScaleModel,
+    SetAdapters,
     SetAliases,
     SetClass,
     SetContext,
@@ -266,6 +268,12 @@ def changed(**kw):
             SetAliases(name="m", add_aliases=["x"]),
             changed(aliases=["x"]),
             "m: aliases x; routers answer to them at once, nothing restarts.",
+        ),
+        (
+            SetAdapters(name="m", add=[Adapter(name="sql", source="o/a/sql.gguf")]),
+            changed(adapters=[Adapter(name="sql", source="o/a/sql.gguf")]),
+            "m: adapters m:sql; where the set changed, its replicas load it one at a time, "
+            "each replacement is ready before the old one stops.",
         ),
     ],
 )

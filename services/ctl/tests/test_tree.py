@@ -199,3 +199,28 @@ def test_a_models_room_reads_as_a_line_a_profile():
         "qwen gpu: more now: at most 0; taking lower classes' room (preemption): at most 2 (a: cards: has 0 (of 2))",
         "qwen cpu: more now: 64 or more",
     ]
+
+
+def adapters(*words):
+    from llmgw.ctl.adapter_commands import adapters_change
+
+    return adapters_change(parser().parse_args(["ctl", "model", "adapters", *words]))
+
+
+def test_the_adapters_verb_adds_by_file_named_for_it_or_as_asked_and_removes_by_name_or_file():
+    from llmgw.proto import Adapter, SetAdapters
+
+    source = "acme/loras@" + "a" * 40 + "/sql-v2.gguf"
+    assert adapters("m", "add", source, "--scale", "0.5") == SetAdapters(
+        name="m", by="ctl", add=[Adapter(name="sql-v2", source=source, scale=0.5)]
+    )
+    assert adapters("m", "add", source, "--as", "sql", "--in-place").add[0].name == "sql"
+    assert adapters("m", "remove", "sql", source).remove == ["sql", source]
+    with pytest.raises(ValueError, match="--as names one adapter"):
+        adapters("m", "add", source, source, "--as", "x")
+    with pytest.raises(ValueError, match="say which: `adapters m remove ADAPTER`"):
+        adapters("m", "remove")
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `float` <= 4.0 - at `\$.add\[0\].scale`"):
+        adapters("m", "add", source, "--scale", "9")
+    with pytest.raises(msgspec.ValidationError, match=r"at `\$.add\[0\].source`"):
+        adapters("m", "add", "not-a-source")

@@ -137,9 +137,10 @@ async def put_model(
 
 @post("/models/{name:str}/change", status_code=200, opt=_OPERATORS)
 async def change_model(request: Request, nc: Client, accounts: Accounts, name: str, data: dict[str, Any]) -> ModelEntry:
-    """Stop, start, restart, scale, replicas per profile, context, GPUs, class, owner or aliases: the
-    body is one change, `{"action": "scale", "scaling": {...}}`, as `catalog.model.change` takes it
-    without the name (the path gives it) and who asks (the key's name)."""
+    """Stop, start, restart, scale, replicas per profile, context, GPUs, resources, class, owner,
+    aliases or adapters: the body is one change, `{"action": "scale", "scaling": {...}}`, as
+    `catalog.model.change` takes it without the name (the path gives it) and who asks (the key's
+    name)."""
     check_model(request.state.who, name, accounts)
     by = request.state.who.name
     return await ask(nc, catalog.MODEL_CHANGE, _change(name, data, by), by)
