@@ -315,10 +315,10 @@ async def test_a_user_or_a_forged_form_never_reaches_a_model(stack):
 
 async def test_in_place_is_offered_on_the_card_where_the_scheduler_advises_it(stack):
     """A rolling change on a small machine parks, advising `--in-place`: the card had no way to ask
-    for it. Context, cards, resources and restart each take it now."""
+    for it. Context, cards, resources, adapters and restart each take it now."""
     await put(stack)
     browser, page = await card(stack)
-    assert page.text.count('name="in_place" value="1"') == 3  # context, resources, restart (no card profile)
+    assert page.text.count('name="in_place" value="1"') == 4  # context, resources, adapters, restart (no card)
     done = await browser.post(
         "/console/models/tiny/context", {"revision": revision_on(page.text), "context": "1024", "in_place": "1"}
     )

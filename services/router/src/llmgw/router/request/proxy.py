@@ -15,7 +15,15 @@ import msgspec
 
 from llmgw.bus import get_logger
 from llmgw.proto import Model, Profile, ReplicaState
-from llmgw.router.errors import ContextTooLong, ModelStopped, NoReadyReplica, NotServed, UpstreamFailed, described
+from llmgw.router.errors import (
+    ApiError,
+    ContextTooLong,
+    ModelStopped,
+    NoReadyReplica,
+    NotServed,
+    UpstreamFailed,
+    described,
+)
 from llmgw.router.metrics import Metrics
 from llmgw.router.providers.pool import Pool
 from llmgw.router.providers.store import Outside
@@ -88,18 +96,7 @@ class Proxy:
                     self.log.info("answering from a fallback", model=model.name, fallbacks=primary.fallbacks)
             if refused is not None:
                 raise refused
-            names = " or its fallbacks" if len(models) > 1 else ""
-            if primary.stopped is not None:
-                also = " and its fallbacks have no ready replica" if names else ""
-                raise ModelStopped(
-                    f"The model '{primary.name}' is stopped{also}; "
-                    f"an operator starts it with `llmgw ctl model start {primary.name}`."
-                )
-            raise NoReadyReplica(
-                f"The model '{primary.name}'{names} has no ready replica now; try again shortly "
-                "(`llmgw ctl model list` shows why).",
-                headers={"retry-after": "5"},
-            )
+            raise _unanswered(prepared, len(models) > 1)
         except BaseException as exc:
             finish(ended_by(tried, exc))
             raise
@@ -338,6 +335,30 @@ class Proxy:
         # suspicion its health probe decides at once
         one.end(ok=resp.status < 500, served=msgspec.structs.replace(one.tried, status=resp.status, usage=usage))
         return Answer(resp.status, raw, headers)
+
+
+def _unanswered(prepared: Prepared, fallbacks: bool) -> ApiError:
+    """Why no replica answered: the model is stopped, its replicas have not loaded the adapter
+    asked for yet, or none is ready (of its fallbacks either)."""
+    primary = prepared.model
+    names = " or its fallbacks" if fallbacks else ""
+    if primary.stopped is not None:
+        also = " and its fallbacks have no ready replica" if names else ""
+        return ModelStopped(
+            f"The model '{primary.name}' is stopped{also}; "
+            f"an operator starts it with `llmgw ctl model start {primary.name}`."
+        )
+    if prepared.adapter:  # its replicas may be loading it, one at a time
+        return NoReadyReplica(
+            f"No ready replica of model '{primary.name}' has loaded adapter '{prepared.adapter}' yet; "
+            "try again shortly (`llmgw ctl model list` shows its replicas).",
+            headers={"retry-after": "5"},
+        )
+    return NoReadyReplica(
+        f"The model '{primary.name}'{names} has no ready replica now; try again shortly "
+        "(`llmgw ctl model list` shows why).",
+        headers={"retry-after": "5"},
+    )
 
 
 def _counted(finish: Finish, pool: Pool, key: str, reserved: int) -> Finish:
