@@ -205,6 +205,9 @@ class CatalogRecord(Struct, kw_only=True):
     file: FileInfo | None = None
     """Its file as the mirror answered for it when it was put or served (size, hash and what its
     header says): the scheduler places it with these facts, not asking again. None: not known."""
+    trace: str = ""
+    """The W3C traceparent of the change that wrote it, where that change was traced: the
+    scheduler's replicas started for it join that trace (ctl -> catalog -> scheduler -> agent)."""
 
 
 class ModelEntry(Struct, kw_only=True):

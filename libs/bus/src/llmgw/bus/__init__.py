@@ -38,7 +38,7 @@ from llmgw.bus._nats import (
     start_nats_server,
     storage_replicas,
 )
-from llmgw.bus._observe import get_logger, setup_logging, setup_tracing
+from llmgw.bus._observe import TracingError, extract, get_logger, inject, setup_logging, setup_tracing, tracing
 from llmgw.bus._proc import (
     collector_paused,
     delete_under,
@@ -84,6 +84,7 @@ __all__ = [
     "Signer",
     "TlsFiles",
     "TooMany",
+    "TracingError",
     "Verifier",
     "add_service",
     "address_towards",
@@ -101,12 +102,14 @@ __all__ = [
     "die_with_parent",
     "entry_point",
     "event_stream",
+    "extract",
     "family",
     "find_llamacpp",
     "flushed",
     "free_port",
     "get_logger",
     "inbox_prefix",
+    "inject",
     "kv_bucket",
     "kv_keys",
     "kv_scan",
@@ -133,6 +136,7 @@ __all__ = [
     "spawn",
     "start_nats_server",
     "storage_replicas",
+    "tracing",
     "write_identity",
     "write_private",
     "write_release",

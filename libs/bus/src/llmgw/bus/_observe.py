@@ -1,4 +1,5 @@
-"""structlog JSON logs carrying service, node and trace ids; OpenTelemetry tracing across NATS."""
+"""structlog JSON logs carrying service, node and trace ids; OpenTelemetry tracing across NATS,
+exported over OTLP (HTTP or gRPC) as the standard OTEL_* environment says."""
 
 from __future__ import annotations
 
@@ -11,12 +12,21 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["extract", "get_logger", "inject", "setup_logging", "setup_tracing"]
+__all__ = ["TracingError", "extract", "get_logger", "inject", "setup_logging", "setup_tracing", "tracing"]
 
 _propagator = TraceContextTextMapPropagator()
+_exporting = False
+_provider: TracerProvider | None = None
+PROTOCOLS = ("http/protobuf", "grpc")
+"""The OTLP transports spans leave by (OTEL_EXPORTER_OTLP_PROTOCOL)."""
+
+
+class TracingError(ValueError):
+    """The OTEL_* environment asks for an export llmgw does not make."""
 
 
 def _add_trace_ids(_logger, _name, event: dict) -> dict:
@@ -52,20 +62,65 @@ def get_logger(name: str = "llmgw") -> structlog.stdlib.BoundLogger:
     return structlog.get_logger(name)
 
 
-def setup_tracing(service: str, version: str) -> None:
-    """A tracer provider for this process; spans print to stderr when OTEL_TRACES_EXPORTER=console."""
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": f"llmgw-{service}", "service.version": version})
-    )
-    if os.environ.get("OTEL_TRACES_EXPORTER") == "console":
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+def _env(*names: str) -> str:
+    """The first of the environment variables `names` that is set, stripped; "" for none."""
+    return next((v.strip() for n in names if (v := os.environ.get(n, "")).strip()), "")
+
+
+def span_exporter() -> SpanExporter | None:
+    """Where spans go, as OpenTelemetry's environment says: OTEL_TRACES_EXPORTER (otlp, console,
+    none; otlp where an OTLP endpoint is set, else none) and, for otlp, the protocol
+    (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL: http/protobuf, the default, or grpc). The exporter
+    reads its endpoint, headers, certificate, compression and timeout from the same environment."""
+    endpoint = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    name = _env("OTEL_TRACES_EXPORTER").lower() or ("otlp" if endpoint else "none")
+    if name == "none":
+        return None
+    if name == "console":
+        return ConsoleSpanExporter(out=sys.stderr)
+    if name != "otlp":
+        raise TracingError(f"OTEL_TRACES_EXPORTER={name!r}: llmgw exports spans as otlp, console or none")
+    protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or PROTOCOLS[0]
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        return HttpExporter()
+    raise TracingError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: llmgw sends spans over {' or '.join(PROTOCOLS)}")
+
+
+def setup_tracing(service: str, version: str, node: str = "") -> TracerProvider:
+    """This process's tracer provider: spans exported where the environment says (`span_exporter`),
+    sampled as OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG say (the SDK's default: every
+    trace, and what a caller sampled); with no exporter, none recorded at all."""
+    global _exporting, _provider
+    if _provider is not None:  # once a process (several services, or ctl's verbs, in one)
+        return _provider
+    exporter = span_exporter()
+    attributes = {"service.name": f"llmgw-{service}", "service.version": version}
+    if node:
+        attributes["service.instance.id"] = node
+    provider = TracerProvider(resource=Resource.create(attributes), sampler=None if exporter else ALWAYS_OFF)
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    _exporting, _provider = exporter is not None, provider
+    return provider
 
 
-def inject(headers: dict[str, str] | None = None) -> dict[str, str]:
-    """Headers carrying the current span (traceparent) to the next hop."""
+def tracing() -> bool:
+    """Whether this process exports spans: where it does not, hot paths (the router's requests)
+    make none."""
+    return _exporting
+
+
+def inject(headers: dict[str, str] | None = None, context: otel_context.Context | None = None) -> dict[str, str]:
+    """Headers carrying the current span (or `context`'s) as a traceparent to the next hop."""
     headers = dict(headers or {})
-    _propagator.inject(headers)
+    _propagator.inject(headers, context)
     return headers
 
 

@@ -25,7 +25,7 @@ from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._disk import DiskCollector, disk_note
 from llmgw.bus._nats import connect, flushed, set_storage_replicas
-from llmgw.bus._observe import extract, get_logger, setup_logging, setup_tracing
+from llmgw.bus._observe import TracingError, extract, get_logger, setup_logging, setup_tracing
 from llmgw.bus._signing import SignatureError, Verifier
 from llmgw.proto import Endpoint, decode_json, plainly, type_name
 from llmgw.proto.errors import BadRequest, BusError
@@ -358,7 +358,11 @@ async def _main(app: ServiceApp, config: BusConfig) -> None:
 def run(app: ServiceApp, config: BusConfig) -> int:
     """Run `app` until SIGTERM or SIGINT; returns the process exit status."""
     setup_logging(app.name, config.node_name(), config.log_level)
-    setup_tracing(app.name, app.version)
+    try:
+        setup_tracing(app.name, app.version, config.node_name())
+    except TracingError as exc:  # a setting of the environment: said, nothing started
+        get_logger(app.name).error("cannot start", error=str(exc))
+        return 2
     try:
         # uvloop: the event loop in C (libuv); every service is I/O bound, the router most.
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

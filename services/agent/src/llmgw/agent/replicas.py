@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import msgspec
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from llmgw.agent import adoption, usage
 from llmgw.agent.cache import FetchError, WeightsCache
@@ -25,6 +27,8 @@ from llmgw.gguf import GGUFError, read_header
 from llmgw.proto import GpuInfo, ReplicaReport, ReplicaSpec, ReplicaStart, ReplicaStop, agent
 
 __all__ = ["Replicas", "Run"]
+
+_tracer = trace.get_tracer("llmgw.agent")
 
 
 class Run:
@@ -191,6 +195,15 @@ class Replicas:
         )
 
     async def _run(self, run: Run, req: ReplicaStart) -> None:
+        """Fetch, start and watch the replica's engine; a span of its own in the trace of whoever
+        asked (the scheduler's placing, and the operator's change that made it)."""
+        attributes = {"llmgw.model": req.model.name, "llmgw.replica": run.spec.id, "llmgw.engine": req.profile.engine}
+        with _tracer.start_as_current_span(f"start engine {run.spec.id}", attributes=attributes) as span:
+            await self._launch(run, req)
+            if run.report.state == "failed":
+                span.set_status(Status(StatusCode.ERROR, run.report.error[:200]))
+
+    async def _launch(self, run: Run, req: ReplicaStart) -> None:
         rid = run.spec.id
         log = self._ctx.log.bind(replica=rid, model=req.model.name)
         try:

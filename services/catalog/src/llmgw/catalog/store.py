@@ -8,8 +8,9 @@ import msgspec
 from nats.aio.client import Client
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+from opentelemetry import trace
 
-from llmgw.bus import Conflict, NotFound, kv_scan, record_change
+from llmgw.bus import Conflict, NotFound, inject, kv_scan, record_change
 from llmgw.proto import CatalogRecord, FileInfo, Model, ModelEntry
 from llmgw.proto.people import AuditEntry
 
@@ -54,9 +55,10 @@ class ModelStore:
         mirror answered for its file (`file`, where known)."""
         name, by = model.name, by or "unknown"
         before = (await self.maybe(name)) if expected else None
-        stored = msgspec.json.encode(
-            CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in, file=file)
-        )
+        record = CatalogRecord(model=model, changed_by=by, changed_at=time.time(), declared_in=declared_in, file=file)
+        if trace.get_current_span().is_recording():  # the scheduler's starts for it join its trace
+            record.trace = inject().get("traceparent", "")
+        stored = msgspec.json.encode(record)
         try:
             revision = await (
                 self.kv.create(name, stored) if expected == 0 else self.kv.update(name, stored, last=expected)

@@ -13,11 +13,14 @@ from typing import NamedTuple
 
 import msgspec
 from nats.aio.client import Client
+from opentelemetry import trace
 
-from llmgw.bus import BusError, CredentialsError, connect, data_home
+from llmgw.bus import BusError, CredentialsError, TracingError, connect, data_home, setup_tracing
 from llmgw.ctl.over_api import API_KEY_ENV, AdminApi
 from llmgw.ctl.upstate import running_up
 from llmgw.proto import plainly
+
+_tracer = trace.get_tracer("llmgw.ctl")
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -193,6 +196,11 @@ async def run_ctl(args: argparse.Namespace) -> int:
         args.noun_parser.print_usage(sys.stderr)
         print(f"{args.noun_parser.prog}: name what to do; `--help` lists it", file=sys.stderr)
         return 2
+    try:  # the operator's change is the root of its trace: ctl -> catalog -> scheduler -> agent
+        setup_tracing("ctl", "0.1.0")
+    except TracingError as exc:
+        print(f"llmgw ctl: {exc}", file=sys.stderr)
+        return 2
     if args.api:
         return await _run_over_api(args)
     where = reach(args)
@@ -213,7 +221,8 @@ async def run_ctl(args: argparse.Namespace) -> int:
 async def _run_verb(nc: Client | AdminApi, args: argparse.Namespace) -> int:
     """The verb's exit status; a refusal or failure said in one line (status 1)."""
     try:
-        return await args.run(nc, args)
+        with _tracer.start_as_current_span(f"llmgw ctl {args.noun_parser.prog.split()[-1]} {args.verb or ''}".strip()):
+            return await args.run(nc, args)
     except msgspec.ValidationError as exc:
         print(f"llmgw ctl: {plainly(exc)}", file=sys.stderr)
         return 1

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import msgspec
+from opentelemetry import trace
 
-from llmgw.bus import collector_paused
+from llmgw.bus import collector_paused, extract
 from llmgw.proto import Heartbeat, ReplicaReport
 from llmgw.scheduler.agents import Agents
 from llmgw.scheduler.book import Book
@@ -20,6 +21,8 @@ from llmgw.scheduler.inbox import Adopt, Inbox, Item, Pass, Stopped, WorkersUp
 from llmgw.scheduler.placement import spans
 
 __all__ = ["Applier"]
+
+_tracer = trace.get_tracer("llmgw.scheduler")
 
 
 def _fresh_ids() -> Iterator[str]:
@@ -107,15 +110,16 @@ class Applier:
             if self.unplaced.get(name) != why:
                 self.log.warning("model not placed", model=name, why=why)
         self.unplaced = plan.unplaced
-        await self.carry_out(plan)
+        await self.carry_out(plan, item.traces)
         statuses, held = model_statuses(
             item.desired, list(self.book.replicas.values()), plan, time.time(), self.book.held
         )
         await self.book.publish(statuses, held)
 
-    async def carry_out(self, plan: Plan) -> None:
+    async def carry_out(self, plan: Plan, traces: Mapping[str, str] | None = None) -> None:
         """Write what the plan records and forgets; ask the agents for its stops and starts, each
-        stop after its grace and each start once the stops it waits for are done (as the plan says)."""
+        stop after its grace and each start once the stops it waits for are done (as the plan says).
+        A start for a model in `traces` (model -> the traceparent of its change) joins that trace."""
         for gone in plan.forgets:
             await self.book.forget(gone)
             self.log.warning("replica lost: its agent no longer runs it", replica=gone.id, node=gone.node)
@@ -135,4 +139,13 @@ class Applier:
             self.log.info(
                 "replica placed", replica=r.id, model=r.model, node=r.node, memory_mb=r.memory_mb, workers=spans(r)[1:]
             )
-            self.agents.start(r, start.model, start.profile, [stopping[rid] for rid in start.after])
+            after = [stopping[rid] for rid in start.after]
+            if parent := (traces or {}).get(r.model):  # its task (the agent's call) inherits the span
+                with _tracer.start_as_current_span(
+                    f"place replica {r.id}",
+                    context=extract({"traceparent": parent}),
+                    attributes={"llmgw.model": r.model, "llmgw.replica": r.id, "llmgw.node": r.node},
+                ):
+                    self.agents.start(r, start.model, start.profile, after)
+            else:
+                self.agents.start(r, start.model, start.profile, after)

@@ -25,6 +25,9 @@ class Pass(msgspec.Struct, kw_only=True):
     desired: Desired
     weights: dict[str, int]
     shapes: dict[str, Shape] = msgspec.field(default_factory=dict)
+    traces: dict[str, str] = msgspec.field(default_factory=dict)
+    """Model -> the traceparent of its latest change, where that was traced lately: the
+    replicas this pass starts for it join that trace."""
 
 
 class WorkersUp(msgspec.Struct, kw_only=True):

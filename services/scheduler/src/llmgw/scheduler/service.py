@@ -64,6 +64,8 @@ __all__ = ["Scheduler", "SchedulerConfig", "main"]
 
 
 _POLICY = Policy()
+TRACED_CHANGE_S = 600.0
+"""How long after a traced change of a model the replicas started for it join its trace."""
 """The reconcile knobs' defaults (each in one place: `Policy`)."""
 
 
@@ -302,12 +304,15 @@ class Scheduler:
                 self._known_files(self.catalog.items.values())
                 self._learn_weights(models)
                 demand = {name: d.last_asked for name, d in self.demand.items.items()}
+                recent = time.time() - TRACED_CHANGE_S
+                traces = {n: r.trace for n, r in self.catalog.items.items() if r.trace and r.changed_at > recent}
                 self.inbox.put_latest(
                     "pass",
                     Pass(
                         desired=Desired(models=models, demand=demand),
                         weights=dict(self.weights),
                         shapes=dict(self.shapes),
+                        traces=traces,
                     ),
                 )
             except Exception:

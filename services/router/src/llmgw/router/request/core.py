@@ -57,6 +57,8 @@ class Prepared(msgspec.Struct, kw_only=True):
     """The prompt's tokens from that measure, where they were needed."""
     adapter: str = ""
     """The model's LoRA adapter it asked for (`MODEL:ADAPTER`); "": none."""
+    trace: dict[str, str] | None = None
+    """The headers that carry its span to the engine (a traceparent); None: not traced."""
 
 
 _KINDS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}
@@ -270,6 +272,10 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     cached: int | None = None
     """Prompt tokens served from the engine's cache; None: it did not say."""
     completion: int = 0
+    prompt_ms: float | None = None
+    """What the engine says reading the prompt took (llama-server's timings); None: not said."""
+    generation_ms: float | None = None
+    """What it says generating the answer took."""
 
     @property
     def total(self) -> int:
@@ -285,6 +291,19 @@ def cut_usage(prepared: Prepared, relayed: int) -> Usage:
     return Usage(prompt=prompt, completion=relayed)
 
 
+def _timed(seen: Usage, answer: dict) -> Usage:
+    """`seen` with the time llama-server's timings say the prompt and the answer took."""
+    timings = answer.get("timings")
+    if not isinstance(timings, dict):
+        return seen
+    prompt_ms, generation_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
+    return msgspec.structs.replace(
+        seen,
+        prompt_ms=float(prompt_ms) if isinstance(prompt_ms, int | float) else seen.prompt_ms,
+        generation_ms=float(generation_ms) if isinstance(generation_ms, int | float) else seen.generation_ms,
+    )
+
+
 def fold_usage(seen: Usage, chunk: dict) -> Usage:
     """The usage of a stream so far, with what one of its chunks says (the usage chunk, or
     llama-server's timings on any chunk)."""
@@ -293,7 +312,8 @@ def fold_usage(seen: Usage, chunk: dict) -> Usage:
     prompt, cached, completion = usage_of(chunk)
     if chunk.get("usage"):
         seen = msgspec.structs.replace(seen, prompt=prompt, completion=completion)
-    return msgspec.structs.replace(seen, cached=cached if cached or seen.cached is None else seen.cached)
+    seen = msgspec.structs.replace(seen, cached=cached if cached or seen.cached is None else seen.cached)
+    return _timed(seen, chunk)
 
 
 def rewrite_chunk(chunk: dict, model: str, include_usage: bool) -> bytes | None:
@@ -341,5 +361,5 @@ def answer_of(raw: bytes, model: str) -> tuple[bytes, Usage]:
     if not isinstance(answer, dict):
         return raw, Usage()
     prompt, cached, completion = usage_of(answer)  # before the rewrite, which drops the timings
-    usage = Usage(prompt=prompt, cached=cached, completion=completion)
+    usage = _timed(Usage(prompt=prompt, cached=cached, completion=completion), answer)
     return rewrite_chunk(answer, model, include_usage=True) or raw, usage

@@ -12,7 +12,7 @@ from typing import TypeVar
 import msgspec
 import numpy as np
 
-from llmgw.bus import BusError
+from llmgw.bus import BusError, tracing
 from llmgw.proto import KeyRecord, Model
 from llmgw.proto.guard import Policy
 from llmgw.proto.knowledge import Hit
@@ -60,6 +60,7 @@ from llmgw.router.request.prepare import (
 )
 from llmgw.router.request.proxy import Proxy
 from llmgw.router.request.relay import Answer, Relay
+from llmgw.router.request.traced import Traces
 from llmgw.router.routing.directory import Directory
 from llmgw.router.routing.oracle import PrefixOracle
 
@@ -92,6 +93,8 @@ class Gateway:
         """The guardrail policies (None: none are kept: nothing checked)."""
         self.knowledge: Knowledge | None = None
         """The knowledge bases a chat completion may be answered from."""
+        self.traces = Traces() if tracing() else None
+        """The requests' spans, where this process exports spans (none is made otherwise)."""
         self.answers: Answers | None = None
         """The tenants' answer caches."""
 
@@ -148,6 +151,7 @@ class Gateway:
         ticket = Ticket(
             request_id=rid, key_id=key_id, project=key.project, tenant=key.tenant, model=model.name, started=started
         )
+        carried = self.traces.begin(ticket, path) if self.traces is not None else None
         judging = key_id == JUDGE_KEY_ID  # a guardrail's own question to a judge is not checked again
         policy = (
             self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards and not judging else None
@@ -160,6 +164,7 @@ class Gateway:
             cached = chat and self.answers is not None and policy is None and key_id not in _OWN_KEYS
             seen = await self._recall(body, model, key, mode, knowledge) if cached else None
             prepared, sources = await self._prepared(path, body, asked, model, key, knowledge)
+            prepared.trace = carried
             scopes = self.accounts.scopes(key_id, key)
             admitted, reserve = time.time(), reservation(prepared)
             verdict = await self.accounts.admit(scopes, admitted, reserve)
@@ -332,6 +337,8 @@ class Gateway:
         now = time.time()
         outcome = Outcome(ticket=ticket, served=served, latency_s=time.perf_counter() - ticket.started)
         self.metrics.ended(outcome)
+        if self.traces is not None:
+            self.traces.end(outcome)
         if not served.admitted:
             self.accounts.give_back(scopes, admitted, reserve, now)
             return

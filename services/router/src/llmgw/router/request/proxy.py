@@ -270,12 +270,11 @@ class Proxy:
         read_s = self.health.first_byte_s if prepared.streaming else None
         try:
             async with unless_out(one.outage):
+                headers = self.directory.headers(replica)
+                if prepared.trace:  # the engine's own tracing (vLLM's) joins the request's trace
+                    headers = {**headers, **prepared.trace}
                 resp = await self.upstream.post(
-                    replica.url,
-                    prepared.path,
-                    msgspec.json.encode(body),
-                    self.directory.headers(replica),
-                    read_s=read_s,
+                    replica.url, prepared.path, msgspec.json.encode(body), headers, read_s=read_s
                 )
         except FAILED as exc:
             one.end(ok=False)
