@@ -50,3 +50,16 @@ def test_load_picks_retries_and_refusals():
     assert 'llmgw_router_retries_total{model="m"} 1.0' in text
     assert 'llmgw_router_rejections_total{reason="rate_limit_exceeded"} 1.0' in text
     assert "# TYPE llmgw_router_latency_seconds histogram" in text
+
+
+def test_a_streams_time_per_output_token_and_each_tenants_tokens():
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    shop = Ticket(request_id="s", key_id="k", project="p", model="m", tenant="shop", started=0.0)
+    served = Served(status=200, pool="priority 0", usage=Usage(prompt=5, completion=11), first_token=0.5)
+    metrics.ended(Outcome(ticket=shop, served=served, latency_s=1.5))  # 10 tokens after the first in 1 s
+    sample = registry.get_sample_value
+    assert sample("llmgw_router_time_per_output_token_seconds_bucket", {**LABELS, "le": "0.08"}) == 0
+    assert sample("llmgw_router_time_per_output_token_seconds_bucket", {**LABELS, "le": "0.1"}) == 1
+    assert sample("llmgw_tenant_tokens_total", {"tenant": "shop", "model": "m", "kind": "completion"}) == 11
+    assert sample("llmgw_tenant_tokens_total", {"tenant": "shop", "model": "m", "kind": "prompt"}) == 5

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from prometheus_client.core import Metric
+from nats.aio.client import Client
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["ScrapeCollector", "family"]
+__all__ = ["ScrapeCollector", "family", "nats_series"]
 
 
 def family(kind: type, name: str, doc: str, values: Mapping[tuple, float], labels: str) -> Metric:
@@ -28,3 +29,13 @@ class ScrapeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self.make()
+
+
+def nats_series(nc: Client) -> Callable[[], Iterator[Metric]]:
+    """What a `ScrapeCollector` calls for whether the service is connected to NATS now."""
+
+    def made() -> Iterator[Metric]:
+        connected = float(nc.is_connected)
+        yield GaugeMetricFamily("llmgw_nats_connected", "1 while this service is connected to NATS", value=connected)
+
+    return made

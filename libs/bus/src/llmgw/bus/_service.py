@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from llmgw.bus._access import CredentialsError
 from llmgw.bus._config import BusConfig, load_config
 from llmgw.bus._disk import DiskCollector, disk_note
+from llmgw.bus._gauges import ScrapeCollector, nats_series
 from llmgw.bus._nats import connect, flushed, set_storage_replicas
 from llmgw.bus._observe import TracingError, extract, get_logger, setup_logging, setup_tracing
 from llmgw.bus._signing import SignatureError, Verifier
@@ -109,6 +110,7 @@ class Context:
         self._requests = Counter("llmgw_requests", "NATS requests handled", ["subject", "code"], registry=self.metrics)
         self._latency = Histogram("llmgw_request_seconds", "NATS request latency", ["subject"], registry=self.metrics)
         self.metrics.register(DiskCollector(config.home()))
+        self.metrics.register(ScrapeCollector(nats_series(nc)))
         self._tracer = trace.get_tracer(f"llmgw.{app.name}")
         self.started = time.time()
         self.admin_port = 0

@@ -15,7 +15,7 @@ from llmgw.ctl.keeper import Backoff
 from llmgw.ctl.member import ROUTER_PORT, IdentitiesFollower, start_member
 from llmgw.ctl.rollout import Rollout
 from llmgw.ctl.supervise import Kept, spawn_service, stop_in_order
-from llmgw.ctl.upstate import running_up
+from llmgw.ctl.upstate import running_up, write_targets
 
 __all__ = ["add_node_parser"]
 
@@ -93,7 +93,11 @@ def _join(args: argparse.Namespace) -> int:
         return spawn_service("agent", home, (nats_url, files["seed"]), at, extra, rollout.python("agent"))
 
     kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
-    rollout.keep(kept)
+    rollout.keep(kept, lambda: write_targets(home, {"agent": rollout.ports["agent"]}, bundle.node))
+    sd = write_targets(home, {"agent": rollout.port("agent", port)}, bundle.node)
+    print(
+        f"  metrics: the agent's /metrics on 127.0.0.1:{rollout.ports['agent']}; Prometheus file_sd: {sd}", flush=True
+    )
     return _keep(kept, tenders)
 
 

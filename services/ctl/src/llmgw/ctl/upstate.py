@@ -11,9 +11,9 @@ from pathlib import Path
 
 import msgspec
 
-from llmgw.bus import ADMIN_PORTS, free_port, write_whole
+from llmgw.bus import ADMIN_PORTS, BusConfig, free_port, write_whole
 
-__all__ = ["UpState", "admin_ports", "running_up", "write_up_state"]
+__all__ = ["UpState", "admin_ports", "running_up", "this_node", "write_targets", "write_up_state"]
 
 
 class UpState(msgspec.Struct, kw_only=True):
@@ -27,6 +27,11 @@ class UpState(msgspec.Struct, kw_only=True):
     join_url: str = ""
     """Where other machines join (`up --listen ADDR`), and the fingerprint of its certificate."""
     join_fingerprint: str = ""
+
+
+def this_node() -> str:
+    """This machine's node name, as its services call it (`BusConfig.node_name`)."""
+    return BusConfig().node_name()
 
 
 def _path(home: Path) -> Path:
@@ -48,14 +53,23 @@ def admin_ports(services: list[str]) -> dict[str, int]:
     return {name: free_port() if _taken(ADMIN_PORTS[name]) else ADMIN_PORTS[name] for name in services}
 
 
-def write_up_state(home: Path, state: UpState, ports: dict[str, int]) -> Path:
-    """Write `state` with where each service's metrics are (`ports`), and the Prometheus file
-    (`file_sd_configs: [{files: [PATH]}]`) naming them; that file's path."""
-    state.metrics = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
-    write_whole(_path(home), msgspec.json.encode(state))
-    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"service": name}} for name, port in ports.items()]
+def write_targets(home: Path, ports: dict[str, int], node: str) -> Path:
+    """The Prometheus file-based service discovery file (`file_sd_configs: [{files: [PATH]}]`)
+    naming each service's admin port on this machine (`ports`), labelled with its service and
+    this node; its path (<data>/up/prometheus.json)."""
+    targets = [
+        {"targets": [f"127.0.0.1:{port}"], "labels": {"service": name, "node": node}} for name, port in ports.items()
+    ]
     write_whole(sd := home / "up" / "prometheus.json", msgspec.json.encode(targets))
     return sd
+
+
+def write_up_state(home: Path, state: UpState, ports: dict[str, int]) -> Path:
+    """Write `state` with where each service's metrics are (`ports`), and the Prometheus file
+    naming them (`write_targets`); that file's path."""
+    state.metrics = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
+    write_whole(_path(home), msgspec.json.encode(state))
+    return write_targets(home, ports, this_node())
 
 
 def running_up(home: Path) -> UpState | None:

@@ -17,12 +17,15 @@ from prometheus_client.utils import floatToGoString
 from llmgw.bus import family
 from llmgw.router.request.outcome import Outcome
 
-__all__ = ["LATENCY_BUCKETS", "TTFT_BUCKETS", "Metrics"]
+__all__ = ["LATENCY_BUCKETS", "TPOT_BUCKETS", "TTFT_BUCKETS", "Metrics"]
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 """Upper bounds (seconds) of the time-to-first-token histogram's buckets."""
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 """Upper bounds (seconds) of the whole-request latency histogram's buckets."""
+TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
+"""Upper bounds (seconds) of the time-per-output-token histogram's buckets (a card's 200 tokens
+a second to a slow CPU's 1)."""
 
 
 class _Histogram:
@@ -48,6 +51,10 @@ class Metrics:
         """(model, pool) -> time to the first token of a stream."""
         self.latency: dict[tuple[str, str], _Histogram] = {}
         """(model, pool) -> whole request latency."""
+        self.tpot: dict[tuple[str, str], _Histogram] = {}
+        """(model, pool) -> time per output token of a stream, after its first."""
+        self.tenant_tokens: dict[tuple[str, str, str], int] = {}
+        """(tenant, model, kind) -> tokens."""
         self.in_flight_now: dict[tuple[str, str], int] = {}
         """(model, replica) -> requests in flight."""
         self.retries: dict[str, int] = {}
@@ -74,12 +81,16 @@ class Metrics:
         if not served.admitted:
             return
         _observe(self.latency, (name, served.pool), LATENCY_BUCKETS, outcome.latency_s)
+        usage, tokens, tenants, tenant = served.usage, self.tokens, self.tenant_tokens, outcome.ticket.tenant
         if outcome.ttft_s is not None:
             _observe(self.ttft, (name, served.pool), TTFT_BUCKETS, outcome.ttft_s)
-        usage, tokens = served.usage, self.tokens
+            if usage.completion > 1:
+                tpot = (outcome.latency_s - outcome.ttft_s) / (usage.completion - 1)
+                _observe(self.tpot, (name, served.pool), TPOT_BUCKETS, tpot)
         for kind, n in (("prompt", usage.prompt), ("cached", usage.cached or 0), ("completion", usage.completion)):
             if n:
                 tokens[name, kind] = tokens.get((name, kind), 0) + n
+                tenants[tenant, name, kind] = tenants.get((tenant, name, kind), 0) + n
 
     def rejected(self, reason: str) -> None:
         """A request refused before any engine (400, 413, 429), by its error code."""
@@ -121,6 +132,15 @@ class _Collector(Collector):
         )
         yield _histogram("llmgw_router_ttft_seconds", "Time to the first token of a stream", m.ttft, TTFT_BUCKETS)
         yield _histogram("llmgw_router_latency_seconds", "Whole request latency", m.latency, LATENCY_BUCKETS)
+        yield _histogram(
+            "llmgw_router_time_per_output_token_seconds",
+            "Time per output token of a stream, after its first",
+            m.tpot,
+            TPOT_BUCKETS,
+        )
+        yield family(
+            CounterMetricFamily, "llmgw_tenant_tokens", "Tokens by tenant", m.tenant_tokens, "tenant model kind"
+        )
         in_flight = m.in_flight_now
         yield family(
             GaugeMetricFamily, "llmgw_router_in_flight", "Requests in flight per replica", in_flight, "model replica"

@@ -1,7 +1,7 @@
 """The fleet as Prometheus gauges, made from the leading scheduler's book and inventory at each
-scrape: replicas ready and wanted per model, each replica's engine memory (measured by its
-agent) and tokens a second (as placed), each node's host and card memory. A standby says
-nothing (its book is the leader's, read late): one series per fleet."""
+scrape: replicas ready, wanted and failed per model, whether each node is heard, each replica's
+engine memory (measured by its agent) and tokens a second (as placed), each node's host and card
+memory. A standby says nothing (its book is the leader's, read late): one series per fleet."""
 
 from __future__ import annotations
 
@@ -18,19 +18,40 @@ __all__ = ["fleet_series"]
 _MIB = 1 << 20
 
 
-def fleet_series(book: Book, nodes: dict[str, NodeView], leading: Callable[[], bool]) -> Callable[[], Iterator[Metric]]:
-    """What a `ScrapeCollector` calls for the fleet's gauges."""
+def fleet_series(
+    book: Book,
+    nodes: dict[str, NodeView],
+    leading: Callable[[], bool],
+    node_states: Callable[[], dict[str, str]] = dict,
+) -> Callable[[], Iterator[Metric]]:
+    """What a `ScrapeCollector` calls for the fleet's gauges (`node_states`: each node's state now)."""
 
     def made() -> Iterator[Metric]:
         if not leading():
             return
         counts: dict[tuple, float] = {}
+        replicas = list(book.replicas.values())
         for st in list(book.statuses.values()):
             counts[st.model, "ready"], counts[st.model, "wanted"] = st.ready, st.wanted
+            counts[st.model, "failed"] = 0
+        for r in replicas:
+            if r.state == "failed":
+                counts[r.model, "failed"] = counts.get((r.model, "failed"), 0) + 1
         yield family(
-            GaugeMetricFamily, "llmgw_model_replicas", "Replicas of a model, ready and wanted", counts, "model state"
+            GaugeMetricFamily,
+            "llmgw_model_replicas",
+            "Replicas of a model: ready, wanted, and failed (their engines died or would not start)",
+            counts,
+            "model state",
         )
-        replicas = list(book.replicas.values())
+        states = node_states()
+        yield family(
+            GaugeMetricFamily,
+            "llmgw_node_up",
+            "1 while the scheduler hears a node (ready), 0 once it is suspect or lost; by its state",
+            {(node, state): float(state == "ready") for node, state in states.items()},
+            "node state",
+        )
         memory = {(r.model, r.id, r.node): r.measured_mb * _MIB for r in replicas if r.measured_mb}
         yield family(
             GaugeMetricFamily,

@@ -151,7 +151,9 @@ class Scheduler:
         self.demand = await KvTable.open(js, BUCKETS["demand"], Demand)
         self.agents = Agents(ctx.nc, self.inbox, log, self.signer)
         self.applier = Applier(self.book, self.agents, self.nodes, self.config.policy(), log, self._listen)
-        ctx.metrics.register(ScrapeCollector(fleet_series(self.book, self.nodes, lambda: self.leader)))
+        ctx.metrics.register(
+            ScrapeCollector(fleet_series(self.book, self.nodes, lambda: self.leader, self._node_states))
+        )
         await ctx.serve(scheduler_api.NODE_REGISTER, self.register)
         await ctx.serve(scheduler_api.REPLICA_LIST, self.list_replicas)
         await ctx.serve(scheduler_api.NODE_LIST, self.list_nodes)
@@ -219,6 +221,12 @@ class Scheduler:
             room_left, models[ask.name], actual, models, time.time(), self.config.policy()
         )
         return ModelRoom(model=ask.name, profiles=profiles)
+
+    def _node_states(self) -> dict[str, str]:
+        """Each node's state now by the core's rule (ready, suspect, lost), for the gauges."""
+        now = time.time()
+        deaf_s, policy = self._listen(now).deaf_s, self.config.policy()
+        return {name: health(view, now, deaf_s, policy).state for name, view in list(self.nodes.items())}
 
     async def list_nodes(self, ask: Page) -> NodeList:
         """Every node as last reported, and how each stands by the core's rule (`health`: its
