@@ -154,3 +154,10 @@ def test_a_limit_reached_says_which_and_a_spent_budget_says_not_to_retry():
     assert not budget.ok and not budget.retry and "tokens_per_day" in budget.limit
     assert judge("key 'ci'", Limits(requests_per_minute=2), Counts(minute_requests=1), NOW).ok
     assert judge("key 'x'", Limits(), Counts(minute_requests=10**6), NOW).ok
+
+
+def test_an_admitted_request_says_how_much_of_its_budgets_is_used():
+    day_month = Limits(tokens_per_day=1000, tokens_per_month=10_000)
+    assert judge("key 'ci'", day_month, Counts(day_tokens=900, month_tokens=2000), NOW).budget == 0.9
+    assert judge("key 'ci'", day_month, Counts(day_tokens=100, month_tokens=9500), NOW).budget == 0.95
+    assert judge("key 'ci'", Limits(requests_per_minute=5), Counts(), NOW).budget == 0.0  # no budget set

@@ -55,6 +55,9 @@ class Metrics:
         """(model, pool) -> time per output token of a stream, after its first."""
         self.tenant_tokens: dict[tuple[str, str, str], int] = {}
         """(tenant, model, kind) -> tokens."""
+        self.budgets: dict[str, float] = {}
+        """Key id -> the largest share of a token budget (its own, its project's) used, as its
+        latest request here found it."""
         self.in_flight_now: dict[tuple[str, str], int] = {}
         """(model, replica) -> requests in flight."""
         self.retries: dict[str, int] = {}
@@ -140,6 +143,14 @@ class _Collector(Collector):
         )
         yield family(
             CounterMetricFamily, "llmgw_tenant_tokens", "Tokens by tenant", m.tenant_tokens, "tenant model kind"
+        )
+        budgets = {(k,): v for k, v in list(m.budgets.items())}
+        yield family(
+            GaugeMetricFamily,
+            "llmgw_budget_used_ratio",
+            "Share of a key's daily or monthly token budget (or its project's) used, the most of them",
+            budgets,
+            "key",
         )
         in_flight = m.in_flight_now
         yield family(

@@ -36,6 +36,8 @@ class Verdict(msgspec.Struct, kw_only=True):
     retry: bool = True
     """False for a spent budget: retrying before the reset cannot help."""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
+    budget: float = 0.0
+    """Of an admitted request: the largest share of a daily or monthly token budget used (0: none set)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -69,6 +71,9 @@ _COUNTED = (  # each limit, the count held against it, whether it counts tokens,
     ("tokens_per_day", "day_tokens", True, "day"),
     ("tokens_per_month", "month_tokens", True, "month"),
 )
+
+
+_BUDGETS = (("tokens_per_day", "day_tokens"), ("tokens_per_month", "month_tokens"))
 
 
 def standing(limits: Limits, counts: Counts) -> list[tuple[str, int, int]]:
@@ -108,7 +113,8 @@ def judge(scope: str, limits: Limits, counts: Counts, now: float, reserve: int =
                 retry=not budget or (held > 0 and used + asked <= limit),  # a spent budget: not before it resets
                 headers=headers,
             )
-    return Verdict(ok=True, headers=headers)
+    budget = max((getattr(counts, c) / getattr(limits, n) for n, c in _BUDGETS if getattr(limits, n)), default=0.0)
+    return Verdict(ok=True, headers=headers, budget=budget)
 
 
 class Lease(msgspec.Struct, frozen=True, array_like=True):

@@ -90,7 +90,7 @@ class Quota:
         self.limits: dict[str, Limits] = {}
         """Scope -> its limits, as its last request here said (what a lease is taken against)."""
         self.soon: dict[str, asyncio.TimerHandle] = {}
-        """Scope -> when the ends waiting on it are written, where no other change came first."""
+        """Scope -> when the ends waiting on it are written (no other change came first)."""
         self.mine: dict[str, Mine] = {}
         """Scope -> what this router holds there (the truth its KV entry is written from)."""
         self.dirty: set[str] = set()
@@ -101,14 +101,12 @@ class Quota:
         self.waiting: dict[str, list[_Asked]] = {}
         """Scope -> the changes waiting for its next write."""
         self.writing: set[str] = set()
-        """Scopes being written now (one write of a scope at a time from this router: its
-        compare-and-set then only races other routers, not this one's own requests)."""
+        """Scopes being written now (one at a time from this router: it races only other routers)."""
         self.told: tuple[float, float] | None = None
-        """The latest time a write was dated, and the loop's time then (`_now`)."""
+        """The latest time a write was dated, and the loop's time then."""
         self.tasks: set[asyncio.Task] = set()
         self.log = get_logger("router")
 
-    # -- one change of one scope ----------------------------------------------------------------
     def _counts(self, sid: str, value: dict, now: float, ops: Sequence[Op] = (), leased: bool = True) -> Counts:
         """What the scope has used in `value`, what the others hold (and lease), with what this
         router holds and counted unsent, and `ops` (those before in the same write)."""
@@ -331,8 +329,9 @@ class Quota:
     async def admit(self, scopes: list[Scope], now: float, reserve: int = 0) -> Verdict:
         """Count this request, which may use up to `reserve` tokens, against every scope with
         limits (its tokens held until it ends), or say which limit refuses it (nothing is counted
-        then). The headers are those of every scope, the last winning."""
+        then). The headers are those of every scope, the last winning; its budget, the most used."""
         headers: dict[str, str] = {}
+        budget = 0.0
         admitted: list[Scope] = []
         for scope in scopes:
             sid, name, limits = scope
@@ -348,7 +347,8 @@ class Quota:
                 return verdict
             admitted.append(scope)
             headers.update(verdict.headers)
-        return Verdict(ok=True, headers=headers)
+            budget = max(budget, verdict.budget)
+        return Verdict(ok=True, headers=headers, budget=budget)
 
     def finish_leased(self, scopes: list[Scope], tokens: int, now: float, reserve: int = 0) -> list[Scope]:
         """`finish` at once for the scopes this router holds a lease of (counted here, written

@@ -170,6 +170,8 @@ class Gateway:
             verdict = await self.accounts.admit(scopes, admitted, reserve)
             if not verdict.ok:
                 raise refusal(verdict)
+            if verdict.budget:
+                self.metrics.budgets[key_id] = verdict.budget
         except ApiError as exc:  # refused before admission: counted as what it got, against no limit
             self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0, 0)
             raise
