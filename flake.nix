@@ -29,6 +29,7 @@
           buildSystem = [ "uv-build" ];
           requires = [
             "llmgw-proto" "nats-py" "nkeys" "pynacl" "msgspec" "structlog" "opentelemetry-api" "opentelemetry-sdk"
+            "opentelemetry-exporter-otlp-proto-http" "opentelemetry-exporter-otlp-proto-grpc"
             "prometheus-client" "litestar" "uvicorn" "httptools" "uvloop" "httpx"
           ];
         };

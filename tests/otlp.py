@@ -40,8 +40,10 @@ def _value(v) -> object:
 class OtlpReceiver:
     """Listens on 127.0.0.1: `http_url` for OTLP/HTTP, `grpc_url` for OTLP/gRPC."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        """`keep`: keep the spans (else only count them: a benchmark's millions)."""
         self.spans: list[Received] = []
+        self.keep, self.count = keep, 0
         self._lock = threading.Lock()
         receiver = self
 
@@ -79,7 +81,10 @@ class OtlpReceiver:
         self.grpc_url = f"http://127.0.0.1:{port}"
 
     def take(self, request, protocol: str) -> None:
-        """Keep every span of an export."""
+        """Keep every span of an export (or count them)."""
+        if not self.keep:
+            self.count += sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
+            return
         got = []
         for resource_spans in request.resource_spans:
             resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}

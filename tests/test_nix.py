@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.bus import find_llamacpp
+from llmgw.bus import ADMIN_PORTS, find_llamacpp
 
 ROOT = Path(__file__).parents[1]
 NIX_FILES = sorted([ROOT / "flake.nix", *(ROOT / "deploy").rglob("*.nix")])
@@ -386,3 +386,27 @@ def test_without_an_rpc_worker_the_finder_names_the_one_it_looked_for_first(tmp_
 
 def test_an_rpc_worker_given_in_the_settings_is_kept(tmp_path):
     assert find_llamacpp("llama-server", str(tmp_path / "w")).rpc_server == str(tmp_path / "w")
+
+
+def test_all_nix_has_prometheus_scrape_every_service_with_the_rules_and_exports_traces():
+    got = nix_eval(f"""
+      let
+        config = {{
+          services.llmgw.prometheus.enable = true;
+          services.llmgw.otlpEndpoint = "http://tempo:4318";
+          services.nats.enable = false;
+          networking.hostName = "gpu-7";
+        }};
+        module = import {ROOT / "deploy/nixos/all.nix"} flake {{ inherit config lib pkgs utils; }};
+      in {{ prometheus = module.config.services.prometheus; units = module.config.systemd.services; }}
+    """)
+    (job,) = got["prometheus"]["scrapeConfigs"]
+    assert job["job_name"] == "llmgw"
+    assert {c["labels"]["service"]: c["targets"] for c in job["static_configs"]} == {
+        name: [f"127.0.0.1:{port}"]
+        for name, port in ADMIN_PORTS.items()  # the ports Python's config gives
+    }
+    assert all(c["labels"]["node"] == "gpu-7" for c in job["static_configs"])
+    assert got["prometheus"]["ruleFiles"][0].endswith("deploy/prometheus/llmgw-rules.yml")
+    for name in SERVICES:
+        assert got["units"][f"llmgw-{name}"] == {"environment": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://tempo:4318"}}

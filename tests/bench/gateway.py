@@ -6,7 +6,9 @@ generator (wrk, one thread). Each gateway runs alone on core 1 (`taskset`): ngin
 reverse proxy (the floor), vllm-router (Rust, round-robin), Portkey's gateway (Node, an
 OpenAI-compatible custom host, its HTTP stack at the versions its lockfile pins), LiteLLM's proxy
 as its production page says, and llmgw's router with a plain key, with a key carrying every limit,
-and with that key on NATS as a cluster runs it (nkeys and TLS). The rows take turns, `ROUNDS`
+and with that key on NATS as a cluster runs it (nkeys and TLS); and the plain key's router
+exporting its spans over OTLP/HTTP (to a receiver of ours in this process, on core 0) with 1% of
+traces sampled and with every one. The rows take turns, `ROUNDS`
 times; each keeps its best. Figures: added latency p50/p99 at one connection (against the backend
 alone), the most requests a second with p99 under 20 ms over 1, 4, 16 and 64 connections, and the
 gateway's resident memory. A peer that cannot be installed or does not start is a row saying why.
@@ -41,8 +43,10 @@ from gateway_peers import (
 )
 from gateway_peers import start_router as router_peer
 
+sys.path.insert(0, str(Path(__file__).parent.parent.parent))
 from llmgw.proto import Limits
 from llmgw.proto.guard import Check, Policy
+from tests.otlp import OtlpReceiver
 
 __all__ = ["main"]
 
@@ -142,6 +146,8 @@ def main() -> int:
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
             Row("llmgw + pii and a pattern", lambda: router_peer(stack, tmp / "guard", backend.url, policy=GUARDED)),
+            Row("llmgw traced 1%", lambda: router_peer(stack, tmp / "t1", backend.url, env=traced(stack, "0.01"))),
+            Row("llmgw traced 100%", lambda: router_peer(stack, tmp / "t100", backend.url, env=traced(stack, "1"))),
         ]
         wanted = sys.argv[1:]
         rows = [rows[0], *(r for r in rows[1:] if not wanted or any(w in r.name for w in wanted))]
@@ -162,6 +168,18 @@ def main() -> int:
                     settle(row.peer.pid)  # its backlog worked off before the next row is measured
         report(rows)
     return 0
+
+
+def traced(stack: contextlib.ExitStack, ratio: str) -> dict[str, str]:
+    """The environment that has the router export its spans, `ratio` of the traces sampled, to an
+    OTLP receiver started here (its spans counted, then dropped)."""
+    receiver = OtlpReceiver(keep=False)
+    stack.callback(receiver.stop)
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_url,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": ratio,
+    }
 
 
 def peak(row: Row) -> float:

@@ -360,10 +360,12 @@ def start_router(
     limits=None,
     secure: bool = False,
     policy=None,
+    env: dict[str, str] | None = None,
 ) -> Peer:
     """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend
     (a dict: of each model named, on its backend); the key has `limits` (a `Limits`; None: none).
-    `secure`: NATS with nkeys and TLS. `policy`: a guardrail policy (`guard.Policy`) its requests meet."""
+    `secure`: NATS with nkeys and TLS. `policy`: a guardrail policy (`guard.Policy`) its requests
+    meet. `env`: more environment (OpenTelemetry's, say)."""
     import msgspec
 
     from llmgw.bus import call, connect, kv_bucket
@@ -383,7 +385,7 @@ def start_router(
     argv = [sys.executable, "-m", "llmgw.router.service", "--nats-url", url, *signin, "--http-port", str(port)]
     argv += ["--admin-port", "0", "--log-level", "warning", "--data-dir", str(tmp / "router")]
     log = tmp / "router.log"
-    proc = start_group(stack, argv, GATEWAY_CORE, log)
+    proc = start_group(stack, argv, GATEWAY_CORE, log, env={**os.environ, **env} if env else None)
 
     async def setup() -> str:
         nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
