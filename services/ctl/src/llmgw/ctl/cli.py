@@ -23,6 +23,7 @@ from llmgw.ctl.people_commands import AUDIT, TENANT, USER
 from llmgw.ctl.provider_commands import PROVIDER
 from llmgw.ctl.signin_commands import SIGNIN
 from llmgw.ctl.tree import add_nouns, run_ctl
+from llmgw.ctl.tui import add_console_parser
 from llmgw.ctl.upgrade_commands import RELEASES, UPGRADE
 
 __all__ = ["main", "parser"]
@@ -167,6 +168,7 @@ def parser() -> argparse.ArgumentParser:
     _convert_parser(sub)
     add_access_parser(sub)
     add_node_parser(sub)
+    add_console_parser(sub)
     ctl = sub.add_parser(
         "ctl", help="operate a running llmgw", description="Operate a running llmgw: `llmgw ctl NOUN --help`."
     )

@@ -15,14 +15,15 @@ from llmgw.proto import catalog
 from llmgw.proto.catalog import ServePlan
 from llmgw.proto.hub import HubFile, HubSearch, HubWays, fetch_glob
 
-__all__ = ["SEARCH", "found_text"]
+__all__ = ["SEARCH", "best_way", "found_text", "size_text"]
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """Bytes as a person reads them (MB, GB)."""
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
-def _best(f: HubFile, plan: ServePlan | None, nodes: int) -> str:
+def best_way(f: HubFile, plan: ServePlan | None, nodes: int) -> str:
     """The file's best way here now, as a person reads it."""
     if f.facts is None:
         return f.error
@@ -49,13 +50,13 @@ def found_text(ways: HubWays) -> str:
         gated = ", gated: accept its licence on the Hub and give the mirror a token" if m.gated else ""
         lines.append(f"{m.repo}  ({m.downloads} downloads, {m.likes} likes{gated})")
         for f in m.files:
-            kind = f"{_size(f.size)} {f.facts.quant}" if f.facts else ""
+            kind = f"{size_text(f.size)} {f.facts.quant}" if f.facts else ""
             parts = f" in {f.parts} parts" if f.parts > 1 else ""
-            lines.append(f"  {f.path}  {kind}{parts}  {_best(f, ways.plans.get(f.source), ways.nodes)}")
+            lines.append(f"  {f.path}  {kind}{parts}  {best_way(f, ways.plans.get(f.source), ways.nodes)}")
         lines.append("")
     first = next((f for m in found.models for f in m.files if ways.plans.get(f.source, None) and f.facts), None)
     lines.append(
-        f"Read {found.headers_read} headers with {_size(found.bytes_read)} of range requests, no file downloaded."
+        f"Read {found.headers_read} headers with {size_text(found.bytes_read)} of range requests, no file downloaded."
     )
     if first is not None:
         repo, _, rest = first.source.partition("@")

@@ -1,0 +1,354 @@
+"""`llmgw console`: the fleet, the models, the Hub and the keys from a keyboard (Textual).
+
+Every change is one of the operators' operations, asked over NATS as `llmgw ctl` asks it (the
+same endpoints, messages and refusals: the service decides, the console shows its words). The
+tables are asked again every few seconds; a disruptive change is asked about first, saying what
+will happen. Keys: 1-4 (or f, m, h, k) the tabs, enter a row's menu or form, r refresh, l the
+other language, ? every key, q quit. NO_COLOR is honoured (Textual's own).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static, TabbedContent, TabPane
+
+from llmgw.bus import BusError, call
+from llmgw.ctl.changes import BY
+from llmgw.ctl.tui.dialogs import Confirm, Field, Form, Menu
+from llmgw.ctl.tui.forms import change_of, fields_of, number_or_zero, way_note
+from llmgw.ctl.tui.rows import HubRow, hub_rows, key_rows, model_table, node_rows, usage_series
+from llmgw.ctl.tui.words import LANGUAGES, Words
+from llmgw.proto import Empty, ModelEntry, ModelPurge, ModelRef, RepoAdd, catalog, mirror, router, scheduler
+from llmgw.proto.catalog import (
+    RestartModel,
+    ServeModel,
+    ServePlanAsk,
+    StartModel,
+    StopModel,
+)
+from llmgw.proto.hub import HubSearch, fetch_glob
+from llmgw.proto.router import UsageQuery
+
+__all__ = ["REFRESH_S", "ConsoleApp"]
+
+REFRESH_S = 3.0
+"""How often the tab shown is asked again."""
+_HOUR, _DAY = 3600, 24
+
+_TABS = ("fleet", "models", "hub", "keys")
+_TABLES = {"fleet": "nodes", "models": "models", "hub": "files", "keys": "keys"}
+_COLUMNS = {
+    "nodes": ("node", "state", "cpus", "memory", "read", "cards", "calibrated", "replicas"),
+    "models": ("model", "ready", "state", "profiles", "memory_mib", "speed", "why"),
+    "files": ("repo", "file", "size", "best"),
+    "keys": ("key", "name", "limits", "used"),
+}
+
+
+class ConsoleApp(App):
+    """The console over one NATS connection `nc` (the operator's credentials, as ctl has them)."""
+
+    TITLE = "llmgw console"
+    CSS = """
+    .dialog { width: 76; height: auto; max-height: 22; border: round $accent; background: $panel; padding: 0 1; }
+    ModalScreen { align: center middle; }
+    .dialog-title { text-style: bold; }
+    .refused, #said.refused { color: $error; }
+    #said { height: 1; }
+    DataTable { height: 1fr; }
+    #chart { height: 3; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "keys", "keys"),
+        Binding("r", "refresh", "refresh"),
+        Binding("l", "language", "language"),
+        Binding("1,f", "tab('fleet')", "fleet", show=False),
+        Binding("2,m", "tab('models')", "models", show=False),
+        Binding("3,h", "tab('hub')", "hub", show=False),
+        Binding("4,k", "tab('keys')", "keys", show=False),
+        Binding("slash", "search", "search", show=False),
+        Binding("g", "fetch", "fetch", show=False),
+    ]
+
+    def __init__(self, nc: Client, words: Words | None = None) -> None:
+        super().__init__()
+        self.nc, self.w = nc, words or Words()
+        self.models: dict[str, ModelEntry] = {}
+        self.files: dict[str, HubRow] = {}
+
+    # -- drawing --------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        """The tabs, each a table (the Hub's with its search, the keys' with a chart), the line
+        saying what happened, and the keys."""
+        yield Header()
+        with TabbedContent(id="tabs"):
+            for tab in _TABS:
+                with TabPane(self.w.t(f"tab.{tab}"), id=tab):
+                    if tab == "hub":
+                        yield Input(placeholder=self.w.t("hub.placeholder"), id="search")
+                        yield Static("", id="hubsaid")
+                    yield DataTable(id=_TABLES[tab], cursor_type="row", zebra_stripes=True)
+                    if tab == "keys":
+                        yield Static("", id="chartsaid")
+                        yield Sparkline([], id="chart")
+        yield Static(self.w.t("loading"), id="said")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Columns named, the first tab asked for, and asked again every `REFRESH_S`."""
+        self.title = self.w.t("title")
+        for table, columns in _COLUMNS.items():
+            self.query_one(f"#{table}", DataTable).add_columns(*(self.w.t(f"col.{c}") for c in columns))
+        self.action_refresh()
+        self.set_interval(REFRESH_S, self.action_refresh)
+
+    def say(self, text: str, refused: bool = False) -> None:
+        """One line at the bottom: what was done, or why it was refused (in the warning colour)."""
+        said = self.query_one("#said", Static)
+        said.update(text)
+        said.set_class(refused, "refused")
+
+    @staticmethod
+    def _fill(table: DataTable, rows: list[tuple[str, ...]], keys: list[str]) -> None:
+        """The table's rows replaced, the cursor kept on the row it was on."""
+        at = table.cursor_row
+        table.clear()
+        for key, row in zip(keys, rows, strict=True):
+            table.add_row(*row, key=key)
+        if rows:
+            table.move_cursor(row=min(at, len(rows) - 1))
+
+    async def ask(self, endpoint, message: msgspec.Struct) -> Any:
+        """What `endpoint` answers; None where it refused or failed (said at the bottom)."""
+        try:
+            return await call(self.nc, endpoint, message)
+        except BusError as exc:
+            self.say(exc.message, refused=True)
+            return None
+
+    # -- keys -----------------------------------------------------------------------------------
+    def action_tab(self, tab: str) -> None:
+        """Show `tab` with its table in focus (enter opens a row's menu or form), asked again now."""
+        self.query_one("#tabs", TabbedContent).active = tab
+        self.query_one(f"#{_TABLES[tab]}", DataTable).focus()
+        self.action_refresh()
+
+    def action_keys(self) -> None:
+        """Every key and what it does (?)."""
+        lines = [f"{b.key:>14}  {b.description}" for b in self.BINDINGS]
+        lines += ["         enter  " + self.w.t("key.menu"), "        escape  " + self.w.t("form.cancel")]
+        self.push_screen(Menu(self.w.t("help.title"), [(str(i), line) for i, line in enumerate(lines)]))
+
+    def action_language(self) -> None:
+        """The other language (l)."""
+        self.w = Words(LANGUAGES[(LANGUAGES.index(self.w.lang) + 1) % len(LANGUAGES)])
+        self.title = self.w.t("title")
+        for table, columns in _COLUMNS.items():
+            view = self.query_one(f"#{table}", DataTable)
+            for column, name in zip(view.columns.values(), columns, strict=True):
+                column.label = self.w.t(f"col.{name}")
+            view.refresh()
+        for tab in _TABS:
+            self.query_one("#tabs", TabbedContent).get_tab(tab).label = self.w.t(f"tab.{tab}")
+
+    def action_search(self) -> None:
+        """To the Hub's search box (/)."""
+        self.action_tab("hub")
+        self.query_one("#search", Input).focus()
+
+    @work(exclusive=True, group="refresh")
+    async def action_refresh(self) -> None:
+        """Ask the fleet again for the tab shown (r, and every few seconds)."""
+        tab = self.query_one("#tabs", TabbedContent).active
+        if tab == "fleet":
+            await self._fleet()
+        elif tab == "models":
+            await self._models()
+        elif tab == "keys":
+            await self._keys()
+
+    async def _fleet(self) -> None:
+        nodes = await self.ask(scheduler.NODE_LIST, Empty())
+        replicas = await self.ask(scheduler.REPLICA_LIST, Empty())
+        if nodes is not None and replicas is not None:
+            self._fill(
+                self.query_one("#nodes", DataTable), node_rows(nodes, replicas, self.w), [n.node for n in nodes.nodes]
+            )
+
+    async def _models(self) -> None:
+        listed = await self.ask(catalog.MODEL_LIST, Empty())
+        replicas = await self.ask(scheduler.REPLICA_LIST, Empty())
+        statuses = await self.ask(scheduler.MODEL_STATUS, Empty())
+        if listed is None or replicas is None:
+            return
+        self.models = {e.model.name: e for e in listed.models}
+        self._fill(self.query_one("#models", DataTable), model_table(listed, replicas, statuses), list(self.models))
+
+    async def _keys(self) -> None:
+        keys = await self.ask(router.KEY_LIST, Empty())
+        since = time.time() - _DAY * _HOUR
+        by_key = await self.ask(router.USAGE_SUM, UsageQuery(since=since, group_by="key"))
+        if keys is None:
+            return
+        used = {r.group: r.prompt_tokens + r.completion_tokens for r in (by_key.rows if by_key else [])}
+        self._fill(self.query_one("#keys", DataTable), key_rows(keys, used), list(keys.keys))
+        start = (since // _HOUR) * _HOUR
+        hourly = await self.ask(router.USAGE_SUM, UsageQuery(since=start, group_by="model", bucket_s=_HOUR))
+        series = usage_series(hourly, start, _DAY + 1, _HOUR) if hourly else {}
+        total = [sum(points) for points in zip(*series.values(), strict=True)] if series else []
+        self.query_one("#chart", Sparkline).data = total
+        said = self.w.t("usage.chart", model=", ".join(series)) if series else self.w.t("usage.none")
+        self.query_one("#chartsaid", Static).update(said)
+
+    # -- the Hub ----------------------------------------------------------------------------------
+    @on(Input.Submitted, "#search")
+    async def search(self, event: Input.Submitted) -> None:
+        """The Hub searched for what was typed: each GGUF file with the best way it runs here."""
+        if not event.value.strip():
+            return
+        self.query_one("#hubsaid", Static).update(self.w.t("loading"))
+        ways = await self.ask(catalog.HUB_SEARCH, HubSearch(text=event.value.strip()[:200]))
+        if ways is None:
+            return
+        rows = hub_rows(ways)
+        self.files = {r.source: r for r in rows}
+        table = self.query_one("#files", DataTable)
+        table.clear()
+        for r in rows:
+            best = f"[b $warning]{r.best}[/]" if r.slow else r.best
+            table.add_row(r.repo, r.path, r.size, best, key=r.source)
+        read = ways.found.headers_read
+        self.query_one("#hubsaid", Static).update(self.w.t("hub.read", n=read, kb=ways.found.bytes_read // 1000))
+        table.focus()
+
+    def _chosen(self, table: str) -> str | None:
+        view = self.query_one(f"#{table}", DataTable)
+        if not view.row_count:
+            return None
+        return view.coordinate_to_cell_key(view.cursor_coordinate).row_key.value
+
+    async def action_fetch(self) -> None:
+        """Fetch the Hub file under the cursor onto the mirror (its repo at the file's commit)."""
+        source = self._chosen("files")
+        if source is None:
+            return
+        repo, _, rest = source.partition("@")
+        commit, _, path = rest.partition("/")
+        queued = await self.ask(mirror.REPO_ADD, RepoAdd(repo=repo, revision=commit, include=[fetch_glob(path)], by=BY))
+        if queued is not None:
+            self.say(self.w.t("hub.fetching", repo=repo, glob=fetch_glob(path)))
+
+    # -- rows chosen ------------------------------------------------------------------------------
+    @on(DataTable.RowSelected, "#models")
+    def model_menu(self, event: DataTable.RowSelected) -> None:
+        """A model's menu: every change its web card has."""
+        name = event.row_key.value
+        entry = self.models.get(name)
+        if entry is None:
+            return
+        stopped = entry.model.stopped is not None
+        items = ["replicas", "resources", "context", "start" if stopped else "stop", "restart", "remove", "purge"]
+        menu = Menu(self.w.t("menu.title", model=name), [(i, self.w.t(f"menu.{i}")) for i in items])
+        self.push_screen(menu, lambda chosen: self.run_worker(self._model_action(entry, chosen)))
+
+    async def _model_action(self, entry: ModelEntry, chosen: str | None) -> None:
+        m = entry.model
+        spec = {"name": m.name, "by": BY, "revision": entry.revision}
+        if chosen in ("stop", "restart", "remove", "purge"):
+            n = (m.stopped or m.scaling).max
+            if not await self.push_screen_wait(Confirm(self.w.t(f"confirm.{chosen}", model=m.name, n=n), self.w)):
+                return
+        if chosen == "stop":
+            await self._change(StopModel(**spec))
+        elif chosen == "start":
+            await self._change(StartModel(**spec))
+        elif chosen == "restart":
+            await self._change(RestartModel(**spec))
+        elif chosen == "remove":
+            await self._done(catalog.MODEL_REMOVE, ModelRef(**spec), m.name)
+        elif chosen == "purge":
+            await self._done(catalog.MODEL_PURGE, ModelPurge(**spec), m.name)
+        elif chosen in ("replicas", "resources", "context"):
+            await self._form(chosen, entry)
+
+    async def _change(self, change: msgspec.Struct) -> None:
+        await self._done(catalog.MODEL_CHANGE, change, change.name)
+
+    async def _done(self, endpoint, message: msgspec.Struct, name: str) -> bool:
+        if await self.ask(endpoint, message) is None:
+            return False
+        self.say(self.w.t("done.change", model=name))
+        self.action_refresh()
+        return True
+
+    async def _form(self, kind: str, entry: ModelEntry) -> None:
+        """A model's form: asked again until saved with numbers that hold (said in the form), or
+        left; the catalog's refusal is said at the bottom."""
+        m, w = entry.model, self.w
+        spec = {"name": m.name, "by": BY, "revision": entry.revision}
+        fields = fields_of(kind, entry, w)
+        while True:
+            values = await self.push_screen_wait(Form(w.t(f"menu.{kind}"), fields, w))
+            if values is None:
+                return
+            try:
+                change = change_of(kind, values, entry, spec, w)
+            except ValueError as exc:
+                self.say(str(exc), refused=True)
+                fields = [Field(f.id, f.label, values.get(f.id, f.value), f.check) for f in fields]
+                continue
+            if change is not None:
+                await self._change(change)
+            return
+
+    @on(DataTable.RowSelected, "#files")
+    def serve_form(self, event: DataTable.RowSelected) -> None:
+        """A Hub file's serve form."""
+        self.run_worker(self._serve(event.row_key.value))
+
+    async def _serve(self, source: str) -> None:
+        """The serve form of a Hub file on the mirror: the plan's best way with the cores asked,
+        its speed said again as the cores change; a very slow CPU way needs 'anyway'."""
+        w, name = self.w, source.rsplit("/", 1)[-1]
+        fields = [
+            Field("name", w.t("serve.name")),
+            Field("cores", w.t("serve.cores"), "0"),
+            Field("anyway", w.t("serve.anyway"), "", True),
+        ]
+        while True:
+            plan = await self.ask(
+                catalog.SERVE_PLAN, ServePlanAsk(source=source, cores=number_or_zero(fields[1].value))
+            )
+            if plan is None:
+                return
+            values = await self.push_screen_wait(Form(w.t("serve.title", file=name), fields, w, way_note(plan, w)))
+            if values is None:
+                return
+            fields = [Field(f.id, f.label, values.get(f.id, f.value), f.check) for f in fields]
+            if values["cores"] != str(number_or_zero(fields[1].value)) or not plan.ways:
+                continue  # cores changed: the plan again, its speed with them
+            way = plan.ways[0]
+            serve = ServeModel(
+                source=source,
+                name=values["name"],
+                cpu=way.kind == "cpu",
+                gpus=way.cards,
+                cores=number_or_zero(values["cores"]),
+                cpu_anyway=values["anyway"] == "1",
+                by=BY,
+            )
+            try:
+                served = await call(self.nc, catalog.SERVE, msgspec.convert(msgspec.to_builtins(serve), ServeModel))
+            except (BusError, msgspec.ValidationError) as exc:
+                self.say(getattr(exc, "message", str(exc)), refused=True)
+                continue
+            self.say(w.t("done.serve", model=served.model.name))
+            return

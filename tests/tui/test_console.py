@@ -1,0 +1,132 @@
+"""The terminal console (`llmgw console`) driven by Textual's own Pilot at 80x24, against real
+services over a real nats-server (the catalog, scheduler, mirror with the Hub stand-in, router):
+each tab, each form's happy path and its refusals as the service words them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from llmgw.bus import call
+from llmgw.ctl.tui import ConsoleApp, Words
+from llmgw.gguf import TinyLlama, write_random_llama
+from llmgw.proto import KeyCreate, Limits, Model, ModelPut, ModelRef, Profile, catalog, scheduler
+from tests.fleets import SOURCE, cpu_node, serve_router
+
+SIZE = (80, 24)
+
+
+@pytest.fixture
+async def fleet(serve, nc, tmp_path, hub):
+    """A node, the tiny model in the catalog (two profiles), a GGUF repo on the Hub, and a key."""
+    tiny = write_random_llama(tmp_path / "tiny.gguf")
+    chat = write_random_llama(tmp_path / "chat.Q8_0.gguf", TinyLlama(tensor_type="Q8_0"))
+    hub.add_repo("acme/tiny-chat-GGUF", {"tiny-chat.Q8_0.gguf": chat})
+    served = await serve_router(serve, nc, tmp_path, tiny, hub=hub, scheduler=True)
+    await call(nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0))
+    profiles = [Profile(name="cpu", replicas=1), Profile(name="big", replicas=0, cpu_cores=2)]
+    model = Model(name="tiny", source=SOURCE, profiles=profiles)
+    await call(nc, catalog.MODEL_PUT, ModelPut(model=model, by="tester"))
+    await served.router.accounts.create_key(KeyCreate(name="ci-bot", limits=Limits(tokens_per_day=1000)))
+    return served
+
+
+async def until(pilot, check, what: str, within: float = 30.0):
+    """`check()`'s value once truthy (the app drawn again meanwhile)."""
+    deadline = time.monotonic() + within
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        await pilot.pause(0.2)
+    return got
+
+
+def cells(app: ConsoleApp, table: str) -> list[list[str]]:
+    view = app.query_one(f"#{table}", DataTable)
+    return [[str(c) for c in view.get_row_at(i)] for i in range(view.row_count)]
+
+
+def said(app: ConsoleApp) -> str:
+    return str(app.query_one("#said", Static).render())
+
+
+async def model(nc) -> Model:
+    return (await call(nc, catalog.MODEL_GET, ModelRef(name="tiny"))).model
+
+
+async def test_the_fleet_shows_each_node_with_its_memory_read_rate_and_replicas(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        rows = await until(pilot, lambda: cells(pilot.app, "nodes"), "the node listed")
+        node, state, cpus, memory, read, cards, calibrated, replicas = rows[0]
+        assert (node, state, cpus, read, cards, calibrated) == ("node-a", "ready", "4", "40/40", "-", "no")
+        assert memory == "8.0/8.0 GiB" and "tiny:" in replicas
+
+
+async def test_a_models_replicas_are_set_from_its_menu_and_a_bad_number_is_refused(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: cells(pilot.app, "models"), "the model listed")
+        pilot.app.query_one("#models", DataTable).focus()
+        await pilot.press("enter")  # its menu; the first item: replicas per profile
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the menu")
+        await pilot.press("enter")
+        await until(pilot, lambda: pilot.app.screen.query("#f-cpu"), "the replicas form")
+        await pilot.press("ctrl+a", "ctrl+k", *"x", "enter")  # not a number: said, the form again
+        await until(pilot, lambda: "is not a whole number" in said(pilot.app), "the refusal")
+        await until(pilot, lambda: pilot.app.screen.query("#f-cpu"), "the form again")
+        await pilot.press("ctrl+a", "ctrl+k", *"2", "enter")
+        await until(pilot, lambda: "tiny: done" in said(pilot.app), "the change done")
+    assert {p.name: p.replicas for p in (await model(nc)).profiles} == {"cpu": 2, "big": 0}
+
+
+async def test_stopping_asks_first_saying_what_happens_and_the_catalogs_refusal_is_shown(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        await pilot.press("m")
+        await until(pilot, lambda: cells(pilot.app, "models"), "the model listed")
+        pilot.app.query_one("#models", DataTable).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the menu")
+        await pilot.press("down", "down", "down", "enter")  # replicas, resources, context, stop
+        question = await until(pilot, lambda: pilot.app.screen.query("#question"), "the question")
+        assert "Stop tiny? Its 1 replicas stop; start brings them back." in str(question.first().render())
+        await pilot.press("n")  # no: nothing changes
+        await pilot.pause(0.3)
+        assert (await model(nc)).stopped is None
+        await pilot.press("enter")
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the menu again")
+        await pilot.press("down", "down", "down", "enter")
+        await until(pilot, lambda: pilot.app.screen.query("#question"), "the question again")
+        await pilot.press("y")
+        await until(pilot, lambda: "tiny: done" in said(pilot.app), "stopped")
+        assert (await model(nc)).stopped is not None
+        await pilot.press("enter")  # the context form: a context below the least is the catalog's to refuse
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the menu once more")
+        await pilot.press("down", "down", "enter")
+        await until(pilot, lambda: pilot.app.screen.query("#f-context"), "the context form")
+        await pilot.press("ctrl+a", "ctrl+k", *"100", "enter")
+        await until(pilot, lambda: "Expected `int` >= " in said(pilot.app) or "context" in said(pilot.app), "refused")
+    assert (await model(nc)).context == 4096
+
+
+async def test_the_hub_is_searched_each_file_with_its_best_way_here_and_fetched(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        await pilot.press("slash", *"tiny chat", "enter")
+        rows = await until(pilot, lambda: cells(pilot.app, "files"), "a file found", within=60)
+        repo, path, size, best = rows[0]
+        assert (repo, path) == ("acme/tiny-chat-GGUF", "tiny-chat.Q8_0.gguf") and "Q8_0" in size
+        assert "CPU" in best and "tokens a second" in best
+        await pilot.press("g")
+        await until(pilot, lambda: "fetching acme/tiny-chat-GGUF" in said(pilot.app), "the fetch queued")
+
+
+async def test_keys_with_their_limits_and_the_console_in_turkish(fleet, nc):
+    async with ConsoleApp(nc, Words("tr")).run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        rows = await until(pilot, lambda: [r for r in cells(pilot.app, "keys") if r[1] == "ci-bot"], "the key")
+        assert rows[0][2] == "tokens_per_day=1000"
+        assert "son 24 saatte kullanım yok" in str(pilot.app.query_one("#chartsaid", Static).render())
+        assert pilot.app.title == "llmgw konsolu"
+        await pilot.press("l")  # the other language
+        await pilot.pause(0.2)
+        assert pilot.app.title == "llmgw console"
