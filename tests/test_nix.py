@@ -398,7 +398,11 @@ def test_all_nix_has_prometheus_scrape_every_service_with_the_rules_and_exports_
           networking.hostName = "gpu-7";
         }};
         module = import {ROOT / "deploy/nixos/all.nix"} flake {{ inherit config lib pkgs utils; }};
-      in {{ prometheus = module.config.services.prometheus; units = module.config.systemd.services; }}
+        prometheus = module.config.services.prometheus;
+      in {{
+        prometheus = prometheus // {{ ruleFiles = map toString prometheus.ruleFiles; }};
+        units = module.config.systemd.services;
+      }}
     """)
     (job,) = got["prometheus"]["scrapeConfigs"]
     assert job["job_name"] == "llmgw"
@@ -406,7 +410,7 @@ def test_all_nix_has_prometheus_scrape_every_service_with_the_rules_and_exports_
         name: [f"127.0.0.1:{port}"]
         for name, port in ADMIN_PORTS.items()  # the ports Python's config gives
     }
-    assert all(c["labels"]["node"] == "gpu-7" for c in job["static_configs"])
+    assert all(c["labels"]["host"] == "gpu-7" for c in job["static_configs"])
     assert got["prometheus"]["ruleFiles"][0].endswith("deploy/prometheus/llmgw-rules.yml")
     for name in SERVICES:
         assert got["units"][f"llmgw-{name}"] == {"environment": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://tempo:4318"}}

@@ -10,7 +10,7 @@
 # scheduler signed). One service's file can still be set apart: services.llmgw.<name>.credentialsFile.
 #
 # `services.llmgw.prometheus.enable = true;` has this machine's Prometheus scrape every llmgw
-# service enabled here (labelled with its service and node) and load llmgw's alert rules;
+# service enabled here (labelled with its service and host) and load llmgw's alert rules;
 # `services.llmgw.otlpEndpoint = "http://tempo:4318";` exports every service's traces over OTLP.
 flake:
 { config, lib, ... }:
@@ -60,10 +60,10 @@ in
         scrape_interval = "15s";
         static_configs = map (name: {
           targets = [ "127.0.0.1:${toString adminPorts.${name}}" ];
-          labels = { service = name; node = config.networking.hostName; };
+          labels = { service = name; host = config.networking.hostName; };
         }) enabled;
       }];
-      ruleFiles = [ (toString ../prometheus/llmgw-rules.yml) ];
+      ruleFiles = [ ../prometheus/llmgw-rules.yml ];
     };
   };
 }

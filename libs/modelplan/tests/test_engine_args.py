@@ -34,7 +34,6 @@ def test_the_flags_and_variables_operators_tune_pass(engine, args, env):
         ("llamacpp", ["--slot-save-path", "/var/tmp"], "argument '--slot-save-path' is refused: it names a file"),
         ("llamacpp", ["--control-vector", "/home/x/a.gguf"], "argument '--control-vector' is refused: it names a file"),
         ("llamacpp", ["--lora", "/home/x/a.gguf"], "attach them with `llmgw ctl model adapters`"),
-        ("vllm", ["--enable-lora"], "attach them with `llmgw ctl model adapters`"),
         ("llamacpp", ["-m", "/other.gguf"], "argument '-m' is refused: the agent gives the engine the model's"),
         ("vllm", ["--model", "/other"], "argument '--model' is refused"),
         ("llamacpp", ["--host", "0.0.0.0"], "argument '--host' is refused: the agent chooses where"),

@@ -86,7 +86,7 @@ async def test_a_node_refuses_what_only_another_node_opted_into():
         await replicas("b").start(start("b", Profile(args=["--control-vector", "/srv/cv/a.gguf"])))
 
 
-def test_adapters_are_loaded_with_none_applied_and_vllm_serves_each_as_a_model():
+def test_adapters_are_loaded_with_none_applied_and_each_named_by_the_model():
     import dataclasses
 
     from llmgw.agent.core import adapter_sources
@@ -96,10 +96,6 @@ def test_adapters_are_loaded_with_none_applied_and_vllm_serves_each_as_a_model()
     argv = launch(dataclasses.replace(setup(Profile()), adapters=adapters)).argv
     at = argv.index("--lora-init-without-apply")
     assert argv[at + 1 :][:4] == ["--lora", "/c/aa/sql.gguf", "--lora", "/c/bb/legal.gguf"]
-    peft = {"sql": Path("/c/cc/adapter_model.safetensors")}
-    vllm = launch(dataclasses.replace(setup(Profile(engine="vllm", gpus=1)), adapters=peft)).argv
-    at = vllm.index("--enable-lora")
-    assert vllm[at:][:5] == ["--enable-lora", "--max-loras", "1", "--lora-modules", "m:sql=/c/cc"]
     model = Model(name="m", source="o/r/m.gguf", adapters=[Adapter(name="sql", source="o/a/sql.gguf")])
     assert adapter_sources(model, ["sql"]) == ["o/a/sql.gguf"]
     with pytest.raises(ValueError, match="model 'm' has no adapter legal \\(it changed since it was placed\\)"):

@@ -41,13 +41,13 @@ def test_a_change_to_adapters_is_refused_saying_what_is_wrong():
         change(BASE, add=many)
 
 
-def test_adapters_cannot_be_loaded_by_an_embedding_model_or_by_both_engines_at_once():
+def test_adapters_cannot_be_loaded_by_an_embedding_model_or_by_vllm_yet():
     with pytest.raises(BadRequest, match="is an embedding model: it takes no adapters"):
         check_model(msgspec.structs.replace(BASE, kind="embedding", adapters=[SQL]))
     mixed = msgspec.structs.replace(
         BASE, profiles=[Profile(name="cpu"), Profile(name="gpu", engine="vllm", gpus=1)], adapters=[SQL]
     )
-    with pytest.raises(BadRequest, match="runs on llama.cpp and vLLM, which load different adapters"):
+    with pytest.raises(BadRequest, match="runs on vLLM, whose adapters llmgw does not serve yet"):
         check_model(mixed)
 
 
@@ -72,3 +72,10 @@ def test_a_purge_deletes_the_adapters_no_other_model_loads():
 def test_an_adapter_is_named_for_its_file_unless_named():
     assert adapter_name("o/r@" + "a" * 40 + "/SQL v2.Q8_0.gguf") == "SQL-v2-Q8_0"
     assert adapter_name("o/peft-sql@" + "a" * 40 + "/adapter_model.safetensors") == "peft-sql"
+
+
+def test_a_new_scale_keeps_the_adapters_place_so_no_replica_restarts():
+    both = change(BASE, add=[SQL, LEGAL])
+    rescaled = change(both, add=[msgspec.structs.replace(SQL, scale=0.25)])  # sql was first: it stays first
+    assert [(a.name, a.scale) for a in rescaled.adapters] == [("sql", 0.25), ("legal", 0.5)]
+    assert fingerprint(rescaled, BASE.profiles[0]) == fingerprint(both, BASE.profiles[0])

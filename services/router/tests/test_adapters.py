@@ -31,23 +31,17 @@ def test_an_adapter_not_attached_is_a_404_naming_those_that_are():
     )
     bare = no_such_adapter("x:y", Model(name="x", source="o/x/x.gguf"))
     assert "it has none (`llmgw ctl model adapters x add` attaches one)" in bare.message
-    assert no_such_adapter("m", MODEL) is None and no_such_adapter("q:y", None) is None
 
 
 def test_llama_server_is_told_every_adapters_scale_by_the_replicas_order():
-    body = engine_body(BODY, MODEL, "legal", replica("sql", "legal"), vllm=False)
+    body = engine_body(BODY, MODEL, "legal", replica("sql", "legal"))
     assert body["lora"] == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]
-    plain = engine_body({**BODY, "model": "m"}, MODEL, "", replica("sql", "legal"), vllm=False)
+    plain = engine_body({**BODY, "model": "m"}, MODEL, "", replica("sql", "legal"))
     assert plain["lora"] == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]  # none applies: said so explicitly
     assert BODY.get("lora") is None  # the request's own body is left as it was
 
 
 def test_a_clients_own_lora_field_never_reaches_an_engine():
     sneaky = {**BODY, "model": "m", "lora": [{"id": 0, "scale": 4.0}]}
-    assert "lora" not in engine_body(sneaky, MODEL, "", replica(), vllm=False)
-    assert engine_body(sneaky, MODEL, "", replica("sql"), vllm=False)["lora"] == [{"id": 0, "scale": 0.0}]
-
-
-def test_vllm_is_asked_for_the_adapter_as_a_model_of_its_own():
-    assert engine_body(BODY, MODEL, "sql", replica("sql"), vllm=True)["model"] == "m:sql"
-    assert engine_body({**BODY, "model": "mm"}, MODEL, "", replica("sql"), vllm=True)["model"] == "m"
+    assert "lora" not in engine_body(sneaky, MODEL, "", replica())
+    assert engine_body(sneaky, MODEL, "", replica("sql"))["lora"] == [{"id": 0, "scale": 0.0}]

@@ -42,8 +42,8 @@ class Adapter(Struct, kw_only=True, frozen=True):
     name: Name
     """What it is asked for by, after the model's name and a colon."""
     source: Source
-    """Its file on the mirror (a GGUF LoRA made for the model's weights; for vLLM, a file of the
-    PEFT adapter's folder, whose folder is loaded)."""
+    """Its file on the mirror: a GGUF LoRA made for the model's weights (llama.cpp's
+    convert_lora_to_gguf.py makes one of a PEFT adapter)."""
     scale: Annotated[float, Meta(gt=0, le=4)] = 1.0
     """How strongly it applies (llama.cpp's LoRA scale); changed without restarting a replica."""
 

@@ -181,8 +181,8 @@ class Model(Struct, kw_only=True, frozen=True, weakref=True):
     generation: NonNegative = 0
     """Raised by restart: every replica of an older generation is started again, one at a time."""
     adapters: Annotated[list[Adapter], Meta(max_length=MOST_ADAPTERS)] = field(default_factory=list)
-    """LoRA adapters its replicas load beside the weights (llama.cpp GGUF LoRA files; vLLM PEFT
-    folders): clients ask for `MODEL:ADAPTER`, and each request applies its own adapter alone."""
+    """LoRA adapters its llama.cpp replicas load beside the weights (GGUF LoRA files): clients ask
+    for `MODEL:ADAPTER`, and each request applies its own adapter alone."""
     rollout: Literal["surge", "in-place"] = "surge"
     """How stale replicas are replaced: surge starts the new one beside the old, in-place stops the
     old one first (for when there is no room beside it). Set by the change that made them stale."""

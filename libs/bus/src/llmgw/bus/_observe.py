@@ -67,15 +67,20 @@ def _env(*names: str) -> str:
     return next((v.strip() for n in names if (v := os.environ.get(n, "")).strip()), "")
 
 
-def span_exporter() -> SpanExporter | None:
-    """Where spans go, as OpenTelemetry's environment says: OTEL_TRACES_EXPORTER (otlp, console,
-    none; otlp where an OTLP endpoint is set, else none) and, for otlp, the protocol
-    (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL: http/protobuf, the default, or grpc). The exporter
+def span_exporters() -> list[SpanExporter]:
+    """Where spans go, as OpenTelemetry's environment says: OTEL_TRACES_EXPORTER (a list of otlp,
+    console, none; otlp where an OTLP endpoint is set, else none) and, for otlp, the protocol
+    (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL: http/protobuf, the default, or grpc). The OTLP exporter
     reads its endpoint, headers, certificate, compression and timeout from the same environment."""
     endpoint = _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-    name = _env("OTEL_TRACES_EXPORTER").lower() or ("otlp" if endpoint else "none")
-    if name == "none":
-        return None
+    names = [n.strip() for n in _env("OTEL_TRACES_EXPORTER").lower().split(",") if n.strip()]
+    if "none" in names:
+        return []
+    return [_exporter(name) for name in dict.fromkeys(names or (["otlp"] if endpoint else []))]
+
+
+def _exporter(name: str) -> SpanExporter:
+    """One exporter by its OTEL_TRACES_EXPORTER name; TracingError for one llmgw does not make."""
     if name == "console":
         return ConsoleSpanExporter(out=sys.stderr)
     if name != "otlp":
@@ -93,21 +98,21 @@ def span_exporter() -> SpanExporter | None:
 
 
 def setup_tracing(service: str, version: str, node: str = "") -> TracerProvider:
-    """This process's tracer provider: spans exported where the environment says (`span_exporter`),
+    """This process's tracer provider: spans exported where the environment says (`span_exporters`),
     sampled as OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG say (the SDK's default: every
     trace, and what a caller sampled); with no exporter, none recorded at all."""
     global _exporting, _provider
     if _provider is not None:  # once a process (several services, or ctl's verbs, in one)
         return _provider
-    exporter = span_exporter()
+    exporters = span_exporters()
     attributes = {"service.name": f"llmgw-{service}", "service.version": version}
     if node:
         attributes["service.instance.id"] = node
-    provider = TracerProvider(resource=Resource.create(attributes), sampler=None if exporter else ALWAYS_OFF)
-    if exporter is not None:
+    provider = TracerProvider(resource=Resource.create(attributes), sampler=None if exporters else ALWAYS_OFF)
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    _exporting, _provider = exporter is not None, provider
+    _exporting, _provider = bool(exporters), provider
     return provider
 
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 import gguf
-from llmgw.gguf._header import read_tensors
+from llmgw.gguf._header import read_tensors, split_parts
 from llmgw.gguf._sources import GGUFError
 
 __all__ = ["Lora", "check_lora", "write_random_lora"]
@@ -84,6 +84,8 @@ def check_lora(adapter: str | Path, base: str | Path) -> Lora:
         )
         raise GGUFError(f"{name} is not a LoRA adapter: its header says it is {said}")
     base_meta, base_dims = read_tensors(base)
+    for part in split_parts(str(base))[1:]:  # a split model's tensors are in all its parts
+        base_dims.update(read_tensors(part)[1])
     arch, base_arch = str(meta.get("general.architecture", "")), str(base_meta.get("general.architecture", ""))
     if arch != base_arch:
         raise GGUFError(f"{name} is an adapter for a '{arch}' model; {Path(base).name} is a '{base_arch}' one")

@@ -118,7 +118,7 @@ _AGENT_SETS: dict[str, tuple[str, str]] = {
         ("the agent sets up the KV events the router follows", "set the profile's kv_events"),
     ),
     **dict.fromkeys(
-        ("--lora", "--lora-scaled", "--lora-init-without-apply", "--enable-lora", "--max-loras", "--lora-modules"),
+        ("--lora", "--lora-scaled", "--lora-init-without-apply"),
         ("the agent loads the model's adapters from its cache", "attach them with `llmgw ctl model adapters`"),
     ),
 }
@@ -137,7 +137,7 @@ _WHY: dict[str, str] = {
         "--grammar-file -jf --json-schema-file --path --media-path --models-dir --models-preset "
         "--ssl-key-file --ssl-cert-file -lcs --lookup-cache-static -lcd --lookup-cache-dynamic "
         "--ui-config-file --webui-config-file --mcp-servers-config --video-ffmpeg-dir "
-        "--tokenizer --download-dir --chat-template --generation-config --config "
+        "--tokenizer --download-dir --chat-template --generation-config --config --lora-modules "
         "--speculative-config".split(),
         _FILE,
     ),

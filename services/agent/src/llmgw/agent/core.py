@@ -163,9 +163,6 @@ def _vllm(s: EngineSetup, env: dict[str, str]) -> list[str]:
     argv += ["--pipeline-parallel-size", str(max(len(s.cards) // s.profile.tensor_parallel, 1))]
     argv += ["--gpu-memory-utilization", str(VLLM_MEMORY_UTILISATION), "--max-model-len", str(s.model.context)]
     argv += ["--max-num-seqs", str(s.profile.slots)]
-    if s.adapters:  # each a model of its own name (`MODEL:ADAPTER`), its PEFT folder
-        modules = [f"{s.model.name}:{name}={path.parent}" for name, path in s.adapters.items()]
-        argv += ["--enable-lora", "--max-loras", str(len(modules)), "--lora-modules", *modules]
     if s.model.kind == "embedding":  # /v1/embeddings, pooled as the model's own config says
         return [*argv, "--runner", "pooling", "--convert", "embed"]
     if s.kv_events_port:

@@ -70,17 +70,16 @@ def check_model(model: Model, allowed: Collection[str] = ()) -> None:
 
 def _check_adapters(model: Model) -> None:
     """Raise BadRequest where `model`'s adapters cannot be loaded as they are said: names twice,
-    an embedding model, or profiles of both engines (each loads its own kind of adapter)."""
+    an embedding model, or a vLLM profile (llama.cpp's GGUF LoRA files only, for now)."""
     names = [a.name for a in model.adapters]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         raise BadRequest(f"model '{model.name}': adapter names must be unique; repeated: {', '.join(dupes)}")
     if model.kind == "embedding":
         raise BadRequest(f"model '{model.name}' is an embedding model: it takes no adapters")
-    engines = {p.engine for p in model.profiles}
-    if len(engines) > 1:
+    if any(p.engine == "vllm" for p in model.profiles):
         raise BadRequest(
-            f"model '{model.name}' runs on llama.cpp and vLLM, which load different adapters (GGUF, PEFT): "
-            "give it profiles of one engine to attach adapters"
+            f"model '{model.name}' runs on vLLM, whose adapters llmgw does not serve yet (vLLM loads a PEFT "
+            "adapter's whole folder; nodes cache files one by one): attach GGUF LoRA adapters to a llama.cpp model"
         )
 
 

@@ -232,8 +232,9 @@ def set_adapters(model: Model, add: list[Adapter], remove: list[str]) -> Model:
     names = [a.name for a in add]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         raise BadRequest(f"model '{model.name}': adapter {', '.join(dupes)} is added twice; name each once")
-    kept = [a for a in model.adapters if a.name not in remove and a.source not in remove and a.name not in names]
-    adapters = kept + list(add)
+    added = {a.name: a for a in add}  # one attached already keeps its place (a new scale restarts nothing)
+    kept = [added.pop(a.name, a) for a in model.adapters if a.name not in remove and a.source not in remove]
+    adapters = kept + list(added.values())
     if len(adapters) > MOST_ADAPTERS:
         raise BadRequest(
             f"model '{model.name}' would have {len(adapters)} adapters; a model loads at most {MOST_ADAPTERS}: "

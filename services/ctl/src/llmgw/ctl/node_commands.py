@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmgw.bus import ADMIN_PORTS, address_towards, data_home
@@ -93,11 +94,15 @@ def _join(args: argparse.Namespace) -> int:
         return spawn_service("agent", home, (nats_url, files["seed"]), at, extra, rollout.python("agent"))
 
     kept["agent"] = Kept("agent", start, home / "logs" / "agent.log", Backoff())
-    rollout.keep(kept, lambda: write_targets(home, {"agent": rollout.ports["agent"]}, bundle.node))
-    sd = write_targets(home, {"agent": rollout.port("agent", port)}, bundle.node)
-    print(
-        f"  metrics: the agent's /metrics on 127.0.0.1:{rollout.ports['agent']}; Prometheus file_sd: {sd}", flush=True
-    )
+    here = {
+        name: rollout.port(name, port if name == "agent" else ADMIN_PORTS[name]) for name in kept if name in ADMIN_PORTS
+    }
+
+    def targets() -> Path:  # every service kept here (an HA member's router too), at its admin port now
+        return write_targets(home, {name: rollout.ports[name] for name in here}, bundle.node)
+
+    rollout.keep(kept, targets)
+    print(f"  metrics: /metrics of {', '.join(here)} here; Prometheus file_sd: {targets()}", flush=True)
     return _keep(kept, tenders)
 
 

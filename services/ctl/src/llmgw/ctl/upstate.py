@@ -55,10 +55,11 @@ def admin_ports(services: list[str]) -> dict[str, int]:
 
 def write_targets(home: Path, ports: dict[str, int], node: str) -> Path:
     """The Prometheus file-based service discovery file (`file_sd_configs: [{files: [PATH]}]`)
-    naming each service's admin port on this machine (`ports`), labelled with its service and
-    this node; its path (<data>/up/prometheus.json)."""
+    naming each service's admin port on this machine (`ports`), labelled with its service and the
+    machine (`host`: this node's name; not `node`, which series of the scheduler's carry for the
+    node they are about); its path (<data>/up/prometheus.json)."""
     targets = [
-        {"targets": [f"127.0.0.1:{port}"], "labels": {"service": name, "node": node}} for name, port in ports.items()
+        {"targets": [f"127.0.0.1:{port}"], "labels": {"service": name, "host": node}} for name, port in ports.items()
     ]
     write_whole(sd := home / "up" / "prometheus.json", msgspec.json.encode(targets))
     return sd

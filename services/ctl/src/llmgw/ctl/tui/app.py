@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -132,7 +133,9 @@ class ConsoleApp(App):
             return await call(self.nc, endpoint, message)
         except BusError as exc:
             self.say(exc.message, refused=True)
-            return None
+        except NatsError as exc:  # the connection is closed: said; the console stays up
+            self.say(f"NATS: {exc}", refused=True)
+        return None
 
     # -- keys -----------------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:
@@ -210,13 +213,17 @@ class ConsoleApp(App):
 
     # -- the Hub ----------------------------------------------------------------------------------
     @on(Input.Submitted, "#search")
-    async def search(self, event: Input.Submitted) -> None:
-        """The Hub searched for what was typed: each GGUF file with the best way it runs here."""
-        if not event.value.strip():
-            return
+    def search(self, event: Input.Submitted) -> None:
+        """The Hub searched for what was typed (in a worker: the keys still answer meanwhile)."""
+        if event.value.strip():
+            self.run_worker(self._search(event.value.strip()[:200]), exclusive=True, group="search")
+
+    async def _search(self, text: str) -> None:
+        """Each GGUF file found, with the best way it runs here."""
         self.query_one("#hubsaid", Static).update(self.w.t("loading"))
-        ways = await self.ask(catalog.HUB_SEARCH, HubSearch(text=event.value.strip()[:200]))
+        ways = await self.ask(catalog.HUB_SEARCH, HubSearch(text=text))
         if ways is None:
+            self.query_one("#hubsaid", Static).update("")
             return
         rows = hub_rows(ways)
         self.files = {r.source: r for r in rows}
@@ -324,16 +331,15 @@ class ConsoleApp(App):
             Field("anyway", w.t("serve.anyway"), "", True),
         ]
         while True:
-            plan = await self.ask(
-                catalog.SERVE_PLAN, ServePlanAsk(source=source, cores=number_or_zero(fields[1].value))
-            )
+            cores = number_or_zero(fields[1].value)  # what the plan shown is for
+            plan = await self.ask(catalog.SERVE_PLAN, ServePlanAsk(source=source, cores=cores))
             if plan is None:
                 return
             values = await self.push_screen_wait(Form(w.t("serve.title", file=name), fields, w, way_note(plan, w)))
             if values is None:
                 return
             fields = [Field(f.id, f.label, values.get(f.id, f.value), f.check) for f in fields]
-            if values["cores"] != str(number_or_zero(fields[1].value)) or not plan.ways:
+            if number_or_zero(values["cores"]) != cores or not plan.ways:
                 continue  # cores changed: the plan again, its speed with them
             way = plan.ways[0]
             serve = ServeModel(

@@ -162,6 +162,7 @@ class Gateway:
             # answers are kept only where nothing checks them on the way out (an output guard would
             # be skipped by a hit), and never for the router's own questions (a judge's, an embedding's)
             cached = chat and self.answers is not None and policy is None and key_id not in _OWN_KEYS
+            cached = cached and SEPARATOR not in asked  # an adapter's answers are not its model's
             seen = await self._recall(body, model, key, mode, knowledge) if cached else None
             prepared, sources = await self._prepared(path, body, asked, model, key, knowledge)
             prepared.trace = carried
@@ -170,10 +171,14 @@ class Gateway:
             verdict = await self.accounts.admit(scopes, admitted, reserve)
             if not verdict.ok:
                 raise refusal(verdict)
-            if verdict.budget:
+            if verdict.budget or key_id in self.metrics.budgets:  # down again once a budget resets
                 self.metrics.budgets[key_id] = verdict.budget
         except ApiError as exc:  # refused before admission: counted as what it got, against no limit
             self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0, 0)
+            raise
+        except BaseException:  # failed or cancelled before admission: its span let go, unexported
+            if self.traces is not None:
+                self.traces.open.pop(rid, None)
             raise
         if seen is not None and seen.hit is not None:  # answered as before: no replica asked
             saved = seen.hit[0].prompt_tokens + seen.hit[0].completion_tokens

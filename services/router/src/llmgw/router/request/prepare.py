@@ -85,10 +85,8 @@ def resolve(raw: bytes, models: Callable[[str], Model | None]) -> tuple[dict, st
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise MissingModel("The request needs a 'model' (a string).", "model")
     asked = body["model"]
-    model = models(asked)
-    if model is None:
-        if missing := no_such_adapter(asked, models(asked.partition(SEPARATOR)[0])):
-            raise missing
+    model = models(asked) or (models(asked.partition(SEPARATOR)[0]) if SEPARATOR in asked else None)
+    if model is None:  # an adapter not attached is said once the key may use the model (`prepare`)
         raise ModelNotFound(f"The model '{asked}' does not exist; GET /v1/models lists them.", "model")
     return body, asked, model
 
@@ -107,8 +105,10 @@ def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max
         raise ModelNotAllowed(f"This key may not use model '{asked}'; it may use {', '.join(key.models)}.", "model")
     if model.kind == "embedding" and path != "/v1/embeddings":  # its engine has no language head to answer with
         raise NotServed(f"model '{asked}' is an embedding model: it does not serve {path}; ask /v1/embeddings", "model")
+    if (adapter := adapter_of(asked)) and not any(a.name == adapter for a in model.adapters):
+        raise no_such_adapter(asked, model)
     prepared = check_request(path, body, model, max_n)
-    if adapter := adapter_of(asked):  # its own prompts' blocks: an adapter makes its own cache
+    if adapter:  # its own prompts' blocks: an adapter makes its own cache
         blocks = prompt_blocks(f"{adapter}\n{prepared.prompt}") if prepared.blocks else []
         prepared = msgspec.structs.replace(prepared, adapter=adapter, blocks=blocks)
     return prepared

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from llmgw.bus import get_logger
-from llmgw.proto import Model, Profile, ReplicaState
+from llmgw.proto import Model, ReplicaState
 from llmgw.router.errors import (
     ApiError,
     ContextTooLong,
@@ -123,7 +123,7 @@ class Proxy:
             exclude.add(choice.id)
             self.metrics.picked(model.name, how, retry=attempt > 0)
             tried = Served(status=503, model=model.name, replica=choice.id, pool=f"priority {choice.priority}")
-            answer = await self._send(Try(self.health, self.metrics, prepared, tried, finish), ready[choice.id])
+            answer = await self._send(Try(self.health, self.metrics, prepared, tried, finish), ready[choice.id][0])
             if answer is not None:
                 return answer, tried
         return None, tried
@@ -248,7 +248,7 @@ class Proxy:
             return None
         return self.oracle.held(tokens)
 
-    async def _send(self, one: Try, replica: tuple[ReplicaState, Profile]) -> Answer | Relay | None:
+    async def _send(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
         """One try on one replica; None when it refused or failed before answering. It ends here
         however it went (cancelled, say), unless it became a stream: that ends it."""
         answer = None
@@ -259,14 +259,14 @@ class Proxy:
             if not isinstance(answer, Relay):
                 one.end(ok=None)  # where it had not ended: no word on the replica
 
-    async def _answer(self, one: Try, ready: tuple[ReplicaState, Profile]) -> Answer | Relay | None:
+    async def _answer(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
         """The try's request sent; its answer whole, or the stream it became. A stream's engine has
         `first_byte_timeout_s` to start it; any try stops waiting once its replica is out."""
-        prepared, model, (replica, profile) = one.prepared, one.tried.model, ready
+        prepared, model = one.prepared, one.tried.model
         body = prepared.body if model == prepared.model.name else {**prepared.body, "model": model}
         if replica.adapters or "lora" in body:
             adapted = prepared.model if model == prepared.model.name else self.directory.model(model)
-            body = engine_body(body, adapted or prepared.model, prepared.adapter, replica, profile.engine == "vllm")
+            body = engine_body(body, adapted or prepared.model, prepared.adapter, replica)
         read_s = self.health.first_byte_s if prepared.streaming else None
         try:
             async with unless_out(one.outage):

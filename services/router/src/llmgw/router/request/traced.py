@@ -16,7 +16,7 @@ from llmgw.router.request.outcome import Outcome, Ticket
 __all__ = ["MOST_OPEN", "Traces"]
 
 MOST_OPEN = 100_000
-"""Spans open at once at most (a request whose end was never told is let go past it)."""
+"""Spans open at once at most (past it, the oldest is let go: a request whose end never came)."""
 
 
 class Traces:
@@ -30,7 +30,7 @@ class Traces:
         """Open the span of a request; the headers that carry it to the engine (None where this
         request's trace is not sampled)."""
         if len(self.open) >= MOST_OPEN:
-            self.open.clear()
+            self.open.pop(next(iter(self.open)))
         span = self.tracer.start_span(
             f"POST {path}",
             kind=SpanKind.SERVER,
