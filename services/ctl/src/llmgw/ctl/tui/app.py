@@ -45,8 +45,20 @@ _HOUR, _DAY = 3600, 24
 
 _TABS = ("fleet", "models", "hub", "keys")
 _TABLES = {"fleet": "nodes", "models": "models", "hub": "files", "keys": "keys"}
+_SHOWN = {"question_mark": "?", "slash": "/"}
+"""Keys as a person types them."""
+_SAID = {
+    "quit": "key.quit",
+    "keys": "key.help",
+    "refresh": "key.refresh",
+    "language": "key.lang",
+    "search": "key.search",
+    "fetch": "key.fetch",
+    **{f"{tab} tab": f"tab.{tab}" for tab in _TABS},
+}
+"""What each binding does, in the console's words."""
 _COLUMNS = {
-    "nodes": ("node", "state", "cpus", "memory", "read", "cards", "calibrated", "replicas"),
+    "nodes": ("node", "state", "cpus", "memory", "read", "replicas", "calibrated", "cards"),
     "models": ("model", "ready", "state", "profiles", "memory_mib", "speed", "why"),
     "files": ("repo", "file", "size", "best"),
     "keys": ("key", "name", "limits", "used"),
@@ -62,6 +74,7 @@ class ConsoleApp(App):
     ModalScreen { align: center middle; }
     .dialog-title { text-style: bold; }
     .refused, #said.refused { color: $error; }
+    TabbedContent { height: 1fr; }
     #said { height: 1; }
     DataTable { height: 1fr; }
     #chart { height: 3; }
@@ -71,10 +84,10 @@ class ConsoleApp(App):
         Binding("question_mark", "keys", "keys"),
         Binding("r", "refresh", "refresh"),
         Binding("l", "language", "language"),
-        Binding("1,f", "tab('fleet')", "fleet", show=False),
-        Binding("2,m", "tab('models')", "models", show=False),
-        Binding("3,h", "tab('hub')", "hub", show=False),
-        Binding("4,k", "tab('keys')", "keys", show=False),
+        Binding("1,f", "tab('fleet')", "fleet tab", show=False),
+        Binding("2,m", "tab('models')", "models tab", show=False),
+        Binding("3,h", "tab('hub')", "hub tab", show=False),
+        Binding("4,k", "tab('keys')", "keys tab", show=False),
         Binding("slash", "search", "search", show=False),
         Binding("g", "fetch", "fetch", show=False),
     ]
@@ -92,7 +105,7 @@ class ConsoleApp(App):
         yield Header()
         with TabbedContent(id="tabs"):
             for tab in _TABS:
-                with TabPane(self.w.t(f"tab.{tab}"), id=tab):
+                with TabPane(self.w.t(f"tab.{tab}"), id=f"tab-{tab}"):
                     if tab == "hub":
                         yield Input(placeholder=self.w.t("hub.placeholder"), id="search")
                         yield Static("", id="hubsaid")
@@ -140,14 +153,14 @@ class ConsoleApp(App):
     # -- keys -----------------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:
         """Show `tab` with its table in focus (enter opens a row's menu or form), asked again now."""
-        self.query_one("#tabs", TabbedContent).active = tab
+        self.query_one("#tabs", TabbedContent).active = f"tab-{tab}"
         self.query_one(f"#{_TABLES[tab]}", DataTable).focus()
         self.action_refresh()
 
     def action_keys(self) -> None:
         """Every key and what it does (?)."""
-        lines = [f"{b.key:>14}  {b.description}" for b in self.BINDINGS]
-        lines += ["         enter  " + self.w.t("key.menu"), "        escape  " + self.w.t("form.cancel")]
+        lines = [f"{_SHOWN.get(b.key, b.key):>8}  {self.w.t(_SAID[b.description])}" for b in self.BINDINGS]
+        lines += [f"{'enter':>8}  {self.w.t('key.menu')}", f"{'esc':>8}  {self.w.t('form.cancel')}"]
         self.push_screen(Menu(self.w.t("help.title"), [(str(i), line) for i, line in enumerate(lines)]))
 
     def action_language(self) -> None:
@@ -160,7 +173,7 @@ class ConsoleApp(App):
                 column.label = self.w.t(f"col.{name}")
             view.refresh()
         for tab in _TABS:
-            self.query_one("#tabs", TabbedContent).get_tab(tab).label = self.w.t(f"tab.{tab}")
+            self.query_one("#tabs", TabbedContent).get_tab(f"tab-{tab}").label = self.w.t(f"tab.{tab}")
 
     def action_search(self) -> None:
         """To the Hub's search box (/)."""
@@ -170,7 +183,7 @@ class ConsoleApp(App):
     @work(exclusive=True, group="refresh")
     async def action_refresh(self) -> None:
         """Ask the fleet again for the tab shown (r, and every few seconds)."""
-        tab = self.query_one("#tabs", TabbedContent).active
+        tab = self.query_one("#tabs", TabbedContent).active.removeprefix("tab-")
         if tab == "fleet":
             await self._fleet()
         elif tab == "models":

@@ -21,8 +21,9 @@ def _gb(mb: int) -> str:
 
 
 def node_rows(listed: NodeList, replicas: ReplicaList, w: Words) -> list[tuple[str, ...]]:
-    """Each node: state, cores, host memory, its memory's read rate (all cores, one), its cards'
-    memory (used, free, held by other programs), calibrated or not, the replicas on it."""
+    """Each node: state, cores, host memory (GiB free/all), its memory's read rate (all cores,
+    one), the replicas on it, calibrated or not, its cards' memory (used, free, held by other
+    programs): the widest last, so that 80 columns show the rest."""
     on: dict[str, list[str]] = {}
     for r in replicas.replicas:
         on.setdefault(r.node, []).append(f"{r.model}:{r.state}")
@@ -32,7 +33,7 @@ def node_rows(listed: NodeList, replicas: ReplicaList, w: Words) -> list[tuple[s
         read = "/".join(f"{g:.0f}" if g else "?" for g in (n.membw_all_gbs, n.membw_one_gbs))
         cards = ", ".join(
             f"{g.cls or g.name} {_gb(g.memory_used_mb)}/{_gb(g.memory_total_mb - g.memory_used_mb)}/"
-            f"{_gb(g.memory_foreign_mb)} GiB"
+            f"{_gb(g.memory_foreign_mb)}"
             for g in n.gpus
         )
         rows.append(
@@ -40,11 +41,11 @@ def node_rows(listed: NodeList, replicas: ReplicaList, w: Words) -> list[tuple[s
                 n.node,
                 health.state if health else "?",
                 str(n.cpus),
-                f"{_gb(n.memory_available_mb)}/{_gb(n.memory_total_mb)} GiB",
+                f"{_gb(n.memory_available_mb)}/{_gb(n.memory_total_mb)}",
                 read,
-                cards or "-",
-                w.t("yes") if n.cpu_calibration else w.t("no"),
                 ", ".join(on.get(n.node, [])) or "-",
+                w.t("yes") if n.cpu_calibration else w.t("no"),
+                cards or "-",
             )
         )
     return rows
