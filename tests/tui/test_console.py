@@ -11,11 +11,12 @@ from textual.widgets import DataTable, Static
 
 from llmgw.bus import call
 from llmgw.ctl.tui import ConsoleApp, Words
-from llmgw.gguf import TinyLlama, write_random_llama
+from llmgw.gguf import TinyLlama, write_random_llama, write_random_lora
 from llmgw.proto import KeyCreate, Limits, Model, ModelPut, ModelRef, Profile, catalog, scheduler
 from tests.fleets import SOURCE, cpu_node, serve_router
 
 SIZE = (80, 24)
+LORA = "demo/chat-lora/chat.gguf"
 
 
 @pytest.fixture
@@ -24,7 +25,8 @@ async def fleet(serve, nc, tmp_path, hub):
     tiny = write_random_llama(tmp_path / "tiny.gguf")
     chat = write_random_llama(tmp_path / "chat.Q8_0.gguf", TinyLlama(tensor_type="Q8_0"))
     hub.add_repo("acme/tiny-chat-GGUF", {"tiny-chat.Q8_0.gguf": chat})
-    served = await serve_router(serve, nc, tmp_path, tiny, hub=hub, scheduler=True)
+    lora = write_random_lora(tmp_path / "chat-lora.gguf", tiny)
+    served = await serve_router(serve, nc, tmp_path, tiny, hub=hub, scheduler=True, also={LORA: lora})
     await call(nc, scheduler.NODE_REGISTER, cpu_node("node-a", 40.0))
     profiles = [Profile(name="cpu", replicas=1), Profile(name="big", replicas=0, cpu_cores=2)]
     model = Model(name="tiny", source=SOURCE, profiles=profiles)
@@ -118,6 +120,11 @@ async def test_the_hub_is_searched_each_file_with_its_best_way_here_and_fetched(
         assert best.startswith("CPU, ~") and "tok/s; fits now on node-a" in best
         await pilot.press("g")
         await until(pilot, lambda: "fetching acme/tiny-chat-GGUF" in said(pilot.app), "the fetch queued")
+        await pilot.press("r")  # the mirror's repos, below: the fetch there, as it goes
+        held = await until(
+            pilot, lambda: [r for r in cells(pilot.app, "repos") if r[0] == "acme/tiny-chat-GGUF"], "the repo"
+        )
+        assert held[0][2].split()[0] in ("queued", "fetching", "verifying", "ready"), held
 
 
 async def test_keys_with_their_limits_and_the_console_in_turkish(fleet, nc):
@@ -130,3 +137,61 @@ async def test_keys_with_their_limits_and_the_console_in_turkish(fleet, nc):
         await pilot.press("l")  # the other language
         await pilot.pause(0.2)
         assert pilot.app.title == "llmgw console"
+
+
+async def _menu(pilot, item: int) -> None:
+    """The model's menu opened and its `item`th entry chosen."""
+    pilot.app.query_one("#models", DataTable).focus()
+    await pilot.press("enter")
+    await until(pilot, lambda: pilot.app.screen.query("#menu"), "the menu")
+    await pilot.press(*["down"] * item, "enter")
+
+
+async def _done(pilot) -> None:
+    await until(pilot, lambda: "tiny: done" in said(pilot.app), "the change done")
+    pilot.app.say("")
+    await pilot.pause(1.0)  # the models asked again: the next change is at the new revision
+
+
+async def test_scaling_class_and_owner_from_the_menu_and_the_cpus_speed_beside_its_count(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: cells(pilot.app, "models"), "the model listed")
+        await _menu(pilot, 0)  # replicas: a CPU profile's count with its speed here beside it
+        labels = await until(pilot, lambda: [str(x.render()) for x in pilot.app.screen.query("Label")], "the form")
+        assert any("Replicas of cpu (on CPUs, ~" in text and "tok/s" in text for text in labels), labels
+        await pilot.press("escape")
+        await _menu(pilot, 5)  # scaling: min, max, idle
+        await until(pilot, lambda: pilot.app.screen.query("#f-max"), "the scaling form")
+        await pilot.press("tab", "ctrl+a", "ctrl+k", "3", "enter")
+        await _done(pilot)
+        await _menu(pilot, 6)  # class: a menu of three
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the classes")
+        await pilot.press("enter")  # the first: critical
+        await _done(pilot)
+        await _menu(pilot, 7)  # owner
+        await until(pilot, lambda: pilot.app.screen.query("#f-owner"), "the owner form")
+        await pilot.press(*"ml-team", "enter")
+        await _done(pilot)
+    after = await model(nc)
+    assert (after.scaling.min, after.scaling.max, after.capacity_class, after.owner) == (1, 3, "critical", "ml-team")
+
+
+async def test_an_adapter_is_attached_and_detached_from_the_menu(fleet, nc):
+    async with ConsoleApp(nc, Words("en")).run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: cells(pilot.app, "models"), "the model listed")
+        await _menu(pilot, 8)  # adapters: attach, or detach one
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the adapters' menu")
+        await pilot.press("enter")  # attach
+        await until(pilot, lambda: pilot.app.screen.query("#f-source"), "the attach form")
+        await pilot.press(*LORA, "enter")
+        await _done(pilot)
+        assert [(a.name, a.source) for a in (await model(nc)).adapters] == [("chat", LORA)]
+        await _menu(pilot, 8)
+        await until(pilot, lambda: pilot.app.screen.query("#menu"), "the adapters' menu again")
+        await pilot.press("down", "enter")  # detach tiny:chat, asked first
+        await until(pilot, lambda: pilot.app.screen.query("#question"), "the question")
+        await pilot.press("y")
+        await _done(pilot)
+    assert (await model(nc)).adapters == []

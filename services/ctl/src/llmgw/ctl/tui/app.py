@@ -22,15 +22,18 @@ from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static,
 
 from llmgw.bus import BusError, call
 from llmgw.ctl.changes import BY
+from llmgw.ctl.tui.adapters import adapters_menu
 from llmgw.ctl.tui.dialogs import Confirm, Field, Form, Menu
-from llmgw.ctl.tui.forms import change_of, fields_of, number_or_zero, way_note
-from llmgw.ctl.tui.rows import HubRow, hub_rows, key_rows, model_table, node_rows, usage_series
+from llmgw.ctl.tui.forms import FORMS, change_of, fields_of, number_or_zero, way_note
+from llmgw.ctl.tui.rows import HubRow, hub_rows, key_rows, model_table, node_rows, repo_rows, usage_series
 from llmgw.ctl.tui.words import LANGUAGES, Words
-from llmgw.proto import Empty, ModelEntry, ModelPurge, ModelRef, RepoAdd, catalog, mirror, router, scheduler
+from llmgw.modelplan import speed_note
+from llmgw.proto import Empty, ModelEntry, ModelPurge, ModelRef, Page, RepoAdd, catalog, mirror, router, scheduler
 from llmgw.proto.catalog import (
     RestartModel,
     ServeModel,
     ServePlanAsk,
+    SetClass,
     StartModel,
     StopModel,
 )
@@ -61,6 +64,7 @@ _COLUMNS = {
     "nodes": ("node", "state", "cpus", "memory", "read", "replicas", "calibrated", "cards"),
     "models": ("model", "ready", "state", "profiles", "memory_mib", "speed", "why"),
     "files": ("repo", "file", "size", "best"),
+    "repos": ("repo", "commit", "fetch"),
     "keys": ("key", "name", "limits", "used"),
 }
 
@@ -69,16 +73,7 @@ class ConsoleApp(App):
     """The console over one NATS connection `nc` (the operator's credentials, as ctl has them)."""
 
     TITLE = "llmgw console"
-    CSS = """
-    .dialog { width: 76; height: auto; max-height: 22; border: round $accent; background: $panel; padding: 0 1; }
-    ModalScreen { align: center middle; }
-    .dialog-title { text-style: bold; }
-    .refused, #said.refused { color: $error; }
-    TabbedContent { height: 1fr; }
-    #said { height: 1; }
-    DataTable { height: 1fr; }
-    #chart { height: 3; }
-    """
+    CSS_PATH = "console.tcss"
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("question_mark", "keys", "keys"),
@@ -110,6 +105,8 @@ class ConsoleApp(App):
                         yield Input(placeholder=self.w.t("hub.placeholder"), id="search")
                         yield Static("", id="hubsaid")
                     yield DataTable(id=_TABLES[tab], cursor_type="row", zebra_stripes=True)
+                    if tab == "hub":  # what the mirror holds and fetches, below what the Hub has
+                        yield DataTable(id="repos", cursor_type="row", zebra_stripes=True)
                     if tab == "keys":
                         yield Static("", id="chartsaid")
                         yield Sparkline([], id="chart")
@@ -190,6 +187,14 @@ class ConsoleApp(App):
             await self._models()
         elif tab == "keys":
             await self._keys()
+        elif tab == "hub":
+            await self._mirror()
+
+    async def _mirror(self) -> None:
+        listed = await self.ask(mirror.REPO_LIST, Page())
+        if listed is not None:
+            keys = [f"{r.repo}@{r.commit}" for r in listed.repos]
+            self._fill(self.query_one("#repos", DataTable), repo_rows(listed, self.w), keys)
 
     async def _fleet(self) -> None:
         nodes = await self.ask(scheduler.NODE_LIST, Empty())
@@ -274,8 +279,9 @@ class ConsoleApp(App):
         entry = self.models.get(name)
         if entry is None:
             return
-        stopped = entry.model.stopped is not None
-        items = ["replicas", "resources", "context", "start" if stopped else "stop", "restart", "remove", "purge"]
+        stopped, cards = entry.model.stopped is not None, any(p.gpus for p in entry.model.profiles)
+        items = ["replicas", "resources", "context", "start" if stopped else "stop", "restart", "scaling"]
+        items += [*(["gpus"] if cards else []), "class", "owner", "adapters", "remove", "purge"]
         menu = Menu(self.w.t("menu.title", model=name), [(i, self.w.t(f"menu.{i}")) for i in items])
         self.push_screen(menu, lambda chosen: self.run_worker(self._model_action(entry, chosen)))
 
@@ -287,19 +293,36 @@ class ConsoleApp(App):
             if not await self.push_screen_wait(Confirm(self.w.t(f"confirm.{chosen}", model=m.name, n=n), self.w)):
                 return
         if chosen == "stop":
-            await self._change(StopModel(**spec))
+            await self.change(StopModel(**spec))
         elif chosen == "start":
-            await self._change(StartModel(**spec))
+            await self.change(StartModel(**spec))
         elif chosen == "restart":
-            await self._change(RestartModel(**spec))
+            await self.change(RestartModel(**spec))
         elif chosen == "remove":
             await self._done(catalog.MODEL_REMOVE, ModelRef(**spec), m.name)
         elif chosen == "purge":
             await self._done(catalog.MODEL_PURGE, ModelPurge(**spec), m.name)
-        elif chosen in ("replicas", "resources", "context"):
+        elif chosen == "class":
+            classes = [(c, self.w.t(f"class.{c}")) for c in ("critical", "standard", "batch")]
+            if picked := await self.push_screen_wait(Menu(self.w.t("menu.class"), classes)):
+                await self.change(SetClass(**spec, capacity_class=picked))
+        elif chosen == "adapters":
+            await adapters_menu(self, entry, spec)
+        elif chosen in FORMS:
             await self._form(chosen, entry)
 
-    async def _change(self, change: msgspec.Struct) -> None:
+    async def _cpu_speed(self, entry: ModelEntry) -> str:
+        """What one reply of the model gets on the CPU here, as the serve plan reckons it now."""
+        cpu = next((p for p in entry.model.profiles if not p.gpus), None)
+        if cpu is None:
+            return ""
+        ask = ServePlanAsk(source=entry.model.source, context=entry.model.context, cores=cpu.cpu_cores or 0)
+        plan = await self.ask(catalog.SERVE_PLAN, ask)
+        way = next((w for w in plan.ways if w.kind == "cpu"), None) if plan is not None else None
+        return speed_note(way.tokens_per_s) if way is not None else ""
+
+    async def change(self, change: msgspec.Struct) -> None:
+        """Ask the catalog for a change of a model; what became of it said at the bottom."""
         await self._done(catalog.MODEL_CHANGE, change, change.name)
 
     async def _done(self, endpoint, message: msgspec.Struct, name: str) -> bool:
@@ -314,7 +337,7 @@ class ConsoleApp(App):
         left; the catalog's refusal is said at the bottom."""
         m, w = entry.model, self.w
         spec = {"name": m.name, "by": BY, "revision": entry.revision}
-        fields = fields_of(kind, entry, w)
+        fields = fields_of(kind, entry, w, await self._cpu_speed(entry) if kind == "replicas" else "")
         while True:
             values = await self.push_screen_wait(Form(w.t(f"menu.{kind}"), fields, w))
             if values is None:
@@ -326,7 +349,7 @@ class ConsoleApp(App):
                 fields = [Field(f.id, f.label, values.get(f.id, f.value), f.check) for f in fields]
                 continue
             if change is not None:
-                await self._change(change)
+                await self.change(change)
             return
 
     @on(DataTable.RowSelected, "#files")

@@ -11,9 +11,10 @@ from llmgw.ctl.tables import limits_text, memory_cell, model_rows, speed_cell
 from llmgw.ctl.tui.words import Words
 from llmgw.proto import KeyList, ModelList, ModelStatusList, NodeList, ReplicaList
 from llmgw.proto.hub import HubWays
+from llmgw.proto.mirror import RepoList
 from llmgw.proto.router import UsageReport
 
-__all__ = ["HubRow", "hub_rows", "key_rows", "model_table", "node_rows", "usage_series"]
+__all__ = ["HubRow", "hub_rows", "key_rows", "model_table", "node_rows", "repo_rows", "usage_series"]
 
 
 def _gb(mb: int) -> str:
@@ -83,6 +84,17 @@ def hub_rows(ways: HubWays) -> list[HubRow]:
             size = f"{size_text(f.size)} {f.facts.quant}" if f.facts else "?"
             slow = bool(plan and plan.ways and plan.ways[0].mark)
             rows.append(HubRow(f.source, m.repo, f.path, size, best_way(f, plan, ways.nodes), slow))
+    return rows
+
+
+def repo_rows(listed: RepoList, w: Words) -> list[tuple[str, ...]]:
+    """Each repo on the mirror at each commit: how its fetch is doing (state, bytes done of all,
+    the rate and time left while it runs, why it failed)."""
+    rows = []
+    for r in listed.repos:
+        rate = f"{r.rate / 1e6:.1f} MB/s" + (f", {r.eta_s:.0f} s left" if r.eta_s is not None else "") if r.rate else ""
+        fetch = w.t("fetch.state", state=r.state, done=size_text(r.done), size=size_text(r.size), rate=rate)
+        rows.append((r.repo, r.commit[:8] or "-", (r.error or fetch).strip()))
     return rows
 
 
