@@ -126,13 +126,30 @@ async def test_the_hub_is_searched_each_file_with_its_best_way_here_and_fetched(
         )
         assert held[0][2].split()[0] in ("queued", "fetching", "verifying", "ready"), held
 
+        def ready() -> bool:
+            return any(r[0] == "acme/tiny-chat-GGUF" and r[2].startswith("ready") for r in cells(pilot.app, "repos"))
+
+        await until(pilot, ready, "the fetch done", within=60)
+        pilot.app.query_one("#files", DataTable).focus()
+        await pilot.press("enter")  # every way it runs here, then the serve form of the one chosen
+        ways = await until(pilot, lambda: pilot.app.screen.query("#menu"), "the ways")
+        assert "on CPUs" in str(ways.first().get_option_at_index(0).prompt)
+        await pilot.press("enter")
+        await until(pilot, lambda: pilot.app.screen.query("#f-cores"), "the serve form")
+        await pilot.press(*"chat", "enter")
+        await until(pilot, lambda: "chat is in the catalog" in said(pilot.app), "served", within=60)
+    assert (await call(nc, catalog.MODEL_GET, ModelRef(name="chat"))).model.source.startswith("acme/tiny-chat-GGUF@")
+
 
 async def test_keys_with_their_limits_and_the_console_in_turkish(fleet, nc):
     async with ConsoleApp(nc, Words("tr")).run_test(size=SIZE) as pilot:
         await pilot.press("4")
         rows = await until(pilot, lambda: [r for r in cells(pilot.app, "keys") if r[1] == "ci-bot"], "the key")
         assert rows[0][2] == "tokens_per_day=1000"
-        assert "son 24 saatte kullanım yok" in str(pilot.app.query_one("#chartsaid", Static).render())
+        rows = cells(pilot.app, "keys")
+        pilot.app.query_one("#keys", DataTable).move_cursor(row=[r[1] for r in rows].index("ci-bot"))
+        chart = pilot.app.query_one("#chartsaid", Static)
+        await until(pilot, lambda: "ci-bot anahtarı: son 24 saatte token yok" in str(chart.render()), "its chart")
         assert pilot.app.title == "llmgw konsolu"
         await pilot.press("l")  # the other language
         await pilot.pause(0.2)

@@ -24,14 +24,14 @@ from llmgw.bus import BusError, call
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tui.adapters import adapters_menu
 from llmgw.ctl.tui.dialogs import Confirm, Field, Form, Menu
-from llmgw.ctl.tui.forms import FORMS, change_of, fields_of, number_or_zero, way_note
+from llmgw.ctl.tui.forms import FORMS, change_of, fields_of
 from llmgw.ctl.tui.rows import HubRow, hub_rows, key_rows, model_table, node_rows, repo_rows, usage_series
-from llmgw.ctl.tui.words import LANGUAGES, Words
+from llmgw.ctl.tui.serving import serve_chosen
+from llmgw.ctl.tui.words import LANGUAGES, SAID, TYPED, Words
 from llmgw.modelplan import speed_note
 from llmgw.proto import Empty, ModelEntry, ModelPurge, ModelRef, Page, RepoAdd, catalog, mirror, router, scheduler
 from llmgw.proto.catalog import (
     RestartModel,
-    ServeModel,
     ServePlanAsk,
     SetClass,
     StartModel,
@@ -48,18 +48,6 @@ _HOUR, _DAY = 3600, 24
 
 _TABS = ("fleet", "models", "hub", "keys")
 _TABLES = {"fleet": "nodes", "models": "models", "hub": "files", "keys": "keys"}
-_SHOWN = {"question_mark": "?", "slash": "/"}
-"""Keys as a person types them."""
-_SAID = {
-    "quit": "key.quit",
-    "keys": "key.help",
-    "refresh": "key.refresh",
-    "language": "key.lang",
-    "search": "key.search",
-    "fetch": "key.fetch",
-    **{f"{tab} tab": f"tab.{tab}" for tab in _TABS},
-}
-"""What each binding does, in the console's words."""
 _COLUMNS = {
     "nodes": ("node", "state", "cpus", "memory", "read", "replicas", "calibrated", "cards"),
     "models": ("model", "ready", "state", "profiles", "memory_mib", "speed", "why"),
@@ -92,6 +80,9 @@ class ConsoleApp(App):
         self.nc, self.w = nc, words or Words()
         self.models: dict[str, ModelEntry] = {}
         self.files: dict[str, HubRow] = {}
+        self.key_series: dict[str, list[float]] = {}
+        """Key id -> its tokens in each hour of the last day (the chart's points)."""
+        self.key_names: dict[str, str] = {}
 
     # -- drawing --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -156,7 +147,7 @@ class ConsoleApp(App):
 
     def action_keys(self) -> None:
         """Every key and what it does (?)."""
-        lines = [f"{_SHOWN.get(b.key, b.key):>8}  {self.w.t(_SAID[b.description])}" for b in self.BINDINGS]
+        lines = [f"{TYPED.get(b.key, b.key):>8}  {self.w.t(SAID[b.description])}" for b in self.BINDINGS]
         lines += [f"{'enter':>8}  {self.w.t('key.menu')}", f"{'esc':>8}  {self.w.t('form.cancel')}"]
         self.push_screen(Menu(self.w.t("help.title"), [(str(i), line) for i, line in enumerate(lines)]))
 
@@ -214,19 +205,29 @@ class ConsoleApp(App):
         self._fill(self.query_one("#models", DataTable), model_table(listed, replicas, statuses), list(self.models))
 
     async def _keys(self) -> None:
+        """Each key with its limits and 24 h tokens; the chart: the key under the cursor's tokens
+        an hour (`_chart`)."""
         keys = await self.ask(router.KEY_LIST, Empty())
-        since = time.time() - _DAY * _HOUR
-        by_key = await self.ask(router.USAGE_SUM, UsageQuery(since=since, group_by="key"))
+        start = (time.time() // _HOUR - _DAY) * _HOUR
+        hourly = await self.ask(router.USAGE_SUM, UsageQuery(since=start, group_by="key", bucket_s=_HOUR))
         if keys is None:
             return
-        used = {r.group: r.prompt_tokens + r.completion_tokens for r in (by_key.rows if by_key else [])}
+        self.key_series = usage_series(hourly, start, _DAY + 1, _HOUR) if hourly else {}
+        used = {k: int(sum(points)) for k, points in self.key_series.items()}
+        self.key_names = {kid: k.name for kid, k in keys.keys.items()}
         self._fill(self.query_one("#keys", DataTable), key_rows(keys, used), list(keys.keys))
-        start = (since // _HOUR) * _HOUR
-        hourly = await self.ask(router.USAGE_SUM, UsageQuery(since=start, group_by="model", bucket_s=_HOUR))
-        series = usage_series(hourly, start, _DAY + 1, _HOUR) if hourly else {}
-        total = [sum(points) for points in zip(*series.values(), strict=True)] if series else []
-        self.query_one("#chart", Sparkline).data = total
-        said = self.w.t("usage.chart", model=", ".join(series)) if series else self.w.t("usage.none")
+        self._chart(self._chosen("keys"))
+
+    @on(DataTable.RowHighlighted, "#keys")
+    def key_chosen(self, event: DataTable.RowHighlighted) -> None:
+        """The chart follows the cursor: that key's tokens an hour."""
+        self._chart(event.row_key.value)
+
+    def _chart(self, key: str | None) -> None:
+        points = self.key_series.get(key or "", [])
+        self.query_one("#chart", Sparkline).data = points
+        name = self.key_names.get(key or "", "")
+        said = self.w.t("usage.key", name=name) if any(points) else self.w.t("usage.none_key", name=name)
         self.query_one("#chartsaid", Static).update(said)
 
     # -- the Hub ----------------------------------------------------------------------------------
@@ -355,42 +356,4 @@ class ConsoleApp(App):
     @on(DataTable.RowSelected, "#files")
     def serve_form(self, event: DataTable.RowSelected) -> None:
         """A Hub file's serve form."""
-        self.run_worker(self._serve(event.row_key.value))
-
-    async def _serve(self, source: str) -> None:
-        """The serve form of a Hub file on the mirror: the plan's best way with the cores asked,
-        its speed said again as the cores change; a very slow CPU way needs 'anyway'."""
-        w, name = self.w, source.rsplit("/", 1)[-1]
-        fields = [
-            Field("name", w.t("serve.name")),
-            Field("cores", w.t("serve.cores"), "0"),
-            Field("anyway", w.t("serve.anyway"), "", True),
-        ]
-        while True:
-            cores = number_or_zero(fields[1].value)  # what the plan shown is for
-            plan = await self.ask(catalog.SERVE_PLAN, ServePlanAsk(source=source, cores=cores))
-            if plan is None:
-                return
-            values = await self.push_screen_wait(Form(w.t("serve.title", file=name), fields, w, way_note(plan, w)))
-            if values is None:
-                return
-            fields = [Field(f.id, f.label, values.get(f.id, f.value), f.check) for f in fields]
-            if number_or_zero(values["cores"]) != cores or not plan.ways:
-                continue  # cores changed: the plan again, its speed with them
-            way = plan.ways[0]
-            serve = ServeModel(
-                source=source,
-                name=values["name"],
-                cpu=way.kind == "cpu",
-                gpus=way.cards,
-                cores=number_or_zero(values["cores"]),
-                cpu_anyway=values["anyway"] == "1",
-                by=BY,
-            )
-            try:
-                served = await call(self.nc, catalog.SERVE, msgspec.convert(msgspec.to_builtins(serve), ServeModel))
-            except (BusError, msgspec.ValidationError) as exc:
-                self.say(getattr(exc, "message", str(exc)), refused=True)
-                continue
-            self.say(w.t("done.serve", model=served.model.name))
-            return
+        self.run_worker(serve_chosen(self, event.row_key.value))

@@ -14,7 +14,7 @@ from llmgw.modelplan import speed_note
 from llmgw.proto import ModelEntry, Scaling
 from llmgw.proto.catalog import (
     ScaleModel,
-    ServePlan,
+    ServeWay,
     SetContext,
     SetGpus,
     SetOwner,
@@ -38,12 +38,9 @@ def number_or_zero(raw: str) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
-def way_note(plan: ServePlan, w: Words) -> str:
-    """The plan's best way as the serve form says it: where, memory, speed, and whether the CPU
-    needs 'anyway'."""
-    if not plan.ways:
-        return "; ".join(plan.warnings)
-    way = plan.ways[0]
+def way_note(way: ServeWay, w: Words) -> str:
+    """A way of the serve plan as the serve form says it: where, memory, speed, and whether the
+    CPU needs 'anyway'."""
     where = w.t("on.cards", n=way.cards) if way.cards else w.t("on.cpu", speed=f"{way.threads} threads")
     note = w.t("serve.way", way=where, memory=f"{way.memory_mb / 1024:.1f} GiB", speed=speed_note(way.tokens_per_s))
     return note + ("\n" + w.t("serve.slow") if way.mark == "very slow" and way.kind == "cpu" else "")

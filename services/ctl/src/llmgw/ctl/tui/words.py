@@ -7,12 +7,24 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["LANGUAGES", "Words"]
+__all__ = ["LANGUAGES", "SAID", "TYPED", "Words"]
 
 LANGUAGES = ("en", "tr")
 
 _WORDS: dict[str, dict[str, str]] = json.loads((Path(__file__).parent / "words.json").read_text(encoding="utf-8"))
 """Key -> language -> phrase."""
+TYPED = {"question_mark": "?", "slash": "/"}
+"""Keys as a person types them."""
+SAID = {
+    "quit": "key.quit",
+    "keys": "key.help",
+    "refresh": "key.refresh",
+    "language": "key.lang",
+    "search": "key.search",
+    "fetch": "key.fetch",
+    **{f"{tab} tab": f"tab.{tab}" for tab in ("fleet", "models", "hub", "keys")},
+}
+"""What each binding does, in the console's words."""
 
 
 class Words:
