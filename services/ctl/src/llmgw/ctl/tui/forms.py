@@ -12,6 +12,7 @@ from llmgw.ctl.tui.dialogs import Field, whole
 from llmgw.ctl.tui.words import Words
 from llmgw.modelplan import speed_note
 from llmgw.proto import ModelEntry, Scaling
+from llmgw.proto.bounds import MOST_CARDS, MOST_CONTEXT, MOST_CORES, MOST_CPU_MB, MOST_IDLE_S, MOST_OWNER, MOST_REPLICAS
 from llmgw.proto.catalog import (
     ScaleModel,
     ServeWay,
@@ -26,9 +27,16 @@ __all__ = ["FORMS", "change_of", "fields_of", "number_or_zero", "way_note"]
 
 FORMS = ("replicas", "resources", "context", "scaling", "gpus", "owner")
 """The model's changes asked with a form."""
-_MOST = {"replicas": 64, "cores": 1024, "memory_gib": 4096, "tokens": 1 << 20, "cards": 64, "idle_s": 30 * 86400}
-_OWNER = 200
-"""The longest owner's name (the web card's bound)."""
+_MOST = {
+    "replicas": MOST_REPLICAS,
+    "cores": MOST_CORES,
+    "memory_gib": MOST_CPU_MB // 1024,
+    "tokens": MOST_CONTEXT,
+    "cards": MOST_CARDS,
+    "idle_s": MOST_IDLE_S,
+}
+"""The bounds every face checks, by the fields that take them."""
+_OWNER = MOST_OWNER
 
 Number = Callable[[str, int, int, str], "int | None"]
 

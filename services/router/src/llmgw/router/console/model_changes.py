@@ -21,6 +21,16 @@ from llmgw.proto import (
     Scaling,
     catalog,
 )
+from llmgw.proto.bounds import (
+    MOST_CARDS,
+    MOST_CONTEXT,
+    MOST_CORES,
+    MOST_CPU_MB,
+    MOST_IDLE_S,
+    MOST_OWNER,
+    MOST_REPLICAS,
+    MOST_SCALE,
+)
 from llmgw.proto.catalog import (
     LEAST_CONTEXT,
     RestartModel,
@@ -36,22 +46,10 @@ from llmgw.proto.catalog import (
     StopModel,
     adapter_name,
 )
-from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
 from llmgw.router.console.web import PREFIX, Refused, View
 
 __all__ = ["ACTIONS", "MOST_CARDS", "MOST_CPU_MB", "MOST_IDLE_S", "MOST_OWNER", "MOST_REPLICAS", "MOST_SCALE"]
 
-MOST_REPLICAS = 64
-"""The most replicas a profile is given from the card."""
-MOST_CARDS = 64
-MOST_CPU_MB = 4 << 20
-"""The most host memory a CPU replica reserves, MiB (4 TiB)."""
-MOST_IDLE_S = 30 * 86400
-"""The longest idle time of an on-demand model from the card (30 days)."""
-MOST_OWNER = 200
-"""The longest owner's name."""
-MOST_SCALE = 4
-"""The strongest an adapter applies (the catalog's bound)."""
 _CLASSES = ("critical", "standard", "batch")
 _KEPT_SAID = 3
 """Files kept that the note after a purge names one by one (it travels in a cookie)."""
