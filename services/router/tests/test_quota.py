@@ -100,6 +100,7 @@ async def test_reading_a_scopes_counts_changes_nothing_and_an_unknown_scope_read
     assert (await quota.admit(scope, NOW, reserve=50)).ok
     assert (await quota.admit(scope, NOW, reserve=50)).ok
     await quota.finish(scope, 30, NOW + 1, reserve=50)
+    await _written(quota, kv, "key.k")  # the second was admitted from a lease: written in the background
     revision = (await kv.get("key.k")).revision
     counts = await quota.read("key.k", NOW + 2)
     assert (counts.minute_requests, counts.day_tokens, counts.concurrent, counts.reserved) == (2, 30, 1, 50)
@@ -245,12 +246,34 @@ async def test_a_lease_counts_for_the_others_until_it_is_lease_s_old_then_its_he
     kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
     a, b = Quota(kv, "router-a"), Quota(kv, "router-b")
     scope = [("key.l", "key 'l'", Limits(requests_per_minute=100))]
-    assert (await a.admit(scope, NOW)).ok  # and router-a leases 12 of the 99 left (an eighth)
+    assert (await a.admit(scope, NOW)).ok  # router-a, alone there, leases the 16 it wants of the 99 left
     a.stop()  # router-a goes away holding its lease
     taken = [(await b.admit(scope, NOW + 1)).ok for _ in range(100)]
-    assert sum(taken) == 100 - 1 - 12
+    assert sum(taken) == 100 - 1 - 16
     assert (await b.admit(scope, NOW + 1 + a.lease_s)).ok  # router-a's lease has lapsed
-    assert sum([(await b.admit(scope, NOW + 1 + a.lease_s)).ok for _ in range(20)]) == 11
+    assert sum([(await b.admit(scope, NOW + 1 + a.lease_s)).ok for _ in range(60)]) == 100 - 85
+
+
+async def test_one_router_alone_leases_a_small_concurrency_limit_and_a_router_that_comes_gets_in(nc):
+    """A key with 7 requests in flight allowed, asked one at a time through one router: admitted
+    from a lease (half of what is left: no other router counts there), not a write each; a second
+    router that comes is admitted beside it, and the two never hold more than 7 at once."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    a, b = Quota(kv, "router-a"), Quota(kv, "router-b")
+    scope = [("key.c", "key 'c'", Limits(concurrent=7))]
+    assert (await a.admit(scope, NOW)).ok
+    await a.finish(scope, 0, NOW)
+    first = (await kv.get("key.c")).revision
+    for i in range(100):
+        assert (await a.admit(scope, NOW + i / 1000)).ok
+        await a.finish(scope, 0, NOW + i / 1000)
+    await _written(a, kv, "key.c")
+    writes = (await kv.get("key.c")).revision - first
+    print(f"\n100 requests one after another on a key of 7 in flight: {writes} writes")
+    assert writes < 100 / 4
+    held_a = sum([(await a.admit(scope, NOW + 0.2)).ok for _ in range(2)])
+    held_b = sum([(await b.admit(scope, NOW + 0.2)).ok for _ in range(7)])
+    assert held_a == 2 and held_b >= 1 and held_a + held_b <= 7
 
 
 async def test_routers_admitting_at_once_from_leases_while_their_writes_are_on_the_way_never_pass_a_limit(nc):

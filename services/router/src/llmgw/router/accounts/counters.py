@@ -240,7 +240,8 @@ def written(value: dict, terms: Terms, mine: Mine, ops: Sequence[Op], now: float
     leases = {r: v for r, v in value.get("l", {}).items() if r != router and now - v[-1] < lease_s}
     base = others(new, terms, now)
     asked = want(mine, ops) if limits is not None else None
-    lease = grant(limits, counts_with(base, n, held), asked, now) if limits is not None and asked else None
+    alone = not (kept or leases)  # no other router holds requests or a lease here
+    lease = grant(limits, counts_with(base, n, held), asked, now, alone) if limits is not None and asked else None
     if lease is not None:
         leases[router] = [lease.minute, lease.requests, lease.tokens, lease.concurrent, now]
     new["l"] = leases

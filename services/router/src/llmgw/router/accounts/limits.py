@@ -11,7 +11,18 @@ import msgspec
 
 from llmgw.proto import Limits
 
-__all__ = ["LEASE_SHARE", "Counts", "Lease", "Verdict", "grant", "judge", "standing", "window_ids", "windows"]
+__all__ = [
+    "ALONE_SHARE",
+    "LEASE_SHARE",
+    "Counts",
+    "Lease",
+    "Verdict",
+    "grant",
+    "judge",
+    "standing",
+    "window_ids",
+    "windows",
+]
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -129,15 +140,23 @@ class Lease(msgspec.Struct, frozen=True, array_like=True):
 
 
 LEASE_SHARE = 8
-"""A router leases at most this fraction (1/8) of what is left under a limit: near it, leases
-shrink to nothing and every request is judged on the counters themselves."""
+"""A router leases at most this fraction (1/8) of what is left under a limit while other routers
+count in the scope: near it, leases shrink to nothing and every request is judged on the
+counters themselves."""
+ALONE_SHARE = 2
+"""A router alone in a scope (no other router holds requests or a lease there) leases up to half
+of what is left: a key with a small concurrency limit (7 in flight) is admitted without a write
+per request, and a router that comes finds the other half, and the first's next write (within
+`lease_s / 2`) leases an eighth again."""
 
 
-def grant(limits: Limits, counts: Counts, want: Lease, now: float) -> Lease | None:
+def grant(limits: Limits, counts: Counts, want: Lease, now: float, alone: bool = False) -> Lease | None:
     """The lease a router takes, wanting `want`, where the scope stands at `counts` (all but this
-    lease counted): for each limit set, the smaller of what it wants and a `LEASE_SHARE` part of
-    what is left. None where a limit set would lease nothing (no request could be admitted from
-    it: each is judged on the counters)."""
+    lease counted): for each limit set, the smaller of what it wants and a share of what is left
+    (`ALONE_SHARE` where the router is `alone` in the scope, else `LEASE_SHARE`). None where a
+    limit set would lease nothing (no request could be admitted from it: each is judged on the
+    counters)."""
+    share = ALONE_SHARE if alone else LEASE_SHARE
     tokens_left = [
         limit - used - counts.reserved
         for limit, used in (
@@ -149,9 +168,9 @@ def grant(limits: Limits, counts: Counts, want: Lease, now: float) -> Lease | No
     ]
     lease = Lease(
         minute=windows(now)["minute"][0],
-        requests=_share(limits.requests_per_minute, counts.minute_requests, want.requests),
-        tokens=min(want.tokens, max(0, min(tokens_left) // LEASE_SHARE)) if tokens_left else 0,
-        concurrent=_share(limits.concurrent, counts.concurrent, want.concurrent),
+        requests=_share(limits.requests_per_minute, counts.minute_requests, want.requests, share),
+        tokens=min(want.tokens, max(0, min(tokens_left) // share)) if tokens_left else 0,
+        concurrent=_share(limits.concurrent, counts.concurrent, want.concurrent, share),
     )
     useless = (
         (limits.requests_per_minute is not None and not lease.requests)
@@ -162,9 +181,10 @@ def grant(limits: Limits, counts: Counts, want: Lease, now: float) -> Lease | No
     return None if useless else lease
 
 
-def _share(limit: int | None, used: int, want: int) -> int:
-    """What a lease takes of what is left under one limit (nothing where it is not set)."""
-    return 0 if limit is None else min(want, max(0, (limit - used) // LEASE_SHARE))
+def _share(limit: int | None, used: int, want: int, share: int) -> int:
+    """What a lease takes of what is left under one limit, a `share` part at most (nothing where
+    the limit is not set)."""
+    return 0 if limit is None else min(want, max(0, (limit - used) // share))
 
 
 def _how_much(used: int, held: int, reserve: int) -> str:

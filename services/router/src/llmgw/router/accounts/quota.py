@@ -9,11 +9,11 @@ used). Each router's in-flight entry is written from its own count, and one not 
 `stale_s` no longer counts: a crashed router, or an end never told, leaks nothing for long.
 
 Far from its limits a router does not ask KV for each request: each write takes a lease of the
-scope's headroom (`limits.grant`: at most an eighth of what is left under each limit), which
-the other routers count as used until it is `lease_s` old. Requests that fit what is left of
-it are admitted at once and written in the background (within `flush_s`, or once half of it is
-spent), each write renewing it. Near a limit leases shrink to nothing and each request is
-judged on KV; a router that stops leaves its lease counted for at most `lease_s`.
+scope's headroom (`limits.grant`: an eighth of what is left under each limit, half where no
+other router counts there), which the others count as used until it is `lease_s` old. Requests
+that fit it are admitted at once and written in the background (within `flush_s`, or once half
+of it is spent), each write renewing it. Near a limit leases shrink to nothing and each request
+is judged on KV; a router that stops leaves its lease counted for at most `lease_s`.
 
 While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
 the last counts it read and its own, counting locally, and writes what it counted once NATS is
