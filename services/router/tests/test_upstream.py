@@ -103,6 +103,31 @@ async def test_an_engine_silent_past_its_read_limit_fails_the_wait_and_its_conne
         upstream.close()
 
 
+async def test_a_stream_slower_in_all_than_its_read_limit_but_never_silent_that_long_is_read_whole():
+    """One timer serves every wait (moved on lazily, not one a piece): pieces 0.1 s apart for
+    over a second under a read limit of 0.3 s are all read; then a silence past it fails the
+    wait; and once released, nothing of the answer is left waiting on the loop."""
+
+    async def paced(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        for i in range(12):
+            writer.write(chunk(b"data: %d\n\n" % i))
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3600)
+
+    async with engine(paced) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=0.3)
+        got = b""
+        with pytest.raises(TimeoutError):
+            while piece := await answer.next():
+                got += piece
+        assert got == b"".join(b"data: %d\n\n" % i for i in range(12))
+        answer.release()
+        assert answer._timer is None
+        upstream.close()
+
+
 async def test_an_exchange_past_its_whole_time_fails_even_while_the_engine_keeps_sending():
     async def drips(reader, writer, n):
         writer.write(CHUNKED_HEAD)

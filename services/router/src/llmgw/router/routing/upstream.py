@@ -51,7 +51,7 @@ class EngineAnswer:
     piece (`next`). `fail` cuts it from outside (its reader raises that error); `release` gives
     its connection back for the next request where the answer was read to its end."""
 
-    __slots__ = ("_conn", "_error", "_pieces", "_waiter", "complete", "headers", "read_s", "status")
+    __slots__ = ("_conn", "_due", "_error", "_pieces", "_timer", "_waiter", "complete", "headers", "read_s", "status")
 
     def __init__(self, conn: _Connection, read_s: float | None) -> None:
         self._conn, self.read_s = conn, read_s
@@ -60,6 +60,10 @@ class EngineAnswer:
         self.headers: dict[str, str] = {}
         self._pieces: list[bytes] = []
         self._waiter: asyncio.Future | None = None
+        self._due = 0.0
+        """Loop time by which the piece waited for must come."""
+        self._timer: asyncio.TimerHandle | None = None
+        """One timer for the waits (`_check`), moved on lazily: a stream's pieces make none each."""
         self._error: BaseException | None = None
         self.complete = False
         """The whole body has arrived."""
@@ -70,8 +74,10 @@ class EngineAnswer:
         the error that cut it."""
         while not self._pieces:
             if self._error is not None:
+                self._stop()
                 raise self._error
             if self.complete:
+                self._stop()
                 return b""
             await self._wait(self.read_s)
         piece = b"".join(self._pieces) if len(self._pieces) > 1 else self._pieces[0]
@@ -96,18 +102,39 @@ class EngineAnswer:
     def release(self) -> None:
         """Done with it: its connection goes back to the pool where the answer came whole and the
         engine keeps the connection open, else it is closed."""
+        self._stop()
         self._conn.done(self)
+
+    def _stop(self) -> None:
+        """No more waits: the wait timer goes (it would hold the answer until it is due)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _wait(self, read_s: float | None) -> None:
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(read_s, self._expire, waiter) if read_s else None
+        if read_s:
+            self._due = loop.time() + read_s
+            if self._timer is None:
+                self._timer = loop.call_at(self._due, self._check)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+
+    def _check(self) -> None:
+        """The wait timer: the wait under way fails where its piece is overdue; else the timer
+        moves on to when it is due (none while nobody waits)."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._due:
+            self._expire(waiter)
+        else:
+            self._timer = loop.call_at(self._due, self._check)
 
     @staticmethod
     def _expire(waiter: asyncio.Future) -> None:

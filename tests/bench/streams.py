@@ -1,0 +1,146 @@
+"""What relaying a stream costs a gateway per token, against peers in the same run (issue 42).
+
+An engine writes one event per token over time, and each costs a gateway a read and a write; the
+gateway bench's stub answers in one buffer, so it cannot show that. Here a stand-in engine
+(`paced_engine.py`, on the load core beside wrk) answers every request with 256 token events:
+paced, one every 2 ms to each of 16 streams at once (an engine's batch decoding), and in a burst,
+all 256 written back to back to each of 4 streams. Each gateway runs alone on the other core
+(`taskset`): nginx as a plain reverse proxy, buffering off (the floor), vllm-router (Rust,
+round-robin) and llmgw's router with a plain key. Figures: the gateway's CPU (user + system, its
+whole process tree) per relayed token, tokens relayed a second, and how many a second one core
+would relay at that cost; each row's best of `ROUNDS` rounds taken in turn. Goal: llmgw's CPU per
+token at most 1.5x vllm-router's. Run with `just bench`, or `python tests/bench/streams.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway import PATH, SCRIPT, wrk
+from gateway_peers import (
+    LOAD_CORE,
+    Peer,
+    Unavailable,
+    cpu_seconds,
+    ensure_debian,
+    settle,
+    start_group,
+    start_nginx,
+    start_router,
+    start_vllm_router,
+    wait_ok,
+)
+
+from llmgw.bus import free_port
+
+__all__ = ["main"]
+
+TOKENS = 256
+ROUNDS = 3
+MODES = {"paced": (2.0, 16, 6), "burst": (0.0, 4, 4)}
+"""Each mode: the engine's gap between a stream's events (ms; 0: back to back), the streams at
+once (wrk's connections) and the seconds each run lasts."""
+
+
+@dataclass
+class Row:
+    """A gateway's runs per mode: (CPU seconds, tokens, seconds) each; or why it has none."""
+
+    name: str
+    start: object
+    peers: dict[str, Peer] = field(default_factory=dict)
+    why: str = ""
+    runs: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
+
+    def best(self, mode: str) -> tuple[float, float]:
+        """The lowest CPU µs per token of its rounds, and tokens a second in that round."""
+        cpu, tokens, seconds = min(self.runs[mode], key=lambda r: r[0] / max(r[1], 1))
+        return cpu / max(tokens, 1) * 1e6, tokens / seconds
+
+
+def start_engine(stack: contextlib.ExitStack, tmp: Path, gap_ms: float) -> Peer:
+    """The paced stand-in engine on the load core."""
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / f"engine-{gap_ms}.log"
+    argv = [sys.executable, str(Path(__file__).with_name("paced_engine.py")), "--port", str(port)]
+    proc = start_group(stack, [*argv, "--tokens", str(TOKENS), "--gap-ms", str(gap_ms)], LOAD_CORE, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=30)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+def measure(script: Path, peer: Peer, connections: int, seconds: int) -> tuple[float, int, float]:
+    """One wrk run through `peer`: the gateway's CPU seconds, the tokens it relayed, the seconds."""
+    settle(peer)
+    before = cpu_seconds(peer)
+    step = wrk(script, peer, connections, seconds)
+    if step.errors:
+        raise Unavailable(f"{step.errors} failed requests")
+    return cpu_seconds(peer) - before, round(step.rps * seconds) * TOKENS, float(seconds)
+
+
+def main() -> int:
+    """Every row in every mode, `ROUNDS` times in turn; then the table."""
+    try:
+        ensure_debian("wrk", "wrk")
+    except Unavailable as e:
+        print(f"no load generator, nothing measured: {e}")
+        return 1
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llmgw-streams-") as d:
+        tmp = Path(d)
+        script = tmp / "chat.lua"
+        script.write_text(SCRIPT.replace('"max_tokens":16', f'"max_tokens":{TOKENS}'))
+        engines = {mode: start_engine(stack, tmp, gap) for mode, (gap, _, _) in MODES.items()}
+        rows = [
+            Row("nginx (C)", lambda url, m: start_nginx(stack, tmp / f"nginx-{m}", url)),
+            Row("vllm-router (Rust)", lambda url, m: start_vllm_router(stack, tmp / f"vr-{m}", url)),
+            Row("llmgw plain key", lambda url, m: start_router(stack, tmp / f"llmgw-{m}", url)),
+        ]
+        for row in rows:
+            try:
+                row.peers = {mode: row.start(engine.url, mode) for mode, engine in engines.items()}
+            except Unavailable as e:
+                row.why = str(e).replace("\n", " ")[:160]
+        for i in range(ROUNDS):
+            print(f"round {i + 1} of {ROUNDS}", file=sys.stderr)
+            for row in rows:
+                for mode, peer in row.peers.items():
+                    _, connections, seconds = MODES[mode]
+                    try:
+                        row.runs.setdefault(mode, []).append(measure(script, peer, connections, seconds))
+                    except Unavailable as e:
+                        row.why, row.peers = str(e), {}
+                        break
+        report(rows)
+    return 0
+
+
+def report(rows: list[Row]) -> None:
+    """The table and the goal."""
+    print(f"{TOKENS} token events a stream through {PATH}; best of {ROUNDS} rounds; gateway alone on one core")
+    for mode, (gap, connections, seconds) in MODES.items():
+        how = f"one event every {gap:g} ms" if gap else "back to back"
+        print(f"\n{mode}: {how}, {connections} streams at once, {seconds} s a run")
+        print(f"{'':20}{'CPU µs/token':>13}{'tokens/s':>10}{'tokens/s a core':>17}")
+        for row in rows:
+            if mode not in row.runs or row.why:
+                print(f"{row.name:20}not measured: {row.why or 'no run'}")
+                continue
+            per, rate = row.best(mode)
+            print(f"{row.name:20}{per:13.2f}{rate:10.0f}{1e6 / per:17.0f}")
+    by = {r.name.split(" (")[0]: r for r in rows if r.runs and not r.why}
+    if "llmgw plain key" not in by or "vllm-router" not in by:
+        print("\nllmgw or vllm-router was not measured: the goal cannot be judged")
+        return
+    for mode in MODES:
+        ratio = by["llmgw plain key"].best(mode)[0] / by["vllm-router"].best(mode)[0]
+        met = "met    " if ratio <= 1.5 else "NOT met"
+        print(f"{met}  {mode}: llmgw's CPU per token is {ratio:.2f}x vllm-router's (goal <= 1.5x)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
