@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from floods import Steady, flood  # tests/floods.py, on the path set above
 from gateway_peers import (
     LOAD_CORE,
+    Peer,
     Unavailable,
     rss,
     start_group,
@@ -64,14 +65,15 @@ def start_engine(stack: contextlib.ExitStack, tmp: Path) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def one_flood(url: str, key: str, pid: int, kind: str, n: int, sources: int) -> tuple[Steady, object, int]:
+def one_flood(peer: Peer, kind: str, n: int, sources: int) -> tuple[Steady, object, int]:
     """A flood and the steady client beside it; the gateway's peak resident memory meanwhile."""
+    url, key = peer.url, peer.key
     port = int(url.rsplit(":", 1)[1])
-    peak, done = [rss(pid)], threading.Event()
+    peak, done = [rss(peer)], threading.Event()
 
     def sample() -> None:
         while not done.wait(0.25):
-            peak[0] = max(peak[0], rss(pid))
+            peak[0] = max(peak[0], rss(peer))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -112,7 +114,7 @@ def main() -> int:
                 continue
             for label, kind, n, sources in FLOODS:
                 started = time.monotonic()
-                steady, tally, peak = one_flood(peer.url, peer.key, peer.pid, kind, n, sources)
+                steady, tally, peak = one_flood(peer, kind, n, sources)
                 answered = len(steady.answers) - len(steady.failed())
                 held = "–" if kind == "pipeline" else f"{tally.made - tally.ended:,} of {tally.made:,}"
                 rows.append(

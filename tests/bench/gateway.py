@@ -4,9 +4,13 @@ Every row posts the same streaming chat completion (16 chunks, the usage chunk, 
 same stub backend: nginx answering every request with that stream, on core 0 beside the load
 generator (wrk, one thread). Each gateway runs alone on core 1 (`taskset`): nginx as a plain
 reverse proxy (the floor), vllm-router (Rust, round-robin), Portkey's gateway (Node, an
-OpenAI-compatible custom host, its HTTP stack at the versions its lockfile pins), LiteLLM's proxy
-as its production page says, and llmgw's router with a plain key, with a key carrying every limit,
-and with that key on NATS as a cluster runs it (nkeys and TLS); and the plain key's router
+OpenAI-compatible custom host, its HTTP stack at the versions its lockfile pins; as shipped, and
+without the 25 ms it waits before a stream's first event), LiteLLM's proxy as its production page
+says and its image installs it, and llmgw's router with a plain key, with a key carrying every
+limit, with that key on NATS as a cluster runs it (nkeys and TLS), with keys near their limits
+(7 in flight allowed; a tokens-a-minute limit 90% used before each run); last, vllm-router and
+two llmgw routers (two processes, each on its own SO_REUSEPORT socket of the one port) given
+both cores, which they share with wrk and the backend then; and the plain key's router
 exporting its spans over OTLP/HTTP (to a receiver of ours in this process, on core 0) with 1% of
 traces sampled and with every one. The rows take turns, `ROUNDS`
 times; each keeps its best. Figures: added latency p50/p99 at one connection (against the backend
@@ -73,6 +77,15 @@ EVERY_LIMIT = Limits(
     tokens_per_day=10**15,
     tokens_per_month=10**15,
 )
+BOTH = "0,1"
+"""The cores of the last two rows' gateways: the load generator's and the backend's too (this
+machine has two), so those rows compare with each other only."""
+SEVEN = Limits(concurrent=7)
+"""A key near its limit at every request: 7 in flight allowed (what a KV slot each would be)."""
+TPM = Limits(tokens_per_minute=10**7)
+"""A key whose minute is 90% used before each run (`used=0.9`): its last 10% hold a whole run."""
+LIMITED = ("llmgw every limit", "  + nkeys and TLS", "llmgw 7 in flight", "llmgw tokens/min 90%")
+"""The rows whose cost over the plain key is a limit's."""
 GUARDED = Policy(
     name="bench",
     input=[Check(kind="pii"), Check(kind="pattern", action="block", pattern=r"(?i)project\s+falcon", label="CODENAME")],
@@ -112,7 +125,9 @@ class Row:
 
 
 def wrk(script: Path, peer: Peer, connections: int, seconds: int) -> Step:
-    """One wrk run pinned to the load core."""
+    """One wrk run pinned to the load core (the peer put back where it is measured first)."""
+    if peer.prepare is not None:
+        peer.prepare()
     argv = ["taskset", "-c", str(LOAD_CORE), "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
     argv += ["-s", str(script), "-H", f"Authorization: Bearer {peer.key}"]
     argv += [a for name, value in peer.headers.items() for a in ("-H", f"{name}: {value}")] + [peer.url + PATH]
@@ -142,12 +157,17 @@ def main() -> int:
             Row("vllm-router (Rust)", lambda: start_vllm_router(stack, tmp, backend.url)),
             Row("LiteLLM (Python)", lambda: start_litellm(stack, tmp, backend.url)),
             Row("Portkey (Node)", lambda: start_portkey(stack, tmp / "portkey", backend.url)),
+            Row("  no 25 ms wait", lambda: start_portkey(stack, tmp / "portkey0", backend.url, wait=False)),
             Row("llmgw plain key", lambda: router_peer(stack, tmp / "plain", backend.url)),
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
+            Row("llmgw 7 in flight", lambda: router_peer(stack, tmp / "seven", backend.url, SEVEN)),
+            Row("llmgw tokens/min 90%", lambda: router_peer(stack, tmp / "tpm", backend.url, TPM, used=0.9)),
             Row("llmgw + pii and a pattern", lambda: router_peer(stack, tmp / "guard", backend.url, policy=GUARDED)),
             Row("llmgw traced 1%", lambda: router_peer(stack, tmp / "t1", backend.url, env=traced(stack, "0.01"))),
             Row("llmgw traced 100%", lambda: router_peer(stack, tmp / "t100", backend.url, env=traced(stack, "1"))),
+            Row("vllm-router 2 cores", lambda: start_vllm_router(stack, tmp / "vr2", backend.url, core=BOTH)),
+            Row("llmgw 2 processes", lambda: router_peer(stack, tmp / "two", backend.url, processes=2, core=BOTH)),
         ]
         wanted = sys.argv[1:]
         rows = [rows[0], *(r for r in rows[1:] if not wanted or any(w in r.name for w in wanted))]
@@ -164,8 +184,8 @@ def main() -> int:
             for row in rows:
                 if row.peer:
                     row.runs.append({c: wrk(script, row.peer, c, SECONDS[c]) for c in CONNECTIONS})
-                    row.memory = max(row.memory, rss(row.peer.pid))
-                    settle(row.peer.pid)  # its backlog worked off before the next row is measured
+                    row.memory = max(row.memory, rss(row.peer))
+                    settle(row.peer)  # its backlog worked off before the next row is measured
         report(rows)
     return 0
 
@@ -213,32 +233,45 @@ def report(rows: list[Row]) -> None:
 
 
 def goals(rows: list[Row]) -> None:
-    """The issue's goals for llmgw against the peers measured in this run."""
+    """The issue's goals for llmgw against the peers measured in this run, each said unjudged
+    where the difference is within the floor's own spread between rounds (the machine's noise)."""
     by = {r.name.split(" (")[0]: r for r in rows if r.runs}
+    if "  no 25 ms wait" in by and ("Portkey" not in by or peak(by["  no 25 ms wait"]) > peak(by["Portkey"])):
+        by["Portkey"] = by["  no 25 ms wait"]  # a peer compared at its best
     ours = by.get("llmgw plain key")
     if not ours:
         print("llmgw's router was not measured: no goal can be judged")
         return
     base = rows[0]
+    floor = [r[1].p99 for r in base.runs]
+    noise = max(floor) - min(floor)
+    print(f"noise: the backend alone's p99 at one connection varied {noise:.2f} ms between rounds")
     add99 = ours.best("p99") - base.best("p99")
     rps = max(ours.sustained())
-    lines = [(f"llmgw adds {add99:.2f} ms at p99 at one connection (goal < 1 ms)", add99 < 1)]
-    compared = (("LiteLLM", 10, ">= 10x"), ("Portkey", 1.0, "> 1x"), ("vllm-router", 0.5, ">= 0.5x"))
+    lines = [(f"llmgw adds {add99:.2f} ms at p99 at one connection (goal < 0.5 ms)", add99 < 0.5, add99 - 0.5)]
+    compared = (("LiteLLM", 10, ">= 10x"), ("Portkey", 1.0, ">= 1x"), ("vllm-router", 1.0, ">= 1x"))
     for name, factor, goal in compared:
         if name not in by:
-            lines.append((f"{name} not measured: no comparison this run", False))
+            lines.append((f"{name} not measured: no comparison this run", False, None))
         elif theirs := max(by[name].sustained()):
             text = f"llmgw / {name} requests a second (p99 < 20 ms): {rps / theirs:.2f}x (goal {goal})"
-            lines.append((text, rps / theirs >= factor if factor != 1.0 else rps > theirs))
+            lines.append((text, rps / theirs >= factor, None))
         else:  # it never kept p99 under the ceiling: compare the most each served
             ratio = peak(ours) / peak(by[name])
             text = f"llmgw / {name} peak requests a second ({name} never kept p99 < 20 ms): {ratio:.2f}x (goal {goal})"
-            lines.append((text, ratio >= factor if factor != 1.0 else ratio > 1))
-    if "llmgw every limit" in by:
-        cost = by["llmgw every limit"].best("p99") - ours.best("p99")
-        lines.append((f"a key with every limit costs {cost:.2f} ms more at p99 (goal < 0.3 ms)", cost < 0.3))
-    for text, met in lines:
-        print(f"{'met    ' if met else 'NOT met'}  {text}")
+            lines.append((text, ratio >= factor, None))
+    if "llmgw 2 processes" in by and "vllm-router 2 cores" in by:
+        two, theirs = max(by["llmgw 2 processes"].sustained()), max(by["vllm-router 2 cores"].sustained())
+        text = f"two cores: two llmgw routers / vllm-router, requests a second {two / max(theirs, 1):.2f}x (goal >= 1x)"
+        lines.append((text, two >= theirs, None))
+    for name in LIMITED:
+        if name in by:
+            cost = by[name].best("p99") - ours.best("p99")
+            text = f"{name.strip()} costs {cost:+.2f} ms at p99 over the plain key (goal < 0.3)"
+            lines.append((text, cost < 0.3, cost - 0.3))
+    for text, met, by_ms in lines:  # by_ms: how far a latency goal was missed, within the noise or not
+        judged = "met    " if met else ("noise  " if by_ms is not None and by_ms < noise else "NOT met")
+        print(f"{judged}  {text}")
 
 
 if __name__ == "__main__":

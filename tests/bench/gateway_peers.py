@@ -11,11 +11,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,15 +33,18 @@ __all__ = [
     "LOAD_CORE",
     "Peer",
     "Unavailable",
+    "cpu_seconds",
     "ensure_debian",
     "rss",
     "settle",
+    "sse_events",
     "start_backend",
     "start_group",
     "start_litellm",
     "start_nginx",
     "start_portkey",
     "start_router",
+    "start_sglang_router",
     "start_vllm_router",
     "wait_ok",
 ]
@@ -46,8 +52,12 @@ __all__ = [
 GATEWAY_CORE, LOAD_CORE = 1, 0
 """The gateway alone on one core; the load generator and the backend on the other."""
 CACHE = Path.home() / ".cache" / "llmgw"
-LITELLM = "litellm[proxy]==1.108.7"
+LITELLM = "litellm[proxy,proxy-runtime]==1.108.7"
+"""LiteLLM as its Docker image installs it: `proxy-runtime` is the extra its pyproject keeps for the
+image (OpenTelemetry's SDK among it). Without it, every request retries a failing import of
+`opentelemetry.sdk` (auth's `_seed_request_destinations`): a fifth of its CPU, profiled."""
 VLLM_ROUTER = "vllm-router==0.1.17"
+SGLANG_ROUTER = "sglang-router==0.3.2"
 CHUNKS = 16
 BODY = f'{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{CHUNKS}}}'
 """The chat completion every request posts."""
@@ -66,16 +76,30 @@ class Peer:
     pid: int
     headers: dict[str, str] = field(default_factory=dict)
     """More headers every request carries (Portkey's: which provider, where)."""
+    prepare: Callable[[], None] | None = None
+    """What puts it back where it is measured before each run (a key's minute 90% used)."""
+    more: list[int] = field(default_factory=list)
+    """Its other processes, where it runs several (each in its own process group)."""
+    metrics: str = ""
+    """Where its Prometheus metrics are read, where it has them."""
+
+    @property
+    def pids(self) -> list[int]:
+        """Every process it runs as (their descendants count with them)."""
+        return [self.pid, *self.more]
+
+
+def sse_events(tokens: int) -> list[str]:
+    """A chat completion stream's events: one content chunk a token, the usage chunk, [DONE]."""
+    chunk = '{{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{}]{}}}'
+    delta = '{{"index":0,"delta":{{"content":"w{} "}},"finish_reason":null}}'
+    usage = f',"usage":{{"prompt_tokens":8,"completion_tokens":{tokens},"total_tokens":{8 + tokens}}}'
+    return [chunk.format(delta.format(i), "") for i in range(tokens)] + [chunk.format("", usage), "[DONE]"]
 
 
 def _stream() -> str:
     """The stub's answer: 16 content chunks, the usage chunk and [DONE], as an SSE body."""
-    chunk = '{{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{}]{}}}'
-    words = [
-        chunk.format(f'{{"index":0,"delta":{{"content":"w{i} "}},"finish_reason":null}}', "") for i in range(CHUNKS)
-    ]
-    usage = chunk.format("", f',"usage":{{"prompt_tokens":8,"completion_tokens":{CHUNKS},"total_tokens":{8 + CHUNKS}}}')
-    return "".join(f"data: {w}\n\n" for w in [*words, usage]) + "data: [DONE]\n\n"
+    return "".join(f"data: {event}\n\n" for event in sse_events(CHUNKS))
 
 
 def ensure_debian(package: str, binary: str) -> str:
@@ -143,33 +167,44 @@ def wait_ok(proc: subprocess.Popen, url: str, log: Path, timeout: float = 180.0,
     raise Unavailable(f"{url} did not answer in {timeout:.0f}s: {log.read_text(errors='replace').strip()[-300:]}")
 
 
-def rss(pid: int) -> int:
-    """Resident bytes of a process and its descendants (nginx's workers, a launcher's child)."""
-    try:
-        top = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
-    except psutil.NoSuchProcess:
-        return 0
+def tree(peer: Peer) -> list[psutil.Process]:
+    """A peer's processes and their descendants (nginx's workers, a launcher's child)."""
+    out = []
+    for pid in peer.pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            top = psutil.Process(pid)
+            out += [top, *top.children(recursive=True)]
+    return out
 
 
-def settle(pid: int, most_s: float = 30.0) -> float:
-    """Wait until a process and its descendants use under 5% of a core over half a second (a
-    gateway still working off the backlog of the last run, LiteLLM's after 64 connections, would
-    otherwise weigh on the next row's); the seconds waited."""
+def cpu_seconds(peer: Peer) -> float:
+    """User and system CPU of a peer's processes."""
+    total = 0.0
+    for p in tree(peer):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += sum(p.cpu_times()[:2])
+    return total
+
+
+def rss(peer: Peer) -> int:
+    """Resident bytes of a peer's processes."""
+    total = 0
+    for p in tree(peer):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += p.memory_info().rss
+    return total
+
+
+def settle(peer: Peer, most_s: float = 30.0) -> float:
+    """Wait until a peer's processes use under 5% of a core over half a second (a gateway still
+    working off the backlog of the last run, LiteLLM's after 64 connections, would otherwise
+    weigh on the next row's); the seconds waited."""
     started = time.monotonic()
-    try:
-        top = psutil.Process(pid)
-
-        def cpu() -> float:
-            return sum(sum(p.cpu_times()[:2]) for p in [top, *top.children(recursive=True)])
-
-        while time.monotonic() - started < most_s:
-            before = cpu()
-            time.sleep(0.5)
-            if cpu() - before < 0.025:
-                break
-    except psutil.NoSuchProcess:
-        pass
+    while time.monotonic() - started < most_s:
+        before = cpu_seconds(peer)
+        time.sleep(0.5)
+        if cpu_seconds(peer) - before < 0.025:
+            break
     return time.monotonic() - started
 
 
@@ -213,20 +248,53 @@ def start_nginx(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
 
 # -- vllm-router (Rust) ---------------------------------------------------------------------------
 def start_vllm_router(
-    stack: contextlib.ExitStack, tmp: Path, backend: str | list[str], policy: str = "round_robin"
+    stack: contextlib.ExitStack,
+    tmp: Path,
+    backend: str | list[str],
+    policy: str = "round_robin",
+    core: int | str | None = GATEWAY_CORE,
+    more: Sequence[str] = (),
 ) -> Peer:
     """vllm-router with `policy` over the backends (round-robin over one, for the gateway bench;
-    `cache_aware` over engines, for the routing bench), installed under ~/.cache/llmgw/vllm-router."""
+    `cache_aware` over engines, for the routing bench) on `core` ("0,1": both, its threads one a
+    core), `more` flags after those; installed under ~/.cache/llmgw/vllm-router."""
     binary = _venv_tool("vllm-router", VLLM_ROUTER, "vllm-router")
     port, metrics = free_port(), free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "vllm-router.log"
     workers = [backend] if isinstance(backend, str) else backend
     argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
-    argv += ["--policy", policy, "--log-level", "error", "--prometheus-port", str(metrics)]
-    proc = start_group(stack, argv, GATEWAY_CORE, log)
+    argv += ["--policy", policy, "--log-level", "error", "--prometheus-port", str(metrics), *more]
+    proc = start_group(stack, argv, core, log)
     wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=60)
-    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid, metrics=f"http://127.0.0.1:{metrics}/metrics")
+
+
+# -- sglang's router (Rust) -----------------------------------------------------------------------
+def start_sglang_router(stack: contextlib.ExitStack, tmp: Path, workers: list[str], more: Sequence[str] = ()) -> Peer:
+    """sglang's router (`sglang-router launch`) with its cache-aware policy over the workers, at the
+    settings its docs start from (cache threshold 0.3, balance 64 / 1.5), `more` flags after those;
+    installed under ~/.cache/llmgw/sglang-router. Workers that are not sglang's (llama-server) are
+    routed on an approximate prefix tree of the request's text: no tokenizer is needed. It adds
+    its workers in the background after it starts: this waits until its pool holds them all."""
+    binary = _venv_tool("sglang-router", SGLANG_ROUTER, "sglang-router")
+    port, metrics = free_port(), free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "sglang-router.log"
+    argv = [str(binary), "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv += ["--policy", "cache_aware", "--cache-threshold", "0.3", "--balance-abs-threshold", "64"]
+    argv += ["--balance-rel-threshold", "1.5", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
+    proc = start_group(stack, [*argv, "--log-level", "warn", *more], None, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=120)
+    url = f"http://127.0.0.1:{metrics}/metrics"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            pool = re.search(r"^smg_worker_pool_size(?:\{[^}]*\})? (\S+)", httpx.get(url, timeout=2).text, re.M)
+            if pool and float(pool.group(1)) >= len(workers):
+                return Peer(f"http://127.0.0.1:{port}", "k", proc.pid, metrics=url)
+        time.sleep(0.5)
+    raise Unavailable(f"its pool never held the {len(workers)} workers: {log.read_text(errors='replace')[-300:]}")
 
 
 # -- Portkey's gateway (Node) --------------------------------------------------------------------
@@ -269,18 +337,38 @@ def _install_portkey(npm: str, home: Path) -> Path:
     return home / "node_modules" / name
 
 
-def start_portkey(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+PORTKEY_FIRST_EVENT_WAIT = "await new Promise((e=>setTimeout(e,25)))"
+"""Portkey's 25 ms wait before a stream's first event (`readStream`, src/handlers/streamHandler.ts
+at 1.15.2), as it appears, once, in its published build/start-server.js: no setting turns it off."""
+
+
+def _portkey_without_wait(script: Path) -> Path:
+    """A copy of Portkey's built server beside it (the same node_modules and public/) with only
+    its first-event wait taken out."""
+    text = script.read_text()
+    if text.count(PORTKEY_FIRST_EVENT_WAIT) != 1:
+        raise Unavailable(f"{script} no longer holds Portkey's first-event wait exactly once")
+    patched, new = script.with_name("start-server.nowait.js"), text.replace(PORTKEY_FIRST_EVENT_WAIT, "void 0")
+    if not patched.exists() or patched.read_text() != new:
+        patched.write_text(new)
+    return patched
+
+
+def start_portkey(stack: contextlib.ExitStack, tmp: Path, backend: str, wait: bool = True) -> Peer:
     """Portkey's open-source gateway on Node (its code unchanged, its HTTP stack at the versions
     its lockfile pins: `PORTKEY_STACK`), installed once with npm under ~/.cache/llmgw/portkey,
     started as deployed (`NODE_ENV=production`, headless) and forwarding to the backend as an
     OpenAI-compatible custom host (the headers its docs give for a local model). Note: Portkey
-    waits 25 ms before relaying a stream's first event (streamHandler.ts), whatever the provider."""
+    waits 25 ms before relaying a stream's first event (streamHandler.ts), whatever the provider;
+    `wait=False` runs a copy without that wait (`_portkey_without_wait`): Portkey at its best."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if not (node and npm):
         raise Unavailable("no node and npm on PATH (Debian's nodejs and npm)")
     package = _install_portkey(npm, CACHE / "portkey")
     entry = json.loads((package / "package.json").read_text()).get("bin", {})
     script = package / (entry if isinstance(entry, str) else next(iter(entry.values()), "build/start-server.js"))
+    if not wait:
+        script = _portkey_without_wait(script)
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "portkey.log"
@@ -298,8 +386,9 @@ MASTER_KEY = "sk-bench-" + "0" * 32
 
 def start_litellm(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
     """LiteLLM's proxy as its production page says: one worker, no database, no spend or error
-    logs, logging at ERROR, the bundled cost map (offline); installed under ~/.cache/llmgw/litellm."""
-    binary = _venv_tool("litellm", LITELLM, "litellm")
+        logs, logging at ERROR, the bundled cost map (offline); installed as its image is (`LITELLM`)
+    under ~/.cache/llmgw/litellm-image."""
+    binary = _venv_tool("litellm-image", LITELLM, "litellm")
     config = tmp / "litellm.yaml"
     config.write_text(
         f"model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
@@ -361,11 +450,18 @@ def start_router(
     secure: bool = False,
     policy=None,
     env: dict[str, str] | None = None,
+    used: float = 0.0,
+    processes: int = 1,
+    core: int | str | None = GATEWAY_CORE,
 ) -> Peer:
     """llmgw's router as its own process on its own NATS, a replica of model "m" on each backend
     (a dict: of each model named, on its backend); the key has `limits` (a `Limits`; None: none).
     `secure`: NATS with nkeys and TLS. `policy`: a guardrail policy (`guard.Policy`) its requests
-    meet. `env`: more environment (OpenTelemetry's, say)."""
+    meet. `env`: more environment (OpenTelemetry's, say). `used`: the part of the key's
+    tokens_per_minute its counters say is used this minute, set again before each run (as another
+    router's writes would). `processes`: that many routers on `core` (a list such as "0,1" gives
+    them several), each accepting on its own socket bound to the one port (SO_REUSEPORT: the
+    kernel spreads the connections), handed over as `llmgw up` hands its own (`--listen-fd`)."""
     import msgspec
 
     from llmgw.bus import call, connect, kv_bucket
@@ -382,10 +478,21 @@ def start_router(
         stack.callback(nats.stop)
         url, creds, signin = nats.url, {"bench": "", "ca": ""}, []
     port = free_port()
-    argv = [sys.executable, "-m", "llmgw.router.service", "--nats-url", url, *signin, "--http-port", str(port)]
-    argv += ["--admin-port", "0", "--log-level", "warning", "--data-dir", str(tmp / "router")]
-    log = tmp / "router.log"
-    proc = start_group(stack, argv, GATEWAY_CORE, log, env={**os.environ, **env} if env else None)
+    procs = []
+    for i in range(processes):
+        argv = [sys.executable, "-m", "llmgw.router.service", "--nats-url", url, *signin, "--http-port", str(port)]
+        argv += ["--admin-port", "0", "--log-level", "warning", "--data-dir", str(tmp / f"router{i or ''}")]
+        extra: dict = {"env": {**os.environ, **env}} if env else {}
+        if processes > 1:
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(1024)
+            argv += ["--listen-fd", str(sock.fileno())]
+            extra["pass_fds"] = (sock.fileno(),)
+        log = tmp / f"router{i or ''}.log"
+        procs.append(start_group(stack, argv, core, log, **extra))
+    proc = procs[0]
 
     async def setup() -> str:
         nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
@@ -416,4 +523,38 @@ def start_router(
 
     key = asyncio.run(setup())
     wait_ok(proc, f"http://127.0.0.1:{port}/v1/models", log, headers={"authorization": f"Bearer {key}"})
-    return Peer(f"http://127.0.0.1:{port}", key, proc.pid)
+    prepare = None
+    if used and limits is not None and limits.tokens_per_minute:
+        tokens = int(used * limits.tokens_per_minute)
+
+        def prepare() -> None:
+            asyncio.run(_spend(url, creds, key, tokens))
+
+        prepare()
+    return Peer(f"http://127.0.0.1:{port}", key, proc.pid, prepare=prepare, more=[p.pid for p in procs[1:]])
+
+
+async def _spend(url: str, creds: dict[str, str], key: str, tokens: int) -> None:
+    """Write the key's limit counters as `tokens` used this minute (its other windows kept), in
+    the format `llmgw.router.accounts.counters` reads: what the router finds at its next write."""
+    import hashlib
+
+    import msgspec
+    from nats.js.errors import KeyNotFoundError
+
+    from llmgw.bus import connect, kv_bucket
+    from llmgw.proto import BUCKETS
+    from llmgw.router.accounts.limits import windows
+
+    nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])
+    try:
+        kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"])
+        sid = "key." + hashlib.sha256(key.encode()).hexdigest()[:16]
+        minute = windows(time.time())["minute"][0]
+        try:
+            value = msgspec.json.decode((await kv.get(sid)).value)
+        except KeyNotFoundError:
+            value = {}
+        await kv.put(sid, msgspec.json.encode({**value, "m": [minute, 0, tokens]}))
+    finally:
+        await nc.close()

@@ -119,14 +119,20 @@ def optimum(f: Fleet) -> tuple[float, int, dict[tuple[str, str, str, str], int]]
         h.addConstr(h.qsum(w.need.cards * v for v, w in vws) <= count)
     count = h.qsum(y)
     h.maximize(count)
+    _proved(h, "the most replicas")
     placed = round(h.getInfo().objective_function_value)
     h.addConstr(count >= placed)
     h.maximize(h.qsum(w.tps * v for v, w in zip(y, ways, strict=True)))
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise RuntimeError(f"HiGHS did not prove the optimum: {h.modelStatusToString(h.getModelStatus())}")
+    _proved(h, "the most tokens a second")
     values = h.vals(y)
     chosen = {(w.model, w.profile, w.node, w.cls): round(x) for w, x in zip(ways, values, strict=True) if round(x)}
     return h.getInfo().objective_function_value, placed, chosen
+
+
+def _proved(h: highspy.Highs, stage: str) -> None:
+    """Raise unless HiGHS proved the stage's optimum (a time limit or a gap would make it a guess)."""
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"HiGHS did not prove {stage}: {h.modelStatusToString(h.getModelStatus())}")
 
 
 def difference(f: Fleet, placed: list[ReplicaState], best: dict[tuple[str, str, str, str], int]) -> list[str]:
