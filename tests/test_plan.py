@@ -137,6 +137,7 @@ def test_plan_exits_1_when_no_way_fits(tmp_path):
         (["{bad}"], 2, "not a GGUF file (it starts with b'not "),
         (["{missing}"], 2, "No such file or directory"),
         (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
+        (["calibrate", "--rounds", "0"], 2, "--rounds must be 1 or more, not 0"),
     ],
 )
 def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_path, args, code, said):
@@ -149,11 +150,15 @@ def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_pa
 
 def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it_only_when_kept(tmp_path):
     done = subprocess.run(
-        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1"], capture_output=True, text=True, timeout=600
+        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert "MEASURED" in done.stdout and "worst error: defaults" in done.stdout
     assert "on models left out of the fit" in done.stdout and "Q4_1-" in done.stdout and "F16-" in done.stdout
+    assert "SmolLM2-135M-Instruct.Q4_1" in done.stdout  # the real model installed here is measured beside them
     model = write_random_llama(tmp_path / "m.gguf", TinyLlama())
     out = subprocess.run(
         [*PLAN, str(model), "--node-bandwidth", "40,10", "--data-dir", str(tmp_path)],

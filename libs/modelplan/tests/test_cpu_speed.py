@@ -126,3 +126,16 @@ def test_a_prompts_reading_is_reckoned_at_what_llama_server_measured_here():
     assert verdict_seconds(0.0, 100.0) == 0.0
     on_card = prefill_tokens_per_second(8_000_000_000, card=CARDS["h100"])
     assert 25_000 < on_card < 35_000  # 989 TFLOPS at half, 16 GFLOP a token
+
+
+def test_a_fit_that_estimates_a_real_model_worse_than_the_defaults_is_refused_saying_by_how_much():
+    # The generated models say the arithmetic is twice as slow; the real file served here runs as
+    # the defaults say (its figure is the truth the fit must not spoil).
+    real = {"smollm2": ({"Q4_1": 80 * MB, "F32": 5 * MB}, 30)}
+    points = _measured(TRUE) + _measured(DEFAULT_CPU, real)
+    verdict = judge_fit(points, "test", memory=False, real=frozenset({"smollm2"}))
+    assert not verdict.kept
+    [(name, fitted, defaults)] = verdict.worse_on
+    assert name == "smollm2" and fitted > defaults + 0.05 and defaults < 0.01
+    agreeing = _measured(TRUE) + _measured(TRUE, real)  # the real file agrees with the generated ones
+    assert judge_fit(agreeing, "test", memory=False, real=frozenset({"smollm2"})).kept

