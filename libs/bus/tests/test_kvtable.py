@@ -109,3 +109,19 @@ async def test_a_scan_right_after_a_write_always_holds_it(nc):
     for i in range(150):
         await kv.put(f"k{i}", msgspec.json.encode(KeyRecord(name=f"k{i}", created=1.0)))
         assert len(await kv_scan(kv, KeyRecord)) == i + 1, f"the scan after put {i + 1} missed entries"
+
+
+async def test_every_waiter_hears_the_next_change_and_one_that_gave_up_takes_it_from_no_one(nc):
+    table = await KvTable.open(nc.jetstream(), "test_news", KeyRecord)
+    try:
+        await _until(lambda: table.synced)
+        impatient = asyncio.create_task(asyncio.wait_for(table.change(), 0.05))
+        waiters = [asyncio.create_task(table.change()) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        assert impatient.done() and isinstance(impatient.exception(), TimeoutError)
+        assert not any(w.done() for w in waiters)
+        await table.kv.put("a", msgspec.json.encode(KeyRecord(name="a", created=1.0)))
+        await asyncio.wait_for(asyncio.gather(*waiters), 5)
+        assert "a" in table.items  # the change is in the table when its waiters hear it
+    finally:
+        table.stop()

@@ -40,6 +40,8 @@ class KvTable(Generic[T]):
         """Counts changes: a reader caching something derived from `items` compares it."""
         self.changed = asyncio.Event()
         """Set on every change after the initial values; whoever waits on it clears it."""
+        self._next: asyncio.Future | None = None
+        """Resolved at the next change, for every caller of `change` waiting on it."""
         self.restarts = 0
         """Watches started again after one ended."""
         self._task: asyncio.Task | None = None
@@ -72,6 +74,18 @@ class KvTable(Generic[T]):
             self._derived[build] = (self.version, value)
         return value
 
+    async def change(self) -> None:
+        """Until the bucket's next change after the initial values (any number of waiters: none
+        takes it from another, unlike `changed`)."""
+        if self._next is None or self._next.done():
+            self._next = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._next)  # a waiter given up (a timeout) leaves it to the others
+
+    def _changed(self) -> None:
+        self.changed.set()
+        if self._next is not None and not self._next.done():
+            self._next.set_result(None)
+
     def stop(self) -> None:
         """Stop watching."""
         if self._task:
@@ -102,13 +116,13 @@ class KvTable(Generic[T]):
                 if fresh is not None:
                     self.items, fresh = fresh, None
                     if self.restarts:
-                        self.changed.set()  # readers see the values the new watch brought
+                        self._changed()  # readers see the values the new watch brought
                 self.synced = True
             else:
                 self._apply(self.items if fresh is None else fresh, entry)
             self.version += 1
             if entry is not None and self.synced:
-                self.changed.set()
+                self._changed()
 
     def _apply(self, items: dict[str, T], entry: KeyValue.Entry) -> None:
         """One entry of the bucket into `items`: kept where it reads as `kind`, else left out."""

@@ -5,7 +5,6 @@ came with."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -209,8 +208,8 @@ class Proxy:
         rotation). Where none is in rotation now, and one is on its way (its engine died and is
         being started again) or, for `OUT_GRACE_S`, out of rotation or being probed (its agent
         has yet to report it, or its replacement to pass its first probe), the request waits
-        for it, `replace_wait_s` at most in all, trying what is in rotation every quarter
-        second; else None at once (the client is told 503)."""
+        for it, `replace_wait_s` at most in all, trying what is in rotation whenever the replicas
+        change and every quarter second besides; else None at once (the client is told 503)."""
         if self._in_rotation(model):
             return None, tried
         now = time.monotonic()
@@ -222,7 +221,7 @@ class Proxy:
                     grace = now + OUT_GRACE_S  # once ready, its first health probe brings it in
                 elif now > grace or not self._doubted(model):
                     break
-                await asyncio.sleep(0.25)
+                await self.directory.replica_news(0.25)  # at once when one is ready
             answer, tried = await self._on_model(prepared, model, True, finish, tried, wake=False)
             if answer is not None or last:
                 return answer, tried

@@ -54,9 +54,11 @@ class DemandSignal:
         return False
 
     async def _until_ready(self, model: Model, timeout_s: float) -> bool:
+        """Whether a replica of `model` is ready within `timeout_s`: looked at whenever the
+        replicas bucket changes (the moment one is ready), and every quarter second besides."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.25)
+        while (left := deadline - time.monotonic()) > 0:
+            await self.directory.replica_news(min(left, 0.25))
             if self.directory.ready(model)[0]:
                 return True
         return False

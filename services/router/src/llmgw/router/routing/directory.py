@@ -3,6 +3,8 @@ ready replicas with their profiles (the replicas bucket), kept in memory by watc
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable, Collection
 
@@ -146,6 +148,12 @@ class Directory:
         """Wait for the next change of the replicas bucket (one waiter: the prefix oracle)."""
         await self.replicas.changed.wait()
         self.replicas.changed.clear()
+
+    async def replica_news(self, most_s: float) -> None:
+        """Until the replicas bucket next changes (a replica ready, say), `most_s` at most (any
+        number of requests wait on it together)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.replicas.change(), most_s)
 
 
 def engine_headers(api_key: str) -> dict[str, str]:
