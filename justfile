@@ -65,3 +65,8 @@ console *args:
 # The whole fault suite (kills, outages, floods), long: its fast cases also run in `./dev test`
 chaos *args:
     python -m pytest -m chaos "$@"
+
+# The long load and upgrade suites (100,000-row lists, upgrades under load): smaller cases of
+# each run in `./dev test`
+long *args:
+    python -m pytest -m long "$@"

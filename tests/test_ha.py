@@ -206,6 +206,7 @@ def test_a_machine_that_joins_later_runs_its_agent_and_every_member_lets_it_in(f
         proc.wait(60)
 
 
+@pytest.mark.long  # `just long`: the HA fleet's other cases and one machine's upgrade run in ./dev test
 def test_an_upgrade_goes_machine_by_machine_and_the_gateway_never_fails_a_request(fleet, tmp_path):
     machines, admin, _, homes = fleet
     _, a2, _, _ = machines.addresses

@@ -381,6 +381,7 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
+@pytest.mark.chaos
 def test_a_full_disk_loses_no_usage_and_everything_comes_back_by_itself(tmp_path):
     """The data directory's disk full for 15 s under steady clients (issue 31): every request
     answered, every one counted in usage once the disk has room (kept by the router meanwhile, none
