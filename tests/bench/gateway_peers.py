@@ -492,7 +492,7 @@ def start_router(
             extra["pass_fds"] = (sock.fileno(),)
         log = tmp / f"router{i or ''}.log"
         procs.append(start_group(stack, argv, core, log, **extra))
-    proc = procs[0]
+    proc, log = procs[0], tmp / "router.log"
 
     async def setup() -> str:
         nc = await connect(url, "bench", creds=creds["bench"], tls_ca=creds["ca"])

@@ -105,7 +105,10 @@ def start_shims(stack: contextlib.ExitStack, tmp: Path, engines: list[str]) -> l
 
 def decisions(peer: Peer) -> str:
     """vllm-router's prefix decisions by outcome, from its metrics (e.g. "prefix_hit 50, ...")."""
-    text = httpx.get(peer.metrics, timeout=10).text
+    try:
+        text = httpx.get(peer.metrics, timeout=10).text
+    except httpx.HTTPError as e:
+        return f"its metrics did not answer: {e}"
     counts: dict[str, float] = {}
     said = r'^vllm_router_prefix_routing_decisions_total\{[^}]*outcome="(\w+)"[^}]*\} (\S+)'
     for outcome, n in re.findall(said, text, re.M):
@@ -254,7 +257,7 @@ def main() -> int:
                         continue
                     print(f"{name}, round {i + 1} of {rounds}: {row}", file=sys.stderr)
                     try:
-                        runs[row].append(one_row(row, Path(d) / f"{row}-{i}", gguf, requests))
+                        runs[row].append(one_row(row, Path(d) / name / f"{row}-{i}", gguf, requests))
                     except Unavailable as e:
                         why[row] = str(e).replace("\n", " ")[:160]
             report(name, requests, runs, why)

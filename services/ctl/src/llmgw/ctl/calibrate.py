@@ -190,7 +190,7 @@ def calibrate(
     source = f"llama-bench on {socket.gethostname()} {stamp}, {bw.all_cores_gbs}/{bw.one_core_gbs} GB/s"
     verdict = min(
         (judge_fit(points, source, DEFAULT_CPU, memory, frozenset(p.stem for p in real)) for memory in (False, True)),
-        key=lambda v: v.fit.holdout_error,
+        key=lambda v: (not v.kept, v.fit.holdout_error),  # a fit that may be kept before one refused
     )
     kept_in = str(save_calibration(home, verdict.fit)) if verdict.kept else ""
     return Calibrated(verdict=verdict, points=points, spread=spread, kept_in=kept_in)

@@ -153,7 +153,8 @@ class Directory:
         """Until the replicas bucket next changes (a replica ready, say), `most_s` at most (any
         number of requests wait on it together)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.replicas.change(), most_s)
+            async with asyncio.timeout(most_s):  # no task between: a change right now is not missed
+                await self.replicas.change()
 
 
 def engine_headers(api_key: str) -> dict[str, str]:
