@@ -83,7 +83,8 @@ machine has two), so those rows compare with each other only."""
 SEVEN = Limits(concurrent=7)
 """A key near its limit at every request: 7 in flight allowed (what a KV slot each would be)."""
 TPM = Limits(tokens_per_minute=10**7)
-"""A key whose minute is 90% used before each run (`used=0.9`): its last 10% hold a whole run."""
+"""A key whose minute is 90% used before each run (`used=0.9`): its last 10% hold a whole run
+(and far more than a lease asks for: it leases as a key far from its limits does)."""
 LIMITED = ("llmgw every limit", "  + nkeys and TLS", "llmgw 7 in flight", "llmgw tokens/min 90%")
 """The rows whose cost over the plain key is a limit's."""
 GUARDED = Policy(
