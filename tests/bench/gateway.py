@@ -52,7 +52,7 @@ from llmgw.proto import Limits
 from llmgw.proto.guard import Check, Policy
 from tests.otlp import OtlpReceiver
 
-__all__ = ["main"]
+__all__ = ["load_script", "main"]
 
 ROUNDS = 5
 CONNECTIONS = (1, 4, 16, 64)
@@ -137,16 +137,23 @@ def wrk(script: Path, peer: Peer, connections: int, seconds: int) -> Step:
     return Step(got["p50"] / 1000, got["p99"] / 1000, got["requests"] / (got["us"] / 1e6), got["errors"])
 
 
+def load_script(tmp: Path, max_tokens: int = 16) -> Path:
+    """wrk's script posting the chat body (asking `max_tokens`) written in `tmp`; Unavailable
+    where wrk cannot be had."""
+    ensure_debian("wrk", "wrk")
+    script = tmp / "chat.lua"
+    script.write_text(SCRIPT.replace('"max_tokens":16', f'"max_tokens":{max_tokens}'))
+    return script
+
+
 def main() -> int:
-    try:
-        ensure_debian("wrk", "wrk")
-    except Unavailable as e:
-        print(f"no load generator, nothing measured: {e}")
-        return 1
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llmgw-gateway-") as d:
         tmp = Path(d)
-        script = tmp / "chat.lua"
-        script.write_text(SCRIPT)
+        try:
+            script = load_script(tmp)
+        except Unavailable as e:
+            print(f"no load generator, nothing measured: {e}")
+            return 1
         try:
             backend = start_backend(stack, tmp)
         except Unavailable as e:

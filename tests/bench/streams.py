@@ -20,13 +20,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway import PATH, SCRIPT, wrk
+from gateway import PATH, load_script, wrk
 from gateway_peers import (
     LOAD_CORE,
     Peer,
     Unavailable,
     cpu_seconds,
-    ensure_debian,
     settle,
     start_group,
     start_nginx,
@@ -85,15 +84,13 @@ def measure(script: Path, peer: Peer, connections: int, seconds: int) -> tuple[f
 
 def main() -> int:
     """Every row in every mode, `ROUNDS` times in turn; then the table."""
-    try:
-        ensure_debian("wrk", "wrk")
-    except Unavailable as e:
-        print(f"no load generator, nothing measured: {e}")
-        return 1
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llmgw-streams-") as d:
         tmp = Path(d)
-        script = tmp / "chat.lua"
-        script.write_text(SCRIPT.replace('"max_tokens":16', f'"max_tokens":{TOKENS}'))
+        try:
+            script = load_script(tmp, TOKENS)
+        except Unavailable as e:
+            print(f"no load generator, nothing measured: {e}")
+            return 1
         engines = {mode: start_engine(stack, tmp, gap) for mode, (gap, _, _) in MODES.items()}
         rows = [
             Row("nginx (C)", lambda url, m: start_nginx(stack, tmp / f"nginx-{m}", url)),
