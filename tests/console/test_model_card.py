@@ -11,9 +11,9 @@ import pytest
 
 from llmgw.bus import NotFound, call
 from llmgw.proto import BUCKETS, CatalogRecord, Model, ModelPut, ModelRef, Profile, Scaling, catalog, scheduler
+from llmgw.proto.bounds import MOST_CONTEXT
 from llmgw.proto.catalog import LEAST_CONTEXT, SetOwner
 from llmgw.proto.scheduler import RoomAsk
-from llmgw.router.console.limits import MOST_CONTEXT
 from tests.console.test_console_house import check_accessible
 from tests.fleets import SOURCE, cpu_node
 

@@ -36,7 +36,6 @@ _MOST = {
     "idle_s": MOST_IDLE_S,
 }
 """The bounds every face checks, by the fields that take them."""
-_OWNER = MOST_OWNER
 
 Number = Callable[[str, int, int, str], "int | None"]
 
@@ -127,6 +126,6 @@ def _more(kind: str, values: dict[str, str], entry: ModelEntry, spec: dict, numb
         changed = {name: n for name, n in asked.items() if n != next(p.gpus for p in m.profiles if p.name == name)}
         return SetGpus(**spec, gpus=changed) if changed else None
     owner = values.get("owner", "")
-    if len(owner) > _OWNER:
-        raise ValueError(f"an owner's name is at most {_OWNER} characters; this one has {len(owner)}")
+    if len(owner) > MOST_OWNER:
+        raise ValueError(f"an owner's name is at most {MOST_OWNER} characters; this one has {len(owner)}")
     return None if owner == m.owner else SetOwner(**spec, owner=owner)

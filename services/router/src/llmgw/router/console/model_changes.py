@@ -48,7 +48,7 @@ from llmgw.proto.catalog import (
 )
 from llmgw.router.console.web import PREFIX, Refused, View
 
-__all__ = ["ACTIONS", "MOST_CARDS", "MOST_CPU_MB", "MOST_IDLE_S", "MOST_OWNER", "MOST_REPLICAS", "MOST_SCALE"]
+__all__ = ["ACTIONS"]
 
 _CLASSES = ("critical", "standard", "batch")
 _KEPT_SAID = 3

@@ -27,6 +27,16 @@ from llmgw.proto import (
     replica_totals,
     scheduler,
 )
+from llmgw.proto.bounds import (
+    MOST_CARDS,
+    MOST_CONTEXT,
+    MOST_CORES,
+    MOST_CPU_MB,
+    MOST_IDLE_S,
+    MOST_OWNER,
+    MOST_REPLICAS,
+    MOST_SCALE,
+)
 from llmgw.proto.catalog import (
     LEAST_CONTEXT,
     MOST_ADAPTERS,
@@ -35,16 +45,7 @@ from llmgw.proto.catalog import (
     ServeWay,
 )
 from llmgw.proto.scheduler import ModelRoom, ProfileRoom, RoomAsk
-from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
-from llmgw.router.console.model_changes import (
-    ACTIONS,
-    MOST_CARDS,
-    MOST_CPU_MB,
-    MOST_IDLE_S,
-    MOST_OWNER,
-    MOST_REPLICAS,
-    MOST_SCALE,
-)
+from llmgw.router.console.model_changes import ACTIONS
 from llmgw.router.console.web import Refused, View
 
 __all__ = ["ROUTES"]

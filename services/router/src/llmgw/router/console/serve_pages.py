@@ -19,8 +19,8 @@ from litestar import Request, get, post
 from litestar.response import Redirect, Response
 
 from llmgw.proto import Empty, catalog, mirror
+from llmgw.proto.bounds import MOST_CONTEXT, MOST_CORES
 from llmgw.proto.catalog import ServeModel, ServePlan, ServePlanAsk, ServeWay
-from llmgw.router.console.limits import MOST_CONTEXT, MOST_CORES
 from llmgw.router.console.mirror_pages import source_of
 from llmgw.router.console.web import PREFIX, Refused, View
 
