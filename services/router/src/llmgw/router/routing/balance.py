@@ -1,5 +1,6 @@
-"""Choosing a replica, pure: pools by priority, least outstanding with two random choices,
-prefix affinity from an index of hashed prompt blocks, and ejection of replicas whose engine's
+"""Choosing a replica, pure: pools by priority, within a pool the replica that would start
+reading the prompt soonest and read least of it (its queued work plus what of this prompt it
+does not hold, from an index of hashed prompt blocks), and ejection of replicas whose engine's
 health probe failed.
 
 No I/O and no clock: the shell passes `now` and tells the balancer when a request starts,
@@ -15,10 +16,13 @@ from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
-__all__ = ["Balancer", "Candidate", "leading", "prompt_blocks"]
+__all__ = ["Balancer", "Candidate", "Sent", "leading", "prompt_blocks"]
 
 BLOCK_CHARS = 256
 """Characters of prompt per hashed block (about 64 tokens of English)."""
+REQUEST_CHARS = 256
+"""What a request in flight weighs besides the prompt it has to read, in prompt characters:
+its answer, its turn on the engine."""
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +58,11 @@ def leading(blocks: list[bytes], held) -> int:
     return n
 
 
+def _size(blocks: list[bytes], size: int | None) -> int:
+    """A prompt's length in bytes: as given, else its whole blocks and half a block's tail."""
+    return size if size is not None else len(blocks) * BLOCK_CHARS + BLOCK_CHARS // 2
+
+
 def _cached_blocks(blocks: int, prompt_chars: int | None, cached_share: float) -> int:
     """How many of a prompt's `blocks` whole blocks its engine's cache covered, from the share of
     its tokens it said were cached: reckoned on the whole text where its length is known (its
@@ -61,6 +70,15 @@ def _cached_blocks(blocks: int, prompt_chars: int | None, cached_share: float) -
     if not prompt_chars:
         return int(blocks * cached_share)
     return min(blocks, int(prompt_chars * cached_share / BLOCK_CHARS))
+
+
+class Sent(msgspec.Struct, frozen=True):
+    """A request sent to a replica, as `started` counted it."""
+
+    believed: int
+    """Leading blocks of its prompt the index believed the replica held (for `served`)."""
+    work: float
+    """What it added to the replica's queued work (for `finished`)."""
 
 
 class _Index:
@@ -88,11 +106,15 @@ class Balancer:
     - Pools by priority: the highest pool takes requests while any replica in it has a free
       slot; only when all are saturated does the next pool get one (a CPU replica never takes
       a request a free card could). When every pool is saturated, the highest queues it.
-    - Within a pool: the replica holding the longest prefix of this prompt (at least
-      `min_blocks`), unless it is overloaded: requests in flight beyond `overload` times the
-      pool's mean, or a share of recent requests (decayed, by weight) beyond `overload` times
-      the mean share, so a popular prefix cannot pile onto one replica; otherwise the
-      less loaded (outstanding / weight) of two drawn by weight.
+    - Within a pool: the replica of least cost, by weight. Its cost is the work queued on it
+      (each request in flight: what of its prompt it had to read, plus `request_chars`) and
+      what of this prompt it does not hold. That miss is weighed twice on a replica whose
+      cache is as full as the pool's mean (read now, and again later by what its room there
+      pushes out), more on a fuller one, less on an emptier one: new prefixes go where there
+      is room. A replica holding a conversation's history keeps it until the work queued there
+      outweighs reading the history afresh elsewhere; a popular prefix spills over only when
+      waiting for it would take longer. Ties go to the replica given the fewest recent
+      requests (decayed, by weight), then by lot: new prefixes on idle replicas spread evenly.
     - Only a replica's own health takes it out: a request that failed on it (refused, a 5xx,
       no answer in time) is a suspicion (`failures`), which the shell confirms by probing its
       engine's /health; a failed probe `eject`s it: it gets nothing for `eject_s`, doubling
@@ -105,14 +127,17 @@ class Balancer:
         *,
         index_blocks: int = 65536,
         min_blocks: int = 1,
-        overload: float = 1.25,
+        request_chars: int = REQUEST_CHARS,
         eject_s: float = 10.0,
         decay: float = 0.98,
         seed: int | None = None,
     ) -> None:
-        self.index_blocks, self.min_blocks, self.overload = index_blocks, min_blocks, overload
+        self.index_blocks, self.min_blocks, self.request_chars = index_blocks, min_blocks, request_chars
         self.eject_s = eject_s
         self.outstanding: dict[str, int] = {}
+        self.work: dict[str, float] = {}
+        """Replica -> its queued work: prompt characters its requests in flight had to read,
+        plus `request_chars` each."""
         self.recent: dict[str, float] = {}
         """Requests started per replica, each older one counting `decay` times less."""
         self.decay = decay
@@ -136,12 +161,14 @@ class Balancer:
         now: float,
         exclude: frozenset[str] | set[str] = frozenset(),
         held: Callable[[str], int] | None = None,
+        size: int | None = None,
     ) -> tuple[Candidate | None, str]:
         """The replica for a request with these prompt blocks, and why it (for logs and metrics:
         "affinity", "least-loaded", "only", "saturated"); None when none may take it.
 
         `held`, where given, says how many of the prompt's leading blocks a replica holds (its
-        engine's own word, from KV events) in place of the index's belief."""
+        engine's own word, from KV events) in place of the index's belief. `size`: the prompt's
+        length (bytes, as the blocks are cut), where known."""
         usable = [r for r in replicas if r.id not in exclude and self.ejected.get(r.id, 0.0) <= now]
         if not usable:
             return None, "none"
@@ -152,71 +179,60 @@ class Balancer:
         for pool in ordered:
             free = [r for r in pool if self.outstanding.get(r.id, 0) < r.slots]
             if free:
-                return self._within(pool, free, blocks, held)
-        return self._within(ordered[0], ordered[0], blocks, held, saturated=True)
-
-    def _load(self, r: Candidate) -> float:
-        return self.outstanding.get(r.id, 0) / r.weight
-
-    def _overloaded(self, r: Candidate, pool: list[Candidate]) -> bool:
-        mean = sum(self._load(x) for x in pool) / len(pool)
-        if self._load(r) > max(self.overload * mean, mean + 1):
-            return True
-        share = [self.recent.get(x.id, 0.0) / x.weight for x in pool]
-        mean_share = sum(share) / len(pool)
-        return self.recent.get(r.id, 0.0) / r.weight > self.overload * mean_share + 1
+                return self._within(pool, blocks, held, _size(blocks, size), "")
+        return self._within(ordered[0], blocks, held, _size(blocks, size), "saturated")
 
     def _within(
-        self,
-        pool: list[Candidate],
-        free: list[Candidate],
-        blocks: list[bytes],
-        held: Callable[[str], int] | None,
-        saturated: bool = False,
+        self, pool: list[Candidate], blocks: list[bytes], held: Callable[[str], int] | None, size: int, saturated: str
     ) -> tuple[Candidate, str]:
-        if blocks or held:
-            best, most = None, 0
-            for r in pool:
-                n = held(r.id) if held else self.held(r.id, blocks)
-                if n > most:
-                    best, most = r, n
-            if best is not None and most >= self.min_blocks:
-                if not self._overloaded(best, pool):
-                    return best, "affinity"
-        if len(free) == 1:
-            return free[0], "saturated" if saturated else "only"
-        a, b = self._two(free)
-        return (a if self._load(a) <= self._load(b) else b), "saturated" if saturated else "least-loaded"
+        """The pool's replica of least cost (see the class); why, as `pick` says it."""
+        costs: list[tuple[float, float, float, Candidate, int]] = []
+        full = {r.id: self._fullness(r) for r in pool}
+        mean = sum(full.values()) / len(pool)
+        for r in pool:
+            n = (held(r.id) if held else self.held(r.id, blocks)) if blocks or held else 0
+            miss = (1 + (full[r.id] / mean if mean else 1)) * max(0, size - n * BLOCK_CHARS)
+            cost = (self.work.get(r.id, 0.0) + miss) / r.weight
+            costs.append((cost, self.recent.get(r.id, 0.0) / r.weight, self.rng.random(), r, n))
+        least = min(c[0] for c in costs)
+        _, _, _, chosen, n = min((c for c in costs if c[0] <= least + 1), key=lambda c: c[:3])
+        if saturated or len(pool) == 1:
+            return chosen, saturated or "only"
+        return chosen, "affinity" if n >= self.min_blocks else "least-loaded"
 
-    def _two(self, pool: list[Candidate]) -> tuple[Candidate, Candidate]:
-        """Two distinct replicas drawn with probability by weight."""
-        if len(pool) == 2:
-            return pool[0], pool[1]
-        a = self.rng.choices(pool, weights=[r.weight for r in pool])[0]
-        rest = [r for r in pool if r.id != a.id]
-        return a, self.rng.choices(rest, weights=[r.weight for r in rest])[0]
+    def _fullness(self, r: Candidate) -> float:
+        """Blocks its index holds, by weight: how full its cache is believed to be."""
+        index = self.indexes.get(r.id)
+        return len(index.blocks) / r.weight if index else 0.0
 
     # -- what happened ------------------------------------------------------------------------
-    def started(self, replica_id: str, blocks: Sequence[bytes] = ()) -> int:
-        """A request with these prompt blocks went to this replica: they are claimed there until
-        it ends. How many of them the index believed it held before, returned (for `served`)."""
+    def started(self, replica_id: str, blocks: list[bytes] | None = None, size: int | None = None) -> Sent:
+        """A request with these prompt blocks (a prompt of `size` bytes, where known) went to
+        this replica: they are claimed there until it ends, and it adds to the replica's queued
+        work what of it the replica does not hold plus `request_chars`. What the index believed
+        it held before and that work, returned (for `served` and `finished`)."""
+        blocks = blocks or []
         self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1
         for rid in self.recent:
             self.recent[rid] *= self.decay
         self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
+        work = max(0, _size(blocks, size) - self.held(replica_id, blocks) * BLOCK_CHARS) + self.request_chars
+        self.work[replica_id] = self.work.get(replica_id, 0.0) + work
         if not blocks:
-            return 0
+            return Sent(0, work)
         claims = self.claims.setdefault(replica_id, {})
         for b in blocks:
             claims[b] = claims.get(b, 0) + 1
         index = self.indexes.get(replica_id)
-        return index.match(blocks) if index else 0
+        return Sent(index.match(blocks) if index else 0, work)
 
-    def finished(self, replica_id: str, ok: bool | None, blocks: Sequence[bytes] = ()) -> None:
+    def finished(self, replica_id: str, ok: bool | None, blocks: Sequence[bytes] = (), work: float = 0.0) -> None:
         """A request to this replica ended (ok: it answered; False: it refused or failed, a
         suspicion its probe decides; None: no word on the replica, as when the client went away);
-        its claim on its prompt `blocks` ends (where it answered, `served` says what it holds)."""
+        its claim on its prompt `blocks` and its `work` (`Sent.work`) end (where it answered,
+        `served` says what it holds)."""
         self.outstanding[replica_id] = max(0, self.outstanding.get(replica_id, 0) - 1)
+        self.work[replica_id] = max(0.0, self.work.get(replica_id, 0.0) - work)
         claims = self.claims.get(replica_id, {})
         for b in blocks:
             if claims.get(b, 0) > 1:
@@ -287,6 +303,15 @@ class Balancer:
 
     def forget_replica(self, replica_id: str) -> None:
         """A replica gone: drop what was kept of it."""
-        tables = (self.outstanding, self.recent, self.failures, self.strikes, self.ejected, self.indexes, self.claims)
+        tables = (
+            self.outstanding,
+            self.work,
+            self.recent,
+            self.failures,
+            self.strikes,
+            self.ejected,
+            self.indexes,
+            self.claims,
+        )
         for table in tables:
             table.pop(replica_id, None)
