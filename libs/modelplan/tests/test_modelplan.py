@@ -1,8 +1,10 @@
 """The estimates as table tests: speeds against what another fleet measured, memory by the
 formulas, the ways to run ranked."""
 
+import msgspec
 import pytest
 
+from llmgw.gguf import Header
 from llmgw.modelplan import (
     DEFAULT_CPU,
     CardGroup,
@@ -18,6 +20,7 @@ from llmgw.modelplan import (
     llamacpp_memory,
     options,
     shape_from_config,
+    shape_from_gguf,
     speed_note,
     splits_kv_heads,
     vllm_block_bytes,
@@ -265,3 +268,23 @@ def test_a_nodes_report_becomes_plan_facts_with_its_cards_grouped_by_class():
     facts = node_facts(info)
     assert facts.cards == [CardGroup(cls="l40s-48g", memory_mb=46068, count=4, free=3)]
     assert facts.engines == ["llamacpp", "vllm"] and facts.membw_one_gbs == 12
+
+
+GEMMA3_270M = Shape(layers=18, embedding=640, heads=4, kv_heads=1, key_length=256, value_length=256, vocab=262144)
+
+
+def test_sliding_window_layers_keep_only_their_window_as_llama_cpp_sizes_it():
+    """Gemma 3 attends to a 512-token window on five layers of every six: llama.cpp keeps the full
+    context for the other three of its 18 and the window plus a micro-batch (padded to 256) for
+    the 15 (its log: 6.00 MiB of 2048 cells, 15.00 MiB of 1024 cells)."""
+    header = Header(where="g.gguf", version=3, architecture="gemma3", block_count=18, sliding_window=512)
+    assert shape_from_gguf(header).swa_layers == 15
+    gemma = msgspec.structs.replace(GEMMA3_270M, sliding_window=512, swa_layers=15)
+    assert llamacpp_memory(gemma, 2048).kv == 21 * 2**20
+    assert llamacpp_memory(GEMMA3_270M, 2048).kv == 36 * 2**20  # the window unknown: every layer whole
+    four = llamacpp_memory(gemma, 8192, slots=4).kv  # each slot's stream holds its window
+    assert four == (3 * 8192 + 15 * 4 * 1024) * 1024
+    tiny = llamacpp_memory(gemma, 256).kv  # a context shorter than the window: the window is the context
+    assert tiny == 18 * 256 * 1024
+    mistral = Header(where="m.gguf", version=3, architecture="llama", block_count=32, sliding_window=4096)
+    assert shape_from_gguf(mistral).swa_layers == 0  # llama.cpp runs a llama with a window on every layer whole

@@ -33,6 +33,11 @@ class Shape(msgspec.Struct, frozen=True, kw_only=True):
     host memory (0: a dense model, or a config.json, which does not say)."""
     first_expert_layer: int = 0
     """The first layer holding routed experts (the ones before it are dense)."""
+    sliding_window: int = 0
+    """Tokens a sliding-window layer attends to (0: none)."""
+    swa_layers: int = 0
+    """Of `layers`, those attending only to the sliding window (llama.cpp keeps only the window
+    of their KV): where the architecture's pattern is known, else 0 (every layer whole)."""
 
 
 class ModelFacts(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ __all__ = [
     "experts_host_bytes",
     "facts_from_gguf",
     "kv_bytes_per_token",
+    "llamacpp_kv_bytes",
     "llamacpp_memory",
     "shape_from_config",
     "shape_from_gguf",
@@ -52,6 +53,19 @@ def facts_from_gguf(h: Header) -> ModelFacts:
     )
 
 
+SWA_EVERY = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
+"""Architectures whose layers llama.cpp runs on a sliding window: of each run of this many
+layers, all but the last attend only to the window (its `set_swa_pattern`). Others with a window
+in their header (a llama with one, as Mistral 7B v0.1 has) run every layer whole."""
+
+
+def _swa_layers(h: Header) -> int:
+    every = SWA_EVERY.get(h.architecture, 0)
+    if not (every and h.sliding_window):
+        return 0
+    return sum(1 for layer in range(h.block_count) if layer % every < every - 1)
+
+
 def shape_from_gguf(h: Header) -> Shape:
     """The shape of a GGUF model."""
     return Shape(
@@ -71,6 +85,8 @@ def shape_from_gguf(h: Header) -> Shape:
         experts_used=h.expert_used_count,
         expert_bytes=h.expert_bytes,
         first_expert_layer=h.first_expert_layer,
+        sliding_window=h.sliding_window,
+        swa_layers=_swa_layers(h),
     )
 
 
@@ -181,6 +197,24 @@ def experts_host_bytes(shape: Shape, cpu_moe: int) -> int:
     return shape.expert_bytes * moved // max(shape.layers - shape.first_expert_layer, 1)
 
 
+def _pad256(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+def llamacpp_kv_bytes(shape: Shape, context: int, slots: int = 1, cache: str = "f16") -> int:
+    """llama.cpp's KV cache for `context` (-c) shared by `slots` (-np): the whole context on every
+    layer, but on a sliding-window layer the window and a micro-batch, padded to 256 cells, in
+    one stream for all slots or one a slot (the larger: llama-server splits it by slot unless
+    told to unify)."""
+    if not (shape.swa_layers and shape.sliding_window):
+        return int(kv_bytes_per_token(shape, cache) * context)
+    slots = max(slots, 1)
+    unified = _pad256(min(context, shape.sliding_window * slots + UBATCH))
+    split = slots * _pad256(min(context // slots, shape.sliding_window + UBATCH))
+    cells = (shape.layers - shape.swa_layers) * context + shape.swa_layers * max(unified, split)
+    return int(kv_bytes_per_token(shape, cache) * cells / shape.layers)
+
+
 def llamacpp_memory(
     shape: Shape, context: int, slots: int = 1, cards: int = 0, cache: str = "f16", cpu_moe: int = 0
 ) -> Memory:
@@ -191,7 +225,7 @@ def llamacpp_memory(
     """
     share = max(cards, 1)
     weights = (shape.weight_bytes - (experts_host_bytes(shape, cpu_moe) if cards else 0)) // share
-    kv = int(kv_bytes_per_token(shape, cache) * context) // share
+    kv = llamacpp_kv_bytes(shape, context, slots, cache) // share
     return Memory(
         weights=weights,
         kv=kv,
