@@ -15,7 +15,8 @@ Rows, each on freshly started engines (empty caches):
                  engine's own template and tokenizer (without it every decision is
                  `missing_tokens`: least-loaded routing); its decisions, from its own metrics;
   sglang-router  (Rust) with its cache-aware policy at its defaults (a prefix tree of the text);
-  llmgw          through llmgw's router (prefix affinity, least outstanding);
+  llmgw          through llmgw's router (the replica of least cost: queued work against what
+                 of the prompt it does not hold);
   best           each document (conversation) always on the same replica: what affinity can at
                  most do.
 Figures: time to the first (and only) token p50/p99, prompt tokens served from cache (the engines'

@@ -1,12 +1,13 @@
-"""The balancer over fake replicas: pools by priority, least outstanding by weight, prefix
-affinity (calibrated by the engine's cached counts), and ejection."""
+"""The balancer over fake replicas: pools by priority, within a pool the replica of least cost
+(queued work against what of the prompt it does not hold, by weight), the index of prompt
+blocks (calibrated by the engine's cached counts), and ejection."""
 
 from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.router.routing.balance import Balancer, Candidate, prompt_blocks
+from llmgw.router.routing.balance import Balancer, Candidate, prompt_blocks, text_blocks
 
 CARD = Candidate(id="card", priority=10, slots=2)
 CPU1 = Candidate(id="cpu1", priority=0, slots=2)
@@ -234,3 +235,33 @@ def test_a_new_prefix_goes_where_the_cache_has_room_and_new_ones_on_idle_replica
         b.finished(choice.id, True, blocks, sent.work)
         picks.append(choice.id)
     assert Counter(picks) == {"r0": 3, "r1": 3, "r2": 3}
+
+
+def test_a_full_replica_holding_a_long_prefix_still_takes_it_until_its_queue_outweighs_a_fresh_read():
+    b = Balancer(seed=17)
+    pool = [Candidate(id="a", slots=2), Candidate(id="b", slots=2)]
+    blocks = prompt_blocks("d" * 4096)
+    b.served("a", blocks, 1000, 0)
+    for _ in range(15):  # questions on it, each 4 bytes to read and 256 for its turn: 15 x 260 queued
+        b.started("a", blocks, 4100)
+    assert b.pick(pool, blocks, 0.0, size=4100) == (pool[0], "affinity")
+    b.started("a", blocks, 4100)  # 16 x 260 outweigh reading all 4,100 bytes on b's empty cache
+    assert b.pick(pool, blocks, 0.0, size=4100) == (pool[1], "least-loaded")
+    b.started("b", [], 10)
+    b.started("b", [], 10)  # every slot taken: the pool's cheapest, saturated
+    assert b.pick(pool, blocks, 0.0, size=4100)[1] == "saturated"
+
+
+def test_the_engines_own_tokens_held_count_in_the_balancers_blocks_of_text():
+    """KV events say a replica holds 48 of the prompt's 64 tokens; at 16 bytes a token that is 3 of
+    its 4 blocks of 256 bytes: a quarter is left to read, not none."""
+    assert text_blocks(48, 64, 1024) == 3 and text_blocks(0, 64, 1024) == 0 and text_blocks(5, 0, 0) == 0
+    b = Balancer(seed=18)
+    pool = [Candidate(id="a", slots=4), Candidate(id="b", slots=4)]
+    blocks = prompt_blocks("e" * 1024)
+    for _ in range(2):  # two short requests queued on a: 2 x (256 + 256) outweigh its quarter, not a whole miss
+        b.started("a", [], 256)
+    held = {"a": text_blocks(48, 64, 1024), "b": 0}.get
+    assert b.pick(pool, blocks, 0.0, held=held, size=1024) == (pool[0], "affinity")
+    b.started("a", [], 256)
+    assert b.pick(pool, blocks, 0.0, held=held, size=1024) == (pool[1], "least-loaded")

@@ -50,6 +50,8 @@ class Prepared(msgspec.Struct, kw_only=True):
     max_tokens: int | None
     blocks: list[bytes]
     """The prompt's hashed blocks, for prefix affinity (none for embeddings)."""
+    size: int = 0
+    """Bytes of the text its blocks were cut from (what a replica holding none of it reads)."""
     measured: bool = False
     """Whether its model had ready replicas when it was prepared: its prompt was measured (and
     checked against the context) before admission; else it is once the model woke."""
@@ -113,6 +115,7 @@ def check_request(path: str, body: object, model: Model, max_n: int = 4) -> Prep
         prompt=prompt,
         max_tokens=max_tokens,
         blocks=prompt_blocks(prompt) if path != "/v1/embeddings" else [],
+        size=len(prompt.encode()),
     )
 
 

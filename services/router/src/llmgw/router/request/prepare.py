@@ -109,8 +109,9 @@ def prepare(path: str, body: dict, asked: str, model: Model, key: KeyRecord, max
         raise no_such_adapter(asked, model)
     prepared = check_request(path, body, model, max_n)
     if adapter:  # its own prompts' blocks: an adapter makes its own cache
-        blocks = prompt_blocks(f"{adapter}\n{prepared.prompt}") if prepared.blocks else []
-        prepared = msgspec.structs.replace(prepared, adapter=adapter, blocks=blocks)
+        text = f"{adapter}\n{prepared.prompt}"
+        blocks = prompt_blocks(text) if prepared.blocks else []
+        prepared = msgspec.structs.replace(prepared, adapter=adapter, blocks=blocks, size=len(text.encode()))
     return prepared
 
 

@@ -31,6 +31,7 @@ from llmgw.router.request.core import Prepared, Usage, answer_of, input_too_long
 from llmgw.router.request.measure import measure
 from llmgw.router.request.outcome import Served, ended_by
 from llmgw.router.request.relay import FAILED, Answer, Finish, Relay, Try
+from llmgw.router.routing.balance import text_blocks
 from llmgw.router.routing.demand import DemandSignal
 from llmgw.router.routing.directory import Directory, Ready
 from llmgw.router.routing.health import Health, unless_out
@@ -111,13 +112,13 @@ class Proxy:
         if not candidates and primary and wake and await self.demand.ready_soon(model):
             candidates, ready = self.directory.ready(model, adapter)
         if primary and prepared.measured:  # measured before admission: nothing to wait for
-            held = self._held_of(prepared.tokens, ready)
+            held = self._held_of(prepared.tokens, ready, prepared.size)
         else:
-            held = self._held_of(await measure(self.oracle, prepared, model, ready.values(), primary), ready)
+            tokens = await measure(self.oracle, prepared, model, ready.values(), primary)
+            held = self._held_of(tokens, ready, prepared.size)
         exclude: set[str] = set()
-        size = len(prepared.prompt)
         for attempt in range(1 + RETRIES):
-            choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held, size)
+            choice, how = self.balancer.pick(candidates, prepared.blocks, time.time(), exclude, held, prepared.size)
             if choice is None:
                 break
             exclude.add(choice.id)
@@ -240,13 +241,15 @@ class Proxy:
         _, ready = self.directory.ready(model)
         return any(self.health.doubted(rid) for rid in ready)
 
-    def _held_of(self, tokens: list[int] | None, ready: Ready) -> Callable[[str], int] | None:
-        """Where replicas publish KV events, how many of the prompt's leading blocks (its
-        `tokens`, measured before admission or, for a model that had to wake or a fallback,
-        now) each holds; None: the balancer goes by its own index."""
+    def _held_of(self, tokens: list[int] | None, ready: Ready, size: int) -> Callable[[str], int] | None:
+        """Where replicas publish KV events, how many of the prompt's leading blocks of text (the
+        balancer's: `text_blocks` of the engine's tokens held, the prompt `size` bytes in its
+        `tokens`, measured before admission or, for a model that had to wake or a
+        fallback, now) each holds; None: the balancer goes by its own index."""
         if tokens is None or not any(r.kv_events for r, _ in ready.values()):
             return None
-        return self.oracle.held(tokens)
+        engine, n = self.oracle.held(tokens), len(tokens)
+        return lambda rid: text_blocks(engine(rid), n, size)
 
     async def _send(self, one: Try, replica: ReplicaState) -> Answer | Relay | None:
         """One try on one replica; None when it refused or failed before answering. It ends here

@@ -40,7 +40,7 @@ class Try:
         self.ended = False
         self.outage = health.outage(tried.replica)
         """Its replica's standing: out of rotation, it stops waiting on it."""
-        self.sent = self.balancer.started(tried.replica, prepared.blocks, len(prepared.prompt))
+        self.sent = self.balancer.started(tried.replica, prepared.blocks, prepared.size)
         """How much of its prompt the balancer believed its replica held when it was sent, and
         the work it added there."""
         metrics.in_flight(tried.model, tried.replica, +1)

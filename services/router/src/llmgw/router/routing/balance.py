@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
-__all__ = ["Balancer", "Candidate", "Sent", "leading", "prompt_blocks"]
+__all__ = ["Balancer", "Candidate", "Sent", "leading", "prompt_blocks", "text_blocks"]
 
 BLOCK_CHARS = 256
 """Characters of prompt per hashed block (about 64 tokens of English)."""
@@ -56,6 +56,12 @@ def leading(blocks: list[bytes], held) -> int:
             break
         n += 1
     return n
+
+
+def text_blocks(held_tokens: int, tokens: int, size: int) -> int:
+    """An engine's word that it holds a prompt's first `held_tokens` (of its `tokens`), as whole
+    blocks of the prompt's text (`size` bytes): what `Balancer.pick`'s `held` says."""
+    return int(held_tokens * size / max(tokens, 1)) // BLOCK_CHARS
 
 
 def _size(blocks: list[bytes], size: int | None) -> int:
@@ -177,28 +183,31 @@ class Balancer:
             pools.setdefault(r.priority, []).append(r)
         ordered = [pools[p] for p in sorted(pools, reverse=True)]
         for pool in ordered:
-            free = [r for r in pool if self.outstanding.get(r.id, 0) < r.slots]
-            if free:
+            if any(self.outstanding.get(r.id, 0) < r.slots for r in pool):
                 return self._within(pool, blocks, held, _size(blocks, size), "")
         return self._within(ordered[0], blocks, held, _size(blocks, size), "saturated")
 
     def _within(
         self, pool: list[Candidate], blocks: list[bytes], held: Callable[[str], int] | None, size: int, saturated: str
     ) -> tuple[Candidate, str]:
-        """The pool's replica of least cost (see the class); why, as `pick` says it."""
-        costs: list[tuple[float, float, float, Candidate, int]] = []
-        full = {r.id: self._fullness(r) for r in pool}
-        mean = sum(full.values()) / len(pool)
-        for r in pool:
+        """The pool's replica of least cost (see the class), a full one too: a request queued
+        behind short ones where its prefix is beats reading it afresh; why, as `pick` says it."""
+        if len(pool) == 1:
+            return pool[0], saturated or "only"
+        full = [self._fullness(r) for r in pool]
+        mean = sum(full) / len(pool)
+        costs: list[tuple[float, Candidate, int]] = []
+        for r, f in zip(pool, full, strict=True):
             n = (held(r.id) if held else self.held(r.id, blocks)) if blocks or held else 0
-            miss = (1 + (full[r.id] / mean if mean else 1)) * max(0, size - n * BLOCK_CHARS)
-            cost = (self.work.get(r.id, 0.0) + miss) / r.weight
-            costs.append((cost, self.recent.get(r.id, 0.0) / r.weight, self.rng.random(), r, n))
+            miss = (1 + (f / mean if mean else 1)) * max(0, size - n * BLOCK_CHARS)
+            costs.append(((self.work.get(r.id, 0.0) + miss) / r.weight, r, n))
         least = min(c[0] for c in costs)
-        _, _, _, chosen, n = min((c for c in costs if c[0] <= least + 1), key=lambda c: c[:3])
-        if saturated or len(pool) == 1:
-            return chosen, saturated or "only"
-        return chosen, "affinity" if n >= self.min_blocks else "least-loaded"
+        tied = [c for c in costs if c[0] <= least + 1]
+        if len(tied) > 1:  # the fewest recent requests, then by lot
+            fewest = min(self.recent.get(c[1].id, 0.0) / c[1].weight for c in tied)
+            tied = [c for c in tied if self.recent.get(c[1].id, 0.0) / c[1].weight <= fewest]
+        _, chosen, n = tied[0] if len(tied) == 1 else self.rng.choice(tied)
+        return chosen, saturated or ("affinity" if n >= self.min_blocks else "least-loaded")
 
     def _fullness(self, r: Candidate) -> float:
         """Blocks its index holds, by weight: how full its cache is believed to be."""
@@ -216,15 +225,14 @@ class Balancer:
         for rid in self.recent:
             self.recent[rid] *= self.decay
         self.recent[replica_id] = self.recent.get(replica_id, 0.0) + 1.0
-        work = max(0, _size(blocks, size) - self.held(replica_id, blocks) * BLOCK_CHARS) + self.request_chars
+        index, claims = self.indexes.get(replica_id), self.claims.setdefault(replica_id, {})
+        believed = index.match(blocks) if index and blocks else 0
+        held = max(believed, leading(blocks, claims))
+        work = max(0, _size(blocks, size) - held * BLOCK_CHARS) + self.request_chars
         self.work[replica_id] = self.work.get(replica_id, 0.0) + work
-        if not blocks:
-            return Sent(0, work)
-        claims = self.claims.setdefault(replica_id, {})
         for b in blocks:
             claims[b] = claims.get(b, 0) + 1
-        index = self.indexes.get(replica_id)
-        return Sent(index.match(blocks) if index else 0, work)
+        return Sent(believed, work)
 
     def finished(self, replica_id: str, ok: bool | None, blocks: Sequence[bytes] = (), work: float = 0.0) -> None:
         """A request to this replica ended (ok: it answered; False: it refused or failed, a

@@ -82,8 +82,8 @@ class PrefixOracle:
             sock.close(linger=0)
 
     def held(self, tokens: list[int]) -> Callable[[str], int]:
-        """How many of these tokens' leading blocks a replica holds, as its events say (0 for a
-        replica without events)."""
+        """How many of these leading tokens a replica holds (whole blocks of its engine's), as its
+        events say (0 for a replica without events)."""
         by_size: dict[int, list[bytes]] = {}
 
         def held(rid: str) -> int:
@@ -92,7 +92,7 @@ class PrefixOracle:
                 return 0
             if view.block_size not in by_size:
                 by_size[view.block_size] = token_blocks(tokens, view.block_size)
-            return view.match(by_size[view.block_size])
+            return view.match(by_size[view.block_size]) * view.block_size
 
         return held
 
