@@ -284,6 +284,9 @@ def test_sliding_window_layers_keep_only_their_window_as_llama_cpp_sizes_it():
     assert llamacpp_memory(GEMMA3_270M, 2048).kv == 36 * 2**20  # the window unknown: every layer whole
     four = llamacpp_memory(gemma, 8192, slots=4).kv  # each slot's stream holds its window
     assert four == (3 * 8192 + 15 * 4 * 1024) * 1024
+    ways = options([FileFacts(name="g", format="gguf", shape=gemma)], [_big()], 2048)
+    way = next(w for w in ways if w.device == "cpu")
+    assert way.kv_per_1000_mb == pytest.approx(21 * 1000 / 2048, abs=0.01)  # at that context
     tiny = llamacpp_memory(gemma, 256).kv  # a context shorter than the window: the window is the context
     assert tiny == 18 * 256 * 1024
     mistral = Header(where="m.gguf", version=3, architecture="llama", block_count=32, sliding_window=4096)

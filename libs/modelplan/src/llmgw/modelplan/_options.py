@@ -11,6 +11,7 @@ from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
     kv_bytes_per_token,
+    llamacpp_kv_bytes,
     llamacpp_memory,
     splits_kv_heads,
     vllm_memory,
@@ -111,7 +112,8 @@ class Option(msgspec.Struct, frozen=True, kw_only=True):
     """Nodes where it fits at all (when their memory or cards are free)."""
     tokens_per_second: float
     kv_per_1000_mb: float
-    """What 1000 tokens of context cost in KV cache, MiB (whole model)."""
+    """What 1000 tokens of context cost in KV cache, MiB (whole model; at the context planned,
+    where sliding-window layers keep only their window)."""
     cpu_moe_layers: int = 0
     """On cards: layers whose experts stay in host memory (llama.cpp's --n-cpu-moe); 0: none."""
     host_mb: int = 0
@@ -235,7 +237,7 @@ def options(
                 ways.append(cpu)
             for way in ways:
                 best.setdefault(way.key, _Best()).see(node.name, way)
-        kv_1000 = kv_bytes_per_token(f.shape) * 1000 / 2**20
+        kv_1000 = llamacpp_kv_bytes(f.shape, context, slots) * 1000 / max(context, 1) / 2**20  # at this context
         for (engine, device, cards, tp), b in best.items():
             w = b.way
             assert w is not None  # every _Best has seen a way
