@@ -21,6 +21,7 @@ __all__ = [
     "experts_host_bytes",
     "facts_from_gguf",
     "kv_bytes_per_token",
+    "kv_per_1000_mb",
     "llamacpp_kv_bytes",
     "llamacpp_memory",
     "shape_from_config",
@@ -213,6 +214,12 @@ def llamacpp_kv_bytes(shape: Shape, context: int, slots: int = 1, cache: str = "
     split = slots * _pad256(min(context // slots, shape.sliding_window + UBATCH))
     cells = (shape.layers - shape.swa_layers) * context + shape.swa_layers * max(unified, split)
     return int(kv_bytes_per_token(shape, cache) * cells / shape.layers)
+
+
+def kv_per_1000_mb(shape: Shape, context: int, slots: int = 1) -> float:
+    """What 1000 tokens of context cost in llama.cpp's KV cache (f16), MiB, at this context: with
+    sliding-window layers the cost of a token depends on the context it is in."""
+    return llamacpp_kv_bytes(shape, context, slots) * 1000 / max(context, 1) / 2**20
 
 
 def llamacpp_memory(

@@ -11,7 +11,7 @@ from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
     kv_bytes_per_token,
-    llamacpp_kv_bytes,
+    kv_per_1000_mb,
     llamacpp_memory,
     splits_kv_heads,
     vllm_memory,
@@ -237,7 +237,7 @@ def options(
                 ways.append(cpu)
             for way in ways:
                 best.setdefault(way.key, _Best()).see(node.name, way)
-        kv_1000 = llamacpp_kv_bytes(f.shape, context, slots) * 1000 / max(context, 1) / 2**20  # at this context
+        kv_1000 = kv_per_1000_mb(f.shape, context, slots)
         for (engine, device, cards, tp), b in best.items():
             w = b.way
             assert w is not None  # every _Best has seen a way

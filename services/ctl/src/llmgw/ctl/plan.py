@@ -18,7 +18,7 @@ from llmgw.modelplan import (
     FileFacts,
     NodeFacts,
     Option,
-    llamacpp_kv_bytes,
+    kv_per_1000_mb,
     options,
     shape_from_gguf,
     speed_note,
@@ -149,7 +149,7 @@ def make_plan(
     headers, facts = [h for h, _ in read], [f for _, f in read]
     context = context or min(headers[0].context_length or 4096, 8192)
     ways = options(facts, nodes, context, slots, threads)
-    kv = llamacpp_kv_bytes(facts[0].shape, context, slots) * 1000 / context / 2**20  # at this context (sliding windows)
+    kv = kv_per_1000_mb(facts[0].shape, context, slots)
     return Plan(
         files=headers,
         context=context,

@@ -6,6 +6,7 @@ from typing import Literal
 
 from llmgw.bus import ADMIN_PORTS, BusConfig
 from llmgw.proto.people import LdapSettings, OidcSettings
+from llmgw.router.routing.balance import REQUEST_CHARS
 
 __all__ = ["RouterConfig"]
 
@@ -83,7 +84,7 @@ class RouterConfig(BusConfig, kw_only=True):
     """How long a request for an on-demand model at zero waits for it to wake."""
     demand_every_s: float = 5.0
     """How often, at most, the router tells the scheduler a running on-demand model is in use."""
-    request_chars: int = 256
+    request_chars: int = REQUEST_CHARS
     """What a request in flight weighs, besides the prompt it reads, when a replica is chosen by
     its queued work and what of the prompt it holds (in prompt characters: 256, about 64 tokens)."""
     index_blocks: int = 65536

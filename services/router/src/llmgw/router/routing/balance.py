@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
-__all__ = ["Balancer", "Candidate", "Sent", "leading", "prompt_blocks", "text_blocks"]
+__all__ = ["REQUEST_CHARS", "Balancer", "Candidate", "Sent", "leading", "prompt_blocks", "text_blocks"]
 
 BLOCK_CHARS = 256
 """Characters of prompt per hashed block (about 64 tokens of English)."""
