@@ -107,7 +107,7 @@ def fleet(tmp_path_factory):
             homes.append(tmp_path_factory.mktemp(f"m{machine + 1}"))
             flags = ("--no-firewall",) if machine == 2 else ()  # m3 leaves its firewall to its operator
             procs.append(_join(machines, first, machine, f"m{machine + 1}", homes[machine], *flags))
-            _until_line(procs[machine], said[machine], "agent: started", 60)
+            _until_line(procs[machine], said[machine], "  firewall: ", 60)  # printed after "agent: started"
         _until_line(procs[0], said[0], "curl ", 180)
         for i, proc in enumerate(procs):  # keep reading, so no pipe fills
             threading.Thread(target=lambda p=proc, s=said[i]: s.extend(p.stdout), daemon=True).start()
