@@ -50,7 +50,7 @@
         llmgw-scheduler = {
           dir = "services/scheduler";
           buildSystem = [ "uv-build" ];
-          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" "numpy" ];
+          requires = [ "llmgw-proto" "llmgw-bus" "llmgw-gguf" "llmgw-modelplan" "httpx" "numpy" "highspy" ];
         };
         llmgw-mirror = {
           dir = "services/mirror";

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from llmgw.modelplan import Shape
-from llmgw.proto import Profile, ReplicaState
+from llmgw.proto import Model, Profile, ReplicaState
 from llmgw.scheduler.core._plan import Plan, Policy, Start
 from llmgw.scheduler.core._rollout import fingerprints, wanted_counts
 from llmgw.scheduler.placement import (
@@ -34,7 +34,7 @@ from llmgw.scheduler.placement import (
     speed_of,
 )
 
-__all__ = ["SWEEPS", "improve", "make_room"]
+__all__ = ["SWEEPS", "improve", "make_room", "relocated"]
 
 SWEEPS = 4
 """Sweeps over the starts at most (each tries every move and trade)."""
@@ -184,19 +184,10 @@ class _Improver:
         """Put `r` (released) on node `to`, on `profile` (None: its own) of need `need`."""
         start: Start = self.starts[spot.index]
         was = (spot, r, start.profile, spot.need, spot.fallbacks)
-        n = self.states[to]
-        changes = {"node": to, "gpus": cards_for(need, n), "tokens_per_s": round(speed_of(need, n), 1)}
+        moved = relocated(r, start.model, profile or start.profile, need, self.states[to])
         if profile is not None:
-            changes |= {
-                "profile": profile.name,
-                "memory_mb": need.memory_mb,
-                "cores": profile.cpu_cores or 0,
-                "estimate_mb": need.estimate_mb,
-                "fingerprint": fingerprints(start.model)[profile.name],
-            }
             start.profile, spot.need = profile, need
             spot.fallbacks = spot.fallbacks[[p for p, _ in spot.fallbacks].index(profile) + 1 :]
-        moved = msgspec.structs.replace(r, **changes)
         claim(self.states, moved)
         self.commit(spot, r, moved)
         return was
@@ -265,6 +256,21 @@ class _Improver:
                 if a.need.cards == b.need.cards and self.replica(a).model != self.replica(b).model:
                     changed |= self.swap(a, b)
         return changed
+
+
+def relocated(r: ReplicaState, model: Model, profile: Profile, need: Need, n: NodeState) -> ReplicaState:
+    """The start `r` of `model` moved to node `n` (on the cards the agent's rule takes there),
+    on `profile` of need `need` (its own or another of its model's)."""
+    changes = {"node": n.info.node, "gpus": cards_for(need, n), "tokens_per_s": round(speed_of(need, n), 1)}
+    if profile.name != r.profile:
+        changes |= {
+            "profile": profile.name,
+            "memory_mb": need.memory_mb,
+            "cores": profile.cpu_cores or 0,
+            "estimate_mb": need.estimate_mb,
+            "fingerprint": fingerprints(model)[profile.name],
+        }
+    return msgspec.structs.replace(r, **changes)
 
 
 def _improver(

@@ -57,7 +57,8 @@ class Pass:
     """Models put first in this try: they take the slowest room that fits (not the fast room
     a lighter model gains most from), their speed scored the other way round."""
     left: dict[str, tuple[Wants, list[list[Profile]], int]] = field(default_factory=dict)
-    """Model -> its wants, the replicas (their profiles) no node took, and how many started."""
+    """Model -> its wants, the replicas (their profiles) no node took yet, and how many started
+    (`repair` and `exact` take those they place off)."""
     needs: dict[tuple[str, str], Need] = field(default_factory=dict)
     """(model, profile) -> what one replica takes."""
 
@@ -101,6 +102,34 @@ class Wants:
     def failures(self) -> int:
         """Failed starts in a row, counting those recorded."""
         return max((r.failures + 1 for r in self.failed), default=0)
+
+    def replica(self, profile: Profile, need: Need, where: Placement, run: Pass) -> ReplicaState:
+        """A new replica of the model's `profile` placed `where` (not yet claimed)."""
+        return ReplicaState(
+            id=next(run.ids),
+            model=self.model.name,
+            profile=profile.name,
+            node=where.node,
+            memory_mb=need.memory_mb,
+            cores=profile.cpu_cores or 0,
+            gpus=where.cards,
+            workers=where.workers,
+            failures=self.failures,
+            fingerprint=self.fingerprints[profile.name],
+            estimate_mb=need.estimate_mb,
+            tokens_per_s=round(speed_of(need, run.states[where.node]), 1),
+            adapters=[a.name for a in self.model.adapters],
+            updated=run.now,
+        )
+
+    def started(self, profile: Profile, replica: ReplicaState, plan: Plan) -> None:
+        """Add the start of `replica` (claimed) to the plan and to the replicas kept."""
+        self.kept.append(replica)
+        plan.starts.append(Start(replica=replica, model=self.model, profile=profile))
+
+    def replaced(self, plan: Plan) -> None:
+        """Its first replica started: the records of its failed starts go."""
+        plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in self.failed)
 
 
 def settled(model: Model, current: int, now: float, demand: dict[str, float]) -> bool:
@@ -183,7 +212,7 @@ def _start_missing(wants: Wants, run: Pass, plan: Plan) -> None:
             run.left[wants.model.name] = (wants, wants.tries[i:], started)
             break
     if started:  # replaced now: the failed records go
-        plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
+        wants.replaced(plan)
 
 
 def repair(plan: Plan, run: Pass) -> None:
@@ -199,7 +228,8 @@ def repair(plan: Plan, run: Pass) -> None:
         if placed == len(left):  # still short in `run.short`: the next try puts it first
             del plan.unplaced[name]
         if placed and not started:  # replaced now: the failed records go
-            plan.stops.extend(Stop(replica=r, reason="replaced after failure") for r in wants.failed)
+            wants.replaced(plan)
+        run.left[name] = (wants, left[placed:], started + placed)
 
 
 def _room_made(wants: Wants, profiles: list[Profile], run: Pass, plan: Plan, fall_back: bool) -> bool:
@@ -239,25 +269,9 @@ def _place_one(wants: Wants, profile: Profile, run: Pass, plan: Plan) -> str:
             plan.held[victim.model] = gave
     if where is None:
         return "; ".join(f"{n}: {w}" for n, w in why.items()) or "no nodes registered"
-    replica = ReplicaState(
-        id=next(run.ids),
-        model=model.name,
-        profile=profile.name,
-        node=where.node,
-        memory_mb=need.memory_mb,
-        cores=profile.cpu_cores or 0,
-        gpus=where.cards,
-        workers=where.workers,
-        failures=wants.failures,
-        fingerprint=wants.fingerprints[profile.name],
-        estimate_mb=need.estimate_mb,
-        tokens_per_s=round(speed_of(need, run.states[where.node]), 1),
-        adapters=[a.name for a in model.adapters],
-        updated=run.now,
-    )
+    replica = wants.replica(profile, need, where, run)
     claim(run.states, replica)
-    wants.kept.append(replica)
-    plan.starts.append(Start(replica=replica, model=model, profile=profile))
+    wants.started(profile, replica, plan)
     return ""
 
 

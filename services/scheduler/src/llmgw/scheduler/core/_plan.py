@@ -84,6 +84,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
     where the predicted tokens a second rise), and moved off a node to make room for a replica
     left unplaced, where one sweep's checks, the starts times the starts and the nodes, are at
     most this many (0: never): small passes, not a big fleet's."""
+    exact: int = 5_000
+    """Where a try leaves replicas unplaced, they and its starts are placed exactly (an integer
+    program, `exact`) where the ways they could go are at most this many (0: never)."""
 
 
 # gc=False: never part of a reference cycle; a pass makes one per replica it starts

@@ -9,8 +9,10 @@ make room for it (`make_room`: each to another node, on its own profile or else 
 next); and the pass is tried again with those models first, each on the slowest room that fits
 it (up to `policy.tries` tries), and the try that starts the most replicas (then the most
 tokens a second) is the plan: a light model takes the fast room, but not a heavy one's only
-room. A small try's starts are then improved by moves and trades where the tokens a second
-rise (`improve`).
+room. Where a try still leaves replicas unplaced, they and its starts are placed exactly
+(`exact`: an integer program, the most replicas by class, then the most tokens a second); one
+it proves best ends the tries. A small try's starts are then improved by moves and trades
+where the tokens a second rise (`improve`).
 
 For every model: stop replicas of removed models and those left draining; replace stale
 replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from llmgw.proto import Model, ReplicaState
+from llmgw.scheduler.core._exact import exact
 from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._model import Pass, for_model, repair, settled
@@ -106,11 +109,11 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     first: set[str] = set()
     best: Plan | None = None
     for _ in range(max(policy.tries, 1)):
-        plan, short = _try(fleet, first, _replay(ids, drawn))
+        plan, short, final = _try(fleet, first, _replay(ids, drawn))
         if best is None or _worth(plan) > _worth(best):
             best = plan
-        if short <= first or not plan.starts:  # nothing new to put first, or no start took room from it
-            break
+        if final or short <= first or not plan.starts:  # proved best, nothing new to put first, or
+            break  # no start took room from it
         first |= short
     _order(best, policy.drain_s)
     return best
@@ -136,9 +139,9 @@ class _Fleet:
     says no): the only ones a try takes in turn."""
 
 
-def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str]]:
-    """One try of the pass from the fleet as it is, the models in `first` first: its plan, and
-    the models it left short."""
+def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str], bool]:
+    """One try of the pass from the fleet as it is, the models in `first` first: its plan, the
+    models it left short, and whether no other try could rank higher (`exact` proved it)."""
     desired, actual, now, policy = fleet.desired, fleet.actual, fleet.now, fleet.policy
     plan = Plan(stops=list(fleet.early))
 
@@ -160,9 +163,10 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
     for name, model in sorted(fleet.moving.items(), key=lambda kv: _turn(kv[1], actual, first)):
         plan.absorb(for_model(model, fleet.by_model.get(name, []), run))
     repair(plan, run)
+    final = any(left for _, left, _ in run.left.values()) and exact(plan, run)
     if plan.starts:
         improve(plan, run.states, now, policy, actual.weights, actual.shapes)
-    return plan, run.short
+    return plan, run.short, final
 
 
 def _turn(model: Model, actual: Actual, first: set[str]) -> tuple[int, bool, int, str]:
