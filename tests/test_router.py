@@ -354,6 +354,51 @@ async def test_a_client_gone_mid_stream_frees_its_slot_at_once(world):
     await World.until(lambda: world.router.proxy.balancer.outstanding[rid] == 0)
 
 
+async def test_a_stream_to_a_client_that_falls_behind_arrives_whole_and_in_order(world, monkeypatch):
+    """The pieces go out from the engine's read callback while the client keeps up; while it is
+    behind (here: its transport says so for two stretches of the stream) they wait for the stream's task,
+    which sends them before any that come after: the client gets exactly what the relay made
+    of the engine's pieces, in the order they came."""
+    from llmgw.router.http.connection import Client
+    from llmgw.router.request.relay import Relay
+    from llmgw.router.request.sse import StreamRelay
+    from llmgw.router.routing.upstream import EngineAnswer
+
+    came, passed, asked = [], [], []
+    push, pass_on, keeps_up = EngineAnswer._push, Relay._pass, Client._keeps_up
+    monkeypatch.setattr(EngineAnswer, "_push", lambda self, piece: came.append(piece) or push(self, piece))
+    monkeypatch.setattr(Relay, "_pass", lambda self, piece: passed.append(pass_on(self, piece)) or passed[-1])
+
+    def behind_at_times(self) -> bool:  # the transport's own signals, as a client that stops reading makes them
+        asked.append(None)
+        if len(asked) in (10, 40):  # its buffer full, then drained a while later
+            self.pause_writing()
+            asyncio.get_running_loop().call_later(0.05, self.resume_writing)
+        return keeps_up(self)
+
+    monkeypatch.setattr(Client, "_keeps_up", behind_at_times)
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU)
+    client = await world.client()
+    body = {"model": "m", "messages": HELLO, "max_tokens": 256, "stream": True, "ignore_eos": True}
+    body["stream_options"] = {"include_usage": True}
+    async with (
+        httpx.AsyncClient(base_url=world.router.http.url, timeout=60) as http,
+        http.stream(
+            "POST", "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {client.api_key}"}
+        ) as r,
+    ):
+        text = b"".join([piece async for piece in r.aiter_bytes()])
+    relay = StreamRelay("m", True)  # what the engine's pieces make, in the order they came
+    assert text == b"".join(relay.feed(piece) for piece in came) + relay.end()
+    assert 2 <= passed.count(False) <= 4 and passed.count(True) >= 20  # held while behind (each stretch: the
+    # piece that met it, perhaps one more the task took before it waited), else sent at once
+    events = [e.removeprefix(b"data: ") for e in text.split(b"\n\n") if e]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["model"] == "m" for c in chunks) and chunks[-1]["usage"]["completion_tokens"] == 256
+
+
 async def test_limits_refuse_with_429_saying_which_and_a_spent_budget_says_not_to_retry(world):
     await world.model(MODEL)
     await world.replica(MODEL, CPU)

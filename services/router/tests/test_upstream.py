@@ -216,3 +216,74 @@ async def test_an_answer_framed_by_the_connections_end_ends_there():
         assert await answer.read() == b"{}"
         answer.release()
         upstream.close()
+
+
+async def test_a_sink_takes_each_piece_in_the_read_callback_and_the_reader_waits_only_for_the_end():
+    """The pieces a sink takes wake no reader; each counts as the engine speaking (a read limit
+    shorter than the stream, longer than its gaps, holds); the end wakes the reader."""
+    plugged = asyncio.Event()
+
+    async def paced(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        await plugged.wait()
+        for i in range(8):
+            writer.write(chunk(b"data: %d\n\n" % i))
+            await asyncio.sleep(0.1)
+        writer.write(b"0\r\n\r\n")
+
+    async with engine(paced) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=0.3)
+        taken: list[bytes] = []
+        answer.sink = lambda piece: taken.append(piece) is None
+        plugged.set()
+        assert await answer.next() == b""  # one wait, ended by the answer's end
+        assert b"".join(taken) == b"".join(b"data: %d\n\n" % i for i in range(8))
+        answer.release()
+        upstream.close()
+
+
+async def test_a_piece_the_sink_declines_waits_for_the_reader_and_those_after_it_wait_too():
+    plugged, go_on = asyncio.Event(), asyncio.Event()
+
+    async def stream(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        await plugged.wait()
+        writer.write(chunk(b"data: 1\n\n"))
+        await go_on.wait()
+        writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+
+    async with engine(stream) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=5)
+        offered: list[bytes] = []
+        answer.sink = lambda piece: offered.append(piece) or len(offered) > 1  # declines the first
+        plugged.set()
+        assert await answer.next() == b"data: 1\n\n"
+        go_on.set()
+        assert await answer.next() == b""
+        assert offered == [b"data: 1\n\n", b"data: 2\n\n"]  # the first declined, kept for the reader; the second taken
+        answer.release()
+        upstream.close()
+
+
+async def test_a_sink_that_fails_fails_the_reader_not_the_engines_connection_callback():
+    plugged = asyncio.Event()
+
+    async def stream(reader, writer, n):
+        writer.write(CHUNKED_HEAD)
+        await plugged.wait()
+        writer.write(chunk(b"data: 1\n\n") + b"0\r\n\r\n")
+
+    def broken(piece):
+        raise ValueError("the relay could not read it")
+
+    async with engine(stream) as (url, _):
+        upstream = Upstream()
+        answer = await upstream.post(url, "/v1/completions", b"{}", {}, read_s=5)
+        answer.sink = broken
+        plugged.set()
+        with pytest.raises(ValueError, match="could not read"):
+            await answer.next()
+        answer.release()
+        upstream.close()

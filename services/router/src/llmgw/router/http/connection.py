@@ -334,20 +334,30 @@ class Client(asyncio.Protocol):
         """The relay in chunks (unframed where not `chunked`): its head leaves with its first
         piece, `[DONE]` with the end."""
         head, held = answer_head(relay, rid, keep, None, chunked), b""
+
+        def send(piece: bytes) -> None:
+            nonlocal head, held
+            framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
+            out = head + held + framed if piece else head + held
+            head, held = b"", b""
+            if piece.endswith(_DONE):  # most likely the last: held to leave with the end
+                out, held = b"", out
+            if out:
+                self._write(out)
+
+        relay.plug(send, self._keeps_up)  # pieces go out from the engine's read callback while it keeps up
         try:
-            async for piece in relay.chunks:
-                framed = b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece
-                out = head + held + framed if piece else head + held
-                head, held = b"", b""
-                if piece.endswith(_DONE):  # most likely the last: held to leave with the end
-                    out, held = b"", out
-                if out:
-                    self._write(out)
-                    if self.writable is not None:
-                        await self.writable
+            async for piece in relay.chunks:  # what came while it was behind, and the end
+                send(piece)
+                if self.writable is not None:
+                    await self.writable
             self._write(head + held + (b"0\r\n\r\n" if chunked else b""))
         finally:
             await relay.close()
+
+    def _keeps_up(self) -> bool:
+        """Whether its client reads what it is sent (a write now would not wait)."""
+        return self.writable is None and not self.closed
 
     def _write(self, data: bytes) -> None:
         if not self.closed:

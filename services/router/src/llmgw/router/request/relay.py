@@ -78,14 +78,50 @@ class Relay:
     """The engine's SSE stream passed on, rewritten (`chunks`); one write per read from the
     engine (the events that arrived together leave together). Its try ends when the stream ends
     (read to its end, failed, or closed as the client went away) or, where it never got that far
-    (never read), when it is closed, however that went."""
+    (never read), when it is closed, however that went.
+
+    Where the client's connection `plug`s in, each piece goes to it from the engine's read
+    callback while its client keeps up, with no task woken a piece (a task switch was a fifth of
+    a relayed token's CPU); `chunks` then yields only what arrived while it was behind, and
+    ends the stream as before."""
 
     status = 200
+    _own: AsyncGenerator[bytes, None] | None = None
+    """Its own `chunks` (a relay of other making, a kept answer replayed, has none: never plugged)."""
 
     def __init__(self, one: Try, resp: EngineAnswer, headers: dict[str, str]) -> None:
         self.one, self.resp = one, resp
-        self.chunks = self._chunks()
+        self.chunks = self._own = self._chunks()
         self.headers = {**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
+        self._relay = StreamRelay(one.prepared.body["model"], one.prepared.include_usage)
+        self._first: float | None = None
+        """When the first chunk was passed on (perf_counter)."""
+        self._send: Callable[[bytes], None] | None = None
+        self._ready: Callable[[], bool] = bool  # both set by `plug`
+
+    def plug(self, send: Callable[[bytes], None], ready: Callable[[], bool]) -> bool:
+        """Pass the stream's pieces to `send` as they arrive, while `ready()` (its client keeps up);
+        before `chunks` is read. Whether it can: not where a guardrail or the answer cache reads
+        `chunks` (they wrap it)."""
+        if self.chunks is not self._own:
+            return False
+        self._send, self._ready = send, ready
+        return True
+
+    def _feed(self, piece: bytes) -> bytes:
+        """What the client gets of the engine's next piece; the first chunk's time kept."""
+        out = self._relay.feed(piece)
+        if self._first is None and self._relay.chunks:
+            self._first = time.perf_counter()
+        return out
+
+    def _pass(self, piece: bytes) -> bool:
+        """The engine's next piece, from its read callback: sent on now, where the client keeps up."""
+        if not self._ready():
+            return False
+        if out := self._feed(piece):
+            self._send(out)
+        return True
 
     async def close(self) -> None:
         """The stream closed where it had not ended: its generator's own end where it started
@@ -99,18 +135,16 @@ class Relay:
         self.resp.fail(ReplicaDown(WHY_DOWN))
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
-        relay = StreamRelay(self.one.prepared.body["model"], self.one.prepared.include_usage)
-        first, status = None, 499  # until it ends well: the client went away
+        relay, status = self._relay, 499  # until it ends well: the client went away
         outage = self.one.outage
         outage.cuts.add(self._cut)
         if outage.out:
             self._cut()
+        if self._send is not None:
+            self.resp.sink = self._pass
         try:
             while piece := await self.resp.next():
-                out = relay.feed(piece)
-                if relay.chunks and first is None:
-                    first = time.perf_counter()
-                if out:
+                if out := self._feed(piece):
                     yield out
             if last := relay.end():
                 yield last
@@ -120,8 +154,9 @@ class Relay:
             err = UpstreamFailed(f"The replica failed mid-answer: {exc}")
             yield b"event: error\ndata: " + msgspec.json.encode(err.body()) + b"\n\n"
         finally:  # also when the client went away: its slot and its concurrency count are freed now
+            self.resp.sink = None
             outage.cuts.discard(self._cut)
-            self._end(status, relay.usage, first, relay.chunks)
+            self._end(status, relay.usage, self._first, relay.chunks)
 
     def _end(self, status: int, usage: Usage, first: float | None, relayed: int) -> None:
         """The stream ended with `status`; billed what its engine said it used or, where it never

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -51,7 +52,19 @@ class EngineAnswer:
     piece (`next`). `fail` cuts it from outside (its reader raises that error); `release` gives
     its connection back for the next request where the answer was read to its end."""
 
-    __slots__ = ("_conn", "_due", "_error", "_pieces", "_timer", "_waiter", "complete", "headers", "read_s", "status")
+    __slots__ = (
+        "_conn",
+        "_due",
+        "_error",
+        "_pieces",
+        "_timer",
+        "_waiter",
+        "complete",
+        "headers",
+        "read_s",
+        "sink",
+        "status",
+    )
 
     def __init__(self, conn: _Connection, read_s: float | None) -> None:
         self._conn, self.read_s = conn, read_s
@@ -67,6 +80,10 @@ class EngineAnswer:
         self._error: BaseException | None = None
         self.complete = False
         """The whole body has arrived."""
+        self.sink: Callable[[bytes], bool] | None = None
+        """Where its reader takes pieces as they arrive, in the read callback (True: taken; False:
+        not now, the piece waits for `next`): a piece it takes wakes no task. Pieces waiting
+        for `next` go first: none is taken while one waits."""
 
     async def next(self) -> bytes:
         """The body's next piece (what arrived since the last call, joined); b"" at its end.
@@ -145,9 +162,22 @@ class EngineAnswer:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _push(self, piece: bytes) -> None:
+    def _push(self, piece: bytes) -> bool:
+        """A piece arrived: to the sink, or kept for `next`; whether the sink took it."""
+        if self.sink is not None and not self._pieces:
+            try:
+                taken = self.sink(piece)
+            except Exception as exc:  # the reader's fault, raised to it from `next`, not into the engine's connection
+                self.sink = None
+                self._broken(exc)
+                return True
+            if taken:
+                if self.read_s:  # the engine spoke: its silence counts from now
+                    self._due = asyncio.get_running_loop().time() + self.read_s
+                return True
         self._pieces.append(piece)
         self._wake()
+        return False
 
     def _end(self) -> None:
         self.complete = True
@@ -176,6 +206,8 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.buffered = 0
         """Bytes of the answer its reader has not taken yet."""
+        self.bodies: list[bytes] = []
+        """The body's pieces parsed from the read under way: they go on as one (`_flush`)."""
         self.sent_at = 0.0
         """When the current request was written (loop time)."""
         self.idle_since = 0.0
@@ -210,8 +242,11 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            self.bodies.clear()
             self._fail(EngineError(f"the engine sent a broken answer ({exc})"))
             self.drop()
+            return
+        self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -237,16 +272,26 @@ class _Connection(asyncio.Protocol):
             self.headed.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        self.answer._push(body)
+        self.bodies.append(body)  # an event a chunk: a read holding many passes them on as one
+
+    def on_message_complete(self) -> None:
+        self._flush()
+        self.keep = self.parser.should_keep_alive()
+        self.deadline.cancel()
+        self.answer._end()
+
+    def _flush(self) -> None:
+        """The body's pieces of the read under way, to the answer as one."""
+        if not self.bodies:
+            return
+        body = b"".join(self.bodies) if len(self.bodies) > 1 else self.bodies[0]
+        self.bodies.clear()
+        if self.answer._push(body):
+            return
         self.buffered += len(body)
         if self.buffered > _PAUSE_AT and not self.paused:
             self.paused = True
             self.transport.pause_reading()
-
-    def on_message_complete(self) -> None:
-        self.keep = self.parser.should_keep_alive()
-        self.deadline.cancel()
-        self.answer._end()
 
     # the answer's side
     def resume(self) -> None:
