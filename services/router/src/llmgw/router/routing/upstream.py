@@ -169,7 +169,7 @@ class EngineAnswer:
                 taken = self.sink(piece)
             except Exception as exc:  # the reader's fault, raised to it from `next`, not into the engine's connection
                 self.sink = None
-                self._broken(exc)
+                self.fail(exc)  # nothing more is read of the engine
                 return True
             if taken:
                 if self.read_s:  # the engine spoke: its silence counts from now
@@ -242,7 +242,7 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.bodies.clear()
+            self._flush()  # what came whole before the break goes on first
             self._fail(EngineError(f"the engine sent a broken answer ({exc})"))
             self.drop()
             return

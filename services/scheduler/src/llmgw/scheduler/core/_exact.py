@@ -18,6 +18,7 @@ Only a pass of at most `Policy.exact` ways asks it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import msgspec
@@ -30,7 +31,7 @@ from llmgw.scheduler.core._rollout import wanted_counts
 from llmgw.scheduler.core._status import CLASS_RANK
 from llmgw.scheduler.placement import Need, NodeState, Placement, cards_for, claim, fits, release, spans, speed_of
 
-__all__ = ["NODES", "exact"]
+__all__ = ["NODES", "by_class", "exact"]
 
 NODES = 20_000
 """Branch-and-bound nodes HiGHS explores at most in each of its two stages."""
@@ -71,7 +72,8 @@ def exact(plan: Plan, run: Pass) -> bool:
     items = _items(plan, run)
     if all(item.start is not None for item in items) or run.policy.exact <= 0:
         return False
-    every = sum(item.start is not None for item in items) == len(plan.starts)
+    opened, left = sum(item.start is not None for item in items), sum(len(e[1]) for e in run.left.values())
+    every = opened == len(plan.starts) and len(items) - opened == left  # none left out of the program
     for item in items:
         if item.start is not None:
             release(run.states, item.start.replica)
@@ -79,9 +81,8 @@ def exact(plan: Plan, run: Pass) -> bool:
     ways = _ways(groups, run)
     chosen, proved = _solve(groups, ways, run) if ways and len(ways) <= run.policy.exact else (None, False)
     placed = _realize(groups, ways, chosen, run) if chosen else None
-    weight = _weights(len(items))
     had = [(item, item.start.replica) for item in items if item.start is not None]
-    if placed is None or _rank(placed, weight) <= _rank(had, weight):
+    if placed is None or _rank(placed) <= _rank(had):
         for _, replica in placed or ():
             release(run.states, replica)
         for _, replica in had:
@@ -185,14 +186,19 @@ def _solve(groups: list[list[_Item]], ways: list[_Way], run: Pass) -> tuple[list
         h.addConstr(h.qsum(terms) <= sum(g.cls == cls for g in run.states[node].free_cards))
     weight = _weights(sum(map(len, groups)))
     count = h.qsum(weight[groups[w.group][0].model.capacity_class] * v for v, w in zip(y, ways, strict=True))
+    h.setOptionValue("mip_rel_gap", 0.0)  # a whole count: proved only where none is higher by one
+    h.setOptionValue("mip_abs_gap", 0.5)
     h.maximize(count)
     if not _found(h):
         return None, False
     proved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    first = [round(x) for x in h.vals(y)]
     h.addConstr(count >= round(h.getInfo().objective_function_value))
+    h.setOptionValue("mip_rel_gap", 1e-4)  # tokens a second: within a hundredth of a percent
+    h.setOptionValue("mip_abs_gap", 1e-6)
     h.maximize(h.qsum(w.tps * v for v, w in zip(y, ways, strict=True)))
     if not _found(h):
-        return None, False
+        return first, False
     return [round(x) for x in h.vals(y)], proved and h.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
 
@@ -237,20 +243,25 @@ def _realize(
             r = relocated(item.start.replica, item.model, way.profile, way.need, view)
         else:
             assert item.wants is not None
-            r = item.wants.replica(
-                way.profile, way.need, Placement(node=way.node, cards=cards_for(way.need, view)), run
-            )
+            where = Placement(node=way.node, cards=cards_for(way.need, view))
+            r = item.wants.replica(way.profile, way.need, where, run, at=view)
         claim(run.states, r)
         placed.append((item, r))
     return placed
 
 
-def _rank(placed: list[tuple[_Item, ReplicaState]], weight: dict[str, int]) -> tuple[int, float]:
-    """How a placement ranks: its replicas counted by class (`weight`), then their tokens a second."""
-    return (
-        sum(weight[item.model.capacity_class] for item, _ in placed),
-        sum(r.tokens_per_s or 0.0 for _, r in placed),
-    )
+def by_class(models: Iterable[Model]) -> tuple[int, ...]:
+    """How many replicas of each class, the highest class first: how placements rank before
+    their tokens a second (one more of a higher class outranks any number of a lower)."""
+    counts = dict.fromkeys(sorted(CLASS_RANK, key=CLASS_RANK.__getitem__, reverse=True), 0)
+    for model in models:
+        counts[model.capacity_class] += 1
+    return tuple(counts.values())
+
+
+def _rank(placed: list[tuple[_Item, ReplicaState]]) -> tuple[int | float, ...]:
+    """How a placement ranks: its replicas by class, then their tokens a second."""
+    return (*by_class(item.model for item, _ in placed), sum(r.tokens_per_s or 0.0 for _, r in placed))
 
 
 def _apply(placed: list[tuple[_Item, ReplicaState]], items: list[_Item], plan: Plan, run: Pass) -> None:
@@ -259,7 +270,8 @@ def _apply(placed: list[tuple[_Item, ReplicaState]], items: list[_Item], plan: P
     each replica that was left unplaced and is placed now a start; what is still short stays
     in `run.left` and `run.short`."""
     kept = {id(item.start) for item, _ in placed if item.start is not None}
-    if dropped := [i.start for i in items if i.start is not None and id(i.start) not in kept]:
+    dropped = [i.start for i in items if i.start is not None and id(i.start) not in kept]
+    if dropped:
         gone = {id(s) for s in dropped}
         plan.starts = [s for s in plan.starts if id(s) not in gone]
         for s in dropped:
@@ -282,6 +294,6 @@ def _apply(placed: list[tuple[_Item, ReplicaState]], items: list[_Item], plan: P
         if not started:  # replaced now: the failed records go
             wants.replaced(plan)
         run.left[name] = (wants, left[got:], started + got)
-        if got == len(left):
+        if got == len(left) and all(s.model.name != name for s in dropped):  # nothing of it missing
             run.short.discard(name)
             plan.unplaced.pop(name, None)

@@ -103,8 +103,11 @@ class Wants:
         """Failed starts in a row, counting those recorded."""
         return max((r.failures + 1 for r in self.failed), default=0)
 
-    def replica(self, profile: Profile, need: Need, where: Placement, run: Pass) -> ReplicaState:
-        """A new replica of the model's `profile` placed `where` (not yet claimed)."""
+    def replica(
+        self, profile: Profile, need: Need, where: Placement, run: Pass, at: NodeState | None = None
+    ) -> ReplicaState:
+        """A new replica of the model's `profile` placed `where` (not yet claimed); its speed that
+        of node `at` (a view of it with the cards it was placed from), else of `where`'s node."""
         return ReplicaState(
             id=next(run.ids),
             model=self.model.name,
@@ -117,7 +120,7 @@ class Wants:
             failures=self.failures,
             fingerprint=self.fingerprints[profile.name],
             estimate_mb=need.estimate_mb,
-            tokens_per_s=round(speed_of(need, run.states[where.node]), 1),
+            tokens_per_s=round(speed_of(need, at or run.states[where.node]), 1),
             adapters=[a.name for a in self.model.adapters],
             updated=run.now,
         )

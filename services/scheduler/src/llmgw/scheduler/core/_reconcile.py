@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from llmgw.proto import Model, ReplicaState
-from llmgw.scheduler.core._exact import exact
+from llmgw.scheduler.core._exact import by_class, exact
 from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._model import Pass, for_model, repair, settled
@@ -177,9 +177,10 @@ def _turn(model: Model, actual: Actual, first: set[str]) -> tuple[int, bool, int
     return (-CLASS_RANK[model.capacity_class], model.name not in first, read, model.name)
 
 
-def _worth(plan: Plan) -> tuple[int, float]:
-    """How a try's plan ranks: replicas started, then their predicted tokens a second."""
-    return len(plan.starts), sum(s.replica.tokens_per_s or 0.0 for s in plan.starts)
+def _worth(plan: Plan) -> tuple[int | float, ...]:
+    """How a try's plan ranks: replicas started of each class (the highest first), then their
+    predicted tokens a second."""
+    return (*by_class(s.model for s in plan.starts), sum(s.replica.tokens_per_s or 0.0 for s in plan.starts))
 
 
 def _replay(ids: Iterator[str], drawn: list[str]) -> Iterator[str]:
