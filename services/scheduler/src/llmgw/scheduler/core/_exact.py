@@ -203,7 +203,8 @@ def _solve(groups: list[list[_Item]], ways: list[_Way], run: Pass) -> tuple[list
 
 
 def _weights(items: int) -> dict[str, int]:
-    """What one replica of each class counts for: more than every replica of the classes below."""
+    """What one replica of each class counts for in the program: more than every replica of the
+    classes below (`by_class`'s order, as one linear objective)."""
     return {cls: (items + 1) ** rank for cls, rank in CLASS_RANK.items()}
 
 

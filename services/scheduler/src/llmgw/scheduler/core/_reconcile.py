@@ -7,12 +7,12 @@ speed is its node's bandwidth over those bytes, so a fast node gains a light mod
 by name. Where that order leaves a replica unplaced, a small try moves starts off a node to
 make room for it (`make_room`: each to another node, on its own profile or else its model's
 next); and the pass is tried again with those models first, each on the slowest room that fits
-it (up to `policy.tries` tries), and the try that starts the most replicas (then the most
-tokens a second) is the plan: a light model takes the fast room, but not a heavy one's only
-room. Where a try still leaves replicas unplaced, they and its starts are placed exactly
-(`exact`: an integer program, the most replicas by class, then the most tokens a second); one
-it proves best ends the tries. A small try's starts are then improved by moves and trades
-where the tokens a second rise (`improve`).
+it (up to `policy.tries` tries), and the try that starts the most replicas, counted by class
+from the highest (then the most tokens a second), is the plan: a light model takes the fast
+room, but not a heavy one's only room. Where a try still leaves replicas unplaced, they and its
+starts are placed exactly (`exact`: an integer program, the most replicas by class, then the
+most tokens a second); one it proves best ends the tries. A small try's starts are then
+improved by moves and trades where the tokens a second rise (`improve`).
 
 For every model: stop replicas of removed models and those left draining; replace stale
 replicas (another fingerprint) one at a time; keep each counted profile at its count, starting
