@@ -10,7 +10,6 @@ from nats.aio.client import Client
 
 from llmgw.bus import call
 from llmgw.ctl.tree import Verb, show
-from llmgw.modelplan import speed_note
 from llmgw.proto import catalog
 from llmgw.proto.catalog import ServePlan
 from llmgw.proto.hub import HubFile, HubSearch, HubWays, fetch_glob
@@ -31,6 +30,8 @@ def best_way(f: HubFile, plan: ServePlan | None, nodes: int) -> str:
         return "no node registered: start an agent to see the ways"
     if plan is None or not plan.ways:
         return "no way here: " + ("; ".join(plan.warnings) if plan else "no node has the memory")
+    from llmgw.modelplan import speed_note  # with gguf and numpy: not for every command's start
+
     w = plan.ways[0]
     where = f"{w.cards}x {w.card_class}" if w.cards else ("CPU" if w.nodes == 1 else f"CPUs of {w.nodes} nodes")
     if w.experts_on_cpu:

@@ -8,15 +8,20 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from llmgw.bus import ADMIN_PORTS, address_towards, data_home
-from llmgw.ctl.join import JoinError, fetch_bundle, invite, write_bundle
 from llmgw.ctl.keeper import Backoff
-from llmgw.ctl.member import ROUTER_PORT, IdentitiesFollower, start_member
 from llmgw.ctl.rollout import Rollout
 from llmgw.ctl.supervise import Kept, spawn_service, stop_in_order
 from llmgw.ctl.upstate import running_up, write_targets
+
+if TYPE_CHECKING:
+    from llmgw.ctl.member import IdentitiesFollower
+
+# join and member (certificates: cryptography's x509) are imported by the commands that use them,
+# not by every `llmgw` command and service that builds this parser.
 
 __all__ = ["add_node_parser"]
 
@@ -25,6 +30,8 @@ DRAIN_S = 10.0
 
 
 def _invite(args: argparse.Namespace) -> int:
+    from llmgw.ctl.join import JoinError, invite
+
     home = data_home(args.data_dir).resolve()
     state = running_up(home)
     if state is None or not state.join_url:
@@ -45,6 +52,9 @@ def _invite(args: argparse.Namespace) -> int:
 
 
 def _join(args: argparse.Namespace) -> int:
+    from llmgw.ctl.join import JoinError, fetch_bundle, write_bundle
+    from llmgw.ctl.member import ROUTER_PORT, start_member
+
     home = data_home(args.data_dir).resolve()
     for folder in ("logs", "creds"):
         (home / folder).mkdir(parents=True, exist_ok=True)

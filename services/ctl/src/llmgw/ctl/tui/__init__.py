@@ -1,5 +1,8 @@
 """`llmgw console`: the terminal console (Textual) over the operators' operations: the fleet, the
-models and their every change, the Hub searched, fetched and served, keys and usage."""
+models and their every change, the Hub searched, fetched and served, keys and usage.
+
+Textual is imported when the console runs (or `ConsoleApp` is asked for), not with the parser:
+every `llmgw` command and service builds this parser, and Textual is a third of a second."""
 
 from __future__ import annotations
 
@@ -7,15 +10,24 @@ import argparse
 import asyncio
 import sys
 
-from llmgw.bus import BusError, CredentialsError, connect
 from llmgw.ctl.tree import reach
-from llmgw.ctl.tui.app import ConsoleApp
 from llmgw.ctl.tui.words import LANGUAGES, Words
 
 __all__ = ["ConsoleApp", "Words", "add_console_parser"]
 
 
+def __getattr__(name: str):
+    if name == "ConsoleApp":
+        from llmgw.ctl.tui.app import ConsoleApp
+
+        return ConsoleApp
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 async def _run(args: argparse.Namespace) -> int:
+    from llmgw.bus import BusError, CredentialsError, connect
+    from llmgw.ctl.tui.app import ConsoleApp
+
     where = reach(args)
     try:
         nc = await connect(where.url, "llmgw-console", patient=False, creds=where.creds, tls_ca=args.tls_ca)

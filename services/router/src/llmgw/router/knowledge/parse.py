@@ -1,6 +1,9 @@
 """A document's text out of its bytes, without I/O: plain text and Markdown as they are (UTF-8),
 HTML through BeautifulSoup (what a reader sees: no scripts, styles or markup), PDF through pypdf
-(each page's text). Whatever cannot be read is refused saying what was wrong and what to do."""
+(each page's text). Whatever cannot be read is refused saying what was wrong and what to do.
+
+BeautifulSoup and pypdf are imported by the first document that needs them, not with the router
+(half a second of every router's start)."""
 
 from __future__ import annotations
 
@@ -8,15 +11,9 @@ import io
 import logging
 from pathlib import PurePosixPath
 
-from bs4 import BeautifulSoup
-from pypdf import PdfReader
-from pypdf.errors import PdfReadError, PyPdfError
-
 from llmgw.proto.knowledge import FORMATS, MOST_BYTES
 
 __all__ = ["BadDocument", "document_format", "document_text"]
-
-logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files are ours to word
 
 
 class BadDocument(ValueError):
@@ -53,6 +50,8 @@ def document_text(path: str, data: bytes, fmt: str) -> str:
         except UnicodeDecodeError as exc:
             raise BadDocument(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
         if fmt == "html":
+            from bs4 import BeautifulSoup
+
             soup = BeautifulSoup(text, "html.parser")
             for hidden in soup(["script", "style", "noscript", "template", "head"]):
                 hidden.decompose()
@@ -65,6 +64,10 @@ def document_text(path: str, data: bytes, fmt: str) -> str:
 
 
 def _pdf_text(path: str, data: bytes) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError, PyPdfError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings about odd files are ours to word
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
