@@ -14,9 +14,11 @@ up *args:
     @llmgw up "$@"
 
 # Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
-# each package, cross-service tests in tests/
+# each package, cross-service tests in tests/. Two workers (pytest-xdist) share it out, each test
+# file whole on one of them (its module fixtures made once); LLMGW_TEST_WORKERS=0 runs it in
+# this one process, as a plain `python -m pytest` does.
 test *args:
-    python -m pytest "$@"
+    python -m pytest -n "${LLMGW_TEST_WORKERS:-2}" --dist loadfile "$@"
 
 # Run one service alone, as Nix and systemd do (catalog, scheduler, mirror, router, agent)
 svc name *args:
