@@ -3,6 +3,9 @@ replicas placed, a higher class never giving way to a lower one, then the most t
 its result checked by the filter chain and kept only where it ranks above the greedy try's."""
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,17 @@ def test_a_roomy_fleet_never_asks_the_solver(monkeypatch):
     nodes.append(Node("more").cpus(64).memory(256).membw(150, 8).cards(4, "l40s-48g", 46068))
     plan = _pass(models, sizes, nodes)
     assert len(plan.starts) == 7 and not plan.unplaced
+
+
+def test_a_pass_that_solves_prints_nothing_on_stdout():
+    # HiGHS prints its banner on fd 1, from C, when a process makes its first solver, before any
+    # option can turn it off; a scheduler's stdout goes to its log.
+    code = (
+        "from services.scheduler.tests.test_exact import _fleet, _pass\n"
+        "for _ in range(2):\n"
+        "    assert not _pass(*_fleet()).unplaced\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""

@@ -18,6 +18,9 @@ Only a pass of at most `Policy.exact` ways asks it.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -155,13 +158,41 @@ def _ways(groups: list[list[_Item]], run: Pass) -> list[_Way]:
     return ways
 
 
+_silenced = False
+"""Whether this process made its first HiGHS solver (the one that prints HiGHS's banner)."""
+
+
+def highs():
+    """A silent HiGHS solver (imported by the first pass that binds: a third of a second). The
+    first one a process makes prints HiGHS's banner with C's stdio on fd 1 before any option can
+    turn it off, so that one is made with fd 1 on /dev/null: a scheduler's output stays its log."""
+    global _silenced
+    import highspy
+
+    if _silenced:
+        h = highspy.Highs()
+    else:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                h = highspy.Highs()
+                ctypes.CDLL(None).fflush(None)  # the banner out of C's buffer, into /dev/null
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        _silenced = True
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def _solve(groups: list[list[_Item]], ways: list[_Way], run: Pass) -> tuple[list[int] | None, bool]:
     """How many copies go each way (HiGHS, its two stages), or None where it found none; and
     whether it proved both stages' optimum."""
-    import highspy  # imported by the first pass that binds: a third of a second
+    import highspy
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = highs()
     h.setOptionValue("mip_max_nodes", NODES)
     y = [h.addIntegral(lb=0, ub=len(groups[w.group])) for w in ways]
     by_group: dict[int, list] = {}
