@@ -157,7 +157,7 @@ def test_a_conversation_stays_with_the_replica_holding_its_history_however_uneve
     homes = ["r0", "r0", "r0", "r0", "r1", "r2"]
     history = [f"Conversation {c}: " + "tell me more about the river " * 20 for c in range(len(homes))]
     for c, home in enumerate(homes):
-        b.served(home, prompt_blocks(history[c]), 150, 0, prompt_chars=len(history[c]))
+        b.served(home, prompt_blocks(history[c]), 150, 0, size=len(history[c]))
     for turn in range(8):
         for c, home in enumerate(homes):
             history[c] += f" Turn {turn}: and then? " + "it went on downstream " * 6
@@ -205,14 +205,14 @@ def test_a_hit_on_the_shared_part_of_a_prompt_does_not_shrink_the_index():
     b = Balancer(seed=13)
     document = "Document 7: " + "river stone garden lamp " * 40  # ~970 characters: 3 whole blocks
     first = "user: " + document + "\nuser: Question 1?"
-    b.served("r0", prompt_blocks(first), prompt_tokens=250, cached_tokens=0, prompt_chars=len(first))
+    b.served("r0", prompt_blocks(first), prompt_tokens=250, cached_tokens=0, size=len(first))
     capacity = b.indexes["r0"].capacity
     again = "user: " + document + "\nuser: Question 2, a longer one this time?"
     blocks = prompt_blocks(again)
     believed = b.started("r0", blocks).believed
     assert believed == 3
     b.finished("r0", True, blocks)
-    b.served("r0", blocks, prompt_tokens=260, cached_tokens=240, believed=believed, prompt_chars=len(again))
+    b.served("r0", blocks, prompt_tokens=260, cached_tokens=240, believed=believed, size=len(again))
     assert b.indexes["r0"].capacity == capacity and b.held("r0", blocks) == len(blocks)
 
 

@@ -59,9 +59,9 @@ class Try:
         if served is None:
             return
         if served.status == 200 and self.prepared.blocks:  # where it answered well it now holds the prompt's blocks
-            usage = served.usage
-            believed, chars = self.sent.believed, len(self.prepared.prompt)
-            self.balancer.served(served.replica, self.prepared.blocks, usage.prompt, usage.cached, believed, chars)
+            usage, blocks = served.usage, self.prepared.blocks
+            size = self.prepared.size or None  # the bytes its blocks were cut from
+            self.balancer.served(served.replica, blocks, usage.prompt, usage.cached, self.sent.believed, size)
         self.finish(served)
 
 

@@ -69,13 +69,13 @@ def _size(blocks: list[bytes], size: int | None) -> int:
     return size if size is not None else len(blocks) * BLOCK_CHARS + BLOCK_CHARS // 2
 
 
-def _cached_blocks(blocks: int, prompt_chars: int | None, cached_share: float) -> int:
+def _cached_blocks(blocks: int, size: int | None, cached_share: float) -> int:
     """How many of a prompt's `blocks` whole blocks its engine's cache covered, from the share of
-    its tokens it said were cached: reckoned on the whole text where its length is known (its
+    its tokens it said were cached: reckoned on the whole text where its size is known (its
     tail past the last whole block is in the share too), else on the blocks alone."""
-    if not prompt_chars:
+    if not size:
         return int(blocks * cached_share)
-    return min(blocks, int(prompt_chars * cached_share / BLOCK_CHARS))
+    return min(blocks, int(size * cached_share / BLOCK_CHARS))
 
 
 class Sent(msgspec.Struct, frozen=True):
@@ -275,7 +275,7 @@ class Balancer:
         prompt_tokens: int,
         cached_tokens: int | None,
         believed: int | None = None,
-        prompt_chars: int | None = None,
+        size: int | None = None,
     ) -> None:
         """The replica answered a prompt of these blocks: it now holds them.
 
@@ -285,11 +285,12 @@ class Balancer:
         shrinks by the blocks it got wrong (least recently used go); a full hit on a full index
         lets it grow back (up to `index_blocks`). A block only claimed by a request in flight is
         no belief: the engine may still be reading it. How many blocks the engine's cached
-        tokens cover is reckoned on the whole prompt (`prompt_chars`, its text's length: the
-        blocks cover only its whole ones), a partial hit given a block's slack."""
+        tokens cover is reckoned on the whole prompt (`size`, the bytes its blocks were cut from,
+        as `pick` takes it: the blocks cover only its whole ones), a partial hit given a block's
+        slack."""
         index = self.indexes.setdefault(replica_id, _Index(self.index_blocks))
         if cached_tokens is not None and prompt_tokens > 0 and blocks:
-            really = _cached_blocks(len(blocks), prompt_chars, min(cached_tokens, prompt_tokens) / prompt_tokens)
+            really = _cached_blocks(len(blocks), size, min(cached_tokens, prompt_tokens) / prompt_tokens)
             believed = index.match(blocks) if believed is None else believed
             wrong = believed - really - (1 if cached_tokens else 0)  # a partial hit's estimate is a block fuzzy
             if wrong > 0:
