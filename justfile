@@ -44,6 +44,7 @@ bench:
     python tests/bench/gateway.py
     python tests/bench/floods.py
     python tests/bench/routing.py
+    python tests/bench/routing_sim.py
     python tests/bench/first_answer.py
     python tests/bench/mirror.py
     python tests/bench/hub_search.py

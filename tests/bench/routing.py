@@ -139,9 +139,9 @@ def start_engines(stack: contextlib.ExitStack, tmp: Path, gguf: Path, keyed: boo
 WORDS = ["river", "stone", "garden", "lamp", "window", "bridge", "cloud", "paper", "market", "engine"]
 
 
-def workload(rate: float = RATE) -> list[tuple[float, int, list[dict]]]:
+def workload(rate: float = RATE, seed: int = 18) -> list[tuple[float, int, list[dict]]]:
     """(arrival second, document, messages) of every request; the same for every row."""
-    rng = random.Random(18)
+    rng = random.Random(seed)
     docs = [" ".join(rng.choice(WORDS) for _ in range(120)) for _ in range(DOCUMENTS)]
     out, at = [], 0.0
     for i in range(REQUESTS):
@@ -152,11 +152,11 @@ def workload(rate: float = RATE) -> list[tuple[float, int, list[dict]]]:
     return out
 
 
-def multi_turn(rate: float = RATE) -> list[tuple[float, int, list[dict]]]:
+def multi_turn(rate: float = RATE, seed: int = 42) -> list[tuple[float, int, list[dict]]]:
     """(arrival second, conversation, messages) of every turn: conversations start at Poisson times
     (requests arriving at `rate` in all), each turn `TURN_GAP_S` after the one before, carrying
     the whole conversation so far; sorted by arrival."""
-    rng = random.Random(42)
+    rng = random.Random(seed)
     out, at = [], 0.0
     for c in range(CONVERSATIONS):
         at += rng.expovariate(rate / TURNS)
