@@ -17,6 +17,7 @@ from llmgw.modelplan import (
     cpu_tokens_per_second,
     gpu_tokens_per_second,
     kv_bytes_per_token,
+    kv_read_bytes,
     llamacpp_memory,
     options,
     shape_from_config,
@@ -291,3 +292,19 @@ def test_sliding_window_layers_keep_only_their_window_as_llama_cpp_sizes_it():
     assert tiny == 18 * 256 * 1024
     mistral = Header(where="m.gguf", version=3, architecture="llama", block_count=32, sliding_window=4096)
     assert shape_from_gguf(mistral).swa_layers == 0  # llama.cpp runs a llama with a window on every layer whole
+
+
+def test_a_sliding_window_layer_reads_only_its_window_of_the_kv_at_depth():
+    """A generated token reads each layer's keys and values of the tokens before it, but Gemma 3's
+    windowed layers (15 of its 18) only of the last 512: on a card, where that read counts, the
+    plan answers faster with the window known than with every layer whole."""
+    gemma = msgspec.structs.replace(GEMMA3_270M, sliding_window=512, swa_layers=15)
+    per_layer = kv_bytes_per_token(GEMMA3_270M) / 18
+    assert kv_read_bytes(gemma, 4096) == int(per_layer * (3 * 4096 + 15 * 512))
+    assert kv_read_bytes(gemma, 300) == kv_read_bytes(GEMMA3_270M, 300) == int(kv_bytes_per_token(gemma) * 300)
+    on_card = {}
+    for name, shape in (("window", gemma), ("whole", GEMMA3_270M)):
+        shape = msgspec.structs.replace(shape, active_bytes=247 * 2**20)  # its file's tensors
+        ways = options([FileFacts(name="g", format="gguf", shape=shape)], [_big()], 32768)
+        on_card[name] = next(w for w in ways if w.device == "l40s-48g" and w.cards == 1).tokens_per_second
+    assert on_card["window"] > on_card["whole"]

@@ -22,6 +22,7 @@ __all__ = [
     "facts_from_gguf",
     "kv_bytes_per_token",
     "kv_per_1000_mb",
+    "kv_read_bytes",
     "llamacpp_kv_bytes",
     "llamacpp_memory",
     "shape_from_config",
@@ -150,6 +151,14 @@ def kv_bytes_per_token(shape: Shape, cache: str = "f16") -> float:
     if cache not in KV_CACHE_TYPES:
         raise ValueError(f"KV cache type '{cache}' is not one of {', '.join(KV_CACHE_TYPES)}")
     return shape.layers * shape.kv_heads * (shape.key_length + shape.value_length) * KV_CACHE_TYPES[cache]
+
+
+def kv_read_bytes(shape: Shape, depth: int, cache: str = "f16") -> int:
+    """Bytes of KV cache one generated token reads with `depth` tokens before it: each layer's
+    keys and values of all of them, but a sliding-window layer's of its window only."""
+    windowed = shape.swa_layers if shape.sliding_window else 0
+    cells = (shape.layers - windowed) * depth + windowed * min(depth, shape.sliding_window)
+    return int(kv_bytes_per_token(shape, cache) * cells / max(shape.layers, 1))
 
 
 def vllm_block_bytes(shape: Shape, dtype_bytes: int = 2) -> int:

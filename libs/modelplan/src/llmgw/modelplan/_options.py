@@ -10,8 +10,8 @@ from llmgw.modelplan._experts import experts_on_host_mb, fewest_cpu_moe_layers, 
 from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
-    kv_bytes_per_token,
     kv_per_1000_mb,
+    kv_read_bytes,
     llamacpp_memory,
     splits_kv_heads,
     vllm_memory,
@@ -165,7 +165,7 @@ def _llamacpp_on_cards(  # noqa: PLR0913 - the file, the node and its cards, how
     them) the fewest layers' experts in host memory, if the node has the memory for them."""
     card = card_of(group.cls)
     bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
-    kv_at_depth = int(kv_bytes_per_token(f.shape) * context / max(slots, 1) / 2)  # a reply half-way into its slot
+    kv_at_depth = _kv_at_depth(f.shape, context, slots)
     moe = fewest_cpu_moe_layers(f.shape, context, slots, n, group.memory_mb * CARD_USABLE)
     if moe < 0:
         return None
@@ -183,8 +183,13 @@ def _llamacpp_on_cards(  # noqa: PLR0913 - the file, the node and its cards, how
     return _Seen(("llamacpp", group.cls, n, False), t, need, group.memory_mb, free, tps, moe, host)
 
 
+def _kv_at_depth(shape: Shape, context: int, slots: int) -> int:
+    """The KV a reply half-way into its slot reads for each token."""
+    return kv_read_bytes(shape, context // max(slots, 1) // 2)
+
+
 def _card_ways(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None):
-    kv_at_depth = int(kv_bytes_per_token(f.shape) * context / max(slots, 1) / 2)
+    kv_at_depth = _kv_at_depth(f.shape, context, slots)
     for group in node.cards:
         card = card_of(group.cls)
         bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
