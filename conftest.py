@@ -24,6 +24,51 @@ from llmgw.bus import (
 KNOWN_NODES = ("a", "b", "c", "n", "n0", "n1", "n2")
 
 
+SHARED_PORTS = {
+    # `llmgw up` gives its services the fixed admin ports 9461-9465 where free; its agent (and
+    # this one with the default ports) starts engines from 20000
+    "llmgw-up": (
+        "tests/console/test_browser.py",
+        "tests/test_observe.py",
+        "tests/test_purge.py",
+        "tests/test_up.py",
+        "tests/test_up_faults.py",
+        "tests/test_upgrade.py",
+        "tests/tui/test_tmux.py",
+    ),
+    # agents given the same or touching port ranges (21000-21399, 22900-23399)
+    "fixed-engine-ports": (
+        "tests/test_adapters.py",
+        "tests/test_agent.py",
+        "tests/test_bus_attacks.py",
+        "tests/test_contract.py",
+        "tests/test_embeddings.py",
+        "tests/test_knowledge.py",
+        "tests/test_mirror_e2e.py",
+        "tests/test_scheduler.py",
+    ),
+}
+"""Test files that share one pytest-xdist worker: a port is found free and bound a moment later
+(by a service, an engine), and two workers finding it at once would both take it."""
+_GROUP_OF = {path: group for group, paths in SHARED_PORTS.items() for path in paths}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`just test`) each test file runs whole on one worker, its module
+    fixtures made once, as `--dist loadfile` does, and the files of each `SHARED_PORTS` group
+    together on one. (Its `--dist loadgroup` marks are lost on pytest 9.2, which no longer reads
+    the node id that xdist rewrites for them.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _GROUP_OF.get(path, path)
+
+    return ByFile(config, log)
+
+
 @pytest.fixture(autouse=True)
 def own_home(tmp_path_factory):
     """Each test's services keep their files (a router's usage spool, say) in a data directory of

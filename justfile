@@ -15,8 +15,9 @@ up *args:
 
 # Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
 # each package, cross-service tests in tests/. Two workers (pytest-xdist) share it out, each test
-# file whole on one of them (its module fixtures made once); LLMGW_TEST_WORKERS=0 runs it in
-# this one process, as a plain `python -m pytest` does.
+# file whole on one of them (its module fixtures made once; files that take the same fixed ports
+# together: conftest.py's SHARED_PORTS); LLMGW_TEST_WORKERS=0 runs it in this one process, as a
+# plain `python -m pytest` does.
 test *args:
     python -m pytest -n "${LLMGW_TEST_WORKERS:-2}" --dist loadfile "$@"
 
