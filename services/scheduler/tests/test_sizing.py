@@ -3,13 +3,25 @@ its profile's cache type, compute buffers (`llmgw.modelplan`'s estimate, as `llm
 
 import itertools
 
+import msgspec
 import pytest
 
 from libs.modelplan.tests.shapes import MOE
-from llmgw.modelplan import Shape, experts_on_host_mb, fewest_cpu_moe_layers, llamacpp_memory
+from llmgw.modelplan import (
+    DEFAULT_CPU,
+    Shape,
+    card_of,
+    cpu_threads,
+    experts_on_host_mb,
+    fewest_cpu_moe_layers,
+    hybrid_tokens_per_second,
+    kv_read_bytes,
+    llamacpp_memory,
+)
 from llmgw.proto import GpuInfo, Model, NodeInfo, Profile, Scaling
 from llmgw.scheduler.core import Actual, Desired, NodeView, reconcile
-from llmgw.scheduler.placement import kv_cache_type, need_of
+from llmgw.scheduler.placement import kv_cache_type, need_of, speed_of
+from services.scheduler.tests.fake_nodes import Node, states
 
 NOW = 1_000_000.0
 SOURCE = "o/r/m.gguf"
@@ -151,3 +163,17 @@ def test_experts_on_the_cpu_are_placed_by_both_memories_the_cards_and_the_hosts(
     assert parked.starts == [] and f"a: memory: needs {experts_on_host_mb(MOE, n)} MiB" in parked.unplaced["m"]
     whole = Model(name="m", source=SOURCE, context=8192, profiles=[Profile(name="gpu", gpus=1)])
     assert run(whole, [node("b", 128 * 1024, cards=1, card_mb=24 * 1024)], {SOURCE: MOE}).starts == []
+
+
+def test_experts_on_the_cpu_are_as_fast_as_the_plan_says_reading_only_a_sliding_windows_kv():
+    # A model of experts whose every other layer attends to a 128-token window (gpt-oss): the
+    # scheduler reckons a replica with experts in host memory as the plan does, the KV read at
+    # depth only the window's on those layers.
+    windowed = msgspec.structs.replace(MOE, sliding_window=128, swa_layers=MOE.layers // 2)
+    n = fewest_cpu_moe_layers(windowed, 8192, 2, 1, 23034 * 0.95)
+    need = need_of(Profile(gpus=1, cpu_moe_layers=n), windowed.weight_bytes, windowed, 8192)
+    view = states(Node("a").cpus(16).memory(128).membw(100, 10).cards(1, "l4-24g", 23034))["a"]
+    host = (100, 10, cpu_threads(need.profile.cpu_cores, 16))
+    kv = kv_read_bytes(windowed, 8192 // max(need.profile.slots, 1) // 2)
+    want = hybrid_tokens_per_second(windowed, n, kv, card_of("l4-24g").bandwidth_gbs, host, DEFAULT_CPU)
+    assert n > 0 and speed_of(need, view) == pytest.approx(want)
