@@ -14,12 +14,11 @@ up *args:
     @llmgw up "$@"
 
 # Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
-# each package, cross-service tests in tests/. Two workers (pytest-xdist) share it out, each test
-# file whole on one of them (its module fixtures made once; files that take the same fixed ports
-# together: conftest.py's SHARED_PORTS); LLMGW_TEST_WORKERS=0 runs it in this one process, as a
-# plain `python -m pytest` does.
+# each package, cross-service tests in tests/, in one process. `just test -n 2 --dist loadfile`
+# shares it between two workers (about 18 minutes instead of 35 on 2 cores; conftest.py keeps
+# files taking the same fixed ports on one worker), but timing tests still fail there now and then.
 test *args:
-    python -m pytest -n "${LLMGW_TEST_WORKERS:-2}" --dist loadfile "$@"
+    python -m pytest "$@"
 
 # Run one service alone, as Nix and systemd do (catalog, scheduler, mirror, router, agent)
 svc name *args:
