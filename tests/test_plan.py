@@ -62,6 +62,8 @@ def _llama_server_log(model, context, slots):
             4,
         ),
         (TinyLlama(embedding=128, layers=4, heads=4, kv_heads=2, experts=4, experts_used=2, feed_forward=256), 2048, 2),
+        (TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2, feed_forward=512, tensor_type="Q5_0"), 4096, 1),
+        (TinyLlama(embedding=256, layers=4, heads=8, kv_heads=2, feed_forward=512, tensor_type="Q6_K"), 4096, 1),
     ],
 )
 def test_kv_and_weights_agree_with_what_llama_server_reports(tmp_path, shape, context, slots):

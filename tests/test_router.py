@@ -281,16 +281,24 @@ async def test_a_request_whose_only_engine_died_waits_for_its_replacement_and_is
     """An engine killed under load: the requests whose try failed wait for the replica started
     again (its agent reports it starting, then ready on a new engine) instead of a 503."""
     await world.model(MODEL)
-    rid = await world.replica(MODEL, CPU, url=f"http://127.0.0.1:{free_port()}")  # its engine just died
+    # The replacement started ahead, and the bucket opened: once the replica is out, its agent
+    # (this test) has OUT_GRACE_S to say it is starting, which a machine busy with other tests
+    # must not eat.
+    rid = "m-cpu-replaced"
+    live = await asyncio.to_thread(world.engines.start, MODEL, CPU, world.key(rid))
+    dead = f"http://127.0.0.1:{free_port()}"
+    while dead == live:
+        dead = f"http://127.0.0.1:{free_port()}"
+    await world.replica(MODEL, CPU, url=dead, rid=rid)  # its engine just died
+    kv = await kv_bucket(world.nc.jetstream(), BUCKETS["replicas"])
     client = await world.client()
     asked = asyncio.create_task(client.chat.completions.create(model="m", messages=HELLO, max_tokens=2))
     await world.until(lambda: world.router.health.outage(rid).out)  # tried, failed, probed: out of rotation
-    kv = await kv_bucket(world.nc.jetstream(), BUCKETS["replicas"])
     starting = ReplicaState(id=rid, model="m", profile=CPU.name, node="n", state="starting")
     await kv.put(rid, msgspec.json.encode(starting))  # its agent starts the engine again
     await asyncio.sleep(1.0)
     assert not asked.done()
-    await world.replica(MODEL, CPU, rid=rid)  # ready, on a live engine
+    await world.replica(MODEL, CPU, url=live, rid=rid)  # ready, on the live engine
     answer = await asyncio.wait_for(asked, 30)
     assert answer.choices and answer.model == "m"
 

@@ -28,9 +28,10 @@ from llmgw.proto.errors import BusError
 from tests.test_up import DEMO, Up  # the running `llmgw up` the other tests use
 
 CLIENTS = 4
-STREAM_TOKENS = 200
-"""A stream long enough to be in flight while `up` stops, short enough to end within its drain_s
-(10 s): the demo model, SmolLM2-135M, writes about 100 tokens a second on 2 cores."""
+STREAM_TOKENS = 64
+"""A stream in flight while `up` stops (the stop is sent on its first token), short enough to end
+well within `up`'s drain_s (10 s) while other tests load the machine: the demo model, SmolLM2-135M,
+writes about 100 tokens a second on 2 cores left to it."""
 RECOVER_S = 120
 """The longest a case waits for what was killed to be back (generous: not a speed)."""
 

@@ -20,6 +20,9 @@ def files(tmp_path_factory):
         "experts": write_random_llama(d / "experts.gguf", TinyLlama(experts=8, experts_used=2, tensor_type="Q8_0")),
         "f16": write_random_llama(d / "f16.gguf", TinyLlama(tensor_type="F16")),
         "q8": write_random_llama(d / "q8.gguf", TinyLlama(tensor_type="Q8_0")),
+        "q5": write_random_llama(d / "q5.gguf", TinyLlama(tensor_type="Q5_0")),
+        "q4k": write_random_llama(d / "q4k.gguf", TinyLlama(embedding=256, feed_forward=512, tensor_type="Q4_K")),
+        "q6k": write_random_llama(d / "q6k.gguf", TinyLlama(embedding=256, feed_forward=512, tensor_type="Q6_K")),
         "split": write_random_llama(d / "split.gguf", TinyLlama(split_tensors=8)),
     }
 
@@ -47,13 +50,27 @@ def test_a_model_of_experts_splits_its_bytes_into_what_every_token_reads_and_the
     assert h.active_bytes == h.dense_bytes + h.expert_bytes * 2 // 8
 
 
-@pytest.mark.parametrize(("name", "file_type", "bytes_per_weight"), [("f16", "F16", 2.0), ("q8", "Q8_0", 34 / 32)])
+@pytest.mark.parametrize(
+    ("name", "file_type", "bytes_per_weight"),
+    [
+        ("f16", "F16", 2.0),
+        ("q8", "Q8_0", 34 / 32),
+        ("q5", "Q5_0", 22 / 32),
+        ("q4k", "Q4_K_M", 144 / 256),
+        ("q6k", "Q6_K", 210 / 256),
+    ],
+)
 def test_the_quantisation_is_the_files_and_sizes_follow_the_block_sizes(files, name, file_type, bytes_per_weight):
     h = read_header(files[name])
     assert h.file_type == file_type
-    matrices = h.type_bytes[file_type]
+    matrices = h.type_bytes[file_type.removesuffix("_M")]
     norms = h.type_bytes.get("F32", 0)
     assert matrices == pytest.approx((h.parameters - norms // 4) * bytes_per_weight)
+
+
+def test_a_k_type_row_that_is_not_whole_blocks_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="a Q4_K row holds a multiple of 256 weights, not 64"):
+        write_random_llama(tmp_path / "m.gguf", TinyLlama(tensor_type="Q4_K"))
 
 
 def test_a_split_model_is_read_whole_from_its_first_part(files):

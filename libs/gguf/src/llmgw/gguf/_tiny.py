@@ -39,9 +39,38 @@ class TinyLlama(msgspec.Struct, frozen=True, kw_only=True):
     experts_used: int = 0
     """Experts each token uses."""
     tensor_type: str = "F32"
-    """F32, F16, Q8_0, Q4_0 or Q4_1 for the matrices (norms stay F32)."""
+    """The matrices' type (norms stay F32): F32, F16, Q8_0, Q4_0, Q4_1 and Q5_0 quantised from
+    random weights; Q4_K, Q5_K and Q6_K written as random blocks (their rows a multiple of 256)."""
     split_tensors: int = 0
     """Write parts of at most this many tensors (`-00001-of-0000N.gguf`); 0 is one file."""
+
+
+_FILE_TYPES = {
+    "F32": gguf.LlamaFileType.ALL_F32,
+    "F16": gguf.LlamaFileType.MOSTLY_F16,
+    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
+    "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_M,
+    "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
+}
+_K_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+"""Where each 256-weight block of a K type holds its f16 scales (ggml's block layouts): gguf
+quantises none of these, so their blocks are random bytes with small, finite scales."""
+
+
+def _random_blocks(rng: np.random.Generator, dims: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> np.ndarray:
+    """A tensor of `dims` weights of K type `qtype` as random blocks (the bytes gguf writes)."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    if dims[-1] % block:
+        raise ValueError(f"a {qtype.name} row holds a multiple of {block} weights, not {dims[-1]}")
+    blocks = rng.integers(0, 256, size=(*dims[:-1], dims[-1] // block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.001).tobytes(), dtype=np.uint8)
+    for at in _K_SCALES[qtype.name]:
+        blocks[..., at : at + 2] = scale
+    return blocks.reshape(*dims[:-1], -1)
 
 
 def _vocab() -> tuple[list[bytes], list[float], list[int]]:
@@ -68,6 +97,8 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
     qtype = gguf.GGMLQuantizationType[shape.tensor_type]
 
     def weight(*dims: int):
+        if qtype.name in _K_SCALES:
+            return {"tensor": _random_blocks(rng, dims, qtype), "raw_dtype": qtype}
         data = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
         if qtype == gguf.GGMLQuantizationType.F32:
             return {"tensor": data}
@@ -91,15 +122,7 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
         writer.add_expert_count(shape.experts)
         writer.add_expert_used_count(shape.experts_used)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(
-        {
-            "F32": gguf.LlamaFileType.ALL_F32,
-            "F16": gguf.LlamaFileType.MOSTLY_F16,
-            "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-            "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-            "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
-        }[shape.tensor_type]
-    )
+    writer.add_file_type(_FILE_TYPES[shape.tensor_type])
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)

@@ -19,6 +19,7 @@ from llmgw.scheduler.book import Book
 from llmgw.scheduler.core import Actual, Hearing, NodeView, Plan, Policy, accept, model_statuses, observe, reconcile
 from llmgw.scheduler.inbox import Adopt, Inbox, Item, Pass, Stopped, WorkersUp
 from llmgw.scheduler.placement import spans
+from llmgw.scheduler.solver import quiet_highs
 
 __all__ = ["Applier"]
 
@@ -105,7 +106,7 @@ class Applier:
             known_deaf_s=self.known_deaf_s,
         )
         with collector_paused():  # a pass makes no cycles (test_scan): at 10,000 nodes a walk finding none
-            plan = reconcile(item.desired, actual, now, self.policy, ids=_fresh_ids())
+            plan = reconcile(item.desired, actual, now, self.policy, ids=_fresh_ids(), solver=quiet_highs)
         for name, why in plan.unplaced.items():
             if self.unplaced.get(name) != why:
                 self.log.warning("model not placed", model=name, why=why)

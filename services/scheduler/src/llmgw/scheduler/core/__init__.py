@@ -12,6 +12,7 @@
 - `room_left`: how many more replicas of a model's profiles fit now, and with preemption.
 """
 
+from llmgw.scheduler.core._exact import highs
 from llmgw.scheduler.core._hearing import Hearing, health, heard, listen, silence
 from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._observe import lost, lost_workers, observe
@@ -37,6 +38,7 @@ __all__ = [
     "backoff_s",
     "health",
     "heard",
+    "highs",
     "improve",
     "listen",
     "lost",

@@ -18,9 +18,6 @@ Only a pass of at most `Policy.exact` ways asks it.
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,7 +31,7 @@ from llmgw.scheduler.core._rollout import wanted_counts
 from llmgw.scheduler.core._status import CLASS_RANK
 from llmgw.scheduler.placement import Need, NodeState, Placement, cards_for, claim, fits, release, spans, speed_of
 
-__all__ = ["NODES", "by_class", "exact"]
+__all__ = ["NODES", "by_class", "exact", "highs"]
 
 NODES = 20_000
 """Branch-and-bound nodes HiGHS explores at most in each of its two stages."""
@@ -158,31 +155,13 @@ def _ways(groups: list[list[_Item]], run: Pass) -> list[_Way]:
     return ways
 
 
-_silenced = False
-"""Whether this process made its first HiGHS solver (the one that prints HiGHS's banner)."""
-
-
 def highs():
-    """A silent HiGHS solver (imported by the first pass that binds: a third of a second). The
-    first one a process makes prints HiGHS's banner with C's stdio on fd 1 before any option can
-    turn it off, so that one is made with fd 1 on /dev/null: a scheduler's output stays its log."""
-    global _silenced
+    """A HiGHS solver that prints nothing once made (imported by the first pass that binds: a
+    third of a second). The first one a process makes prints HiGHS's banner on fd 1 before any
+    option can stop it: the scheduler's shell hands the pass a maker that hides it."""
     import highspy
 
-    if _silenced:
-        h = highspy.Highs()
-    else:
-        sys.stdout.flush()
-        saved = os.dup(1)
-        try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
-                h = highspy.Highs()
-                ctypes.CDLL(None).fflush(None)  # the banner out of C's buffer, into /dev/null
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        _silenced = True
+    h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     return h
 
@@ -192,7 +171,7 @@ def _solve(groups: list[list[_Item]], ways: list[_Way], run: Pass) -> tuple[list
     whether it proved both stages' optimum."""
     import highspy
 
-    h = highs()
+    h = run.solver()
     h.setOptionValue("mip_max_nodes", NODES)
     y = [h.addIntegral(lb=0, ub=len(groups[w.group])) for w in ways]
     by_group: dict[int, list] = {}

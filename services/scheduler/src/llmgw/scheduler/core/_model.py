@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -49,6 +50,8 @@ class Pass:
     ids: Iterator[str]
     view: Callable[[], dict[str, NodeState]]
     """Makes the view of every node's free room (`states`), when a model first needs it."""
+    solver: Callable[[], Any]
+    """Makes a HiGHS solver, for `exact`."""
     scan: int = 0
     """Where the next limited scan of the fleet begins."""
     short: set[str] = field(default_factory=set)

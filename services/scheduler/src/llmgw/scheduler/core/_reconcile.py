@@ -24,12 +24,13 @@ lower class's room where nothing else would.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from llmgw.proto import Model, ReplicaState
-from llmgw.scheduler.core._exact import by_class, exact
+from llmgw.scheduler.core._exact import by_class, exact, highs
 from llmgw.scheduler.core._hearing import silence
 from llmgw.scheduler.core._improve import improve
 from llmgw.scheduler.core._model import Pass, for_model, repair, settled
@@ -51,7 +52,15 @@ _REMOVED: Mapping[str, str] = MappingProxyType({})
 """The fingerprints of a model not in the catalog: none (its replicas are stopped)."""
 
 
-def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Policy(), *, ids: Iterator[str]) -> Plan:
+def reconcile(
+    desired: Desired,
+    actual: Actual,
+    now: float,
+    policy: Policy = Policy(),
+    *,
+    ids: Iterator[str],
+    solver: Callable[[], Any] = highs,
+) -> Plan:
     """Compare what the catalog asks with what runs; say what to start and stop.
 
     A node silent for `policy.stale_s` (suspect) gets nothing new; silent for `policy.lost_s`
@@ -59,9 +68,10 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
     scheduler could hear (`actual.deaf_s`: not while away from NATS or hearing no node). A node
     never heard of counts as lost once the inventory has been listening (`actual.known_since`)
     for `lost_s`. An on-demand model runs while asked for within its idle timeout. New replicas
-    take their ids from `ids`. Replicas being stopped (`actual.stopping`) hold their room until they stopped;
-    a ready one stopped now drains for `policy.drain_s`, and a start waits for the stops of
-    this plan on its nodes.
+    take their ids from `ids`, and a pass where capacity binds its HiGHS solvers from `solver`
+    (the shell's keeps HiGHS's banner off its stdout). Replicas being stopped (`actual.stopping`)
+    hold their room until they stopped; a ready one stopped now drains for `policy.drain_s`, and
+    a start waits for the stops of this plan on its nodes.
     """
     silent, lost_s = _Silences(actual, now), policy.lost_s
     lost_nodes = silent.past(lost_s)
@@ -104,7 +114,7 @@ def reconcile(desired: Desired, actual: Actual, now: float, policy: Policy = Pol
         for n, m in desired.models.items()
         if n in unsettled or not settled(m, len(by_model.get(n, ())), now, desired.demand)
     }
-    fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving)
+    fleet = _Fleet(desired, actual, now, policy, early, replicas, by_model, silent, moving, solver)
     drawn: list[str] = []
     first: set[str] = set()
     best: Plan | None = None
@@ -137,6 +147,8 @@ class _Fleet:
     moving: dict[str, Model]
     """The models not running as they should (a replica not live or not current, or `settled`
     says no): the only ones a try takes in turn."""
+    solver: Callable[[], Any]
+    """Makes the HiGHS solver of a try where capacity binds (`exact`)."""
 
 
 def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[str], bool]:
@@ -159,7 +171,9 @@ def _try(fleet: _Fleet, first: set[str], ids: Iterator[str]) -> tuple[Plan, set[
                 release(states, stop.replica)
         return states
 
-    run = Pass(desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, view, first=first)
+    run = Pass(
+        desired.models, desired.demand, actual.weights, actual.shapes, now, policy, ids, view, fleet.solver, first=first
+    )
     for name, model in sorted(fleet.moving.items(), key=lambda kv: _turn(kv[1], actual, first)):
         plan.absorb(for_model(model, fleet.by_model.get(name, []), run))
     repair(plan, run)
