@@ -140,6 +140,7 @@ def test_plan_exits_1_when_no_way_fits(tmp_path):
         (["{missing}"], 2, "No such file or directory"),
         (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
         (["calibrate", "--rounds", "0"], 2, "--rounds must be 1 or more, not 0"),
+        (["calibrate", "--size-mb", "2"], 2, "--size-mb must be 8 or more, not 2"),
     ],
 )
 def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_path, args, code, said):
@@ -152,7 +153,7 @@ def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_pa
 
 def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it_only_when_kept(tmp_path):
     done = subprocess.run(
-        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1", "--rounds", "1"],
+        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1", "--rounds", "1", "--size-mb", "48"],
         capture_output=True,
         text=True,
         timeout=600,

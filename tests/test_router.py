@@ -399,8 +399,10 @@ async def test_a_stream_to_a_client_that_falls_behind_arrives_whole_and_in_order
         text = b"".join([piece async for piece in r.aiter_bytes()])
     relay = StreamRelay("m", True)  # what the engine's pieces make, in the order they came
     assert text == b"".join(relay.feed(piece) for piece in came) + relay.end()
-    assert 2 <= passed.count(False) <= 4 and passed.count(True) >= 20  # held while behind (each stretch: the
-    # piece that met it, perhaps one more the task took before it waited), else sent at once
+    # Held while behind (each stretch: the piece that met it, perhaps one more the task took before
+    # it waited), else sent at once. A busy machine's engine writes several tokens a read: 256
+    # tokens came in as few as 11 pieces.
+    assert 2 <= passed.count(False) <= 4 and passed.count(True) >= 5
     events = [e.removeprefix(b"data: ") for e in text.split(b"\n\n") if e]
     assert events[-1] == b"[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]

@@ -3,8 +3,9 @@ tensor types served.
 
 A small quantised model is bound by the arithmetic of unpacking its weights as much as by
 memory, and that cost differs by type. So the models measured are random-weight GGUF files of
-one type each (F16, Q8_0, Q4_0, Q4_1), larger than the last-level cache so every token reads
-memory, plus the real files given (the types people serve). Every model runs at 1, 2, ...
+one type each (F16, Q8_0, Q4_0, Q4_1, and Q5_0, Q4_K and Q6_K, which Q4_K_M files mix), larger
+than the last-level cache so every token reads memory, plus the real files given (the types
+people serve). Every model runs at 1, 2, ...
 threads, the whole round twice (the best figure of each is kept: the least disturbed). The fit
 is kept in `<data_dir>/calibration.json` (which the agent reports and the estimates use) only
 when it estimates models it was not fitted to better than the defaults do, and none of the real
@@ -61,23 +62,34 @@ def real_models() -> list[Path]:
     return [p for p in found if p is not None]
 
 
-BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1")
-"""The tensor types generated to measure: what is served on CPUs and what gguf can write."""
-_BYTES_PER_PARAM = {"F32": 4.0, "F16": 2.0, "Q8_0": 34 / 32, "Q4_0": 18 / 32, "Q4_1": 20 / 32}
+BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K")
+"""The tensor types generated to measure: what is served on CPUs (a Q4_K_M file is Q4_K and Q6_K,
+with Q5_0 or Q8_0 in places)."""
+_BYTES_PER_PARAM = {
+    "F32": 4.0,
+    "F16": 2.0,
+    "Q8_0": 34 / 32,
+    "Q4_0": 18 / 32,
+    "Q4_1": 20 / 32,
+    "Q5_0": 22 / 32,
+    "Q4_K": 144 / 256,
+    "Q5_K": 176 / 256,
+    "Q6_K": 210 / 256,
+}
 
 
 def bench_models(
-    folder: Path, llc_bytes: int | None, types: tuple[str, ...] = BENCH_TYPES
+    folder: Path, llc_bytes: int | None, types: tuple[str, ...] = BENCH_TYPES, size_bytes: int | None = None
 ) -> list[tuple[Path, Header]]:
-    """Dense models of about 4 times the last-level cache, two of each type: a wide shallow one and
-    a narrow deep one, so each type's cost is fitted on one and checked on the other (a file
-    already there is the same model: written atomically from a fixed seed)."""
-    llc = max(llc_bytes or 0, 32 * 2**20)
+    """Dense models of about 4 times the last-level cache (or `size_bytes`), two of each type: a
+    wide shallow one and a narrow deep one, so each type's cost is fitted on one and checked on the
+    other (a file already there is the same model: written atomically from a fixed seed)."""
+    size = size_bytes or 4 * max(llc_bytes or 0, 32 * 2**20)
     out = []
     for t in types:
         for embedding, feed_forward in ((1024, 2816), (768, 2048)):
             layer = 4 * embedding * embedding + 3 * embedding * feed_forward  # parameters of one layer
-            layers = max(1, round(4 * llc / (layer * _BYTES_PER_PARAM[t])))
+            layers = max(1, round(size / (layer * _BYTES_PER_PARAM[t])))
             path = folder / f"{t}-{embedding}x{layers}.gguf"
             if not path.exists():
                 shape = TinyLlama(
@@ -171,9 +183,11 @@ def calibrate(
     folder: Path | None = None,
     served: list[Path] | None = None,
     rounds: int = 2,
+    size_bytes: int | None = None,
 ) -> Calibrated:
-    """Measure this node on generated models and the `served` files, fit its constants, and keep
-    them in `home/calibration.json` when they beat the defaults on models left out of the fit."""
+    """Measure this node on generated models (of `size_bytes` each, else four times the last-level
+    cache) and the `served` files, fit its constants, and keep them in `home/calibration.json` when
+    they beat the defaults on models left out of the fit."""
     bw = measure()
     if bw is None:
         raise RuntimeError(
@@ -184,7 +198,7 @@ def calibrate(
     folder = folder or home / "calibration"
     folder.mkdir(parents=True, exist_ok=True)
     real = list(dict.fromkeys([*(Path(p) for p in served or []), *real_models()]))
-    models = bench_models(folder, last_level_cache_bytes()) + [(p, read_model(p)) for p in real]
+    models = bench_models(folder, last_level_cache_bytes(), size_bytes=size_bytes) + [(p, read_model(p)) for p in real]
     points, spread = measure_models(models, threads, bw, rounds)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     source = f"llama-bench on {socket.gethostname()} {stamp}, {bw.all_cores_gbs}/{bw.one_core_gbs} GB/s"

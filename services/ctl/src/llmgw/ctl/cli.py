@@ -73,9 +73,14 @@ def _plan(args: argparse.Namespace) -> int:
         if args.rounds < 1:
             print(f"llmgw plan calibrate: --rounds must be 1 or more, not {args.rounds}", file=sys.stderr)
             return 2
+        if args.size_mb is not None and args.size_mb < 8:
+            print(f"llmgw plan calibrate: --size-mb must be 8 or more, not {args.size_mb}", file=sys.stderr)
+            return 2
         threads = [args.threads] if args.threads else None
+        size = args.size_mb * 2**20 if args.size_mb else None
         try:
-            done = calibrate(home, threads, served=[Path(m) for m in args.model or []], rounds=args.rounds)
+            served = [Path(m) for m in args.model or []]
+            done = calibrate(home, threads, served=served, rounds=args.rounds, size_bytes=size)
         except RuntimeError as exc:
             print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
             return 1
@@ -137,6 +142,12 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--rounds", type=int, default=2, help="calibrate: times every model is measured, the best kept (default 2)"
+    )
+    plan.add_argument(
+        "--size-mb",
+        type=int,
+        help="calibrate: MiB of each generated model (default: four times the last-level cache, so a token "
+        "reads memory; a VM may report its host's whole cache)",
     )
     plan.set_defaults(run=_plan)
 
