@@ -14,11 +14,11 @@ up *args:
     @llmgw up "$@"
 
 # Run the whole test suite: the house rules (format, lint, import contract), unit tests beside
-# each package, cross-service tests in tests/, in one process. `just test -n 2 --dist loadfile`
-# shares it between two workers (about 18 minutes instead of 35 on 2 cores; conftest.py keeps
-# files taking the same fixed ports on one worker), but timing tests still fail there now and then.
+# each package, cross-service tests in tests/, on two workers, each test file whole on one
+# (about 20 minutes on 2 cores; one process, `just test -n 0`, takes 35). conftest.py keeps
+# files that take the same fixed ports on one worker.
 test *args:
-    python -m pytest "$@"
+    python -m pytest -n 2 --dist loadfile "$@"
 
 # Run one service alone, as Nix and systemd do (catalog, scheduler, mirror, router, agent)
 svc name *args:

@@ -16,7 +16,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("agent", "catalog", "ctl", "mirror", "router", "scheduler")
 RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
 
-IMPURE = ("nats", "aiohttp", "httpx", "litestar", "asyncio", "zmq", "uvicorn", "socket", "subprocess", "llmgw.bus")
+IMPURE = (
+    "nats",
+    "aiohttp",
+    "httpx",
+    "litestar",
+    "asyncio",
+    "zmq",
+    "uvicorn",
+    "socket",
+    "subprocess",
+    "ctypes",
+    "llmgw.bus",
+)
 """What a pure module never imports (llmgw.bus is the NATS shell's: errors are in llmgw.proto.errors)."""
 
 MAX_LINES = 400
