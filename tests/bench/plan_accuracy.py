@@ -83,14 +83,14 @@ def plan_tps(facts: FileFacts, node: NodeFacts, threads: int, k: CpuCalibration)
     return next(o for o in options([facts], [node], CONTEXT, SLOTS, threads) if o.device == "cpu").tokens_per_second
 
 
-def _calibration(home: Path | None, models: Path | None) -> tuple[CpuCalibration, str]:
+def _calibration(home: Path | None, models: Path | None, size_mb: int | None) -> tuple[CpuCalibration, str]:
     if home is not None:
         k = load_calibration(home)
         if k is None:
             raise SystemExit(f"no calibration.json in {home}: run `llmgw plan calibrate --data-dir {home}` first")
         return k, f"{home / 'calibration.json'}"
     with tempfile.TemporaryDirectory() as tmp:
-        done = calibrate(Path(tmp), [1, 2], folder=models, rounds=1)
+        done = calibrate(Path(tmp), [1, 2], folder=models, rounds=1, size_bytes=size_mb and size_mb * 2**20)
     fit, worse = done.verdict.fit, done.verdict.worse_on
     said = (
         "kept"
@@ -147,6 +147,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--home", type=Path, help="use HOME/calibration.json instead of calibrating here")
     parser.add_argument("--models", type=Path, help="keep the generated models here (reused on the next run)")
+    parser.add_argument("--size-mb", type=int, help="MiB of each generated model (as `llmgw plan calibrate`'s)")
     args = parser.parse_args()
     started = time.monotonic()
     bw = measure()
@@ -161,7 +162,7 @@ def main() -> None:
         membw_all_gbs=bw.all_cores_gbs,
         membw_one_gbs=bw.one_core_gbs,
     )
-    calibrated, how = _calibration(args.home, args.models)
+    calibrated, how = _calibration(args.home, args.models, args.size_mb)
     print(f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; calibration: {how}")
     for model in real_models():
         _model_table(model, node, calibrated)

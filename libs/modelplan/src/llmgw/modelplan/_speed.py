@@ -47,17 +47,32 @@ __all__ = [
 DEFAULT_CPU = CpuCalibration(
     token_fixed_s=0.00062,
     layer_sync_s=0.0000826,
-    compute_ns_per_byte={"F32": 0.0, "F16": 0.00269, "Q8_0": 0.01975, "Q4_0": 0.05434, "Q4_1": 0.09852, "": 0.00387},
+    compute_ns_per_byte={
+        "F32": 0.0,
+        "F16": 0.00269,
+        "Q8_0": 0.01975,
+        "Q4_0": 0.05434,
+        "Q4_1": 0.09852,
+        "Q5_0": 0.2013,
+        "Q4_K": 0.08107,
+        "Q5_K": 0.14968,
+        "Q6_K": 0.05743,
+        "": 0.00387,
+    },
     worst_error=0.0786,
-    source="defaults: llama-bench on another fleet (Q4_K_M, 8 and 4 vCPUs) and on a 2-core AMD EPYC VM "
-    "(generated F32, F16, Q8_0, Q4_0, Q4_1 models; 2026-12-03)",
+    source="defaults: llama-bench on another fleet (Q4_K_M, 8 and 4 vCPUs), on a 2-core AMD EPYC VM "
+    "(generated F32, F16, Q8_0, Q4_0, Q4_1 models; 2026-12-03) and on a 2-core Intel Xeon VM (generated "
+    "Q5_0, Q4_K, Q5_K, Q6_K models; 2026-12-07)",
 )
 """The CPU constants where a node has none of its own. Memory: 0.95 of one core's rate times
 threads^0.9, up to the machine's (0.68 of the machine's where one core's rate is unknown),
 fitted on another fleet. The arithmetic per byte of F32, F16, Q8_0, Q4_0 and Q4_1, the fixed
 cost a token and the threads' wait a layer: fitted to both machines' figures at once (worst
-error 8%; SmolLM2 Q4_1, left out, within 5%). Types measured on neither machine take the ""
-cost, which the other fleet's Q4_K_M figures set: close to none, that fleet was memory-bound."""
+error 8%; SmolLM2 Q4_1, left out, within 5%). Q5_0, Q4_K, Q5_K and Q6_K (what Q4_K_M and Q5_K_M
+files hold beside Q8_0): fitted on a third machine with every other constant held, 1 and 2
+threads, 256 MiB models; that machine's Q8_0 and Q4_1 cost 1.2 to 2.9 times these defaults, so
+these are if anything high. Types measured on no machine take the "" cost, which the other
+fleet's Q4_K_M figures set: close to none, that fleet was memory-bound."""
 
 SLOW_TPS = 15.0
 """Under this a reply is a wait somebody notices."""
