@@ -26,7 +26,8 @@ def main() -> None:
         print("memory bandwidth cannot be measured here: no benchmark")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        models = bench_models(Path(os.environ.get("LLMGW_BENCH_MODELS", tmp)), last_level_cache_bytes())
+        folder, size_mb = Path(os.environ.get("LLMGW_BENCH_MODELS", tmp)), os.environ.get("LLMGW_BENCH_SIZE_MB")
+        models = bench_models(folder, last_level_cache_bytes(), size_bytes=int(size_mb) * 2**20 if size_mb else None)
         points, _ = measure_models(models, [1, 2], bw, rounds=1)
     print(
         f"memory {bw.all_cores_gbs} GB/s all cores, {bw.one_core_gbs} one core; "

@@ -70,6 +70,7 @@ from placement_solvers import best_fit, difference, llmgw, optimum
 from llmgw.bus import collector_paused
 from llmgw.proto import ReplicaState
 from llmgw.scheduler.core import Actual, Desired, reconcile
+from llmgw.scheduler.solver import quiet_highs
 
 __all__ = ["Row", "instructions", "quality", "report", "scale"]
 
@@ -189,7 +190,7 @@ def _cpu(fn, *args):
 def _steady(f: Fleet, running: list[ReplicaState]):
     ids = (f"s{i}" for i in itertools.count())
     actual = Actual(nodes=f.nodes, replicas=running, weights=f.weights, shapes=f.shapes)
-    return reconcile(Desired(models=f.models), actual, NOW, POLICY, ids=ids)
+    return reconcile(Desired(models=f.models), actual, NOW, POLICY, ids=ids, solver=quiet_highs)
 
 
 def scale(sizes: dict[int, int], rounds: int = ROUNDS) -> dict[int, tuple[float, float, int, float]]:

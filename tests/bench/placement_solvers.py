@@ -12,6 +12,7 @@ from placement_fleets import NOW, POLICY, Fleet, empty, need_for, passes, way_of
 from llmgw.proto import Model, ReplicaState
 from llmgw.scheduler.core import CLASS_RANK, Actual, Desired, Policy, reconcile
 from llmgw.scheduler.placement import Need, NodeState, claim, node_states, place, speed_of
+from llmgw.scheduler.solver import quiet_highs
 
 __all__ = ["Way", "best_fit", "difference", "llmgw", "optimum", "ways_of"]
 
@@ -20,7 +21,12 @@ def llmgw(f: Fleet, policy: Policy = POLICY) -> list[ReplicaState]:
     """What one `reconcile` pass from nothing starts."""
     ids = (f"r{i}" for i in itertools.count())
     plan = reconcile(
-        Desired(models=f.models), Actual(nodes=f.nodes, weights=f.weights, shapes=f.shapes), NOW, policy, ids=ids
+        Desired(models=f.models),
+        Actual(nodes=f.nodes, weights=f.weights, shapes=f.shapes),
+        NOW,
+        policy,
+        ids=ids,
+        solver=quiet_highs,  # the scheduler's: HiGHS's banner stays off the table
     )
     return [s.replica for s in plan.starts]
 
@@ -97,8 +103,7 @@ def optimum(f: Fleet) -> tuple[float, int, dict[tuple[str, str, str, str], int]]
     """The most tokens a second among the placements of as many replicas as can be placed: the
     total, the replicas placed, and how many copies go each way (model, profile, node, class)."""
     ways = ways_of(f)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()  # the scheduler's maker: HiGHS's banner stays off the table
     h.setOptionValue("mip_rel_gap", 1e-7)
     h.setOptionValue("time_limit", 60.0)
     y = [h.addIntegral(lb=0, ub=f.models[w.model].scaling.min) for w in ways]

@@ -99,7 +99,7 @@ def test_a_roomy_fleet_never_asks_the_solver(monkeypatch):
 
 
 @pytest.mark.parametrize("maker", ["highs", "quiet_highs"])
-def test_a_pass_that_solves_prints_nothing_on_stdout_with_the_schedulers_solvers(maker):
+def test_only_the_shells_solver_maker_keeps_the_highs_banner_off_stdout(maker):
     # HiGHS prints its banner on fd 1, from C, when a process makes its first solver, before any
     # option can turn it off; a scheduler's stdout goes to its log. The core's plain maker
     # prints it (the check can fail); the shell's, which the scheduler passes, does not.

@@ -3,7 +3,7 @@ tensor types served.
 
 A small quantised model is bound by the arithmetic of unpacking its weights as much as by
 memory, and that cost differs by type. So the models measured are random-weight GGUF files of
-one type each (F16, Q8_0, Q4_0, Q4_1, and Q5_0, Q4_K and Q6_K, which Q4_K_M files mix), larger
+one type each (F16, Q8_0, Q4_0, Q4_1, and Q5_0, Q4_K, Q5_K and Q6_K, which K-quant files mix), larger
 than the last-level cache so every token reads memory, plus the real files given (the types
 people serve). Every model runs at 1, 2, ...
 threads, the whole round twice (the best figure of each is kept: the least disturbed). The fit
@@ -62,9 +62,9 @@ def real_models() -> list[Path]:
     return [p for p in found if p is not None]
 
 
-BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K")
+BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
 """The tensor types generated to measure: what is served on CPUs (a Q4_K_M file is Q4_K and Q6_K,
-with Q5_0 or Q8_0 in places)."""
+with Q5_0 or Q8_0 in places; a Q5_K_M file Q5_K and Q6_K)."""
 _BYTES_PER_PARAM = {
     "F32": 4.0,
     "F16": 2.0,
