@@ -154,7 +154,6 @@ class Router:
         admin = [admin_api(self.accounts, ctx.nc), metrics_route(self.accounts, ctx.metrics)]
         admin += knowledge_routes(lambda: self.knowledge, self.accounts)
         self.mcp = McpFace(lambda: self.tools, self.accounts.authorize, self.version)
-        self.mcp.start()
         admin.append(self.mcp.route())
         sessions = self.keys.derive("console sessions")
         console = console_routes(self.accounts, ctx.nc, gateway, sessions, config.console_session_s)

@@ -1,26 +1,29 @@
 """The gateway's one MCP endpoint (`/mcp`), served with the official `mcp` SDK over streamable
 HTTP, stateless (any router of several answers any request): a client signs in with its llmgw
 key (`Authorization: Bearer ...`, checked on every request), lists the tools its rules let it
-use, and calls them; a call that fails comes back as the tool's error result, saying why."""
+use, and calls them; a call that fails comes back as the tool's error result, saying why. The
+SDK (about 0.6 s to import) loads with the first request, not with the router."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import mcp_types as types
 import msgspec
 from litestar.handlers import ASGIRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
-from mcp.server import Server
-from mcp.server.context import ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from llmgw.proto.router import KeyRecord
 from llmgw.router.errors import ApiError
 from llmgw.router.tools.link import CallFailed
 from llmgw.router.tools.store import ToolRefused, Tools
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 __all__ = ["McpFace"]
 
@@ -31,24 +34,33 @@ Authorize = Callable[[str], tuple[str, KeyRecord]]
 
 class McpFace:
     """The MCP endpoint over `tools`, for keys `authorize` lets in (an `Authorization` header ->
-    the key's id and record; an ApiError where it does not hold). An ASGI app (`__call__`);
-    `run` keeps its request handling alive."""
+    the key's id and record; an ApiError where it does not hold). An ASGI app (`__call__`); the
+    SDK's transport is made, and kept running in a task, with the first request let in."""
 
     def __init__(self, tools: Callable[[], Tools | None], authorize: Authorize, version: str) -> None:
-        self.tools, self.authorize = tools, authorize
-        server = Server(
-            "llmgw",
-            version=version,
-            instructions="The tools of your tenant's MCP servers, each named <server>__<tool>.",
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-        )
-        self.manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+        self.tools, self.authorize, self.version = tools, authorize, version
+        self._made: tuple[StreamableHTTPSessionManager, asyncio.Event] | None = None
+        """The SDK's transport, and whether it runs yet."""
         self._task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        """Start taking requests (in the background, until `stop`)."""
-        self._task = asyncio.create_task(self._run())
+    async def _transport(self) -> StreamableHTTPSessionManager:
+        """The SDK's transport, running: made by the first request (those at the same time wait)."""
+        if self._made is None:
+            from mcp.server import Server
+            from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+            server = Server(
+                "llmgw",
+                version=self.version,
+                instructions="The tools of your tenant's MCP servers, each named <server>__<tool>.",
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+            )
+            self._made = (StreamableHTTPSessionManager(app=server, stateless=True, json_response=True), asyncio.Event())
+            self._task = asyncio.create_task(self._run(*self._made))
+        manager, running = self._made
+        await running.wait()
+        return manager
 
     def stop(self) -> None:
         """Stop taking requests."""
@@ -64,8 +76,10 @@ class McpFace:
 
         return asgi("/mcp", is_mount=True, copy_scope=False)(mcp)
 
-    async def _run(self) -> None:
-        async with self.manager.run():
+    @staticmethod
+    async def _run(manager: StreamableHTTPSessionManager, running: asyncio.Event) -> None:
+        async with manager.run():
+            running.set()
             await asyncio.Event().wait()
 
     async def __call__(self, scope, receive, send) -> None:
@@ -86,7 +100,7 @@ class McpFace:
             body = {"error": {"message": "The router is still opening its tools; try again in a moment."}}
             await _answer(send, 503, body, {"retry-after": "2"})
             return
-        await self.manager.handle_request(scope, receive, send)
+        await (await self._transport()).handle_request(scope, receive, send)
 
     def _signed_in(self, ctx: ServerRequestContext) -> tuple[str, KeyRecord]:
         request = ctx.request
@@ -98,6 +112,8 @@ class McpFace:
     async def _list_tools(
         self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        import mcp_types as types  # loaded with the SDK
+
         key_id, key = self._signed_in(ctx)
         tools = self.tools()
         offered = tools.offered(key_id, key) if tools is not None else {}
@@ -124,6 +140,8 @@ def _described(server: str, tool: types.Tool) -> str:
 
 
 def _failed(reason: str) -> types.CallToolResult:
+    import mcp_types as types  # loaded with the SDK
+
     return types.CallToolResult(content=[types.TextContent(type="text", text=reason)], is_error=True)
 
 

@@ -10,17 +10,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx2
-import mcp_types as types
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from llmgw.bus import get_logger
 from llmgw.proto.tools import McpServer, ServerState
+
+if TYPE_CHECKING:  # the SDK (about 0.6 s to import) loads with the first server linked
+    import mcp_types as types
+    from mcp import Client
 
 __all__ = ["MOST_RESULT_BYTES", "MOST_TOOLS", "CallFailed", "Link"]
 
@@ -74,6 +74,10 @@ class Link:
         self.state = ServerState(state=state, reason=reason, tools=len(self.tools), since=self.now())  # type: ignore[arg-type]
 
     def _client_for(self, http: httpx2.AsyncClient) -> Client:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
         s = self.server
         if s.transport == "stdio":
             params = StdioServerParameters(command=s.command[0], args=s.command[1:], env=s.env or None)
@@ -146,6 +150,9 @@ class Link:
         try:
             result = await client.call_tool(tool, arguments, read_timeout_seconds=self.server.timeout_s)
         except Exception as exc:
+            import mcp_types as types
+            from mcp.shared.exceptions import MCPError
+
             if isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT):
                 raise CallFailed("timeout", f"no answer within {self.server.timeout_s:g} s") from None
             if _lost(exc):
@@ -159,6 +166,9 @@ class Link:
 def _lost(exc: BaseException) -> bool:
     """Whether a failed call means the connection is gone (not just that call): the transport's
     own errors, or the SDK saying the connection closed; never what a tool or its server said."""
+    import mcp_types as types
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, MCPError):
         return exc.code == types.CONNECTION_CLOSED
     return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError) or (

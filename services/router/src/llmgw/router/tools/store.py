@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import mcp_types as types
 import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -43,13 +43,16 @@ from llmgw.router.tools.link import CallFailed, Link
 from llmgw.router.tools.rights import listed_name, may_use, rule_key, split_name
 from llmgw.router.usage.recent import Tail, read_back
 
+if TYPE_CHECKING:  # the MCP SDK loads with the first server linked (`link`)
+    import mcp_types as types
+
 __all__ = ["CALLS_DAYS", "HIDDEN", "Offered", "ToolRefused", "Tools"]
 
 HIDDEN = "(hidden)"
 """What a server's header values read as when listed (sent back as it is: the value is kept)."""
 CALLS_DAYS = 90
 """How long the tool-call stream keeps a call."""
-Offered = dict[str, tuple[Link, types.Tool]]
+Offered = dict[str, tuple[Link, "types.Tool"]]
 """Listed name -> the link to its server and the tool as its server lists it."""
 GuardTexts = Callable[[Policy, list[str], str, Redaction], Awaitable[list[str]]]
 
@@ -272,6 +275,8 @@ class Tools:
         result = await link.call(tool.name, arguments)
         if policy is None or self.guard_texts is None:
             return result
+        import mcp_types as types  # loaded already: the result is one
+
         blocks = [b.resource if isinstance(b, types.EmbeddedResource) else b for b in result.content]
         texts = [b for b in blocks if isinstance(b, types.TextContent | types.TextResourceContents)]
         # the values the arguments' checks redacted put back first; then the result's own checks,
