@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmgw.gguf import GGUFError, TinyLlama, read_header, read_model, split_parts, write_random_llama
+from llmgw.gguf import GGUFError, TinyLlama, bytes_per_weight, read_header, read_model, split_parts, write_random_llama
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +147,8 @@ def test_a_big_endian_file_written_by_gguf_is_refused_as_such(tmp_path):
     writer.close()
     with pytest.raises(GGUFError, match="big-endian"):
         read_header(tmp_path / "be.gguf")
+
+
+def test_bytes_a_weight_come_from_each_types_block():
+    types = ("F32", "F16", "Q8_0", "Q4_K", "Q6_K")
+    assert [bytes_per_weight(t) for t in types] == [4, 2, 34 / 32, 144 / 256, 210 / 256]

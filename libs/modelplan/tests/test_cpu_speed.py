@@ -139,3 +139,16 @@ def test_a_fit_that_estimates_a_real_model_worse_than_the_defaults_is_refused_sa
     assert name == "smollm2" and fitted > defaults + 0.05 and defaults < 0.01
     agreeing = _measured(TRUE) + _measured(TRUE, real)  # the real file agrees with the generated ones
     assert judge_fit(agreeing, "test", memory=False, real=frozenset({"smollm2"})).kept
+
+
+def test_a_k_quant_files_types_cost_their_arithmetic_not_an_unmeasured_types():
+    # Gemma 3 270M Q4_K_M's bytes a token by type: its Q5_0, Q4_K and Q6_K took the unmeasured
+    # type's cost (close to none) and its plan was +50% over llama-bench.
+    mix = {"Q8_0": 179_824_640, "Q5_0": 43_591_680, "Q4_K": 13_271_040, "Q6_K": 9_676_800, "F32": 223_744}
+    k_types = {t: n for t, n in mix.items() if t not in ("Q8_0", "F32")}
+    read = sum(mix.values())
+    for threads in (1, 2):
+        as_unmeasured = {"Q8_0": mix["Q8_0"], "F32": mix["F32"], "": sum(k_types.values())}
+        plan = cpu_tokens_per_second(read, 33.7, 21.2, threads, DEFAULT_CPU, mix, 18)
+        unmeasured = cpu_tokens_per_second(read, 33.7, 21.2, threads, DEFAULT_CPU, as_unmeasured, 18)
+        assert plan < 0.8 * unmeasured

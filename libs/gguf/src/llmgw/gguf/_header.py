@@ -19,7 +19,16 @@ import msgspec
 import gguf
 from llmgw.gguf._sources import ByteSource, GGUFError, open_bytes
 
-__all__ = ["MAX_ARRAY_DEPTH", "GGUFError", "Header", "read_header", "read_model", "read_tensors", "split_parts"]
+__all__ = [
+    "MAX_ARRAY_DEPTH",
+    "GGUFError",
+    "Header",
+    "bytes_per_weight",
+    "read_header",
+    "read_model",
+    "read_tensors",
+    "split_parts",
+]
 
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -177,6 +186,12 @@ def _tensor_type_name(type_id: int, name: str, where: str) -> tuple[str, int, in
         ) from None
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     return qtype.name, block, size
+
+
+def bytes_per_weight(type_name: str) -> float:
+    """Bytes a weight of tensor type `type_name` ("Q4_K") takes: its block's bytes over its weights."""
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
+    return size / block
 
 
 def _file_type_name(value: int | None, type_bytes: dict[str, int]) -> str:

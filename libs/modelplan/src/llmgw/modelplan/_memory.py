@@ -23,6 +23,7 @@ __all__ = [
     "kv_bytes_per_token",
     "kv_per_1000_mb",
     "kv_read_bytes",
+    "kv_read_half_way",
     "llamacpp_kv_bytes",
     "llamacpp_memory",
     "shape_from_config",
@@ -159,6 +160,12 @@ def kv_read_bytes(shape: Shape, depth: int, cache: str = "f16") -> int:
     windowed = shape.swa_layers if shape.sliding_window else 0
     cells = (shape.layers - windowed) * depth + windowed * min(depth, shape.sliding_window)
     return int(kv_bytes_per_token(shape, cache) * cells / max(shape.layers, 1))
+
+
+def kv_read_half_way(shape: Shape, context: int, slots: int) -> int:
+    """The KV a reply half-way into its slot (of `context` shared by `slots`) reads for each
+    token: what the speed of a way is reckoned at."""
+    return kv_read_bytes(shape, context // max(slots, 1) // 2)
 
 
 def vllm_block_bytes(shape: Shape, dtype_bytes: int = 2) -> int:

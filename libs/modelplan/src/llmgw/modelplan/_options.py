@@ -11,7 +11,7 @@ from llmgw.modelplan._memory import (
     Shape,
     active_type_bytes,
     kv_per_1000_mb,
-    kv_read_bytes,
+    kv_read_half_way,
     llamacpp_memory,
     splits_kv_heads,
     vllm_memory,
@@ -165,7 +165,7 @@ def _llamacpp_on_cards(  # noqa: PLR0913 - the file, the node and its cards, how
     them) the fewest layers' experts in host memory, if the node has the memory for them."""
     card = card_of(group.cls)
     bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)
-    kv_at_depth = _kv_at_depth(f.shape, context, slots)
+    kv_at_depth = kv_read_half_way(f.shape, context, slots)
     moe = fewest_cpu_moe_layers(f.shape, context, slots, n, group.memory_mb * CARD_USABLE)
     if moe < 0:
         return None
@@ -183,13 +183,8 @@ def _llamacpp_on_cards(  # noqa: PLR0913 - the file, the node and its cards, how
     return _Seen(("llamacpp", group.cls, n, False), t, need, group.memory_mb, free, tps, moe, host)
 
 
-def _kv_at_depth(shape: Shape, context: int, slots: int) -> int:
-    """The KV a reply half-way into its slot reads for each token."""
-    return kv_read_bytes(shape, context // max(slots, 1) // 2)
-
-
 def _card_ways(f: FileFacts, node: NodeFacts, context: int, slots: int, threads: int | None):
-    kv_at_depth = _kv_at_depth(f.shape, context, slots)
+    kv_at_depth = kv_read_half_way(f.shape, context, slots)
     for group in node.cards:
         card = card_of(group.cls)
         bandwidth = group.bandwidth_gbs or (card.bandwidth_gbs if card else 0.0)

@@ -3,14 +3,13 @@ tensor types served.
 
 A small quantised model is bound by the arithmetic of unpacking its weights as much as by
 memory, and that cost differs by type. So the models measured are random-weight GGUF files of
-one type each (F16, Q8_0, Q4_0, Q4_1, and Q5_0, Q4_K, Q5_K and Q6_K, which K-quant files mix), larger
-than the last-level cache so every token reads memory, plus the real files given (the types
-people serve). Every model runs at 1, 2, ...
-threads, the whole round twice (the best figure of each is kept: the least disturbed). The fit
-is kept in `<data_dir>/calibration.json` (which the agent reports and the estimates use) only
-when it estimates models it was not fitted to better than the defaults do, and none of the real
-files measured (those given, and the real models installed here: `REAL_WHEELS`) worse than the
-defaults do; its errors go with it.
+one type each (F16, Q8_0, Q4_0, Q4_1, and Q5_0, Q4_K, Q5_K and Q6_K, which K-quant files mix),
+larger than the last-level cache so every token reads memory, plus the real files given (the
+types people serve). Every model runs at 1, 2, ... threads, the whole round twice (the best
+figure of each is kept: the least disturbed). The fit is kept in `<data_dir>/calibration.json`
+(which the agent reports and the estimates use) only when it estimates models it was not fitted
+to better than the defaults do, and none of the real files measured (those given, and the real
+models installed here: `REAL_WHEELS`) worse than the defaults do; its errors go with it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import msgspec
 
 from llmgw.bus import find_llamacpp
 from llmgw.ctl.demo import wheel_gguf
-from llmgw.gguf import Header, TinyLlama, read_model, write_random_llama
+from llmgw.gguf import Header, TinyLlama, bytes_per_weight, read_model, write_random_llama
 from llmgw.membw import Bandwidth, last_level_cache_bytes, measure, save_calibration
 from llmgw.modelplan import DEFAULT_CPU, Fitted, Measured, cpu_tokens_per_second, judge_fit, worst_error
 from llmgw.proto import CpuCalibration
@@ -65,17 +64,6 @@ def real_models() -> list[Path]:
 BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
 """The tensor types generated to measure: what is served on CPUs (a Q4_K_M file is Q4_K and Q6_K,
 with Q5_0 or Q8_0 in places; a Q5_K_M file Q5_K and Q6_K)."""
-_BYTES_PER_PARAM = {
-    "F32": 4.0,
-    "F16": 2.0,
-    "Q8_0": 34 / 32,
-    "Q4_0": 18 / 32,
-    "Q4_1": 20 / 32,
-    "Q5_0": 22 / 32,
-    "Q4_K": 144 / 256,
-    "Q5_K": 176 / 256,
-    "Q6_K": 210 / 256,
-}
 
 
 def bench_models(
@@ -89,7 +77,7 @@ def bench_models(
     for t in types:
         for embedding, feed_forward in ((1024, 2816), (768, 2048)):
             layer = 4 * embedding * embedding + 3 * embedding * feed_forward  # parameters of one layer
-            layers = max(1, round(size / (layer * _BYTES_PER_PARAM[t])))
+            layers = max(1, round(size / (layer * bytes_per_weight(t))))
             path = folder / f"{t}-{embedding}x{layers}.gguf"
             if not path.exists():
                 shape = TinyLlama(

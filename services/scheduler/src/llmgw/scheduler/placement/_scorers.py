@@ -21,7 +21,7 @@ from llmgw.modelplan import (
     cpu_tokens_at,
     gpu_tokens_per_second,
     hybrid_tokens_per_second,
-    kv_read_bytes,
+    kv_read_half_way,
 )
 from llmgw.proto import CpuCalibration, Model, ReplicaState
 from llmgw.scheduler.placement._filters import chosen_cards
@@ -128,7 +128,7 @@ def _experts_speed(need: Need, cls: str, figures: tuple, calibration: CpuCalibra
     assert shape is not None  # only needs with a shape have experts to place
     all_gbs, one_gbs, cpus = figures
     host = (all_gbs, one_gbs, cpu_threads(need.profile.cpu_cores, cpus))
-    kv = kv_read_bytes(shape, need.context // max(need.profile.slots, 1) // 2)
+    kv = kv_read_half_way(shape, need.context, need.profile.slots)
     bandwidth = card.bandwidth_gbs if card else 0.0
     return hybrid_tokens_per_second(shape, need.profile.cpu_moe_layers, kv, bandwidth, host, calibration or DEFAULT_CPU)
 
