@@ -7,7 +7,14 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.router.routing.balance import Balancer, Candidate, prompt_blocks, text_blocks
+from llmgw.router.routing.balance import (
+    REQUEST_BOUNDS,
+    REQUEST_CHARS,
+    Balancer,
+    Candidate,
+    prompt_blocks,
+    text_blocks,
+)
 
 CARD = Candidate(id="card", priority=10, slots=2)
 CPU1 = Candidate(id="cpu1", priority=0, slots=2)
@@ -265,3 +272,68 @@ def test_the_engines_own_tokens_held_count_in_the_balancers_blocks_of_text():
     assert b.pick(pool, blocks, 0.0, held=held, size=1024) == (pool[0], "affinity")
     b.started("a", [], 256)
     assert b.pick(pool, blocks, 0.0, held=held, size=1024) == (pool[1], "least-loaded")
+
+
+def _timed(b: Balancer, replica: str) -> None:
+    """llama-server's own timings for SmolLM2 on one thread, a question on a document
+    (`tests/bench/routing.py`'s): a miss read ~850 characters in ~870 ms, a hit the question's
+    ~80 in ~150 ms (a fixed ~75 ms of it); its one token's `predicted_ms` is 0."""
+    for _ in range(5):
+        b.measured(replica, 850, 870.0, 0.0)
+        b.measured(replica, 80, 150.0, 0.0)
+
+
+def test_what_a_request_weighs_is_learned_from_its_engines_timings_and_kept_within_bounds():
+    b = Balancer(seed=21)
+    assert b.request_cost("r0") == REQUEST_CHARS  # nothing said yet
+    _timed(b, "r0")
+    assert 70 <= b.request_cost("r0") <= 90  # ~75 ms fixed over ~0.94 ms a character
+    assert b.request_cost("r1") == REQUEST_CHARS  # each replica its own
+    for chars, ms in ((500, 50.0), (1300, 130.0)) * 4:  # 0.1 ms a character, none fixed
+        b.measured("r2", chars, ms, 5000.0)
+        b.measured("r3", chars, 10 * ms, 0.0)
+    assert b.request_cost("r2") == REQUEST_BOUNDS[1]  # a five-second answer weighs no more than this
+    assert b.request_cost("r3") == REQUEST_BOUNDS[0]  # nor a request without a fixed part, no less
+    # reads of about one length, some three times slower (an engine sharing its cores), cannot
+    # tell a fixed part from the rate: none is counted; a least-squares line through these swung
+    # from nothing to the upper bound and back as they came
+    for ms in (800.0, 600.0, 2400.0, 900.0) * 4:
+        b.measured("r5", 470, ms, 0.0)
+        b.measured("r5", 740, ms, 0.0)
+    assert b.request_cost("r5") == REQUEST_BOUNDS[0]  # all of it reading: an answer of one token weighs nothing
+    for bad in ((0, 100.0, 0.0), (100, 0.0, 0.0), (100, 10.0, -1.0)):  # nothing read, no time, a negative answer
+        b.measured("r4", *bad)
+    assert b.request_cost("r4") == REQUEST_CHARS
+    b.forget_replica("r0")
+    assert b.request_cost("r0") == REQUEST_CHARS
+
+
+def test_a_documents_queued_questions_weigh_what_its_engine_says_and_it_stays_where_it_is_held():
+    """Six questions on one document queued where it is held: by the constant (256 characters
+    each) they outweigh reading it afresh on an idle replica and it moves, read twice and
+    pushing another document out; by the engine's timings (~80 each) it stays."""
+    document = "Document 3: " + "river stone garden lamp " * 35  # ~850 characters
+    question = "user: " + document + "\nuser: What does the garden hold?"
+    blocks, size = prompt_blocks(question), len(question)
+    pool = [Candidate(id=f"r{i}", slots=2) for i in range(3)]
+    picks = []
+    for timed in (False, True):
+        b = Balancer(seed=22)
+        for i, r in enumerate(pool):  # each holds a document of its own
+            held = question if i == 0 else question.replace("Document 3", f"Document {i + 10}")
+            b.served(r.id, prompt_blocks(held), 170, 0, size=len(held))
+            if timed:
+                _timed(b, r.id)
+        for _ in range(6):
+            b.started("r0", blocks, size)
+        picks.append(b.pick(pool, blocks, 0.0, size=size)[0].id)
+    assert picks[0] in ("r1", "r2") and picks[1] == "r0"
+
+
+def test_an_engine_sharing_its_cores_answering_some_reads_three_times_slower_moves_the_weight_little():
+    b = Balancer(seed=23)
+    _timed(b, "r0")
+    calm = b.request_cost("r0")
+    for ms in (2400.0, 450.0, 2600.0, 480.0, 2300.0, 470.0):  # the same reads, three times slower now and then
+        b.measured("r0", 850 if ms > 1000 else 80, ms, 0.0)
+    assert calm / 2 <= b.request_cost("r0") <= calm * 2

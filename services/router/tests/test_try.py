@@ -39,3 +39,23 @@ async def test_a_whole_prompt_of_many_byte_characters_held_by_its_engine_keeps_t
     assert ended == [served]
     assert balancer.indexes["m-1"].capacity == balancer.index_blocks
     assert balancer.held("m-1", prepared.blocks) == len(prepared.blocks)
+
+
+async def test_the_engines_timings_at_a_tries_end_teach_the_balancer_what_a_request_weighs_there():
+    text = "A document about river stones. " * 40  # ~1,240 bytes
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    prepared = check_request("/v1/chat/completions", body, Model(name="m", source="hf://o/r/m.gguf"))
+    balancer = Balancer()
+    replica = ReplicaState(id="m-1", model="m", profile="cpu", node="n", state="ready", url="http://127.0.0.1:1")
+    directory = types.SimpleNamespace(replicas=types.SimpleNamespace(items={"m-1": replica}))
+    async with aiohttp.ClientSession() as client:
+        health = Health(directory, balancer, client, RouterConfig())
+        for cached, prompt_ms in ((0, 1300.0), (270, 200.0)) * 4:  # llama-server's timings
+            usage = Usage(prompt=300, cached=cached, completion=1, prompt_ms=prompt_ms, generation_ms=0.0)
+            served = Served(status=200, model="m", replica="m-1", usage=usage)
+            tried = Try(
+                health, Metrics(CollectorRegistry()), prepared, Served(status=503, model="m", replica="m-1"), [].append
+            )
+            tried.end(True, served)
+    # a tenth of the prompt (~130 bytes) read in 200 ms, all of it in 1,300: ~0.94 ms a byte, ~80 fixed
+    assert 70 <= balancer.request_cost("m-1") <= 100

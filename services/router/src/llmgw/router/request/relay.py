@@ -15,6 +15,7 @@ from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, Usage, cut_usage
 from llmgw.router.request.outcome import Served
 from llmgw.router.request.sse import StreamRelay
+from llmgw.router.routing.balance import BLOCK_CHARS
 from llmgw.router.routing.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.routing.upstream import EngineAnswer, EngineError
 
@@ -62,6 +63,10 @@ class Try:
             usage, blocks = served.usage, self.prepared.blocks
             size = self.prepared.size or None  # the bytes its blocks were cut from
             self.balancer.served(served.replica, blocks, usage.prompt, usage.cached, self.sent.believed, size)
+            if usage.prompt_ms is not None and usage.prompt:
+                # what the engine read of the prompt (what it did not hold), in the prompt's characters
+                read = (size or len(blocks) * BLOCK_CHARS) * (usage.prompt - (usage.cached or 0)) // usage.prompt
+                self.balancer.measured(served.replica, read, usage.prompt_ms, usage.generation_ms or 0.0)
         self.finish(served)
 
 

@@ -4,7 +4,7 @@ does not hold, from an index of hashed prompt blocks), and ejection of replicas 
 health probe failed.
 
 No I/O and no clock: the shell passes `now` and tells the balancer when a request starts,
-ends, and what the engine said it had cached.
+ends, what the engine said it had cached, and how long it said reading the prompt took.
 """
 
 from __future__ import annotations
@@ -16,13 +16,28 @@ from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
-__all__ = ["REQUEST_CHARS", "Balancer", "Candidate", "Sent", "leading", "prompt_blocks", "text_blocks"]
+from llmgw.router.routing.pace import Pace
+
+__all__ = [
+    "BLOCK_CHARS",
+    "REQUEST_BOUNDS",
+    "REQUEST_CHARS",
+    "Balancer",
+    "Candidate",
+    "Sent",
+    "leading",
+    "prompt_blocks",
+    "text_blocks",
+]
 
 BLOCK_CHARS = 256
 """Characters of prompt per hashed block (about 64 tokens of English)."""
 REQUEST_CHARS = 256
-"""What a request in flight weighs besides the prompt it has to read, in prompt characters:
-its answer, its turn on the engine."""
+"""What a request in flight weighs besides the prompt it has to read, in prompt characters (its
+answer, its turn on the engine), until its replica's engine has said what its work takes."""
+REQUEST_BOUNDS = (16, 4096)
+"""What a request is learned to weigh is kept within these (prompt characters): a timing from a
+near-idle or a stalled engine moves it, but never to nothing or to everything."""
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,7 +128,8 @@ class Balancer:
       slot; only when all are saturated does the next pool get one (a CPU replica never takes
       a request a free card could). When every pool is saturated, the highest queues it.
     - Within a pool: the replica of least cost, by weight. Its cost is the work queued on it
-      (each request in flight: what of its prompt it had to read, plus `request_chars`) and
+      (each request in flight: what of its prompt it had to read, plus what a request weighs
+      there: `request_cost`, learned from its engine's timings) and
       what of this prompt it does not hold. That miss is weighed twice on a replica whose
       cache is as full as the pool's mean (read now, and again later by what its room there
       pushes out), more on a fuller one, less on an emptier one: new prefixes go where there
@@ -143,7 +159,7 @@ class Balancer:
         self.outstanding: dict[str, int] = {}
         self.work: dict[str, float] = {}
         """Replica -> its queued work: prompt characters its requests in flight had to read,
-        plus `request_chars` each."""
+        plus what a request weighs there (`request_cost`) each."""
         self.recent: dict[str, float] = {}
         """Requests started per replica, each older one counting `decay` times less."""
         self.decay = decay
@@ -154,6 +170,8 @@ class Balancer:
         self.strikes: dict[str, int] = {}
         """Replica -> probes failed in a row (its ejection doubles with each)."""
         self.indexes: dict[str, _Index] = {}
+        self.paces: dict[str, Pace] = {}
+        """Replica -> what its engine says its work takes (`measured`)."""
         self.claims: dict[str, dict[bytes, int]] = {}
         """Replica -> the prompt blocks of its requests in flight (how many claim each): it takes
         them in first, so the next prompt sharing them goes there before the first is answered."""
@@ -218,7 +236,7 @@ class Balancer:
     def started(self, replica_id: str, blocks: list[bytes] | None = None, size: int | None = None) -> Sent:
         """A request with these prompt blocks (a prompt of `size` bytes, where known) went to
         this replica: they are claimed there until it ends, and it adds to the replica's queued
-        work what of it the replica does not hold plus `request_chars`. What the index believed
+        work what of it the replica does not hold plus `request_cost`. What the index believed
         it held before and that work, returned (for `served` and `finished`)."""
         blocks = blocks or []
         self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1
@@ -228,7 +246,7 @@ class Balancer:
         index, claims = self.indexes.get(replica_id), self.claims.setdefault(replica_id, {})
         believed = index.match(blocks) if index and blocks else 0
         held = max(believed, leading(blocks, claims))
-        work = max(0, _size(blocks, size) - held * BLOCK_CHARS) + self.request_chars
+        work = max(0, _size(blocks, size) - held * BLOCK_CHARS) + self.request_cost(replica_id)
         self.work[replica_id] = self.work.get(replica_id, 0.0) + work
         for b in blocks:
             claims[b] = claims.get(b, 0) + 1
@@ -299,6 +317,25 @@ class Balancer:
                 index.capacity = min(self.index_blocks, int(index.capacity * 1.1) + 1)
         index.add(blocks)
 
+    def measured(self, replica_id: str, read_chars: int, prompt_ms: float, answer_ms: float) -> None:
+        """Its engine said reading `read_chars` of a prompt (what it did not hold) took
+        `prompt_ms`, and the answer after it `answer_ms`: the replica's pace is fitted again, and
+        with it what a request weighs there (`request_cost`)."""
+        if read_chars > 0 and prompt_ms > 0 and answer_ms >= 0:
+            self.paces.setdefault(replica_id, Pace()).add(read_chars, prompt_ms, answer_ms)
+
+    def request_cost(self, replica_id: str) -> float:
+        """What a request weighs on this replica besides the prompt it reads, in prompt
+        characters: what its engine takes for one besides reading (the fixed part of reading a
+        prompt, and the answer) over what a character read takes (within `REQUEST_BOUNDS`);
+        `request_chars` until its engine has said."""
+        pace = self.paces.get(replica_id)
+        chars = pace.chars if pace is not None else None
+        if chars is None:
+            return self.request_chars
+        low, high = REQUEST_BOUNDS
+        return min(max(chars, low), high)
+
     def held(self, replica_id: str, blocks: list[bytes]) -> int:
         """Leading blocks of this prompt the replica is believed to hold, or is taking in for a
         request in flight."""
@@ -321,6 +358,7 @@ class Balancer:
             self.ejected,
             self.indexes,
             self.claims,
+            self.paces,
         )
         for table in tables:
             table.pop(replica_id, None)
