@@ -56,6 +56,7 @@ class EngineAnswer:
         "_conn",
         "_due",
         "_error",
+        "_loop",
         "_pieces",
         "_timer",
         "_waiter",
@@ -69,6 +70,8 @@ class EngineAnswer:
     def __init__(self, conn: _Connection, read_s: float | None) -> None:
         self._conn, self.read_s = conn, read_s
         """`read_s`: how long the engine may stay silent (None: as long as the exchange may last)."""
+        self._loop = asyncio.get_running_loop()
+        """Kept: asking for it costs a getpid() system call, once a piece was once a token."""
         self.status = 0
         self.headers: dict[str, str] = {}
         self._pieces: list[bytes] = []
@@ -129,7 +132,7 @@ class EngineAnswer:
             self._timer = None
 
     async def _wait(self, read_s: float | None) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiter = waiter = loop.create_future()
         if read_s:
             self._due = loop.time() + read_s
@@ -147,7 +150,7 @@ class EngineAnswer:
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if loop.time() >= self._due:
             self._expire(waiter)
         else:
@@ -173,7 +176,7 @@ class EngineAnswer:
                 return True
             if taken:
                 if self.read_s:  # the engine spoke: its silence counts from now
-                    self._due = asyncio.get_running_loop().time() + self.read_s
+                    self._due = self._loop.time() + self.read_s
                 return True
         self._pieces.append(piece)
         self._wake()
