@@ -6,8 +6,8 @@ on the real model vary by hundreds of milliseconds from run to run).
 A modelled engine is a stand-in for llama-server, not a measurement of it:
 - it serves its requests in arrival order, one at a time: reading a prompt costs `READ_MS` for
   each token it does not hold, and every request `ANSWER_MS` more (its one token, the HTTP);
-  its timings say all of it was reading the prompt (llama-server's `prompt_ms` holds a fixed
-  part of about that size; its `predicted_ms` for one token is 0);
+  its timing (llama-server's `prompt_ms`, which holds a fixed part of about that size; its
+  `predicted_ms` for one token is 0) is the time it took, shared cores and all;
 - the engines share the machine's `CORES`: while k of them are busy each runs at min(1, CORES/k);
 - it holds the prompts it read most recently, `CACHE_TOKENS` in all (llama-server's slots and its
   `--cache-ram`); a prompt's cached tokens are the longest prefix it shares with one of them, and
@@ -52,6 +52,7 @@ class _Engine:
     queue: list[int] = field(default_factory=list)
     busy: int | None = None
     left_ms: float = 0.0
+    began_ms: float = 0.0
     held: list[str] = field(default_factory=list)
 
     def take(self, prompt: str) -> int:
@@ -91,7 +92,7 @@ def simulate(requests, policy: str) -> tuple[list[float], int]:
                 text = prepared[e.busy].prompt
                 held = e.take(text)
                 tokens = int(len(text) / CHARS_PER_TOKEN)
-                e.left_ms = ANSWER_MS + READ_MS * (tokens - held)
+                e.left_ms, e.began_ms = ANSWER_MS + READ_MS * (tokens - held), now_ms
                 cached += held
                 if policy == "llmgw":
                     r, s, _ = sent[e.busy]
@@ -108,8 +109,8 @@ def simulate(requests, policy: str) -> tuple[list[float], int]:
                     tokens = int(len(p.prompt) / CHARS_PER_TOKEN)
                     balancer.finished(f"r{r}", True, p.blocks, s.work)
                     balancer.served(f"r{r}", p.blocks, tokens, held, s.believed, p.size)
-                    read = (tokens - held) * CHARS_PER_TOKEN  # its timings, as llama-server's with one token to answer
-                    balancer.measured(f"r{r}", int(read), ANSWER_MS + READ_MS * (tokens - held), 0.0)
+                    read = (tokens - held) * CHARS_PER_TOKEN  # its timing: as long as it took, sharing the cores
+                    balancer.measured(f"r{r}", int(read), now_ms + STEP_MS - e.began_ms)
                 e.busy, done = None, done + 1
         now_ms += STEP_MS
         if not busy and arrived < len(requests) and not any(e.queue for e in engines):  # idle: to the next arrival

@@ -2,6 +2,7 @@
 (queued work against what of the prompt it does not hold, by weight), the index of prompt
 blocks (calibrated by the engine's cached counts), and ejection."""
 
+import math
 from collections import Counter
 
 from hypothesis import given
@@ -279,8 +280,8 @@ def _timed(b: Balancer, replica: str) -> None:
     (`tests/bench/routing.py`'s): a miss read ~850 characters in ~870 ms, a hit the question's
     ~80 in ~150 ms (a fixed ~75 ms of it); its one token's `predicted_ms` is 0."""
     for _ in range(5):
-        b.measured(replica, 850, 870.0, 0.0)
-        b.measured(replica, 80, 150.0, 0.0)
+        b.measured(replica, 850, 870.0)
+        b.measured(replica, 80, 150.0)
 
 
 def test_what_a_request_weighs_is_learned_from_its_engines_timings_and_kept_within_bounds():
@@ -289,23 +290,26 @@ def test_what_a_request_weighs_is_learned_from_its_engines_timings_and_kept_with
     _timed(b, "r0")
     assert 70 <= b.request_cost("r0") <= 90  # ~75 ms fixed over ~0.94 ms a character
     assert b.request_cost("r1") == REQUEST_CHARS  # each replica its own
-    for chars, ms in ((500, 50.0), (1300, 130.0)) * 4:  # 0.1 ms a character, none fixed
-        b.measured("r2", chars, ms, 5000.0)
-        b.measured("r3", chars, 10 * ms, 0.0)
-    assert b.request_cost("r2") == REQUEST_BOUNDS[1]  # a five-second answer weighs no more than this
+    for chars, ms in ((500, 50.0), (1300, 130.0)) * 4:  # 0.1 ms a character
+        b.measured("r2", chars, ms + 5000.0)  # and five seconds more each
+        b.measured("r3", chars, 10 * ms)  # 1 ms a character, none more
+    assert b.request_cost("r2") == REQUEST_BOUNDS[1]  # a stalled engine's requests weigh no more than this
     assert b.request_cost("r3") == REQUEST_BOUNDS[0]  # nor a request without a fixed part, no less
     # reads of about one length, some three times slower (an engine sharing its cores), cannot
     # tell a fixed part from the rate: none is counted; a least-squares line through these swung
     # from nothing to the upper bound and back as they came
     for ms in (800.0, 600.0, 2400.0, 900.0) * 4:
-        b.measured("r5", 470, ms, 0.0)
-        b.measured("r5", 740, ms, 0.0)
+        b.measured("r5", 470, ms)
+        b.measured("r5", 740, ms)
     assert b.request_cost("r5") == REQUEST_BOUNDS[0]  # all of it reading: an answer of one token weighs nothing
-    for bad in ((0, 100.0, 0.0), (100, 0.0, 0.0), (100, 10.0, -1.0)):  # nothing read, no time, a negative answer
-        b.measured("r4", *bad)
-    assert b.request_cost("r4") == REQUEST_CHARS
+    for i, bad in enumerate(((0, 100.0), (-5, 100.0), (100, 0.0), (100, -1.0), (100, math.inf), (100, math.nan))):
+        for _ in range(4):  # nothing read, no time, a time beyond measure: nothing said
+            b.measured(f"bad{i}", *bad)
+        assert b.request_cost(f"bad{i}") == REQUEST_CHARS, bad
     b.forget_replica("r0")
     assert b.request_cost("r0") == REQUEST_CHARS
+    b.keep_only(["r1"])  # a replica known only by its timings is forgotten with the others
+    assert set(b.paces) <= {"r1"}
 
 
 def test_a_documents_queued_questions_weigh_what_its_engine_says_and_it_stays_where_it_is_held():
@@ -335,5 +339,5 @@ def test_an_engine_sharing_its_cores_answering_some_reads_three_times_slower_mov
     _timed(b, "r0")
     calm = b.request_cost("r0")
     for ms in (2400.0, 450.0, 2600.0, 480.0, 2300.0, 470.0):  # the same reads, three times slower now and then
-        b.measured("r0", 850 if ms > 1000 else 80, ms, 0.0)
+        b.measured("r0", 850 if ms > 1000 else 80, ms)
     assert calm / 2 <= b.request_cost("r0") <= calm * 2

@@ -86,7 +86,8 @@ class RouterConfig(BusConfig, kw_only=True):
     """How often, at most, the router tells the scheduler a running on-demand model is in use."""
     request_chars: int = REQUEST_CHARS
     """What a request in flight weighs, besides the prompt it reads, when a replica is chosen by
-    its queued work and what of the prompt it holds (in prompt characters: 256, about 64 tokens)."""
+    its queued work and what of the prompt it holds (in prompt characters: 256, about 64 tokens),
+    until its engine's timings say (llama-server's: their fixed part over their rate)."""
     index_blocks: int = 65536
     """Prompt blocks remembered per replica for prefix affinity (least recently used go first)."""
     usage_days: int = 90

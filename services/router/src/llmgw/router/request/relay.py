@@ -66,7 +66,7 @@ class Try:
             if usage.prompt_ms is not None and usage.prompt:
                 # what the engine read of the prompt (what it did not hold), in the prompt's characters
                 read = (size or len(blocks) * BLOCK_CHARS) * (usage.prompt - (usage.cached or 0)) // usage.prompt
-                self.balancer.measured(served.replica, read, usage.prompt_ms, usage.generation_ms or 0.0)
+                self.balancer.measured(served.replica, read, usage.prompt_ms)
         self.finish(served)
 
 

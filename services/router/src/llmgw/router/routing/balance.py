@@ -10,6 +10,7 @@ ends, what the engine said it had cached, and how long it said reading the promp
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
@@ -317,18 +318,19 @@ class Balancer:
                 index.capacity = min(self.index_blocks, int(index.capacity * 1.1) + 1)
         index.add(blocks)
 
-    def measured(self, replica_id: str, read_chars: int, prompt_ms: float, answer_ms: float) -> None:
+    def measured(self, replica_id: str, read_chars: int, prompt_ms: float) -> None:
         """Its engine said reading `read_chars` of a prompt (what it did not hold) took
-        `prompt_ms`, and the answer after it `answer_ms`: the replica's pace is fitted again, and
-        with it what a request weighs there (`request_cost`)."""
-        if read_chars > 0 and prompt_ms > 0 and answer_ms >= 0:
-            self.paces.setdefault(replica_id, Pace()).add(read_chars, prompt_ms, answer_ms)
+        `prompt_ms`: the replica's pace is fitted again, and with it what a request weighs there
+        (`request_cost`)."""
+        if read_chars > 0 and 0 < prompt_ms < math.inf:
+            self.paces.setdefault(replica_id, Pace()).add(read_chars, prompt_ms)
 
     def request_cost(self, replica_id: str) -> float:
         """What a request weighs on this replica besides the prompt it reads, in prompt
-        characters: what its engine takes for one besides reading (the fixed part of reading a
-        prompt, and the answer) over what a character read takes (within `REQUEST_BOUNDS`);
-        `request_chars` until its engine has said."""
+        characters: the fixed part of its engine's time reading a prompt over its time a
+        character (within `REQUEST_BOUNDS`); `request_chars` where its engine has not said. The
+        answer's time is not counted: an engine with several slots reads a new prompt beside the
+        others' answers, not after them."""
         pace = self.paces.get(replica_id)
         chars = pace.chars if pace is not None else None
         if chars is None:
@@ -344,7 +346,7 @@ class Balancer:
 
     def keep_only(self, replica_ids: Collection[str]) -> None:
         """Forget every replica not among these (the ones still in the replicas bucket)."""
-        for gone in (set(self.indexes) | set(self.recent)) - set(replica_ids):
+        for gone in (set(self.indexes) | set(self.recent) | set(self.paces)) - set(replica_ids):
             self.forget_replica(gone)
 
     def forget_replica(self, replica_id: str) -> None:

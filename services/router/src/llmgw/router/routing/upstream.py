@@ -67,11 +67,10 @@ class EngineAnswer:
         "status",
     )
 
-    def __init__(self, conn: _Connection, read_s: float | None) -> None:
+    def __init__(self, conn: _Connection, read_s: float | None, loop: asyncio.AbstractEventLoop) -> None:
         self._conn, self.read_s = conn, read_s
         """`read_s`: how long the engine may stay silent (None: as long as the exchange may last)."""
-        self._loop = asyncio.get_running_loop()
-        """Kept: asking for it costs a getpid() system call, once a piece was once a token."""
+        self._loop = loop  # kept: asking for it each piece cost a getpid() system call a token
         self.status = 0
         self.headers: dict[str, str] = {}
         self._pieces: list[bytes] = []
@@ -221,7 +220,7 @@ class _Connection(asyncio.Protocol):
         """Write a request; its answer comes in the returned `EngineAnswer` (once `headed`). The
         whole exchange has `total_s`; then it fails with TimeoutError."""
         loop = asyncio.get_running_loop()
-        self.answer = EngineAnswer(self, read_s)
+        self.answer = EngineAnswer(self, read_s, loop)
         self.headed = loop.create_future()
         self.received = self.keep = False
         self.buffered, self.sent_at = 0, loop.time()
