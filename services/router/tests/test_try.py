@@ -60,3 +60,20 @@ async def test_the_engines_timings_at_a_tries_end_teach_the_balancer_what_a_requ
     # a tenth of the prompt (~124 bytes) read in 200 ms, all of it in 1,300: ~0.98 ms a byte and
     # ~80 fixed; the answers' three seconds are not counted (others' prompts are read beside them)
     assert 70 <= balancer.request_cost("m-1") <= 100
+
+
+async def test_a_request_for_several_answers_teaches_the_balancer_nothing_of_its_engines_pace():
+    text = "A document about river stones. " * 40
+    body = {"model": "m", "messages": [{"role": "user", "content": text}], "n": 3}
+    prepared = check_request("/v1/chat/completions", body, Model(name="m", source="hf://o/r/m.gguf"))
+    balancer = Balancer()
+    replica = ReplicaState(id="m-1", model="m", profile="cpu", node="n", state="ready", url="http://127.0.0.1:1")
+    directory = types.SimpleNamespace(replicas=types.SimpleNamespace(items={"m-1": replica}))
+    async with aiohttp.ClientSession() as client:
+        health = Health(directory, balancer, client, RouterConfig())
+        usage = Usage(prompt=300, cached=0, completion=3, prompt_ms=1300.0, generation_ms=0.0)  # three tasks' timings
+        tried = Try(
+            health, Metrics(CollectorRegistry()), prepared, Served(status=503, model="m", replica="m-1"), [].append
+        )
+        tried.end(True, Served(status=200, model="m", replica="m-1", usage=usage))
+    assert "m-1" not in balancer.paces

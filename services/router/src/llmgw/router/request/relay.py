@@ -63,7 +63,9 @@ class Try:
             usage, blocks = served.usage, self.prepared.blocks
             size = self.prepared.size or None  # the bytes its blocks were cut from
             self.balancer.served(served.replica, blocks, usage.prompt, usage.cached, self.sent.believed, size)
-            if usage.prompt_ms is not None and usage.prompt:
+            body = self.prepared.body  # one prompt read once: many (`n`, a list of prompts) are timed apart
+            one = body.get("n") in (None, 1) and not isinstance(body.get("prompt"), list)
+            if usage.prompt_ms is not None and usage.prompt and one:
                 # what the engine read of the prompt (what it did not hold), in the prompt's characters
                 read = (size or len(blocks) * BLOCK_CHARS) * (usage.prompt - (usage.cached or 0)) // usage.prompt
                 self.balancer.measured(served.replica, read, usage.prompt_ms)
