@@ -41,39 +41,38 @@ async def test_a_whole_prompt_of_many_byte_characters_held_by_its_engine_keeps_t
     assert balancer.held("m-1", prepared.blocks) == len(prepared.blocks)
 
 
-async def test_the_engines_timings_at_a_tries_end_teach_the_balancer_what_a_request_weighs_there():
-    text = "A document about river stones. " * 40  # ~1,240 bytes
-    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+async def _ended(body: dict, usages: list[Usage]) -> Balancer:
+    """A balancer that heard tries of `body` on replica m-1 end with these usages."""
     prepared = check_request("/v1/chat/completions", body, Model(name="m", source="hf://o/r/m.gguf"))
     balancer = Balancer()
     replica = ReplicaState(id="m-1", model="m", profile="cpu", node="n", state="ready", url="http://127.0.0.1:1")
     directory = types.SimpleNamespace(replicas=types.SimpleNamespace(items={"m-1": replica}))
     async with aiohttp.ClientSession() as client:
         health = Health(directory, balancer, client, RouterConfig())
-        for cached, prompt_ms in ((0, 1300.0), (270, 200.0)) * 4:  # llama-server's timings
-            usage = Usage(prompt=300, cached=cached, completion=90, prompt_ms=prompt_ms, generation_ms=3000.0)
-            served = Served(status=200, model="m", replica="m-1", usage=usage)
-            tried = Try(
-                health, Metrics(CollectorRegistry()), prepared, Served(status=503, model="m", replica="m-1"), [].append
-            )
-            tried.end(True, served)
+        for usage in usages:
+            sent = Served(status=503, model="m", replica="m-1")
+            tried = Try(health, Metrics(CollectorRegistry()), prepared, sent, [].append)
+            tried.end(True, Served(status=200, model="m", replica="m-1", usage=usage))
+    return balancer
+
+
+TEXT = "A document about river stones. " * 40  # ~1,240 bytes
+
+
+async def test_the_engines_timings_at_a_tries_end_teach_the_balancer_what_a_request_weighs_there():
+    body = {"model": "m", "messages": [{"role": "user", "content": TEXT}]}
+    usages = [  # llama-server's timings
+        Usage(prompt=300, cached=cached, completion=90, prompt_ms=prompt_ms, generation_ms=3000.0)
+        for cached, prompt_ms in ((0, 1300.0), (270, 200.0)) * 4
+    ]
+    balancer = await _ended(body, usages)
     # a tenth of the prompt (~124 bytes) read in 200 ms, all of it in 1,300: ~0.98 ms a byte and
     # ~80 fixed; the answers' three seconds are not counted (others' prompts are read beside them)
     assert 70 <= balancer.request_cost("m-1") <= 100
 
 
 async def test_a_request_for_several_answers_teaches_the_balancer_nothing_of_its_engines_pace():
-    text = "A document about river stones. " * 40
-    body = {"model": "m", "messages": [{"role": "user", "content": text}], "n": 3}
-    prepared = check_request("/v1/chat/completions", body, Model(name="m", source="hf://o/r/m.gguf"))
-    balancer = Balancer()
-    replica = ReplicaState(id="m-1", model="m", profile="cpu", node="n", state="ready", url="http://127.0.0.1:1")
-    directory = types.SimpleNamespace(replicas=types.SimpleNamespace(items={"m-1": replica}))
-    async with aiohttp.ClientSession() as client:
-        health = Health(directory, balancer, client, RouterConfig())
-        usage = Usage(prompt=300, cached=0, completion=3, prompt_ms=1300.0, generation_ms=0.0)  # three tasks' timings
-        tried = Try(
-            health, Metrics(CollectorRegistry()), prepared, Served(status=503, model="m", replica="m-1"), [].append
-        )
-        tried.end(True, Served(status=200, model="m", replica="m-1", usage=usage))
+    body = {"model": "m", "messages": [{"role": "user", "content": TEXT}], "n": 3}
+    usage = Usage(prompt=300, cached=0, completion=3, prompt_ms=1300.0, generation_ms=0.0)  # three tasks' timings
+    balancer = await _ended(body, [usage] * 4)
     assert "m-1" not in balancer.paces
