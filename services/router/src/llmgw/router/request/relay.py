@@ -15,7 +15,7 @@ from llmgw.router.metrics import Metrics
 from llmgw.router.request.core import Prepared, Usage, cut_usage
 from llmgw.router.request.outcome import Served
 from llmgw.router.request.sse import StreamRelay
-from llmgw.router.routing.balance import BLOCK_CHARS
+from llmgw.router.routing.balance import read_chars
 from llmgw.router.routing.health import WHY_DOWN, Health, ReplicaDown
 from llmgw.router.routing.upstream import EngineAnswer, EngineError
 
@@ -66,8 +66,7 @@ class Try:
             body = self.prepared.body  # one prompt read once: many (`n`, a list of prompts) are timed apart
             one = body.get("n") in (None, 1) and not isinstance(body.get("prompt"), list)
             if usage.prompt_ms is not None and usage.prompt and one:
-                # what the engine read of the prompt (what it did not hold), in the prompt's characters
-                read = (size or len(blocks) * BLOCK_CHARS) * (usage.prompt - (usage.cached or 0)) // usage.prompt
+                read = read_chars(blocks, size, usage.prompt, usage.cached)
                 self.balancer.measured(served.replica, read, usage.prompt_ms)
         self.finish(served)
 

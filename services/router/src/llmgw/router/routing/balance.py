@@ -20,7 +20,6 @@ import msgspec
 from llmgw.router.routing.pace import Pace
 
 __all__ = [
-    "BLOCK_CHARS",
     "REQUEST_BOUNDS",
     "REQUEST_CHARS",
     "Balancer",
@@ -28,6 +27,7 @@ __all__ = [
     "Sent",
     "leading",
     "prompt_blocks",
+    "read_chars",
     "text_blocks",
 ]
 
@@ -83,6 +83,13 @@ def text_blocks(held_tokens: int, tokens: int, size: int) -> int:
 def _size(blocks: list[bytes], size: int | None) -> int:
     """A prompt's length in bytes: as given, else its whole blocks and half a block's tail."""
     return size if size is not None else len(blocks) * BLOCK_CHARS + BLOCK_CHARS // 2
+
+
+def read_chars(blocks: list[bytes], size: int | None, prompt_tokens: int, cached_tokens: int | None) -> int:
+    """What of a prompt (these blocks, `size` bytes where known) its engine read, in its bytes:
+    the share of its tokens it did not hold (for `Balancer.measured`)."""
+    unread = prompt_tokens - (cached_tokens or 0)
+    return _size(blocks, size) * unread // prompt_tokens if prompt_tokens > 0 else 0
 
 
 def _cached_blocks(blocks: int, size: int | None, cached_share: float) -> int:
