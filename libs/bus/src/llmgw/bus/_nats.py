@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,6 +20,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import AuthorizationError, FlushTimeoutError, NoServersError
 from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyDeletedError, KeyNotFoundError
@@ -161,17 +163,29 @@ def storage_replicas() -> int:
     return _storage["replicas"]
 
 
+STORAGE_PATIENCE_S = 120.0
+"""How long a service waits on nats-server to make (or open) its storage before giving up: a
+loaded machine or a slow disk can take longer than one JetStream request's timeout (5 s)."""
+
+
+async def _patiently(what: str, make: Callable[[], Awaitable[T]]) -> T:
+    """`make()` asked again each time JetStream's answer times out, for `STORAGE_PATIENCE_S`:
+    making a stream or bucket is idempotent (the same settings again are no change)."""
+    deadline = time.monotonic() + STORAGE_PATIENCE_S
+    while True:
+        try:
+            return await make()
+        except NatsTimeout:
+            if time.monotonic() >= deadline:
+                raise
+            get_logger("bus").warning("nats-server slow to answer; asking again", making=what)
+
+
 async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: float | None = None) -> KeyValue:
     """Open a KV bucket (file storage, `storage_replicas` copies), creating it on first use; `ttl`
     makes its values expire. One created before with fewer copies is said once, not changed."""
-    try:
-        kv = await js.key_value(bucket)
-    except BucketNotFoundError:
-        replicas = storage_replicas()
-        if ttl is None:
-            return await js.create_key_value(bucket=bucket, history=history, replicas=replicas)
-        return await js.create_key_value(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
-    held = (await kv.status()).stream_info.config.num_replicas or 1
+    kv = await _patiently(bucket, lambda: _open_kv(js, bucket, history, ttl))
+    held = (await _patiently(bucket, kv.status)).stream_info.config.num_replicas or 1
     if held < storage_replicas():
         get_logger("bus").warning(
             "bucket kept in fewer copies than storage_replicas: `nats stream edit KV_<bucket> --replicas N`",
@@ -182,13 +196,23 @@ async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: fl
     return kv
 
 
+async def _open_kv(js: JetStreamContext, bucket: str, history: int, ttl: float | None) -> KeyValue:
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        replicas = storage_replicas()
+        if ttl is None:
+            return await js.create_key_value(bucket=bucket, history=history, replicas=replicas)
+        return await js.create_key_value(bucket=bucket, history=history, ttl=ttl, replicas=replicas)
+
+
 async def event_stream(js: JetStreamContext, name: str, subjects: list[str], days: float, **more: float) -> bool:
     """Make sure stream `name` keeps `subjects` for `days` (file storage, `storage_replicas`
     copies; `more`: other settings, as `duplicate_window`); False where one made otherwise was
     there already, kept as it is (said once)."""
     config = StreamConfig(name=name, subjects=subjects, max_age=days * 86400.0, num_replicas=storage_replicas(), **more)
     try:
-        await js.add_stream(config)
+        await _patiently(name, lambda: js.add_stream(config))
     except BadRequestError as exc:
         what = name.removeprefix("llmgw_").replace("_", " ")
         get_logger("bus").warning(f"{what} stream kept as it is", stream=name, why=exc.description)
@@ -198,6 +222,10 @@ async def event_stream(js: JetStreamContext, name: str, subjects: list[str], day
 
 async def obs_bucket(js: JetStreamContext, bucket: str) -> ObjectStore:
     """Open an object store (file storage, `storage_replicas` copies), creating it on first use."""
+    return await _patiently(bucket, lambda: _open_obs(js, bucket))
+
+
+async def _open_obs(js: JetStreamContext, bucket: str) -> ObjectStore:
     try:
         return await js.object_store(bucket)
     except BucketNotFoundError:

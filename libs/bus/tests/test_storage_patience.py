@@ -1,0 +1,39 @@
+"""Making a stream, bucket or object store waits out a nats-server slow to answer (a loaded
+machine, a disk slow to sync) instead of failing the service's start: frozen with SIGSTOP for
+longer than JetStream's request timeout, then let go, the server still gets each one made."""
+
+import asyncio
+import os
+import signal
+
+from llmgw.bus import event_stream, kv_bucket, obs_bucket
+
+
+async def _frozen_while(nats_server, made, seconds=1.3):
+    """Run `made` with the server frozen for `seconds` (several JetStream timeouts), then thawed."""
+    pid = nats_server.server.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        task = asyncio.ensure_future(made)
+        await asyncio.sleep(seconds)
+        assert not task.done(), "made while the server was frozen"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return await asyncio.wait_for(task, 30)
+
+
+async def test_a_stream_is_made_once_a_frozen_server_answers(nats_server, nc):
+    js = nc.jetstream(timeout=0.4)
+    assert await _frozen_while(nats_server, event_stream(js, "llmgw_slow", ["slow.>"], days=1.0))
+    info = await js.stream_info("llmgw_slow")
+    assert info.config.subjects == ["slow.>"] and info.config.max_age == 86400.0
+
+
+async def test_a_bucket_and_an_object_store_are_made_once_a_frozen_server_answers(nats_server, nc):
+    js = nc.jetstream(timeout=0.4)
+    kv = await _frozen_while(nats_server, kv_bucket(js, "slow_kv", history=3))
+    await kv.put("a", b"1")
+    assert (await kv.get("a")).value == b"1" and (await kv.status()).history == 3
+    store = await _frozen_while(nats_server, obs_bucket(js, "slow_obs"))
+    await store.put("f", b"bytes")
+    assert (await store.get("f")).data == b"bytes"
