@@ -125,3 +125,55 @@ async def test_every_waiter_hears_the_next_change_and_one_that_gave_up_takes_it_
         assert "a" in table.items  # the change is in the table when its waiters hear it
     finally:
         table.stop()
+
+
+async def test_a_watch_without_nats_pys_idle_flow_control_task_still_takes_a_large_bucket_whole(nc, monkeypatch):
+    """nats-py's task that would send a watch's put-off flow-control answers (waking four times a
+    second, for every table) is stopped; a bucket far larger than the server sends unanswered, read
+    slower than it comes, still comes whole, at first and while watched: the server asked, and
+    each ask was answered on arrival."""
+    import time
+
+    from nats.aio.client import Client
+
+    from llmgw.bus import kv_bucket
+
+    asks, control = [], Client._is_control_message
+    monkeypatch.setattr(Client, "_is_control_message", lambda c, d, h: asks.append(control(c, d, h)) or asks[-1])
+    apply = KvTable._apply
+    monkeypatch.setattr(KvTable, "_apply", lambda table, items, entry: (time.sleep(0.002), apply(table, items, entry)))
+    kv = await kv_bucket(nc.jetstream(), "test_flow", history=1)
+    big = msgspec.json.encode(KeyRecord(name="x" * 60_000, created=1.0))
+    for i in range(300):  # 18 MB
+        await kv.put(f"before{i}", big)
+    table = await KvTable.open(nc.jetstream(), "test_flow", KeyRecord)
+    try:
+        await _until(lambda: table.synced and len(table.items) == 300, timeout=60)
+        assert table._watcher._sub._sub._jsi._fctask.done()  # nats-py's task, stopped
+        for i in range(300):
+            await kv.put(f"after{i}", big)
+        await _until(lambda: len(table.items) == 600, timeout=60)
+        assert "FlowControl Request" in asks, "the server never asked: this test tests nothing"
+    finally:
+        table.stop()
+
+
+async def test_any_change_returns_at_once_on_a_change_already_seen_else_at_the_next_or_the_timeout(nc):
+    from llmgw.bus import any_change
+
+    a = await KvTable.open(nc.jetstream(), "test_any_a", KeyRecord)
+    b = await KvTable.open(nc.jetstream(), "test_any_b", KeyRecord)
+    try:
+        await _until(lambda: a.synced and b.synced)
+        seen = a.version + b.version
+        await asyncio.wait_for(any_change([a, b], seen - 1), 1)  # already other than seen
+        waiting = asyncio.create_task(any_change([a, b], seen))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await b.kv.put("k", msgspec.json.encode(KeyRecord(name="k", created=1.0)))
+        await asyncio.wait_for(waiting, 5)
+        assert "k" in b.items
+        await asyncio.wait_for(any_change([a, b], a.version + b.version, timeout=0.1), 5)  # no change: the timeout
+    finally:
+        a.stop()
+        b.stop()

@@ -22,7 +22,7 @@ from llmgw.bus._engine_keys import EngineKeys, EngineSecretError, new_fleet_secr
 from llmgw.bus._fleet import announce, nats_host
 from llmgw.bus._gauges import ScrapeCollector, family
 from llmgw.bus._http import HttpServer
-from llmgw.bus._kvtable import KvTable
+from llmgw.bus._kvtable import KvTable, any_change
 from llmgw.bus._llamacpp import LlamaCpp, find_llamacpp
 from llmgw.bus._nats import (
     NatsServer,
@@ -90,6 +90,7 @@ __all__ = [
     "address_towards",
     "announce",
     "answerable",
+    "any_change",
     "as_json",
     "audited",
     "authorization_config",

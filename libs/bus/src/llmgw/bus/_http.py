@@ -11,6 +11,21 @@ import uvicorn
 __all__ = ["HttpServer"]
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, ticking once a second instead of ten times: its tick only renews the
+    Date header (to the second) and looks for the stop, which `stop` here wakes at once. An idle
+    service then wakes 1 time a second for it, not 10."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.stopping = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        while not await self.on_tick(0):  # a counter of 0: its once-a-second work every time
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 1.0)
+
+
 class HttpServer:
     """uvicorn on a socket bound here (port 0 picks a free one; or a Unix socket at `path`); the
     service owns the signals."""
@@ -30,7 +45,7 @@ class HttpServer:
             self.sock.bind((host, port))
             port = self.sock.getsockname()[1]
         self.host, self.port = host, port
-        self.server = uvicorn.Server(
+        self.server = _Server(
             uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="httptools")
         )
         self.server.capture_signals = contextlib.nullcontext  # the service's runner handles SIGTERM
@@ -54,5 +69,6 @@ class HttpServer:
         given, are cancelled), and stop."""
         self.server.config.timeout_graceful_shutdown = grace_s
         self.server.should_exit = True
+        self.server.stopping.set()
         if self.task:
             await self.task

@@ -14,7 +14,7 @@ from llmgw.bus._nats import kv_bucket
 from llmgw.bus._observe import get_logger
 from llmgw.proto.errors import described
 
-__all__ = ["KvTable"]
+__all__ = ["KvTable", "any_change"]
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -39,7 +39,8 @@ class KvTable(Generic[T]):
         self.version = 0
         """Counts changes: a reader caching something derived from `items` compares it."""
         self.changed = asyncio.Event()
-        """Set on every change after the initial values; whoever waits on it clears it."""
+        """Set when the initial values are in and on every change after; whoever waits on it
+        clears it."""
         self._next: asyncio.Future | None = None
         """Resolved at the next change, for every caller of `change` waiting on it."""
         self.restarts = 0
@@ -75,11 +76,16 @@ class KvTable(Generic[T]):
         return value
 
     async def change(self) -> None:
-        """Until the bucket's next change after the initial values (any number of waiters: none
-        takes it from another, unlike `changed`)."""
+        """Until the bucket's next change (its initial values in, or a change after them; any
+        number of waiters: none takes it from another, unlike `changed`)."""
+        await asyncio.shield(self.next_change())  # a waiter given up (a timeout) leaves it to the others
+
+    def next_change(self) -> asyncio.Future:
+        """The future the bucket's next change resolves, shared by all who wait for it: taken
+        before an await, no change between a look at `version` and the wait goes unseen."""
         if self._next is None or self._next.done():
             self._next = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._next)  # a waiter given up (a timeout) leaves it to the others
+        return self._next
 
     def _changed(self) -> None:
         self.changed.set()
@@ -111,17 +117,16 @@ class KvTable(Generic[T]):
         fresh: dict[str, T] | None = {}
         """The values a (re)started watch delivers before its end-of-initial-values marker."""
         self._watcher = await self.kv.watchall()
+        _stop_idle_flow_control_task(self._watcher)
         async for entry in self._watcher:
-            if entry is None:
+            if entry is not None:
+                self._apply(self.items if fresh is None else fresh, entry)
+            else:  # the initial values are in (a first watch's or a new one's): a change too
                 if fresh is not None:
                     self.items, fresh = fresh, None
-                    if self.restarts:
-                        self._changed()  # readers see the values the new watch brought
                 self.synced = True
-            else:
-                self._apply(self.items if fresh is None else fresh, entry)
             self.version += 1
-            if entry is not None and self.synced:
+            if self.synced:
                 self._changed()
 
     def _apply(self, items: dict[str, T], entry: KeyValue.Entry) -> None:
@@ -135,3 +140,26 @@ class KvTable(Generic[T]):
             items.pop(entry.key, None)
             error = "JSON nested too deep to read" if isinstance(exc, RecursionError) else str(exc)[:200]
             self._log.warning("undecodable KV value skipped", bucket=self.bucket, key=entry.key, error=error)
+
+
+def _stop_idle_flow_control_task(watcher: KeyValue.KeyWatcher) -> None:
+    """nats-py gives a watch (an ordered consumer) a task that wakes four times a second, for as
+    long as the watch lasts, to send flow-control answers it put off: with a table for each bucket,
+    most of what an idle router did. A watch hands its entries to a callback, and for those nats-py
+    counts a message delivered as it arrives, so it answers every ask at once and never puts one
+    off: the task never has anything to send. It is stopped (where nats-py's insides are as this
+    expects; else left)."""
+    pushed = getattr(watcher, "_sub", None)  # the watch's JetStream subscription, and its core one's state
+    core = getattr(pushed, "_sub", None)
+    task = getattr(getattr(core, "_jsi", None), "_fctask", None)
+    if task is not None and getattr(core, "_cb", None) is not None:
+        task.cancel()
+
+
+async def any_change(tables: list[KvTable], seen: int, timeout: float | None = None) -> None:
+    """Until the sum of `tables`' versions is other than `seen` (at once where it is already), or
+    `timeout` s have passed: what a loop that follows buckets waits on, instead of looking at
+    their versions every so often."""
+    if sum(table.version for table in tables) == seen:
+        changes = [table.next_change() for table in tables]
+        await asyncio.wait(changes, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
-from llmgw.bus import get_logger
+from llmgw.bus import any_change, get_logger
 from llmgw.proto.errors import described
 from llmgw.proto.knowledge import Chunks, Document, KnowledgeBase
 from llmgw.router.errors import ApiError, ContextTooLong
@@ -34,10 +34,10 @@ CLAIM_S = 600.0
 """How long a router's claim on a document holds before another takes it over."""
 BATCH = 16
 """Chunks asked for in one embedding request."""
-EVERY_S = 0.25
-"""How often the buckets are looked at for a change (a version number compared)."""
 RETRY_S = 5.0
 """How long a document whose model could not embed it waits before it is tried again."""
+AGAIN_S = 0.5
+"""How soon an index that could not be brought up to date is tried again."""
 
 _log = get_logger("router.knowledge")
 
@@ -62,7 +62,6 @@ class Ingest:
 
     async def run(self) -> None:
         """Forever: embed what is due, then wait for a change (or the next retry)."""
-        seen = -1
         while True:
             docs, bases = self.k.docs, self.k.bases
             now = time.time()
@@ -74,11 +73,7 @@ class Ingest:
                     raise
                 except Exception as exc:  # one document's failure never stops the others
                     _log.warning("embedding a document failed", key=key, error=described(exc))
-            seen = docs.version + bases.version
-            waited = 0.0
-            while docs.version + bases.version == seen and waited < RETRY_S:
-                await asyncio.sleep(EVERY_S)
-                waited += EVERY_S
+            await any_change([docs, bases], docs.version + bases.version, timeout=RETRY_S)
 
     async def one(self, key: str) -> None:
         """Claim document `key` and embed it (or put it back, saying why)."""
@@ -172,7 +167,9 @@ class Follower:
         """Forever: catch up whenever the buckets changed."""
         while True:
             await self.catch_up()
-            await asyncio.sleep(EVERY_S)
+            if self.seen == -1:  # it failed
+                await asyncio.sleep(AGAIN_S)
+            await any_change([self.k.docs, self.k.bases], self.seen, timeout=RETRY_S)
 
     async def catch_up(self) -> None:
         """The indexes as the buckets are now (nothing to do where they did not change): what a

@@ -169,6 +169,9 @@ class Hooks:
         try:
             while True:
                 await asyncio.sleep(self.config.notify_every_s)
+                if not self.table.items:  # no hook to tell: nothing asked, what is seen kept
+                    models, nodes = dict(status.items), None
+                    continue
                 now = time.time()
                 if now - self.budgets_at >= 10 * self.config.notify_every_s:  # a KV read a budget
                     self.budgets_at = now

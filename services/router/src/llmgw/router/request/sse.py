@@ -31,6 +31,8 @@ class StreamRelay:
         data, self.pending = (data, b"") if end == len(data) else (data[:end], data[end:])
         plain, chunks = plain_events(data, self.marker)
         self.chunks += chunks
+        if plain == end:  # all of it leaves as it came (most pieces: one chunk's event)
+            return data
         out = [data[:plain]] if plain else []
         for line in data[plain : end - 1].split(b"\n") if plain < end else ():
             event, self.usage, chunk = relay_line(line, self.model, self.include_usage, self.usage)

@@ -17,7 +17,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from llmgw.bus import BadRequest, Context, KvTable, NotFound, event_stream, get_logger, record_change
+from llmgw.bus import BadRequest, Context, KvTable, NotFound, any_change, event_stream, get_logger, record_change
 from llmgw.proto import BUCKETS, TOOL_STREAM
 from llmgw.proto import tools as tools_api
 from llmgw.proto.guard import Policy
@@ -120,8 +120,10 @@ class Tools:
         self.rules.stop()
 
     async def _keep_linked(self) -> None:
-        """Every server in the bucket linked, as it is now (a changed one linked again)."""
+        """Every server in the bucket linked, as it is now (a changed one linked again), each
+        time the bucket changes."""
         while True:
+            seen = self.servers.version
             wanted = {key: (msgspec.json.encode(s), s) for key, s in self.servers.items.items()}
             for key in [k for k, (was, _) in self.links.items() if wanted.get(k, (None,))[0] != was]:
                 self.links.pop(key)[1].stop()
@@ -135,7 +137,7 @@ class Tools:
                     link = Link(server, headers)
                     link.start()
                     self.links[key] = (encoded, link)
-            await asyncio.sleep(0.5)
+            await any_change([self.servers], seen)
 
     async def put(self, server: McpServer) -> McpServer:
         """Keep a server once its tenant exists and its way to be reached is whole."""

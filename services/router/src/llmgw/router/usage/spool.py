@@ -31,7 +31,7 @@ __all__ = ["FLUSH_S", "RESEND_S", "Spooled", "UsageSpool", "message_id"]
 RESEND_S = 2.0
 """How often what is kept is sent again."""
 FLUSH_S = 0.2
-"""How often what was kept (or sent) since is written to the file."""
+"""How long after a message is kept (or sent) the file is written: what comes meanwhile joins it."""
 COMPACT_LINES = 1000
 """The file is written anew once it holds this many lines more than twice what is pending."""
 
@@ -77,6 +77,8 @@ class UsageSpool:
         self.path: Path | None = None
         self.file = None
         self.failing = False
+        self.news = asyncio.Event()
+        """Set when a line is added to `unwritten`: `run` sleeps while there is none."""
         self.log = get_logger("router")
 
     def open(self) -> None:
@@ -114,10 +116,12 @@ class UsageSpool:
         if message.id not in self.pending:
             self.pending[message.id] = message
             self.unwritten.append(msgspec.json.encode(message) + b"\n")
+            self.news.set()
 
     def _sent(self, message_id: str) -> None:
         if self.pending.pop(message_id, None) is not None:
             self.unwritten.append(msgspec.json.encode(_Sent(sent=message_id)) + b"\n")
+            self.news.set()
 
     async def flush(self) -> None:
         """Write what is new, synced, off the loop; start the file over where it holds far more
@@ -162,10 +166,15 @@ class UsageSpool:
         self.lines += len(lines)
 
     async def run(self) -> None:
-        """Flush every `FLUSH_S`; send what is kept again every `RESEND_S` (until cancelled)."""
+        """Write what is new `FLUSH_S` after it came (with what comes meanwhile); send what is
+        kept again every `RESEND_S` (until cancelled). Where nothing is kept, it sleeps."""
         loop = asyncio.get_running_loop()
         resend_at = loop.time() + RESEND_S
         while True:
+            if not self.unwritten:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.news.wait(), resend_at - loop.time() if self.pending else None)
+            self.news.clear()
             await asyncio.sleep(FLUSH_S)
             await self.flush()
             if loop.time() >= resend_at and self.pending:
