@@ -8,8 +8,10 @@ all 256 written back to back to each of 4 streams. Each gateway runs alone on th
 (`taskset`): nginx as a plain reverse proxy, buffering off (the floor), vllm-router (Rust,
 round-robin) and llmgw's router with a plain key. Figures: the gateway's CPU (user + system, its
 whole process tree) per relayed token, tokens relayed a second, and how many a second one core
-would relay at that cost; each row's best of `ROUNDS` rounds taken in turn. Goal: llmgw's CPU per
-token at most 1.5x vllm-router's. Run with `just bench`, or `python tests/bench/streams.py`.
+would relay at that cost; each row's best of `ROUNDS` rounds taken in turn. Before the runs, each
+gateway's CPU while nothing is asked of it (`IDLE_S`, once started and settled): what its own
+timers cost, counted in every figure of a run too. Goal: llmgw's CPU per token at most 1.5x
+vllm-router's. Run with `just bench`, or `python tests/bench/streams.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +43,7 @@ __all__ = ["main"]
 
 TOKENS = 256
 ROUNDS = 3
+IDLE_S = 10.0
 MODES = {"paced": (2.0, 16, 6), "burst": (0.0, 4, 4)}
 """Each mode: the engine's gap between a stream's events (ms; 0: back to back), the streams at
 once (wrk's connections) and the seconds each run lasts."""
@@ -54,6 +58,8 @@ class Row:
     peers: dict[str, Peer] = field(default_factory=dict)
     why: str = ""
     runs: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
+    idle: float | None = None
+    """CPU ms a second while nothing is asked of it."""
 
     def best(self, mode: str) -> tuple[float, float]:
         """The lowest CPU µs per token of its rounds, and tokens a second in that round."""
@@ -82,6 +88,14 @@ def measure(script: Path, peer: Peer, connections: int, seconds: int) -> tuple[f
     return cpu_seconds(peer) - before, round(step.rps * seconds) * TOKENS, float(seconds)
 
 
+def idle_cpu(peer: Peer) -> float:
+    """A gateway's CPU ms a second over `IDLE_S` with nothing asked of it (once settled)."""
+    settle(peer)
+    before = cpu_seconds(peer)
+    time.sleep(IDLE_S)
+    return (cpu_seconds(peer) - before) / IDLE_S * 1e3
+
+
 def main() -> int:
     """Every row in every mode, `ROUNDS` times in turn; then the table."""
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llmgw-streams-") as d:
@@ -102,6 +116,9 @@ def main() -> int:
                 row.peers = {mode: row.start(engine.url, mode) for mode, engine in engines.items()}
             except Unavailable as e:
                 row.why = str(e).replace("\n", " ")[:160]
+        for row in rows:
+            if row.peers:
+                row.idle = idle_cpu(next(iter(row.peers.values())))
         for i in range(ROUNDS):
             print(f"round {i + 1} of {ROUNDS}", file=sys.stderr)
             for row in rows:
@@ -129,6 +146,9 @@ def report(rows: list[Row]) -> None:
                 continue
             per, rate = row.best(mode)
             print(f"{row.name:20}{per:13.2f}{rate:10.0f}{1e6 / per:17.0f}")
+    print(f"\nidle: CPU ms a second over {IDLE_S:g} s with nothing asked (timers, heartbeats)")
+    for row in rows:
+        print(f"{row.name:20}{'not measured' if row.idle is None else f'{row.idle:13.1f}'}")
     by = {r.name.split(" (")[0]: r for r in rows if r.runs and not r.why}
     if "llmgw plain key" not in by or "vllm-router" not in by:
         print("\nllmgw or vllm-router was not measured: the goal cannot be judged")
