@@ -173,7 +173,10 @@ async def test_any_change_returns_at_once_on_a_change_already_seen_else_at_the_n
         await b.kv.put("k", msgspec.json.encode(KeyRecord(name="k", created=1.0)))
         await asyncio.wait_for(waiting, 5)
         assert "k" in b.items
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         await asyncio.wait_for(any_change([a, b], a.version + b.version, timeout=0.1), 5)  # no change: the timeout
+        assert loop.time() - began >= 0.09
     finally:
         a.stop()
         b.stop()

@@ -23,17 +23,19 @@ async def _frozen_while(nats_server, made, seconds=1.3):
 
 
 async def test_a_stream_is_made_once_a_frozen_server_answers(nats_server, nc):
-    js = nc.jetstream(timeout=0.4)
-    assert await _frozen_while(nats_server, event_stream(js, "llmgw_slow", ["slow.>"], days=1.0))
-    info = await js.stream_info("llmgw_slow")
+    impatient = nc.jetstream(timeout=0.4)  # for the making only; what is made is read as usual
+    assert await _frozen_while(nats_server, event_stream(impatient, "llmgw_slow", ["slow.>"], days=1.0))
+    info = await nc.jetstream().stream_info("llmgw_slow")
     assert info.config.subjects == ["slow.>"] and info.config.max_age == 86400.0
 
 
 async def test_a_bucket_and_an_object_store_are_made_once_a_frozen_server_answers(nats_server, nc):
-    js = nc.jetstream(timeout=0.4)
-    kv = await _frozen_while(nats_server, kv_bucket(js, "slow_kv", history=3))
+    impatient, js = nc.jetstream(timeout=0.4), nc.jetstream()
+    await _frozen_while(nats_server, kv_bucket(impatient, "slow_kv", history=3))
+    kv = await js.key_value("slow_kv")
     await kv.put("a", b"1")
     assert (await kv.get("a")).value == b"1" and (await kv.status()).history == 3
-    store = await _frozen_while(nats_server, obs_bucket(js, "slow_obs"))
+    await _frozen_while(nats_server, obs_bucket(impatient, "slow_obs"))
+    store = await js.object_store("slow_obs")
     await store.put("f", b"bytes")
     assert (await store.get("f")).data == b"bytes"

@@ -109,3 +109,48 @@ async def test_a_full_disk_keeps_usage_in_memory_until_it_can_write_it(nc, tmp_p
         spool.close()
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+async def test_a_rewrite_the_disk_refused_is_tried_again_though_nothing_more_comes(nc, tmp_path, monkeypatch):
+    """Every kept message sent, the file is written anew (emptied); where the disk refuses that
+    (no inode left here), `run` tries again on its own, with no message kept or sent after."""
+    import asyncio
+
+    monkeypatch.setattr(spool_module, "FLUSH_S", 0.05)
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=16", "tmpfs", str(small)], check=True)
+    run = None
+    try:
+        spool = UsageSpool(small / "spool", nc.jetstream(), ack_s=1.0)
+        spool.open()
+        kept = [message(f"r{i}") for i in range(3)]
+        for m in kept:
+            spool.keep(m)
+        await spool.flush()
+        fillers = []
+        with contextlib.suppress(OSError):
+            for i in range(100):
+                (small / f"filler{i}").touch()
+                fillers.append(small / f"filler{i}")
+        for m in kept:
+            spool._sent(m.id)
+        run = asyncio.create_task(spool.run())
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if spool.failing:
+                break
+        assert spool.failing and spool.lines == 3  # the rewrite was refused
+        for filler in fillers:
+            filler.unlink()
+        for _ in range(250):
+            await asyncio.sleep(0.02)
+            if not spool.failing:
+                break
+        (path,) = list((small / "spool").glob("*.jsonl"))
+        assert not spool.failing and spool.lines == 0 and path.read_bytes() == b""
+        spool.close()
+    finally:
+        if run is not None:
+            run.cancel()
+        subprocess.run(["umount", str(small)], check=False)

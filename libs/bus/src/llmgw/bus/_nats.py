@@ -179,6 +179,7 @@ async def _patiently(what: str, make: Callable[[], Awaitable[T]]) -> T:
             if time.monotonic() >= deadline:
                 raise
             get_logger("bus").warning("nats-server slow to answer; asking again", making=what)
+            await asyncio.sleep(0.5)
 
 
 async def kv_bucket(js: JetStreamContext, bucket: str, history: int = 1, ttl: float | None = None) -> KeyValue:

@@ -136,6 +136,7 @@ class UsageSpool:
             await asyncio.to_thread(self._write_out, lines, anew and self.lines > 0)
         except OSError as exc:
             self.unwritten = lines + self.unwritten if not anew else self.unwritten
+            self.news.set()  # tried again in `FLUSH_S`, whatever comes meanwhile
             if not self.failing:
                 self.log.error("usage kept in memory only: the router's disk would not take it", error=str(exc))
             self.failing = True
