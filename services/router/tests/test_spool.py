@@ -19,6 +19,17 @@ def message(*ids: str) -> Spooled:
     return Spooled(id=message_id(records), subject=router_api.USAGE.subject("p", "m"), records=records)
 
 
+async def spool_keeping(folder, js, count: int) -> tuple[UsageSpool, list[Spooled]]:
+    """A spool opened in `folder` that kept `count` messages, written to its file."""
+    spool = UsageSpool(folder, js, ack_s=1.0)
+    spool.open()
+    kept = [message(f"r{i}") for i in range(count)]
+    for m in kept:
+        spool.keep(m)
+    await spool.flush()
+    return spool, kept
+
+
 async def stream_messages(js) -> int:
     return (await js.stream_info(USAGE_STREAM)).state.messages
 
@@ -69,12 +80,7 @@ async def test_what_a_stopped_router_kept_is_sent_by_the_next_and_what_it_sent_i
 
 
 async def test_a_file_mostly_of_sent_messages_is_written_anew_with_what_is_pending(nc, tmp_path):
-    spool = UsageSpool(tmp_path / "spool", nc.jetstream(), ack_s=1.0)
-    spool.open()
-    kept = [message(f"r{i}") for i in range(1500)]
-    for m in kept:
-        spool.keep(m)
-    await spool.flush()
+    spool, kept = await spool_keeping(tmp_path / "spool", nc.jetstream(), 1500)
     for m in kept[:1400]:
         spool._sent(m.id)
     await spool.flush()
@@ -120,14 +126,9 @@ async def test_a_rewrite_the_disk_refused_is_tried_again_though_nothing_more_com
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=16", "tmpfs", str(small)], check=True)
-    run = None
+    spool = run = None
     try:
-        spool = UsageSpool(small / "spool", nc.jetstream(), ack_s=1.0)
-        spool.open()
-        kept = [message(f"r{i}") for i in range(3)]
-        for m in kept:
-            spool.keep(m)
-        await spool.flush()
+        spool, kept = await spool_keeping(small / "spool", nc.jetstream(), 3)
         fillers = []
         with contextlib.suppress(OSError):
             for i in range(100):
@@ -149,8 +150,10 @@ async def test_a_rewrite_the_disk_refused_is_tried_again_though_nothing_more_com
                 break
         (path,) = list((small / "spool").glob("*.jsonl"))
         assert not spool.failing and spool.lines == 0 and path.read_bytes() == b""
-        spool.close()
     finally:
         if run is not None:
             run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+        if spool is not None:
+            spool.close()  # its file open would keep the tmpfs busy
         subprocess.run(["umount", str(small)], check=False)
