@@ -5,10 +5,12 @@ routers, and counted locally while NATS is away."""
 import asyncio
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
-from llmgw.router.accounts.counters import counted
+from llmgw.router.accounts.counters import Mine, Op, counted
 from llmgw.router.accounts.limits import Counts, judge, standing
 from llmgw.router.accounts.quota import Quota
 from llmgw.router.request.core import check_request, cut_usage, reservation
@@ -313,3 +315,58 @@ async def test_a_write_is_dated_by_the_clock_not_by_how_long_its_changes_waited(
     assert value["c"]["router-a"][1] >= NOW + 0.3
     ahead = {"m": ["202512030001", 7, 70], "d": ["20251203", 70], "mo": ["202512", 70]}
     assert counted(ahead, [], NOW)["m"] == ["202512030001", 7, 70]  # NOW is 00:00 of that day
+
+
+async def test_requests_admitted_from_a_lease_are_kept_as_one_change_a_minute_however_many_come(nc):
+    """A thousand requests one after another on a leased key of 7 in flight, no write between
+    (its flush is far off): kept as one unsent change, not one each (the next write's work, done
+    on the event loop beside the requests, does not grow with them); KV hears every one."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    quota.flush_s = 3600.0
+    scope = [("key.f", "key 'f'", Limits(concurrent=7))]
+    assert (await quota.admit(scope, NOW)).ok  # the first write takes the lease
+    for i in range(1000):
+        assert (await quota.admit(scope, NOW + i / 2000)).ok
+        assert quota.finish_leased(scope, 3, NOW + i / 2000) == []
+    mine = quota.mine["key.f"]
+    assert len(mine.unsent) <= 2 and (mine.unsent_requests, mine.unsent_tokens) == (1000, 3000)
+    quota._flush("key.f")
+    await quota.finish(scope, 3, NOW + 0.6)
+    value = await _written(quota, kv, "key.f")
+    assert value["m"][1:] == [1001, 3003] and not value.get("c")
+
+
+_CHANGES = st.lists(
+    st.one_of(
+        st.tuples(st.just("keep"), st.integers(0, 150), st.integers(-1, 2), st.integers(0, 9), st.booleans()),
+        st.tuples(st.just("seal")),
+        st.tuples(st.just("sent")),
+    ),
+    max_size=40,
+)
+
+
+@given(_CHANGES, st.integers(0, 5))
+def test_changes_kept_folded_count_as_they_would_one_by_one_and_a_write_on_its_way_keeps_its_own(changes, before):
+    """However changes come (requests given back among them, minutes apart, writes taking what is
+    unsent and coming back), the unsent changes count in KV's windows as the same changes one by
+    one would, and a write's own are never changed while it is on its way."""
+    mine, raw, carried = Mine(), [], None
+    for change in changes:
+        if change[0] == "keep":
+            _, second, requests, tokens, late = change
+            op = Op(at=NOW + second, when=NOW + second - 61 if late else None, requests=requests, tokens=tokens)
+            mine.keep(op)
+            raw.append(op)
+        elif change[0] == "seal":
+            carried = (mine.seal(), list(mine.unsent), len(raw))
+        elif carried is not None:  # the write taken last is in KV
+            count, ops, raw_count = carried
+            assert mine.unsent[:count] == ops[:count]
+            mine.drop_sent(count)
+            raw, carried = raw[raw_count:], None
+    value = {"m": [counted({}, [], NOW)["m"][0], before, 0]}
+    for now in (NOW + 30, NOW + 150):
+        assert counted(value, mine.unsent, now) == counted(value, raw, now)
+    assert (mine.unsent_requests, mine.unsent_tokens) == (sum(o.requests for o in raw), sum(o.tokens for o in raw))

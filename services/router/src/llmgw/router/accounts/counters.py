@@ -88,6 +88,37 @@ class Mine(msgspec.Struct):
     """The most tokens a request of this scope held (what a lease of tokens must fit a few of)."""
     last_at: float = 0.0
     """The time of the last change counted here (what a background write is dated)."""
+    sealed: int = 0
+    """How many of `unsent` the write on its way carries (left as they are until it is back)."""
+
+    def keep(self, op: Op) -> None:
+        """Count `op` as unsent: folded into the last unsent change where that one is not on its
+        way and both add requests in the same minute (KV's windows count the two as one), so
+        that a write carries a change or two however many requests came since the last."""
+        last = self.unsent[-1] if len(self.unsent) > self.sealed else None
+        if last is not None and min(last.requests, op.requests) >= 0 and _minute(last) == _minute(op):
+            self.unsent[-1] = Op(
+                at=max(last.at, op.at),
+                when=last.counted_at,
+                requests=last.requests + op.requests,
+                tokens=last.tokens + op.tokens,
+            )
+        else:  # a request given back counts against a window never below zero: on its own
+            self.unsent.append(op)
+        self.unsent_requests += op.requests
+        self.unsent_tokens += op.tokens
+
+    def seal(self) -> int:
+        """A write takes the changes unsent now: how many (none of them changes until `drop_sent`)."""
+        self.sealed = len(self.unsent)
+        return self.sealed
+
+    def drop_sent(self, count: int) -> None:
+        """The first `count` unsent changes (a write's `seal`) are in KV now."""
+        sent, self.unsent = self.unsent[:count], self.unsent[count:]
+        self.sealed = max(0, self.sealed - count)
+        self.unsent_requests -= sum(op.requests for op in sent)
+        self.unsent_tokens -= sum(op.tokens for op in sent)
 
     def spent(self) -> Lease:
         """What was admitted here since the last write, against what a lease gives."""
@@ -134,6 +165,11 @@ class Mine(msgspec.Struct):
             concurrent=base.concurrent + self.n,
             reserved=base.reserved + self.held,
         )
+
+
+def _minute(op: Op) -> int:
+    """The UTC minute `op` counts in (one minute is one day and one month too)."""
+    return int(op.counted_at) // 60
 
 
 def counts_tokens(limits: Limits) -> bool:

@@ -142,15 +142,13 @@ class Quota:
                 concurrent=min(old.concurrent, spent.concurrent + new.lease.concurrent),
             )
         until = asyncio.get_running_loop().time() + self.lease_s / 2
-        return new.value, _Snapshot(len(mine.unsent), new, until)
+        return new.value, _Snapshot(mine.seal(), new, until)
 
     def _sent(self, sid: str, snapshot: _Snapshot) -> None:
         """A write took this router's own as `snapshot` says: what it counted is in KV, and its
         lease is the one taken."""
         mine = self.mine.setdefault(sid, Mine())
-        sent, mine.unsent = mine.unsent[: snapshot.unsent], mine.unsent[snapshot.unsent :]
-        mine.unsent_requests -= sum(op.requests for op in sent)
-        mine.unsent_tokens -= sum(op.tokens for op in sent)
+        mine.drop_sent(snapshot.unsent)
         written = snapshot.written
         mine.sent_n, mine.sent_held, mine.base = written.n, written.held, written.base
         mine.lease, mine.until = written.lease, snapshot.until
@@ -172,9 +170,7 @@ class Quota:
         if not sent:
             self.dirty.add(sid)
             if op.requests or op.tokens:
-                mine.unsent.append(op)
-                mine.unsent_requests += op.requests
-                mine.unsent_tokens += op.tokens
+                mine.keep(op)
         self._forget(sid)
 
     # -- a lease ----------------------------------------------------------------------------------
