@@ -370,3 +370,25 @@ def test_changes_kept_folded_count_as_they_would_one_by_one_and_a_write_on_its_w
     for now in (NOW + 30, NOW + 150):
         assert counted(value, mine.unsent, now) == counted(value, raw, now)
     assert (mine.unsent_requests, mine.unsent_tokens) == (sum(o.requests for o in raw), sum(o.tokens for o in raw))
+
+
+async def test_a_lease_half_spent_while_its_renewal_is_on_the_way_waits_for_it_not_writing_again(nc):
+    """Requests one after another on a roomy key, each letting the loop run (the background
+    writes go on beside them, as in a router): the lease asked grows with the pace, so writes
+    are a few, not one every few requests (a write queued behind each on its way, asking only
+    what came meanwhile); every request reaches KV."""
+    kv = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(kv, "router-a")
+    scope = [("key.p", "key 'p'", ROOMY)]
+    assert (await quota.admit(scope, NOW, reserve=50)).ok
+    first = (await kv.get("key.p")).revision
+    for i in range(2000):
+        assert (await quota.admit(scope, NOW + i / 10_000, reserve=50)).ok
+        await asyncio.sleep(0)
+        await quota.finish(scope, 20, NOW + i / 10_000, reserve=50)
+    await quota.finish(scope, 20, NOW + 0.2, reserve=50)
+    value = await _written(quota, kv, "key.p")
+    writes = (await kv.get("key.p")).revision - first
+    print(f"\n2,000 requests one after another, the loop let run between: {writes} writes")
+    assert writes < 2000 / 100
+    assert value["m"][1] == 2001 and value["d"][1] == 2001 * 20 and not value.get("c")

@@ -189,8 +189,10 @@ class Quota:
 
     def _spent_soon(self, sid: str) -> None:
         """Write what was counted here in `sid` within `flush_s`, or now where half of a part of
-        its lease is spent."""
-        if self.mine[sid].half_spent():  # queued behind a write on its way, if any
+        its lease is spent and no write is on its way to renew it (one queued behind that write
+        would ask only for what came meanwhile: the lease would stay small, a write every few
+        requests; what the lease cannot hold meanwhile is judged on KV)."""
+        if sid not in self.writing and self.mine[sid].half_spent():
             self._flush(sid)
         elif sid not in self.soon:
             self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
