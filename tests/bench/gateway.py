@@ -13,7 +13,8 @@ two llmgw routers (two processes, each on its own SO_REUSEPORT socket of the one
 both cores, which they share with wrk and the backend then; and the plain key's router
 exporting its spans over OTLP/HTTP (to a receiver of ours in this process, on core 0) with 1% of
 traces sampled and with every one. The rows take turns, `ROUNDS`
-times; each keeps its best. Figures: added latency p50/p99 at one connection (against the backend
+times; each keeps its best, and a limit's cost over the plain key is the median of their rounds
+side by side. Figures: added latency p50/p99 at one connection (against the backend
 alone), the most requests a second with p99 under 20 ms over 1, 4, 16 and 64 connections, and the
 gateway's resident memory. A peer that cannot be installed or does not start is a row saying why.
 Run with `just bench` (wrk and nginx are installed from Debian when root);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -215,6 +217,13 @@ def peak(row: Row) -> float:
     return max(s.rps for r in row.runs for s in r.values())
 
 
+def paired_p99(row: Row, against: Row) -> float:
+    """The median over rounds of `row`'s p99 at one connection less `against`'s in the same round:
+    rows measured in turn share each round's phase of the machine, which a best against a best
+    (each from whichever round was quietest for it) does not."""
+    return statistics.median(r[1].p99 - a[1].p99 for r, a in zip(row.runs, against.runs, strict=True))
+
+
 def report(rows: list[Row]) -> None:
     """The table, the ratios, how far rounds varied, and which goals are met."""
     base = rows[0]
@@ -274,9 +283,12 @@ def goals(rows: list[Row]) -> None:
         lines.append((text, two >= theirs, None))
     for name in LIMITED:
         if name in by:
-            cost = by[name].best("p99") - ours.best("p99")
-            text = f"{name.strip()} costs {cost:+.2f} ms at p99 over the plain key (goal < 0.3)"
-            lines.append((text, cost < 0.3, cost - 0.3))
+            best, paired = by[name].best("p99") - ours.best("p99"), paired_p99(by[name], ours)
+            text = (
+                f"{name.strip()} costs {paired:+.2f} ms at p99 over the plain key, the median of rounds "
+                f"side by side ({best:+.2f} best against best; goal < 0.3)"
+            )
+            lines.append((text, paired < 0.3, paired - 0.3))
     for text, met, by_ms in lines:  # by_ms: how far a latency goal was missed, within the noise or not
         judged = "met    " if met else ("noise  " if by_ms is not None and by_ms < noise else "NOT met")
         print(f"{judged}  {text}")
