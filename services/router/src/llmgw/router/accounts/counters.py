@@ -89,12 +89,13 @@ class Mine(msgspec.Struct):
     last_at: float = 0.0
     """The time of the last change counted here (what a background write is dated)."""
     sealed: int = 0
-    """How many of `unsent` the write on its way carries (left as they are until it is back)."""
+    """How many of `unsent` the last write taken carries: left as they are until it is back (a
+    write that failed leaves them so until the next one is back)."""
 
     def keep(self, op: Op) -> None:
         """Count `op` as unsent: folded into the last unsent change where that one is not on its
-        way and both add requests in the same minute (KV's windows count the two as one), so
-        that a write carries a change or two however many requests came since the last."""
+        way, neither takes requests back and both count in the same minute (KV's windows count
+        the two as one), so that a write carries a change or two however many came since the last."""
         last = self.unsent[-1] if len(self.unsent) > self.sealed else None
         if last is not None and min(last.requests, op.requests) >= 0 and _minute(last) == _minute(op):
             self.unsent[-1] = Op(
@@ -102,6 +103,8 @@ class Mine(msgspec.Struct):
                 when=last.counted_at,
                 requests=last.requests + op.requests,
                 tokens=last.tokens + op.tokens,
+                n=last.n + op.n,
+                held=last.held + op.held,
             )
         else:  # a request given back counts against a window never below zero: on its own
             self.unsent.append(op)
@@ -168,7 +171,8 @@ class Mine(msgspec.Struct):
 
 
 def _minute(op: Op) -> int:
-    """The UTC minute `op` counts in (one minute is one day and one month too)."""
+    """The UTC minute `op` counts in (two changes in the same minute are in the same day and
+    month too)."""
     return int(op.counted_at) // 60
 
 

@@ -244,6 +244,10 @@ class Quota:
                             asked.told.set_exception(exc)
         finally:
             self.writing.discard(sid)
+        if sid in self.dirty and sid not in self.soon and self.online():
+            # what was counted here is not all in KV (the last batch, say, was refused and took
+            # the flush timer's place): it is written within `flush_s` all the same
+            self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
 
     async def _write(self, sid: str, batch: list[_Asked]) -> None:
         """One batch of changes of `sid`: judged and counted in KV together, else here."""
