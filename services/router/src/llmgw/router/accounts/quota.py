@@ -11,9 +11,10 @@ used). Each router's in-flight entry is written from its own count, and one not 
 Far from its limits a router does not ask KV for each request: each write takes a lease of the
 scope's headroom (`limits.grant`: an eighth of what is left under each limit, half where no
 other router counts there), which the others count as used until it is `lease_s` old. Requests
-that fit it are admitted at once and written in the background (within `flush_s`, or once half
-of it is spent), each write renewing it. Near a limit leases shrink to nothing and each request
-is judged on KV; a router that stops leaves its lease counted for at most `lease_s`.
+that fit it are admitted at once, kept as one change a minute (`Mine.keep`) and written in the
+background (within `flush_s`, or once half of it is spent and no write is on its way), each
+write renewing it. Near a limit leases shrink to nothing and each request is judged on KV; a
+router that stops leaves its lease counted for at most `lease_s`.
 
 While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
 the last counts it read and its own, counting locally, and writes what it counted once NATS is
@@ -47,8 +48,7 @@ Scope = tuple[str, str, Limits]
 
 
 class _Asked(NamedTuple):
-    """A change waiting for its scope's next write: counted where `check` allows it; `told` the
-    verdict."""
+    """A change waiting for its scope's next write: counted where `check` allows it; `told` its verdict."""
 
     op: Op
     check: Callable[[Counts], Verdict]
@@ -244,9 +244,7 @@ class Quota:
                             asked.told.set_exception(exc)
         finally:
             self.writing.discard(sid)
-        if sid in self.dirty and sid not in self.soon and self.online():
-            # what was counted here is not all in KV (the last batch, say, was refused and took
-            # the flush timer's place): it is written within `flush_s` all the same
+        if sid in self.dirty and sid not in self.soon and self.online():  # not all in KV (a batch refused)
             self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
 
     async def _write(self, sid: str, batch: list[_Asked]) -> None:
