@@ -265,7 +265,9 @@ def goals(rows: list[Row]) -> None:
     print(f"noise: the backend alone's p99 at one connection varied {noise:.2f} ms between rounds")
     add99 = ours.best("p99") - base.best("p99")
     rps = max(ours.sustained())
-    lines = [(f"llmgw adds {add99:.2f} ms at p99 at one connection (goal < 0.5 ms)", add99 < 0.5, add99 - 0.5)]
+    peers = ", ".join(f"{n} {by[n].best('p99') - base.best('p99'):+.2f}" for n in ("nginx", "vllm-router") if n in by)
+    said = f"llmgw adds {add99:.2f} ms at p99 at one connection (goal < 0.5 ms{'; ' + peers if peers else ''})"
+    lines = [(said, add99 < 0.5, add99 - 0.5)]
     compared = (("LiteLLM", 10, ">= 10x"), ("Portkey", 1.0, ">= 1x"), ("vllm-router", 1.0, ">= 1x"))
     for name, factor, goal in compared:
         if name not in by:
