@@ -414,6 +414,5 @@ async def test_what_came_while_a_write_was_on_its_way_is_written_though_the_next
     assert "key.g" in quota.soon
     refused = await quota._change("key.g", Op(at=NOW, requests=1), lambda _: Verdict(ok=False, limit="full"))
     assert not refused.ok
-    await asyncio.sleep(5 * quota.flush_s)
-    value = msgspec.json.decode((await kv.get("key.g")).value)
+    value = await _written(quota, kv, "key.g")
     assert value["m"][1] == admitted + 1 and "key.g" not in quota.dirty
