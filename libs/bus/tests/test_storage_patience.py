@@ -5,18 +5,31 @@ longer than JetStream's request timeout, then let go, the server still gets each
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 from llmgw.bus import event_stream, kv_bucket, obs_bucket
 
 
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped."""
+    threads = Path(f"/proc/{pid}/task").iterdir()
+    return all((t / "stat").read_text().rpartition(")")[2].split()[0] == "T" for t in threads)
+
+
 async def _frozen_while(nats_server, made, seconds=1.3):
-    """Run `made` with the server frozen for `seconds` (several JetStream timeouts), then thawed."""
+    """Run `made` with the server frozen for `seconds` (several JetStream timeouts), then thawed.
+    It is asked only once every thread has stopped: a thread in the kernel (writing to a disk the
+    machine keeps busy) stops only on its way back, and the server answered before then."""
     pid = nats_server.server.process.pid
     os.kill(pid, signal.SIGSTOP)
     try:
+        for _ in range(3000):
+            if _stopped(pid):
+                break
+            await asyncio.sleep(0.01)
         task = asyncio.ensure_future(made)
         await asyncio.sleep(seconds)
-        assert not task.done(), "made while the server was frozen"
+        assert not task.done(), f"ended while the server was frozen: {task.exception() or task.result()!r}"
     finally:
         os.kill(pid, signal.SIGCONT)
     return await asyncio.wait_for(task, 30)
