@@ -188,14 +188,17 @@ class Quota:
         return verdict
 
     def _spent_soon(self, sid: str) -> None:
-        """Write what was counted here in `sid` within `flush_s`, or now where half of a part of
-        its lease is spent and no write is on its way to renew it (one queued behind that write
-        would ask only for what came meanwhile: the lease would stay small, a write every few
-        requests; what the lease cannot hold meanwhile is judged on KV)."""
+        """Write what was counted here in `sid` within `flush_s`, or now where half a part of its
+        lease is spent and no write is on its way to renew it (one queued behind it would lease
+        only what came meanwhile); what the lease cannot hold meanwhile is judged on KV."""
         if sid not in self.writing and self.mine[sid].half_spent():
             self._flush(sid)
-        elif sid not in self.soon:
-            self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
+        else:
+            self._due(sid, self.flush_s, self._flush)
+
+    def _due(self, sid: str, after_s: float, then: Callable[[str], None]) -> None:
+        if sid not in self.soon:  # `then(sid)` in `after_s`, unless something is due there already
+            self.soon[sid] = asyncio.get_running_loop().call_later(after_s, then, sid)
 
     def _flush(self, sid: str) -> None:
         """Write what this router counted in `sid` (with the next change waiting there, if any)."""
@@ -214,12 +217,10 @@ class Quota:
         this one waits that long for another to start the write. A change whose caller stopped
         waiting (a client gone) is written all the same but not kept as this router's: its next
         write of the scope sets its own entry right."""
-        loop = asyncio.get_running_loop()
-        told: asyncio.Future[Verdict] = loop.create_future()
+        told: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         self.waiting.setdefault(sid, []).append(_Asked(op, check or _admit, told))
         if wait_s and sid not in self.writing:
-            if sid not in self.soon:
-                self.soon[sid] = loop.call_later(wait_s, self._write_soon, sid)
+            self._due(sid, wait_s, self._write_soon)
         else:
             self._write_soon(sid)
         return await told
@@ -244,8 +245,8 @@ class Quota:
                             asked.told.set_exception(exc)
         finally:
             self.writing.discard(sid)
-        if sid in self.dirty and sid not in self.soon and self.online():  # not all in KV (a batch refused)
-            self.soon[sid] = asyncio.get_running_loop().call_later(self.flush_s, self._flush, sid)
+        if sid in self.dirty and self.online():  # not all in KV (a batch refused, say)
+            self._due(sid, self.flush_s, self._flush)
 
     async def _write(self, sid: str, batch: list[_Asked]) -> None:
         """One batch of changes of `sid`: judged and counted in KV together, else here."""
@@ -259,8 +260,7 @@ class Quota:
                     self._sent(sid, snapshot)
                 return
             except (TimeoutError, NatsError):  # counted here below, from the counts last read,
-                if sid not in self.soon:  # and tried again soon: NATS is there, only slow
-                    self.soon[sid] = asyncio.get_running_loop().call_later(RETRY_S, self._flush, sid)
+                self._due(sid, RETRY_S, self._flush)  # and tried again soon: NATS is there, only slow
         value = self.known.get(sid, ({}, None))[0]
         for asked in batch:
             self._tell(sid, asked, asked.check(self._counts(sid, value, asked.op.at)), sent=False)
