@@ -5,8 +5,10 @@ routers, and counted locally while NATS is away."""
 import asyncio
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nats.js.errors import KeyWrongLastSequenceError
 
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
@@ -416,3 +418,131 @@ async def test_what_came_while_a_write_was_on_its_way_is_written_though_the_next
     assert not refused.ok
     value = await _written(quota, kv, "key.g")
     assert value["m"][1] == admitted + 1 and "key.g" not in quota.dirty
+
+
+class _LateAnswers:
+    """Real KV whose next write's answer never reaches the router: the write lands at once, or
+    after `delay_s` (long after the router stopped waiting), or (None) never."""
+
+    def __init__(self, kv, delay_s: float | None) -> None:
+        self.kv, self.delay_s, self.late, self.landings = kv, delay_s, 0, []
+
+    def __getattr__(self, name):
+        return getattr(self.kv, name)
+
+    async def update(self, key, value, last=None):
+        if not self.late:
+            return await self.kv.update(key, value, last=last)
+        self.late -= 1
+        if self.delay_s is not None:
+            self.landings.append(asyncio.create_task(self._land(key, value, last)))
+        await asyncio.Event().wait()  # no answer: the router's op_timeout_s ends the wait
+
+    async def _land(self, key, value, last):
+        await asyncio.sleep(self.delay_s)
+        try:
+            return await self.kv.update(key, value, last=last)
+        except KeyWrongLastSequenceError:
+            return None  # the router's own retry was written first: this one can no longer land
+
+
+@pytest.mark.parametrize("leased", [True, False], ids=["leased", "judged-on-kv"])
+@pytest.mark.parametrize(
+    ("delay_s", "other"),
+    [(0.0, False), (1.5, False), (None, True)],
+    ids=["landed-at-once", "landed-after-the-retry", "never-and-another-router-wrote"],
+)
+async def test_a_write_whose_answer_never_came_is_counted_once_whether_it_landed_or_not(nc, delay_s, other, leased):
+    """A change whose write timed out is counted here and written again; where the write that
+    timed out had in fact landed (before or after the retry), its changes count once, not
+    twice (the limit was stricter than set: a minute of 6 refused the 6th request); where it
+    never landed, they count all the same. The change in doubt is one admitted from a lease
+    (the write carried it from before) or one judged on KV (the write let it in)."""
+    bucket = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    kv = _LateAnswers(bucket, delay_s)
+    quota = Quota(kv, "router-a")
+    quota.op_timeout_s = 0.3
+    limits = Limits(requests_per_minute=6) if leased else Limits(requests_per_minute=6, concurrent=1)
+    scope = [("key.t", "key 't'", limits)]  # one at a time leases nothing: each is judged on KV
+
+    async def ask(at: float) -> bool:
+        verdict = await quota.admit(scope, at)
+        if verdict.ok and not leased:
+            await quota.finish(scope, 0, at)
+        return verdict.ok
+
+    assert await ask(NOW)
+    kv.late = 1
+    assert await ask(NOW + 1)  # the answer to the write carrying it never comes: counted here
+    if other:
+        other_router = Quota(bucket, "router-b")
+        assert (await other_router.admit(scope, NOW + 1)).ok
+        await other_router.finish(scope, 0, NOW + 1)
+    await quota.refresh(NOW + 2)  # the retry (what RETRY_S's timer and keep_alive do)
+    await asyncio.gather(*kv.landings)
+    await quota.refresh(NOW + 3)
+    value = msgspec.json.decode((await kv.get("key.t")).value)
+    assert value["m"][1] == 2 + other, value
+    assert [await ask(NOW + 4) for _ in range(5 - other)] == [True] * (4 - other) + [False]
+    assert not quota.mine.get("key.t", Mine()).doubts
+
+
+_WRITES = st.lists(
+    st.one_of(
+        st.tuples(st.just("keep"), st.integers(-1, 2), st.integers(0, 9)),  # admitted from a lease
+        st.tuples(st.just("unanswered"), st.booleans(), st.integers(0, 3)),  # landed?, changes it let in
+        st.tuples(st.just("written")),  # a write answered (written, or refused: another wrote first)
+        st.tuples(st.just("read")),
+        st.tuples(st.just("other")),  # another router writes the entry
+    ),
+    max_size=30,
+)
+
+
+@given(_WRITES)
+def test_writes_whose_answers_never_came_count_each_change_once_however_they_end(steps):
+    """Writes that time out (having landed or not), answered ones, reads and other routers'
+    writes in any order, each write landing only on the revision it was judged on (as KV's
+    compare-and-set does): once a last read and write are done, KV counts each change once."""
+    mine, raw, kv, stamp = Mine(), [], [], 0
+    entry, known = {"rev": 0, "stamp": None}, 0
+
+    def write(ops: list, answered: bool, landed: bool = True) -> bool:
+        nonlocal stamp, known
+        stamp += 1
+        carried = mine.seal()
+        lands = landed and known == entry["rev"]
+        if lands:
+            kv.extend([*mine.unsent[:carried], *ops])
+            entry.update(rev=entry["rev"] + 1, stamp=stamp)
+        if answered and lands:
+            known = entry["rev"]
+            mine.drop_sent(carried)
+        elif not answered:
+            mine.unanswered(stamp, ops)
+        return lands
+
+    def read() -> None:
+        nonlocal known
+        known = entry["rev"]
+        mine.settle({"s": {"a": [entry["stamp"], 0]}}, "a")
+
+    for step in steps:
+        if step[0] == "keep":
+            op = Op(at=NOW, requests=step[1], tokens=step[2])
+            mine.keep(op)
+            raw.append(op)
+        elif step[0] == "unanswered":
+            ops = [Op(at=NOW, requests=1, tokens=k) for k in range(step[2])]
+            raw.extend(ops)
+            write(ops, answered=False, landed=step[1])
+        elif step[0] == "written" and not write([], answered=True):
+            read()  # refused: read, judged again
+        elif step[0] == "read":
+            read()
+        elif step[0] == "other":
+            entry["rev"] += 1
+    read()
+    assert write([], answered=True) and not mine.unsent and not mine.doubts
+    value = {"m": [counted({}, [], NOW)["m"][0], 10, 0]}  # 10 before: a give-back never goes below 0
+    assert counted(value, kv, NOW) == counted(value, raw, NOW)

@@ -6,9 +6,11 @@ One entry per scope (bucket `llmgw_limits`):
   <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
             "mo": [UTC month, tokens], "c": {router: [in flight, unix time]},
             "h": {router: tokens held by its requests in flight},
-            "l": {router: [UTC minute, requests, tokens, in flight, unix time]}}
+            "l": {router: [UTC minute, requests, tokens, in flight, unix time]},
+            "s": {router: [the stamp of its last write, unix time]}}
 A window whose id is not the current one counts as empty; an in-flight entry not written for
-`stale_s`, and a lease (`l`) older than `lease_s`, no longer count.
+`stale_s`, and a lease (`l`) older than `lease_s`, no longer count. A write's stamp says, to the
+router whose answer to it never came, whether it landed (`Mine.settle`); kept for `stale_s`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from llmgw.proto import Limits
 from llmgw.router.accounts.limits import Counts, Lease, grant, window_ids, windows
 
 __all__ = [
+    "Doubt",
     "Mine",
     "Op",
+    "Snapshot",
     "Terms",
     "Written",
     "counted",
@@ -66,6 +70,14 @@ class Terms(msgspec.Struct, frozen=True):
     lease_s: float
 
 
+class Doubt(msgspec.Struct, frozen=True):
+    """A write whose answer never came (it timed out): it may have landed or not."""
+
+    stamp: int
+    carried: int
+    """It carried the first `carried` unsent changes."""
+
+
 class Mine(msgspec.Struct):
     """What one router holds in one scope, what it counted there that KV has not heard, and the
     lease it admits from."""
@@ -91,6 +103,11 @@ class Mine(msgspec.Struct):
     sealed: int = 0
     """How many of `unsent` the last write taken carries: left as they are until it is back (a
     write that failed leaves them so until the next one is back)."""
+    stamp: int = 0
+    """The stamp of this router's latest write of the scope (in the entry's `s`)."""
+    doubts: list[Doubt] = msgspec.field(default_factory=list)
+    """Writes whose answer never came since the last one answered: each carried what the one
+    before it did, and compare-and-set lets at most one of them land."""
 
     def keep(self, op: Op) -> None:
         """Count `op` as unsent: folded into the last unsent change where that one is not on its
@@ -117,11 +134,54 @@ class Mine(msgspec.Struct):
         return self.sealed
 
     def drop_sent(self, count: int) -> None:
-        """The first `count` unsent changes (a write's `seal`) are in KV now."""
+        """The first `count` unsent changes (a write's `seal`) are in KV now (and no write in
+        doubt can land any more: this one did, or one written after it)."""
         sent, self.unsent = self.unsent[:count], self.unsent[count:]
+        self.doubts = []
         self.sealed = max(0, self.sealed - count)
         self.unsent_requests -= sum(op.requests for op in sent)
         self.unsent_tokens -= sum(op.tokens for op in sent)
+
+    def sent(self, snapshot: Snapshot) -> bool:
+        """A write took this router's own as `snapshot` says: what it carried is in KV, and its
+        lease is the one taken. Whether KV now has all it counted."""
+        self.drop_sent(snapshot.unsent)
+        written = snapshot.written
+        self.sent_n, self.sent_held, self.base = written.n, written.held, written.base
+        self.lease, self.until = written.lease, snapshot.until
+        return not self.unsent and (self.n, self.held) == (written.n, written.held)
+
+    def unanswered(self, stamp: int, ops: Sequence[Op]) -> None:
+        """The answer to the write stamped `stamp` never came: besides the sealed changes it
+        carried `ops`, kept after those, sealed too, until an entry read says whether it landed
+        (`settle`) or a later write is answered (`drop_sent`)."""
+        at = self.sealed
+        self.unsent[at:at] = ops
+        self.sealed = at + len(ops)
+        self.unsent_requests += sum(op.requests for op in ops)
+        self.unsent_tokens += sum(op.tokens for op in ops)
+        self.doubts.append(Doubt(stamp, self.sealed))
+
+    def settle(self, value: dict, router: str) -> None:
+        """The entry read as `value`: the write in doubt whose stamp it bears, if any, landed
+        (what it carried is in KV); the others never will."""
+        stamp = value.get("s", {}).get(router, [None])[0]
+        for doubt in self.doubts:
+            if doubt.stamp == stamp:
+                self.drop_sent(doubt.carried)
+                return
+
+    def renew(self, lease: Lease | None) -> None:
+        """A write takes `lease` anew: what was spent of the old one while it was on its way
+        is never more than either allows."""
+        spent, old = self.spent(), self.lease
+        if old is not None:
+            self.lease = lease and Lease(
+                minute=old.minute,
+                requests=min(old.requests, spent.requests + lease.requests),
+                tokens=min(old.tokens, spent.tokens + lease.tokens),
+                concurrent=min(old.concurrent, spent.concurrent + lease.concurrent),
+            )
 
     def spent(self) -> Lease:
         """What was admitted here since the last write, against what a lease gives."""
@@ -267,8 +327,9 @@ class Written(msgspec.Struct, frozen=True):
 
 
 def written(value: dict, terms: Terms, mine: Mine, ops: Sequence[Op], now: float, limits: Limits | None) -> Written:
-    """`value` with the router's unsent counts and `ops` in, its in-flight entry its own and its
-    lease taken anew (where `limits` are known and it admitted something since its last write)."""
+    """`value` with the router's unsent counts and `ops` in, its in-flight entry its own, its
+    lease taken anew (where `limits` are known and it admitted something since its last write)
+    and its stamp `mine.stamp`."""
     router, stale_s, lease_s = terms.router, terms.stale_s, terms.lease_s
     new = counted(value, [*mine.unsent, *ops], now)
     n = max(0, mine.n + sum(op.n for op in ops))
@@ -285,4 +346,18 @@ def written(value: dict, terms: Terms, mine: Mine, ops: Sequence[Op], now: float
     if lease is not None:
         leases[router] = [lease.minute, lease.requests, lease.tokens, lease.concurrent, now]
     new["l"] = leases
+    stamps = {r: v for r, v in value.get("s", {}).items() if r != router and now - v[1] < stale_s}
+    new["s"] = {**stamps, router: [mine.stamp, now]}
     return Written(new, n, held, lease, base)
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """What one write sends of a router's own: the first `unsent` changes counted there, and
+    the entry as written (its in-flight count, held tokens and lease)."""
+
+    unsent: int
+    written: Written
+    until: float
+    """Loop time until which the lease may be spent (from before the write: the others count it
+    from the time in the entry)."""
+    stamp: int

@@ -18,11 +18,14 @@ router that stops leaves its lease counted for at most `lease_s`.
 
 While NATS is away (or the counters do not answer within `op_timeout_s`), a router admits from
 the last counts it read and its own, counting locally, and writes what it counted once NATS is
-back: limits hold for what this router serves; what other routers served meanwhile is unseen."""
+back: limits hold for what this router serves; what other routers served meanwhile is unseen.
+A write whose answer never came may have landed: its changes are written again unless the
+entry, read again, bears its stamp (`Mine.settle`), so that nothing is counted twice."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -35,8 +38,8 @@ from nats.js.kv import KeyValue
 from llmgw.bus import get_logger, spawn
 from llmgw.proto import Limits
 from llmgw.router.accounts import counters
-from llmgw.router.accounts.counters import Mine, Op, Terms, counts_tokens, holds
-from llmgw.router.accounts.limits import Counts, Lease, Verdict, judge
+from llmgw.router.accounts.counters import Mine, Op, Snapshot, Terms, counts_tokens, holds
+from llmgw.router.accounts.limits import Counts, Verdict, judge
 
 __all__ = ["RETRY_S", "Quota", "Scope"]
 
@@ -53,17 +56,6 @@ class _Asked(NamedTuple):
     op: Op
     check: Callable[[Counts], Verdict]
     told: asyncio.Future[Verdict]
-
-
-class _Snapshot(NamedTuple):
-    """What one write sends of this router's own: the first `unsent` changes counted here, and
-    the entry as written (its in-flight count, held tokens and lease: `counters.Written`)."""
-
-    unsent: int
-    written: counters.Written
-    until: float
-    """Loop time until which the lease may be spent (from before the write: the others count it
-    from the time in the entry)."""
 
 
 def _admit(_: Counts) -> Verdict:
@@ -102,6 +94,9 @@ class Quota:
         """Scope -> the changes waiting for its next write."""
         self.writing: set[str] = set()
         """Scopes being written now (one at a time from this router: it races only other routers)."""
+        self.stamps = itertools.count(time.time_ns())  # each write's stamp: unique, a restart's too
+        self.flying: dict[str, tuple[int, list[tuple[_Asked, Verdict]]]] = {}
+        """Scope -> the write on its way: its stamp and the changes it lets in."""
         self.told: tuple[float, float] | None = None
         """The latest time a write was dated, and the loop's time then."""
         self.tasks: set[asyncio.Task] = set()
@@ -124,35 +119,22 @@ class Quota:
         self.told = (at, now)
         return at
 
-    def _terms(self) -> Terms:
+    def _terms(self) -> Terms:  # who this router is, and how long the others' entries count
         return Terms(self.router, self.stale_s, self.lease_s)
 
-    def _written(self, sid: str, value: dict, ops: list[Op], now: float) -> tuple[dict, _Snapshot]:
-        """`value` with this router's own in and its lease taken anew (`counters.written`); what
-        was spent from the lease it had while this write is on its way is never more than
-        either lease allows."""
+    def _written(self, sid: str, value: dict, ops: list[Op], now: float) -> tuple[dict, Snapshot]:
+        """`value` with this router's own in, stamped anew, and its lease taken anew
+        (`counters.written`, `Mine.renew`)."""
         mine = self.mine.get(sid) or Mine()
+        mine.stamp = next(self.stamps)
         new = counters.written(value, self._terms(), mine, ops, now, self.limits.get(sid))
-        if mine.lease is not None:
-            spent, old = mine.spent(), mine.lease
-            mine.lease = new.lease and Lease(
-                minute=old.minute,
-                requests=min(old.requests, spent.requests + new.lease.requests),
-                tokens=min(old.tokens, spent.tokens + new.lease.tokens),
-                concurrent=min(old.concurrent, spent.concurrent + new.lease.concurrent),
-            )
+        mine.renew(new.lease)
         until = asyncio.get_running_loop().time() + self.lease_s / 2
-        return new.value, _Snapshot(mine.seal(), new, until)
+        return new.value, Snapshot(mine.seal(), new, until, mine.stamp)
 
-    def _sent(self, sid: str, snapshot: _Snapshot) -> None:
-        """A write took this router's own as `snapshot` says: what it counted is in KV, and its
-        lease is the one taken."""
-        mine = self.mine.setdefault(sid, Mine())
-        mine.drop_sent(snapshot.unsent)
-        written = snapshot.written
-        mine.sent_n, mine.sent_held, mine.base = written.n, written.held, written.base
-        mine.lease, mine.until = written.lease, snapshot.until
-        if not mine.unsent and (mine.n, mine.held) == (written.n, written.held):
+    def _sent(self, sid: str, snapshot: Snapshot) -> None:
+        """A write took this router's own as `snapshot` says (`Mine.sent`)."""
+        if self.mine.setdefault(sid, Mine()).sent(snapshot):
             self.dirty.discard(sid)
         self._forget(sid)
 
@@ -261,9 +243,23 @@ class Quota:
                 return
             except (TimeoutError, NatsError):  # counted here below, from the counts last read,
                 self._due(sid, RETRY_S, self._flush)  # and tried again soon: NATS is there, only slow
+                batch = self._unanswered(sid, batch)
         value = self.known.get(sid, ({}, None))[0]
         for asked in batch:
             self._tell(sid, asked, asked.check(self._counts(sid, value, asked.op.at)), sent=False)
+
+    def _unanswered(self, sid: str, batch: list[_Asked]) -> list[_Asked]:
+        """A write whose answer never came may have landed: the changes it let in are let in,
+        in doubt until an entry read says (`Mine.unanswered`); the others, returned, are judged here."""
+        if (flying := self.flying.pop(sid, None)) is None:
+            return batch  # it timed out reading: nothing was written
+        stamp, let_in = flying
+        waiting = [(asked, verdict) for asked, verdict in let_in if not asked.told.done()]
+        self.mine.setdefault(sid, Mine()).unanswered(stamp, [asked.op for asked, _ in waiting])
+        self.dirty.add(sid)
+        for asked, verdict in waiting:
+            self._tell(sid, asked, verdict, sent=True)  # its requests and tokens are in doubt, not lost
+        return [asked for asked in batch if all(asked is not other for other, _ in let_in)]
 
     def _tell(self, sid: str, asked: _Asked, verdict: Verdict, sent: bool) -> None:
         """A change judged: counted here where it was let in (and its caller still waits)."""
@@ -273,7 +269,7 @@ class Quota:
             self._done(sid, asked.op, sent)
         asked.told.set_result(verdict)
 
-    async def _cas(self, sid: str, batch: list[_Asked]) -> tuple[list[Verdict], _Snapshot | None]:
+    async def _cas(self, sid: str, batch: list[_Asked]) -> tuple[list[Verdict], Snapshot | None]:
         """Judge each change in turn (with those let in before it) and write those let in, only if
         nobody wrote since the revision they were judged on; else read and judge again. A copy
         this router wrote may let a change in (the write fails where it is stale); a refusal is
@@ -281,6 +277,7 @@ class Quota:
         value, revision = self.known.get(sid, ({}, None))
         read = sid not in self.known
         while True:
+            self.flying.pop(sid, None)  # one left by a write that failed otherwise
             if read:
                 try:
                     entry = await self.kv.get(sid)
@@ -288,6 +285,7 @@ class Quota:
                 except KeyNotFoundError:
                     value, revision = {}, None
                 self.known[sid] = (value, revision)
+                self.mine.get(sid, Mine()).settle(value, self.router)  # did a write in doubt land?
             verdicts: list[Verdict] = []
             taken: list[Op] = []
             for asked in batch:
@@ -300,14 +298,17 @@ class Quota:
             if not taken:
                 return verdicts, None
             written, snapshot = self._written(sid, value, taken, self._now(max(op.at for op in taken)))
+            self.flying[sid] = (snapshot.stamp, [p for p in zip(batch, verdicts, strict=True) if p[1].ok])
             try:
                 if revision is None:
                     revision = await self.kv.create(sid, msgspec.json.encode(written))
                 else:
                     revision = await self.kv.update(sid, msgspec.json.encode(written), last=revision)
                 self.known[sid] = (written, revision)
+                self.flying.pop(sid)
                 return verdicts, snapshot
             except KeyWrongLastSequenceError:
+                self.flying.pop(sid)
                 read = True  # another router wrote since: read it and judge again
 
     async def read(self, sid: str, now: float) -> Counts:
@@ -381,10 +382,8 @@ class Quota:
 
     def stop(self) -> None:
         """Stop writing (what waits is not counted: the router is going away)."""
-        for timer in self.soon.values():
-            timer.cancel()
-        for task in self.tasks:
-            task.cancel()
+        for waits in [*self.soon.values(), *self.tasks]:
+            waits.cancel()
 
     async def keep_alive(self, every_s: float) -> None:
         """Every `every_s`: `refresh`."""
