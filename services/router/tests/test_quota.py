@@ -8,11 +8,13 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyWrongLastSequenceError
 
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
-from llmgw.router.accounts.counters import Mine, Op, counted
+from llmgw.router.accounts import counting
+from llmgw.router.accounts.counters import Mine, Op, Snapshot, Written, counted
 from llmgw.router.accounts.limits import Counts, Verdict, judge, standing
 from llmgw.router.accounts.quota import Quota
 from llmgw.router.request.core import check_request, cut_usage, reservation
@@ -421,11 +423,11 @@ async def test_what_came_while_a_write_was_on_its_way_is_written_though_the_next
 
 
 class _LateAnswers:
-    """Real KV whose next write's answer never reaches the router: the write lands at once, or
-    after `delay_s` (long after the router stopped waiting), or (None) never."""
+    """Real KV whose next write is held and its answer never comes (nats-py's timeout is raised,
+    as a router waits for it no longer); the test lands it (`land`) when it chooses, or never."""
 
-    def __init__(self, kv, delay_s: float | None) -> None:
-        self.kv, self.delay_s, self.late, self.landings = kv, delay_s, 0, []
+    def __init__(self, kv) -> None:
+        self.kv, self.late, self.held = kv, 0, None
 
     def __getattr__(self, name):
         return getattr(self.kv, name)
@@ -434,56 +436,63 @@ class _LateAnswers:
         if not self.late:
             return await self.kv.update(key, value, last=last)
         self.late -= 1
-        if self.delay_s is not None:
-            self.landings.append(asyncio.create_task(self._land(key, value, last)))
-        await asyncio.Event().wait()  # no answer: the router's op_timeout_s ends the wait
+        self.held = (key, value, last)
+        raise NatsTimeoutError
 
-    async def _land(self, key, value, last):
-        await asyncio.sleep(self.delay_s)
+    async def land(self) -> bool:
+        """The held write reaches KV now: whether it landed (its revision still the entry's)."""
+        key, value, last = self.held
         try:
-            return await self.kv.update(key, value, last=last)
+            await self.kv.update(key, value, last=last)
+            return True
         except KeyWrongLastSequenceError:
-            return None  # the router's own retry was written first: this one can no longer land
+            return False
 
 
 @pytest.mark.parametrize("leased", [True, False], ids=["leased", "judged-on-kv"])
 @pytest.mark.parametrize(
-    ("delay_s", "other"),
-    [(0.0, False), (1.5, False), (None, True)],
-    ids=["landed-at-once", "landed-after-the-retry", "never-and-another-router-wrote"],
+    ("lands", "other"),
+    [("before", False), ("before", True), ("after", False), ("never", True)],
+    ids=[
+        "landed-before-the-retry",
+        "landed-and-another-router-wrote",
+        "arrived-after-the-retry",
+        "never-and-another-router-wrote",
+    ],
 )
-async def test_a_write_whose_answer_never_came_is_counted_once_whether_it_landed_or_not(nc, delay_s, other, leased):
-    """A change whose write timed out is counted here and written again; where the write that
-    timed out had in fact landed (before or after the retry), its changes count once, not
-    twice (the limit was stricter than set: a minute of 6 refused the 6th request); where it
-    never landed, they count all the same. The change in doubt is one admitted from a lease
-    (the write carried it from before) or one judged on KV (the write let it in)."""
+async def test_a_write_whose_answer_never_came_is_counted_once_whether_it_landed_or_not(
+    nc, monkeypatch, leased, lands, other
+):
+    """A change whose write's answer never came is counted here and written again; where that
+    write had in fact landed (another router writing after it keeps its stamp), its changes count
+    once, not twice (the limit was stricter than set: a minute of 6 refused its 6th request);
+    where it never lands, they count all the same. The change in doubt is one admitted from a
+    lease (the write carried it from before) or one judged on KV (the write let it in)."""
+    monkeypatch.setattr(counting, "RETRY_S", 60.0)  # the retry comes when the test says
     bucket = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
-    kv = _LateAnswers(bucket, delay_s)
+    kv = _LateAnswers(bucket)
     quota = Quota(kv, "router-a")
-    quota.op_timeout_s = 0.3
-    limits = Limits(requests_per_minute=6) if leased else Limits(requests_per_minute=6, concurrent=1)
-    scope = [("key.t", "key 't'", limits)]  # one at a time leases nothing: each is judged on KV
-
-    async def ask(at: float) -> bool:
-        verdict = await quota.admit(scope, at)
-        if verdict.ok and not leased:
-            await quota.finish(scope, 0, at)
-        return verdict.ok
-
-    assert await ask(NOW)
+    quota.flush_s = 60.0  # no background writes but the test's
+    # A minute of one token leases nothing: each request is judged on KV.
+    limits = Limits(requests_per_minute=6) if leased else Limits(requests_per_minute=6, tokens_per_minute=1)
+    scope = [("key.t", "key 't'", limits)]
+    assert (await quota.admit(scope, NOW)).ok
     kv.late = 1
-    assert await ask(NOW + 1)  # the answer to the write carrying it never comes: counted here
+    assert (await quota.admit(scope, NOW + 1)).ok  # judged on KV: its write is the late one
+    if leased:
+        await quota.refresh(NOW + 1)  # the write carrying what the lease admitted is the late one
+    assert quota.mine["key.t"].doubts and kv.held
+    if lands == "before":
+        assert await kv.land()
+        assert (await quota.read("key.t", NOW + 1)).minute_requests == 2  # a read settles it: not 3
     if other:
-        other_router = Quota(bucket, "router-b")
-        assert (await other_router.admit(scope, NOW + 1)).ok
-        await other_router.finish(scope, 0, NOW + 1)
-    await quota.refresh(NOW + 2)  # the retry (what RETRY_S's timer and keep_alive do)
-    await asyncio.gather(*kv.landings)
-    await quota.refresh(NOW + 3)
+        assert (await Quota(bucket, "router-b").admit(scope, NOW + 1)).ok
+    await quota.refresh(NOW + 2)  # the retry
+    if lands == "after":
+        assert not await kv.land()  # compare-and-set: the retry took its place
     value = msgspec.json.decode((await kv.get("key.t")).value)
     assert value["m"][1] == 2 + other, value
-    assert [await ask(NOW + 4) for _ in range(5 - other)] == [True] * (4 - other) + [False]
+    assert [(await quota.admit(scope, NOW + 4)).ok for _ in range(5 - other)] == [True] * (4 - other) + [False]
     assert not quota.mine.get("key.t", Mine()).doubts
 
 
@@ -511,15 +520,16 @@ def test_writes_whose_answers_never_came_count_each_change_once_however_they_end
         nonlocal stamp, known
         stamp += 1
         carried = mine.seal()
+        snapshot = Snapshot(carried, Written({}, 0, 0, None, Counts()), 0.0, stamp)
         lands = landed and known == entry["rev"]
         if lands:
             kv.extend([*mine.unsent[:carried], *ops])
             entry.update(rev=entry["rev"] + 1, stamp=stamp)
         if answered and lands:
             known = entry["rev"]
-            mine.drop_sent(carried)
+            mine.sent(snapshot)
         elif not answered:
-            mine.unanswered(stamp, ops)
+            mine.unanswered(snapshot, ops)
         return lands
 
     def read() -> None:

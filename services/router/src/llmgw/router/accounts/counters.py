@@ -10,7 +10,7 @@ One entry per scope (bucket `llmgw_limits`):
             "s": {router: [the stamp of its last write, unix time]}}
 A window whose id is not the current one counts as empty; an in-flight entry not written for
 `stale_s`, and a lease (`l`) older than `lease_s`, no longer count. A write's stamp says, to the
-router whose answer to it never came, whether it landed (`Mine.settle`); kept for `stale_s`.
+router whose answer to it never came, whether it landed (`Mine.settle`); kept for `STAMP_S`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from llmgw.proto import Limits
 from llmgw.router.accounts.limits import Counts, Lease, grant, window_ids, windows
 
 __all__ = [
+    "STAMP_S",
     "Doubt",
     "Mine",
     "Op",
@@ -39,6 +40,9 @@ __all__ = [
     "written",
 ]
 
+STAMP_S = 86400.0
+"""How long the others' writes keep a router's stamp: one cut off from NATS for up to this long
+after a write whose answer never came still finds whether that write landed."""
 _WINDOWS = (("m", "minute", 3), ("d", "day", 2), ("mo", "month", 2))
 """Each window: its field, its name in `windows`, the length of its list (in `window_ids`'s order)."""
 
@@ -73,7 +77,8 @@ class Terms(msgspec.Struct, frozen=True):
 class Doubt(msgspec.Struct, frozen=True):
     """A write whose answer never came (it timed out): it may have landed or not."""
 
-    stamp: int
+    snapshot: Snapshot
+    """What it wrote of this router's own (its stamp, the lease it took)."""
     carried: int
     """It carried the first `carried` unsent changes."""
 
@@ -106,8 +111,8 @@ class Mine(msgspec.Struct):
     stamp: int = 0
     """The stamp of this router's latest write of the scope (in the entry's `s`)."""
     doubts: list[Doubt] = msgspec.field(default_factory=list)
-    """Writes whose answer never came since the last one answered: each carried what the one
-    before it did, and compare-and-set lets at most one of them land."""
+    """Writes whose answer never came since the last one answered: each carried at least what
+    the one before it did, and compare-and-set lets at most one of them land."""
 
     def keep(self, op: Op) -> None:
         """Count `op` as unsent: folded into the last unsent change where that one is not on its
@@ -151,24 +156,24 @@ class Mine(msgspec.Struct):
         self.lease, self.until = written.lease, snapshot.until
         return not self.unsent and (self.n, self.held) == (written.n, written.held)
 
-    def unanswered(self, stamp: int, ops: Sequence[Op]) -> None:
-        """The answer to the write stamped `stamp` never came: besides the sealed changes it
-        carried `ops`, kept after those, sealed too, until an entry read says whether it landed
+    def unanswered(self, snapshot: Snapshot, ops: Sequence[Op]) -> None:
+        """The answer to a write (`snapshot`) never came: besides the sealed changes it carried
+        `ops`, kept after those, sealed too, until an entry read says whether it landed
         (`settle`) or a later write is answered (`drop_sent`)."""
         at = self.sealed
         self.unsent[at:at] = ops
         self.sealed = at + len(ops)
         self.unsent_requests += sum(op.requests for op in ops)
         self.unsent_tokens += sum(op.tokens for op in ops)
-        self.doubts.append(Doubt(stamp, self.sealed))
+        self.doubts.append(Doubt(snapshot, self.sealed))
 
     def settle(self, value: dict, router: str) -> None:
         """The entry read as `value`: the write in doubt whose stamp it bears, if any, landed
-        (what it carried is in KV); the others never will."""
+        (what it carried is in KV, and the lease it took is this router's); the others never will."""
         stamp = value.get("s", {}).get(router, [None])[0]
         for doubt in self.doubts:
-            if doubt.stamp == stamp:
-                self.drop_sent(doubt.carried)
+            if doubt.snapshot.stamp == stamp:
+                self.sent(msgspec.structs.replace(doubt.snapshot, unsent=doubt.carried))
                 return
 
     def renew(self, lease: Lease | None) -> None:
@@ -346,7 +351,7 @@ def written(value: dict, terms: Terms, mine: Mine, ops: Sequence[Op], now: float
     if lease is not None:
         leases[router] = [lease.minute, lease.requests, lease.tokens, lease.concurrent, now]
     new["l"] = leases
-    stamps = {r: v for r, v in value.get("s", {}).items() if r != router and now - v[1] < stale_s}
+    stamps = {r: v for r, v in value.get("s", {}).items() if r != router and now - v[1] < STAMP_S}
     new["s"] = {**stamps, router: [mine.stamp, now]}
     return Written(new, n, held, lease, base)
 
