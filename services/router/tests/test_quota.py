@@ -14,8 +14,8 @@ from nats.js.errors import KeyWrongLastSequenceError
 from llmgw.bus import kv_bucket
 from llmgw.proto import BUCKETS, Limits, Model
 from llmgw.router.accounts import counting
-from llmgw.router.accounts.counters import Mine, Op, Snapshot, Written, counted
-from llmgw.router.accounts.limits import Counts, Verdict, judge, standing
+from llmgw.router.accounts.counters import STAMP_S, Mine, Op, Snapshot, Terms, Written, counted, written
+from llmgw.router.accounts.limits import Counts, Lease, Verdict, judge, standing
 from llmgw.router.accounts.quota import Quota
 from llmgw.router.request.core import check_request, cut_usage, reservation
 
@@ -423,11 +423,15 @@ async def test_what_came_while_a_write_was_on_its_way_is_written_though_the_next
 
 
 class _LateAnswers:
-    """Real KV whose next write is held and its answer never comes (nats-py's timeout is raised,
-    as a router waits for it no longer); the test lands it (`land`) when it chooses, or never."""
+    """Real KV whose next `late` writes are held and their answers never come: nats-py's timeout
+    is raised (as a router waits no longer), or `error` once the write landed; `hold`, where
+    set, keeps each on its way until it is set. The test lands a held write (`land`) when it
+    chooses, or never."""
 
     def __init__(self, kv) -> None:
         self.kv, self.late, self.held = kv, 0, None
+        self.error: Exception | None = None
+        self.hold: asyncio.Event | None = None
 
     def __getattr__(self, name):
         return getattr(self.kv, name)
@@ -437,6 +441,11 @@ class _LateAnswers:
             return await self.kv.update(key, value, last=last)
         self.late -= 1
         self.held = (key, value, last)
+        if self.error is not None:
+            assert await self.land()
+            raise self.error
+        if self.hold is not None:
+            await self.hold.wait()
         raise NatsTimeoutError
 
     async def land(self) -> bool:
@@ -449,41 +458,55 @@ class _LateAnswers:
             return False
 
 
+async def _doubting(nc, monkeypatch, leased: bool):
+    """A router (`quota`) on `_LateAnswers` over real KV, with a key of 6 requests a minute
+    (`scope`), its retries and background writes left to the test."""
+    monkeypatch.setattr(counting, "RETRY_S", 60.0)
+    bucket = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
+    quota = Quota(_LateAnswers(bucket), "router-a")
+    quota.flush_s = quota.lease_s = 60.0  # a lease spent for 30 s, written when the test says
+    # A minute of one token leases nothing: each request is judged on KV.
+    limits = Limits(requests_per_minute=6) if leased else Limits(requests_per_minute=6, tokens_per_minute=1)
+    return bucket, quota, [("key.t", "key 't'", limits)]
+
+
+async def _admit_in_doubt(quota, scope, leased: bool, at: float) -> None:
+    """A request admitted whose change goes in a write whose answer never comes."""
+    assert (await quota.admit(scope, at)).ok  # judged on KV: its write is the late one
+    if leased:
+        await quota.refresh(at)  # the write carrying what the lease admitted is the late one
+    assert quota.mine["key.t"].doubts and quota.kv.held
+
+
 @pytest.mark.parametrize("leased", [True, False], ids=["leased", "judged-on-kv"])
 @pytest.mark.parametrize(
     ("lands", "other"),
-    [("before", False), ("before", True), ("after", False), ("never", True)],
+    [("before", False), ("before", True), ("after", False), ("never", True), ("with an error", False)],
     ids=[
         "landed-before-the-retry",
         "landed-and-another-router-wrote",
         "arrived-after-the-retry",
         "never-and-another-router-wrote",
+        "landed-and-failed-otherwise",
     ],
 )
 async def test_a_write_whose_answer_never_came_is_counted_once_whether_it_landed_or_not(
     nc, monkeypatch, leased, lands, other
 ):
     """A change whose write's answer never came is counted here and written again; where that
-    write had in fact landed (another router writing after it keeps its stamp), its changes count
-    once, not twice (the limit was stricter than set: a minute of 6 refused its 6th request);
-    where it never lands, they count all the same. The change in doubt is one admitted from a
-    lease (the write carried it from before) or one judged on KV (the write let it in)."""
-    monkeypatch.setattr(counting, "RETRY_S", 60.0)  # the retry comes when the test says
-    bucket = await kv_bucket(nc.jetstream(), BUCKETS["limits"], ttl=3600)
-    kv = _LateAnswers(bucket)
-    quota = Quota(kv, "router-a")
-    quota.flush_s = 60.0  # no background writes but the test's
-    # A minute of one token leases nothing: each request is judged on KV.
-    limits = Limits(requests_per_minute=6) if leased else Limits(requests_per_minute=6, tokens_per_minute=1)
-    scope = [("key.t", "key 't'", limits)]
+    write had in fact landed (another router writing after it keeps its stamp; or the write
+    failed otherwise on its way), its changes count once, not twice (the limit was stricter
+    than set: a minute of 6 refused its 6th request); where it never lands, they count all the
+    same. The change in doubt is one admitted from a lease (the write carried it from before)
+    or one judged on KV (the write let it in)."""
+    bucket, quota, scope = await _doubting(nc, monkeypatch, leased)
+    kv = quota.kv
     assert (await quota.admit(scope, NOW)).ok
-    kv.late = 1
-    assert (await quota.admit(scope, NOW + 1)).ok  # judged on KV: its write is the late one
-    if leased:
-        await quota.refresh(NOW + 1)  # the write carrying what the lease admitted is the late one
-    assert quota.mine["key.t"].doubts and kv.held
+    kv.late, kv.error = 1, RuntimeError("the connection broke") if lands == "with an error" else None
+    await _admit_in_doubt(quota, scope, leased, NOW + 1)
     if lands == "before":
         assert await kv.land()
+    if lands == "before" and not other:
         assert (await quota.read("key.t", NOW + 1)).minute_requests == 2  # a read settles it: not 3
     if other:
         assert (await Quota(bucket, "router-b").admit(scope, NOW + 1)).ok
@@ -494,6 +517,57 @@ async def test_a_write_whose_answer_never_came_is_counted_once_whether_it_landed
     assert value["m"][1] == 2 + other, value
     assert [(await quota.admit(scope, NOW + 4)).ok for _ in range(5 - other)] == [True] * (4 - other) + [False]
     assert not quota.mine.get("key.t", Mine()).doubts
+
+
+@pytest.mark.parametrize("leased", [True, False], ids=["leased", "judged-on-kv"])
+async def test_a_read_while_a_write_is_on_its_way_leaves_a_landed_doubt_to_the_next_write(nc, monkeypatch, leased):
+    """A write landed unanswered; the next one, on its way, also goes unanswered; a read of the
+    counts (a hook, the console) came between. The write after them reads the entry and settles
+    the first, so its changes count once: they counted twice where that read was kept as the
+    counts the next write starts from."""
+    _, quota, scope = await _doubting(nc, monkeypatch, leased)
+    kv = quota.kv
+    assert (await quota.admit(scope, NOW)).ok
+    kv.late = 1
+    await _admit_in_doubt(quota, scope, leased, NOW + 1)
+    assert await kv.land()
+    kv.late, kv.hold = 1, asyncio.Event()
+    on_its_way = asyncio.create_task(quota.refresh(NOW + 2))
+    while "key.t" not in quota.flying:
+        await asyncio.sleep(0.01)
+    await quota.read("key.t", NOW + 2)
+    kv.hold.set()
+    await on_its_way  # its answer never came either (and it cannot land: the first did)
+    await quota.refresh(NOW + 3)
+    assert msgspec.json.decode((await kv.get("key.t")).value)["m"][1] == 2
+    assert not quota.mine.get("key.t", Mine()).doubts
+
+
+def test_a_routers_stamp_outlives_its_other_entries_in_the_others_writes():
+    """Another router's write keeps a router's stamp for `STAMP_S` (a day), long past
+    `stale_s`: one cut off that long still finds whether its write landed."""
+    terms = Terms("router-b", stale_s=60.0, lease_s=4.0)
+    value = {"s": {"router-a": [7, NOW]}, "c": {"router-a": [1, NOW]}}
+    later = written(value, terms, Mine(stamp=9), [], NOW + 3600, None).value
+    assert later["s"] == {"router-a": [7, NOW], "router-b": [9, NOW + 3600]} and "router-a" not in later["c"]
+    gone = written(value, terms, Mine(stamp=9), [], NOW + STAMP_S + 1, None).value
+    assert gone["s"] == {"router-b": [9, NOW + STAMP_S + 1]}
+
+
+def test_a_landed_doubt_gives_this_router_the_lease_its_write_took():
+    """Settling a write in doubt that landed: its changes are dropped as sent, and the lease is
+    the one that write took (the others count it), not the one renewed from before it."""
+    mine = Mine(lease=Lease(minute="m", requests=100, tokens=0, concurrent=0))
+    mine.keep(Op(at=NOW, requests=30))
+    carried = mine.seal()
+    took = Lease(minute="m", requests=40, tokens=0, concurrent=0)
+    snapshot = Snapshot(carried, Written({}, 0, 0, took, Counts(minute_requests=5)), 123.0, 7)
+    mine.renew(took)
+    mine.unanswered(snapshot, [Op(at=NOW, requests=1)])
+    mine.keep(Op(at=NOW, requests=2))  # admitted from the lease after the write went
+    mine.settle({"s": {"a": [7, NOW]}}, "a")
+    assert (mine.lease, mine.until, mine.base.minute_requests) == (took, 123.0, 5)
+    assert [op.requests for op in mine.unsent] == [2] and not mine.doubts
 
 
 _WRITES = st.lists(

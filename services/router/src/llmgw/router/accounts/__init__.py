@@ -1,2 +1,3 @@
-"""Keys, projects and limits: the accounts and their NATS endpoints (`accounts`), the limit
-counters in KV (`quota`), and the rules they follow (`counters`, `limits`)."""
+"""Keys, projects and limits: the accounts and their NATS endpoints (`accounts`), admission
+against limits (`quota`) on the counters in KV (`counting`), and the rules they follow
+(`counters`, `limits`)."""

@@ -1,6 +1,6 @@
 """The limit counters' KV entry, pure: what one scope's entry says, how a router's changes go
-into it, and the lease a router takes there. The writing (compare-and-set, batches, NATS away)
-is `quota.py`'s.
+into it, and the lease a router takes there. The writing (compare-and-set, batches, NATS away,
+writes in doubt) is `counting.py`'s.
 
 One entry per scope (bucket `llmgw_limits`):
   <scope>  {"m": [UTC minute, requests, tokens], "d": [UTC day, tokens],
@@ -75,7 +75,8 @@ class Terms(msgspec.Struct, frozen=True):
 
 
 class Doubt(msgspec.Struct, frozen=True):
-    """A write whose answer never came (it timed out): it may have landed or not."""
+    """A write whose answer never came (it timed out, or failed otherwise on its way): it may
+    have landed or not."""
 
     snapshot: Snapshot
     """What it wrote of this router's own (its stamp, the lease it took)."""

@@ -249,7 +249,7 @@ class Counting:
         read = sid not in self.known
         while True:
             if read:
-                value, revision = await self._read(sid)
+                value, revision = self.known[sid] = await self._read(sid)
             verdicts: list[Verdict] = []
             taken: list[Op] = []
             for asked in batch:
@@ -276,15 +276,15 @@ class Counting:
                 read = True  # another router wrote since: read it and judge again
 
     async def _read(self, sid: str) -> tuple[dict, int | None]:
-        """The scope's entry as KV has it now (empty where there is none) and its revision, kept as
-        the counts last read; a write in doubt that it shows landed is settled (`Mine.settle`),
-        unless a write is on its way (it carries what is in doubt, sealed)."""
+        """The scope's entry as KV has it now (empty where there is none) and its revision; a
+        write in doubt that it shows landed is settled (`Mine.settle`), unless a write is on its
+        way (it carries what is in doubt, sealed). Only a write's own read keeps it in `known`:
+        a write taken from a copy read meanwhile would skip its own read, and the settling."""
         try:
             entry = await self.kv.get(sid)
             value, revision = (msgspec.json.decode(entry.value) if entry.value else {}), entry.revision
         except KeyNotFoundError:
             value, revision = {}, None
-        self.known[sid] = (value, revision)
         if sid not in self.flying and (mine := self.mine.get(sid)) is not None:
             mine.settle(value, self.router)
         return value, revision

@@ -1,5 +1,5 @@
 """Limits, pure: the windows a count falls in, whether a request may go, and the headers that
-tell the client where it stands. The counters themselves are in KV (`quota.py`)."""
+tell the client where it stands. The counters themselves are in KV (`counting.py`)."""
 
 from __future__ import annotations
 
