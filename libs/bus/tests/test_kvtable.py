@@ -4,7 +4,7 @@ import asyncio
 
 import msgspec
 
-from llmgw.bus import KvTable
+from llmgw.bus import KvTable, any_change
 from llmgw.proto import KeyRecord
 
 
@@ -115,8 +115,9 @@ async def test_every_waiter_hears_the_next_change_and_one_that_gave_up_takes_it_
     table = await KvTable.open(nc.jetstream(), "test_news", KeyRecord)
     try:
         await _until(lambda: table.synced)
-        impatient = asyncio.create_task(asyncio.wait_for(table.change(), 0.05))
-        waiters = [asyncio.create_task(table.change()) for _ in range(3)]
+        seen = table.version
+        impatient = asyncio.create_task(asyncio.wait_for(any_change([table], seen), 0.05))
+        waiters = [asyncio.create_task(any_change([table], seen)) for _ in range(3)]
         await asyncio.sleep(0.2)
         assert impatient.done() and isinstance(impatient.exception(), TimeoutError)
         assert not any(w.done() for w in waiters)

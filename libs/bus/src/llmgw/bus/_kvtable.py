@@ -38,11 +38,9 @@ class KvTable(Generic[T]):
         self.synced = False
         self.version = 0
         """Counts changes: a reader caching something derived from `items` compares it."""
-        self.changed = asyncio.Event()
-        """Set when the initial values are in and on every change after; whoever waits on it
-        clears it."""
         self._next: asyncio.Future | None = None
-        """Resolved at the next change, for every caller of `change` waiting on it."""
+        """Resolved when the initial values are in and at every change after, for all who wait on
+        it (`next_change`, `any_change`)."""
         self.restarts = 0
         """Watches started again after one ended."""
         self._task: asyncio.Task | None = None
@@ -75,20 +73,16 @@ class KvTable(Generic[T]):
             self._derived[build] = (self.version, value)
         return value
 
-    async def change(self) -> None:
-        """Until the bucket's next change (its initial values in, or a change after them; any
-        number of waiters: none takes it from another, unlike `changed`)."""
-        await asyncio.shield(self.next_change())  # a waiter given up (a timeout) leaves it to the others
-
     def next_change(self) -> asyncio.Future:
-        """The future the bucket's next change resolves, shared by all who wait for it: taken
-        before an await, no change between a look at `version` and the wait goes unseen."""
+        """The future the bucket's next change resolves (its initial values in, or a change after
+        them), shared by all who wait for it: none takes it from another, and one that stops
+        waiting leaves it to the others. Taken before an await, no change between a look at
+        `version` and the wait goes unseen (`any_change` does both)."""
         if self._next is None or self._next.done():
             self._next = asyncio.get_running_loop().create_future()
         return self._next
 
     def _changed(self) -> None:
-        self.changed.set()
         if self._next is not None and not self._next.done():
             self._next.set_result(None)
 

@@ -25,6 +25,7 @@ from llmgw.bus import (
     KvTable,
     ScrapeCollector,
     Signer,
+    any_change,
     call,
     entry_point,
     kv_bucket,
@@ -127,6 +128,8 @@ class Scheduler:
         self.book: Book | None = None
         self.agents: Agents | None = None
         self.applier: Applier | None = None
+        self.seen = -1
+        """The catalog's and the demand's versions (summed) the last pass saw."""
         self.lease: Lease | None = None
         self.ctx: Context | None = None
         self._tasks: list[asyncio.Task] = []
@@ -327,16 +330,20 @@ class Scheduler:
                 self.ctx.log.exception("reconcile pass not queued")
 
     async def _woken(self) -> None:
-        """Until the catalog or the demand changes, the applier asks for a pass, or a tick passes."""
-        events = (self.catalog.changed, self.demand.changed, self.applier.wake)
-        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        """Until the catalog or the demand changed since the last pass, the applier asks for a
+        pass, or a tick passes."""
+        tables = (self.catalog, self.demand)
+        waits = (
+            asyncio.ensure_future(any_change(list(tables), self.seen)),
+            asyncio.ensure_future(self.applier.wake.wait()),
+        )
         try:
             await asyncio.wait(waits, timeout=self.config.tick_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waits:
-                w.cancel()
-        for e in events:  # the pass reads the tables after this: it sees every change so far
-            e.clear()
+            for waiting in waits:
+                waiting.cancel()
+        self.applier.wake.clear()  # the pass reads the tables after this: it sees every change so far
+        self.seen = sum(table.version for table in tables)
 
     def _known_files(self, records: Iterable[CatalogRecord]) -> None:
         """What the catalog recorded of each model's file when it was put (as the mirror answered

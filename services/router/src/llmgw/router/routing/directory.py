@@ -3,14 +3,12 @@ ready replicas with their profiles (the replicas bucket), kept in memory by watc
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 from collections.abc import Callable, Collection
 
 from nats.js import JetStreamContext
 
-from llmgw.bus import EngineKeys, KvTable
+from llmgw.bus import EngineKeys, KvTable, any_change
 from llmgw.proto import BUCKETS, CatalogRecord, Model, Profile, ReplicaState
 from llmgw.router.routing.balance import Candidate
 
@@ -144,17 +142,11 @@ class Directory:
         """Ready replicas that publish KV events: id -> their ZMQ endpoint."""
         return {r.id: r.kv_events for r in self.replicas.items.values() if r.state == "ready" and r.kv_events}
 
-    async def replicas_changed(self) -> None:
-        """Wait for the next change of the replicas bucket (one waiter: the prefix oracle)."""
-        await self.replicas.changed.wait()
-        self.replicas.changed.clear()
-
-    async def replica_news(self, most_s: float) -> None:
-        """Until the replicas bucket next changes (a replica ready, say), `most_s` at most (any
-        number of requests wait on it together)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(most_s):  # no task between: a change right now is not missed
-                await self.replicas.change()
+    async def replica_news(self, most_s: float | None = None, seen: int | None = None) -> None:
+        """Until the replicas bucket changes (a replica ready, say) after `seen` (its `version`;
+        None: now), `most_s` at most (None: however long); any number wait on it together."""
+        replicas = self.replicas
+        await any_change([replicas], replicas.version if seen is None else seen, timeout=most_s)
 
 
 def engine_headers(api_key: str) -> dict[str, str]:

@@ -51,6 +51,7 @@ class PrefixOracle:
     # -- KV events ------------------------------------------------------------------------------
     async def _follow(self) -> None:
         while True:
+            seen = self.directory.replicas.version
             live = self.directory.kv_publishers()
             for rid in set(self.listeners) - set(live):
                 self.listeners.pop(rid).cancel()
@@ -59,7 +60,7 @@ class PrefixOracle:
                 if rid not in self.listeners:
                     self.caches[rid] = CacheView()
                     self.listeners[rid] = asyncio.create_task(self._listen(rid, endpoint))
-            await self.directory.replicas_changed()
+            await self.directory.replica_news(seen=seen)
 
     async def _listen(self, rid: str, endpoint: str) -> None:
         """One replica's events into its CacheView (ZMQ reconnects by itself if the engine restarts)."""
