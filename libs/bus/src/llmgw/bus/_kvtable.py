@@ -40,7 +40,7 @@ class KvTable(Generic[T]):
         """Counts changes: a reader caching something derived from `items` compares it."""
         self._next: asyncio.Future | None = None
         """Resolved when the initial values are in and at every change after, for all who wait on
-        it (`next_change`, `any_change`)."""
+        it (`any_change`)."""
         self.restarts = 0
         """Watches started again after one ended."""
         self._task: asyncio.Task | None = None
@@ -73,11 +73,11 @@ class KvTable(Generic[T]):
             self._derived[build] = (self.version, value)
         return value
 
-    def next_change(self) -> asyncio.Future:
+    def _next_change(self) -> asyncio.Future:
         """The future the bucket's next change resolves (its initial values in, or a change after
-        them), shared by all who wait for it: none takes it from another, and one that stops
-        waiting leaves it to the others. Taken before an await, no change between a look at
-        `version` and the wait goes unseen (`any_change` does both)."""
+        them), shared by all who wait for it through `any_change`: its `asyncio.wait` never
+        cancels it, so one that stops waiting leaves it to the others (awaited directly under a
+        timeout, it would be cancelled for all)."""
         if self._next is None or self._next.done():
             self._next = asyncio.get_running_loop().create_future()
         return self._next
@@ -155,5 +155,5 @@ async def any_change(tables: list[KvTable], seen: int, timeout: float | None = N
     `timeout` s have passed: what a loop that follows buckets waits on, instead of looking at
     their versions every so often."""
     if sum(table.version for table in tables) == seen:
-        changes = [table.next_change() for table in tables]
+        changes = [table._next_change() for table in tables]
         await asyncio.wait(changes, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
