@@ -125,6 +125,7 @@ async def test_detach_says_what_was_queued_and_returns(held, nats_server, tiny, 
     assert await ctl(nats_server, "mirror", "add", "org/tiny", "--detach", "--json") == 0
     queued = msgspec.json.decode(said(capsys)[0], type=MirroredRepo)
     assert (queued.repo, queued.commit, queued.added_by) == ("org/tiny", commit, "ctl")
+    held.throttle(None)  # the fetch under way ends at once: the teardown waits for it
 
 
 async def test_a_failed_fetch_exits_1_with_its_error(held, nats_server, tiny, capsys):
