@@ -56,19 +56,30 @@ _FILE_TYPES = {
     "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_M,
     "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
 }
-_K_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-"""Where each 256-weight block of a K type holds its f16 scales (ggml's block layouts): gguf
-quantises none of these, so their blocks are random bytes with small, finite scales."""
+_SCALES = {
+    "Q8_0": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
+"""Where each block of a quantised type holds its f16 scales (and minimums), as ggml lays its
+blocks out. Their blocks are random bytes with small, finite scales: gguf quantises none of the
+K types, and the others only slowly (numpy: 11 of the 12.5 s `plan calibrate` spent writing its
+models)."""
 
 
 def _random_blocks(rng: np.random.Generator, dims: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> np.ndarray:
-    """A tensor of `dims` weights of K type `qtype` as random blocks (the bytes gguf writes)."""
+    """A tensor of `dims` weights of quantised type `qtype` as random blocks (the bytes gguf writes)."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     if dims[-1] % block:
         raise ValueError(f"a {qtype.name} row holds a multiple of {block} weights, not {dims[-1]}")
     blocks = rng.integers(0, 256, size=(*dims[:-1], dims[-1] // block, size), dtype=np.uint8)
     scale = np.frombuffer(np.float16(0.001).tobytes(), dtype=np.uint8)
-    for at in _K_SCALES[qtype.name]:
+    for at in _SCALES[qtype.name]:
         blocks[..., at : at + 2] = scale
     return blocks.reshape(*dims[:-1], -1)
 
@@ -97,7 +108,7 @@ def write_random_llama(path: Path, shape: TinyLlama = TinyLlama()) -> Path:
     qtype = gguf.GGMLQuantizationType[shape.tensor_type]
 
     def weight(*dims: int):
-        if qtype.name in _K_SCALES:
+        if qtype.name in _SCALES:
             return {"tensor": _random_blocks(rng, dims, qtype), "raw_dtype": qtype}
         data = rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
         if qtype == gguf.GGMLQuantizationType.F32:
