@@ -223,7 +223,7 @@ class Counting:
         """A write whose answer never came may have landed: the changes it let in are let in,
         in doubt until an entry read says (`Mine.unanswered`); the others, returned, are judged here."""
         if (flying := self.flying.pop(sid, None)) is None:
-            return batch  # it timed out reading: nothing was written
+            return batch  # no write was on its way (it failed reading): nothing was written
         snapshot, let_in = flying
         waiting = [(asked, verdict) for asked, verdict in let_in if not asked.told.done()]
         self.mine.setdefault(sid, Mine()).unanswered(snapshot, [asked.op for asked, _ in waiting])
@@ -290,7 +290,7 @@ class Counting:
         return value, revision
 
     async def read(self, sid: str, now: float) -> Counts:
-        """What scope `sid` has used in the windows that hold `now`, as the counters say (changing
+        """What scope `sid` has used in the windows that hold `now`, as the counters say (writing
         nothing; leases are not use); from the counts last read where they do not answer in time."""
         value = self.known.get(sid, ({}, None))[0]
         if self.online():
