@@ -7,6 +7,7 @@ scored by another."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -350,6 +351,65 @@ async def test_similar_questions_are_answered_as_before_within_one_tenant(fleet,
         assert bad.status_code == 400 and "'cache' is" in bad.text
         elsewhere = await http.post(f"{url}/v1/embeddings", json={"model": "minilm", "input": "x", "cache": "force"})
         assert elsewhere.status_code == 400 and "for /v1/chat/completions only" in elsewhere.text
+
+
+async def test_a_kept_answer_answers_only_the_same_request_to_the_same_base_as_it_is_now(fleet, nc):
+    """The answer cache compares conversations by meaning, and everything else exactly: the base
+    answered from and its documents as they are, and every field that changes an answer."""
+    served, keys = fleet
+    url, chat = served.router.http.url, f"{served.router.http.url}/v1/chat/completions"
+    api = f"{url}/api/v1/knowledge"
+    await call(nc, catalog.MODEL_CHANGE, StartModel(name="minilm", by="t"))
+    policy = knowledge.AnswerCache(tenant="lab", model="smollm2", embedding="minilm", threshold=0.9)
+    await call(nc, knowledge.CACHE_PUT, policy)
+    operator, member = _as(keys, "lab-operator"), _as(keys, "lab-member")
+    async with httpx.AsyncClient(timeout=120, headers=_as(keys, "lab-app")) as http:
+        for base, days in (("hr", 20), ("eng", 25)):
+            made = await http.put(f"{api}/lab/{base}", headers=operator, json={"embedding": "minilm"})
+            assert made.status_code == 200, made.text
+            text = f"Everyone gets {days} days of holiday a year.".encode()
+            assert (await http.put(f"{api}/lab/{base}/documents/leave.txt", headers=member, content=text)).is_success
+
+        async def ready(base: str):
+            tree = (await http.get(f"{api}/lab/{base}/documents", headers=member)).json()["documents"]
+            return all(d["state"] == "ready" for d in tree) and tree
+
+        for base in ("hr", "eng"):
+            await _until(lambda base=base: ready(base), f"{base}'s document embedded", within=240)
+        ask = {"model": "smollm2", "max_tokens": 8, "temperature": 0, "knowledge": "hr"}
+        ask["messages"] = [{"role": "user", "content": "How many days of holiday do I get?"}]
+        first = await _until(lambda: _answered(http, chat, ask), "an answer from hr")
+        assert first.headers["llmgw-cache"] == "miss"
+
+        async def kept(n: int):
+            return (await call(nc, knowledge.CACHE_LIST, knowledge.BaseQuery(tenant="lab"))).held["lab.smollm2"] == n
+
+        await _until(lambda: kept(1), "the answer kept")
+        again = await http.post(chat, json=ask)
+        assert again.headers["llmgw-cache"].startswith("hit"), again.headers
+        assert again.headers["llmgw-sources"] == first.headers["llmgw-sources"]  # a hit says its sources too
+        assert again.json()["sources"] == first.json()["sources"]
+        plain = {k: v for k, v in ask.items() if k != "knowledge"}
+        for other in ({**ask, "knowledge": "eng"}, plain, {**ask, "max_tokens": 9}, {**ask, "stop": ["."]}):
+            answered = await http.post(chat, json=other)
+            assert answered.headers["llmgw-cache"] == "miss", (other, answered.headers)
+
+        # a document changed: what was kept from the base before is not given again
+        text = b"Everyone gets 30 days of holiday a year."
+        assert (await http.put(f"{api}/lab/hr/documents/leave.txt", headers=member, content=text)).is_success
+
+        async def changed():
+            tree = await ready("hr")
+            return tree and tree[0]["sha256"] == hashlib.sha256(text).hexdigest()
+
+        await _until(changed, "the new copy embedded")
+        after = await http.post(chat, json=ask)
+        assert after.headers["llmgw-cache"] == "miss", after.headers
+
+        nothing = [{"role": "user", "content": [{"type": "text", "text": None}]}]
+        for body in ({**ask, "messages": nothing}, {**plain, "messages": nothing}):
+            refused = await http.post(chat, json=body)
+            assert refused.status_code == 400, refused.text
 
 
 _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}

@@ -28,6 +28,9 @@ KEPT_S = 30 * 86400
 """How long the `answers` bucket keeps a value at most (a policy's `ttl_s` is shorter or equal)."""
 MOST_KEPT_BYTES = 900_000
 """An answer larger than this (as kept) is not kept: a NATS message holds 1 MB."""
+_NEAREST = 16
+"""How many of the nearest kept questions a lookup looks at for one that is young enough and of
+the request's variant."""
 
 
 class Answers:
@@ -69,25 +72,30 @@ class Answers:
         """How tenant `tenant`'s answers to `model` are kept (None: they are not)."""
         return self.policies.items.get(f"{tenant}.{model}")
 
-    def lookup(self, policy: AnswerCache, vector: np.ndarray) -> tuple[CachedAnswer, float] | None:
-        """The answer kept for the question nearest `vector` (of `policy.embedding`), where it
-        is close enough and young enough; None else."""
+    def lookup(self, policy: AnswerCache, vector: np.ndarray, variant: str) -> tuple[CachedAnswer, float] | None:
+        """The answer kept for the question nearest `vector` (of `policy.embedding`) among those
+        of the same `variant` (`recall.variant_of`), where it is close enough and young enough;
+        None else."""
         self._catch_up()
         index = self.indexes.get((policy.tenant, policy.model))
         if index is None or index.model != self.model_version(policy.embedding):
             return None
-        for found in index.search(vector, 4):  # the nearest may be stale: a fresh one just behind it answers
+        # the nearest may be stale or of another variant: one just behind it answers
+        for found in index.search(vector, _NEAREST):
             kept = self.kept.items.get(found.doc)
-            if kept is not None and found.score >= policy.threshold and time.time() - kept.time <= policy.ttl_s:
+            if found.score < policy.threshold:
+                break
+            if kept is not None and kept.variant == variant and time.time() - kept.time <= policy.ttl_s:
                 return kept, found.score
         return None
 
     async def keep(self, policy: AnswerCache, question: str, vector: np.ndarray, answer: CachedAnswer) -> None:
-        """An answer kept for `question` (its vector given), in place of one kept for the same."""
+        """An answer kept for `question` (its vector given), in place of one kept for the same
+        question of the same variant."""
         version = self.model_version(policy.embedding)
         if version is None:
             return
-        digest = hashlib.sha256(question.encode()).hexdigest()[:32]
+        digest = hashlib.sha256(f"{answer.variant}\n{question}".encode()).hexdigest()[:32]
         kept = msgspec.structs.replace(
             answer, question=question, embedded_with=version, vector=vector.astype("<f4").tobytes()
         )

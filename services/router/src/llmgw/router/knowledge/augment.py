@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from llmgw.proto.knowledge import Hit
 from llmgw.router.errors import InvalidBody
+from llmgw.router.knowledge.recall import text_of
 
 __all__ = ["SOURCES_HEADER", "Asked", "asked_of", "question_of", "sources_header", "sources_of", "with_sources"]
 
@@ -48,12 +49,8 @@ def question_of(messages: object) -> str:
     if isinstance(messages, list):
         for message in reversed(messages):
             if isinstance(message, dict) and message.get("role") == "user":
-                content = message.get("content")
-                if isinstance(content, list):
-                    content = " ".join(
-                        p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-                    )
-                if isinstance(content, str) and content.strip():
+                content = text_of(message.get("content"))
+                if content is not None and content.strip():
                     return content
     raise InvalidBody("A request answered from a knowledge base needs a user message with text to search for.")
 

@@ -94,6 +94,8 @@ class Knowledge:
         self.tasks: list[asyncio.Task] = []
         self.catch_up: Callable[[], Awaitable[None]] | None = None
         """Brings the indexes up to the buckets (`ingest.Follower`, once wired)."""
+        self.editions: dict[tuple[str, str], tuple[tuple[int, int], str]] = {}
+        """(tenant, base) -> (the buckets' versions it was worked out at, `edition`)."""
         self.waiting: dict[tuple[str, str], tuple[float, str]] = {}
         """(tenant, embedding model) that could not embed lately -> (when it is tried again, why):
         what that tenant's queued documents wait for."""
@@ -128,6 +130,25 @@ class Knowledge:
         if found is None:
             raise NotFound(no_base(tenant, name))
         return found
+
+    def edition(self, tenant: str, name: str) -> str:
+        """A digest of tenant `tenant`'s base `name` as it is now: its embedding model and each
+        document's path, copy, state and embedding. Any change to what it answers from changes
+        it (the answer cache keeps an answer for one edition). "": no such base."""
+        base = self.bases.items.get(f"{tenant}.{name}")
+        if base is None:
+            return ""
+        seen = (self.bases.version, self.docs.version)
+        known = self.editions.get((tenant, name))
+        if known is not None and known[0] == seen:
+            return known[1]
+        prefix = f"{tenant}.{name}."
+        docs = sorted(
+            (d.path, d.sha256, d.state, d.embedded_with) for k, d in self.docs.items.items() if k.startswith(prefix)
+        )
+        digest = hashlib.sha256(msgspec.json.encode([base.embedding, base.created, docs])).hexdigest()[:16]
+        self.editions[(tenant, name)] = (seen, digest)
+        return digest
 
     async def put_base(self, base: KnowledgeBase) -> KnowledgeBase:
         """Make a base or change it, once its tenant exists and its model is an embedding model."""

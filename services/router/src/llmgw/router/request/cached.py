@@ -25,6 +25,7 @@ from llmgw.router.knowledge.recall import (
     eligible,
     events_of,
     streamed_content,
+    variant_of,
 )
 from llmgw.router.request.relay import Answer, Relay
 
@@ -38,12 +39,14 @@ _background: set[asyncio.Task] = set()
 
 
 class Recall(NamedTuple):
-    """A request the answer cache looked at: its policy, the conversation's text and vector, and
-    the answer kept for it (and how close), if any."""
+    """A request the answer cache looked at: its policy, the conversation's text and vector, what
+    else of it an answer must match (its variant), and the answer kept for it (and how close), if
+    any."""
 
     policy: AnswerCache
     question: str
     vector: np.ndarray
+    variant: str
     hit: tuple[CachedAnswer, float] | None
 
 
@@ -63,21 +66,23 @@ class Replay(Relay):
 
 
 async def recall(
-    answers: Answers, embed: Callable, body: dict, whose: tuple[str, str], mode: str, base: str
+    answers: Answers, embed: Callable, body: dict, whose: tuple[str, str], mode: str, knowledge: str
 ) -> Recall | None:
-    """The answer cache's look at a chat completion to `whose` (tenant, model): None where its
-    answers are not kept, it is not eligible, or its question could not be embedded."""
+    """The answer cache's look at a chat completion to `whose` (tenant, model), answered from
+    `knowledge` (a knowledge base as it is now, or ""): None where its answers are not kept, it
+    is not eligible, or its question could not be embedded."""
     tenant, model = whose
     policy = answers.policy(tenant, model)
     if policy is None or not eligible(policy, body, mode):
         return None
-    question = conversation_text(body, base)
+    question = conversation_text(body)
     try:
         vector = (await embed(policy.embedding, [question], tenant))[0]
     except ApiError as exc:
         _log.warning("answer cache skipped: the question could not be embedded", model=model, why=exc.message)
         return None
-    return Recall(policy, question, vector, answers.lookup(policy, vector))
+    variant = variant_of(body, knowledge)
+    return Recall(policy, question, vector, variant, answers.lookup(policy, vector, variant))
 
 
 def replayed(hit: tuple[CachedAnswer, float], model: str, stream: bool, include_usage: bool) -> Answer | Relay:
@@ -96,7 +101,7 @@ def kept_answer(answers: Answers, seen: Recall, answer: Answer | Relay) -> Answe
         if answer.status == 200:
             kept = _of_completion(answer.body)
             if kept is not None:
-                _spawn(answers.keep(seen.policy, seen.question, seen.vector, kept))
+                _keep(answers, seen, kept)
         return answer
     answer.chunks = _teed(answer.chunks, lambda events: _keep_stream(answers, seen, events))
     return answer
@@ -110,7 +115,12 @@ def _keep_stream(answers: Answers, seen: Recall, events: bytes) -> None:
             prompt_tokens=_usage(events, "prompt_tokens"), completion_tokens=_usage(events, "completion_tokens"),
             time=time.time(),
         )  # fmt: skip
-        _spawn(answers.keep(seen.policy, seen.question, seen.vector, kept))
+        _keep(answers, seen, kept)
+
+
+def _keep(answers: Answers, seen: Recall, kept: CachedAnswer) -> None:
+    variant = msgspec.structs.replace(kept, variant=seen.variant)
+    _spawn(answers.keep(seen.policy, seen.question, seen.vector, variant))
 
 
 async def _teed(chunks: AsyncGenerator[bytes, None], ended: Callable[[bytes], None]) -> AsyncGenerator[bytes, None]:

@@ -75,7 +75,10 @@ def _text(value, param: str) -> str:
         for i, item in enumerate(value):
             if isinstance(item, str):
                 parts.append(item)
-            elif isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            elif isinstance(item, dict) and item.get("type") == "text":
+                if not isinstance(item.get("text"), str):
+                    where = f"{param}[{i}].text"
+                    raise InvalidRequest(f"'{where}' must be a string: the part's text.", where)
                 parts.append(item["text"])
             elif isinstance(item, dict) and "type" in item:
                 continue  # images and other parts: passed on, not hashed

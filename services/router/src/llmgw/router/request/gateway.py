@@ -183,7 +183,10 @@ class Gateway:
         if seen is not None and seen.hit is not None:  # answered as before: no replica asked
             saved = seen.hit[0].prompt_tokens + seen.hit[0].completion_tokens
             self._end(ticket, Served(status=200, replica=CACHE_REPLICA, saved=saved), scopes, admitted, reserve)
-            return replayed(seen.hit, asked, prepared.streaming, prepared.include_usage)
+            hit = replayed(seen.hit, asked, prepared.streaming, prepared.include_usage)
+            if sources is not None:
+                _said(hit, sources)
+            return hit
         answer = await self.proxy.forward(prepared, lambda served: self._end(ticket, served, scopes, admitted, reserve))
         answer.headers.update(verdict.headers)  # the limits' x-ratelimit-*
         if sources is not None:
@@ -205,10 +208,14 @@ class Gateway:
         return body, base.alias, model  # a key allowed the alias may ask it
 
     async def _recall(self, body: dict, model: Model, key: KeyRecord, mode: str, knowledge: object) -> Recall | None:
-        """The answer cache's look at a chat completion (the knowledge base it names is part of
-        its question)."""
+        """The answer cache's look at a chat completion (the knowledge base it names, as the base
+        is now, must be the same for a kept answer to answer it)."""
         assert self.answers is not None
-        base = asked_of(knowledge).base if knowledge is not None else ""
+        base = ""
+        if knowledge is not None:
+            asked = asked_of(knowledge)
+            edition = self.knowledge.edition(key.tenant, asked.base) if self.knowledge is not None else ""
+            base = f"{asked.base} top={asked.top} {edition}"
         return await recall(self.answers, self.embed, body, (key.tenant, model.name), mode, base)
 
     async def _prepared(
