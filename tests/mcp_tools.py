@@ -1,7 +1,8 @@
 """A real MCP server made with the official SDK (`MCPServer`), run by the tests as a company's
 tools would be: over stdio (`python tests/mcp_tools.py`) or streamable HTTP (`--http`, printing
 `listening on <port>` once it takes requests). Its tools: `add`, `echo`, `shout`, `contact`, `slow`,
-`pid`, `big` (a result of N megabytes) and, with `--many N`, N more; `--token T` makes the HTTP one
+`pid`, `big` (a result of N megabytes), `refuse` (a JSON-RPC error of the code asked) and, with
+`--many N`, N more; `--token T` makes the HTTP one
 refuse requests without `Authorization: Bearer T`."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
 __all__ = ["build"]
 
@@ -56,6 +58,11 @@ def build(name: str, many: int) -> MCPServer:
     def big(megabytes: int) -> str:
         """A result of that many megabytes."""
         return "x" * (megabytes * 1024 * 1024)
+
+    @server.tool()
+    def refuse(code: int) -> str:
+        """Answer the call with a JSON-RPC error of that code (a server's own error)."""
+        raise MCPError(code, "the server refuses")
 
     for i in range(many):
         server.add_tool(lambda i=i: i, name=f"t{i}", description=f"tool number {i}")

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from llmgw.bus import BadRequest, call
-from llmgw.proto import Empty, providers
+from llmgw.proto import Empty, Limits, providers
 from llmgw.proto import router as router_api
 from llmgw.proto.providers import Provider, ProviderKey
 from tests.test_guard import echo  # noqa: F401 (the fixture)
@@ -82,6 +82,32 @@ async def test_a_model_only_a_provider_answers_spreads_over_its_keys_and_keeps_t
     again = msgspec.structs.replace(listed.providers[0], by="ops")  # sent back as shown: the keys are kept
     await call(nc, providers.PROVIDER_PUT, again)
     assert (await client.chat.completions.create(model="mini", messages=HI)).choices[0].message.content
+    moved = msgspec.structs.replace(again, base_url="http://127.0.0.1:9/v1")  # hidden keys are not sent elsewhere
+    before = (await world.router.providers.table.kv.get("acme")).value
+    with pytest.raises(BadRequest, match="key 'a' is new, or base_url is: give the key itself"):
+        await call(nc, providers.PROVIDER_PUT, moved)
+    assert (await world.router.providers.table.kv.get("acme")).value == before
+
+
+async def test_a_key_that_cannot_be_opened_is_refused_at_put_and_holds_nothing_where_written_anyway(
+    world,  # noqa: F811
+    nc,
+    provider,
+):
+    base, _ = provider("--key", "a:sk-a-secret:0")
+    client = await world.client(limits=Limits(concurrent=1))  # a request left holding its place refuses the next
+    for forged in ("sealed.v1.", "sealed.v1.abc", "sealed.v1.AAAA"):
+        bad = Provider(name="acme", base_url=base, keys=[ProviderKey(name="a", key=forged)], models={"mini": "gpt-x"})
+        with pytest.raises(BadRequest, match="key 'a' is a sealed value: give the key itself"):
+            await call(nc, providers.PROVIDER_PUT, bad)
+        # written into the bucket anyway (by hand, or by an earlier release): each request ends, let go
+        await world.router.providers.table.kv.put("acme", msgspec.json.encode(bad))
+        await world.until(lambda: world.router.proxy.outside("mini") is not None)
+        with pytest.raises(openai.APIStatusError) as refused:
+            await client.chat.completions.create(model="mini", messages=HI)
+        assert refused.value.status_code == 503 and "provider 'acme'" in refused.value.message, refused.value
+        await world.router.providers.table.kv.delete("acme")
+        await world.until(lambda: world.router.proxy.outside("mini") is None)
 
 
 async def test_a_key_refused_cools_while_the_others_carry_on_and_none_left_is_a_503_naming_the_provider(

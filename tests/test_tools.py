@@ -114,6 +114,8 @@ async def test_a_key_lists_and_calls_its_tenants_tools_over_http_and_stdio_each_
     with pytest.raises(BadRequest, match="give the value of Authorization"):  # a header goes only where it was given
         await call(nc, tools.MCP_PUT, moved)
     assert TOKEN not in (await router.tools.servers.kv.get("default.search")).value.decode()  # sealed at rest
+    with pytest.raises(BadRequest, match="a server's name holds no '__'"):  # `my__fs__read`: whose tool?
+        await call(nc, tools.MCP_PUT, McpServer(name="my__fs", url="http://127.0.0.1:9/mcp"))
     _, key = await _key(router)
     async with _client(router, key) as client:
         names = {t.name for t in (await client.list_tools()).tools}
@@ -133,6 +135,18 @@ async def test_a_key_lists_and_calls_its_tenants_tools_over_http_and_stdio_each_
     assert all(c.who == "dev" and c.ms >= 0 for c in calls)
 
 
+async def test_an_error_a_server_answers_a_call_with_ends_that_call_and_leaves_the_server_linked(router, nc):
+    await _ready(router, nc, STDIO)
+    _, key = await _key(router)
+    async with _client(router, key) as client:
+        before = _text(await client.call_tool("files__pid", {}))
+        for code in (-32000, -32603):  # -32000: the SDK's code for a connection closed, and a server's to use
+            said = await client.call_tool("files__refuse", {"code": code})
+            assert said.is_error and "the server refuses" in _text(said), _text(said)
+        await asyncio.sleep(3)  # a link taking it for a lost connection would have started the program again
+        assert _is(router, "files", "ready") and _text(await client.call_tool("files__pid", {})) == before
+
+
 async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_none_lists_none(router, nc):
     await _ready(router, nc, STDIO)
     await call(nc, tools.RULE_PUT, ToolRule(deny=["*__big", "*__slow"]))
@@ -142,7 +156,7 @@ async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_no
     _, wide = await _key(router, name="wide")
     async with _client(router, wide) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
-        assert listed == {"files__add", "files__contact", "files__echo", "files__pid", "files__shout"}
+        assert listed == {"files__add", "files__contact", "files__echo", "files__pid", "files__refuse", "files__shout"}
     async with _client(router, narrow) as client:
         assert (await client.list_tools()).tools == []  # no rights: an empty list, not an error
         refused = await client.call_tool("files__add", {"a": 1, "b": 1})
@@ -218,7 +232,7 @@ async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_
     assert states["default.crowd"].tools == 1000 and "more than 1000 tools" in states["default.crowd"].reason
     _, key = await _key(router)
     async with _client(router, key) as client:
-        assert len((await client.list_tools()).tools) == 1000 + 2 * 7  # the crowd's first thousand, and the rest
+        assert len((await client.list_tools()).tools) == 1000 + 2 * 8  # the crowd's first thousand, and the rest
         huge = await client.call_tool("search__big", {"megabytes": 50})
         assert huge.is_error and "over the 4,194,304 passed back" in _text(huge)
         late = await client.call_tool("lazy__slow", {"seconds": 10})
@@ -313,7 +327,7 @@ async def test_ctl_registers_lists_narrows_and_removes_and_says_what_is_wrong(ro
     assert made.returncode == 0 and "MCP server files of default" in made.stderr, made.stderr
     await _until(lambda: _is(router, "files", "ready"), "files ready")
     listed = (await ctl("mcp", "list")).stdout
-    assert "files" in listed and "stdio" in listed and "ready" in listed and " 7 " in listed
+    assert "files" in listed and "stdio" in listed and "ready" in listed and " 8 " in listed
     narrowed = await ctl("mcp", "allow", "files__add", "--deny", "files__big", "--project", "default")
     assert "project default may use files__add, but not files__big" in narrowed.stderr, narrowed.stderr
     assert "files__add" in (await ctl("mcp", "rules")).stdout

@@ -41,11 +41,14 @@ class Sealer:
         )
 
     def open(self, sealed: str) -> str:
-        """What a sealed value holds (a value not sealed, as it is; "": sealed under another key)."""
+        """What a sealed value holds (a value not sealed, as it is; "": sealed under another key,
+        or not a value this sealed at all)."""
         if not sealed.startswith(SEALED):
             return sealed
-        raw = base64.urlsafe_b64decode(sealed.removeprefix(SEALED))
         try:
+            raw = base64.urlsafe_b64decode(sealed.removeprefix(SEALED))
             return self._aead.decrypt(raw[:12], raw[12:], self._purpose).decode() if self._aead else ""
         except InvalidTag:  # sealed under another fleet's secret
+            return ""
+        except ValueError:  # cut short, or not base64: written by hand, not sealed here
             return ""

@@ -18,6 +18,7 @@ from llmgw.proto import BUCKETS, Empty, Model
 from llmgw.proto import providers as providers_api
 from llmgw.proto.people import AuditEntry
 from llmgw.proto.providers import Provider, ProviderList, ProviderRef
+from llmgw.router.accounts.sealed import SEALED
 from llmgw.router.providers.pool import Pool
 
 __all__ = ["HIDDEN", "Outside", "Providers", "Seals"]
@@ -103,12 +104,17 @@ class Providers:
         if len(set(names)) != len(names):
             raise BadRequest(f"provider {provider.name}: two keys are called the same; name each once")
         was = self.table.items.get(provider.name)
-        before = {k.name: k.key for k in was.keys} if was else {}
+        # a key sent back hidden is kept for the URL it was given for: never sent to another
+        before = {k.name: k.key for k in was.keys} if was and was.base_url == provider.base_url else {}
         keys = []
         for key in provider.keys:
+            if key.key.startswith(SEALED):
+                raise BadRequest(f"provider {provider.name}: key '{key.name}' is a sealed value: give the key itself")
             secret = before.get(key.name, "") if key.key == HIDDEN else self.sealer.seal(key.key)
             if not secret:
-                raise BadRequest(f"provider {provider.name}: key '{key.name}' is new: give the key itself")
+                raise BadRequest(
+                    f"provider {provider.name}: key '{key.name}' is new, or base_url is: give the key itself"
+                )
             keys.append(msgspec.structs.replace(key, key=secret))
         kept = msgspec.structs.replace(provider, keys=keys, created=was.created if was else time.time())
         await self.table.kv.put(provider.name, msgspec.json.encode(kept))

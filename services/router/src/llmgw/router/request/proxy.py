@@ -74,8 +74,9 @@ class Proxy:
         # an adapter is its model's alone: no fallback or outside provider has it
         models = [primary, *self.directory.fallbacks(primary)] if not prepared.adapter else [primary]
         tried = Served(status=503)
-        outside, refused = self.outside(primary.name) if not prepared.adapter else None, None
+        outside, refused = None, None
         try:
+            outside = self.outside(primary.name) if not prepared.adapter else None
             if outside is not None and outside.provider.use == "only":
                 try:
                     return (await self._on_provider(prepared, outside, finish))[0]

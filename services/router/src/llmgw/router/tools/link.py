@@ -1,8 +1,9 @@
 """The router's link to one MCP server, with the official `mcp` client: connected over
 streamable HTTP, or over stdio to the program the router starts. It lists the server's tools
-(at most `MOST_TOOLS`) and lists them again every `PING_S`, and connects again (backing off) when the server goes or its
-program ends: a stdio server is kept running this way. A call is bounded in time and its result
-in size; whatever goes wrong is said in words, never raised past the link."""
+(at most `MOST_TOOLS`) and lists them again every `PING_S`, or at once after a call failed in a
+way that may mean the connection is gone, and connects again (backing off) when that listing
+fails or its program ends: a stdio server is kept running this way. A call is bounded in time and
+its result in size; whatever goes wrong is said in words, never raised past the link."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class Link:
         self.tools: dict[str, types.Tool] = {}
         """Its tools by their own names (as it lists them, at most `MOST_TOOLS`)."""
         self._client: Client | None = None
-        self._lost = asyncio.Event()
+        self._check = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -100,22 +101,21 @@ class Link:
             await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1] if failures else 0)
 
     async def _serve(self, client: Client, failures: int) -> int:
-        """List its tools, and again every `PING_S` until it is lost; how many failures in a row now."""
-        self._lost = lost = asyncio.Event()  # this connection's: a call that fails on it sets it
+        """List its tools, and again every `PING_S` (or when a call asks) until that fails; how
+        many failures in a row now."""
+        self._check = check = asyncio.Event()  # this connection's: a call that fails on it may set it
         try:
             self.tools, left_out = await self._listed(client)
             self._client = client
             self._set("ready", left_out)
             _log.info("mcp server ready", server=self.server.name, tenant=self.server.tenant, tools=len(self.tools))
             failures = 0
-            while not lost.is_set():
+            while True:  # listed again: it answers, and its tools are as it has them now
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lost.wait(), PING_S)
-                if not lost.is_set():  # listed again: it answers, and its tools are as it has them now
-                    self.tools, left_out = await self._listed(client)
-                    self._set("ready", left_out)
-            self._set("failed", "its connection was lost")
-            failures += 1
+                    await asyncio.wait_for(check.wait(), PING_S)
+                check.clear()
+                self.tools, left_out = await self._listed(client)
+                self._set("ready", left_out)
         except Exception as exc:
             failures += 1
             self._set("failed", _why("it stopped answering", exc))
@@ -126,23 +126,25 @@ class Link:
         return failures
 
     async def _listed(self, client: Client) -> tuple[dict[str, types.Tool], str]:
-        """Its tools, page by page, up to `MOST_TOOLS`; and what was left out, in words."""
+        """Its tools, page by page, up to `MOST_TOOLS`, all within the server's `timeout_s`; and
+        what was left out, in words."""
         tools: dict[str, types.Tool] = {}
         cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            for tool in page.tools:
-                if len(tools) >= MOST_TOOLS:
-                    return tools, f"it lists more than {MOST_TOOLS} tools: the first {MOST_TOOLS} are offered"
-                tools.setdefault(tool.name, tool)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools, ""
+        async with asyncio.timeout(self.server.timeout_s):  # a server paging without end fails
+            while True:
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                for tool in page.tools:
+                    if len(tools) >= MOST_TOOLS:
+                        return tools, f"it lists more than {MOST_TOOLS} tools: the first {MOST_TOOLS} are offered"
+                    tools.setdefault(tool.name, tool)
+                if not page.next_cursor or page.next_cursor == cursor:
+                    return tools, ""
+                cursor = page.next_cursor
 
     async def call(self, tool: str, arguments: dict) -> types.CallToolResult:
         """The tool's result; CallFailed where there is none (not connected, no answer in the
         server's time, a failure on the way, a result over `MOST_RESULT_BYTES`)."""
-        client, lost = self._client, self._lost
+        client, check = self._client, self._check
         if client is None:
             raise CallFailed(
                 "error", f"MCP server '{self.server.name}' is not connected ({self.state.reason or 'yet'})"
@@ -155,17 +157,17 @@ class Link:
 
             if isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT):
                 raise CallFailed("timeout", f"no answer within {self.server.timeout_s:g} s") from None
-            if _lost(exc):
-                lost.set()
+            if _maybe_lost(exc):  # the link lists its tools now: connected again only if that fails
+                check.set()
             raise CallFailed("error", _why("the call failed", exc)) from None
         if (size := _size(result)) > MOST_RESULT_BYTES:
             raise CallFailed("error", f"its result is {size:,} bytes, over the {MOST_RESULT_BYTES:,} passed back")
         return result
 
 
-def _lost(exc: BaseException) -> bool:
-    """Whether a failed call means the connection is gone (not just that call): the transport's
-    own errors, or the SDK saying the connection closed; never what a tool or its server said."""
+def _maybe_lost(exc: BaseException) -> bool:
+    """Whether a failed call may mean the connection is gone (not just that call): the transport's
+    own errors, or the SDK's code for a connection closed (which a server may answer with too)."""
     import mcp_types as types
     from mcp.shared.exceptions import MCPError
 

@@ -24,6 +24,7 @@ from llmgw.proto.guard import Policy
 from llmgw.proto.people import AuditEntry
 from llmgw.proto.router import KeyRecord
 from llmgw.proto.tools import (
+    SEPARATOR,
     CallLog,
     CallQuery,
     McpServer,
@@ -142,6 +143,11 @@ class Tools:
     async def put(self, server: McpServer) -> McpServer:
         """Keep a server once its tenant exists and its way to be reached is whole."""
         self.known_tenant(server.tenant)
+        if SEPARATOR in server.name:  # server `a` and tool `b__c` would be server `a__b` and tool `c`
+            raise BadRequest(
+                f"MCP server {server.name}: a server's name holds no '{SEPARATOR}' (its tools are listed "
+                f"as <server>{SEPARATOR}<tool>)"
+            )
         if server.transport == "http" and urlsplit(server.url).scheme not in ("http", "https"):
             raise BadRequest(f"MCP server {server.name}: an http server gives its http:// or https:// URL")
         if server.transport == "stdio" and not server.command:
