@@ -405,6 +405,11 @@ async def test_a_kept_answer_answers_only_the_same_request_to_the_same_base_as_i
         await _until(changed, "the new copy embedded")
         after = await http.post(chat, json=ask)
         assert after.headers["llmgw-cache"] == "miss", after.headers
+        await _until(lambda: kept(6), "the answer from the new copy kept")
+        assert (await http.post(chat, json=ask)).headers["llmgw-cache"].startswith("hit")
+        fewer = await http.put(f"{api}/lab/hr", headers=operator, json={"embedding": "minilm", "top": 1})
+        assert fewer.status_code == 200, fewer.text  # answered from fewer chunks now: asked again
+        assert (await http.post(chat, json=ask)).headers["llmgw-cache"] == "miss"
 
         nothing = [{"role": "user", "content": [{"type": "text", "text": None}]}]
         for body in ({**ask, "messages": nothing}, {**plain, "messages": nothing}):

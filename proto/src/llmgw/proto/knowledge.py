@@ -219,9 +219,6 @@ class CachedAnswer(Struct, kw_only=True):
     embedded_with: str
     vector: bytes
     """float32, little-endian, length 1."""
-    variant: str = ""
-    """What else of the request it answered must be the same (`recall.variant_of`); "": kept
-    before variants were, and answering nothing now."""
     content: str
     """The answer's text."""
     events: bytes = b""

@@ -40,6 +40,11 @@ class Sealer:
             + base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, secret.encode(), self._purpose)).decode()
         )
 
+    @staticmethod
+    def is_sealed(value: str) -> bool:
+        """Whether `value` reads as a sealed one (a secret sent so is refused: it would not open)."""
+        return value.startswith(SEALED)
+
     def open(self, sealed: str) -> str:
         """What a sealed value holds (a value not sealed, as it is; "": sealed under another key,
         or not a value this sealed at all)."""

@@ -1,7 +1,8 @@
 """The answer cache as the router keeps it: how each tenant's answers to a model are kept (the
 `answer_cache` bucket), the answers themselves with their questions' vectors (the `answers`
-bucket, every router watching it, values expiring after 30 days), and per tenant and model an
-index of those vectors in memory. Every lookup names its tenant: no tenant is ever answered
+bucket, every router watching it, values expiring after 30 days), and per tenant, model and
+variant (what else a request must match, `recall.variant_of`) an index of those vectors in
+memory. Every lookup names its tenant: no tenant is ever answered
 with another's answer. The operations every face calls are here: keep, list, remove, purge."""
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ KEPT_S = 30 * 86400
 """How long the `answers` bucket keeps a value at most (a policy's `ttl_s` is shorter or equal)."""
 MOST_KEPT_BYTES = 900_000
 """An answer larger than this (as kept) is not kept: a NATS message holds 1 MB."""
-_NEAREST = 16
-"""How many of the nearest kept questions a lookup looks at for one that is young enough and of
-the request's variant."""
 
 
 class Answers:
@@ -43,8 +41,8 @@ class Answers:
         self.model_version: Callable[[str], str | None] = lambda _: None
         """An embedding model's name and file (None: no such embedding model): set when wired."""
         self.known_model: Callable[[str], bool] = lambda _: True
-        self.indexes: dict[tuple[str, str], BaseIndex] = {}
-        """(tenant, model) -> the vectors of the answers kept for it."""
+        self.indexes: dict[tuple[str, str, str], BaseIndex] = {}
+        """(tenant, model, variant) -> the vectors of the answers kept for it."""
         self.loaded: dict[str, str] = {}
         """answer key -> the embedding model its vector in the index is of."""
         self.seen = -1
@@ -77,31 +75,30 @@ class Answers:
         of the same `variant` (`recall.variant_of`), where it is close enough and young enough;
         None else."""
         self._catch_up()
-        index = self.indexes.get((policy.tenant, policy.model))
+        index = self.indexes.get((policy.tenant, policy.model, variant))
         if index is None or index.model != self.model_version(policy.embedding):
             return None
-        # the nearest may be stale or of another variant: one just behind it answers
-        for found in index.search(vector, _NEAREST):
+        for found in index.search(vector, 4):  # the nearest may be stale: a fresh one just behind it answers
             kept = self.kept.items.get(found.doc)
-            if found.score < policy.threshold:
-                break
-            if kept is not None and kept.variant == variant and time.time() - kept.time <= policy.ttl_s:
+            if kept is not None and found.score >= policy.threshold and time.time() - kept.time <= policy.ttl_s:
                 return kept, found.score
         return None
 
-    async def keep(self, policy: AnswerCache, question: str, vector: np.ndarray, answer: CachedAnswer) -> None:
-        """An answer kept for `question` (its vector given), in place of one kept for the same
-        question of the same variant."""
+    async def keep(
+        self, policy: AnswerCache, question: str, vector: np.ndarray, variant: str, answer: CachedAnswer
+    ) -> None:
+        """An answer kept for `question` (its vector given) of `variant`, in place of one kept for
+        the same."""
         version = self.model_version(policy.embedding)
         if version is None:
             return
-        digest = hashlib.sha256(f"{answer.variant}\n{question}".encode()).hexdigest()[:32]
+        digest = hashlib.sha256(question.encode()).hexdigest()[:32]
         kept = msgspec.structs.replace(
             answer, question=question, embedded_with=version, vector=vector.astype("<f4").tobytes()
         )
         value = msgspec.json.encode(kept)
         if len(value) <= MOST_KEPT_BYTES:
-            await self.kept.kv.put(f"{policy.tenant}.{policy.model}.{digest}", value)
+            await self.kept.kv.put(f"{policy.tenant}.{policy.model}.{variant}.{digest}", value)
 
     def _catch_up(self) -> None:
         """The indexes as the `answers` bucket is now (vectors are in its values: no I/O)."""
@@ -114,7 +111,7 @@ class Answers:
                 index.drop(key)
             del self.loaded[key]
         for key, kept in list(self.kept.items.items()):
-            policy = self.policies.items.get(".".join(_where(key)))
+            policy = self.policies.items.get(".".join(_where(key)[:2]))
             now = self.model_version(policy.embedding) if policy is not None else None
             if self.loaded.get(key) == kept.embedded_with or kept.embedded_with != now:
                 continue  # in already, or of an embedding model its policy no longer names
@@ -149,7 +146,7 @@ class Answers:
         caches = [p for _, p in sorted(self.policies.items.items()) if not query.tenant or p.tenant == query.tenant]
         held: dict[str, int] = {}
         for key in self.kept.items:
-            where = ".".join(_where(key))
+            where = ".".join(_where(key)[:2])
             held[where] = held.get(where, 0) + 1
         return CacheList(
             caches=caches, held={f"{c.tenant}.{c.model}": held.get(f"{c.tenant}.{c.model}", 0) for c in caches}
@@ -178,7 +175,8 @@ class Answers:
         return CacheList(caches=[], held={prefix.rstrip("."): len(keys)})
 
 
-def _where(key: str) -> tuple[str, str]:
-    """An answer key's (tenant, model)."""
-    tenant, model = key.split(".")[:2]
-    return tenant, model
+def _where(key: str) -> tuple[str, str, str]:
+    """An answer key's (tenant, model, variant); "": kept before answers had variants (and
+    answering none now)."""
+    parts = key.split(".")
+    return parts[0], parts[1], parts[2] if len(parts) > 3 else ""

@@ -132,9 +132,10 @@ class Knowledge:
         return found
 
     def edition(self, tenant: str, name: str) -> str:
-        """A digest of tenant `tenant`'s base `name` as it is now: its embedding model and each
-        document's path, copy, state and embedding. Any change to what it answers from changes
-        it (the answer cache keeps an answer for one edition). "": no such base."""
+        """A digest of tenant `tenant`'s base `name` as it is now: its embedding model (and that
+        model's file now), how many chunks it answers from, and each document's path, copy, state
+        and embedding. Any change to what it answers from changes it (the answer cache keeps an
+        answer for one edition). "": no such base."""
         base = self.bases.items.get(f"{tenant}.{name}")
         if base is None:
             return ""
@@ -146,7 +147,8 @@ class Knowledge:
         docs = sorted(
             (d.path, d.sha256, d.state, d.embedded_with) for k, d in self.docs.items.items() if k.startswith(prefix)
         )
-        digest = hashlib.sha256(msgspec.json.encode([base.embedding, base.created, docs])).hexdigest()[:16]
+        what = [base.embedding, self.model_version(base.embedding), base.top, base.created, docs]
+        digest = hashlib.sha256(msgspec.json.encode(what)).hexdigest()[:16]
         self.editions[(tenant, name)] = (seen, digest)
         return digest
 

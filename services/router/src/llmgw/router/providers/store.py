@@ -18,7 +18,6 @@ from llmgw.proto import BUCKETS, Empty, Model
 from llmgw.proto import providers as providers_api
 from llmgw.proto.people import AuditEntry
 from llmgw.proto.providers import Provider, ProviderList, ProviderRef
-from llmgw.router.accounts.sealed import SEALED
 from llmgw.router.providers.pool import Pool
 
 __all__ = ["HIDDEN", "Outside", "Providers", "Seals"]
@@ -32,6 +31,7 @@ class Seals(Protocol):
 
     def seal(self, secret: str) -> str: ...  # noqa: D102
     def open(self, sealed: str) -> str: ...  # noqa: D102
+    def is_sealed(self, value: str) -> bool: ...  # noqa: D102
 
 
 class Outside(NamedTuple):
@@ -108,7 +108,7 @@ class Providers:
         before = {k.name: k.key for k in was.keys} if was and was.base_url == provider.base_url else {}
         keys = []
         for key in provider.keys:
-            if key.key.startswith(SEALED):
+            if self.sealer.is_sealed(key.key):
                 raise BadRequest(f"provider {provider.name}: key '{key.name}' is a sealed value: give the key itself")
             secret = before.get(key.name, "") if key.key == HIDDEN else self.sealer.seal(key.key)
             if not secret:

@@ -119,8 +119,7 @@ def _keep_stream(answers: Answers, seen: Recall, events: bytes) -> None:
 
 
 def _keep(answers: Answers, seen: Recall, kept: CachedAnswer) -> None:
-    variant = msgspec.structs.replace(kept, variant=seen.variant)
-    _spawn(answers.keep(seen.policy, seen.question, seen.vector, variant))
+    _spawn(answers.keep(seen.policy, seen.question, seen.vector, seen.variant, kept))
 
 
 async def _teed(chunks: AsyncGenerator[bytes, None], ended: Callable[[bytes], None]) -> AsyncGenerator[bytes, None]:

@@ -143,10 +143,10 @@ class Tools:
     async def put(self, server: McpServer) -> McpServer:
         """Keep a server once its tenant exists and its way to be reached is whole."""
         self.known_tenant(server.tenant)
-        if SEPARATOR in server.name:  # server `a` and tool `b__c` would be server `a__b` and tool `c`
+        if SEPARATOR in server.name or server.name.endswith("_"):  # a__b + c, a + b__c, a_ + b, a + _b: one name
             raise BadRequest(
-                f"MCP server {server.name}: a server's name holds no '{SEPARATOR}' (its tools are listed "
-                f"as <server>{SEPARATOR}<tool>)"
+                f"MCP server {server.name}: a server's name holds no '{SEPARATOR}' and does not end in '_' "
+                f"(its tools are listed as <server>{SEPARATOR}<tool>)"
             )
         if server.transport == "http" and urlsplit(server.url).scheme not in ("http", "https"):
             raise BadRequest(f"MCP server {server.name}: an http server gives its http:// or https:// URL")
