@@ -95,7 +95,8 @@ PROVIDER_PUT = Endpoint(
     "provider.put",
     Provider,
     Provider,
-    "Add an outside provider or change it (its keys sealed; a key sent back as shown is kept).",
+    "Add an outside provider or change it (its keys sealed; a key sent back as shown is kept where `base_url` "
+    "is the same).",
     admin=AdminRoute("PUT", "/providers/{name}"),
 )
 PROVIDER_LIST = Endpoint(
