@@ -10,12 +10,18 @@ from fnmatch import fnmatchcase
 
 from llmgw.proto.tools import SEPARATOR, ToolRule
 
-__all__ = ["listed_name", "may_use", "rule_key", "split_name"]
+__all__ = ["listable", "listed_name", "may_use", "rule_key", "split_name"]
 
 
 def listed_name(server: str, tool: str) -> str:
     """The name a server's tool is listed under."""
     return f"{server}{SEPARATOR}{tool}"
+
+
+def listable(server: str) -> bool:
+    """Whether a server's tools can be listed under its name: one holding `SEPARATOR` or ending
+    in '_' would meet another's (`a__b` + `c` and `a` + `b__c`; `a_` + `b` and `a` + `_b`)."""
+    return SEPARATOR not in server and not server.endswith("_")
 
 
 def split_name(name: str) -> tuple[str, str] | None:

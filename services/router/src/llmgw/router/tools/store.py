@@ -36,12 +36,12 @@ from llmgw.proto.tools import (
     ToolRuleList,
     ToolRuleRef,
 )
-from llmgw.router.accounts.sealed import SEALED, Sealer
+from llmgw.router.accounts.sealed import Sealer
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.tools.leaves import TooDeep, leaves
 from llmgw.router.tools.link import CallFailed, Link
-from llmgw.router.tools.rights import listed_name, may_use, rule_key, split_name
+from llmgw.router.tools.rights import listable, listed_name, may_use, rule_key, split_name
 from llmgw.router.usage.recent import Tail, read_back
 
 if TYPE_CHECKING:  # the MCP SDK loads with the first server linked (`link`)
@@ -143,7 +143,7 @@ class Tools:
     async def put(self, server: McpServer) -> McpServer:
         """Keep a server once its tenant exists and its way to be reached is whole."""
         self.known_tenant(server.tenant)
-        if SEPARATOR in server.name or server.name.endswith("_"):  # a__b + c, a + b__c, a_ + b, a + _b: one name
+        if not listable(server.name):
             raise BadRequest(
                 f"MCP server {server.name}: a server's name holds no '{SEPARATOR}' and does not end in '_' "
                 f"(its tools are listed as <server>{SEPARATOR}<tool>)"
@@ -155,7 +155,7 @@ class Tools:
         key = f"{server.tenant}.{server.name}"
         was = self.servers.items.get(key)
         before = was.headers if was and was.url == server.url else {}  # kept for the URL they were given for
-        if any(v.startswith(SEALED) for v in server.headers.values()):
+        if any(self.sealer.is_sealed(v) for v in server.headers.values()):
             raise BadRequest(f"MCP server {server.name}: a header's value is the header itself, not a sealed one")
         if missing := [h for h, v in server.headers.items() if v == HIDDEN and not before.get(h)]:
             raise BadRequest(
