@@ -23,14 +23,26 @@ from llmgw.proto.release import RELEASE_LIST, RELEASE_SET, Release, ReleaseAsk
 __all__ = ["RELEASES", "UPGRADE"]
 
 _POLL_S = 0.5
+_PATIENCE_S = 8.0
+"""How long the agents are asked again while none answers: one just replaced may not listen yet,
+or be busy starting (measuring memory bandwidth on every core)."""
 
 
-async def machines(nc: Client) -> list[Release]:
+async def machines(nc: Client, patience_s: float = _PATIENCE_S) -> list[Release]:
     """Each machine's release as its agent says, those that run services first (more processes),
-    then by name."""
-    said = await call_all(nc, RELEASE_LIST, Empty(), window_s=1.0)
-    found = [r for r in said if isinstance(r, Release)]
-    return sorted(found, key=lambda r: (-len(r.runs), r.node))
+    then by name. While no agent answers they are asked again for up to `patience_s`; where
+    some listened but none answered in time, the next ask waits twice as long."""
+    window, deadline = 1.0, time.monotonic() + patience_s
+    while True:
+        asked = time.monotonic()
+        said = await call_all(nc, RELEASE_LIST, Empty(), window_s=window)
+        found = [r for r in said if isinstance(r, Release)]
+        if found or time.monotonic() >= deadline:
+            return sorted(found, key=lambda r: (-len(r.runs), r.node))
+        if time.monotonic() - asked >= window:  # (the server says at once where nobody listens)
+            window *= 2
+        await asyncio.sleep(0.25)
+        window = max(min(window, deadline - time.monotonic()), 0.1)
 
 
 def releases_table(found: list[Release]) -> str:
