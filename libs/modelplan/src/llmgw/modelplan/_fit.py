@@ -51,8 +51,21 @@ def worst_error(k: CpuCalibration, points: list[Measured]) -> float:
     return max((abs(_estimate(k, p) - p.tokens_per_second) / p.tokens_per_second for p in points), default=0.0)
 
 
-def _rms_error(k: CpuCalibration, points: list[Measured]) -> float:
-    return sum(((_estimate(k, p) - p.tokens_per_second) / p.tokens_per_second) ** 2 for p in points) / len(points)
+def _weights(points: list[Measured], real: frozenset[str]) -> list[float]:
+    """Each point's weight in a fit: the `real` models' points (files people serve, few) weigh as
+    much together as the generated models' (many, of one type each), so a fit is not bought with
+    an error on the files it is for."""
+    n_real = sum(p.name in real for p in points)
+    if n_real in (0, len(points)):
+        return [1.0] * len(points)
+    heavy = (len(points) - n_real) / n_real
+    return [heavy if p.name in real else 1.0 for p in points]
+
+
+def _rms_error(k: CpuCalibration, points: list[Measured], weights: list[float]) -> float:
+    """The weighted mean of the squared relative errors."""
+    squares = (((_estimate(k, p) - p.tokens_per_second) / p.tokens_per_second) ** 2 for p in points)
+    return sum(w * e for w, e in zip(weights, squares, strict=True)) / sum(weights)
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -88,11 +101,12 @@ def _nonnegative(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _fit_costs(points: list[Measured], k: CpuCalibration, types: list[str]) -> CpuCalibration:
+def _fit_costs(points: list[Measured], k: CpuCalibration, types: list[str], weights: list[float]) -> CpuCalibration:
     """The costs of `types` and the fixed cost that fit `points` best with `k`'s memory constants,
-    in relative terms (each token's time divided by its measured time)."""
+    in relative terms (each token's time divided by its measured time), each point `weights` heavy."""
     rows, ys = [], []
-    for p in points:
+    for p, w in zip(points, weights, strict=True):
+        scale = w**0.5
         measured_s = 1 / p.tokens_per_second
         read_s = p.read_bytes / (cpu_read_gbs(p.all_gbs, p.core_gbs, p.threads, k) * 1e9)
         rest = {t: n for t, n in (p.type_bytes or {"": p.read_bytes}).items() if t not in types}
@@ -100,8 +114,9 @@ def _fit_costs(points: list[Measured], k: CpuCalibration, types: list[str]) -> C
         per = 1e-9 / max(p.threads, 1)
         by_type = p.type_bytes or {"": p.read_bytes}
         sync = p.layers if p.threads > 1 else 0
-        rows.append([*(by_type.get(t, 0) * per / measured_s for t in types), sync / measured_s, 1 / measured_s])
-        ys.append(1 - known_s / measured_s)
+        row = [*(by_type.get(t, 0) * per / measured_s for t in types), sync / measured_s, 1 / measured_s]
+        rows.append([scale * x for x in row])
+        ys.append(scale * (1 - known_s / measured_s))
     *costs, layer_sync, fixed = _nonnegative(rows, ys)
     return msgspec.structs.replace(
         k,
@@ -121,10 +136,15 @@ def _fitted_types(points: list[Measured]) -> list[str]:
 
 
 def fit_cpu(
-    points: list[Measured], source: str, base: CpuCalibration = DEFAULT_CPU, memory: bool = True
+    points: list[Measured],
+    source: str,
+    base: CpuCalibration = DEFAULT_CPU,
+    memory: bool = True,
+    real: frozenset[str] = frozenset(),
 ) -> CpuCalibration:
     """The constants that make the estimate closest to `points` (least mean squared relative error;
-    one noisy figure moves it less than fitting the worst would).
+    one noisy figure moves it less than fitting the worst would; the `real` models' points weigh as
+    much together as the others').
 
     The arithmetic per byte of each type the points hold, the threads' wait a layer and the fixed
     cost a token are solved for (never negative); with `memory`, over a search of the threads' share of one core's rate
@@ -133,30 +153,33 @@ def fit_cpu(
     """
     if not points:
         raise ValueError("nothing measured to fit")
-    types = _fitted_types(points)
+    types, weights = _fitted_types(points), _weights(points, real)
     grid = (
         [(s / 100, e / 100) for s in range(50, 151, 5) for e in range(50, 101, 5)]
         if memory
         else [(base.core_share, base.thread_exp)]
     )
-    best, best_err = base, _rms_error(base, points)
+    best, best_err = base, _rms_error(base, points, weights)
     for share, exp in grid:
-        k = _fit_costs(points, msgspec.structs.replace(base, core_share=share, thread_exp=exp), types)
-        err = _rms_error(k, points)
+        k = _fit_costs(points, msgspec.structs.replace(base, core_share=share, thread_exp=exp), types, weights)
+        err = _rms_error(k, points, weights)
         if err < best_err:
             best, best_err = k, err
     return msgspec.structs.replace(best, source=source, worst_error=round(worst_error(best, points), 4))
 
 
-def holdout_error(points: list[Measured], base: CpuCalibration = DEFAULT_CPU, memory: bool = True) -> float:
+def holdout_error(
+    points: list[Measured], base: CpuCalibration = DEFAULT_CPU, memory: bool = True, real: frozenset[str] = frozenset()
+) -> float:
     """The largest relative error on a model left out of the fit: each model (by name) is estimated
-    by the constants fitted to the others; 0 with fewer than two models."""
+    by the constants fitted to the others (`real` as `fit_cpu` weighs them); 0 with fewer than two
+    models."""
     names = sorted({p.name for p in points})
     if len(names) < 2:
         return 0.0
     worst = 0.0
     for name in names:
-        fitted = fit_cpu([p for p in points if p.name != name], "", base, memory)
+        fitted = fit_cpu([p for p in points if p.name != name], "", base, memory, real)
         worst = max(worst, worst_error(fitted, [p for p in points if p.name == name]))
     return worst
 
@@ -171,8 +194,8 @@ def judge_fit(
     """Fit `points` and say whether to keep the fit: only when its error on models it was not
     fitted to is below the defaults' error on the same models, and it estimates none of the
     `real` models (points by name: files people serve) worse than the defaults do."""
-    fit = fit_cpu(points, source, base, memory)
-    held_out = holdout_error(points, base, memory)
+    fit = fit_cpu(points, source, base, memory, real)
+    held_out = holdout_error(points, base, memory, real)
     fit = msgspec.structs.replace(fit, holdout_error=round(held_out, 4))
     defaults = worst_error(base, points)
     worse_on = []
