@@ -166,3 +166,19 @@ def test_the_real_files_weigh_as_much_as_the_generated_models_in_a_fit():
     weighed = worst_error(fit_cpu(points, "", memory=False, real=frozenset({"smollm2"})), mine)
     assert weighed < plain / 2, (plain, weighed)
     assert weighed < 0.05
+
+
+def test_a_calibration_reads_at_the_rates_it_was_fitted_at_not_at_a_later_measurements():
+    # A shared VM's memory rate measured at one moment and another differs by up to a quarter while
+    # llama-bench's tokens a second do not: the fit turns its own moment's rates into tokens.
+    points = _measured(TRUE)
+    k = fit_cpu(points, "here", memory=False)
+    assert (k.all_gbs, k.core_gbs) == (30, 16)
+    q4 = {"Q4_1": 90 * MB}
+    assert cpu_tokens_per_second(90 * MB, 22, 12, 2, k, q4, 12) == cpu_tokens_per_second(90 * MB, 30, 16, 2, k, q4, 12)
+    assert cpu_tokens_per_second(90 * MB, 0, None, 1, k, q4, 12) > 0  # a node whose rate is not measured yet
+    assert cpu_tokens_per_second(90 * MB, 22, 12, 2, DEFAULT_CPU, q4, 12) < cpu_tokens_per_second(
+        90 * MB, 30, 16, 2, DEFAULT_CPU, q4, 12
+    )  # the defaults read at the node's rate
+    moved = [msgspec.structs.replace(p, all_gbs=20) if p.name == "q8" else p for p in points]
+    assert fit_cpu(moved, "", memory=False).all_gbs == 0  # figures of several moments: each at its own

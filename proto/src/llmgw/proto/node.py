@@ -56,6 +56,12 @@ class CpuCalibration(Struct, kw_only=True):
     holdout_error: float = 0.0
     """The fit's largest relative error on models it was not fitted to (each model left out of the
     fit in turn and estimated from the others); 0 where not measured."""
+    all_gbs: float = 0.0
+    """The machine's memory rate, all cores, GB/s, measured when the constants were fitted: the
+    estimate reads at it, not at another measurement's (0: a fit from before, or the defaults:
+    the node's measured rate)."""
+    core_gbs: float = 0.0
+    """The same, one core."""
 
 
 # gc=False: plain data that is never part of a reference cycle, so the garbage collector need not

@@ -154,6 +154,7 @@ def fit_cpu(
     if not points:
         raise ValueError("nothing measured to fit")
     types, weights = _fitted_types(points), _weights(points, real)
+    base = msgspec.structs.replace(base, all_gbs=0.0, core_gbs=0.0)  # each point at the rates measured with it
     grid = (
         [(s / 100, e / 100) for s in range(50, 151, 5) for e in range(50, 101, 5)]
         if memory
@@ -165,7 +166,11 @@ def fit_cpu(
         err = _rms_error(k, points, weights)
         if err < best_err:
             best, best_err = k, err
-    return msgspec.structs.replace(best, source=source, worst_error=round(worst_error(best, points), 4))
+    fitted = msgspec.structs.replace(best, source=source, worst_error=round(worst_error(best, points), 4))
+    rates = {(p.all_gbs, p.core_gbs) for p in points}
+    if len(rates) == 1:  # measured at one moment (a calibration): estimates read at those rates
+        fitted = msgspec.structs.replace(fitted, all_gbs=points[0].all_gbs, core_gbs=points[0].core_gbs)
+    return fitted
 
 
 def holdout_error(

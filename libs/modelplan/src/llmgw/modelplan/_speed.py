@@ -165,7 +165,13 @@ def cpu_threads(cpu_cores: int | None, node_cpus: int) -> int:
 
 
 def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCalibration = DEFAULT_CPU) -> float:
-    """GB/s a replica of `threads` reads its weights at; 0 when the machine's rate is unknown."""
+    """GB/s a replica of `threads` reads its weights at; 0 when the machine's rate is unknown.
+
+    A calibration fitted on this node reads at the rates measured with it: its constants turn
+    those into what llama-bench measured, and a shared machine's rate measured at another moment
+    differs by more (up to a quarter) than its tokens a second do."""
+    if k.all_gbs > 0:
+        all_gbs, core_gbs = k.all_gbs, k.core_gbs
     if not all_gbs or all_gbs <= 0:
         return 0.0
     if not core_gbs or core_gbs <= 0 or threads <= 0:
