@@ -141,6 +141,7 @@ def test_plan_exits_1_when_no_way_fits(tmp_path):
         (["{bad}", "--node-bandwidth", "fast"], 2, "--node-bandwidth is ALL,CORE in GB/s"),
         (["calibrate", "--rounds", "0"], 2, "--rounds must be 1 or more, not 0"),
         (["calibrate", "--size-mb", "2"], 2, "--size-mb must be 8 or more, not 2"),
+        (["calibrate", "--types", "Q4_1,Q3_K"], 2, "--types takes some of F16,Q8_0,Q4_0,Q4_1,Q5_0,Q4_K,Q5_K,Q6_K"),
     ],
 )
 def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_path, args, code, said):
@@ -153,7 +154,8 @@ def test_plan_refuses_what_it_cannot_read_with_a_sentence_not_a_traceback(tmp_pa
 
 def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it_only_when_kept(tmp_path):
     done = subprocess.run(
-        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1", "--rounds", "1", "--size-mb", "48"],
+        [*PLAN, "calibrate", "--data-dir", str(tmp_path), "--threads", "1", "--rounds", "1", "--size-mb", "48"]
+        + ["--types", "q4_1,F16"],  # two of the eight types: a quarter of the time
         capture_output=True,
         text=True,
         timeout=600,
@@ -162,6 +164,7 @@ def test_calibrate_runs_llama_bench_fits_this_node_and_plan_then_uses_it_only_wh
     assert "MEASURED" in done.stdout and "worst error: defaults" in done.stdout
     assert "on models left out of the fit" in done.stdout and "Q4_1-" in done.stdout and "F16-" in done.stdout
     assert "SmolLM2-135M-Instruct.Q4_1" in done.stdout  # the real model installed here is measured beside them
+    assert "Q8_0-" not in done.stdout and "Q4_K-" not in done.stdout  # only the types asked for are generated
     model = write_random_llama(tmp_path / "m.gguf", TinyLlama())
     out = subprocess.run(
         [*PLAN, str(model), "--node-bandwidth", "40,10", "--data-dir", str(tmp_path)],

@@ -28,7 +28,7 @@ import httpx
 import msgspec
 
 from llmgw.bus import find_llamacpp, free_port
-from llmgw.ctl.calibrate import calibrate, llama_bench, real_models
+from llmgw.ctl.calibrate import Generated, calibrate, llama_bench, real_models
 from llmgw.gguf import read_model
 from llmgw.membw import load_calibration, measure
 from llmgw.modelplan import (
@@ -90,7 +90,8 @@ def _calibration(home: Path | None, models: Path | None, size_mb: int | None) ->
             raise SystemExit(f"no calibration.json in {home}: run `llmgw plan calibrate --data-dir {home}` first")
         return k, f"{home / 'calibration.json'}"
     with tempfile.TemporaryDirectory() as tmp:
-        done = calibrate(Path(tmp), [1, 2], folder=models, rounds=1, size_bytes=size_mb and size_mb * 2**20)
+        generated = Generated(size_bytes=size_mb and size_mb * 2**20, folder=models)
+        done = calibrate(Path(tmp), [1, 2], rounds=1, generated=generated)
     fit, worse = done.verdict.fit, done.verdict.worse_on
     said = (
         "kept"

@@ -36,10 +36,12 @@ __all__ = [
     "BENCH_TYPES",
     "REAL_WHEELS",
     "Calibrated",
+    "Generated",
     "bench_models",
     "calibrate",
     "llama_bench",
     "measure_models",
+    "parse_types",
     "real_models",
     "report",
 ]
@@ -64,6 +66,27 @@ def real_models() -> list[Path]:
 BENCH_TYPES = ("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q5_K", "Q6_K")
 """The tensor types generated to measure: what is served on CPUs (a Q4_K_M file is Q4_K and Q6_K,
 with Q5_0 or Q8_0 in places; a Q5_K_M file Q5_K and Q6_K)."""
+
+
+def parse_types(text: str) -> tuple[str, ...]:
+    """`--types`: the tensor types to generate, comma-separated, each one of `BENCH_TYPES`."""
+    types = tuple(dict.fromkeys(t.strip().upper() for t in text.split(",") if t.strip()))
+    unknown = [t for t in types if t not in BENCH_TYPES]
+    if not types or unknown:
+        raise ValueError(f"--types takes some of {','.join(BENCH_TYPES)}, comma-separated, not '{text}'")
+    return types
+
+
+class Generated(msgspec.Struct, frozen=True, kw_only=True):
+    """The random-weight models a calibration writes and measures."""
+
+    types: tuple[str, ...] = BENCH_TYPES
+    """Their tensor types (one type a model, two models a type); a type left out keeps the
+    defaults' cost, unless a real file measured holds much of it."""
+    size_bytes: int | None = None
+    """Each model's size (None: four times the last-level cache, so a token reads memory)."""
+    folder: Path | None = None
+    """Where they are written, and found again by the next calibration (None: `<home>/calibration`)."""
 
 
 def bench_models(
@@ -168,14 +191,12 @@ class Calibrated(msgspec.Struct, frozen=True, kw_only=True):
 def calibrate(
     home: Path,
     threads: list[int] | None = None,
-    folder: Path | None = None,
     served: list[Path] | None = None,
     rounds: int = 2,
-    size_bytes: int | None = None,
+    generated: Generated = Generated(),
 ) -> Calibrated:
-    """Measure this node on generated models (of `size_bytes` each, else four times the last-level
-    cache) and the `served` files, fit its constants, and keep them in `home/calibration.json` when
-    they beat the defaults on models left out of the fit."""
+    """Measure this node on `generated` models and the `served` files, fit its constants, and keep
+    them in `home/calibration.json` when they beat the defaults on models left out of the fit."""
     bw = measure()
     if bw is None:
         raise RuntimeError(
@@ -183,10 +204,11 @@ def calibrate(
             "for a buffer four times the last-level cache); nothing calibrated"
         )
     threads = threads or sorted({1, 2, *([os.cpu_count() or 1])})
-    folder = folder or home / "calibration"
+    folder = generated.folder or home / "calibration"
     folder.mkdir(parents=True, exist_ok=True)
     real = list(dict.fromkeys([*(Path(p) for p in served or []), *real_models()]))
-    models = bench_models(folder, last_level_cache_bytes(), size_bytes=size_bytes) + [(p, read_model(p)) for p in real]
+    made = bench_models(folder, last_level_cache_bytes(), generated.types, generated.size_bytes)
+    models = made + [(p, read_model(p)) for p in real]
     points, spread = measure_models(models, threads, bw, rounds)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     source = f"llama-bench on {socket.gethostname()} {stamp}, {bw.all_cores_gbs}/{bw.one_core_gbs} GB/s"

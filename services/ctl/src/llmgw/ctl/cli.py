@@ -65,7 +65,7 @@ def _up(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     """`llmgw plan FILE_OR_URL` and `llmgw plan calibrate`."""
     from llmgw.bus import BusConfig
-    from llmgw.ctl.calibrate import calibrate, report
+    from llmgw.ctl.calibrate import BENCH_TYPES, Generated, calibrate, parse_types, report
     from llmgw.ctl.plan import run_plan
 
     home = BusConfig(data_dir=args.data_dir or "").home()
@@ -79,8 +79,13 @@ def _plan(args: argparse.Namespace) -> int:
         threads = [args.threads] if args.threads else None
         size = args.size_mb * 2**20 if args.size_mb else None
         try:
+            types = parse_types(args.types) if args.types else BENCH_TYPES
+        except ValueError as exc:
+            print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
+            return 2
+        try:
             served = [Path(m) for m in args.model or []]
-            done = calibrate(home, threads, served=served, rounds=args.rounds, size_bytes=size)
+            done = calibrate(home, threads, served, args.rounds, Generated(types=types, size_bytes=size))
         except RuntimeError as exc:
             print(f"llmgw plan calibrate: {exc}", file=sys.stderr)
             return 1
@@ -148,6 +153,11 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="calibrate: MiB of each generated model (default: four times the last-level cache, so a token "
         "reads memory; a VM may report its host's whole cache)",
+    )
+    plan.add_argument(
+        "--types",
+        help="calibrate: the tensor types generated and measured, comma-separated, as Q4_K,Q6_K (default: all "
+        "eight it knows): those served here; the others keep the defaults' costs",
     )
     plan.set_defaults(run=_plan)
 
