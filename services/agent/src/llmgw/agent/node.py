@@ -18,7 +18,7 @@ import msgspec
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import BusError, Context, LlamaCpp, call, meminfo_mb
-from llmgw.membw import Bandwidth, load_calibration, measure
+from llmgw.membw import Bandwidth, KeptBandwidth, load_bandwidth, load_calibration, measure, save_bandwidth
 from llmgw.proto import CpuCalibration, GpuInfo, Heartbeat, NodeInfo, ReplicaReport, agent, scheduler
 
 __all__ = ["NodeFacts", "Work"]
@@ -102,21 +102,31 @@ class NodeFacts:
         return [asyncio.create_task(self._heartbeats(work)), asyncio.create_task(self._measure_bandwidth())]
 
     async def _measure_bandwidth(self) -> None:
-        """Measure after a random delay, then every hour, keeping the best figures seen."""
-        await asyncio.sleep(random.uniform(0, self.config.membw_delay_max_s))
+        """Measure after a random delay, then every hour, keeping the best figures seen (in the
+        data directory too: an agent started again reports them at once, and measures when the
+        hour since the last measurement is up)."""
+        home, every = Path(self.config.home()), self.config.membw_every_s
+        wait = random.uniform(0, self.config.membw_delay_max_s)
+        if (kept := load_bandwidth(home)) is not None:
+            self.bandwidth = kept.best
+            wait += max(kept.measured_at + every - time.time(), 0.0)
+        await asyncio.sleep(wait)
         while True:
             measured = await asyncio.to_thread(measure)
             if measured is None:
                 self._ctx.log.warning("memory bandwidth not measured: too little free memory for an honest buffer")
-            elif self.bandwidth is None or measured.all_cores_gbs > self.bandwidth.all_cores_gbs:
-                best_one = max(measured.one_core_gbs, self.bandwidth.one_core_gbs if self.bandwidth else 0.0)
-                self.bandwidth = msgspec.structs.replace(measured, one_core_gbs=min(best_one, measured.all_cores_gbs))
-                self._ctx.log.info(
-                    "memory bandwidth",
-                    all_cores_gbs=self.bandwidth.all_cores_gbs,
-                    one_core_gbs=self.bandwidth.one_core_gbs,
+            else:
+                if self.bandwidth is None or measured.all_cores_gbs > self.bandwidth.all_cores_gbs:
+                    best_one = max(measured.one_core_gbs, self.bandwidth.one_core_gbs if self.bandwidth else 0.0)
+                    best = msgspec.structs.replace(measured, one_core_gbs=min(best_one, measured.all_cores_gbs))
+                    self.bandwidth = best
+                    self._ctx.log.info(
+                        "memory bandwidth", all_cores_gbs=best.all_cores_gbs, one_core_gbs=best.one_core_gbs
+                    )
+                await asyncio.to_thread(
+                    save_bandwidth, home, KeptBandwidth(best=self.bandwidth, measured_at=time.time())
                 )
-            await asyncio.sleep(self.config.membw_every_s)
+            await asyncio.sleep(every)
 
     async def _heartbeats(self, work: Callable[[], Work]) -> None:
         """Register (again after NATS or the scheduler went away), and heartbeat whatever happens."""
