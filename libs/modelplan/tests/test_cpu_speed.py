@@ -180,5 +180,7 @@ def test_a_calibration_reads_at_the_rates_it_was_fitted_at_not_at_a_later_measur
     assert cpu_tokens_per_second(90 * MB, 22, 12, 2, DEFAULT_CPU, q4, 12) < cpu_tokens_per_second(
         90 * MB, 30, 16, 2, DEFAULT_CPU, q4, 12
     )  # the defaults read at the node's rate
+    # a node reading three times as fast is another machine (the file copied there): its own rate
+    assert cpu_tokens_per_second(90 * MB, 90, 48, 2, k, q4, 12) > cpu_tokens_per_second(90 * MB, 30, 16, 2, k, q4, 12)
     moved = [msgspec.structs.replace(p, all_gbs=20) if p.name == "q8" else p for p in points]
     assert fit_cpu(moved, "", memory=False).all_gbs == 0  # figures of several moments: each at its own

@@ -12,6 +12,7 @@ from llmgw.membw._calibration import (
     load_calibration,
     save_bandwidth,
     save_calibration,
+    this_machine,
 )
 from llmgw.membw._measure import Bandwidth, buffer_size, last_level_cache_bytes, measure
 
@@ -27,4 +28,5 @@ __all__ = [
     "measure",
     "save_bandwidth",
     "save_calibration",
+    "this_machine",
 ]

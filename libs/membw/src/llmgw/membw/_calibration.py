@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import tempfile
 from pathlib import Path
 
 import msgspec
@@ -19,6 +22,7 @@ __all__ = [
     "load_calibration",
     "save_bandwidth",
     "save_calibration",
+    "this_machine",
 ]
 
 CALIBRATION_FILE = "calibration.json"
@@ -29,16 +33,27 @@ class KeptBandwidth(msgspec.Struct, frozen=True, kw_only=True):
     """The best memory bandwidth an agent measured here, and when it last measured."""
 
     best: Bandwidth
+    best_at: float
+    """Unix time of the best figure's measurement."""
     measured_at: float
-    """Unix time of the last measurement (not necessarily the best one's)."""
+    """Unix time of the last measurement."""
+    machine: str
+    """The machine measured (`this_machine()`): a data directory copied to another, or a machine
+    resized, measures again."""
 
 
 def _save(home: Path, name: str, value: msgspec.Struct) -> Path:
-    """Keep `value` in `home/name` (written whole, then renamed into place)."""
+    """Keep `value` in `home/name` (written whole under a name of its own, then renamed into
+    place: two writers never share a half-written file)."""
     home.mkdir(parents=True, exist_ok=True)
-    tmp = home / f".{name}.part"
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(value)))
-    tmp.replace(home / name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=home)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(msgspec.json.format(msgspec.json.encode(value)))
+        os.replace(tmp, home / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return home / name
 
 
@@ -53,12 +68,22 @@ def save_bandwidth(home: Path, kept: KeptBandwidth) -> Path:
     return _save(home, BANDWIDTH_FILE, kept)
 
 
-def load_bandwidth(home: Path) -> KeptBandwidth | None:
-    """The best figure an agent kept here; a damaged file counts as none."""
+def this_machine() -> str:
+    """What a kept bandwidth figure is of: the host's name, its CPUs and its memory."""
     try:
-        return msgspec.json.decode((home / BANDWIDTH_FILE).read_bytes(), type=KeptBandwidth)
+        memory = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    except (OSError, StopIteration):
+        memory = "MemTotal unknown"
+    return f"{socket.gethostname()}, {os.cpu_count()} CPUs, {' '.join(memory.split())}"
+
+
+def load_bandwidth(home: Path) -> KeptBandwidth | None:
+    """The best figure an agent kept here, if of this machine; a damaged file counts as none."""
+    try:
+        kept = msgspec.json.decode((home / BANDWIDTH_FILE).read_bytes(), type=KeptBandwidth)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+    return kept if kept.machine == this_machine() else None
 
 
 def load_calibration(home: Path) -> CpuCalibration | None:

@@ -199,6 +199,7 @@ def judge_fit(
     """Fit `points` and say whether to keep the fit: only when its error on models it was not
     fitted to is below the defaults' error on the same models, and it estimates none of the
     `real` models (points by name: files people serve) worse than the defaults do."""
+    base = msgspec.structs.replace(base, all_gbs=0.0, core_gbs=0.0)  # each point at the rates measured with it
     fit = fit_cpu(points, source, base, memory, real)
     held_out = holdout_error(points, base, memory, real)
     fit = msgspec.structs.replace(fit, holdout_error=round(held_out, 4))

@@ -30,6 +30,7 @@ __all__ = [
     "VERY_SLOW_TPS",
     "Card",
     "GpuConstants",
+    "calibrated_rates",
     "card_class",
     "card_of",
     "cpu_compute_seconds",
@@ -164,14 +165,27 @@ def cpu_threads(cpu_cores: int | None, node_cpus: int) -> int:
     return max(node_cpus // 2, 1)
 
 
-def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCalibration = DEFAULT_CPU) -> float:
-    """GB/s a replica of `threads` reads its weights at; 0 when the machine's rate is unknown.
+CALIBRATED_RATES_WITHIN = 2.0
+"""A calibration's own memory rates stand for the node's while the node's measured all-core rate
+is within this factor of them (a shared VM's readings of one machine spread by up to 1.6x);
+further off, it is another machine (copied there, resized) and the node's rate is read."""
 
-    A calibration fitted on this node reads at the rates measured with it: its constants turn
-    those into what llama-bench measured, and a shared machine's rate measured at another moment
-    differs by more (up to a quarter) than its tokens a second do."""
-    if k.all_gbs > 0:
-        all_gbs, core_gbs = k.all_gbs, k.core_gbs
+
+def calibrated_rates(all_gbs: float, core_gbs: float | None, k: CpuCalibration) -> tuple[float, float | None]:
+    """The memory rates a CPU estimate reads at: a calibration's own (its constants turn those into
+    what llama-bench measured, and another moment's reading differs more than tokens a second
+    do), unless the node's measured rate says it is another machine; else the node's."""
+    if k.all_gbs <= 0:
+        return all_gbs, core_gbs
+    if all_gbs and all_gbs > 0 and not 1 / CALIBRATED_RATES_WITHIN <= all_gbs / k.all_gbs <= CALIBRATED_RATES_WITHIN:
+        return all_gbs, core_gbs
+    return k.all_gbs, k.core_gbs
+
+
+def cpu_read_gbs(all_gbs: float, core_gbs: float | None, threads: int, k: CpuCalibration = DEFAULT_CPU) -> float:
+    """GB/s a replica of `threads` reads its weights at (the node's rates as `calibrated_rates`
+    takes them); 0 when the machine's rate is unknown."""
+    all_gbs, core_gbs = calibrated_rates(all_gbs, core_gbs, k)
     if not all_gbs or all_gbs <= 0:
         return 0.0
     if not core_gbs or core_gbs <= 0 or threads <= 0:

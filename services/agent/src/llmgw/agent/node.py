@@ -18,10 +18,21 @@ import msgspec
 from llmgw.agent.config import AgentConfig
 from llmgw.agent.discovery import EngineProbe, cpu_flags, discover_cards, filesystems, load_nvml, os_release
 from llmgw.bus import BusError, Context, LlamaCpp, call, meminfo_mb
-from llmgw.membw import Bandwidth, KeptBandwidth, load_bandwidth, load_calibration, measure, save_bandwidth
+from llmgw.membw import (
+    Bandwidth,
+    KeptBandwidth,
+    load_bandwidth,
+    load_calibration,
+    measure,
+    save_bandwidth,
+    this_machine,
+)
 from llmgw.proto import CpuCalibration, GpuInfo, Heartbeat, NodeInfo, ReplicaReport, agent, scheduler
 
 __all__ = ["NodeFacts", "Work"]
+
+_KEPT_BEST_S = 7 * 86400.0
+"""A kept best figure older than this is not reported at a start: the machine is measured again."""
 
 
 class Work(NamedTuple):
@@ -103,13 +114,14 @@ class NodeFacts:
 
     async def _measure_bandwidth(self) -> None:
         """Measure after a random delay, then every hour, keeping the best figures seen (in the
-        data directory too: an agent started again reports them at once, and measures when the
-        hour since the last measurement is up)."""
+        data directory too, for a week: an agent started again reports them at once, and
+        measures when the hour since the last measurement is up)."""
         home, every = Path(self.config.home()), self.config.membw_every_s
-        wait = random.uniform(0, self.config.membw_delay_max_s)
-        if (kept := load_bandwidth(home)) is not None:
-            self.bandwidth = kept.best
-            wait += max(kept.measured_at + every - time.time(), 0.0)
+        wait, best_at = random.uniform(0, self.config.membw_delay_max_s), 0.0
+        kept = load_bandwidth(home)
+        if kept is not None and time.time() - kept.best_at < _KEPT_BEST_S:
+            self.bandwidth, best_at = kept.best, kept.best_at
+            wait += min(max(kept.measured_at + every - time.time(), 0.0), every)
         await asyncio.sleep(wait)
         while True:
             measured = await asyncio.to_thread(measure)
@@ -118,15 +130,26 @@ class NodeFacts:
             else:
                 if self.bandwidth is None or measured.all_cores_gbs > self.bandwidth.all_cores_gbs:
                     best_one = max(measured.one_core_gbs, self.bandwidth.one_core_gbs if self.bandwidth else 0.0)
-                    best = msgspec.structs.replace(measured, one_core_gbs=min(best_one, measured.all_cores_gbs))
-                    self.bandwidth = best
-                    self._ctx.log.info(
-                        "memory bandwidth", all_cores_gbs=best.all_cores_gbs, one_core_gbs=best.one_core_gbs
+                    self.bandwidth = msgspec.structs.replace(
+                        measured, one_core_gbs=min(best_one, measured.all_cores_gbs)
                     )
-                await asyncio.to_thread(
-                    save_bandwidth, home, KeptBandwidth(best=self.bandwidth, measured_at=time.time())
-                )
+                    best_at = time.time()
+                    self._ctx.log.info(
+                        "memory bandwidth",
+                        all_cores_gbs=self.bandwidth.all_cores_gbs,
+                        one_core_gbs=self.bandwidth.one_core_gbs,
+                    )
+                await self._keep_bandwidth(home, best_at)
             await asyncio.sleep(every)
+
+    async def _keep_bandwidth(self, home: Path, best_at: float) -> None:
+        """Write the best figure to the data directory; a disk that refuses is said, and the
+        measuring goes on."""
+        kept = KeptBandwidth(best=self.bandwidth, best_at=best_at, measured_at=time.time(), machine=this_machine())
+        try:
+            await asyncio.to_thread(save_bandwidth, home, kept)
+        except OSError as exc:
+            self._ctx.log.warning("memory bandwidth not kept in the data directory", error=str(exc))
 
     async def _heartbeats(self, work: Callable[[], Work]) -> None:
         """Register (again after NATS or the scheduler went away), and heartbeat whatever happens."""

@@ -18,6 +18,7 @@ from llmgw.modelplan import (
     FileFacts,
     NodeFacts,
     Option,
+    calibrated_rates,
     kv_per_1000_mb,
     options,
     shape_from_gguf,
@@ -50,9 +51,12 @@ def file_facts(where: str) -> tuple[Header, FileFacts]:
 def local_node(home: Path, bandwidth: tuple[float, float] | None) -> NodeFacts:
     """This machine: its CPUs, memory, memory bandwidth (measured unless given) and calibration."""
     total, available = meminfo_mb(Path("/proc/meminfo").read_text())
+    calibration = load_calibration(home)
     if bandwidth is None:
         measured = measure()
         bandwidth = (measured.all_cores_gbs, measured.one_core_gbs) if measured else (0.0, 0.0)
+    elif calibration is not None:  # the rates given are the ones to read at
+        calibration = msgspec.structs.replace(calibration, all_gbs=0.0, core_gbs=0.0)
     return NodeFacts(
         name=socket.gethostname().split(".")[0],
         cpus=os.cpu_count() or 1,
@@ -60,7 +64,7 @@ def local_node(home: Path, bandwidth: tuple[float, float] | None) -> NodeFacts:
         memory_available_mb=available,
         membw_all_gbs=bandwidth[0],
         membw_one_gbs=bandwidth[1],
-        calibration=load_calibration(home),
+        calibration=calibration,
     )
 
 
@@ -107,6 +111,9 @@ def plan_text(plan: Plan) -> str:
             if n.calibration
             else "default CPU constants (`llmgw plan calibrate` fits this node's)"
         )
+        measured = (n.membw_all_gbs, n.membw_one_gbs)
+        if n.calibration and (at := calibrated_rates(*measured, n.calibration)) != measured:
+            calibrated += f"; estimates read at its {at[0]:g}/{at[1]:g} GB/s"
         lines.append(
             f"{n.name}: {n.cpus} CPUs, {_gib(n.memory_total_mb)} ({_gib(n.memory_available_mb)} available), "
             f"memory {n.membw_all_gbs:g} GB/s all cores, {n.membw_one_gbs:g} one core; {calibrated}"
