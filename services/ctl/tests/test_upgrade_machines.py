@@ -39,6 +39,21 @@ async def test_an_agent_answering_later_than_one_second_is_found(nc):
     assert [(r.node, r.state) for r in found] == [("node-b", "idle")]
 
 
+async def test_a_node_the_scheduler_hears_is_waited_for_though_another_answered(nc):
+    # Two machines, one of them starting its agent again: `upgrade` must not go on without it.
+    quick = await _agent(nc, "node-a")
+
+    async def start_late():
+        await asyncio.sleep(1.5)
+        return await _agent(nc, "node-b")
+
+    later = asyncio.create_task(start_late())
+    found = await machines(nc, expected=frozenset({"node-a", "node-b"}))
+    await (await later).unsubscribe()
+    await quick.unsubscribe()
+    assert sorted(r.node for r in found) == ["node-a", "node-b"]
+
+
 async def test_no_agent_is_said_once_the_patience_is_spent(nc):
     began = time.monotonic()
     assert await machines(nc, patience_s=1.0) == []

@@ -16,7 +16,7 @@ from llmgw.bus import call, call_all
 from llmgw.ctl.changes import BY
 from llmgw.ctl.tables import table
 from llmgw.ctl.tree import Verb, show
-from llmgw.proto import Empty
+from llmgw.proto import Empty, Page, scheduler
 from llmgw.proto.errors import BusError
 from llmgw.proto.release import RELEASE_LIST, RELEASE_SET, Release, ReleaseAsk
 
@@ -28,16 +28,19 @@ _PATIENCE_S = 8.0
 or be busy starting (measuring memory bandwidth on every core)."""
 
 
-async def machines(nc: Client, patience_s: float = _PATIENCE_S) -> list[Release]:
+async def machines(
+    nc: Client, patience_s: float = _PATIENCE_S, expected: frozenset[str] = frozenset()
+) -> list[Release]:
     """Each machine's release as its agent says, those that run services first (more processes),
-    then by name. While no agent answers they are asked again for up to `patience_s`; where
-    some listened but none answered in time, the next ask waits twice as long."""
+    then by name. While no agent answers, or one of the `expected` nodes does not, they are asked
+    again for up to `patience_s`; where none answered in time, the next ask waits twice as long."""
     window, deadline = 1.0, time.monotonic() + patience_s
     while True:
         asked = time.monotonic()
         said = await call_all(nc, RELEASE_LIST, Empty(), window_s=window)
         found = [r for r in said if isinstance(r, Release)]
-        if found or time.monotonic() >= deadline:
+        whole = bool(found) and expected <= {r.node for r in found}
+        if whole or time.monotonic() >= deadline:
             return sorted(found, key=lambda r: (-len(r.runs), r.node))
         if time.monotonic() - asked >= window:  # (the server says at once where nobody listens)
             window *= 2
@@ -91,10 +94,27 @@ def _runs(release: Release, version: str) -> bool:
     return release.version == version and release.state in ("done", "idle")
 
 
+async def _ready_nodes(nc: Client) -> frozenset[str]:
+    """The nodes the scheduler hears now (none where it does not answer: the agents alone say)."""
+    try:
+        listed = await call(nc, scheduler.NODE_LIST, Page())
+    except BusError:
+        return frozenset()
+    return frozenset(n.node for n in listed.nodes if (h := listed.health.get(n.node)) and h.state == "ready")
+
+
 async def _upgrade(nc: Client, args: argparse.Namespace) -> int:
-    found = await machines(nc)
+    expected = await _ready_nodes(nc)
+    found = await machines(nc, expected=expected)
     if not found:
         print("llmgw ctl upgrade: no agent answers: is the fleet running?", flush=True)
+        return 1
+    if silent := sorted(expected - {r.node for r in found}):
+        print(
+            f"llmgw ctl upgrade: the agent of {', '.join(silent)} does not answer, though the scheduler hears "
+            "it: it may be starting again; ask again in a moment (`llmgw ctl nodes` shows the fleet)",
+            flush=True,
+        )
         return 1
     version = args.version
     if args.rollback:
