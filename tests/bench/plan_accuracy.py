@@ -9,7 +9,9 @@ buffer beside the mapped file), started with explicit -c, -np, -ngl 0.
 (b) Tokens a second of one reply at 1 and 2 threads: the plan's estimate, with the default
 constants and with this node's calibration, against llama-server's `timings.predicted_per_second`
 generating 64 tokens at temperature 0 (best of 3 requests: the least disturbed on a shared machine),
-and beside it llama-bench's tg64 (no HTTP, no sampling: what calibration measures).
+and beside it llama-bench's tg64 (no HTTP, no sampling: what calibration measures), run twice:
+the goals are judged against the better round, and a miss by less than the two rounds differ
+is said to be noise.
 The calibration is `HOME/calibration.json` when given (`--home`), else `llmgw plan calibrate` here:
 the generated models and the real ones installed (SmolLM2 among them: the fit is refused where it
 estimates one worse than the defaults). Run with `just bench`.
@@ -120,7 +122,9 @@ def _model_table(model: Path, node: NodeFacts, calibrated: CpuCalibration) -> No
     shape = shape_from_gguf(header)
     facts = FileFacts(name=model.name, format="gguf", quant=header.file_type, shape=shape)
     rows = [("figure", "plan", "llama-server", "error", "llama-bench (plan's error)")]
-    bench = llama_bench(model, [1, 2])
+    rounds = [llama_bench(model, [1, 2]) for _ in range(2)]  # the best is the truth; their spread the noise
+    bench = {t: max(r[t] for r in rounds) for t in (1, 2)}
+    spread = {t: abs(rounds[0][t] - rounds[1][t]) / min(rounds[0][t], rounds[1][t]) for t in (1, 2)}
     goals = []
     logs = Path(tempfile.mkdtemp(prefix="plan-accuracy-"))
     for threads in (1, 2):
@@ -134,14 +138,15 @@ def _model_table(model: Path, node: NodeFacts, calibrated: CpuCalibration) -> No
             figure = f"tok/s, {threads} thread(s), {name}"
             plan = plan_tps(facts, node, threads, k)
             rows.append(_row(figure, plan, tps, "", bench[threads]))
-            off, most = (plan - bench[threads]) / bench[threads], GOALS[name]
-            goals.append((f"{figure}: {off:+.0%} from llama-bench (goal within {most:.0%})", abs(off) <= most))
+            off, most, noise = (plan - bench[threads]) / bench[threads], GOALS[name], spread[threads]
+            said = f"{figure}: {off:+.0%} from llama-bench (goal within {most:.0%}; its rounds {noise:.0%} apart)"
+            goals.append((said, "met" if abs(off) <= most else "noise" if abs(off) <= most + noise else "NOT met"))
     print(f"\n{model.name}: {header.file_type}, a token reads {header.active_bytes / 1e6:.1f} MB ({header.type_bytes})")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    for text, met in goals:
-        print(f"{'met    ' if met else 'NOT met'}  {text}")
+    for text, verdict in goals:  # noise: missed by less than llama-bench's own rounds differ
+        print(f"{verdict:7}  {text}")
 
 
 def main() -> None:
