@@ -10,9 +10,9 @@ import structlog
 
 from llmgw.agent import node as node_module
 from llmgw.agent.config import AgentConfig
-from llmgw.agent.node import NodeFacts
+from llmgw.agent.node import NodeFacts, this_machine
 from llmgw.bus import find_llamacpp
-from llmgw.membw import Bandwidth, KeptBandwidth, load_bandwidth, save_bandwidth, this_machine
+from llmgw.membw import Bandwidth, KeptBandwidth, load_bandwidth, save_bandwidth
 
 BEST = Bandwidth(31.0, 12.0, 2, 1 << 30)
 
@@ -58,7 +58,7 @@ async def test_a_first_start_measures_and_keeps_the_figure(tmp_path, measured):
     facts = _facts(tmp_path)
     await _run_a_while(facts)
     assert len(measured) == 1 and facts.bandwidth == Bandwidth(20.0, 9.0, 2, 1 << 30)
-    kept = load_bandwidth(tmp_path)
+    kept = load_bandwidth(tmp_path, this_machine())
     assert kept is not None and kept.best == facts.bandwidth and kept.measured_at == pytest.approx(measured[0], abs=1)
 
 
@@ -74,7 +74,7 @@ async def test_a_start_after_the_hour_measures_and_keeps_the_better_of_the_two(t
     facts = _facts(tmp_path)
     await _run_a_while(facts)
     assert len(measured) == 1 and facts.bandwidth == BEST  # 20 GB/s read while busy: the 31 stays
-    kept = load_bandwidth(tmp_path)
+    kept = load_bandwidth(tmp_path, this_machine())
     assert kept is not None and kept.best == BEST and kept.measured_at > time.time() - 60
 
 
@@ -106,4 +106,4 @@ async def test_a_damaged_file_counts_as_none(tmp_path, measured):
     (tmp_path / "bandwidth.json").write_text("{not json")
     facts = _facts(tmp_path)
     await _run_a_while(facts)
-    assert len(measured) == 1 and load_bandwidth(tmp_path).best == facts.bandwidth
+    assert len(measured) == 1 and load_bandwidth(tmp_path, this_machine()).best == facts.bandwidth

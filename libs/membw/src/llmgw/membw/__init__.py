@@ -12,7 +12,6 @@ from llmgw.membw._calibration import (
     load_calibration,
     save_bandwidth,
     save_calibration,
-    this_machine,
 )
 from llmgw.membw._measure import Bandwidth, buffer_size, last_level_cache_bytes, measure
 
@@ -28,5 +27,4 @@ __all__ = [
     "measure",
     "save_bandwidth",
     "save_calibration",
-    "this_machine",
 ]

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from pathlib import Path
 
@@ -22,7 +21,6 @@ __all__ = [
     "load_calibration",
     "save_bandwidth",
     "save_calibration",
-    "this_machine",
 ]
 
 CALIBRATION_FILE = "calibration.json"
@@ -38,8 +36,8 @@ class KeptBandwidth(msgspec.Struct, frozen=True, kw_only=True):
     measured_at: float
     """Unix time of the last measurement."""
     machine: str
-    """The machine measured (`this_machine()`): a data directory copied to another, or a machine
-    resized, measures again."""
+    """The machine measured, as its agent names it (host, CPUs, memory): a data directory copied
+    to another, or a machine resized, measures again."""
 
 
 def _save(home: Path, name: str, value: msgspec.Struct) -> Path:
@@ -68,22 +66,13 @@ def save_bandwidth(home: Path, kept: KeptBandwidth) -> Path:
     return _save(home, BANDWIDTH_FILE, kept)
 
 
-def this_machine() -> str:
-    """What a kept bandwidth figure is of: the host's name, its CPUs and its memory."""
-    try:
-        memory = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
-    except (OSError, StopIteration):
-        memory = "MemTotal unknown"
-    return f"{socket.gethostname()}, {os.cpu_count()} CPUs, {' '.join(memory.split())}"
-
-
-def load_bandwidth(home: Path) -> KeptBandwidth | None:
-    """The best figure an agent kept here, if of this machine; a damaged file counts as none."""
+def load_bandwidth(home: Path, machine: str) -> KeptBandwidth | None:
+    """The best figure an agent kept here, if of `machine`; a damaged file counts as none."""
     try:
         kept = msgspec.json.decode((home / BANDWIDTH_FILE).read_bytes(), type=KeptBandwidth)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return kept if kept.machine == this_machine() else None
+    return kept if kept.machine == machine else None
 
 
 def load_calibration(home: Path) -> CpuCalibration | None:

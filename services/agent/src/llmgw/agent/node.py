@@ -25,11 +25,10 @@ from llmgw.membw import (
     load_calibration,
     measure,
     save_bandwidth,
-    this_machine,
 )
 from llmgw.proto import CpuCalibration, GpuInfo, Heartbeat, NodeInfo, ReplicaReport, agent, scheduler
 
-__all__ = ["NodeFacts", "Work"]
+__all__ = ["NodeFacts", "Work", "this_machine"]
 
 _KEPT_BEST_S = 7 * 86400.0
 """A kept best figure older than this is not reported at a start: the machine is measured again."""
@@ -43,6 +42,12 @@ class Work(NamedTuple):
     """Sources whose weights the cache holds."""
     workers: list[str]
     """Replicas whose RPC workers run here."""
+
+
+def this_machine() -> str:
+    """What a kept bandwidth figure is of: the host's name, its CPUs and its memory."""
+    total, _ = meminfo_mb(Path("/proc/meminfo").read_text())
+    return f"{socket.gethostname()}, {os.cpu_count()} CPUs, {total} MB"
 
 
 def _read(path: str) -> str:
@@ -118,7 +123,7 @@ class NodeFacts:
         measures when the hour since the last measurement is up)."""
         home, every = Path(self.config.home()), self.config.membw_every_s
         wait, best_at = random.uniform(0, self.config.membw_delay_max_s), 0.0
-        kept = load_bandwidth(home)
+        kept = load_bandwidth(home, this_machine())
         if kept is not None and time.time() - kept.best_at < _KEPT_BEST_S:
             self.bandwidth, best_at = kept.best, kept.best_at
             wait += min(max(kept.measured_at + every - time.time(), 0.0), every)
