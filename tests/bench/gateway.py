@@ -3,7 +3,9 @@
 Every row posts the same streaming chat completion (16 chunks, the usage chunk, [DONE]) to the
 same stub backend: nginx answering every request with that stream, on core 0 beside the load
 generator (wrk, one thread). Each gateway runs alone on core 1 (`taskset`): nginx as a plain
-reverse proxy (the floor), vllm-router (Rust, round-robin), Portkey's gateway (Node, an
+reverse proxy (the floor), vllm-router (Rust, round-robin), the Python floor (`python_floor.py`:
+the least a gateway on the router's own stack does, to tell the language's share of a gap from
+the router's own), Portkey's gateway (Node, an
 OpenAI-compatible custom host, its HTTP stack at the versions its lockfile pins; as shipped, and
 without the 25 ms it waits before a stream's first event), LiteLLM's proxy as its production page
 says and its image installs it, and llmgw's router with a plain key, with a key carrying every
@@ -45,6 +47,7 @@ from gateway_peers import (
     start_litellm,
     start_nginx,
     start_portkey,
+    start_python_floor,
     start_vllm_router,
 )
 from gateway_peers import start_router as router_peer
@@ -168,6 +171,7 @@ def main() -> int:
             Row("LiteLLM (Python)", lambda: start_litellm(stack, tmp, backend.url)),
             Row("Portkey (Node)", lambda: start_portkey(stack, tmp / "portkey", backend.url)),
             Row("  no 25 ms wait", lambda: start_portkey(stack, tmp / "portkey0", backend.url, wait=False)),
+            Row("Python floor", lambda: start_python_floor(stack, tmp / "floor", backend.url)),
             Row("llmgw plain key", lambda: router_peer(stack, tmp / "plain", backend.url)),
             Row("llmgw every limit", lambda: router_peer(stack, tmp / "limited", backend.url, EVERY_LIMIT)),
             Row("  + nkeys and TLS", lambda: router_peer(stack, tmp / "tls", backend.url, EVERY_LIMIT, secure=True)),
@@ -279,6 +283,12 @@ def goals(rows: list[Row]) -> None:
             ratio = peak(ours) / peak(by[name])
             text = f"llmgw / {name} peak requests a second ({name} never kept p99 < 20 ms): {ratio:.2f}x (goal {goal})"
             lines.append((text, ratio >= factor, None))
+    if "Python floor" in by and "vllm-router" in by:  # where the gap is: the language's, or the router's own
+        floor = max(by["Python floor"].sustained())
+        print(
+            f"where the gap is: the Python floor serves {floor / max(max(by['vllm-router'].sustained()), 1):.2f}x "
+            f"vllm-router's requests a second; llmgw serves {rps / max(floor, 1):.2f}x the floor's"
+        )
     if "llmgw 2 processes" in by and "vllm-router 2 cores" in by:
         two, theirs = max(by["llmgw 2 processes"].sustained()), max(by["vllm-router 2 cores"].sustained())
         text = f"two cores: two llmgw routers / vllm-router, requests a second {two / max(theirs, 1):.2f}x (goal >= 1x)"

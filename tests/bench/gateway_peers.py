@@ -43,6 +43,7 @@ __all__ = [
     "start_litellm",
     "start_nginx",
     "start_portkey",
+    "start_python_floor",
     "start_router",
     "start_sglang_router",
     "start_vllm_router",
@@ -243,6 +244,17 @@ def start_nginx(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
     location = 'proxy_pass http://b; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off;'
     upstream = f"upstream b {{ server {backend.removeprefix('http://')}; keepalive 256; }}"
     proc, port = _nginx(stack, tmp / "nginx", location, GATEWAY_CORE, http=upstream)
+    return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
+
+
+def start_python_floor(stack: contextlib.ExitStack, tmp: Path, backend: str) -> Peer:
+    """The least a gateway in Python costs (`python_floor.py`: uvloop and httptools, as the
+    router; a request read and sent on, its answer relayed in chunks, nothing else)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), tmp / "python-floor.log"
+    argv = [sys.executable, str(Path(__file__).with_name("python_floor.py")), str(port), backend]
+    proc = start_group(stack, argv, GATEWAY_CORE, log)
+    wait_ok(proc, f"http://127.0.0.1:{port}/health", log, timeout=20)
     return Peer(f"http://127.0.0.1:{port}", "k", proc.pid)
 
 
