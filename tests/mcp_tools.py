@@ -44,6 +44,11 @@ def build(name: str, many: int) -> MCPServer:
         return "write to bob@example.com"
 
     @server.tool()
+    def tally(counts: dict[str, int]) -> dict[str, int]:
+        """The counts given, named as they came (a structured result whose keys are free text)."""
+        return dict(counts)
+
+    @server.tool()
     async def slow(seconds: float) -> str:
         """Answer after some seconds."""
         await asyncio.sleep(seconds)

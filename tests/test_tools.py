@@ -160,7 +160,15 @@ async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_no
     _, wide = await _key(router, name="wide")
     async with _client(router, wide) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
-        assert listed == {"files__add", "files__contact", "files__echo", "files__pid", "files__refuse", "files__shout"}
+        assert listed == {
+            "files__add",
+            "files__contact",
+            "files__echo",
+            "files__pid",
+            "files__refuse",
+            "files__shout",
+            "files__tally",
+        }
     async with _client(router, narrow) as client:
         assert (await client.list_tools()).tools == []  # no rights: an empty list, not an error
         refused = await client.call_tool("files__add", {"a": 1, "b": 1})
@@ -236,7 +244,7 @@ async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_
     assert states["default.crowd"].tools == 1000 and "more than 1000 tools" in states["default.crowd"].reason
     _, key = await _key(router)
     async with _client(router, key) as client:
-        assert len((await client.list_tools()).tools) == 1000 + 2 * 8  # the crowd's first thousand, and the rest
+        assert len((await client.list_tools()).tools) == 1000 + 2 * 9  # the crowd's first thousand, and the rest
         huge = await client.call_tool("search__big", {"megabytes": 50})
         assert huge.is_error and "over the 4,194,304 passed back" in _text(huge)
         late = await client.call_tool("lazy__slow", {"seconds": 10})
@@ -263,12 +271,18 @@ async def test_a_policy_covering_tools_redacts_arguments_puts_values_back_and_bl
         await call(nc, guard.GUARD_PUT, Policy(name="chats", input=[*pii, codename], output=pii, tools=True))
         told = await client.call_tool("files__contact", {})  # what a tool says is checked on its own
         assert _text(told) == "write to <EMAIL_1>"  # redacted, and left so
+        # an object's keys are text too: checked as its values are, going in and coming back
+        hidden = await client.call_tool("files__tally", {"counts": {"status of Project Falcon": 1}})
+        keyed = await client.call_tool("files__tally", {"counts": {"ada@example.com": 2}})
+        assert keyed.structured_content == {"<EMAIL_1>": 2}, keyed
     reason = _text(blocked)
     assert blocked.is_error and "policy 'chats'" in reason and "CODENAME" in reason and "Falcon" not in reason
+    assert hidden.is_error and "CODENAME" in _text(hidden) and "Falcon" not in _text(hidden)
     await asyncio.sleep(0.3)
     calls = (await call(nc, tools.MCP_CALLS, CallQuery())).calls
-    assert [c.outcome for c in calls] == ["ok", "blocked", "ok", "ok"]
-    assert calls[2].arguments == '{"text":"mail <EMAIL_1>"}'  # kept as the tool got it: never the value
+    assert [c.outcome for c in calls] == ["ok", "blocked", "ok", "blocked", "ok", "ok"]  # the latest first
+    assert calls[4].arguments == '{"text":"mail <EMAIL_1>"}'  # kept as the tool got it: never the value
+    assert calls[0].arguments == '{"counts":{"<EMAIL_1>":2}}'
 
 
 VSCODE = {"user-agent": "Visual Studio Code/1.124.0", "content-type": "application/json"}
@@ -331,7 +345,7 @@ async def test_ctl_registers_lists_narrows_and_removes_and_says_what_is_wrong(ro
     assert made.returncode == 0 and "MCP server files of default" in made.stderr, made.stderr
     await _until(lambda: _is(router, "files", "ready"), "files ready")
     listed = (await ctl("mcp", "list")).stdout
-    assert "files" in listed and "stdio" in listed and "ready" in listed and " 8 " in listed
+    assert "files" in listed and "stdio" in listed and "ready" in listed and " 9 " in listed
     narrowed = await ctl("mcp", "allow", "files__add", "--deny", "files__big", "--project", "default")
     assert "project default may use files__add, but not files__big" in narrowed.stderr, narrowed.stderr
     assert "files__add" in (await ctl("mcp", "rules")).stdout

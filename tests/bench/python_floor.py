@@ -22,6 +22,8 @@ import uvloop
 
 __all__ = ["main"]
 
+_HEAD = b"content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+
 
 class Backend(asyncio.Protocol):
     """The client connection's own connection to the backend: its answer relayed chunk by chunk."""
@@ -39,7 +41,7 @@ class Backend(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
-        self.client.write(b"HTTP/1.1 %d OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" % status)
+        self.client.write(b"HTTP/1.1 %d OK\r\n%b\r\n" % (status, _HEAD))
 
     def on_body(self, body: bytes) -> None:
         self.client.write(b"%x\r\n%b\r\n" % (len(body), body))

@@ -1,10 +1,12 @@
-"""The strings inside a JSON value (a tool's arguments, its structured result), each as the
-container and the key that holds it, so a guardrail's checks can read and replace them in place.
-Without I/O."""
+"""The strings inside a JSON value (a tool's arguments, its structured result): each string value
+as the container and the key that holds it, and each object's keys, so a guardrail's checks can
+read every one and replace it in place. Without I/O (the check itself is given)."""
 
 from __future__ import annotations
 
-__all__ = ["Place", "TooDeep", "leaves"]
+from collections.abc import Awaitable, Callable
+
+__all__ = ["KeyClash", "Place", "TooDeep", "check_in_place", "leaves", "names"]
 
 Place = tuple[dict | list, str | int]
 """A container and where in it a string sits."""
@@ -17,7 +19,7 @@ class TooDeep(ValueError):
 
 
 def leaves(value: object, depth: int = 0) -> list[Place]:
-    """Every string in `value` (dicts and lists), as (container, key); TooDeep past 64 levels."""
+    """Every string value in `value` (dicts and lists), as (container, key); TooDeep past 64 levels."""
     if depth > _DEEPEST:
         raise TooDeep(f"a value nested deeper than {_DEEPEST} levels")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
@@ -28,3 +30,52 @@ def leaves(value: object, depth: int = 0) -> list[Place]:
         else:
             out += leaves(item, depth + 1)
     return out
+
+
+def names(value: object) -> list[tuple[dict, str]]:
+    """Every object key in `value`, as (object, key): text a check reads as it reads the values
+    (a tool can put anything in a key: an address, a codename). Called after `leaves`, which
+    has refused a value nested too deep."""
+    out: list[tuple[dict, str]] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            out += [(item, key) for key in item if isinstance(key, str)]
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+    return out
+
+
+class KeyClash(ValueError):
+    """A key's checked text is another key of the same object (its value would be lost)."""
+
+
+async def check_in_place(
+    value: dict, check: Callable[[list[str]], Awaitable[list[str]]], before: Callable[[str], str] | None = None
+) -> None:
+    """Every string of `value`, values and keys alike, passed through `check` (each first through
+    `before`, where given) and replaced in place by what it returns: a key renamed where its
+    text changed, the object's order kept. TooDeep past 64 levels; KeyClash where a renamed key
+    would land on another key of its object."""
+    places, keys = leaves(value), names(value)
+    texts = [h[k] for h, k in places] + [k for _, k in keys]  # type: ignore[index]
+    checked = await check([before(t) for t in texts] if before else texts)
+    for (holder, k), text in zip(places, checked[: len(places)], strict=True):
+        holder[k] = text  # type: ignore[index]
+    renamed: dict[int, tuple[dict, dict[str, str]]] = {}
+    for (holder, k), text in zip(keys, checked[len(places) :], strict=True):
+        if text != k:
+            renamed.setdefault(id(holder), (holder, {}))[1][k] = text
+    for holder, changes in renamed.values():
+        _rename(holder, changes)
+
+
+def _rename(holder: dict, changes: dict[str, str]) -> None:
+    """`holder`'s keys renamed as `changes` says (old -> new), in place, its order kept."""
+    items = [(changes.get(k, k), v) for k, v in holder.items()]
+    if len({k for k, _ in items}) < len(items):
+        raise KeyClash("a key, once checked, is the same as another key of its object")
+    holder.clear()
+    holder.update(items)

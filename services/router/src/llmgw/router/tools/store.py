@@ -39,7 +39,7 @@ from llmgw.proto.tools import (
 from llmgw.router.accounts.sealed import Sealer
 from llmgw.router.errors import ApiError
 from llmgw.router.guard.redact import Redaction
-from llmgw.router.tools.leaves import TooDeep, leaves
+from llmgw.router.tools.leaves import KeyClash, TooDeep, check_in_place
 from llmgw.router.tools.link import CallFailed, Link
 from llmgw.router.tools.rights import listable, listed_name, may_use, rule_key, split_name
 from llmgw.router.usage.recent import Tail, read_back
@@ -300,16 +300,16 @@ class Tools:
     async def _guarded(
         self, policy: Policy, value: dict, way: str, redaction: Redaction, restore: Redaction | None = None
     ) -> None:
-        """The strings in `value` checked in place (`restore`'s placeholders put back first); a
-        value nested too deep to be walked is refused, never passed unchecked."""
+        """The strings in `value`, values and keys, checked in place (`restore`'s placeholders put
+        back first); a value nested too deep to be walked is refused, never passed unchecked."""
         try:
-            places = leaves(value)
+            await check_in_place(
+                value, lambda texts: self._checked(policy, texts, way, redaction), restore.restore if restore else None
+            )
         except TooDeep as exc:
             raise ToolRefused("blocked", f"{exc}: a guardrail policy checks every string, so it is refused") from None
-        texts = [restore.restore(h[k]) if restore else h[k] for h, k in places]  # type: ignore[index]
-        checked = await self._checked(policy, texts, way, redaction)
-        for (holder, k), text in zip(places, checked, strict=True):
-            holder[k] = text  # type: ignore[index]
+        except KeyClash as exc:
+            raise ToolRefused("blocked", f"{exc}: redacting it would lose a value, so it is refused") from None
 
     async def _checked(self, policy: Policy, texts: list[str], way: str, redaction: Redaction) -> list[str]:
         assert self.guard_texts is not None
