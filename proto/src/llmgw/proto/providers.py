@@ -57,7 +57,8 @@ class Provider(Struct, kw_only=True):
     context: Annotated[int, Meta(ge=256)] = 8192
     """The context of its models the catalog does not have (prompts longer are refused here)."""
     timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
-    """How long its first byte may take."""
+    """How long a stream's first byte may take. A whole (unstreamed) answer's first byte comes once
+    it is written whole, so it has the router's `upstream_timeout_s` (600 s), as a replica's does."""
     created: float = 0.0
     by: str = ""
 

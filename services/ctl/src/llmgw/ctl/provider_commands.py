@@ -82,7 +82,8 @@ def _put_arguments(parser: argparse.ArgumentParser) -> None:
         "--use", choices=["fallback", "only"], default="fallback", help="while own replicas are not ready, or always"
     )
     parser.add_argument("--context", type=int, default=8192, help="its models' context, where the catalog lacks them")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds its first byte may take")
+    timeout_help = "seconds a stream's first byte may take (a whole answer: the router's upstream timeout)"
+    parser.add_argument("--timeout", type=float, default=60.0, help=timeout_help)
 
 
 async def _list(nc: Client, args: argparse.Namespace) -> int:
