@@ -28,7 +28,7 @@ from llmgw.bus import BadRequest, call, new_fleet_secret, write_secret
 from llmgw.proto import KeyCreate, guard, people, tools
 from llmgw.proto.guard import Check, Policy
 from llmgw.proto.people import Tenant, UserCreate
-from llmgw.proto.tools import CallQuery, McpServer, ServerRef, ToolQuery, ToolRule
+from llmgw.proto.tools import CallQuery, McpServer, ServerRef, ToolQuery, ToolRule, ToolRuleRef
 from llmgw.router.service import Router, RouterConfig
 
 TOOLS = Path(__file__).parent / "mcp_tools.py"
@@ -157,6 +157,11 @@ async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_no
     await call(nc, tools.RULE_PUT, ToolRule(applies_to="project", target="default", allow=["files__*"]))
     narrow_id, narrow = await _key(router, name="narrow")
     await call(nc, tools.RULE_PUT, ToolRule(applies_to="key", target=narrow_id, allow=[]))
+    for target in ("a.b", "a b", "*", ">"):  # never a KV key: said, not a server error
+        with pytest.raises(BadRequest, match="target"):
+            await call(nc, tools.RULE_PUT, ToolRule(applies_to="project", target=target, allow=[]))
+        with pytest.raises(BadRequest, match="target"):
+            await call(nc, tools.RULE_REMOVE, ToolRuleRef(applies_to="project", target=target))
     _, wide = await _key(router, name="wide")
     async with _client(router, wide) as client:
         listed = {t.name for t in (await client.list_tools()).tools}

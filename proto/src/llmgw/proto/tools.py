@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct, field
 
 from llmgw.proto._endpoint import AdminRoute, Endpoint, Event
-from llmgw.proto._types import Name, NonNegative
+from llmgw.proto._types import Name, NameOrEmpty, NonNegative
 from llmgw.proto.people import DEFAULT_TENANT
 
 __all__ = [
@@ -118,7 +118,7 @@ class ToolRule(Struct, kw_only=True):
 
     tenant: Name = DEFAULT_TENANT
     applies_to: Literal["tenant", "project", "key"] = "tenant"
-    target: str = ""
+    target: NameOrEmpty = ""
     """The project or key id it is attached to ("" for the tenant itself)."""
     allow: list[Pattern] = field(default_factory=lambda: ["*"])
     """Patterns of the tools allowed ([]: none)."""
@@ -132,7 +132,7 @@ class ToolRuleRef(Struct, kw_only=True):
 
     tenant: Name = DEFAULT_TENANT
     applies_to: Literal["tenant", "project", "key"] = "tenant"
-    target: str = ""
+    target: NameOrEmpty = ""
     by: str = ""
 
 
