@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from llmgw.bus import BadRequest, call, new_fleet_secret, write_secret
-from llmgw.proto import KeyCreate, guard, people, tools
+from llmgw.proto import KeyCreate, Limits, guard, people, tools
 from llmgw.proto.guard import Check, Policy
 from llmgw.proto.people import Tenant, UserCreate
 from llmgw.proto.tools import CallQuery, McpServer, ServerRef, ToolQuery, ToolRule, ToolRuleRef
@@ -149,6 +149,20 @@ async def test_an_error_a_server_answers_a_call_with_ends_that_call_and_leaves_t
         await _until(lambda: _state(router, "files").since > since, "the link looking again at once")
         assert _is(router, "files", "ready"), _state(router, "files")  # listed again, not connected again
         assert _text(await client.call_tool("files__pid", {})) == before
+
+
+async def test_a_tool_call_counts_against_its_keys_limits_as_a_request_does(router, nc):
+    await _ready(router, nc, STDIO)
+    key_id, key = await _key(router, name="capped", limits=Limits(requests_per_minute=2))
+    async with _client(router, key) as client:
+        assert [_text(await client.call_tool("files__add", {"a": 1, "b": n})) for n in (1, 2)] == ["2", "3"]
+        third = await client.call_tool("files__add", {"a": 1, "b": 3})
+        assert third.is_error and "Rate limit: key 'capped'" in _text(third), _text(third)
+        listed = await client.list_tools()  # listing asks nothing of a server: not counted
+        assert "files__add" in {t.name for t in listed.tools}
+    await asyncio.sleep(0.3)
+    calls = [c for c in (await call(nc, tools.MCP_CALLS, CallQuery())).calls if c.key == key_id]
+    assert [c.outcome for c in calls] == ["refused", "ok", "ok"] and "Rate limit" in calls[0].reason
 
 
 async def test_rules_narrow_a_tenants_tools_by_project_and_key_and_a_key_with_none_lists_none(router, nc):

@@ -202,6 +202,7 @@ class Router:
         await self.routed.wait()  # the routing is started beside this
         assert self.gateway is not None
         tools.guard_texts = self.gateway.guard_tool
+        tools.counted = self.gateway.counted
         self.tools = tools
 
     def _wire_knowledge(self, gateway: Gateway) -> None:

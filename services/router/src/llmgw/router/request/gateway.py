@@ -5,8 +5,9 @@ and usage told from one `Outcome`."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
 import msgspec
@@ -276,6 +277,20 @@ class Gateway:
             return msgspec.json.decode(answer.body)
         except msgspec.DecodeError:
             raise UpstreamFailed("the answer is not JSON") from None
+
+    @contextlib.asynccontextmanager
+    async def counted(self, key_id: str, key: KeyRecord) -> AsyncIterator[None]:
+        """Within it, a request that asks no model (a tool call) counts against the key's limits,
+        its project's and its tenant's: a request, and one in flight while it lasts; no tokens.
+        The 429 of a limit that refuses it is raised (an `ApiError`)."""
+        scopes = self.accounts.scopes(key_id, key)
+        verdict = await self.accounts.admit(scopes, time.time(), 0)
+        if not verdict.ok:
+            raise refusal(verdict)
+        try:
+            yield
+        finally:
+            self.accounts.ended(scopes, 0, 0, time.time(), None)
 
     async def _guard(self, policy: Policy, body: dict) -> Redaction:
         """The request's texts checked by `policy` (redacted in `body`); GuardBlocked where it

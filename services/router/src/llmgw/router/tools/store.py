@@ -56,6 +56,7 @@ CALLS_DAYS = 90
 Offered = dict[str, tuple[Link, "types.Tool"]]
 """Listed name -> the link to its server and the tool as its server lists it."""
 GuardTexts = Callable[[Policy, list[str], str, Redaction], Awaitable[list[str]]]
+Counted = Callable[[str, KeyRecord], contextlib.AbstractAsyncContextManager]
 
 _log = get_logger("router")
 
@@ -86,6 +87,9 @@ class Tools:
         """The guardrail policy a key's calls meet (tenant, project, key id), where it covers tools."""
         self.guard_texts: GuardTexts | None = None
         """Texts checked by a policy's input or output checks (the gateway's, once wired)."""
+        self.counted: Counted = lambda *_: contextlib.nullcontext()
+        """Within it, a call counts against its key's limits (the gateway's, once wired); an
+        `ApiError` where a limit refuses it."""
         self.links: dict[str, tuple[bytes, Link]] = {}
         """`<tenant>.<name>` -> the server as linked (encoded) and its link."""
         self._task: asyncio.Task | None = None
@@ -254,10 +258,14 @@ class Tools:
             tool=tool, ms=0.0, outcome="ok",
         )  # fmt: skip
         try:
-            result = await self._call(key_id, key, name, arguments, record)
+            async with self.counted(key_id, key):
+                result = await self._call(key_id, key, name, arguments, record)
             if result.is_error:
                 record.outcome, record.reason = "error", "the tool said it failed"
             return result
+        except ApiError as exc:  # a limit of the key's refused it
+            record.outcome, record.reason = "refused", exc.message
+            raise ToolRefused("refused", exc.message) from None
         except (ToolRefused, CallFailed) as exc:
             record.outcome, record.reason = exc.outcome, exc.reason  # type: ignore[assignment]
             raise
