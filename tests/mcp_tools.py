@@ -60,9 +60,9 @@ def build(name: str, many: int) -> MCPServer:
         return os.getpid()
 
     @server.tool()
-    def big(megabytes: int) -> str:
+    def big(megabytes: float) -> str:
         """A result of that many megabytes."""
-        return "x" * (megabytes * 1024 * 1024)
+        return "x" * int(megabytes * 1024 * 1024)
 
     @server.tool()
     def refuse(code: int) -> str:
@@ -88,10 +88,10 @@ class _Token:
         await self.app(scope, receive, send)
 
 
-async def _serve_http(server: MCPServer, token: str) -> None:
+async def _serve_http(server: MCPServer, token: str, sse: bool) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    app = server.streamable_http_app(stateless_http=True, json_response=not sse)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # Nagle off (uvicorn #3149)
     sock.bind(("127.0.0.1", 0))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
@@ -107,10 +107,11 @@ def main() -> None:
     ask.add_argument("--http", action="store_true")
     ask.add_argument("--many", type=int, default=0)
     ask.add_argument("--token", default="")
+    ask.add_argument("--sse", action="store_true", help="over HTTP, answer in event streams (else JSON)")
     args = ask.parse_args()
     server = build(args.name, args.many)
     if args.http:
-        asyncio.run(_serve_http(server, args.token))
+        asyncio.run(_serve_http(server, args.token, args.sse))
     else:
         print(f"{args.name}: serving over stdio", file=sys.stderr, flush=True)
         server.run("stdio")

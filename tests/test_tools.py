@@ -45,16 +45,24 @@ async def router(serve, tmp_path):
     return router
 
 
-@pytest.fixture
-def http_tools():
-    """The HTTP tool server (named `search`), asking for `TOKEN`."""
-    proc = subprocess.Popen(
-        [sys.executable, str(TOOLS), "--http", "--name", "search", "--token", TOKEN], stdout=subprocess.PIPE, text=True
-    )
+def _http_server(*more: str):
+    proc = subprocess.Popen([sys.executable, str(TOOLS), "--http", *more], stdout=subprocess.PIPE, text=True)
     port = proc.stdout.readline().split()[-1]
     yield f"http://127.0.0.1:{port}/mcp"
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture
+def http_tools():
+    """The HTTP tool server (named `search`), asking for `TOKEN`, answering in JSON."""
+    yield from _http_server("--name", "search", "--token", TOKEN)
+
+
+@pytest.fixture
+def sse_tools():
+    """An HTTP tool server (named `stream`) answering in event streams."""
+    yield from _http_server("--name", "stream", "--sse")
 
 
 async def _until(check, what, timeout_s=30.0):
@@ -244,7 +252,7 @@ def _garbage_port() -> int:
 
 
 async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_too_much_are_said(
-    router, nc, http_tools
+    router, nc, http_tools, sse_tools
 ):
     silent, port = _silent_port()
     quiet = McpServer(name="quiet", url=f"http://127.0.0.1:{port}/mcp", timeout_s=2)
@@ -252,9 +260,10 @@ async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_
     crowd = McpServer(name="crowd", transport="stdio", command=[*STDIO.command, "--many", "10000"], timeout_s=60)
     lazy = McpServer(name="lazy", transport="stdio", command=STDIO.command, timeout_s=2)
     search = McpServer(name="search", url=http_tools, headers={"Authorization": f"Bearer {TOKEN}"}, timeout_s=60)
+    stream = McpServer(name="stream", url=sse_tools, timeout_s=60)
     for server in (quiet, garbage):
         await call(nc, tools.MCP_PUT, server)
-    await _ready(router, nc, crowd, search, lazy)
+    await _ready(router, nc, crowd, search, lazy, stream)
     await _until(lambda: _is(router, "quiet", "failed"), "the silent server failed")
     await _until(lambda: _is(router, "garbage", "failed"), "the garbage server failed")
     states = (await call(nc, tools.MCP_LIST, ToolQuery())).states
@@ -263,13 +272,17 @@ async def test_servers_that_never_answer_answer_garbage_list_too_much_or_return_
     assert states["default.crowd"].tools == 1000 and "more than 1000 tools" in states["default.crowd"].reason
     _, key = await _key(router)
     async with _client(router, key) as client:
-        assert len((await client.list_tools()).tools) == 1000 + 2 * 9  # the crowd's first thousand, and the rest
-        huge = await client.call_tool("search__big", {"megabytes": 50})
-        assert huge.is_error and "over the 4,194,304 passed back" in _text(huge)
+        assert len((await client.list_tools()).tools) == 1000 + 3 * 9  # the crowd's first thousand, and the rest
+        huge = await client.call_tool("search__big", {"megabytes": 50})  # cut as it came, never held whole
+        assert huge.is_error and "over the 4,194,304 bytes passed back (cut there)" in _text(huge), _text(huge)
+        streamed = await client.call_tool("stream__big", {"megabytes": 50})
+        assert streamed.is_error and "over the 4,194,304 bytes passed back (cut there)" in _text(streamed)
+        fits = await client.call_tool("stream__big", {"megabytes": 1.5})  # text and structured: a 3 MiB event
+        assert not fits.is_error and len(_text(fits)) == 1.5 * 2**20, _text(fits)[:200]
         late = await client.call_tool("lazy__slow", {"seconds": 10})
         assert late.is_error and "no answer within 2 s" in _text(late)
     outcomes = [(c.server, c.outcome) for c in (await call(nc, tools.MCP_CALLS, CallQuery())).calls]
-    assert outcomes == [("lazy", "timeout"), ("search", "error")]
+    assert outcomes == [("lazy", "timeout"), ("stream", "ok"), ("stream", "error"), ("search", "error")]
     await call(nc, tools.MCP_REMOVE, ServerRef(name="crowd"))
     await _until(lambda: _state(router, "crowd") is None, "the crowd's link closed")
     silent.close()

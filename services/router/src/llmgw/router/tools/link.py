@@ -18,6 +18,7 @@ import httpx2
 
 from llmgw.bus import get_logger
 from llmgw.proto.tools import McpServer, ServerState
+from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, TOO_LARGE, CappedTransport
 
 if TYPE_CHECKING:  # the SDK (about 0.6 s to import) loads with the first server linked
     import mcp_types as types
@@ -27,8 +28,6 @@ __all__ = ["MOST_RESULT_BYTES", "MOST_TOOLS", "CallFailed", "Link"]
 
 MOST_TOOLS = 1000
 """The most tools one server's are offered (a server listing more gets the first, and says so)."""
-MOST_RESULT_BYTES = 4 * 1024 * 1024
-"""The largest tool result passed back (4 MiB)."""
 PING_S = 10.0
 """How often a ready server's tools are listed again (one that does not answer is connected again;
 MCP's ping is gone from its 2026 revision)."""
@@ -83,13 +82,16 @@ class Link:
         if s.transport == "stdio":
             params = StdioServerParameters(command=s.command[0], args=s.command[1:], env=s.env or None)
             return Client(stdio_client(params), read_timeout_seconds=s.timeout_s)  # its stderr: the router's
-        return Client(streamable_http_client(s.url, http_client=http), read_timeout_seconds=s.timeout_s)
+        most = MOST_RESULT_BYTES + ENVELOPE_BYTES  # one event of a stream holds a whole result
+        http_client = streamable_http_client(s.url, http_client=http, max_sse_event_size=most)
+        return Client(http_client, read_timeout_seconds=s.timeout_s)
 
     async def _run(self) -> None:
         failures = 0
         while True:
             # the SDK leaves a client it is given open: each connection's closed with it
-            async with httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(self.server.timeout_s)) as http:
+            timeout, transport = httpx2.Timeout(self.server.timeout_s), CappedTransport()
+            async with httpx2.AsyncClient(headers=self.headers, timeout=timeout, transport=transport) as http:
                 try:
                     async with asyncio.timeout(self.server.timeout_s):
                         client = await self._client_for(http).__aenter__()
@@ -157,6 +159,8 @@ class Link:
 
             if isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT):
                 raise CallFailed("timeout", f"no answer within {self.server.timeout_s:g} s") from None
+            if TOO_LARGE in str(exc):  # cut as it arrived (the SDK says so in its own words around ours)
+                raise CallFailed("error", TOO_LARGE) from None
             if _maybe_lost(exc):  # the link lists its tools now: connected again only if that fails
                 check.set()
             raise CallFailed("error", _why("the call failed", exc)) from None

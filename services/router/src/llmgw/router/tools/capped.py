@@ -1,0 +1,66 @@
+"""HTTP to MCP servers whose answers are read no further than a tool result may be: a server
+answering 50 MB is cut at the cap as the bytes arrive, never held whole first (JSON bodies and
+event streams alike), and never compressed (a small compressed answer can unpack to gigabytes)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx2
+
+__all__ = ["ENVELOPE_BYTES", "MOST_RESULT_BYTES", "TOO_LARGE", "AnswerTooLarge", "CappedTransport"]
+
+MOST_RESULT_BYTES = 4 * 1024 * 1024
+"""The largest tool result passed back (4 MiB)."""
+ENVELOPE_BYTES = 64 * 1024
+"""What a server's answer may hold beyond its result: the JSON-RPC message around it, an event
+stream's framing, a few progress notifications."""
+TOO_LARGE = f"its result is over the {MOST_RESULT_BYTES:,} bytes passed back (cut there)"
+"""What a call cut for its size says."""
+
+
+class AnswerTooLarge(httpx2.SSEError, httpx2.StreamError):
+    """An answer cut where it passed what a result may be. Both a transport's stream error and an
+    event stream's: the MCP SDK turns either into the call's error, as it reads a JSON body or
+    an event stream."""
+
+
+class CappedTransport(httpx2.AsyncBaseTransport):
+    """httpx2's own transport, each answer's body cut past `most` bytes (AnswerTooLarge), and
+    refused where it comes compressed."""
+
+    def __init__(
+        self, most: int = MOST_RESULT_BYTES + ENVELOPE_BYTES, inner: httpx2.AsyncBaseTransport | None = None
+    ) -> None:
+        self.inner, self.most = inner or httpx2.AsyncHTTPTransport(), most
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """The answer, its body capped as it is read."""
+        request.headers["accept-encoding"] = "identity"
+        response = await self.inner.handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            raise AnswerTooLarge(f"the server answered compressed ({encoding}) where it was asked not to")
+        response.stream = _Capped(response.stream, self.most)  # type: ignore[arg-type]
+        return response
+
+    async def aclose(self) -> None:
+        """Close its connections."""
+        await self.inner.aclose()
+
+
+class _Capped(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, most: int) -> None:
+        self.inner, self.most = inner, most
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for piece in self.inner:
+            read += len(piece)
+            if read > self.most:
+                raise AnswerTooLarge(TOO_LARGE)
+            yield piece
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
