@@ -128,6 +128,13 @@ async def test_a_key_refused_cools_while_the_others_carry_on_and_none_left_is_a_
     assert keys["acme.b"].why.startswith("401") and keys["acme.b"].cooling_until > 0
     assert keys["acme.a"].why.startswith("429") and keys["acme.c"].why.startswith("429")
     assert httpx.get(stats).json() == {"a": 2, "c": 2}
+    # removed by another router: its bucket entry goes, and so does this router's pool of it
+    await world.router.providers.table.kv.delete("acme")
+    await world.until(lambda: "acme" not in world.router.providers.table.items)
+    assert (await call(nc, providers.PROVIDER_LIST, Empty())).keys == {}
+    await _put(world, nc, Provider(name="acme", base_url=base, keys=_keys("a", "b", "c"), models={"mini": "gpt-x"}))
+    keys = (await call(nc, providers.PROVIDER_LIST, Empty())).keys
+    assert len(keys) == 3 and not any(k.cooling_until for k in keys.values()), keys  # a pool of its own
 
 
 async def test_the_keys_own_limits_are_kept_without_asking_the_provider(world, nc, provider):  # noqa: F811

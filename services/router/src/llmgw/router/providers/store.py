@@ -69,10 +69,17 @@ class Providers:
     def route(self, model: str) -> Outside | None:
         """The provider that answers `model` (the first by name where several do), with its pool
         (made again where the provider changed, its counts kept per key name)."""
+        if len(self._pools) > len(self.table.items):
+            self._let_go()
         for name, provider in sorted(self.table.items.items()):
             if model in provider.models:
                 return self._outside(name, provider, model)
         return None
+
+    def _let_go(self) -> None:
+        """The pools of providers no longer kept (removed here, or by another router) let go."""
+        for name in [n for n in self._pools if n not in self.table.items]:
+            del self._pools[name]
 
     def _outside(self, name: str, provider: Provider, model: str) -> Outside:
         encoded = msgspec.json.encode(provider)
@@ -125,6 +132,7 @@ class Providers:
     async def list_providers(self, _: Empty) -> ProviderList:
         """Every provider (keys hidden) and each key's state on this router."""
         now = time.time()
+        self._let_go()
         states = {
             f"{name}.{key}": state
             for name, (_, outside) in self._pools.items()
