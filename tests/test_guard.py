@@ -72,8 +72,12 @@ async def test_a_keys_own_policy_blocks_names_the_category_and_spends_nothing(wo
     error = refused.value.body
     assert error["code"] == "guardrail_blocked" and "policy 'codenames'" in error["message"]
     assert "CODENAME" in error["message"] and "Falcon" not in error["message"]
-    counts = await world.router.accounts.quota.read(f"key.{key_id}", time.time())
-    assert counts.minute_requests == 0  # a blocked request spends nothing
+    for _ in range(100):  # a blocked request spends nothing: its admission is given back
+        counts = await world.router.accounts.quota.read(f"key.{key_id}", time.time())
+        if counts.minute_requests == 0 and counts.concurrent == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert counts.minute_requests == 0 and counts.concurrent == 0, counts
     ok = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "mail ada@example.com"}])
     assert ok.choices[0].message.content == "You said: mail ada@example.com"  # the key's policy: no redaction
 
@@ -214,6 +218,27 @@ async def test_a_judge_model_is_asked_through_the_routers_own_routing_and_its_ve
             assert exc.body["code"] == "guardrail_blocked" and f"policy 'judged-{fmt}'" in exc.body["message"]
         found = {k: n for k, n in world.router.gateway.metrics.guard.items() if k[0] == f"judged-{fmt}"}
         assert found and all(category != "JUDGE_DOWN" for _, category, _ in found), found
+
+
+async def test_a_request_its_key_may_not_make_is_refused_before_a_judge_is_asked(world, echo, nc):  # noqa: F811
+    """A judge's work (a model's time, the tenant's tokens) is spent on admitted requests only: a
+    key past its limit is told 429 without its request being judged first."""
+    url, record = echo
+    await world.model(MODEL)
+    await world.replica(MODEL, CPU, url=url)
+    judge = msgspec.structs.replace(MODEL, name="judge", aliases=[])
+    await world.model(judge)
+    await world.replica(judge, CPU, url=url)  # the echo engine: every request it gets is recorded
+    check = Check(kind="judge", judge="judge", action="block", on_error="pass")
+    await call(nc, guard.GUARD_PUT, Policy(name="judged", input=[check]))
+    client = await world.client(limits=Limits(requests_per_minute=1))
+    hello = [{"role": "user", "content": "hello"}]
+    assert (await client.chat.completions.create(model="m", messages=hello)).choices[0].message.content
+    for _ in range(3):
+        with pytest.raises(openai.RateLimitError):
+            await client.chat.completions.create(model="m", messages=hello)
+    asked = [json.loads(line)["model"] for line in record.read_text().splitlines()]
+    assert asked.count("judge") == 1 and asked.count("m") == 1, asked
 
 
 async def test_a_megabyte_prompt_full_of_personal_data_is_redacted_and_given_back_whole(world, echo, nc):  # noqa: F811

@@ -7,11 +7,22 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+import msgspec
+
 from llmgw.proto.knowledge import Hit
 from llmgw.router.errors import InvalidBody
 from llmgw.router.knowledge.recall import text_of
 
-__all__ = ["SOURCES_HEADER", "Asked", "asked_of", "question_of", "sources_header", "sources_of", "with_sources"]
+__all__ = [
+    "SOURCES_HEADER",
+    "Asked",
+    "asked_of",
+    "body_with_sources",
+    "question_of",
+    "sources_header",
+    "sources_of",
+    "with_sources",
+]
 
 SOURCES_HEADER = "llmgw-sources"
 """The response header that lists the sources an answer was given (JSON), streamed or not."""
@@ -81,3 +92,13 @@ def sources_of(hits: list[Hit], base: str) -> list[dict]:
 def sources_header(sources: list[dict]) -> str:
     """The sources as the `llmgw-sources` header carries them (ASCII JSON)."""
     return json.dumps(sources, ensure_ascii=True, separators=(",", ":"))
+
+
+def body_with_sources(body: bytes, sources: list[dict]) -> bytes:
+    """A whole answer's JSON body with the sources it was given in it (as it was, where it is not
+    a JSON object)."""
+    try:
+        whole = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body
+    return msgspec.json.encode({**whole, "sources": sources}) if isinstance(whole, dict) else body

@@ -1,7 +1,9 @@
 """A request's way through the router: its key, its size, its JSON and model, the key's right
-to it, its checks and its context (`prepare.py`; the tokens from an engine) all before it is
-admitted against its limits; then forwarded (`proxy.py`); and when it ended, its limits, metrics
-and usage told from one `Outcome`."""
+to it and its context (`prepare.py`; the tokens from an engine) before it is admitted against
+its limits; only then what asks models of the router's own (a guardrail's judge, the answer
+cache's and a knowledge base's embeddings), so a key past its limits costs them nothing; then
+forwarded (`proxy.py`); and when it ended, its limits, metrics and usage told from one
+`Outcome`."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from llmgw.proto import KeyRecord, Model
 from llmgw.proto.guard import Policy
 from llmgw.proto.knowledge import Hit
 from llmgw.router.accounts.accounts import Accounts
+from llmgw.router.accounts.limits import Verdict
 from llmgw.router.accounts.quota import Scope
 from llmgw.router.config import RouterConfig
 from llmgw.router.errors import (
@@ -32,15 +35,8 @@ from llmgw.router.errors import (
 )
 from llmgw.router.guard.redact import Redaction
 from llmgw.router.guard.store import Guards, JudgeUnavailable
+from llmgw.router.knowledge import augment
 from llmgw.router.knowledge.answers import Answers
-from llmgw.router.knowledge.augment import (
-    SOURCES_HEADER,
-    asked_of,
-    question_of,
-    sources_header,
-    sources_of,
-    with_sources,
-)
 from llmgw.router.knowledge.recall import cache_mode
 from llmgw.router.knowledge.store import OPENING, Knowledge
 from llmgw.router.metrics import Metrics
@@ -157,28 +153,32 @@ class Gateway:
         policy = (
             self.guards.policy_for(key.tenant, key.project, key_id, model.name) if self.guards and not judging else None
         )
+        scopes: list[Scope] = []
+        admitted, reserve = 0.0, 0
         try:
             mode = _extras(chat, knowledge, mode)
+            prepared = await self._prepare(path, body, asked, model, key)  # as sent: rights, shape, size
+            scopes, admitted, reserve, verdict = await self._admit(key_id, key, prepared)
+            # admitted: only now what asks models of the router's own (a judge, embeddings)
             redaction = await self._guard(policy, body) if policy is not None else None
             # answers are kept only where nothing checks them on the way out (an output guard would
             # be skipped by a hit), and never for the router's own questions (a judge's, an embedding's)
             cached = chat and self.answers is not None and policy is None and key_id not in _OWN_KEYS
             cached = cached and SEPARATOR not in asked  # an adapter's answers are not its model's
             seen = await self._recall(body, model, key, mode, knowledge) if cached else None
-            prepared, sources = await self._prepared(path, body, asked, model, key, knowledge)
+            sources = None
+            if knowledge is not None:  # the prompt with its sources, as many as fit
+                prepared, sources = await self._answered_from(knowledge, body, asked, model, key)
+            elif redaction:  # the prompt as the engine gets it, placeholders in
+                prepared = await self._prepare(path, body, asked, model, key)
             prepared.trace = carried
-            scopes = self.accounts.scopes(key_id, key)
-            admitted, reserve = time.time(), reservation(prepared)
-            verdict = await self.accounts.admit(scopes, admitted, reserve)
-            if not verdict.ok:
-                raise refusal(verdict)
-            if verdict.budget or key_id in self.metrics.budgets:  # down again once a budget resets
-                self.metrics.budgets[key_id] = verdict.budget
-        except ApiError as exc:  # refused before admission: counted as what it got, against no limit
-            self._end(ticket, Served(status=exc.status, admitted=False), [], 0.0, 0)
+        except ApiError as exc:  # refused: counted as what it got; an admission given back
+            self._end(ticket, Served(status=exc.status, admitted=False), scopes, admitted, reserve)
             raise
-        except BaseException:  # failed or cancelled before admission: its span let go, unexported
-            if self.traces is not None:
+        except BaseException:  # failed or cancelled before it was sent on
+            if scopes:  # admitted: given back, counted as a client gone
+                self._end(ticket, Served(status=499, admitted=False), scopes, admitted, reserve)
+            elif self.traces is not None:  # its span let go, unexported
                 self.traces.open.pop(rid, None)
             raise
         if seen is not None and seen.hit is not None:  # answered as before: no replica asked
@@ -195,6 +195,18 @@ class Gateway:
         if policy is not None and redaction is not None:
             answer = await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return kept_answer(self.answers, seen, answer) if seen is not None and self.answers else answer
+
+    async def _admit(self, key_id: str, key: KeyRecord, prepared: Prepared) -> tuple[list[Scope], float, int, Verdict]:
+        """The request admitted against its key's, project's and tenant's limits: those scopes,
+        when, the tokens it holds, the verdict; the 429 raised where a limit refuses it (then
+        nothing was counted)."""
+        scopes, admitted, reserve = self.accounts.scopes(key_id, key), time.time(), reservation(prepared)
+        verdict = await self.accounts.admit(scopes, admitted, reserve)
+        if not verdict.ok:
+            raise refusal(verdict)
+        if verdict.budget or key_id in self.metrics.budgets:  # down again once a budget resets
+            self.metrics.budgets[key_id] = verdict.budget
+        return scopes, admitted, reserve, verdict
 
     def _bound(self, raw: bytes, tenant: str, missing: ModelNotFound) -> tuple[dict, str, Model]:
         """A request to a knowledge base's alias: one to its model, answered from it (`missing`
@@ -214,18 +226,10 @@ class Gateway:
         assert self.answers is not None
         base = ""
         if knowledge is not None:
-            asked = asked_of(knowledge)
+            asked = augment.asked_of(knowledge)
             edition = self.knowledge.edition(key.tenant, asked.base) if self.knowledge is not None else ""
             base = f"{asked.base} top={asked.top} {edition}"
         return await recall(self.answers, self.embed, body, (key.tenant, model.name), mode, base)
-
-    async def _prepared(
-        self, path: str, body: dict, asked: str, model: Model, key: KeyRecord, knowledge: object
-    ) -> tuple[Prepared, list[dict] | None]:
-        """The request prepared, and the sources it was given where it names a knowledge base."""
-        if knowledge is None:
-            return await self._prepare(path, body, asked, model, key), None
-        return await self._answered_from(knowledge, body, asked, model, key)
 
     async def ask_judge(self, model: str, messages: list[dict], grammar: str, tenant: str) -> str:
         """A judge model's answer about `messages`, asked through this router's own routing
@@ -338,18 +342,18 @@ class Gateway:
         """A chat completion to be answered from the knowledge base it names: its best chunks put
         in the prompt as sources, as many as fit the model's context (counted by its tokenizer
         where a replica is ready), and the sources given."""
-        want = asked_of(knowledge)
+        want = augment.asked_of(knowledge)
         if self.knowledge is None:
             raise ServiceRefused(503, "server_error", "knowledge_opening", OPENING)
         try:
             base = self.knowledge.base(key.tenant, want.base)
-            question = question_of(body.get("messages"))
+            question = augment.question_of(body.get("messages"))
             hits: list[Hit] = await self.knowledge.retrieve(key.tenant, want.base, question, want.top or base.top)
         except BusError as exc:
             raise refused("router", exc.code, exc.message) from None
         messages = body["messages"]
         while True:
-            body["messages"] = with_sources(messages, hits, want.base)
+            body["messages"] = augment.with_sources(messages, hits, want.base)
             try:
                 prepared = await self._prepare("/v1/chat/completions", body, asked, model, key)
             except ContextTooLong:
@@ -357,7 +361,7 @@ class Gateway:
                     raise
                 hits = hits[:-1]  # the least similar left out, until the rest fit
                 continue
-            return prepared, sources_of(hits, want.base)
+            return prepared, augment.sources_of(hits, want.base)
 
     def _end(self, ticket: Ticket, served: Served, scopes: list[Scope], admitted: float, reserve: int) -> None:
         """A request whose model was known ended: its limits (the `reserve` tokens it held let go),
@@ -385,11 +389,6 @@ def _extras(chat: bool, knowledge: object, mode: object) -> str:
 
 def _said(answer: Answer | Relay, sources: list[dict]) -> None:
     """The sources an answer was given, in its header (streamed or not) and its body (not)."""
-    answer.headers[SOURCES_HEADER] = sources_header(sources)
+    answer.headers[augment.SOURCES_HEADER] = augment.sources_header(sources)
     if isinstance(answer, Answer) and answer.status == 200:
-        try:
-            whole = msgspec.json.decode(answer.body)
-        except msgspec.DecodeError:
-            return
-        if isinstance(whole, dict):
-            answer.body = msgspec.json.encode({**whole, "sources": sources})
+        answer.body = augment.body_with_sources(answer.body, sources)
