@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 import msgspec
@@ -46,6 +46,9 @@ class KvTable(Generic[T]):
         self._task: asyncio.Task | None = None
         self._watcher: KeyValue.KeyWatcher | None = None
         self._derived: dict[Callable, tuple[int, object]] = {}
+        self._touched: set[str] | None = None
+        """The keys changed since `take_touched` was last called (None: not asked for yet, or
+        the values were replaced whole since)."""
         self._log = get_logger("llmgw.bus.kv")
 
     @classmethod
@@ -72,6 +75,19 @@ class KvTable(Generic[T]):
             value = build(self.items)
             self._derived[build] = (self.version, value)
         return value
+
+    def take_touched(self) -> set[str] | None:
+        """The keys put, deleted or purged since the last call, for a reader that follows the
+        changes one by one (an index of many values) rather than reading `items` again at each;
+        None: read them all (the first call, or a watch started again replaced them whole)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
+    def touch(self, keys: Iterable[str]) -> None:
+        """Keys whose values were changed in `items` here, outside the watch (a delete seen at
+        once), for `take_touched`."""
+        if self._touched is not None:
+            self._touched.update(keys)
 
     def _next_change(self) -> asyncio.Future:
         """The future the bucket's next change resolves (its initial values in, or a change after
@@ -117,7 +133,7 @@ class KvTable(Generic[T]):
                 self._apply(self.items if fresh is None else fresh, entry)
             else:  # the initial values are in (a first watch's or a new one's): a change too
                 if fresh is not None:
-                    self.items, fresh = fresh, None
+                    self.items, fresh, self._touched = fresh, None, None
                 self.synced = True
             self.version += 1
             if self.synced:
@@ -125,6 +141,8 @@ class KvTable(Generic[T]):
 
     def _apply(self, items: dict[str, T], entry: KeyValue.Entry) -> None:
         """One entry of the bucket into `items`: kept where it reads as `kind`, else left out."""
+        if self._touched is not None and items is self.items:
+            self._touched.add(entry.key)
         if entry.operation in ("DEL", "PURGE") or not entry.value:
             items.pop(entry.key, None)
             return

@@ -1,12 +1,15 @@
 """The answer cache as the router keeps it: how each tenant's answers to a model are kept (the
 `answer_cache` bucket), the answers themselves with their questions' vectors (the `answers`
-bucket, every router watching it, values expiring after 30 days), and per tenant, model and
-variant (what else a request must match, `recall.variant_of`) an index of those vectors in
-memory. Every lookup names its tenant: no tenant is ever answered
-with another's answer. The operations every face calls are here: keep, list, remove, purge."""
+bucket, every router watching it, values expiring after 30 days and deleted once past their
+policy's `ttl_s`), and per tenant, model and variant (what else a request must match,
+`recall.variant_of`) an index of those vectors in memory, which follows the bucket's changes key
+by key. Every lookup names its tenant: no tenant is ever answered with another's answer. The
+operations every face calls are here: keep, list, remove, purge."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable
@@ -16,19 +19,24 @@ import numpy as np
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from llmgw.bus import BadRequest, Context, KvTable, NotFound, record_change
+from llmgw.bus import BadRequest, Context, KvTable, NotFound, get_logger, record_change, spawn
 from llmgw.proto import BUCKETS
 from llmgw.proto import knowledge as api
 from llmgw.proto.knowledge import AnswerCache, BaseQuery, CachedAnswer, CacheList, CacheRef
 from llmgw.proto.people import AuditEntry
 from llmgw.router.knowledge.index import BaseIndex
 
-__all__ = ["KEPT_S", "MOST_KEPT_BYTES", "Answers"]
+__all__ = ["KEPT_S", "MOST_KEPT_BYTES", "SWEEP_S", "Answers"]
 
 KEPT_S = 30 * 86400
 """How long the `answers` bucket keeps a value at most (a policy's `ttl_s` is shorter or equal)."""
 MOST_KEPT_BYTES = 900_000
 """An answer larger than this (as kept) is not kept: a NATS message holds 1 MB."""
+SWEEP_S = 300.0
+"""How often the answers past their policy's `ttl_s` are deleted (by every router: a delete of one
+already gone costs a message)."""
+
+_log = get_logger("router")
 
 
 class Answers:
@@ -45,7 +53,9 @@ class Answers:
         """(tenant, model, variant) -> the vectors of the answers kept for it."""
         self.loaded: dict[str, str] = {}
         """answer key -> the embedding model its vector in the index is of."""
-        self.seen = -1
+        self.seen = (-1, -1)
+        """The buckets' versions (answers, policies) the indexes were caught up to."""
+        self.tasks: set[asyncio.Task] = set()
 
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client, known_tenant: Callable[[str], None]) -> Answers:
@@ -55,16 +65,19 @@ class Answers:
         return cls(policies, kept, nc, known_tenant)
 
     async def serve(self, ctx: Context) -> None:
-        """Answer `router.cache.*`."""
+        """Answer `router.cache.*`; sweep the answers past their time."""
+        spawn(self.tasks, self._sweeping(), _log, "deleting answers past their policy's ttl_s")
         await ctx.serve(api.CACHE_PUT, self.put)
         await ctx.serve(api.CACHE_LIST, self.list_caches)
         await ctx.serve(api.CACHE_REMOVE, self.remove)
         await ctx.serve(api.CACHE_PURGE, self.purge)
 
     def stop(self) -> None:
-        """Stop watching."""
+        """Stop watching, and sweeping."""
         self.policies.stop()
         self.kept.stop()
+        for task in self.tasks:
+            task.cancel()
 
     def policy(self, tenant: str, model: str) -> AnswerCache | None:
         """How tenant `tenant`'s answers to `model` are kept (None: they are not)."""
@@ -101,28 +114,59 @@ class Answers:
             await self.kept.kv.put(f"{policy.tenant}.{policy.model}.{variant}.{digest}", value)
 
     def _catch_up(self) -> None:
-        """The indexes as the `answers` bucket is now (vectors are in its values: no I/O)."""
-        if self.kept.version == self.seen:
+        """The indexes as the `answers` bucket is now (vectors are in its values: no I/O): the
+        answers changed since the last look, each; all of them where the policies changed or the
+        bucket's values were read whole again."""
+        seen = (self.kept.version, self.policies.version)
+        if seen == self.seen:
             return
-        self.seen = self.kept.version
-        for key in [k for k in self.loaded if k not in self.kept.items]:
-            index = self.indexes.get(_where(key))
-            if index is not None:
+        touched = self.kept.take_touched()
+        if touched is None or seen[1] != self.seen[1]:
+            touched = {*self.loaded, *self.kept.items}
+        self.seen = seen
+        for key in touched:
+            self._follow(key)
+
+    def _follow(self, key: str) -> None:
+        """One answer's vector into its index, or out of it where the answer is gone."""
+        kept, where = self.kept.items.get(key), _where(key)
+        if kept is None:
+            if self.loaded.pop(key, None) is not None and (index := self.indexes.get(where)) is not None:
                 index.drop(key)
-            del self.loaded[key]
+            return
+        policy = self.policies.items.get(f"{where[0]}.{where[1]}")
+        now = self.model_version(policy.embedding) if policy is not None else None
+        if self.loaded.get(key) == kept.embedded_with or kept.embedded_with != now:
+            return  # in already, or of an embedding model its policy no longer names
+        vector = np.frombuffer(kept.vector, dtype="<f4")
+        index = self.indexes.get(where)
+        if index is None or index.model != kept.embedded_with or index.dim != len(vector):
+            index = self.indexes[where] = BaseIndex(len(vector), kept.embedded_with)
+            for other in [k for k in self.loaded if _where(k) == where]:
+                del self.loaded[other]
+        index.put(key, kept.embedded_with, [kept.question], vector.reshape(1, -1))
+        self.loaded[key] = kept.embedded_with
+
+    async def _sweeping(self) -> None:
+        """Every `SWEEP_S`, delete the answers past their policy's `ttl_s` (never answered again)
+        or of a policy gone; only with both buckets read whole."""
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            if self.kept.synced and self.policies.synced:
+                await self.sweep(time.time())
+
+    async def sweep(self, now: float) -> int:
+        """Delete the answers past their policy's `ttl_s` at `now`, or of a policy gone; how many."""
+        stale = []
         for key, kept in list(self.kept.items.items()):
-            policy = self.policies.items.get(".".join(_where(key)[:2]))
-            now = self.model_version(policy.embedding) if policy is not None else None
-            if self.loaded.get(key) == kept.embedded_with or kept.embedded_with != now:
-                continue  # in already, or of an embedding model its policy no longer names
-            vector = np.frombuffer(kept.vector, dtype="<f4")
-            index = self.indexes.get(_where(key))
-            if index is None or index.model != kept.embedded_with or index.dim != len(vector):
-                index = self.indexes[_where(key)] = BaseIndex(len(vector), kept.embedded_with)
-                for other in [k for k in self.loaded if _where(k) == _where(key)]:
-                    del self.loaded[other]
-            index.put(key, kept.embedded_with, [kept.question], vector.reshape(1, -1))
-            self.loaded[key] = kept.embedded_with
+            tenant, model, _ = _where(key)
+            policy = self.policies.items.get(f"{tenant}.{model}")
+            if policy is None or now - kept.time > policy.ttl_s:
+                stale.append(key)
+        for key in stale:
+            with contextlib.suppress(Exception):  # another router's sweep may have deleted it
+                await self.kept.kv.delete(key)
+        return len(stale)
 
     async def put(self, policy: AnswerCache) -> AnswerCache:
         """Keep a tenant's answers to a model (or change how), once its tenant, its model and an
@@ -171,6 +215,7 @@ class Answers:
         for key in keys:
             await self.kept.kv.delete(key)
             self.kept.items.pop(key, None)
+        self.kept.touch(keys)
         self.kept.version += 1
         return CacheList(caches=[], held={prefix.rstrip("."): len(keys)})
 
