@@ -26,7 +26,7 @@ from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.chunk import chunks, halves
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_text
-from llmgw.router.knowledge.store import Knowledge, chunks_name
+from llmgw.router.knowledge.store import Knowledge, chunks_name, delete_object
 
 __all__ = ["CLAIM_S", "Follower", "Ingest"]
 
@@ -98,8 +98,20 @@ class Ingest:
             self.k.waiting[doc.tenant, base.embedding] = (time.time() + RETRY_S, described(exc))
         try:
             await kv.update(key, msgspec.json.encode(done), last=revision)
-        except KeyWrongLastSequenceError:
-            pass  # it was sent again (or removed) meanwhile: what is there now stands
+        except KeyWrongLastSequenceError:  # it was sent again (or removed) meanwhile: what is there now stands
+            if done.state == "ready":
+                await self._unless_named(key, done.sha256)
+
+    async def _unless_named(self, key: str, sha256: str) -> None:
+        """The chunks just kept for copy `sha256` of document `key` deleted, unless its record
+        (sent again meanwhile) still names that copy: none are left that no document names."""
+        try:
+            now = msgspec.json.decode((await self.k.docs.kv.get(key)).value, type=Document)
+            if now.sha256 == sha256:
+                return
+        except NotFoundError:  # removed (its base with it, say)
+            pass
+        await delete_object(self.k.chunk_store, chunks_name(key, sha256))
 
     async def _embedded(self, key: str, doc: Document, base: KnowledgeBase) -> Document:
         """`doc` read, cut, embedded and its chunks kept: the record it has then (ready, failed,

@@ -42,7 +42,7 @@ from llmgw.router.errors import ApiError, ContextTooLong
 from llmgw.router.knowledge.index import BaseIndex
 from llmgw.router.knowledge.parse import BadDocument, document_format, document_text
 
-__all__ = ["OPENING", "Embed", "Knowledge", "chunks_name", "doc_key", "no_base"]
+__all__ = ["OPENING", "Embed", "Knowledge", "chunks_name", "delete_object", "doc_key", "no_base"]
 
 Embed = Callable[[str, list[str], str], Awaitable[np.ndarray]]
 """(model, texts, tenant) -> one unit-length row a text, asked of the model through the router's
@@ -255,7 +255,7 @@ class Knowledge:
             return was
         await self.files.put(key, data)
         if was is not None and was.sha256 != sha:
-            await self._delete(self.chunk_store, chunks_name(key, was.sha256))  # the old copy's chunks
+            await delete_object(self.chunk_store, chunks_name(key, was.sha256))  # the old copy's chunks
         doc = Document(
             tenant=tenant, base=base, path=path, sha256=sha, size=len(data), format=fmt,  # type: ignore[arg-type]
             reason=f"waiting to be embedded with {kb.embedding}", updated=time.time(), by=by,
@@ -305,13 +305,14 @@ class Knowledge:
         for key in keys:
             await self.docs.kv.delete(key)
             doc = self.docs.items.pop(key, None)
-            await self._delete(self.files, key)
+            await delete_object(self.files, key)
             if doc is not None:
-                await self._delete(self.chunk_store, chunks_name(key, doc.sha256))
+                await delete_object(self.chunk_store, chunks_name(key, doc.sha256))
 
-    @staticmethod
-    async def _delete(store: ObjectStore, name: str) -> None:
-        try:
-            await store.delete(name)
-        except NotFoundError:
-            pass
+
+async def delete_object(store: ObjectStore, name: str) -> None:
+    """Delete object `name` of `store`, where it is there."""
+    try:
+        await store.delete(name)
+    except NotFoundError:
+        pass
