@@ -91,11 +91,18 @@ class Peer:
 
 
 def sse_events(tokens: int) -> list[str]:
-    """A chat completion stream's events: one content chunk a token, the usage chunk, [DONE]."""
+    """A chat completion stream's events as llama-server sends them: one content chunk a token,
+    the usage chunk with the engine's timings (which llmgw's router reads), [DONE]."""
     chunk = '{{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{}]{}}}'
     delta = '{{"index":0,"delta":{{"content":"w{} "}},"finish_reason":null}}'
     usage = f',"usage":{{"prompt_tokens":8,"completion_tokens":{tokens},"total_tokens":{8 + tokens}}}'
-    return [chunk.format(delta.format(i), "") for i in range(tokens)] + [chunk.format("", usage), "[DONE]"]
+    timings = (
+        f',"timings":{{"cache_n":0,"prompt_n":8,"prompt_ms":2.4,"prompt_per_token_ms":0.3,'
+        f'"prompt_per_second":3333.3,"predicted_n":{tokens},"predicted_ms":{10.0 * tokens},'
+        '"predicted_per_token_ms":10.0,"predicted_per_second":100.0}'
+    )
+    last = chunk.format("", usage + timings)
+    return [chunk.format(delta.format(i), "") for i in range(tokens)] + [last, "[DONE]"]
 
 
 def _stream() -> str:

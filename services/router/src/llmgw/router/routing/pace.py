@@ -4,8 +4,10 @@ flight in the same unit as a prompt's characters still to read."""
 
 from __future__ import annotations
 
-import statistics
+import functools
 from collections import deque
+
+import numpy as np
 
 __all__ = ["APART_CHARS", "PACE_KEPT", "PACE_LEAST", "Pace"]
 
@@ -42,17 +44,30 @@ class Pace:
     def fit(self) -> float | None:
         """The fixed part of a read's ms over the ms a character read takes. Where too few reads
         differ enough in length to tell a fixed part from the rate, none is counted: their time
-        is all the rate's. None where reads that were longer were not slower."""
-        kept = list(self.kept)
-        slopes = [
-            (y2 - y1) / (x2 - x1)
-            for i, (x1, y1) in enumerate(kept)
-            for x2, y2 in kept[i + 1 :]
-            if abs(x2 - x1) >= max(APART_CHARS, min(x1, x2))  # the longer twice the other, and more
-        ]
-        if len(slopes) >= PACE_LEAST:
-            rate = statistics.median(slopes)
-            fixed = statistics.median(y - rate * x for x, y in kept)
+        is all the rate's. None where reads that were longer were not slower. Every pair of the
+        kept reads at once, in numpy: a pair a slope, 496 of them for 32 reads (in Python, a
+        fit cost the router more CPU than the rest of the request it was fitted after)."""
+        kept = np.asarray(self.kept, dtype=np.float64)
+        x, y = kept[:, 0], kept[:, 1]
+        first, second = _pairs(len(kept))
+        dx = x[second] - x[first]
+        apart = np.abs(dx) >= np.maximum(APART_CHARS, np.minimum(x[first], x[second]))  # the longer twice the other
+        if np.count_nonzero(apart) >= PACE_LEAST:
+            rate = _median((y[second] - y[first])[apart] / dx[apart])
+            fixed = _median(y - rate * x)
         else:
-            rate, fixed = statistics.median(y / x for x, y in kept), 0.0
+            rate, fixed = _median(y / x), 0.0
         return max(0.0, fixed) / rate if rate > 0 else None
+
+
+def _median(values: np.ndarray) -> float:
+    """The median, as `statistics.median` takes it (np.median costs ten times as much on a few
+    hundred values)."""
+    s = np.sort(values)
+    return float(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+@functools.cache
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i < j) of `n` reads, as two index arrays."""
+    return np.triu_indices(n, 1)
