@@ -5,7 +5,6 @@ flight in the same unit as a prompt's characters still to read."""
 from __future__ import annotations
 
 import functools
-from collections import deque
 
 import numpy as np
 
@@ -29,16 +28,25 @@ class Pace:
     slower than others; a least-squares line through such timings swung from nothing to
     thousands of characters."""
 
-    __slots__ = ("chars", "kept")
+    __slots__ = ("chars", "count", "reads")
 
     def __init__(self) -> None:
-        self.kept: deque[tuple[float, float]] = deque(maxlen=PACE_KEPT)
+        self.reads = np.zeros((PACE_KEPT, 2))
+        """(characters read, ms) of its last `PACE_KEPT` reads, the latest written over the oldest."""
+        self.count = 0
+        """Reads told in all."""
         self.chars: float | None = None
         """What a request weighs there, in characters read (`fit`); None: no fit yet."""
 
+    @property
+    def kept(self) -> np.ndarray:
+        """The reads kept, a row each (in no particular order: the fit takes every pair)."""
+        return self.reads[: min(self.count, PACE_KEPT)]
+
     def add(self, chars: float, prompt_ms: float) -> None:
         """The engine read `chars` of a prompt in `prompt_ms`: fit again."""
-        self.kept.append((chars, prompt_ms))
+        self.reads[self.count % PACE_KEPT] = chars, prompt_ms
+        self.count += 1
         self.chars = self.fit()
 
     def fit(self) -> float | None:
@@ -47,7 +55,7 @@ class Pace:
         is all the rate's. None where reads that were longer were not slower. Every pair of the
         kept reads at once, in numpy: a pair a slope, 496 of them for 32 reads (in Python, a
         fit cost the router more CPU than the rest of the request it was fitted after)."""
-        kept = np.asarray(self.kept, dtype=np.float64)
+        kept = self.kept
         x, y = kept[:, 0], kept[:, 1]
         first, second = _pairs(len(kept))
         dx = x[second] - x[first]
