@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from llmgw.bus import BadRequest, call, free_port
-from llmgw.proto import Limits, guard
+from llmgw.proto import Limits, Project, guard
 from llmgw.proto.guard import Check, Policy
 from tests.test_router import CPU, MODEL, engines, world  # noqa: F401 (the fixtures)
 
@@ -239,6 +239,14 @@ async def test_a_request_its_key_may_not_make_is_refused_before_a_judge_is_asked
             await client.chat.completions.create(model="m", messages=hello)
     asked = [json.loads(line)["model"] for line in record.read_text().splitlines()]
     assert asked.count("judge") == 1 and asked.count("m") == 1, asked
+
+    # the judge's question is the request's own: it takes no second place among the project's one
+    await world.router.accounts.put_project(Project(name="default", limits=Limits(concurrent=1)))
+    one_at_a_time = await world.client(name="one-at-a-time")
+    answered = await one_at_a_time.chat.completions.create(model="m", messages=hello)
+    assert answered.choices[0].message.content == "You said: hello"
+    asked = [json.loads(line)["model"] for line in record.read_text().splitlines()]
+    assert asked.count("judge") == 2 and asked.count("m") == 2, asked  # judged, not refused a place
 
 
 async def test_a_megabyte_prompt_full_of_personal_data_is_redacted_and_given_back_whole(world, echo, nc):  # noqa: F811

@@ -24,6 +24,14 @@ class _Walks(dict):
         type(self).walks += 1
         return super().items()
 
+    def keys(self):
+        type(self).walks += 1
+        return super().keys()
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
 
 def _vector(seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal(8).astype(np.float32)
@@ -72,6 +80,7 @@ async def test_the_index_takes_each_change_without_reading_every_answer_again(nc
         await _until(lambda: gone not in answers.kept.items)
         found = answers.lookup(POLICY, _vector(3), "v")
         assert found is None or found[0].content != "answer 3"
+        assert gone not in answers.loaded and len(answers.loaded) == 20  # out of the index too
     finally:
         answers.stop()
 
@@ -86,6 +95,11 @@ async def test_answers_past_their_policys_time_are_deleted_and_the_rest_kept(nc)
         assert await answers.sweep(now) == 1
         await _until(lambda: [a.content for a in answers.kept.items.values()] == ["new"])
         assert [e.key async for e in _keys(answers)] == [k for k in answers.kept.items]
+        # an answer kept again after this router last heard of it stays: the bucket's is what counts
+        key = next(iter(answers.kept.items))
+        answers.kept.items[key] = _answer("new", now - 61)  # as a lagging view would have it
+        assert await answers.sweep(now) == 0
+        assert (await answers.kept.kv.get(key)).value
     finally:
         answers.stop()
 

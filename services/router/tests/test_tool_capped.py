@@ -7,26 +7,29 @@ import gzip
 import httpx2
 import pytest
 
-from llmgw.router.tools.capped import TOO_LARGE, AnswerTooLarge, CappedTransport
+from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, UNCOMPRESSED, AnswerTooLarge, cap_answer
+
+MOST = MOST_RESULT_BYTES + ENVELOPE_BYTES
 
 
-def _client(answer: httpx2.Response, seen: list[httpx2.Request], most: int = 1000) -> httpx2.AsyncClient:
+def _client(answer: httpx2.Response, seen: list[httpx2.Request]) -> httpx2.AsyncClient:
     def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request)
         return answer
 
-    return httpx2.AsyncClient(transport=CappedTransport(most, httpx2.MockTransport(handler)))
+    transport = httpx2.MockTransport(handler)
+    return httpx2.AsyncClient(transport=transport, headers=UNCOMPRESSED, event_hooks={"response": [cap_answer]})
 
 
 async def test_an_answer_within_the_cap_is_read_whole_and_asked_for_uncompressed():
     seen: list[httpx2.Request] = []
-    async with _client(httpx2.Response(200, content=b"x" * 1000), seen) as http:
-        assert (await http.post("http://tools/mcp", json={})).content == b"x" * 1000
+    async with _client(httpx2.Response(200, content=b"x" * MOST), seen) as http:
+        assert len((await http.post("http://tools/mcp", json={})).content) == MOST
     assert seen[0].headers["accept-encoding"] == "identity"
 
 
 async def test_an_answer_past_the_cap_is_cut_where_it_passes_it():
-    pieces = iter([b"x" * 600, b"x" * 600, b"never read"])
+    pieces = iter([b"x" * MOST, b"x", b"never read"])
 
     async def body():
         for piece in pieces:
@@ -36,7 +39,11 @@ async def test_an_answer_past_the_cap_is_cut_where_it_passes_it():
         with pytest.raises(AnswerTooLarge, match="over the 4,194,304 bytes"):
             await http.post("http://tools/mcp", json={})
     assert next(pieces) == b"never read"
-    assert TOO_LARGE.startswith("its result is over")
+
+
+async def test_a_servers_own_notification_stream_is_not_a_result_and_is_not_capped():
+    async with _client(httpx2.Response(200, content=b"x" * (MOST + 1)), []) as http:
+        assert len((await http.get("http://tools/mcp")).content) == MOST + 1
 
 
 async def test_an_answer_compressed_against_the_ask_is_refused_unread():

@@ -53,8 +53,9 @@ class Answers:
         """(tenant, model, variant) -> the vectors of the answers kept for it."""
         self.loaded: dict[str, str] = {}
         """answer key -> the embedding model its vector in the index is of."""
-        self.seen = (-1, -1)
-        """The buckets' versions (answers, policies) the indexes were caught up to."""
+        self.seen: tuple = ()
+        """What the indexes were caught up to: the buckets' versions (answers, policies) and the
+        policies' embedding models as the catalog names them."""
         self.tasks: set[asyncio.Task] = set()
 
     @classmethod
@@ -117,15 +118,19 @@ class Answers:
         """The indexes as the `answers` bucket is now (vectors are in its values: no I/O): the
         answers changed since the last look, each; all of them where the policies changed or the
         bucket's values were read whole again."""
-        seen = (self.kept.version, self.policies.version)
+        models = tuple(self.model_version(p.embedding) for p in self.policies.items.values())
+        seen = (self.kept.version, self.policies.version, models)
         if seen == self.seen:
             return
         touched = self.kept.take_touched()
-        if touched is None or seen[1] != self.seen[1]:
+        if touched is None or seen[1:] != self.seen[1:]:  # the policies or their models changed
             touched = {*self.loaded, *self.kept.items}
         self.seen = seen
         for key in touched:
-            self._follow(key)
+            try:
+                self._follow(key)
+            except ValueError as exc:  # a vector of another size than its index's, say
+                _log.warning("a kept answer left out of its index", key=key, error=str(exc)[:200])
 
     def _follow(self, key: str) -> None:
         """One answer's vector into its index, or out of it where the answer is gone."""
@@ -157,16 +162,22 @@ class Answers:
 
     async def sweep(self, now: float) -> int:
         """Delete the answers past their policy's `ttl_s` at `now`, or of a policy gone; how many."""
-        stale = []
-        for key, kept in list(self.kept.items.items()):
-            tenant, model, _ = _where(key)
-            policy = self.policies.items.get(f"{tenant}.{model}")
-            if policy is None or now - kept.time > policy.ttl_s:
-                stale.append(key)
+        stale = [key for key, kept in list(self.kept.items.items()) if self._past(key, kept, now)]
+        gone = 0
         for key in stale:
-            with contextlib.suppress(Exception):  # another router's sweep may have deleted it
-                await self.kept.kv.delete(key)
-        return len(stale)
+            with contextlib.suppress(Exception):  # deleted by another router's sweep, say
+                entry = await self.kept.kv.get(key)  # as it is now: kept again meanwhile, it stays
+                kept = msgspec.json.decode(entry.value, type=CachedAnswer)
+                if self._past(key, kept, now):
+                    await self.kept.kv.delete(key, last=entry.revision)
+                    gone += 1
+        return gone
+
+    def _past(self, key: str, kept: CachedAnswer, now: float) -> bool:
+        """Whether answer `key` is past its policy's `ttl_s` at `now`, or of a policy gone."""
+        tenant, model, _ = _where(key)
+        policy = self.policies.items.get(f"{tenant}.{model}")
+        return policy is None or now - kept.time > policy.ttl_s
 
     async def put(self, policy: AnswerCache) -> AnswerCache:
         """Keep a tenant's answers to a model (or change how), once its tenant, its model and an

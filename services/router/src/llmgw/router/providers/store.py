@@ -50,6 +50,8 @@ class Providers:
     def __init__(self, table: KvTable[Provider], nc: Client, sealer: Seals) -> None:
         self.table, self.nc, self.sealer = table, nc, sealer
         self._pools: dict[str, tuple[bytes, Outside]] = {}
+        self._pools_at = -1
+        """The bucket's version the pools were last let go at."""
 
     @classmethod
     async def open(cls, js: JetStreamContext, nc: Client, sealer: Seals) -> Providers:
@@ -69,7 +71,7 @@ class Providers:
     def route(self, model: str) -> Outside | None:
         """The provider that answers `model` (the first by name where several do), with its pool
         (made again where the provider changed, its counts kept per key name)."""
-        if len(self._pools) > len(self.table.items):
+        if self._pools and self._pools_at != self.table.version:  # the bucket changed: pools of providers gone go
             self._let_go()
         for name, provider in sorted(self.table.items.items()):
             if model in provider.models:
@@ -80,6 +82,7 @@ class Providers:
         """The pools of providers no longer kept (removed here, or by another router) let go."""
         for name in [n for n in self._pools if n not in self.table.items]:
             del self._pools[name]
+        self._pools_at = self.table.version
 
     def _outside(self, name: str, provider: Provider, model: str) -> Outside:
         encoded = msgspec.json.encode(provider)

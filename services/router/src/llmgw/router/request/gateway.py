@@ -1,12 +1,12 @@
-"""A request's way through the router: its key, its size, its JSON and model, the key's right
-to it and its context (`prepare.py`; the tokens from an engine) before it is admitted against
-its limits; only then what asks models of the router's own (a guardrail's judge, the answer
-cache's and a knowledge base's embeddings), so a key past its limits costs them nothing; then
-forwarded (`proxy.py`); and when it ended, its limits, metrics and usage told from one
-`Outcome`."""
+"""A request's way through the router: its key, size, JSON and model, the key's right to it and
+its context (`prepare.py`; the tokens from an engine) before it is admitted against its limits;
+only then what asks models of the router's own (a judge, the answer cache's and a knowledge
+base's embeddings: a key past its limits costs them nothing); then forwarded (`proxy.py`); and
+when it ended, its limits, metrics and usage told from one `Outcome`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from llmgw.bus import BusError, tracing
-from llmgw.proto import KeyRecord, Model
+from llmgw.proto import KeyRecord, Limits, Model
 from llmgw.proto.guard import Policy
 from llmgw.proto.knowledge import Hit
 from llmgw.router.accounts.accounts import Accounts
@@ -63,10 +63,8 @@ from llmgw.router.routing.oracle import PrefixOracle
 
 __all__ = ["JUDGE_KEY_ID", "KNOWLEDGE_KEY_ID", "Gateway"]
 
-JUDGE_KEY_ID = "guard-judge"
-"""What a guardrail's questions to a judge count under (usage, limits), per tenant."""
-KNOWLEDGE_KEY_ID = "knowledge"
-"""What embedding knowledge bases' documents and questions counts under, per tenant."""
+JUDGE_KEY_ID, KNOWLEDGE_KEY_ID = "guard-judge", "knowledge"
+"""What a judge's questions, and knowledge bases' embeddings, count under (usage, tokens), per tenant."""
 _OWN_KEYS = (JUDGE_KEY_ID, KNOWLEDGE_KEY_ID)
 T = TypeVar("T")
 
@@ -96,10 +94,10 @@ class Gateway:
         """The tenants' answer caches."""
 
     def _tenant_models(self, key: KeyRecord) -> list[str]:
-        """The models `key`'s tenant may use (empty: every one)."""
+        """The models `key`'s tenant may use (empty: every one; a dict read, nothing made)."""
         people = self.accounts.people
         tenant = people.tenants.items.get(key.tenant) if people is not None else None
-        return tenant.models if tenant is not None else []  # a dict read: nothing made per request
+        return tenant.models if tenant is not None else []
 
     def model_names(self, key: KeyRecord) -> list[str]:
         """The models (and aliases) `key` (and its tenant) may use, sorted."""
@@ -175,9 +173,10 @@ class Gateway:
         except ApiError as exc:  # refused: counted as what it got; an admission given back
             self._end(ticket, Served(status=exc.status, admitted=False), scopes, admitted, reserve)
             raise
-        except BaseException:  # failed or cancelled before it was sent on
-            if scopes:  # admitted: given back, counted as a client gone
-                self._end(ticket, Served(status=499, admitted=False), scopes, admitted, reserve)
+        except BaseException as exc:  # failed or cancelled before it was sent on
+            if scopes:  # admitted: given back, counted as a client gone or a failure of ours
+                status = 499 if isinstance(exc, asyncio.CancelledError) else 500
+                self._end(ticket, Served(status=status, admitted=False), scopes, admitted, reserve)
             elif self.traces is not None:  # its span let go, unexported
                 self.traces.open.pop(rid, None)
             raise
@@ -198,9 +197,10 @@ class Gateway:
 
     async def _admit(self, key_id: str, key: KeyRecord, prepared: Prepared) -> tuple[list[Scope], float, int, Verdict]:
         """The request admitted against its key's, project's and tenant's limits: those scopes,
-        when, the tokens it holds, the verdict; the 429 raised where a limit refuses it (then
-        nothing was counted)."""
+        when, the tokens it holds, the verdict; a limit's 429 raised (nothing counted then)."""
         scopes, admitted, reserve = self.accounts.scopes(key_id, key), time.time(), reservation(prepared)
+        if key_id in _OWN_KEYS:  # part of a request admitted already: its tokens count, not a place
+            scopes = [(sid, name, _tokens_only(limits)) for sid, name, limits in scopes]
         verdict = await self.accounts.admit(scopes, admitted, reserve)
         if not verdict.ok:
             raise refusal(verdict)
@@ -377,6 +377,11 @@ class Gateway:
             return
         usage = outcome.usage_record(now) if served.replica else None
         self.accounts.ended(scopes, reserve, served.usage.total, now, usage)
+
+
+def _tokens_only(limits: Limits) -> Limits:
+    """`limits` without those on requests (the router's own questions count their tokens only)."""
+    return msgspec.structs.replace(limits, requests_per_minute=None, concurrent=None)
 
 
 def _extras(chat: bool, knowledge: object, mode: object) -> str:

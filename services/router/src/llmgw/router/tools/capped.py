@@ -1,6 +1,8 @@
 """HTTP to MCP servers whose answers are read no further than a tool result may be: a server
 answering 50 MB is cut at the cap as the bytes arrive, never held whole first (JSON bodies and
-event streams alike), and never compressed (a small compressed answer can unpack to gigabytes)."""
+event streams alike), and never compressed (a small compressed answer can unpack to gigabytes).
+A hook on the client's answers, not a transport of its own: the client's proxies (from the
+environment) stay as they are."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-__all__ = ["ENVELOPE_BYTES", "MOST_RESULT_BYTES", "TOO_LARGE", "AnswerTooLarge", "CappedTransport"]
+__all__ = ["ENVELOPE_BYTES", "MOST_RESULT_BYTES", "TOO_LARGE", "UNCOMPRESSED", "AnswerTooLarge", "cap_answer"]
 
 MOST_RESULT_BYTES = 4 * 1024 * 1024
 """The largest tool result passed back (4 MiB)."""
@@ -25,29 +27,20 @@ class AnswerTooLarge(httpx2.SSEError, httpx2.StreamError):
     an event stream."""
 
 
-class CappedTransport(httpx2.AsyncBaseTransport):
-    """httpx2's own transport, each answer's body cut past `most` bytes (AnswerTooLarge), and
-    refused where it comes compressed."""
+UNCOMPRESSED = {"accept-encoding": "identity"}
+"""The header every request to a tool server carries: its answers are capped as sent."""
 
-    def __init__(
-        self, most: int = MOST_RESULT_BYTES + ENVELOPE_BYTES, inner: httpx2.AsyncBaseTransport | None = None
-    ) -> None:
-        self.inner, self.most = inner or httpx2.AsyncHTTPTransport(), most
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        """The answer, its body capped as it is read."""
-        request.headers["accept-encoding"] = "identity"
-        response = await self.inner.handle_async_request(request)
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            await response.aclose()
-            raise AnswerTooLarge(f"the server answered compressed ({encoding}) where it was asked not to")
-        response.stream = _Capped(response.stream, self.most)  # type: ignore[arg-type]
-        return response
-
-    async def aclose(self) -> None:
-        """Close its connections."""
-        await self.inner.aclose()
+async def cap_answer(response: httpx2.Response) -> None:
+    """An httpx2 response hook: the answer to a call (a POST) cut past `MOST_RESULT_BYTES` and
+    `ENVELOPE_BYTES` as its body is read (AnswerTooLarge), and refused where it comes compressed.
+    A server's own stream of notifications (a GET) is not a result, and is not capped."""
+    if response.request.method != "POST":
+        return
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise AnswerTooLarge(f"the server answered compressed ({encoding}) where it was asked not to")
+    response.stream = _Capped(response.stream, MOST_RESULT_BYTES + ENVELOPE_BYTES)  # type: ignore[arg-type]
 
 
 class _Capped(httpx2.AsyncByteStream):

@@ -18,7 +18,7 @@ import httpx2
 
 from llmgw.bus import get_logger
 from llmgw.proto.tools import McpServer, ServerState
-from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, TOO_LARGE, CappedTransport
+from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, TOO_LARGE, UNCOMPRESSED, cap_answer
 
 if TYPE_CHECKING:  # the SDK (about 0.6 s to import) loads with the first server linked
     import mcp_types as types
@@ -90,8 +90,9 @@ class Link:
         failures = 0
         while True:
             # the SDK leaves a client it is given open: each connection's closed with it
-            timeout, transport = httpx2.Timeout(self.server.timeout_s), CappedTransport()
-            async with httpx2.AsyncClient(headers=self.headers, timeout=timeout, transport=transport) as http:
+            headers, hooks = {**self.headers, **UNCOMPRESSED}, {"response": [cap_answer]}
+            timeout = httpx2.Timeout(self.server.timeout_s)
+            async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http:
                 try:
                     async with asyncio.timeout(self.server.timeout_s):
                         client = await self._client_for(http).__aenter__()
