@@ -63,8 +63,10 @@ from llmgw.router.routing.oracle import PrefixOracle
 
 __all__ = ["JUDGE_KEY_ID", "KNOWLEDGE_KEY_ID", "Gateway"]
 
-JUDGE_KEY_ID, KNOWLEDGE_KEY_ID = "guard-judge", "knowledge"
-"""What a judge's questions, and knowledge bases' embeddings, count under (usage, tokens), per tenant."""
+JUDGE_KEY_ID = "guard-judge"
+"""What a guardrail's questions to a judge count under (usage, tokens), per tenant."""
+KNOWLEDGE_KEY_ID = "knowledge"
+"""What knowledge bases' embeddings of documents and questions count under, per tenant."""
 _OWN_KEYS = (JUDGE_KEY_ID, KNOWLEDGE_KEY_ID)
 T = TypeVar("T")
 
@@ -284,9 +286,8 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def counted(self, key_id: str, key: KeyRecord) -> AsyncIterator[None]:
-        """Within it, a request that asks no model (a tool call) counts against the key's limits,
-        its project's and its tenant's: a request, and one in flight while it lasts; no tokens.
-        The 429 of a limit that refuses it is raised (an `ApiError`)."""
+        """Within it, a request that asks no model (a tool call) counts against the key's, project's
+        and tenant's limits: a request, one in flight while it lasts, no tokens; else their 429."""
         scopes = self.accounts.scopes(key_id, key)
         verdict = await self.accounts.admit(scopes, time.time(), 0)
         if not verdict.ok:
