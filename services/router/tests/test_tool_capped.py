@@ -7,9 +7,8 @@ import gzip
 import httpx2
 import pytest
 
-from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, UNCOMPRESSED, AnswerTooLarge, cap_answer
-
-MOST = MOST_RESULT_BYTES + ENVELOPE_BYTES
+from llmgw.router.tools.capped import MOST_ANSWER_BYTES as MOST
+from llmgw.router.tools.capped import UNCOMPRESSED, AnswerTooLarge, cap_answer
 
 
 def _client(answer: httpx2.Response, seen: list[httpx2.Request]) -> httpx2.AsyncClient:

@@ -158,7 +158,7 @@ class Gateway:
         try:
             mode = _extras(chat, knowledge, mode)
             prepared = await self._prepare(path, body, asked, model, key)  # as sent: rights, shape, size
-            scopes, admitted, reserve, verdict = await self._admit(key_id, key, prepared)
+            scopes, admitted, reserve, verdict = await self._admit(key_id, key, reservation(prepared))
             # admitted: only now what asks models of the router's own (a judge, embeddings)
             redaction = await self._guard(policy, body) if policy is not None else None
             # answers are kept only where nothing checks them on the way out (an output guard would
@@ -197,10 +197,10 @@ class Gateway:
             answer = await guard_answer(answer, policy, redaction, self.guards, self.metrics.guarded)  # type: ignore[arg-type]
         return kept_answer(self.answers, seen, answer) if seen is not None and self.answers else answer
 
-    async def _admit(self, key_id: str, key: KeyRecord, prepared: Prepared) -> tuple[list[Scope], float, int, Verdict]:
-        """The request admitted against its key's, project's and tenant's limits: those scopes,
-        when, the tokens it holds, the verdict; a limit's 429 raised (nothing counted then)."""
-        scopes, admitted, reserve = self.accounts.scopes(key_id, key), time.time(), reservation(prepared)
+    async def _admit(self, key_id: str, key: KeyRecord, reserve: int) -> tuple[list[Scope], float, int, Verdict]:
+        """A request holding `reserve` tokens admitted against its key's, project's and tenant's
+        limits: those scopes, when, `reserve`, the verdict; a limit's 429 raised (nothing counted)."""
+        scopes, admitted = self.accounts.scopes(key_id, key), time.time()
         if key_id in _OWN_KEYS:  # part of a request admitted already: its tokens count, not a place
             scopes = [(sid, name, _tokens_only(limits)) for sid, name, limits in scopes]
         verdict = await self.accounts.admit(scopes, admitted, reserve)
@@ -288,10 +288,7 @@ class Gateway:
     async def counted(self, key_id: str, key: KeyRecord) -> AsyncIterator[None]:
         """Within it, a request that asks no model (a tool call) counts against the key's, project's
         and tenant's limits: a request, one in flight while it lasts, no tokens; else their 429."""
-        scopes = self.accounts.scopes(key_id, key)
-        verdict = await self.accounts.admit(scopes, time.time(), 0)
-        if not verdict.ok:
-            raise refusal(verdict)
+        scopes, _, _, _ = await self._admit(key_id, key, 0)
         try:
             yield
         finally:

@@ -10,13 +10,23 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-__all__ = ["ENVELOPE_BYTES", "MOST_RESULT_BYTES", "TOO_LARGE", "UNCOMPRESSED", "AnswerTooLarge", "cap_answer"]
+__all__ = [
+    "ENVELOPE_BYTES",
+    "MOST_ANSWER_BYTES",
+    "MOST_RESULT_BYTES",
+    "TOO_LARGE",
+    "UNCOMPRESSED",
+    "AnswerTooLarge",
+    "cap_answer",
+]
 
 MOST_RESULT_BYTES = 4 * 1024 * 1024
 """The largest tool result passed back (4 MiB)."""
 ENVELOPE_BYTES = 64 * 1024
 """What a server's answer may hold beyond its result: the JSON-RPC message around it, an event
 stream's framing, a few progress notifications."""
+MOST_ANSWER_BYTES = MOST_RESULT_BYTES + ENVELOPE_BYTES
+"""The most of a call's answer read (one event of a stream holds it whole)."""
 TOO_LARGE = f"its result is over the {MOST_RESULT_BYTES:,} bytes passed back (cut there)"
 """What a call cut for its size says."""
 
@@ -40,7 +50,7 @@ async def cap_answer(response: httpx2.Response) -> None:
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise AnswerTooLarge(f"the server answered compressed ({encoding}) where it was asked not to")
-    response.stream = _Capped(response.stream, MOST_RESULT_BYTES + ENVELOPE_BYTES)  # type: ignore[arg-type]
+    response.stream = _Capped(response.stream, MOST_ANSWER_BYTES)  # type: ignore[arg-type]
 
 
 class _Capped(httpx2.AsyncByteStream):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-__all__ = ["KeyClash", "Place", "TooDeep", "check_in_place", "leaves", "names"]
+__all__ = ["KeyClash", "Place", "TooDeep", "check_in_place", "leaves"]
 
 Place = tuple[dict | list, str | int]
 """A container and where in it a string sits."""
@@ -18,34 +18,26 @@ class TooDeep(ValueError):
     """A value nested deeper than its strings are looked for."""
 
 
-def leaves(value: object, depth: int = 0) -> list[Place]:
+def leaves(value: object) -> list[Place]:
     """Every string value in `value` (dicts and lists), as (container, key); TooDeep past 64 levels."""
+    places: list[Place] = []
+    _walk(value, 0, places, [])
+    return places
+
+
+def _walk(value: object, depth: int, places: list[Place], keys: list[tuple[dict, str]]) -> None:
+    """The string values of `value` into `places`, its objects' keys into `keys` (a tool can put
+    anything in a key: an address, a codename); TooDeep past 64 levels."""
     if depth > _DEEPEST:
         raise TooDeep(f"a value nested deeper than {_DEEPEST} levels")
+    if isinstance(value, dict):
+        keys += [(value, key) for key in value if isinstance(key, str)]
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    out: list[Place] = []
     for key, item in items:
         if isinstance(item, str):
-            out.append((value, key))  # type: ignore[arg-type]
+            places.append((value, key))  # type: ignore[arg-type]
         else:
-            out += leaves(item, depth + 1)
-    return out
-
-
-def names(value: object) -> list[tuple[dict, str]]:
-    """Every object key in `value`, as (object, key): text a check reads as it reads the values
-    (a tool can put anything in a key: an address, a codename). Called after `leaves`, which
-    has refused a value nested too deep."""
-    out: list[tuple[dict, str]] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            out += [(item, key) for key in item if isinstance(key, str)]
-            stack += item.values()
-        elif isinstance(item, list):
-            stack += item
-    return out
+            _walk(item, depth + 1, places, keys)
 
 
 class KeyClash(ValueError):
@@ -59,7 +51,9 @@ async def check_in_place(
     `before`, where given) and replaced in place by what it returns: a key renamed where its
     text changed, the object's order kept. TooDeep past 64 levels; KeyClash where a renamed key
     would land on another key of its object."""
-    places, keys = leaves(value), names(value)
+    places: list[Place] = []
+    keys: list[tuple[dict, str]] = []
+    _walk(value, 0, places, keys)
     texts = [h[k] for h, k in places] + [k for _, k in keys]  # type: ignore[index]
     checked = await check([before(t) for t in texts] if before else texts)
     for (holder, k), text in zip(places, checked[: len(places)], strict=True):

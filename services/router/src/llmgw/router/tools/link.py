@@ -18,7 +18,7 @@ import httpx2
 
 from llmgw.bus import get_logger
 from llmgw.proto.tools import McpServer, ServerState
-from llmgw.router.tools.capped import ENVELOPE_BYTES, MOST_RESULT_BYTES, TOO_LARGE, UNCOMPRESSED, cap_answer
+from llmgw.router.tools.capped import MOST_ANSWER_BYTES, MOST_RESULT_BYTES, TOO_LARGE, UNCOMPRESSED, cap_answer
 
 if TYPE_CHECKING:  # the SDK (about 0.6 s to import) loads with the first server linked
     import mcp_types as types
@@ -82,8 +82,7 @@ class Link:
         if s.transport == "stdio":
             params = StdioServerParameters(command=s.command[0], args=s.command[1:], env=s.env or None)
             return Client(stdio_client(params), read_timeout_seconds=s.timeout_s)  # its stderr: the router's
-        most = MOST_RESULT_BYTES + ENVELOPE_BYTES  # one event of a stream holds a whole result
-        http_client = streamable_http_client(s.url, http_client=http, max_sse_event_size=most)
+        http_client = streamable_http_client(s.url, http_client=http, max_sse_event_size=MOST_ANSWER_BYTES)
         return Client(http_client, read_timeout_seconds=s.timeout_s)
 
     async def _run(self) -> None:
